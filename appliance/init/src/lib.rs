@@ -1,0 +1,1 @@
+//! PID 1 of the appliance: mounts, configuration from the kernel command line, network, NUMA, console, shutdown.

@@ -1,0 +1,1 @@
+//! HTTP/1.1 object API: request-head parsing with bounded inputs, response formatting.

@@ -1,0 +1,1 @@
+//! memcache text and meta protocol: request parsing and reply formatting.

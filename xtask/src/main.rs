@@ -1,0 +1,2 @@
+//! Project automation entry point: `cargo xtask test|run|image|bench`.
+fn main() {}
