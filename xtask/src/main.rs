@@ -1,2 +1,42 @@
 //! Project automation entry point: `cargo xtask test|run|image|bench`.
-fn main() {}
+//!
+//! One command per thing a developer or CI does; each installs what it needs on a fresh
+//! Debian/Ubuntu machine (apt when root, otherwise it prints the command).
+
+mod bench;
+mod deps;
+mod test;
+mod util;
+
+use anyhow::{bail, Result};
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  test [--quick] [--skip-vm]   every test: lint, unit, property, fuzz smoke, memccapable, end-to-end, QEMU
+  bench [--seconds N]          ringstore vs memcached (and nginx for HTTP), side by side; writes target/bench/
+  image                        build target/appliance/{bzImage,initramfs.img}
+  run                          build everything and boot the appliance in QEMU (numa2 profile)
+";
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((command, rest)) = args.split_first() else {
+        eprint!("{USAGE}");
+        std::process::exit(2);
+    };
+    match command.as_str() {
+        "test" => test::run(rest),
+        "bench" => bench::run(rest),
+        "image" => bail!("image: not wired yet"),
+        "run" => bail!("run: not wired yet"),
+        "help" | "--help" | "-h" => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        other => {
+            eprint!("unknown command {other:?}\n\n{USAGE}");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! Installs what the tests and benchmarks need on a fresh Debian/Ubuntu machine.
+//!
+//! apt packages when root (otherwise the command to run is printed), the musl target
+//! through rustup, cargo-fuzz from crates.io, and a Python virtual environment with the
+//! real memcache client used by the end-to-end tests.
+
+use crate::util::{exec, have, is_root, root};
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Debian packages: programs we test against or drive (memcached, memccapable, curl, wrk,
+/// nginx, QEMU) and what building the kernel needs.
+pub const APT_PACKAGES: &[(&str, &str)] = &[
+    ("memcached", "/usr/bin/memcached"),
+    ("libmemcached-tools", "/usr/bin/memccapable"),
+    ("curl", "/usr/bin/curl"),
+    ("wrk", "/usr/bin/wrk"),
+    ("nginx-light", "/usr/sbin/nginx"),
+    ("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),
+    ("ovmf", "/usr/share/OVMF/OVMF_CODE_4M.fd"),
+    ("linux-source-6.12", "/usr/src/linux-source-6.12.tar.xz"),
+    ("bc", "/usr/bin/bc"),
+    ("flex", "/usr/bin/flex"),
+    ("bison", "/usr/bin/bison"),
+    ("libelf-dev", "/usr/include/libelf.h"),
+    ("libssl-dev", "/usr/include/openssl/ssl.h"),
+    ("cpio", "/usr/bin/cpio"),
+    ("musl-tools", "/usr/bin/musl-gcc"),
+    ("iproute2", "/usr/sbin/ip"),
+];
+
+/// Python packages for the end-to-end tests, pinned.
+const PIP_PACKAGES: &[&str] = &["pymemcache==4.0.0", "pytest==8.3.4"];
+
+/// Installs every missing apt package in one `apt-get install`.
+pub fn apt() -> Result<()> {
+    let mut missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .filter(|(_, probe)| !std::path::Path::new(probe).exists())
+        .map(|(name, _)| *name)
+        .collect();
+    if !python_has_venv() {
+        missing.push("python3-venv");
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let install = format!(
+        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends {}",
+        missing.join(" ")
+    );
+    if !is_root() {
+        bail!("missing packages; run as root:\n  {install}");
+    }
+    exec(Command::new("sh").args(["-c", &install]))
+}
+
+fn python_has_venv() -> bool {
+    Command::new("python3")
+        .args(["-c", "import venv, ensurepip"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// `rustup target add` for the static appliance binary.
+pub fn musl_target() -> Result<()> {
+    let out = Command::new("rustup").args(["target", "list", "--installed"]).output();
+    if let Ok(out) = out {
+        if String::from_utf8_lossy(&out.stdout).contains("x86_64-unknown-linux-musl") {
+            return Ok(());
+        }
+    }
+    exec(Command::new("rustup").args(["target", "add", "x86_64-unknown-linux-musl"]))
+}
+
+/// cargo-fuzz on the nightly toolchain (installed from crates.io when missing).
+pub fn cargo_fuzz() -> Result<()> {
+    let ok = Command::new("cargo")
+        .args(["+nightly", "fuzz", "--version"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if ok {
+        return Ok(());
+    }
+    exec(Command::new("cargo").args(["install", "--locked", "cargo-fuzz"]))
+}
+
+/// A virtual environment under `target/py` with the pinned test clients; returns its python.
+pub fn python_env() -> Result<PathBuf> {
+    let venv = root().join("target/py");
+    let python = venv.join("bin/python");
+    let marker = venv.join(format!(".installed-{}", PIP_PACKAGES.join(",")));
+    if marker.exists() {
+        return Ok(python);
+    }
+    if !python.exists() {
+        exec(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
+    }
+    let mut pip = Command::new(&python);
+    pip.args(["-m", "pip", "install", "-q", "--disable-pip-version-check"]).args(PIP_PACKAGES);
+    exec(&mut pip)?;
+    std::fs::write(&marker, b"").context("writing the venv marker")?;
+    Ok(python)
+}
+
+/// Everything the full test run needs.
+pub fn all() -> Result<()> {
+    apt()?;
+    musl_target()?;
+    cargo_fuzz()?;
+    if !have("memccapable") {
+        bail!("memccapable not found after installing libmemcached-tools");
+    }
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! `cargo xtask test`: every test the project has, in order from fastest to slowest.
+//!
+//! Steps: format and lint, unit/property/integration tests, a fuzz smoke run of every
+//! target, `memccapable -a` against the release binary, end-to-end tests with real clients
+//! (pymemcache, curl), and the QEMU tests that boot the real image.
+
+use crate::deps;
+use crate::util::{cargo, exec, root};
+use anyhow::{Context, Result};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Seconds each fuzz target runs in the smoke step.
+const FUZZ_SMOKE_SECS: u32 = 20;
+
+/// Options of `cargo xtask test`.
+#[derive(Debug, Default)]
+struct Options {
+    /// Skip the slow steps (fuzz smoke, QEMU).
+    quick: bool,
+    /// Skip only the QEMU tests.
+    skip_vm: bool,
+}
+
+fn run_steps(opts: &Options) -> Result<()> {
+    let started = Instant::now();
+    let mut timings: Vec<(&str, Duration)> = Vec::new();
+    let mut step = |name: &'static str, f: &dyn Fn() -> Result<()>| -> Result<()> {
+        eprintln!("\n=== {name} ===");
+        let t = Instant::now();
+        f().with_context(|| format!("step {name:?} failed"))?;
+        timings.push((name, t.elapsed()));
+        Ok(())
+    };
+    step("install dependencies", &deps::all)?;
+    step("format", &|| exec(cargo().args(["fmt", "--all", "--check"])))?;
+    step("clippy", &|| {
+        exec(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))
+    })?;
+    step("unit, property and integration tests", &|| {
+        exec(cargo().args(["test", "--workspace", "--release"]))
+    })?;
+    if !opts.quick {
+        step("fuzz smoke", &fuzz_smoke)?;
+    }
+    step("memccapable -a", &memccapable)?;
+    step("end-to-end (pymemcache, curl)", &end_to_end)?;
+    if !opts.quick && !opts.skip_vm {
+        step("QEMU appliance tests", &vm_tests)?;
+    }
+    eprintln!("\n=== summary ===");
+    for (name, took) in &timings {
+        eprintln!("{:>8.1}s  {name}", took.as_secs_f64());
+    }
+    eprintln!("{:>8.1}s  total", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let mut opts = Options::default();
+    for arg in args {
+        match arg.as_str() {
+            "--quick" => opts.quick = true,
+            "--skip-vm" => opts.skip_vm = true,
+            other => anyhow::bail!("unknown test option {other:?} (expected --quick or --skip-vm)"),
+        }
+    }
+    run_steps(&opts)
+}
+
+/// The release `ringstore` binary for the host (built once, used by memccapable and e2e).
+pub fn release_binary() -> Result<std::path::PathBuf> {
+    exec(cargo().args(["build", "--release", "-p", "ringstore"]))?;
+    Ok(root().join("target/release/ringstore"))
+}
+
+fn fuzz_smoke() -> Result<()> {
+    let fuzz_dir = root().join("appliance/proto/fuzz");
+    let list = Command::new("cargo")
+        .args(["+nightly", "fuzz", "list"])
+        .current_dir(&fuzz_dir)
+        .output()
+        .context("cargo fuzz list")?;
+    let targets = String::from_utf8_lossy(&list.stdout).to_string();
+    anyhow::ensure!(!targets.trim().is_empty(), "no fuzz targets found in {}", fuzz_dir.display());
+    for target in targets.lines().map(str::trim).filter(|t| !t.is_empty()) {
+        exec(Command::new("cargo")
+            .args(["+nightly", "fuzz", "run", target, "--", &format!("-max_total_time={FUZZ_SMOKE_SECS}")])
+            .current_dir(&fuzz_dir))?;
+    }
+    Ok(())
+}
+
+fn memccapable() -> Result<()> {
+    let binary = release_binary()?;
+    let server = crate::util::Server::start(&binary, &[])?;
+    let (host, port) = server.memcache_host_port()?;
+    let out = Command::new("memccapable")
+        .args(["-a", "-t", "5", "-h", &host, "-p", &port.to_string()])
+        .output()
+        .context("running memccapable")?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    eprint!("{text}");
+    anyhow::ensure!(
+        out.status.success() && text.contains("All tests passed") && !text.contains("[fail]"),
+        "memccapable -a did not pass every test"
+    );
+    Ok(())
+}
+
+fn end_to_end() -> Result<()> {
+    let binary = release_binary()?;
+    let python = deps::python_env()?;
+    exec(Command::new(python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/e2e"])
+        .env("RINGSTORE_BIN", &binary)
+        .current_dir(root()))
+}
+
+fn vm_tests() -> Result<()> {
+    anyhow::bail!("QEMU tests are not wired yet")
+}
