@@ -1,11 +1,18 @@
 //! Configuration keys shared by `ringstore serve` flags, the TOML file and the kernel command line.
 //!
-//! One table of keys; three front ends (`--key value`, `key = value` in TOML,
+//! One table of keys ([`KEYS`]); three front ends (`--key value`, `key = value` in TOML,
 //! `ringstore.key=value` on the kernel command line). A bad value is reported with the
 //! key, the value and what is allowed.
 #![forbid(unsafe_code)]
 
+mod keys;
+mod value;
+
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+pub use keys::{KeyInfo, KEYS};
+pub use value::{parse_count, parse_endpoint, parse_size};
 
 /// Which NUMA node to serve from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -14,6 +21,16 @@ pub enum NumaChoice {
     #[default]
     Auto,
     Node(u32),
+}
+
+/// How accepted connections reach workers (ADR-0001). Hidden key `placement`, for measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// One acceptor thread per endpoint hands each fd to the least-loaded worker (default).
+    #[default]
+    Acceptor,
+    /// Every worker owns an SO_REUSEPORT listener per endpoint; the kernel hashes the 4-tuple.
+    ReusePort,
 }
 
 /// The whole configuration of a serving ringstore.
@@ -40,4 +57,178 @@ pub struct Config {
     pub idle_timeout_secs: u64,
     /// `request-timeout`: seconds a started request may take to arrive whole (slow clients).
     pub request_timeout_secs: u64,
+    /// `placement` (hidden): connection placement mode, for measurement.
+    pub placement: Placement,
 }
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            memcache: Some(SocketAddr::from(([0, 0, 0, 0], 11211))),
+            http: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
+            udp: None,
+            cores: 0,
+            numa: NumaChoice::Auto,
+            memory: 64 << 20,
+            data: None,
+            max_conns: 4096,
+            item_size_max: 1 << 20,
+            idle_timeout_secs: 300,
+            request_timeout_secs: 10,
+            placement: Placement::Acceptor,
+        }
+    }
+}
+
+/// Why a configuration was rejected. Display is one line naming the key, the value and what is allowed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid value {value:?} for {key}: expected {expected}")]
+    InvalidValue { key: String, value: String, expected: String },
+    #[error("unknown key {key:?}: known keys are {known}")]
+    UnknownKey { key: String, known: String },
+    #[error("missing value for {key}: expected {expected}")]
+    MissingValue { key: String, expected: String },
+    #[error("unexpected argument {arg:?}: flags look like --key value or --key=value")]
+    UnexpectedArgument { arg: String },
+    #[error("cannot read config file {path}: {reason}")]
+    File { path: PathBuf, reason: String },
+    #[error("invalid config file {path}: {reason}")]
+    Toml { path: PathBuf, reason: String },
+    #[error("inconsistent configuration: {0}")]
+    Inconsistent(String),
+}
+
+impl Config {
+    /// Sets one key from its text form; `key` may be spelled with dashes or underscores.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let canonical = key.replace('_', "-");
+        match keys::find(&canonical) {
+            Some(info) => (info.apply)(self, value).map_err(|()| ConfigError::InvalidValue {
+                key: info.name.to_string(),
+                value: value.to_string(),
+                expected: info.expected.to_string(),
+            }),
+            None => Err(ConfigError::UnknownKey { key: key.to_string(), known: keys::known_list() }),
+        }
+    }
+
+    /// Parses the flags after `ringstore serve`: `--key value` or `--key=value`.
+    /// `--config FILE` is read first, whatever its position; the other flags override it.
+    pub fn from_args<I, S>(args: I) -> Result<Config, ConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        let mut iter = args.into_iter().map(|s| s.as_ref().to_string());
+        while let Some(arg) = iter.next() {
+            let Some(flag) = arg.strip_prefix("--") else {
+                return Err(ConfigError::UnexpectedArgument { arg });
+            };
+            let (key, value) = match flag.split_once('=') {
+                Some((key, value)) => (key.to_string(), value.to_string()),
+                None => {
+                    let expected = keys::find(&flag.replace('_', "-"))
+                        .map(|info| info.expected.to_string())
+                        .unwrap_or_else(|| "a path to a TOML file".to_string());
+                    if flag != "config" && keys::find(&flag.replace('_', "-")).is_none() {
+                        return Err(ConfigError::UnknownKey { key: flag.to_string(), known: keys::known_list() });
+                    }
+                    match iter.next() {
+                        Some(value) => (flag.to_string(), value),
+                        None => return Err(ConfigError::MissingValue { key: flag.to_string(), expected }),
+                    }
+                }
+            };
+            pairs.push((key, value));
+        }
+        let mut config = Config::default();
+        for (_, path) in pairs.iter().filter(|(key, _)| key == "config") {
+            config.merge_file(Path::new(path))?;
+        }
+        for (key, value) in pairs.iter().filter(|(key, _)| key != "config") {
+            config.set(key, value)?;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parses a TOML document of `key = value` lines over the defaults.
+    pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        config.merge_toml(text, Path::new("<string>"))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads `ringstore.KEY=VALUE` tokens of a kernel command line over the defaults; other
+    /// tokens (`console=`, `ip=`, ...) are ignored.
+    pub fn from_kernel_cmdline(cmdline: &str) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        for token in cmdline.split_whitespace() {
+            let Some(setting) = token.strip_prefix("ringstore.") else { continue };
+            match setting.split_once('=') {
+                Some((key, value)) => config.set(key, value.trim_matches('"'))?,
+                None => {
+                    let expected = keys::find(&setting.replace('_', "-"))
+                        .map(|info| info.expected.to_string())
+                        .unwrap_or_else(|| "KEY=VALUE".to_string());
+                    return Err(ConfigError::MissingValue { key: setting.to_string(), expected });
+                }
+            }
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Applies the keys of a TOML file over `self`.
+    pub fn merge_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| ConfigError::File { path: path.to_path_buf(), reason: err.to_string() })?;
+        self.merge_toml(&text, path)
+    }
+
+    fn merge_toml(&mut self, text: &str, path: &Path) -> Result<(), ConfigError> {
+        let table: toml::Table = toml::from_str(text).map_err(|err| ConfigError::Toml {
+            path: path.to_path_buf(),
+            reason: err.message().replace('\n', " "),
+        })?;
+        for (key, value) in &table {
+            let text = match value {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Boolean(false) if keys::find(&key.replace('_', "-")).is_some_and(|k| k.endpoint) => {
+                    "off".to_string()
+                }
+                other => {
+                    let expected = keys::find(&key.replace('_', "-")).map(|k| k.expected).unwrap_or("a string or integer");
+                    return Err(ConfigError::InvalidValue {
+                        key: key.clone(),
+                        value: other.to_string(),
+                        expected: expected.to_string(),
+                    });
+                }
+            };
+            self.set(key, &text)?;
+        }
+        Ok(())
+    }
+
+    /// Checks the rules that span keys.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.memcache.is_none() && self.http.is_none() && self.udp.is_none() {
+            return Err(ConfigError::Inconsistent("every endpoint is off: enable memcache, http or udp".into()));
+        }
+        if self.item_size_max as u64 > self.memory {
+            return Err(ConfigError::Inconsistent(format!(
+                "item-size-max ({}) is larger than memory ({})",
+                self.item_size_max, self.memory
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

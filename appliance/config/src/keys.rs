@@ -1,0 +1,195 @@
+//! The one table of configuration keys: name, what values are allowed, how a value is applied.
+
+use crate::value::{parse_count, parse_endpoint, parse_size};
+use crate::{Config, NumaChoice, Placement};
+
+/// One configuration key.
+#[derive(Debug)]
+pub struct KeyInfo {
+    /// Canonical spelling (dashes).
+    pub name: &'static str,
+    /// What is allowed, as shown in error messages and `ringstore help`.
+    pub expected: &'static str,
+    /// One-line description for `ringstore help`.
+    pub help: &'static str,
+    /// An address key (`false` in TOML means `off`).
+    pub endpoint: bool,
+    /// Not listed in help (measurement switches).
+    pub hidden: bool,
+    /// Applies a text value; `Err(())` means the value is not allowed.
+    pub apply: fn(&mut Config, &str) -> Result<(), ()>,
+}
+
+const ENDPOINT: &str = "an address IP:PORT (port 0 = any free port) or off";
+
+/// Every key, in the order `ringstore help` lists them.
+pub static KEYS: &[KeyInfo] = &[
+    KeyInfo {
+        name: "memcache",
+        expected: ENDPOINT,
+        help: "memcache TCP endpoint (default 0.0.0.0:11211)",
+        endpoint: true,
+        hidden: false,
+        apply: |c, v| parse_endpoint(v).map(|e| c.memcache = e).ok_or(()),
+    },
+    KeyInfo {
+        name: "http",
+        expected: ENDPOINT,
+        help: "HTTP object API endpoint (default 0.0.0.0:8080)",
+        endpoint: true,
+        hidden: false,
+        apply: |c, v| parse_endpoint(v).map(|e| c.http = e).ok_or(()),
+    },
+    KeyInfo {
+        name: "udp",
+        expected: ENDPOINT,
+        help: "memcache UDP endpoint (default off)",
+        endpoint: true,
+        hidden: false,
+        apply: |c, v| parse_endpoint(v).map(|e| c.udp = e).ok_or(()),
+    },
+    KeyInfo {
+        name: "cores",
+        expected: "a number of worker CPUs from 0 to 4096 (0 = every CPU of the chosen NUMA node)",
+        help: "worker threads, one pinned per CPU (default 0 = all CPUs of the node)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| match parse_count(v) {
+            Some(n) if n <= 4096 => {
+                c.cores = n as usize;
+                Ok(())
+            }
+            _ => Err(()),
+        },
+    },
+    KeyInfo {
+        name: "numa",
+        expected: "auto or a NUMA node number like 0",
+        help: "NUMA node to serve from (default auto: the node of the network interfaces)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| {
+            if v.trim().eq_ignore_ascii_case("auto") {
+                c.numa = NumaChoice::Auto;
+                return Ok(());
+            }
+            match parse_count(v) {
+                Some(n) if n < 1024 => {
+                    c.numa = NumaChoice::Node(n as u32);
+                    Ok(())
+                }
+                _ => Err(()),
+            }
+        },
+    },
+    KeyInfo {
+        name: "memory",
+        expected: "a size like 64MiB or 4GiB (at least 1MiB)",
+        help: "item RAM budget (default 64MiB)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| match parse_size(v) {
+            Some(n) if n >= 1 << 20 => {
+                c.memory = n;
+                Ok(())
+            }
+            _ => Err(()),
+        },
+    },
+    KeyInfo {
+        name: "data",
+        expected: "a path to a block device or file, or off",
+        help: "data device or file for durability (default off: RAM only)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| {
+            let v = v.trim();
+            if v.is_empty() {
+                return Err(());
+            }
+            c.data = if v.eq_ignore_ascii_case("off") { None } else { Some(v.into()) };
+            Ok(())
+        },
+    },
+    KeyInfo {
+        name: "max-conns",
+        expected: "a number of connections from 1 to 1048576",
+        help: "open connections beyond which new ones are refused (default 4096)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| match parse_count(v) {
+            Some(n) if (1..=1 << 20).contains(&n) => {
+                c.max_conns = n as usize;
+                Ok(())
+            }
+            _ => Err(()),
+        },
+    },
+    KeyInfo {
+        name: "item-size-max",
+        expected: "a size from 1KiB to 1GiB like 1MiB",
+        help: "largest value accepted (default 1MiB)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| match parse_size(v) {
+            Some(n) if (1 << 10..=1 << 30).contains(&n) => {
+                c.item_size_max = n as usize;
+                Ok(())
+            }
+            _ => Err(()),
+        },
+    },
+    KeyInfo {
+        name: "idle-timeout",
+        expected: "seconds from 0 to 31536000 (0 = never)",
+        help: "close connections idle this many seconds (default 300, 0 = never)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| match parse_count(v) {
+            Some(n) if n <= 31_536_000 => {
+                c.idle_timeout_secs = n;
+                Ok(())
+            }
+            _ => Err(()),
+        },
+    },
+    KeyInfo {
+        name: "request-timeout",
+        expected: "seconds from 1 to 3600",
+        help: "close a client whose started request is not complete after this many seconds (default 10)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| match parse_count(v) {
+            Some(n) if (1..=3600).contains(&n) => {
+                c.request_timeout_secs = n;
+                Ok(())
+            }
+            _ => Err(()),
+        },
+    },
+    KeyInfo {
+        name: "placement",
+        expected: "acceptor or reuseport",
+        help: "connection placement (measurement only)",
+        endpoint: false,
+        hidden: true,
+        apply: |c, v| {
+            c.placement = match v.trim() {
+                "acceptor" => Placement::Acceptor,
+                "reuseport" => Placement::ReusePort,
+                _ => return Err(()),
+            };
+            Ok(())
+        },
+    },
+];
+
+/// The key spelled `canonical` (dashes).
+pub fn find(canonical: &str) -> Option<&'static KeyInfo> {
+    KEYS.iter().find(|k| k.name == canonical)
+}
+
+/// The visible key names, comma separated, for "unknown key" errors.
+pub fn known_list() -> String {
+    KEYS.iter().filter(|k| !k.hidden).map(|k| k.name).collect::<Vec<_>>().join(", ")
+}

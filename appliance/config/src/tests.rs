@@ -1,0 +1,114 @@
+//! Tests of the three configuration front ends and their error messages.
+
+use super::*;
+
+#[test]
+fn defaults_match_the_product() {
+    let c = Config::default();
+    assert_eq!(c.memcache, Some("0.0.0.0:11211".parse().unwrap()));
+    assert_eq!(c.http, Some("0.0.0.0:8080".parse().unwrap()));
+    assert_eq!(c.udp, None);
+    assert_eq!(c.cores, 0);
+    assert_eq!(c.numa, NumaChoice::Auto);
+    assert_eq!(c.memory, 64 << 20);
+    assert_eq!(c.max_conns, 4096);
+    assert_eq!(c.item_size_max, 1 << 20);
+    assert_eq!(c.idle_timeout_secs, 300);
+    assert_eq!(c.request_timeout_secs, 10);
+    assert_eq!(c.placement, Placement::Acceptor);
+}
+
+#[test]
+fn flags_both_spellings() {
+    let c = Config::from_args([
+        "--memcache", "127.0.0.1:0", "--http=off", "--udp", "127.0.0.1:0", "--memory=4GiB", "--cores", "2",
+        "--numa", "1", "--max_conns", "10", "--idle-timeout", "0", "--placement", "reuseport",
+    ])
+    .unwrap();
+    assert_eq!(c.memcache, Some("127.0.0.1:0".parse().unwrap()));
+    assert_eq!(c.http, None);
+    assert_eq!(c.udp, Some("127.0.0.1:0".parse().unwrap()));
+    assert_eq!(c.memory, 4 << 30);
+    assert_eq!(c.cores, 2);
+    assert_eq!(c.numa, NumaChoice::Node(1));
+    assert_eq!(c.max_conns, 10);
+    assert_eq!(c.idle_timeout_secs, 0);
+    assert_eq!(c.placement, Placement::ReusePort);
+}
+
+#[test]
+fn bad_value_names_key_value_and_allowed() {
+    let err = Config::from_args(["--memory", "abc"]).unwrap_err();
+    assert_eq!(err.to_string(), r#"invalid value "abc" for memory: expected a size like 64MiB or 4GiB (at least 1MiB)"#);
+    let err = Config::from_args(["--memcache", "localhost"]).unwrap_err();
+    assert!(err.to_string().contains("memcache") && err.to_string().contains("IP:PORT"), "{err}");
+    assert!(!err.to_string().contains('\n'));
+}
+
+#[test]
+fn unknown_missing_and_stray_arguments() {
+    assert!(matches!(Config::from_args(["--colour", "red"]), Err(ConfigError::UnknownKey { .. })));
+    assert!(matches!(Config::from_args(["--memory"]), Err(ConfigError::MissingValue { .. })));
+    assert!(matches!(Config::from_args(["memory"]), Err(ConfigError::UnexpectedArgument { .. })));
+    let err = Config::from_args(["--colour=red"]).unwrap_err().to_string();
+    assert!(err.contains("colour") && err.contains("memcache"), "{err}");
+}
+
+#[test]
+fn cross_key_rules() {
+    assert!(matches!(
+        Config::from_args(["--memcache", "off", "--http", "off"]),
+        Err(ConfigError::Inconsistent(_))
+    ));
+    assert!(matches!(
+        Config::from_args(["--memory", "1MiB", "--item-size-max", "2MiB"]),
+        Err(ConfigError::Inconsistent(_))
+    ));
+    assert!(Config::from_args(["--max-conns", "0"]).is_err());
+    assert!(Config::from_args(["--request-timeout", "0"]).is_err());
+}
+
+#[test]
+fn toml_with_dashes_underscores_and_integers() {
+    let c = Config::from_toml_str(
+        "memory = \"128MiB\"\nmax_conns = 7\nitem-size-max = 2097152\nhttp = false\nnuma = \"auto\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.memory, 128 << 20);
+    assert_eq!(c.max_conns, 7);
+    assert_eq!(c.item_size_max, 2 << 20);
+    assert_eq!(c.http, None);
+    let err = Config::from_toml_str("cores = 1.5\n").unwrap_err().to_string();
+    assert!(err.contains("cores"), "{err}");
+    assert!(matches!(Config::from_toml_str("memory = "), Err(ConfigError::Toml { .. })));
+    assert!(matches!(Config::from_toml_str("bogus = 1"), Err(ConfigError::UnknownKey { .. })));
+}
+
+#[test]
+fn kernel_cmdline_reads_only_ringstore_tokens() {
+    let c = Config::from_kernel_cmdline(
+        "console=ttyS0 ip=dhcp ringstore.memory=4GiB ringstore.cores=8 ringstore.data=/dev/vda quiet ringstore.max_conns=9",
+    )
+    .unwrap();
+    assert_eq!(c.memory, 4 << 30);
+    assert_eq!(c.cores, 8);
+    assert_eq!(c.data, Some("/dev/vda".into()));
+    assert_eq!(c.max_conns, 9);
+    assert_eq!(c.memcache, Config::default().memcache);
+    assert!(Config::from_kernel_cmdline("ringstore.memory=lots").is_err());
+    assert!(Config::from_kernel_cmdline("ringstore.memory").is_err());
+}
+
+#[test]
+fn config_file_first_flags_override() {
+    let dir = std::env::temp_dir().join(format!("ringstore-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ringstore.toml");
+    std::fs::write(&path, "memory = \"256MiB\"\ncores = 3\n").unwrap();
+    let c = Config::from_args(["--cores", "1", "--config", path.to_str().unwrap()]).unwrap();
+    assert_eq!(c.memory, 256 << 20, "file value applies");
+    assert_eq!(c.cores, 1, "flag overrides the file regardless of order");
+    let missing = dir.join("missing.toml");
+    assert!(matches!(Config::from_args(["--config", missing.to_str().unwrap()]), Err(ConfigError::File { .. })));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

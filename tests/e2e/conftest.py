@@ -1,0 +1,111 @@
+"""Fixtures for the end-to-end tests: a real `ringstore serve` process on loopback."""
+
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+BIN = os.environ.get("RINGSTORE_BIN", os.path.join(os.path.dirname(__file__), "../../target/release/ringstore"))
+
+
+class Server:
+    """A running `ringstore serve` with free loopback ports, parsed from its ready line."""
+
+    def __init__(self, *extra):
+        self.proc = subprocess.Popen(
+            [BIN, "serve", "--memcache", "127.0.0.1:0", "--http", "127.0.0.1:0", *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 20
+        line = b""
+        # The ready line is the first line on stdout; bounded wait.
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        while time.monotonic() < deadline and not line.endswith(b"\n"):
+            chunk = self.proc.stdout.read(256) or b""
+            line += chunk
+            if self.proc.poll() is not None:
+                break
+            if not chunk:
+                time.sleep(0.02)
+        text = line.decode().strip()
+        assert text.startswith("ready "), f"no ready line, got {text!r}, stderr={self.stderr_text()!r}"
+        self.ready = text
+        fields = dict(f.split("=", 1) for f in text.split()[1:])
+        host, port = fields["memcache"].rsplit(":", 1)
+        self.mc = (host, int(port))
+        host, port = fields["http"].rsplit(":", 1)
+        self.http = (host, int(port))
+        self.base = f"http://{host}:{port}"
+
+    def stderr_text(self):
+        if self.proc.poll() is None:
+            return ""
+        return self.proc.stderr.read().decode(errors="replace")
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def rss_bytes(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                return self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise
+        return self.proc.returncode
+
+
+@pytest.fixture
+def server_factory():
+    started = []
+
+    def start(*extra):
+        s = Server(*extra)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()
+
+
+@pytest.fixture
+def server(server_factory):
+    return server_factory("--memory", "64MiB")
+
+
+def raw(addr, payload, expect_close=False, timeout=5.0, read_until=None):
+    """Sends raw bytes and returns what the server answered (until close, timeout or marker)."""
+    s = socket.create_connection(addr, timeout=timeout)
+    try:
+        s.sendall(payload)
+        data = b""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if read_until is not None and read_until in data:
+                break
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            data += chunk
+        return data
+    finally:
+        s.close()
