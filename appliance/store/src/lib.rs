@@ -7,6 +7,26 @@
 //! ([`Store::update`]) that runs under the item's shard lock.
 #![forbid(unsafe_code)]
 
+mod arena;
+mod item;
+mod pool;
+mod shard;
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use item::{Header, NewItem};
+use shard::{Shard, Shared};
+
+/// Longest key the store accepts, in bytes (keys are stored with an 8-bit length; memcache
+/// and HTTP keys are at most 250). Longer keys are never found and writing one is
+/// [`StoreError::TooLarge`].
+pub const KEY_LEN_MAX: usize = u8::MAX as usize;
+
+/// Largest `item_size_max` a store accepts (offsets inside a segment are 32-bit).
+pub const ITEM_SIZE_MAX_LIMIT: usize = 1 << 30;
+
 /// Seconds since the store's epoch (the moment the server started), like memcached's `rel_time_t`.
 pub type Time = u32;
 
@@ -93,7 +113,12 @@ pub enum Write<'v> {
     Prepend { prefix: &'v [u8], meta: NewMeta },
     /// Change only metadata of the existing item, in place, without a new CAS unique
     /// unless `new_cas` is set.
-    Meta { exptime: Time, stale: bool, win_token_sent: bool, new_cas: bool },
+    Meta {
+        exptime: Time,
+        stale: bool,
+        win_token_sent: bool,
+        new_cas: bool,
+    },
     /// Remove the item.
     Delete,
 }
@@ -135,58 +160,429 @@ pub struct StoreStats {
     pub hugepage_bytes: u64,
     /// Bytes of the arena, whatever backs it.
     pub arena_bytes: u64,
+    /// Bytes of segments in use (items, their garbage and unfilled tails); with
+    /// `index_bytes` this is what the budget `limit_maxbytes` bounds.
+    pub segment_bytes: u64,
+    /// Bytes of the hash index.
+    pub index_bytes: u64,
 }
 
 /// The keyspace. `Sync`: shared by every worker behind an `Arc`.
 pub struct Store {
-    _private: (),
+    shards: Box<[Mutex<Shard>]>,
+    shared: Shared,
+    /// Next CAS unique is this plus one.
+    cas: AtomicU64,
+    /// Pending or last flush_all: epoch in the high 32 bits (0 = none), `at` in the low 32.
+    flush: AtomicU64,
+    flush_lock: Mutex<()>,
+    reap_next: AtomicUsize,
+    config: StoreConfig,
+    backing: Backing,
+    arena_bytes: u64,
+    hugepage_bytes: u64,
 }
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("config", &self.config)
+            .field("backing", &self.backing)
+            .field("shards", &self.shards.len())
+            .field("segment_size", &self.shared.seg_size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Smallest segment; larger when `item_size_max` or the number of segments needs it.
+const SEGMENT_MIN: usize = 1 << 20;
+/// Average segments per shard stay under this so slot numbers (16 bits) never run out.
+const SEGMENTS_PER_SHARD_MAX: usize = 16 * 1024;
+/// A shard is only worth having with this many segments to rotate.
+const SEGMENTS_PER_SHARD_MIN: usize = 8;
 
 impl Store {
     /// Allocates the arena (bind the calling thread to the NUMA node first) and an empty index.
     pub fn new(config: StoreConfig) -> Result<Store, StoreError> {
-        let _ = config;
-        todo!()
+        if config.item_size_max == 0 || config.item_size_max > ITEM_SIZE_MAX_LIMIT {
+            return Err(StoreError::Config(format!(
+                "item_size_max {} must be between 1 and {ITEM_SIZE_MAX_LIMIT}",
+                config.item_size_max
+            )));
+        }
+        if config.shards == 0 || !config.shards.is_power_of_two() {
+            return Err(StoreError::Config(format!(
+                "shards {} must be a power of two",
+                config.shards
+            )));
+        }
+        let seg_size = (item::HEADER_MAX + KEY_LEN_MAX + config.item_size_max)
+            .max(SEGMENT_MIN)
+            .max(config.memory_bytes / (config.shards * SEGMENTS_PER_SHARD_MAX))
+            .next_multiple_of(4096);
+        let segments = config.memory_bytes / seg_size;
+        if segments < pool::MIN_HELD {
+            return Err(StoreError::Config(format!(
+                "memory_bytes {} holds fewer than {} segments of {seg_size} bytes (item_size_max {})",
+                config.memory_bytes,
+                pool::MIN_HELD,
+                config.item_size_max
+            )));
+        }
+        let shard_count = prev_power_of_two(
+            config
+                .shards
+                .min((segments / SEGMENTS_PER_SHARD_MIN).max(1)),
+        );
+        let segs = arena::allocate(segments, seg_size, config.huge_pages)
+            .map_err(|e| StoreError::Config(format!("cannot map the arena: {e}")))?;
+        let hugepage_bytes = segs
+            .iter()
+            .filter(|s| s.backing == Backing::HugeTlb)
+            .count()
+            * seg_size;
+        let backing = segs
+            .iter()
+            .map(|s| s.backing)
+            .min_by_key(|b| backing_rank(*b))
+            .unwrap_or(Backing::Normal);
+        let pool = pool::Pool::new(segs, seg_size, config.memory_bytes, shard_count);
+        Ok(Store {
+            shards: (0..shard_count).map(|_| Mutex::new(Shard::new())).collect(),
+            shared: Shared {
+                pool,
+                hasher: foldhash::fast::RandomState::default(),
+                seg_size,
+            },
+            cas: AtomicU64::new(0),
+            flush: AtomicU64::new(0),
+            flush_lock: Mutex::new(()),
+            reap_next: AtomicUsize::new(0),
+            arena_bytes: (segments * seg_size) as u64,
+            hugepage_bytes: hugepage_bytes as u64,
+            backing,
+            config,
+        })
     }
 
     /// What backs the arena.
     pub fn backing(&self) -> Backing {
-        todo!()
+        self.backing
+    }
+
+    /// Number of lock shards in use (at most `StoreConfig::shards`, fewer for small budgets).
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Size of one arena segment; the largest item must fit in one.
+    pub fn segment_size(&self) -> usize {
+        self.shared.seg_size
     }
 
     /// Looks `key` up and calls `f` with the live item (expired and flushed items are `None`)
     /// while the shard lock is held: `f` must be short (copy the value out).
-    pub fn get<R>(&self, key: &[u8], now: Time, opts: ReadOpts, f: impl FnOnce(Option<ItemRef<'_>>) -> R) -> R {
-        let _ = (key, now, opts, f);
-        todo!()
+    pub fn get<R>(
+        &self,
+        key: &[u8],
+        now: Time,
+        opts: ReadOpts,
+        f: impl FnOnce(Option<ItemRef<'_>>) -> R,
+    ) -> R {
+        let hash = self.shared.hasher.hash_one(key);
+        let mut shard = self.lock(hash, now);
+        let Some(loc) = shard.lookup(&self.shared, hash, key, now) else {
+            return f(None);
+        };
+        let h = Header::read(shard.bytes(loc));
+        let mut shown = h;
+        if opts.mark_access || opts.touch.is_some() {
+            let b = shard.bytes_mut(loc);
+            if let Some(t) = opts.touch {
+                item::set_exptime(b, t);
+                shown.exptime = t;
+            }
+            if opts.mark_access {
+                item::set_bits(b, h.bits | item::FETCHED | item::ACCESSED);
+                item::set_last_access(b, now);
+            }
+        }
+        // `fetched` and `last_access` are shown as they were before this read (meta h, l, t).
+        f(Some(item_ref(shard.bytes(loc), &shown)))
     }
 
     /// Read-decide-write under the shard lock: `f` sees the live item (or `None`) and returns
     /// the write to perform and a result for the caller.
+    ///
+    /// `Append`/`Prepend`/`Meta` on an absent item do nothing (`cas: None`): the store never
+    /// creates an item from them. `Append`/`Prepend` write the item with the given `meta`.
+    /// A `TooLarge` write leaves any existing item as it was (memcached unlinks it on a
+    /// too-large `set`; do that with a separate `Delete` if wanted).
     pub fn update<'v, R>(
         &self,
         key: &[u8],
         now: Time,
         f: impl FnOnce(Option<ItemRef<'_>>) -> (Write<'v>, R),
     ) -> Result<Updated<R>, StoreError> {
-        let _ = (key, now, f);
-        todo!()
+        let hash = self.shared.hasher.hash_one(key);
+        let mut shard = self.lock(hash, now);
+        let found = if key.len() <= KEY_LEN_MAX {
+            shard.lookup(&self.shared, hash, key, now)
+        } else {
+            None
+        };
+        let (write, result) = match found {
+            Some(loc) => {
+                let b = shard.bytes(loc);
+                f(Some(item_ref(b, &Header::read(b))))
+            }
+            None => f(None),
+        };
+        let cas = match write {
+            Write::Nothing => None,
+            Write::Put { value, meta } => Some(self.put(&mut shard, hash, key, value, meta, now)?),
+            Write::PutNumber { value, meta } => {
+                let mut buf = [0u8; 20];
+                let digits = decimal(value, &mut buf);
+                Some(self.put(&mut shard, hash, key, digits, meta, now)?)
+            }
+            Write::Append {
+                suffix: extra,
+                meta,
+            }
+            | Write::Prepend {
+                prefix: extra,
+                meta,
+            } => match found {
+                None => None,
+                Some(loc) => {
+                    let b = shard.bytes(loc);
+                    let h = Header::read(b);
+                    let old = &b[h.value_start()..h.len()];
+                    if old.len() + extra.len() > self.config.item_size_max {
+                        return Err(StoreError::TooLarge);
+                    }
+                    let mut joined = Vec::with_capacity(old.len() + extra.len());
+                    if matches!(write, Write::Append { .. }) {
+                        joined.extend_from_slice(old);
+                        joined.extend_from_slice(extra);
+                    } else {
+                        joined.extend_from_slice(extra);
+                        joined.extend_from_slice(old);
+                    }
+                    Some(self.put(&mut shard, hash, key, &joined, meta, now)?)
+                }
+            },
+            Write::Meta {
+                exptime,
+                stale,
+                win_token_sent,
+                new_cas,
+            } => match found {
+                None => None,
+                Some(loc) => {
+                    let h = Header::read(shard.bytes(loc));
+                    let mut bits = h.bits & !(item::STALE | item::WIN);
+                    if stale {
+                        bits |= item::STALE;
+                    }
+                    if win_token_sent {
+                        bits |= item::WIN;
+                    }
+                    let cas = if new_cas { self.next_cas() } else { h.cas };
+                    let b = shard.bytes_mut(loc);
+                    item::set_exptime(b, exptime);
+                    item::set_bits(b, bits);
+                    item::set_cas(b, cas);
+                    Some(cas)
+                }
+            },
+            Write::Delete => {
+                if let Some(loc) = found {
+                    shard.delete(&self.shared, hash, loc);
+                }
+                None
+            }
+        };
+        Ok(Updated { result, cas })
+    }
+
+    fn put(
+        &self,
+        shard: &mut Shard,
+        hash: u64,
+        key: &[u8],
+        value: &[u8],
+        meta: NewMeta,
+        now: Time,
+    ) -> Result<u64, StoreError> {
+        if value.len() > self.config.item_size_max || key.len() > KEY_LEN_MAX {
+            return Err(StoreError::TooLarge);
+        }
+        let cas = meta.cas.unwrap_or_else(|| self.next_cas());
+        let new = NewItem {
+            key,
+            value,
+            flags: meta.flags,
+            exptime: meta.exptime,
+            cas,
+            now,
+        };
+        shard.store(&self.shared, hash, &new)
+    }
+
+    fn next_cas(&self) -> u64 {
+        self.cas.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Locks the shard of `hash`, first applying a flush_all that has come due.
+    fn lock(&self, hash: u64, now: Time) -> MutexGuard<'_, Shard> {
+        let i = (hash >> 32) as usize & (self.shards.len() - 1);
+        let mut shard = self.shards[i].lock().unwrap_or_else(|e| e.into_inner());
+        self.apply_flush(&mut shard, now);
+        shard
+    }
+
+    fn lock_index(&self, i: usize, now: Time) -> MutexGuard<'_, Shard> {
+        let mut shard = self.shards[i].lock().unwrap_or_else(|e| e.into_inner());
+        self.apply_flush(&mut shard, now);
+        shard
+    }
+
+    /// A flush is applied to a shard by dropping everything in it the first time the shard
+    /// is used at or after the flush time; items written after that survive, so a set in
+    /// the same second right after `flush_all` is kept.
+    fn apply_flush(&self, shard: &mut Shard, now: Time) {
+        let v = self.flush.load(Ordering::Acquire);
+        let epoch = (v >> 32) as u32;
+        if epoch != shard.flush_epoch && now >= v as u32 {
+            shard.clear(&self.shared);
+            shard.flush_epoch = epoch;
+        }
     }
 
     /// `flush_all`: every item stored at or before `at` is invalid once `now >= at`.
+    ///
+    /// A later flush_all replaces a pending delayed one (as in memcached); one that has come
+    /// due is applied everywhere first. With `at <= now` every shard is emptied before
+    /// this returns.
     pub fn flush_all(&self, now: Time, at: Time) {
-        let _ = (now, at);
-        todo!()
+        let _serial = self.flush_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let v = self.flush.load(Ordering::Acquire);
+        if v >> 32 != 0 && now >= v as u32 {
+            for i in 0..self.shards.len() {
+                drop(self.lock_index(i, now));
+            }
+        }
+        let epoch = match (v >> 32) as u32 {
+            u32::MAX => 1,
+            e => e + 1,
+        };
+        self.flush
+            .store((u64::from(epoch) << 32) | u64::from(at), Ordering::Release);
+        if at <= now {
+            for i in 0..self.shards.len() {
+                drop(self.lock_index(i, now));
+            }
+        }
     }
 
     /// Background reaper step: reclaims up to `max_items` expired items; returns how many.
+    ///
+    /// Walks the shards' segments from where the previous call stopped, examining at most
+    /// `4 * max_items + 1024` items, so each call is bounded work.
     pub fn reclaim_expired(&self, now: Time, max_items: usize) -> usize {
-        let _ = (now, max_items);
-        todo!()
+        let n = self.shards.len();
+        let start = self.reap_next.fetch_add(1, Ordering::Relaxed);
+        let mut reclaimed = 0;
+        let mut examine = max_items.saturating_mul(4).saturating_add(1024);
+        for i in 0..n {
+            if reclaimed >= max_items || examine == 0 {
+                break;
+            }
+            let mut shard = self.lock_index((start + i) % n, now);
+            let (r, e) = shard.reap(&self.shared, now, max_items - reclaimed, examine);
+            reclaimed += r;
+            examine -= e.min(examine);
+        }
+        reclaimed
     }
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> StoreStats {
-        todo!()
+        let mut st = StoreStats {
+            limit_maxbytes: self.config.memory_bytes as u64,
+            hugepage_bytes: self.hugepage_bytes,
+            arena_bytes: self.arena_bytes,
+            ..StoreStats::default()
+        };
+        for s in self.shards.iter() {
+            let shard = s.lock().unwrap_or_else(|e| e.into_inner());
+            let c = shard.counters;
+            let (items, bytes) = shard.usage();
+            st.curr_items += items;
+            st.bytes += bytes;
+            st.total_items += c.total_items;
+            st.evictions += c.evictions;
+            st.reclaimed += c.reclaimed;
+            st.expired_unfetched += c.expired_unfetched;
+            st.evicted_unfetched += c.evicted_unfetched;
+        }
+        st.segment_bytes = self.shared.pool.segment_bytes() as u64;
+        st.index_bytes = self.shared.pool.index_bytes() as u64;
+        st
     }
 }
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let mut segs = self.shared.pool.drain();
+        for s in self.shards.iter_mut() {
+            segs.extend(s.get_mut().unwrap_or_else(|e| e.into_inner()).drain());
+        }
+        arena::recycle(segs);
+    }
+}
+
+fn item_ref<'a>(b: &'a [u8], h: &Header) -> ItemRef<'a> {
+    ItemRef {
+        key: &b[h.key_start()..h.value_start()],
+        value: &b[h.value_start()..h.len()],
+        flags: h.flags,
+        exptime: h.exptime,
+        cas: h.cas,
+        last_access: h.last_access,
+        fetched: h.bits & item::FETCHED != 0,
+        stale: h.bits & item::STALE != 0,
+        win_token_sent: h.bits & item::WIN != 0,
+    }
+}
+
+/// Worst backing first, so a store with any normal pages reports them.
+fn backing_rank(b: Backing) -> u8 {
+    match b {
+        Backing::Normal => 0,
+        Backing::TransparentHuge => 1,
+        Backing::HugeTlb => 2,
+    }
+}
+
+fn prev_power_of_two(n: usize) -> usize {
+    1 << (usize::BITS - 1 - n.max(1).leading_zeros())
+}
+
+/// Writes `v` in decimal at the end of `buf` and returns the digits.
+fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,505 @@
+//! One lock shard: its segments (a FIFO, oldest first, plus the active one being appended to),
+//! its hash index, and the eviction, compaction and expiry work on them.
+//!
+//! Eviction is FIFO with reinsertion at segment granularity (see docs/adr/0003-eviction.md):
+//! when a shard needs space and the pool has none for it, the oldest segment is compacted
+//! in place. Live items read since they were written (or last copied) slide to the front
+//! of the segment with their access bit cleared, up to half the segment; everything else
+//! is evicted. The compacted segment becomes the newest one and receives new writes.
+
+use std::collections::VecDeque;
+
+use foldhash::fast::RandomState;
+use hashbrown::HashTable;
+use std::hash::BuildHasher;
+
+use crate::arena::Segment;
+use crate::item::{self, Header, NewItem};
+use crate::pool::Pool;
+use crate::StoreError;
+
+/// Where an item lives: slot of the segment in its shard and byte offset in it.
+/// Six bytes, align 1, so the index costs 7 bytes per bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Loc([u8; 6]);
+
+impl Loc {
+    fn new(slot: u16, off: u32) -> Loc {
+        let s = slot.to_le_bytes();
+        let o = off.to_le_bytes();
+        Loc([s[0], s[1], o[0], o[1], o[2], o[3]])
+    }
+    fn slot(self) -> usize {
+        usize::from(u16::from_le_bytes([self.0[0], self.0[1]]))
+    }
+    fn off(self) -> usize {
+        u32::from_le_bytes([self.0[2], self.0[3], self.0[4], self.0[5]]) as usize
+    }
+}
+
+/// Most segments one shard can hold (slot numbers are 16 bits).
+const MAX_SLOTS: usize = u16::MAX as usize;
+
+/// A segment held by a shard and its accounting.
+struct SegSlot {
+    seg: Segment,
+    /// Bytes appended so far.
+    write: usize,
+    live_bytes: usize,
+    live_items: usize,
+    /// Changes whenever items move or the segment is reused, so a saved reaper cursor is
+    /// never applied to a different layout.
+    gen: u32,
+}
+
+/// Read-only context every shard shares.
+pub(crate) struct Shared {
+    pub pool: Pool,
+    pub hasher: RandomState,
+    pub seg_size: usize,
+}
+
+/// Counters kept per shard and summed for `stats`.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Counters {
+    pub total_items: u64,
+    pub evictions: u64,
+    pub reclaimed: u64,
+    pub expired_unfetched: u64,
+    pub evicted_unfetched: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct ReapCursor {
+    slot: usize,
+    off: usize,
+    gen: u32,
+}
+
+pub(crate) struct Shard {
+    slots: Vec<Option<SegSlot>>,
+    free_slots: Vec<u16>,
+    /// Non-active segments, oldest first.
+    fifo: VecDeque<u16>,
+    active: Option<u16>,
+    index: HashTable<Loc>,
+    held: usize,
+    next_gen: u32,
+    reap: ReapCursor,
+    /// Epoch of the last flush_all applied to this shard.
+    pub flush_epoch: u32,
+    pub counters: Counters,
+}
+
+/// How many of the oldest segments are looked at for one that is mostly garbage.
+const DEAD_SCAN: usize = 8;
+
+/// Which live items a compaction keeps.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// Every live item (reclaiming garbage only).
+    All,
+    /// Items read since they were written or last kept (second chance).
+    Accessed,
+}
+
+/// Why an item is dropped; decides which counter it lands in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Why {
+    /// Overwritten or deleted by a client.
+    Removed,
+    /// Found expired.
+    Expired,
+    /// Evicted for space.
+    Evicted,
+}
+
+fn key_at(slots: &[Option<SegSlot>], loc: Loc) -> &[u8] {
+    let b = &slots[loc.slot()]
+        .as_ref()
+        .expect("index points at a held segment")
+        .seg
+        .bytes[loc.off()..];
+    let h = Header::read(b);
+    &b[h.key_start()..h.value_start()]
+}
+
+impl Shard {
+    pub(crate) fn new() -> Shard {
+        Shard {
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            fifo: VecDeque::new(),
+            active: None,
+            index: HashTable::new(),
+            held: 0,
+            next_gen: 0,
+            reap: ReapCursor::default(),
+            flush_epoch: 0,
+            counters: Counters::default(),
+        }
+    }
+
+    fn slot(&self, i: usize) -> &SegSlot {
+        self.slots[i].as_ref().expect("held segment")
+    }
+
+    fn slot_mut(&mut self, i: usize) -> &mut SegSlot {
+        self.slots[i].as_mut().expect("held segment")
+    }
+
+    /// The bytes from `loc` to the end of its segment.
+    pub(crate) fn bytes(&self, loc: Loc) -> &[u8] {
+        &self.slot(loc.slot()).seg.bytes[loc.off()..]
+    }
+
+    pub(crate) fn bytes_mut(&mut self, loc: Loc) -> &mut [u8] {
+        let off = loc.off();
+        &mut self.slot_mut(loc.slot()).seg.bytes[off..]
+    }
+
+    /// Finds the live item under `key`; an expired one is reclaimed and reported absent.
+    pub(crate) fn lookup(&mut self, sh: &Shared, hash: u64, key: &[u8], now: u32) -> Option<Loc> {
+        let slots = &self.slots;
+        let loc = *self.index.find(hash, |l| key_at(slots, *l) == key)?;
+        if Header::read(self.bytes(loc)).expired(now) {
+            self.drop_item(sh, hash, loc, Why::Expired);
+            return None;
+        }
+        Some(loc)
+    }
+
+    /// Marks the item at `loc` dead, takes it out of the index and counts why.
+    fn drop_item(&mut self, sh: &Shared, hash: u64, loc: Loc, why: Why) {
+        if let Ok(e) = self.index.find_entry(hash, |l| *l == loc) {
+            e.remove();
+        }
+        let h = Header::read(self.bytes(loc));
+        let unfetched = u64::from(h.bits & item::FETCHED == 0);
+        match why {
+            Why::Removed => {}
+            Why::Expired => {
+                self.counters.reclaimed += 1;
+                self.counters.expired_unfetched += unfetched;
+            }
+            Why::Evicted => {
+                self.counters.evictions += 1;
+                self.counters.evicted_unfetched += unfetched;
+            }
+        }
+        self.kill(sh, loc);
+    }
+
+    /// Marks the bytes at `loc` dead (the index no longer points at them) and gives the
+    /// segment back to the pool once nothing in it is live.
+    fn kill(&mut self, sh: &Shared, loc: Loc) {
+        let h = Header::read(self.bytes(loc));
+        item::set_bits(self.bytes_mut(loc), h.bits | item::DEAD);
+        let slot = loc.slot();
+        let s = self.slot_mut(slot);
+        s.live_bytes -= h.len();
+        s.live_items -= 1;
+        if s.live_items == 0 && self.active != Some(slot as u16) {
+            if let Some(pos) = self.fifo.iter().position(|&f| usize::from(f) == slot) {
+                self.fifo.remove(pos);
+                self.release(sh, slot);
+            }
+        }
+    }
+
+    /// Removes the item at `loc` (client delete).
+    pub(crate) fn delete(&mut self, sh: &Shared, hash: u64, loc: Loc) {
+        self.drop_item(sh, hash, loc, Why::Removed);
+    }
+
+    fn release(&mut self, sh: &Shared, slot: usize) {
+        let s = self.slots[slot].take().expect("held segment");
+        self.free_slots.push(slot as u16);
+        self.held -= 1;
+        sh.pool.give(s.seg, self.held);
+    }
+
+    fn gen(&mut self) -> u32 {
+        self.next_gen = self.next_gen.wrapping_add(1);
+        self.next_gen
+    }
+
+    /// Stores a new item and makes the index point at it, replacing any old copy.
+    /// Returns the CAS unique written.
+    pub(crate) fn store(
+        &mut self,
+        sh: &Shared,
+        hash: u64,
+        new: &NewItem<'_>,
+    ) -> Result<u64, StoreError> {
+        let len = item::item_len(new.key.len(), new.value.len(), new.flags);
+        self.ensure_index_room(sh, new.now);
+        let (slot, off) = self.alloc(sh, len, new.now)?;
+        {
+            let s = self.slot_mut(slot);
+            item::write(&mut s.seg.bytes[off..off + len], new);
+            s.live_bytes += len;
+            s.live_items += 1;
+        }
+        let loc = Loc::new(slot as u16, off as u32);
+        let slots = &self.slots;
+        let old = self
+            .index
+            .find_mut(hash, |l| key_at(slots, *l) == new.key)
+            .map(|l| std::mem::replace(l, loc));
+        match old {
+            // The index already points at the new copy; retire the old bytes.
+            Some(old) => self.kill(sh, old),
+            None => {
+                let before = self.index.allocation_size();
+                let slots = &self.slots;
+                self.index
+                    .insert_unique(hash, loc, |l| sh.hasher.hash_one(key_at(slots, *l)));
+                sh.pool.index_grew(before, self.index.allocation_size());
+            }
+        }
+        self.counters.total_items += 1;
+        Ok(new.cas)
+    }
+
+    /// Grows the index before it would grow on its own, and gives segments back until
+    /// segments plus index fit the budget again.
+    fn ensure_index_room(&mut self, sh: &Shared, now: u32) {
+        if self.index.len() < self.index.capacity() {
+            return;
+        }
+        let before = self.index.allocation_size();
+        let slots = &self.slots;
+        self.index
+            .reserve(1, |l| sh.hasher.hash_one(key_at(slots, *l)));
+        sh.pool.index_grew(before, self.index.allocation_size());
+        while sh.pool.over_budget() {
+            let Some(victim) = self.fifo.pop_front() else {
+                break;
+            };
+            self.compact(sh, usize::from(victim), 0, Keep::Accessed, now);
+            if self.slots[usize::from(victim)].is_some() {
+                self.release(sh, usize::from(victim));
+            }
+        }
+    }
+
+    /// Finds `len` bytes in the active segment, taking a segment from the pool or
+    /// reclaiming the oldest one when it is full.
+    fn alloc(&mut self, sh: &Shared, len: usize, now: u32) -> Result<(usize, usize), StoreError> {
+        debug_assert!(len <= sh.seg_size);
+        loop {
+            if let Some(a) = self.active {
+                let a = usize::from(a);
+                let seg_size = sh.seg_size;
+                let s = self.slot_mut(a);
+                if s.write + len <= seg_size {
+                    let off = s.write;
+                    s.write += len;
+                    return Ok((a, off));
+                }
+                if s.live_items == 0 {
+                    // Nothing live in the full active segment: start it over.
+                    s.write = 0;
+                    let g = self.gen();
+                    self.slot_mut(a).gen = g;
+                    continue;
+                }
+                self.active = None;
+                self.fifo.push_back(a as u16);
+            }
+            if self.free_slots.len() + (MAX_SLOTS - self.slots.len()) > 0 {
+                if let Some(seg) = sh.pool.take(self.held) {
+                    let g = self.gen();
+                    let fresh = SegSlot {
+                        seg,
+                        write: 0,
+                        live_bytes: 0,
+                        live_items: 0,
+                        gen: g,
+                    };
+                    let slot = match self.free_slots.pop() {
+                        Some(i) => {
+                            self.slots[usize::from(i)] = Some(fresh);
+                            i
+                        }
+                        None => {
+                            self.slots.push(Some(fresh));
+                            (self.slots.len() - 1) as u16
+                        }
+                    };
+                    self.held += 1;
+                    self.active = Some(slot);
+                    continue;
+                }
+            }
+            if let Some(pos) = self.mostly_dead(sh.seg_size, len) {
+                // Garbage from overwrites and deletes is reclaimed without evicting anything.
+                let victim = self.fifo.remove(pos).expect("position from the FIFO");
+                self.compact(sh, usize::from(victim), sh.seg_size, Keep::All, now);
+                self.active = Some(victim);
+                continue;
+            }
+            let Some(victim) = self.fifo.pop_front() else {
+                return Err(StoreError::OutOfMemory);
+            };
+            let keep = (sh.seg_size / 2).min(sh.seg_size - len);
+            self.compact(sh, usize::from(victim), keep, Keep::Accessed, now);
+            self.active = Some(victim);
+        }
+    }
+
+    /// Among the oldest [`DEAD_SCAN`] segments, the one with the fewest live bytes if at
+    /// most half of it is live and compacting it leaves room for `len` more bytes.
+    fn mostly_dead(&self, seg_size: usize, len: usize) -> Option<usize> {
+        let (pos, live) = self
+            .fifo
+            .iter()
+            .take(DEAD_SCAN)
+            .map(|&f| self.slot(usize::from(f)).live_bytes)
+            .enumerate()
+            .min_by_key(|&(_, live)| live)?;
+        (live <= seg_size / 2 && live + len <= seg_size).then_some(pos)
+    }
+
+    /// Compacts segment `slot` in place: keeps live items (all, or those accessed since they
+    /// were written or last copied, clearing that bit) while they fit in `keep` bytes, and
+    /// drops the rest (expired ones as reclaimed, others as evicted).
+    fn compact(&mut self, sh: &Shared, slot: usize, keep: usize, which: Keep, now: u32) {
+        let mut rd = 0;
+        let mut wr = 0;
+        let mut kept_items = 0;
+        let end = self.slot(slot).write;
+        while rd < end {
+            let h = Header::read(&self.slot(slot).seg.bytes[rd..]);
+            let len = h.len();
+            if h.bits & item::DEAD == 0 {
+                let key_range = rd + h.key_start()..rd + h.value_start();
+                let hash = sh.hasher.hash_one(&self.slot(slot).seg.bytes[key_range]);
+                let old = Loc::new(slot as u16, rd as u32);
+                let expired = h.expired(now);
+                let wanted = which == Keep::All || h.bits & item::ACCESSED != 0;
+                if !expired && wanted && wr + len <= keep {
+                    let s = self.slot_mut(slot);
+                    s.seg.bytes.copy_within(rd..rd + len, wr);
+                    if which == Keep::Accessed {
+                        item::set_bits(&mut s.seg.bytes[wr..], h.bits & !item::ACCESSED);
+                    }
+                    let new = Loc::new(slot as u16, wr as u32);
+                    if let Some(l) = self.index.find_mut(hash, |l| *l == old) {
+                        *l = new;
+                    }
+                    wr += len;
+                    kept_items += 1;
+                } else {
+                    let why = if expired { Why::Expired } else { Why::Evicted };
+                    if let Ok(e) = self.index.find_entry(hash, |l| *l == old) {
+                        e.remove();
+                    }
+                    let unfetched = u64::from(h.bits & item::FETCHED == 0);
+                    if why == Why::Expired {
+                        self.counters.reclaimed += 1;
+                        self.counters.expired_unfetched += unfetched;
+                    } else {
+                        self.counters.evictions += 1;
+                        self.counters.evicted_unfetched += unfetched;
+                    }
+                }
+            }
+            rd += len;
+        }
+        let g = self.gen();
+        let s = self.slot_mut(slot);
+        s.write = wr;
+        s.live_bytes = wr;
+        s.live_items = kept_items;
+        s.gen = g;
+    }
+
+    /// Drops every item and returns every segment to the pool (flush_all).
+    pub(crate) fn clear(&mut self, sh: &Shared) {
+        self.index.clear();
+        self.fifo.clear();
+        self.active = None;
+        for i in 0..self.slots.len() {
+            if self.slots[i].is_some() {
+                self.release(sh, i);
+            }
+        }
+    }
+
+    /// Reclaims expired items, resuming where the previous call stopped. Examines at most
+    /// `max_examined` items and reclaims at most `max_items`; returns (reclaimed, examined).
+    pub(crate) fn reap(
+        &mut self,
+        sh: &Shared,
+        now: u32,
+        max_items: usize,
+        max_examined: usize,
+    ) -> (usize, usize) {
+        let mut reclaimed = 0;
+        let mut examined = 0;
+        let mut slots_passed = 0;
+        let mut cur = self.reap;
+        while reclaimed < max_items && examined < max_examined && slots_passed <= self.slots.len() {
+            if cur.slot >= self.slots.len() {
+                cur = ReapCursor::default();
+                slots_passed += 1;
+                if self.slots.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            let Some(s) = self.slots[cur.slot].as_ref() else {
+                cur = ReapCursor {
+                    slot: cur.slot + 1,
+                    off: 0,
+                    gen: 0,
+                };
+                slots_passed += 1;
+                continue;
+            };
+            if s.gen != cur.gen {
+                cur.gen = s.gen;
+                cur.off = 0;
+            }
+            if cur.off >= s.write {
+                cur = ReapCursor {
+                    slot: cur.slot + 1,
+                    off: 0,
+                    gen: 0,
+                };
+                slots_passed += 1;
+                continue;
+            }
+            let h = Header::read(&s.seg.bytes[cur.off..]);
+            examined += 1;
+            let loc = Loc::new(cur.slot as u16, cur.off as u32);
+            cur.off += h.len();
+            if h.bits & item::DEAD == 0 && h.expired(now) {
+                let key = &s.seg.bytes[loc.off() + h.key_start()..loc.off() + h.value_start()];
+                let hash = sh.hasher.hash_one(key);
+                self.drop_item(sh, hash, loc, Why::Expired);
+                reclaimed += 1;
+            }
+        }
+        self.reap = cur;
+        (reclaimed, examined)
+    }
+
+    /// Live items and their bytes.
+    pub(crate) fn usage(&self) -> (u64, u64) {
+        self.slots.iter().flatten().fold((0, 0), |(n, b), s| {
+            (n + s.live_items as u64, b + s.live_bytes as u64)
+        })
+    }
+
+    /// Hands every segment back (the store is being dropped).
+    pub(crate) fn drain(&mut self) -> Vec<Segment> {
+        self.index.clear();
+        self.fifo.clear();
+        self.active = None;
+        self.held = 0;
+        self.slots.drain(..).flatten().map(|s| s.seg).collect()
+    }
+}

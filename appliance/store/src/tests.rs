@@ -1,0 +1,449 @@
+//! Unit tests of the store's public behaviour: reads, writes, CAS, expiry, flush, eviction, backing.
+
+use super::*;
+
+fn store(memory_bytes: usize) -> Store {
+    Store::new(StoreConfig {
+        memory_bytes,
+        item_size_max: 1 << 20,
+        shards: 4,
+        huge_pages: false,
+    })
+    .expect("store")
+}
+
+fn put(s: &Store, key: &[u8], value: &[u8], exptime: Time, now: Time) -> u64 {
+    let meta = NewMeta {
+        flags: 0,
+        exptime,
+        cas: None,
+    };
+    s.update(key, now, |_| (Write::Put { value, meta }, ()))
+        .expect("put")
+        .cas
+        .expect("cas")
+}
+
+fn read(s: &Store, key: &[u8], now: Time) -> Option<Vec<u8>> {
+    s.get(
+        key,
+        now,
+        ReadOpts {
+            mark_access: true,
+            touch: None,
+        },
+        |i| i.map(|i| i.value.to_vec()),
+    )
+}
+
+#[test]
+fn store_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Store>();
+}
+
+#[test]
+fn set_get_overwrite_delete() {
+    let s = store(8 << 20);
+    assert_eq!(read(&s, b"a", 1), None);
+    put(&s, b"a", b"one", NEVER, 1);
+    assert_eq!(read(&s, b"a", 1).as_deref(), Some(&b"one"[..]));
+    put(&s, b"a", b"two!", NEVER, 1);
+    assert_eq!(read(&s, b"a", 1).as_deref(), Some(&b"two!"[..]));
+    let flags = s.get(b"a", 1, ReadOpts::default(), |i| {
+        i.map(|i| (i.flags, i.key.to_vec()))
+    });
+    assert_eq!(flags, Some((0, b"a".to_vec())));
+    let meta = NewMeta {
+        flags: 77,
+        exptime: NEVER,
+        cas: None,
+    };
+    s.update(b"f", 1, |_| (Write::Put { value: b"x", meta }, ()))
+        .expect("put");
+    assert_eq!(
+        s.get(b"f", 1, ReadOpts::default(), |i| i.map(|i| i.flags)),
+        Some(77)
+    );
+    let r = s
+        .update(b"a", 2, |i| (Write::Delete, i.is_some()))
+        .expect("delete");
+    assert_eq!(
+        r,
+        Updated {
+            result: true,
+            cas: None
+        }
+    );
+    assert_eq!(read(&s, b"a", 2), None);
+    let st = s.stats();
+    assert_eq!(st.curr_items, 1);
+    assert_eq!(st.total_items, 3);
+    assert_eq!(st.bytes, item::item_len(1, 1, 77) as u64);
+}
+
+#[test]
+fn cas_uniques_are_fresh_and_meta_keeps_them() {
+    let s = store(8 << 20);
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..1000u32 {
+        assert!(seen.insert(put(&s, &i.to_le_bytes(), b"v", NEVER, 1)));
+    }
+    let c = put(&s, b"k", b"v", NEVER, 1);
+    let meta_only = Write::Meta {
+        exptime: 50,
+        stale: true,
+        win_token_sent: true,
+        new_cas: false,
+    };
+    assert_eq!(
+        s.update(b"k", 1, |_| (meta_only, ())).expect("meta").cas,
+        Some(c)
+    );
+    let seen_item = s.get(b"k", 1, ReadOpts::default(), |i| {
+        i.map(|i| (i.cas, i.exptime, i.stale, i.win_token_sent))
+    });
+    assert_eq!(seen_item, Some((c, 50, true, true)));
+    let bump = Write::Meta {
+        exptime: 50,
+        stale: false,
+        win_token_sent: false,
+        new_cas: true,
+    };
+    let c2 = s
+        .update(b"k", 1, |_| (bump, ()))
+        .expect("meta")
+        .cas
+        .expect("cas");
+    assert!(c2 > c && seen.insert(c2));
+    let explicit = NewMeta {
+        flags: 0,
+        exptime: NEVER,
+        cas: Some(5),
+    };
+    let c3 = s
+        .update(b"e", 1, |_| {
+            (
+                Write::Put {
+                    value: b"v",
+                    meta: explicit,
+                },
+                (),
+            )
+        })
+        .expect("put")
+        .cas;
+    assert_eq!(c3, Some(5));
+    assert!(
+        put(&s, b"z", b"v", NEVER, 1) > c2,
+        "explicit CAS does not reset the counter"
+    );
+}
+
+#[test]
+fn read_marks_and_touch() {
+    let s = store(8 << 20);
+    put(&s, b"k", b"v", NEVER, 3);
+    let first = s.get(
+        b"k",
+        7,
+        ReadOpts {
+            mark_access: true,
+            touch: Some(100),
+        },
+        |i| i.map(|i| (i.fetched, i.last_access, i.exptime)),
+    );
+    assert_eq!(
+        first,
+        Some((false, 3, 100)),
+        "fetched/last_access as before this read, new exptime"
+    );
+    let second = s.get(b"k", 9, ReadOpts::default(), |i| {
+        i.map(|i| (i.fetched, i.last_access))
+    });
+    assert_eq!(second, Some((true, 7)));
+    assert_eq!(read(&s, b"k", 100), None, "touched expiry applies");
+}
+
+#[test]
+fn append_prepend_number_and_limits() {
+    let s = store(8 << 20);
+    let meta = NewMeta::default();
+    let r = s
+        .update(b"n", 1, |_| (Write::Append { suffix: b"x", meta }, ()))
+        .expect("append");
+    assert_eq!(r.cas, None, "append never creates an item");
+    assert_eq!(read(&s, b"n", 1), None);
+    put(&s, b"n", b"mid", NEVER, 1);
+    s.update(b"n", 1, |_| {
+        (
+            Write::Append {
+                suffix: b">>",
+                meta,
+            },
+            (),
+        )
+    })
+    .expect("append");
+    s.update(b"n", 1, |_| {
+        (
+            Write::Prepend {
+                prefix: b"<<",
+                meta,
+            },
+            (),
+        )
+    })
+    .expect("prepend");
+    assert_eq!(read(&s, b"n", 1).as_deref(), Some(&b"<<mid>>"[..]));
+    s.update(b"c", 1, |_| {
+        (
+            Write::PutNumber {
+                value: u64::MAX,
+                meta,
+            },
+            (),
+        )
+    })
+    .expect("number");
+    assert_eq!(
+        read(&s, b"c", 1).as_deref(),
+        Some(&b"18446744073709551615"[..])
+    );
+    s.update(b"c", 1, |_| (Write::PutNumber { value: 0, meta }, ()))
+        .expect("number");
+    assert_eq!(read(&s, b"c", 1).as_deref(), Some(&b"0"[..]));
+    let big = vec![7u8; (1 << 20) + 1];
+    let e = s.update(b"big", 1, |_| (Write::Put { value: &big, meta }, ()));
+    assert_eq!(e, Err(StoreError::TooLarge));
+    let max = vec![7u8; 1 << 20];
+    put(&s, b"big", &max, NEVER, 1);
+    let e = s.update(b"big", 1, |_| (Write::Append { suffix: b"1", meta }, ()));
+    assert_eq!(e, Err(StoreError::TooLarge));
+    assert_eq!(
+        read(&s, b"big", 1).map(|v| v.len()),
+        Some(1 << 20),
+        "failed append leaves the item"
+    );
+    let long_key = vec![b'k'; KEY_LEN_MAX + 1];
+    assert_eq!(
+        s.update(&long_key, 1, |_| (Write::Put { value: b"v", meta }, ())),
+        Err(StoreError::TooLarge)
+    );
+}
+
+#[test]
+fn expiry_is_lazy_and_reaped_in_background() {
+    let s = store(8 << 20);
+    for i in 0..100u32 {
+        put(
+            &s,
+            &i.to_le_bytes(),
+            b"value",
+            if i % 2 == 0 { 10 } else { NEVER },
+            1,
+        );
+    }
+    assert_eq!(
+        read(&s, &0u32.to_le_bytes(), 9).as_deref(),
+        Some(&b"value"[..])
+    );
+    assert_eq!(s.reclaim_expired(9, 1000), 0);
+    let mut got = 0;
+    for _ in 0..10 {
+        got += s.reclaim_expired(10, 7);
+    }
+    assert_eq!(got, 50);
+    let st = s.stats();
+    assert_eq!(st.reclaimed, 50);
+    assert_eq!(st.expired_unfetched, 49, "item 0 was read");
+    assert_eq!(st.curr_items, 50);
+    assert_eq!(read(&s, &0u32.to_le_bytes(), 10), None);
+    assert_eq!(
+        read(&s, &1u32.to_le_bytes(), 10).as_deref(),
+        Some(&b"value"[..])
+    );
+}
+
+#[test]
+fn flush_all_now_and_delayed() {
+    let s = store(8 << 20);
+    put(&s, b"a", b"1", NEVER, 10);
+    s.flush_all(10, 10);
+    assert_eq!(read(&s, b"a", 10), None);
+    assert_eq!(s.stats().curr_items, 0);
+    put(&s, b"b", b"2", NEVER, 10);
+    assert_eq!(
+        read(&s, b"b", 10).as_deref(),
+        Some(&b"2"[..]),
+        "a set right after flush_all survives"
+    );
+
+    s.flush_all(11, 20);
+    put(&s, b"c", b"3", NEVER, 15);
+    assert_eq!(read(&s, b"b", 19).as_deref(), Some(&b"2"[..]));
+    assert_eq!(read(&s, b"c", 19).as_deref(), Some(&b"3"[..]));
+    assert_eq!(read(&s, b"b", 20), None);
+    assert_eq!(read(&s, b"c", 20), None);
+    put(&s, b"d", b"4", NEVER, 20);
+    assert_eq!(read(&s, b"d", 21).as_deref(), Some(&b"4"[..]));
+
+    // A pending delayed flush is replaced by a later one.
+    s.flush_all(30, 40);
+    s.flush_all(31, 50);
+    assert_eq!(read(&s, b"d", 45).as_deref(), Some(&b"4"[..]));
+    assert_eq!(read(&s, b"d", 50), None);
+}
+
+#[test]
+fn eviction_counts_and_stays_in_budget() {
+    let s = Store::new(StoreConfig {
+        memory_bytes: 4 << 20,
+        item_size_max: 1 << 20,
+        shards: 8,
+        huge_pages: false,
+    })
+    .expect("store");
+    assert_eq!(s.shard_count(), 1);
+    let value = vec![1u8; 10_000];
+    for i in 0..2000u32 {
+        put(&s, format!("k{i}").as_bytes(), &value, NEVER, 1);
+        let st = s.stats();
+        assert!(st.segment_bytes + st.index_bytes <= st.limit_maxbytes);
+    }
+    let st = s.stats();
+    assert!(st.evictions > 1000, "{st:?}");
+    assert_eq!(st.evicted_unfetched, st.evictions);
+    assert_eq!(st.curr_items + st.evictions, 2000);
+    assert_eq!(
+        read(&s, b"k1999", 1).as_deref(),
+        Some(&value[..]),
+        "the newest item is kept"
+    );
+    assert_eq!(read(&s, b"k0", 1), None, "the oldest is gone");
+}
+
+#[test]
+fn accessed_items_survive_eviction() {
+    let s = Store::new(StoreConfig {
+        memory_bytes: 8 << 20,
+        item_size_max: 1 << 20,
+        shards: 1,
+        huge_pages: false,
+    })
+    .expect("store");
+    let value = vec![1u8; 1000];
+    for i in 0..100u32 {
+        put(&s, format!("hot{i}").as_bytes(), &value, NEVER, 1);
+    }
+    for round in 0..30u32 {
+        for i in 0..100u32 {
+            assert!(
+                read(&s, format!("hot{i}").as_bytes(), 1).is_some(),
+                "hot{i} lost in round {round}"
+            );
+        }
+        for i in 0..1000u32 {
+            put(&s, format!("cold{round}-{i}").as_bytes(), &value, NEVER, 1);
+        }
+    }
+    assert!(s.stats().evictions > 20_000);
+}
+
+#[test]
+fn overwrites_and_deletes_do_not_waste_the_budget() {
+    let s = store(8 << 20);
+    let value = vec![3u8; 5000];
+    for round in 0..200u32 {
+        for i in 0..10u32 {
+            put(&s, format!("k{i}").as_bytes(), &value, NEVER, round);
+        }
+        s.update(b"k3", round, |_| (Write::Delete, ()))
+            .expect("delete");
+    }
+    let st = s.stats();
+    assert_eq!(st.evictions, 0, "{st:?}");
+    assert_eq!(st.curr_items, 9);
+    assert!(st.segment_bytes <= 4 * s.segment_size() as u64, "{st:?}");
+}
+
+#[test]
+fn huge_page_fallback_is_reported() {
+    let s = Store::new(StoreConfig {
+        memory_bytes: 8 << 20,
+        item_size_max: 1 << 20,
+        shards: 1,
+        huge_pages: true,
+    })
+    .expect("store");
+    let st = s.stats();
+    match s.backing() {
+        Backing::HugeTlb => assert_eq!(st.hugepage_bytes, st.arena_bytes),
+        Backing::TransparentHuge | Backing::Normal => assert!(st.hugepage_bytes < st.arena_bytes),
+    }
+    put(&s, b"k", b"v", NEVER, 1);
+    assert_eq!(read(&s, b"k", 1).as_deref(), Some(&b"v"[..]));
+    let plain = store(8 << 20);
+    assert_eq!(plain.backing(), Backing::Normal);
+    assert_eq!(plain.stats().hugepage_bytes, 0);
+}
+
+#[test]
+fn rejects_bad_configs() {
+    let bad = |memory_bytes, item_size_max, shards| {
+        Store::new(StoreConfig {
+            memory_bytes,
+            item_size_max,
+            shards,
+            huge_pages: false,
+        })
+        .is_err()
+    };
+    assert!(bad(1 << 20, 1 << 20, 1), "too small for two segments");
+    assert!(bad(64 << 20, 0, 1));
+    assert!(bad(64 << 20, 1 << 20, 3));
+    assert!(!bad(4 << 20, 1 << 20, 16));
+}
+
+#[test]
+fn concurrent_writers_and_readers() {
+    let s = std::sync::Arc::new(store(32 << 20));
+    let threads: Vec<_> = (0..4u32)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for i in 0..5000u32 {
+                    let key = format!("t{t}-{}", i % 500);
+                    let value = format!("{t}:{i}");
+                    put(&s, key.as_bytes(), value.as_bytes(), NEVER, 1);
+                    assert_eq!(read(&s, key.as_bytes(), 1), Some(value.into_bytes()));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread");
+    }
+    assert_eq!(s.stats().curr_items, 2000);
+}
+
+#[test]
+fn overwrite_heavy_working_set_that_fits_is_kept() {
+    let s = Store::new(StoreConfig {
+        memory_bytes: 8 << 20,
+        item_size_max: 1 << 20,
+        shards: 1,
+        huge_pages: false,
+    })
+    .expect("store");
+    let value = vec![5u8; 1000];
+    let mut x = 12345u64;
+    for _ in 0..100_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        put(&s, format!("w{}", x % 3000).as_bytes(), &value, NEVER, 1);
+    }
+    let st = s.stats();
+    assert!(st.evictions < 1000, "{st:?}");
+}
