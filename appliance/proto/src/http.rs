@@ -12,12 +12,14 @@ pub mod range;
 pub mod response;
 
 pub use chunked::{ChunkError, ChunkedDecoder};
+pub use etag::{if_range_matches, none_match_hits};
 pub use head::{
-    parse_head, skip_empty_lines, BodyFraming, HeadError, HeadScanner, Limits, Method, RequestHead, Scan, Version,
+    parse_head, skip_empty_lines, BodyFraming, HeadError, HeadScanner, Limits, Method, RequestHead,
+    Scan, Version,
 };
 pub use key::{decode_key, KeyBuf, KeyError, KEY_MAX};
 pub use range::{resolve_range, RangeOutcome};
-pub use response::{HeadWriter, Status};
+pub use response::{write_empty, ConnectionField, HeadWriter, Status, CONTINUE};
 
 #[cfg(test)]
 mod prop_tests;

@@ -1,1 +1,294 @@
 //! memcache text and meta protocol: request parsing and reply formatting.
+//!
+//! The parser is sans-IO and allocation-free: [`parse`] looks at the bytes buffered so far
+//! and either asks for more, tells the caller to close, or returns one [`Request`] that
+//! borrows keys and values from the input plus how many bytes it used. Replies are written
+//! by the caller with the helpers in [`reply`]. Behaviour (token limits, number parsing,
+//! error strings, which errors swallow a data block) follows memcached 1.6 `proto_text.c`.
+//!
+//! One file per command family, pelikan-style: [`tokens`] (line splitting, memcached's
+//! number rules), [`key`] (key rules, base64), [`get`], [`storage`], [`arith`], [`delete`],
+//! [`touch`], [`flush`], [`misc`] (stats, version, verbosity, quit), [`meta`] (meta flag
+//! parsing shared by mg/ms/md/ma), [`mg`], [`ms`], [`md`], [`ma`], and [`reply`].
+
+pub mod arith;
+pub mod delete;
+pub mod flush;
+pub mod get;
+pub mod key;
+pub mod ma;
+pub mod md;
+pub mod meta;
+pub mod mg;
+pub mod misc;
+pub mod ms;
+pub mod reply;
+pub mod storage;
+pub mod tokens;
+pub mod touch;
+
+#[cfg(test)]
+mod proptests;
+
+pub use get::{GetKeys, GetRequest};
+pub use key::{KeyBuf, MetaKey};
+pub use meta::{MetaArith, MetaDelete, MetaFlag, MetaFlags, MetaGet, MetaSet};
+pub use storage::{StoreKind, StoreRequest};
+
+/// Longest key memcached accepts (`KEY_MAX_LENGTH`).
+pub const KEY_MAX_LENGTH: usize = 250;
+
+/// memcached's default line limit: a line longer than this without `\n` closes the
+/// connection unless it is a `get`/`gets` (multi-gets may be long).
+pub const DEFAULT_MAX_LINE: usize = 2048;
+
+/// Bounds the parser enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest value accepted; larger ones get `SERVER_ERROR object too large for cache`
+    /// and their data block is swallowed.
+    pub item_size_max: usize,
+    /// Longest command line (without a `\n`) before the connection is closed, except
+    /// for `get`/`gets` lines, which may grow to [`Limits::max_buffered`].
+    pub max_line: usize,
+}
+
+impl Limits {
+    /// Hard bound on what a session ever needs to buffer for one request.
+    pub fn max_buffered(&self) -> usize {
+        self.item_size_max
+            .saturating_add(self.max_line)
+            .saturating_add(2)
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            item_size_max: 1 << 20,
+            max_line: DEFAULT_MAX_LINE,
+        }
+    }
+}
+
+/// The outcome of looking at buffered input.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parse<'a> {
+    /// No complete request yet; keep the bytes and read more.
+    Incomplete,
+    /// Input broke a bound memcached enforces by closing the connection. `reply` is sent
+    /// first when there is one (memcached itself closes silently on an overlong line).
+    Close { reply: Option<&'static str> },
+    /// One request, and how many input bytes it used.
+    Done {
+        request: Request<'a>,
+        consumed: usize,
+    },
+}
+
+/// One parsed request. Keys and values borrow from the input.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Request<'a> {
+    /// `get`, `gets`, `gat`, `gats` (and memcached's old alias `bget`).
+    Get(GetRequest<'a>),
+    /// `set`, `add`, `replace`, `append`, `prepend`, `cas` with their data block.
+    Store(StoreRequest<'a>),
+    /// A storage command whose value is over `item_size_max`: answer
+    /// `SERVER_ERROR object too large for cache`, swallow `swallow` bytes that follow, and
+    /// for `set` (and `ms`) remove the old item as memcached does.
+    TooLarge {
+        key: &'a [u8],
+        remove_old: bool,
+        noreply: bool,
+        swallow: usize,
+    },
+    /// `incr` / `decr`.
+    Arith {
+        incr: bool,
+        key: &'a [u8],
+        delta: u64,
+        noreply: bool,
+    },
+    /// `delete <key> [0] [noreply]`.
+    Delete { key: &'a [u8], noreply: bool },
+    /// `touch <key> <exptime> [noreply]`.
+    Touch {
+        key: &'a [u8],
+        exptime: i32,
+        noreply: bool,
+    },
+    /// `flush_all [delay] [noreply]`; `delay` is memcached's exptime argument (0 = now).
+    FlushAll { delay: i32, noreply: bool },
+    /// `stats [subcommand ...]`.
+    Stats(misc::StatsRequest),
+    /// `version`.
+    Version,
+    /// `verbosity <level> [noreply]`.
+    Verbosity { noreply: bool },
+    /// `quit`: close after sending what is pending.
+    Quit,
+    /// `mg`.
+    MetaGet(MetaGet<'a>),
+    /// `ms` with its data block.
+    MetaSet(MetaSet<'a>),
+    /// `md`.
+    MetaDelete(MetaDelete<'a>),
+    /// `ma`.
+    MetaArith(MetaArith<'a>),
+    /// `mn`: answers `MN`.
+    MetaNoop,
+    /// `me <key> [b]`: debug line for a key.
+    MetaDebug { key: MetaKey<'a> },
+    /// A fixed reply line (an error), already decided by the parser. `noreply` means
+    /// memcached would suppress it. `swallow` bytes after the request are discarded.
+    Reply {
+        line: &'static str,
+        noreply: bool,
+        swallow: usize,
+    },
+}
+
+impl<'a> Request<'a> {
+    fn reply(line: &'static str) -> Request<'a> {
+        Request::Reply {
+            line,
+            noreply: false,
+            swallow: 0,
+        }
+    }
+}
+
+/// The memcached reply for an unknown command or a wrong number of tokens.
+pub const ERROR: &str = "ERROR";
+/// memcached's usual complaint about a malformed line.
+pub const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format";
+/// A data block not followed by `\r\n`.
+pub const BAD_DATA_CHUNK: &str = "CLIENT_ERROR bad data chunk";
+/// A value over `item_size_max`.
+pub const TOO_LARGE: &str = "SERVER_ERROR object too large for cache";
+/// The store ran out of memory for a value.
+pub const OUT_OF_MEMORY: &str = "SERVER_ERROR out of memory storing object";
+/// Reply to a `get`/`gets` line longer than [`Limits::max_buffered`] before closing.
+pub const LINE_TOO_LONG: &str = "CLIENT_ERROR line too long";
+
+/// Looks at `input` (the start of a request) and returns what to do next.
+///
+/// Never panics and never looks past `input`; a request needs at most
+/// [`Limits::max_buffered`] bytes, except that [`Parse::Close`] is returned first.
+pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Parse<'a> {
+    let Some(nl) = memchr::memchr(b'\n', input) else {
+        return incomplete_line(input, limits);
+    };
+    if nl > limits.max_line && !(is_multiget(input) && nl <= limits.max_buffered()) {
+        return overlong(input, limits);
+    }
+    let line_end = nl + 1;
+    let mut line = &input[..nl];
+    // memcached strips a `\r` before the `\n` only when the line has more than one byte.
+    if nl > 1 && line[nl - 1] == b'\r' {
+        line = &line[..nl - 1];
+    }
+    // memcached works on C strings: a NUL ends the command line.
+    if let Some(nul) = memchr::memchr(0, line) {
+        line = &line[..nul];
+    }
+    dispatch(line, line_end, input, limits)
+}
+
+fn incomplete_line<'a>(input: &'a [u8], limits: &Limits) -> Parse<'a> {
+    if input.len() <= limits.max_line {
+        return Parse::Incomplete;
+    }
+    if is_multiget(input) && input.len() <= limits.max_buffered() {
+        return Parse::Incomplete;
+    }
+    overlong(input, limits)
+}
+
+fn overlong<'a>(input: &'a [u8], _limits: &Limits) -> Parse<'a> {
+    if is_multiget(input) {
+        Parse::Close {
+            reply: Some(LINE_TOO_LONG),
+        }
+    } else {
+        Parse::Close { reply: None }
+    }
+}
+
+/// memcached lets only `get `/`gets ` lines (after at most 100 leading spaces) grow past
+/// the line limit.
+fn is_multiget(input: &[u8]) -> bool {
+    let spaces = input.iter().take(101).take_while(|&&b| b == b' ').count();
+    if spaces > 100 {
+        return false;
+    }
+    let rest = &input[spaces..];
+    rest.starts_with(b"get ") || rest.starts_with(b"gets ")
+}
+
+fn dispatch<'a>(line: &'a [u8], line_end: usize, input: &'a [u8], limits: &Limits) -> Parse<'a> {
+    let toks = tokens::Tokens::new(line);
+    let done = |request| Parse::Done {
+        request,
+        consumed: line_end,
+    };
+    let Some(cmd) = toks.get(0) else {
+        return done(Request::reply(ERROR));
+    };
+    if cmd.len() < 2 {
+        return done(Request::reply(ERROR));
+    }
+    let after = &input[line_end..];
+    if cmd[0] == b'm' && cmd.len() == 2 {
+        return match cmd[1] {
+            b'g' => done(mg::parse(&toks, line)),
+            b's' => ms::parse(&toks, line, line_end, after, limits),
+            b'd' => done(md::parse(&toks, line)),
+            b'a' => done(ma::parse(&toks, line)),
+            b'n' => done(Request::MetaNoop),
+            b'e' => done(meta::parse_me(&toks)),
+            _ => done(Request::reply(ERROR)),
+        };
+    }
+    match cmd {
+        b"get" | b"bget" => done(get::parse(&toks, line, false, false)),
+        b"gets" => done(get::parse(&toks, line, true, false)),
+        b"gat" => done(get::parse(&toks, line, false, true)),
+        b"gats" => done(get::parse(&toks, line, true, true)),
+        b"set" => storage::parse(&toks, StoreKind::Set, line_end, after, limits),
+        b"add" => storage::parse(&toks, StoreKind::Add, line_end, after, limits),
+        b"replace" => storage::parse(&toks, StoreKind::Replace, line_end, after, limits),
+        b"append" => storage::parse(&toks, StoreKind::Append, line_end, after, limits),
+        b"prepend" => storage::parse(&toks, StoreKind::Prepend, line_end, after, limits),
+        b"cas" => storage::parse(&toks, StoreKind::Cas, line_end, after, limits),
+        b"incr" => done(arith::parse(&toks, true)),
+        b"decr" => done(arith::parse(&toks, false)),
+        b"delete" => done(delete::parse(&toks)),
+        b"touch" => done(touch::parse(&toks)),
+        b"flush_all" => done(flush::parse(&toks)),
+        b"stats" => done(misc::parse_stats(&toks)),
+        b"version" => done(Request::Version),
+        b"quit" => done(Request::Quit),
+        b"verbosity" => done(misc::parse_verbosity(&toks)),
+        _ => done(Request::reply(ERROR)),
+    }
+}
+
+/// Waits for (or checks) the data block of a storage command: `vlen` bytes and `\r\n`
+/// right after the command line. Shared by the text storage commands and `ms`.
+pub(crate) enum DataBlock<'a> {
+    Incomplete,
+    Ok(&'a [u8]),
+    BadChunk,
+}
+
+pub(crate) fn data_block(after: &[u8], vlen: usize) -> DataBlock<'_> {
+    let need = vlen + 2;
+    if after.len() < need {
+        return DataBlock::Incomplete;
+    }
+    if &after[vlen..need] != b"\r\n" {
+        return DataBlock::BadChunk;
+    }
+    DataBlock::Ok(&after[..vlen])
+}

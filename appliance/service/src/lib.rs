@@ -7,7 +7,12 @@
 
 use std::sync::Arc;
 
+pub mod http;
+pub mod memcache;
+mod stats;
+
 pub use ringstore_store::{Store, StoreConfig, StoreStats};
+pub use stats::{Counter, StatsTotals, WorkerStats};
 
 /// The time as the runtime read it at the start of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +45,18 @@ pub struct ServiceConfig {
     pub max_conns: usize,
 }
 
+impl Default for ServiceConfig {
+    /// memcached's defaults: 1 MiB items, 2048-byte lines, 1024 connections.
+    fn default() -> ServiceConfig {
+        ServiceConfig {
+            item_size_max: 1 << 20,
+            max_line: 2048,
+            out_high_water: 256 * 1024,
+            max_conns: 1024,
+        }
+    }
+}
+
 /// What the machine looks like, for `stats` and the console.
 #[derive(Debug, Clone, Default)]
 pub struct Topology {
@@ -48,35 +65,134 @@ pub struct Topology {
 }
 
 /// State shared by every worker: the store, counters, configuration.
+///
+/// Counting: each worker owns one cache-line padded [`WorkerStats`] slot, reached with
+/// [`Shared::stats`]`(worker)`; its pub [`Counter`] fields are bumped with `inc()`/`add(n)`
+/// (relaxed load + store, no read-modify-write, no contention) and only by the thread
+/// serving that worker. `stats` sums the slots. Threads that are not workers (the UDP
+/// thread) use [`Shared::aux_slot`], a spare slot after the workers'.
+///
+/// `worker_capeff` is the effective capability set (`CapEff` from `/proc/self/status`) of
+/// the worker threads, set by the runtime after it drops privileges; `stats` prints it
+/// as 16 hex digits (`worker_capeff`). 0 until set.
 pub struct Shared {
     pub store: Store,
     pub config: ServiceConfig,
     pub topology: Topology,
-    _private: (),
+    /// Effective capabilities of the workers (bit mask as in `CapEff`); set by the runtime.
+    pub worker_capeff: std::sync::atomic::AtomicU64,
+    pid: u32,
+    unix_start: u64,
+    slots: Box<[WorkerStats]>,
+    refused: std::sync::atomic::AtomicU64,
+    /// `stats reset` subtracts this snapshot instead of writing other workers' slots.
+    baseline: std::sync::Mutex<StatsTotals>,
 }
 
 impl Shared {
     /// `workers` sizes the per-worker counter slots (no contended atomics on the hot path).
-    pub fn new(store: Store, config: ServiceConfig, topology: Topology, workers: usize, pid: u32, unix_start: u64) -> Arc<Shared> {
-        let _ = (store, config, topology, workers, pid, unix_start);
-        todo!()
+    pub fn new(
+        store: Store,
+        config: ServiceConfig,
+        topology: Topology,
+        workers: usize,
+        pid: u32,
+        unix_start: u64,
+    ) -> Arc<Shared> {
+        Arc::new(Shared {
+            store,
+            config,
+            topology,
+            worker_capeff: std::sync::atomic::AtomicU64::new(0),
+            pid,
+            unix_start,
+            slots: (0..workers.max(1) + 1)
+                .map(|_| WorkerStats::default())
+                .collect(),
+            refused: std::sync::atomic::AtomicU64::new(0),
+            baseline: std::sync::Mutex::new(StatsTotals::default()),
+        })
+    }
+
+    /// The counter slot of `worker` (a worker index past the end gets the spare slot).
+    pub fn stats(&self, worker: usize) -> &WorkerStats {
+        &self.slots[worker.min(self.slots.len() - 1)]
+    }
+
+    /// Index of the spare slot for threads that are not workers (the UDP thread).
+    pub fn aux_slot(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    /// Process id reported by `stats`.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Unix time the server started (`stats uptime`).
+    pub fn unix_start(&self) -> u64 {
+        self.unix_start
+    }
+
+    /// Number of worker slots (`stats threads`).
+    pub fn workers(&self) -> usize {
+        self.slots.len() - 1
     }
 
     /// The runtime reports connection opens/closes/refusals here (for `stats`).
     pub fn conn_opened(&self, worker: usize) {
-        let _ = worker;
-        todo!()
+        self.stats(worker).conns_opened.inc();
     }
     pub fn conn_closed(&self, worker: usize) {
-        let _ = worker;
-        todo!()
+        self.stats(worker).conns_closed.inc();
     }
     pub fn conn_refused(&self) {
-        todo!()
+        // Rare and from the acceptor: a shared atomic is fine here.
+        self.refused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     /// Current open connections across all workers.
     pub fn curr_connections(&self) -> u64 {
-        todo!()
+        let (opened, closed) = self.slots.iter().fold((0u64, 0u64), |(o, c), s| {
+            (
+                o.wrapping_add(s.conns_opened.get()),
+                c.wrapping_add(s.conns_closed.get()),
+            )
+        });
+        opened.saturating_sub(closed)
+    }
+
+    /// Connections refused at the limit, since start (or the last `stats reset`).
+    pub fn rejected_connections(&self) -> u64 {
+        self.refused
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .saturating_sub(self.lock_baseline().rejected_connections)
+    }
+
+    /// Sum of every slot minus the last `stats reset` snapshot.
+    pub fn totals(&self) -> StatsTotals {
+        let raw = self.raw_totals();
+        raw.since(&self.lock_baseline())
+    }
+
+    /// `stats reset`: counters read as zero from now on (connections stay counted).
+    pub fn reset_stats(&self) {
+        let mut raw = self.raw_totals();
+        raw.rejected_connections = self.refused.load(std::sync::atomic::Ordering::Relaxed);
+        *self.lock_baseline() = raw;
+    }
+
+    fn raw_totals(&self) -> StatsTotals {
+        let mut t = StatsTotals::default();
+        for s in self.slots.iter() {
+            t.add(s);
+        }
+        t
+    }
+
+    fn lock_baseline(&self) -> std::sync::MutexGuard<'_, StatsTotals> {
+        // A panic while holding it cannot leave the snapshot torn in a harmful way.
+        self.baseline.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -94,24 +210,37 @@ pub enum Flow {
 
 /// One connection's protocol state. Sans-IO.
 pub struct Session {
-    _private: (),
+    inner: SessionKind,
+}
+
+enum SessionKind {
+    Memcache(memcache::MemcacheSession),
+    Http(Box<http::HttpSession>),
 }
 
 impl Session {
     pub fn new(protocol: Protocol, worker: usize) -> Session {
-        let _ = (protocol, worker);
-        todo!()
+        let inner = match protocol {
+            Protocol::Memcache => SessionKind::Memcache(memcache::MemcacheSession::new(worker)),
+            Protocol::Http => SessionKind::Http(Box::new(http::HttpSession::new(worker))),
+        };
+        Session { inner }
     }
 
     /// Consumes `input` (possibly empty, to resume after [`Flow::Drain`]), appends replies to
     /// `out`, and keeps at most a bounded remainder of an incomplete request.
     pub fn on_bytes(&mut self, input: &[u8], now: Now, shared: &Shared, out: &mut Vec<u8>) -> Flow {
-        let _ = (input, now, shared, out);
-        todo!()
+        match &mut self.inner {
+            SessionKind::Memcache(s) => s.on_bytes(input, now, shared, out),
+            SessionKind::Http(s) => s.on_bytes(input, now, shared, out),
+        }
     }
 
     /// True while part of a request is buffered (the slow-client timer runs only then).
     pub fn has_partial_request(&self) -> bool {
-        todo!()
+        match &self.inner {
+            SessionKind::Memcache(s) => s.has_partial_request(),
+            SessionKind::Http(s) => s.has_partial_request(),
+        }
     }
 }

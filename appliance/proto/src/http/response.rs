@@ -79,9 +79,14 @@ impl Status {
         }
     }
 
-    /// 1xx, 204 and 304 never carry content; 1xx and 204 must not carry Content-Length (RFC 9110 §8.6).
+    /// 1xx, 204 and 304 never carry content. RFC 9110 §8.6 forbids Content-Length on 1xx and
+    /// 204; on 304 it would have to repeat the 200's length, which some clients misread as a
+    /// body to wait for, so we leave it out there too.
     pub fn forbids_content_length(self) -> bool {
-        matches!(self, Status::Continue | Status::NoContent)
+        matches!(
+            self,
+            Status::Continue | Status::NoContent | Status::NotModified
+        )
     }
 }
 
@@ -207,7 +212,13 @@ mod tests {
 
     #[test]
     fn push_u64_formats_edges() {
-        for (v, s) in [(0u64, "0"), (9, "9"), (10, "10"), (1234567890, "1234567890"), (u64::MAX, "18446744073709551615")] {
+        for (v, s) in [
+            (0u64, "0"),
+            (9, "9"),
+            (10, "10"),
+            (1234567890, "1234567890"),
+            (u64::MAX, "18446744073709551615"),
+        ] {
             let mut out = Vec::new();
             push_u64(&mut out, v);
             assert_eq!(out, s.as_bytes());
@@ -236,19 +247,40 @@ mod tests {
         assert_eq!(out, b"HTTP/1.1 405 Method Not Allowed\r\nServer: ringstore\r\nContent-Length: 0\r\nAllow: GET, HEAD, PUT, DELETE\r\n\r\n");
         out.clear();
         write_empty(&mut out, Status::NoContent, ConnectionField::Close);
-        assert_eq!(out, b"HTTP/1.1 204 No Content\r\nServer: ringstore\r\nConnection: close\r\n\r\n");
+        assert_eq!(
+            out,
+            b"HTTP/1.1 204 No Content\r\nServer: ringstore\r\nConnection: close\r\n\r\n"
+        );
         out.clear();
-        HeadWriter::start(&mut out, Status::RangeNotSatisfiable).content_length(0).content_range_unsatisfied(5).finish(ConnectionField::Omit);
+        HeadWriter::start(&mut out, Status::RangeNotSatisfiable)
+            .content_length(0)
+            .content_range_unsatisfied(5)
+            .finish(ConnectionField::Omit);
         assert_eq!(out, b"HTTP/1.1 416 Range Not Satisfiable\r\nServer: ringstore\r\nContent-Length: 0\r\nContent-Range: bytes */5\r\n\r\n");
     }
 
     #[test]
     fn status_lines_match_codes() {
         for s in [
-            Status::Continue, Status::Ok, Status::Created, Status::NoContent, Status::PartialContent, Status::NotModified,
-            Status::BadRequest, Status::NotFound, Status::MethodNotAllowed, Status::LengthRequired, Status::PayloadTooLarge,
-            Status::UriTooLong, Status::RangeNotSatisfiable, Status::ExpectationFailed, Status::HeadersTooLarge,
-            Status::InternalError, Status::NotImplemented, Status::VersionNotSupported, Status::InsufficientStorage,
+            Status::Continue,
+            Status::Ok,
+            Status::Created,
+            Status::NoContent,
+            Status::PartialContent,
+            Status::NotModified,
+            Status::BadRequest,
+            Status::NotFound,
+            Status::MethodNotAllowed,
+            Status::LengthRequired,
+            Status::PayloadTooLarge,
+            Status::UriTooLong,
+            Status::RangeNotSatisfiable,
+            Status::ExpectationFailed,
+            Status::HeadersTooLarge,
+            Status::InternalError,
+            Status::NotImplemented,
+            Status::VersionNotSupported,
+            Status::InsufficientStorage,
         ] {
             let line = s.status_line();
             assert!(line.starts_with(format!("HTTP/1.1 {} ", s.code()).as_bytes()));

@@ -1,0 +1,20 @@
+//! `md <key> <flags>*`: meta delete (or invalidate with `I`).
+
+use super::meta::{parse_head, MetaDelete};
+use super::tokens::Tokens;
+use super::Request;
+
+pub(crate) fn parse<'a>(toks: &Tokens<'a>, line: &'a [u8]) -> Request<'a> {
+    match parse_head(
+        toks,
+        line,
+        "CLIENT_ERROR options flags too long",
+        Some("CLIENT_ERROR invalid or duplicate flag"),
+    ) {
+        Ok(h) => Request::MetaDelete(MetaDelete {
+            key: h.key,
+            flags: h.flags,
+        }),
+        Err(line) => Request::reply(line),
+    }
+}

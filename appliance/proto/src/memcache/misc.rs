@@ -1,0 +1,141 @@
+//! `stats`, `verbosity`: the administrative commands.
+
+use super::tokens::{strtoul32, Tokens};
+use super::{Request, BAD_FORMAT, ERROR};
+
+/// Which `stats` listing was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatsRequest {
+    /// `stats`
+    General,
+    /// `stats reset`: answers `RESET`.
+    Reset,
+    /// `stats settings`
+    Settings,
+    /// `stats items`
+    Items,
+    /// `stats slabs`
+    Slabs,
+    /// `stats sizes`
+    Sizes,
+    /// `stats conns`
+    Conns,
+    /// `stats detail dump` and `stats cachedump`: an empty listing (`END`).
+    Empty,
+}
+
+const DETAIL_USAGE: &str = "CLIENT_ERROR usage: stats detail on|off|dump";
+
+pub(crate) fn parse_stats<'a>(toks: &Tokens<'a>) -> Request<'a> {
+    let n = toks.ntokens();
+    if n == 2 {
+        return Request::Stats(StatsRequest::General);
+    }
+    let stats = |s| Request::Stats(s);
+    match toks.at(1) {
+        b"reset" => stats(StatsRequest::Reset),
+        b"detail" => match toks.at(2) {
+            b"on" | b"off" if n >= 4 => Request::reply("OK"),
+            b"dump" if n >= 4 => stats(StatsRequest::Empty),
+            _ => Request::reply(DETAIL_USAGE),
+        },
+        b"settings" => stats(StatsRequest::Settings),
+        b"cachedump" => {
+            if n < 5 {
+                return Request::reply("CLIENT_ERROR bad command line");
+            }
+            match (strtoul32(toks.at(2)), strtoul32(toks.at(3))) {
+                (Some(id), Some(_)) if id >= 64 => Request::reply("CLIENT_ERROR Illegal slab id"),
+                (Some(_), Some(_)) => stats(StatsRequest::Empty),
+                _ => Request::reply(BAD_FORMAT),
+            }
+        }
+        b"conns" => stats(StatsRequest::Conns),
+        b"items" => stats(StatsRequest::Items),
+        b"slabs" => stats(StatsRequest::Slabs),
+        b"sizes" => stats(StatsRequest::Sizes),
+        _ => Request::reply(ERROR),
+    }
+}
+
+pub(crate) fn parse_verbosity<'a>(toks: &Tokens<'a>) -> Request<'a> {
+    let n = toks.ntokens();
+    if n != 3 && n != 4 {
+        return Request::reply(ERROR);
+    }
+    let noreply = toks.noreply();
+    match strtoul32(toks.at(1)) {
+        Some(_) => Request::Verbosity { noreply },
+        None => Request::Reply {
+            line: BAD_FORMAT,
+            noreply,
+            swallow: 0,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{parse, Limits, Parse};
+    use super::*;
+
+    fn req(i: &[u8]) -> Request<'_> {
+        match parse(i, &Limits::default()) {
+            Parse::Done { request, .. } => request,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn stats_subcommands() {
+        assert_eq!(req(b"stats\r\n"), Request::Stats(StatsRequest::General));
+        assert_eq!(req(b"stats reset\r\n"), Request::Stats(StatsRequest::Reset));
+        assert_eq!(req(b"stats detail\r\n"), Request::reply(DETAIL_USAGE));
+        assert_eq!(req(b"stats detail x\r\n"), Request::reply(DETAIL_USAGE));
+        assert_eq!(req(b"stats detail on x\r\n"), Request::reply("OK"));
+        assert_eq!(
+            req(b"stats detail dump\r\n"),
+            Request::Stats(StatsRequest::Empty)
+        );
+        assert_eq!(req(b"stats foo\r\n"), Request::reply(ERROR));
+        assert_eq!(
+            req(b"stats cachedump 1\r\n"),
+            Request::reply("CLIENT_ERROR bad command line")
+        );
+        assert_eq!(
+            req(b"stats cachedump 99 1\r\n"),
+            Request::reply("CLIENT_ERROR Illegal slab id")
+        );
+        assert_eq!(req(b"stats items\r\n"), Request::Stats(StatsRequest::Items));
+    }
+
+    #[test]
+    fn verbosity_forms() {
+        assert_eq!(
+            req(b"verbosity 1\r\n"),
+            Request::Verbosity { noreply: false }
+        );
+        assert_eq!(
+            req(b"verbosity 1 noreply\r\n"),
+            Request::Verbosity { noreply: true }
+        );
+        assert_eq!(
+            req(b"verbosity a\r\n"),
+            Request::Reply {
+                line: BAD_FORMAT,
+                noreply: false,
+                swallow: 0
+            }
+        );
+        assert_eq!(
+            req(b"verbosity noreply\r\n"),
+            Request::Reply {
+                line: BAD_FORMAT,
+                noreply: true,
+                swallow: 0
+            }
+        );
+        assert_eq!(req(b"verbosity\r\n"), Request::reply(ERROR));
+        assert_eq!(req(b"verbosity 1 2 3\r\n"), Request::reply(ERROR));
+    }
+}

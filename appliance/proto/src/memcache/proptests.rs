@@ -1,0 +1,75 @@
+//! Property tests: the parser never panics, never claims more bytes than it was given,
+//! and gives the same answer whatever prefix of a request is buffered.
+
+use super::{parse, Limits, Parse};
+use proptest::prelude::*;
+
+fn limits() -> Limits {
+    Limits {
+        item_size_max: 64,
+        max_line: 128,
+    }
+}
+
+/// Request-like bytes: fragments of real commands glued with random bytes.
+fn requestish() -> impl Strategy<Value = Vec<u8>> {
+    let frag = prop_oneof![
+        Just(b"get a b\r\n".to_vec()),
+        Just(b"set k 0 0 3\r\nabc\r\n".to_vec()),
+        Just(b"set k 0 0 3 noreply\r\nabcd\r\n".to_vec()),
+        Just(b"ms k 2 T10 F3 c k v\r\nhi\r\n".to_vec()),
+        Just(b"mg k v c f t s k O1 q\r\n".to_vec()),
+        Just(b"ma k N0 J5 MD D2\r\n".to_vec()),
+        Just(b"md k q I T5\r\n".to_vec()),
+        Just(b"incr k 18446744073709551615\r\n".to_vec()),
+        Just(b"gat 10 a\r\n".to_vec()),
+        Just(b"set k 0 0 100\r\n".to_vec()),
+        Just(b"\r\n".to_vec()),
+        prop::collection::vec(any::<u8>(), 0..40),
+    ];
+    prop::collection::vec(frag, 0..8).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, .. ProptestConfig::default() })]
+
+    #[test]
+    fn never_panics_or_overreads(input in requestish()) {
+        let l = limits();
+        let mut rest: &[u8] = &input;
+        let mut steps = 0;
+        while steps < 64 {
+            steps += 1;
+            match parse(rest, &l) {
+                Parse::Incomplete | Parse::Close { .. } => break,
+                Parse::Done { consumed, .. } => {
+                    prop_assert!(consumed > 0 && consumed <= rest.len());
+                    rest = &rest[consumed..];
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn prefixes_are_incomplete_or_agree(input in requestish(), cut in 0usize..200) {
+        let l = limits();
+        let full = parse(&input, &l);
+        let cut = cut.min(input.len());
+        match parse(&input[..cut], &l) {
+            Parse::Incomplete => {}
+            Parse::Done { request, consumed } => {
+                // A request complete in the prefix is the same request in the whole.
+                prop_assert_eq!(full, Parse::Done { request, consumed });
+            }
+            Parse::Close { reply } => prop_assert_eq!(full, Parse::Close { reply }),
+        }
+    }
+
+    #[test]
+    fn incomplete_input_stays_bounded(input in prop::collection::vec(any::<u8>(), 0..600)) {
+        let l = limits();
+        if parse(&input, &l) == Parse::Incomplete {
+            prop_assert!(input.len() <= l.max_buffered());
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! Reply formatting: memcached's reply lines written straight into the output buffer,
+//! numbers formatted without allocation.
+
+/// Appends the decimal text of `v`.
+pub fn push_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+/// Appends the decimal text of a signed `v`.
+pub fn push_i64(out: &mut Vec<u8>, v: i64) {
+    if v < 0 {
+        out.push(b'-');
+    }
+    push_u64(out, v.unsigned_abs());
+}
+
+/// Appends `text` and `\r\n`.
+pub fn line(out: &mut Vec<u8>, text: &str) {
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `VALUE <key> <flags> <bytes>[ <cas>]\r\n` (the data and `\r\n` follow).
+pub fn value_header(out: &mut Vec<u8>, key: &[u8], flags: u32, len: usize, cas: Option<u64>) {
+    out.extend_from_slice(b"VALUE ");
+    out.extend_from_slice(key);
+    out.push(b' ');
+    push_u64(out, u64::from(flags));
+    out.push(b' ');
+    push_u64(out, len as u64);
+    if let Some(cas) = cas {
+        out.push(b' ');
+        push_u64(out, cas);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a full `VALUE` block: header, data, `\r\n`.
+pub fn value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas: Option<u64>) {
+    out.reserve(data.len() + key.len() + 48);
+    value_header(out, key, flags, data.len(), cas);
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `STAT <name> <value>\r\n`.
+pub fn stat(out: &mut Vec<u8>, name: &str, value: u64) {
+    out.extend_from_slice(b"STAT ");
+    out.extend_from_slice(name.as_bytes());
+    out.push(b' ');
+    push_u64(out, value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `STAT <name> <text>\r\n`.
+pub fn stat_str(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.extend_from_slice(b"STAT ");
+    out.extend_from_slice(name.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a meta flag with a number: ` <letter><n>`.
+pub fn meta_num(out: &mut Vec<u8>, letter: u8, v: u64) {
+    out.push(b' ');
+    out.push(letter);
+    push_u64(out, v);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers() {
+        let mut out = Vec::new();
+        push_u64(&mut out, 0);
+        out.push(b' ');
+        push_u64(&mut out, u64::MAX);
+        out.push(b' ');
+        push_i64(&mut out, -29);
+        assert_eq!(out, b"0 18446744073709551615 -29");
+    }
+
+    #[test]
+    fn value_lines() {
+        let mut out = Vec::new();
+        value(&mut out, b"a", 0, b"x", None);
+        value(&mut out, b"a", 5, b"xy", Some(52));
+        line(&mut out, "END");
+        assert_eq!(out, b"VALUE a 0 1\r\nx\r\nVALUE a 5 2 52\r\nxy\r\nEND\r\n");
+        let mut out = Vec::new();
+        stat(&mut out, "pid", 42);
+        stat_str(&mut out, "version", "1.6.18");
+        meta_num(&mut out, b'c', 7);
+        assert_eq!(out, b"STAT pid 42\r\nSTAT version 1.6.18\r\n c7");
+    }
+}

@@ -1,0 +1,235 @@
+//! `set`, `add`, `replace`, `append`, `prepend`, `cas`: a command line and a data block.
+
+use super::key::valid_text_key;
+use super::tokens::{strtol32, strtoul32, strtoull, Tokens};
+use super::{data_block, DataBlock, Limits, Parse, Request, BAD_DATA_CHUNK, BAD_FORMAT, ERROR};
+
+/// Which storage command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Cas,
+}
+
+/// A storage command with its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreRequest<'a> {
+    pub kind: StoreKind,
+    pub key: &'a [u8],
+    pub flags: u32,
+    /// memcached exptime as sent (relative, absolute unix time, or negative).
+    pub exptime: i32,
+    pub data: &'a [u8],
+    /// The `cas` command's unique; 0 otherwise.
+    pub cas_unique: u64,
+    pub noreply: bool,
+}
+
+pub(crate) fn parse<'a>(
+    toks: &Tokens<'a>,
+    kind: StoreKind,
+    line_end: usize,
+    after: &'a [u8],
+    limits: &Limits,
+) -> Parse<'a> {
+    let line_only = |request| Parse::Done {
+        request,
+        consumed: line_end,
+    };
+    let (lo, hi) = if kind == StoreKind::Cas {
+        (7, 8)
+    } else {
+        (6, 7)
+    };
+    let n = toks.ntokens();
+    if n != lo && n != hi {
+        return line_only(Request::reply(ERROR));
+    }
+    let noreply = toks.noreply();
+    let bad = Request::Reply {
+        line: BAD_FORMAT,
+        noreply,
+        swallow: 0,
+    };
+    let key = toks.at(1);
+    if !valid_text_key(key) {
+        return line_only(bad);
+    }
+    let (Some(flags), Some(exptime), Some(vlen)) = (
+        strtoul32(toks.at(2)),
+        strtol32(toks.at(3)),
+        strtol32(toks.at(4)),
+    ) else {
+        return line_only(bad);
+    };
+    let cas_unique = if kind == StoreKind::Cas {
+        match strtoull(toks.at(5)) {
+            Some(c) => c,
+            None => return line_only(bad),
+        }
+    } else {
+        0
+    };
+    if !(0..=i32::MAX - 2).contains(&vlen) {
+        return line_only(bad);
+    }
+    let vlen = vlen as usize;
+    if vlen > limits.item_size_max {
+        return line_only(Request::TooLarge {
+            key,
+            remove_old: kind == StoreKind::Set,
+            noreply,
+            swallow: vlen + 2,
+        });
+    }
+    match data_block(after, vlen) {
+        DataBlock::Incomplete => Parse::Incomplete,
+        DataBlock::BadChunk => Parse::Done {
+            request: Request::Reply {
+                line: BAD_DATA_CHUNK,
+                noreply,
+                swallow: 0,
+            },
+            consumed: line_end + vlen + 2,
+        },
+        DataBlock::Ok(data) => Parse::Done {
+            request: Request::Store(StoreRequest {
+                kind,
+                key,
+                flags,
+                exptime,
+                data,
+                cas_unique,
+                noreply,
+            }),
+            consumed: line_end + vlen + 2,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{parse, Limits, Parse, Request};
+    use super::*;
+
+    fn p(input: &[u8]) -> Parse<'_> {
+        parse(
+            input,
+            &Limits {
+                item_size_max: 100,
+                max_line: 2048,
+            },
+        )
+    }
+
+    #[test]
+    fn set_with_data() {
+        let Parse::Done {
+            request: Request::Store(s),
+            consumed,
+        } = p(b"set k 5 -1 3 noreply\r\nabc\r\nget")
+        else {
+            panic!()
+        };
+        assert_eq!(consumed, 27);
+        assert_eq!(
+            (s.kind, s.key, s.flags, s.exptime, s.data, s.noreply),
+            (StoreKind::Set, &b"k"[..], 5, -1, &b"abc"[..], true)
+        );
+        let Parse::Done {
+            request: Request::Store(s),
+            ..
+        } = p(b"cas k 0 0 1 77\r\nx\r\n")
+        else {
+            panic!()
+        };
+        assert_eq!((s.kind, s.cas_unique), (StoreKind::Cas, 77));
+        let Parse::Done {
+            request: Request::Store(s),
+            ..
+        } = p(b"set k 0 0 1 junk\r\nx\r\n")
+        else {
+            panic!()
+        };
+        assert!(!s.noreply);
+    }
+
+    #[test]
+    fn set_waits_for_data() {
+        assert_eq!(p(b"set k 0 0 3\r\nab"), Parse::Incomplete);
+        assert_eq!(p(b"set k 0 0 3\r\nabc\r"), Parse::Incomplete);
+        assert_eq!(p(b"set k 0 0 3\r\n"), Parse::Incomplete);
+    }
+
+    #[test]
+    fn set_errors() {
+        let reply = |i: &'static [u8]| match p(i) {
+            Parse::Done {
+                request:
+                    Request::Reply {
+                        line,
+                        noreply,
+                        swallow,
+                    },
+                consumed,
+            } => (line, noreply, swallow, consumed),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            reply(b"set k 0 0 1\r\nxy\r\n"),
+            (BAD_DATA_CHUNK, false, 0, 16)
+        );
+        assert!(reply(b"set k 0 0 1 noreply\r\nxy\r\n").1);
+        assert_eq!(reply(b"set k 0 0\r\n"), (ERROR, false, 0, 11));
+        assert_eq!(reply(b"set k 0 0 1 2 3\r\n").0, ERROR);
+        assert_eq!(reply(b"cas k 0 0 1\r\n").0, ERROR);
+        assert_eq!(reply(b"set k abc 0 1\r\nx\r\n"), (BAD_FORMAT, false, 0, 15));
+        assert_eq!(reply(b"set k -1 0 1\r\nx\r\n").0, BAD_FORMAT);
+        assert_eq!(reply(b"set k 0 0 -1\r\n").0, BAD_FORMAT);
+        assert_eq!(reply(b"cas k 0 0 1 abc\r\n").0, BAD_FORMAT);
+        assert_eq!(reply(b"set k\x01 0 0 1\r\n").0, BAD_FORMAT);
+        let long = [b"set ".as_slice(), &[b'k'; 251], b" 0 0 1 noreply\r\n"].concat();
+        assert!(matches!(
+            p(&long),
+            Parse::Done {
+                request: Request::Reply {
+                    line: BAD_FORMAT,
+                    noreply: true,
+                    swallow: 0
+                },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn too_large_swallows() {
+        assert_eq!(
+            p(b"set k 0 0 101\r\n"),
+            Parse::Done {
+                request: Request::TooLarge {
+                    key: b"k",
+                    remove_old: true,
+                    noreply: false,
+                    swallow: 103
+                },
+                consumed: 15
+            }
+        );
+        assert!(matches!(
+            p(b"add k 0 0 101 noreply\r\n"),
+            Parse::Done {
+                request: Request::TooLarge {
+                    remove_old: false,
+                    noreply: true,
+                    ..
+                },
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,406 @@
+//! HTTP/1.1 object API sessions: one connection's bytes in, responses out, in request order.
+//!
+//! Behaviour (the contract clients and tests rely on):
+//! - Key = request path without its leading '/', percent-decoded, memcache key rules (400 otherwise).
+//! - `PUT` needs `Content-Length` (411 without) or `Transfer-Encoding: chunked` (decoded, held to
+//!   `item_size_max`); a declared length over the limit is 413 before any body byte is read.
+//!   201 Created for a new key, 204 No Content for a replaced one; both carry the new `ETag`.
+//!   TTL from `X-TTL`, else `Cache-Control: max-age`, both with memcache exptime rules (0 = never).
+//! - `GET`/`HEAD`: 200 with `Content-Length`, `ETag: "<cas>"`, `X-Flags`; 404 when absent;
+//!   `If-None-Match` → 304; one `Range` → 206, unsatisfiable → 416 `bytes */len`, several → 200.
+//! - `DELETE`: 204, or 404. Other methods: 405 with `Allow`.
+//! - Framing and head errors (400, 411, 413, 414, 417, 431, 501, 505) are answered with
+//!   `Connection: close` and end the connection; 404, 405, 416, 304 keep it.
+//! - HTTP/1.1 keeps the connection unless `Connection: close`; HTTP/1.0 closes unless
+//!   `Connection: keep-alive` (answered with `Connection: keep-alive`).
+//! - `Expect: 100-continue` on an acceptable PUT gets `100 Continue` first, always, so the
+//!   output does not depend on how the request was split into reads.
+//! - No `Date` field (a clock read and format per response); `Content-Length` on every
+//!   response except 204 and 304, where RFC 9110 forbids or discourages it.
+//! - A body on GET/HEAD/DELETE/other is read and dropped (up to `item_size_max`; longer or
+//!   chunked ones are answered and the connection closed).
+
+mod backend;
+mod reply;
+#[cfg(test)]
+mod store_tests;
+#[cfg(test)]
+mod tests;
+
+pub use backend::{Backend, Event, Object, PutOutcome, StoreBackend};
+
+use ringstore_proto::http::{
+    decode_key, write_empty, BodyFraming, ChunkError, ChunkedDecoder, ConnectionField, HeadScanner,
+    KeyBuf, Limits, Method, RequestHead, Scan, Status, Version, CONTINUE,
+};
+
+use crate::{Flow, Now, Shared};
+
+/// Capacity kept by an idle session's buffers; larger ones are released after use so a
+/// connection that once sent a big PUT does not hold its memory forever.
+const RETAINED_CAPACITY: usize = 16 * 1024;
+
+/// One HTTP connection's protocol state. Sans-IO.
+pub struct HttpSession {
+    worker: usize,
+    limits: Limits,
+    /// Unconsumed input: a partial request, or requests left when output hit the high-water mark.
+    pending: Vec<u8>,
+    scanner: HeadScanner,
+    state: State,
+    /// Decoded chunked PUT body.
+    chunked_body: Vec<u8>,
+}
+
+/// A PUT whose head was accepted and whose body is being read.
+struct PendingPut {
+    key: KeyBuf,
+    flags: u32,
+    ttl: i64,
+    connection: ConnectionField,
+}
+
+enum State {
+    /// Waiting for a request head.
+    Head,
+    /// Reading a PUT body of a known length (kept contiguous in the input).
+    PutLength { put: PendingPut, len: usize },
+    /// Decoding a chunked PUT body into `chunked_body`.
+    PutChunked {
+        put: PendingPut,
+        decoder: ChunkedDecoder,
+    },
+    /// Dropping the body of a request already answered.
+    Discard { left: u64 },
+    /// The last response is written; nothing more is read.
+    Closed,
+}
+
+/// What processing one request did.
+enum Step {
+    /// Consumed up to this position; keep going.
+    Next(usize),
+    /// Need more input; keep everything from this position.
+    Wait(usize),
+    Drain(usize),
+    Close,
+}
+
+impl HttpSession {
+    pub fn new(worker: usize) -> HttpSession {
+        HttpSession {
+            worker,
+            limits: Limits::DEFAULT,
+            pending: Vec::new(),
+            scanner: HeadScanner::new(),
+            state: State::Head,
+            chunked_body: Vec::new(),
+        }
+    }
+
+    /// The worker this session runs on.
+    pub fn worker(&self) -> usize {
+        self.worker
+    }
+
+    /// Consumes `input` (empty to resume after [`Flow::Drain`]), appends responses to `out`.
+    pub fn on_bytes(&mut self, input: &[u8], now: Now, shared: &Shared, out: &mut Vec<u8>) -> Flow {
+        let backend = StoreBackend::of(shared, self.worker);
+        let out_start = out.len();
+        let flow = self.on_bytes_with(input, now, &backend, out);
+        if let Some(stats) = backend.stats {
+            stats.bytes_read.add(input.len() as u64);
+            stats.bytes_written.add((out.len() - out_start) as u64);
+        }
+        flow
+    }
+
+    /// True while part of a request (or unprocessed pipelined input) is buffered.
+    pub fn has_partial_request(&self) -> bool {
+        !self.pending.is_empty()
+            || matches!(
+                self.state,
+                State::PutLength { .. } | State::PutChunked { .. } | State::Discard { .. }
+            )
+    }
+
+    /// [`HttpSession::on_bytes`] against any [`Backend`].
+    pub fn on_bytes_with<B: Backend>(
+        &mut self,
+        input: &[u8],
+        now: Now,
+        backend: &B,
+        out: &mut Vec<u8>,
+    ) -> Flow {
+        if matches!(self.state, State::Closed) {
+            return Flow::Close;
+        }
+        if self.pending.is_empty() {
+            // Fast path: parse straight from the runtime's buffer, keep only a remainder.
+            let (used, flow) = self.process(input, now, backend, out);
+            if flow != Flow::Close {
+                self.pending.extend_from_slice(&input[used..]);
+            }
+            return flow;
+        }
+        self.pending.extend_from_slice(input);
+        let pending = std::mem::take(&mut self.pending);
+        let (used, flow) = self.process(&pending, now, backend, out);
+        self.pending = pending;
+        if flow == Flow::Close {
+            self.pending = Vec::new();
+        } else {
+            self.pending.drain(..used);
+            if self.pending.is_empty() && self.pending.capacity() > RETAINED_CAPACITY {
+                self.pending = Vec::new();
+            }
+        }
+        flow
+    }
+
+    /// Runs every complete request in `data`; returns the bytes consumed and the flow.
+    fn process<B: Backend>(
+        &mut self,
+        data: &[u8],
+        now: Now,
+        backend: &B,
+        out: &mut Vec<u8>,
+    ) -> (usize, Flow) {
+        let mut pos = 0;
+        loop {
+            let step = match &mut self.state {
+                State::Closed => Step::Close,
+                State::Head => self.next_head(data, pos, now, backend, out),
+                State::Discard { left } => {
+                    let take = usize::try_from(*left)
+                        .unwrap_or(usize::MAX)
+                        .min(data.len() - pos);
+                    *left -= take as u64;
+                    if *left == 0 {
+                        self.state = State::Head;
+                        Step::Next(pos + take)
+                    } else {
+                        Step::Wait(pos + take)
+                    }
+                }
+                State::PutLength { len, .. } => {
+                    let len = *len;
+                    if data.len() - pos < len {
+                        Step::Wait(pos)
+                    } else {
+                        let State::PutLength { put, .. } =
+                            std::mem::replace(&mut self.state, State::Head)
+                        else {
+                            unreachable!("matched above")
+                        };
+                        self.finish_put(&put, &data[pos..pos + len], now, backend, out);
+                        Step::Next(pos + len)
+                    }
+                }
+                State::PutChunked { decoder, .. } => {
+                    let max = backend.item_size_max() as u64;
+                    match decoder.decode(&data[pos..], Some(&mut self.chunked_body), max) {
+                        Err(e) => {
+                            let status = match e {
+                                ChunkError::TooLarge => Status::PayloadTooLarge,
+                                ChunkError::Malformed => Status::BadRequest,
+                            };
+                            backend.record(self.worker, Event::Response(status));
+                            write_empty(out, status, ConnectionField::Close);
+                            Step::Close
+                        }
+                        Ok(used) if decoder.is_done() => {
+                            let State::PutChunked { put, .. } =
+                                std::mem::replace(&mut self.state, State::Head)
+                            else {
+                                unreachable!("matched above")
+                            };
+                            let body = std::mem::take(&mut self.chunked_body);
+                            self.finish_put(&put, &body, now, backend, out);
+                            self.chunked_body = body;
+                            self.chunked_body.clear();
+                            if self.chunked_body.capacity() > RETAINED_CAPACITY {
+                                self.chunked_body = Vec::new();
+                            }
+                            Step::Next(pos + used)
+                        }
+                        Ok(used) => Step::Wait(pos + used),
+                    }
+                }
+            };
+            match step {
+                Step::Next(at) => pos = at,
+                Step::Wait(at) => return (at, Flow::Continue),
+                Step::Drain(at) => return (at, Flow::Drain),
+                Step::Close => {
+                    self.state = State::Closed;
+                    return (data.len(), Flow::Close);
+                }
+            }
+        }
+    }
+
+    /// Parses and answers (or starts) the request at `data[pos..]`.
+    fn next_head<B: Backend>(
+        &mut self,
+        data: &[u8],
+        mut pos: usize,
+        now: Now,
+        backend: &B,
+        out: &mut Vec<u8>,
+    ) -> Step {
+        if out.len() > backend.out_high_water() {
+            return Step::Drain(pos);
+        }
+        if !self.scanner.started() {
+            pos += ringstore_proto::http::skip_empty_lines(&data[pos..]);
+            if matches!(&data[pos..], b"" | b"\r") {
+                return Step::Wait(pos);
+            }
+        }
+        let rest = &data[pos..];
+        let head_len = match self.scanner.scan(rest, &self.limits) {
+            Ok(Scan::Partial) => return Step::Wait(pos),
+            Ok(Scan::Complete(n)) => n,
+            Err(e) => return self.fail(backend, out, e.status()),
+        };
+        self.scanner.reset();
+        let head = match RequestHead::parse(&rest[..head_len]) {
+            Ok(head) => head,
+            Err(e) => return self.fail(backend, out, e.status()),
+        };
+        pos += head_len;
+        self.start_request(&head, pos, now, backend, out)
+    }
+
+    fn start_request<B: Backend>(
+        &mut self,
+        head: &RequestHead<'_>,
+        pos: usize,
+        now: Now,
+        backend: &B,
+        out: &mut Vec<u8>,
+    ) -> Step {
+        let max = backend.item_size_max();
+        let mut key = KeyBuf::default();
+        if head.method != Method::Other && decode_key(head.target, &mut key).is_err() {
+            return self.fail(backend, out, Status::BadRequest);
+        }
+        if head.method == Method::Put {
+            return self.start_put(head, key, pos, backend, out);
+        }
+        // Any other request is answered now; a body it carries is dropped afterwards.
+        let (keep_alive, discard) = match head.body {
+            BodyFraming::None => (head.keep_alive, 0),
+            BodyFraming::Length(n) if n <= max as u64 => (head.keep_alive, n),
+            BodyFraming::Length(_) | BodyFraming::Chunked => (false, 0),
+        };
+        let connection = connection_field(keep_alive, head.version);
+        match head.method {
+            Method::Get | Method::Head => {
+                let status = reply::get(
+                    backend,
+                    key.as_bytes(),
+                    head,
+                    head.method == Method::Get,
+                    connection,
+                    now,
+                    out,
+                );
+                backend.record(
+                    self.worker,
+                    Event::Get {
+                        hit: status != Status::NotFound,
+                    },
+                );
+                backend.record(self.worker, Event::Response(status));
+            }
+            Method::Delete => {
+                let status = reply::delete(backend, key.as_bytes(), connection, now, out);
+                backend.record(
+                    self.worker,
+                    Event::Delete {
+                        hit: status != Status::NotFound,
+                    },
+                );
+                backend.record(self.worker, Event::Response(status));
+            }
+            Method::Put | Method::Other => {
+                write_empty(out, Status::MethodNotAllowed, connection);
+                backend.record(self.worker, Event::Response(Status::MethodNotAllowed));
+            }
+        }
+        if !keep_alive {
+            return Step::Close;
+        }
+        if discard > 0 {
+            self.state = State::Discard { left: discard };
+        }
+        Step::Next(pos)
+    }
+
+    fn start_put<B: Backend>(
+        &mut self,
+        head: &RequestHead<'_>,
+        key: KeyBuf,
+        pos: usize,
+        backend: &B,
+        out: &mut Vec<u8>,
+    ) -> Step {
+        let max = backend.item_size_max();
+        let put = PendingPut {
+            key,
+            flags: head.flags.unwrap_or(0),
+            ttl: head.ttl.unwrap_or(0),
+            connection: connection_field(head.keep_alive, head.version),
+        };
+        self.state = match head.body {
+            BodyFraming::None => return self.fail(backend, out, Status::LengthRequired),
+            BodyFraming::Length(n) => match usize::try_from(n) {
+                Ok(len) if len <= max => State::PutLength { put, len },
+                _ => return self.fail(backend, out, Status::PayloadTooLarge),
+            },
+            BodyFraming::Chunked => State::PutChunked {
+                put,
+                decoder: ChunkedDecoder::new(),
+            },
+        };
+        if head.expect_continue {
+            out.extend_from_slice(CONTINUE);
+        }
+        Step::Next(pos)
+    }
+
+    fn finish_put<B: Backend>(
+        &mut self,
+        put: &PendingPut,
+        value: &[u8],
+        now: Now,
+        backend: &B,
+        out: &mut Vec<u8>,
+    ) {
+        let status = reply::put(backend, put, value, now, out);
+        backend.record(self.worker, Event::Set);
+        backend.record(self.worker, Event::Response(status));
+        if put.connection == ConnectionField::Close {
+            self.state = State::Closed;
+        }
+    }
+}
+
+impl HttpSession {
+    /// An error response that ends the connection.
+    fn fail<B: Backend>(&self, backend: &B, out: &mut Vec<u8>, status: Status) -> Step {
+        backend.record(self.worker, Event::Response(status));
+        write_empty(out, status, ConnectionField::Close);
+        Step::Close
+    }
+}
+
+fn connection_field(keep_alive: bool, version: Version) -> ConnectionField {
+    match (keep_alive, version) {
+        (false, _) => ConnectionField::Close,
+        (true, Version::Http10) => ConnectionField::KeepAlive,
+        (true, Version::Http11) => ConnectionField::Omit,
+    }
+}

@@ -1,0 +1,179 @@
+//! What an HTTP session needs from the keyspace, as a small trait: the real store behind
+//! [`Shared`] in production, an in-memory map in the session's unit tests.
+
+use ringstore_proto::http::Status;
+use ringstore_store::{ItemRef, NewMeta, ReadOpts, Store, StoreError, Write};
+
+use crate::memcache::expiry::{expiry, Expiry};
+use crate::{Now, Shared, WorkerStats};
+
+/// A stored object as a reply needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Object<'a> {
+    pub value: &'a [u8],
+    pub flags: u32,
+    pub cas: u64,
+}
+
+impl<'a> From<ItemRef<'a>> for Object<'a> {
+    fn from(item: ItemRef<'a>) -> Self {
+        Object {
+            value: item.value,
+            flags: item.flags,
+            cas: item.cas,
+        }
+    }
+}
+
+/// Outcome of a PUT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// Stored; `created` when no live item had the key. `cas` of the new value.
+    Stored { created: bool, cas: Option<u64> },
+    /// The store refused the size (413).
+    TooLarge,
+    /// No memory could be freed for it (507).
+    OutOfMemory,
+}
+
+/// A request outcome worth counting in `stats` (memcached's names in brackets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// GET or HEAD [cmd_get, get_hits / get_misses].
+    Get { hit: bool },
+    /// PUT [cmd_set].
+    Set,
+    /// DELETE [delete_hits / delete_misses].
+    Delete { hit: bool },
+    /// A final response was written [http_requests, http_responses_4xx / _5xx].
+    Response(Status),
+}
+
+/// Keyspace operations and limits an HTTP session uses.
+pub trait Backend {
+    /// Counts a request outcome for worker `worker`.
+    fn record(&self, worker: usize, event: Event) {
+        let _ = (worker, event);
+    }
+    /// Largest value accepted (413 beyond).
+    fn item_size_max(&self) -> usize;
+    /// Output size past which the session stops and asks the runtime to drain.
+    fn out_high_water(&self) -> usize;
+    /// Reads `key` (marking it accessed) and calls `f` with it while it is pinned.
+    fn read<R>(&self, key: &[u8], now: Now, f: impl FnOnce(Option<Object<'_>>) -> R) -> R;
+    /// Stores `value` with memcache exptime `ttl` (0 never, up to 30 days relative, beyond
+    /// absolute, negative already expired).
+    fn put(&self, key: &[u8], value: &[u8], flags: u32, ttl: i64, now: Now) -> PutOutcome;
+    /// Removes `key`; false when no live item had it.
+    fn delete(&self, key: &[u8], now: Now) -> bool;
+}
+
+/// The real keyspace and the limits an HTTP session obeys.
+#[derive(Clone, Copy)]
+pub struct StoreBackend<'a> {
+    pub store: &'a Store,
+    /// The worker's counter slot; `None` counts nothing.
+    pub stats: Option<&'a WorkerStats>,
+    pub item_size_max: usize,
+    pub out_high_water: usize,
+}
+
+impl<'a> StoreBackend<'a> {
+    pub fn of(shared: &'a Shared, worker: usize) -> StoreBackend<'a> {
+        StoreBackend {
+            store: &shared.store,
+            stats: Some(shared.stats(worker)),
+            item_size_max: shared.config.item_size_max,
+            out_high_water: shared.config.out_high_water,
+        }
+    }
+}
+
+impl Backend for StoreBackend<'_> {
+    fn record(&self, _worker: usize, event: Event) {
+        let Some(stats) = self.stats else { return };
+        match event {
+            Event::Get { hit } => {
+                stats.cmd_get.inc();
+                if hit {
+                    stats.get_hits.inc()
+                } else {
+                    stats.get_misses.inc()
+                }
+            }
+            Event::Set => stats.cmd_set.inc(),
+            Event::Delete { hit } => {
+                if hit {
+                    stats.delete_hits.inc()
+                } else {
+                    stats.delete_misses.inc()
+                }
+            }
+            Event::Response(status) => {
+                stats.http_requests.inc();
+                match status.code() {
+                    400..=499 => stats.http_responses_4xx.inc(),
+                    500..=599 => stats.http_responses_5xx.inc(),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn item_size_max(&self) -> usize {
+        self.item_size_max
+    }
+
+    fn out_high_water(&self) -> usize {
+        self.out_high_water
+    }
+
+    fn read<R>(&self, key: &[u8], now: Now, f: impl FnOnce(Option<Object<'_>>) -> R) -> R {
+        let opts = ReadOpts {
+            mark_access: true,
+            touch: None,
+        };
+        self.store
+            .get(key, now.store, opts, |item| f(item.map(Object::from)))
+    }
+
+    fn put(&self, key: &[u8], value: &[u8], flags: u32, ttl: i64, now: Now) -> PutOutcome {
+        let expires = match expiry(ttl, now) {
+            Expiry::At(at) => Some(at),
+            Expiry::Expired => None,
+        };
+        let updated = self.store.update(key, now.store, |current| {
+            let created = current.is_none();
+            let write = match expires {
+                Some(exptime) => Write::Put {
+                    value,
+                    meta: NewMeta {
+                        flags,
+                        exptime,
+                        cas: None,
+                    },
+                },
+                // Stored already expired: what remains observable is that the old value is gone.
+                None if created => Write::Nothing,
+                None => Write::Delete,
+            };
+            (write, created)
+        });
+        match updated {
+            Ok(done) => PutOutcome::Stored {
+                created: done.result,
+                cas: done.cas,
+            },
+            Err(StoreError::TooLarge) => PutOutcome::TooLarge,
+            Err(StoreError::OutOfMemory | StoreError::Config(_)) => PutOutcome::OutOfMemory,
+        }
+    }
+
+    fn delete(&self, key: &[u8], now: Now) -> bool {
+        let deleted = self.store.update(key, now.store, |current| match current {
+            Some(_) => (Write::Delete, true),
+            None => (Write::Nothing, false),
+        });
+        matches!(deleted, Ok(done) if done.result)
+    }
+}

@@ -1,0 +1,192 @@
+//! memcache sessions: buffered bytes in, requests parsed by `ringstore_proto::memcache`,
+//! executed against the store, replies appended to the runtime's output buffer.
+//!
+//! Buffering: when nothing is pending, requests are parsed straight from the runtime's
+//! input (zero copy); only the tail of an incomplete request, or what is left when the
+//! output passes the high-water mark, is copied into `pending`. `pending` never holds more
+//! than one request's bound ([`Limits::max_buffered`]) plus one delivered chunk.
+//!
+//! Execution lives in one file per command family: [`get`], [`storage`], [`arith`],
+//! [`admin`] (delete, touch, flush_all, verbosity), [`stats`], [`meta`] (mg ms md ma me),
+//! with the exptime rules in [`expiry`].
+
+mod admin;
+mod arith;
+pub mod expiry;
+mod get;
+mod meta;
+mod stats;
+mod storage;
+#[cfg(test)]
+mod tests;
+
+use ringstore_proto::memcache::{parse, reply, Limits, Parse, Request};
+
+use crate::{Flow, Now, Shared, WorkerStats};
+
+/// The memcached version ringstore answers as (`version`, `stats version`): clients pick
+/// features (meta commands) by it.
+pub const COMPAT_VERSION: &str = "1.6.18";
+
+/// Capacity kept by an idle session's buffer; a connection that once sent a large value
+/// gives the memory back.
+const RETAINED_CAPACITY: usize = 16 * 1024;
+
+/// Everything a command needs while it runs.
+pub(crate) struct Ctx<'s> {
+    pub shared: &'s Shared,
+    pub stats: &'s WorkerStats,
+    pub now: Now,
+}
+
+/// One memcache connection's protocol state. Sans-IO.
+#[derive(Debug)]
+pub struct MemcacheSession {
+    worker: usize,
+    /// Unconsumed input: an incomplete request, or what was left at the high-water mark.
+    pending: Vec<u8>,
+    /// Bytes of a refused data block still to discard (memcached's `conn_swallow`).
+    swallow: usize,
+}
+
+impl MemcacheSession {
+    pub fn new(worker: usize) -> MemcacheSession {
+        MemcacheSession {
+            worker,
+            pending: Vec::new(),
+            swallow: 0,
+        }
+    }
+
+    /// See [`crate::Session::on_bytes`].
+    pub fn on_bytes(&mut self, input: &[u8], now: Now, shared: &Shared, out: &mut Vec<u8>) -> Flow {
+        let stats = shared.stats(self.worker);
+        stats.bytes_read.add(input.len() as u64);
+        let out_start = out.len();
+        let ctx = Ctx { shared, stats, now };
+        let flow = if self.pending.is_empty() {
+            let (used, flow) = self.run(input, &ctx, out);
+            if flow != Flow::Close {
+                self.pending.extend_from_slice(&input[used..]);
+            }
+            flow
+        } else {
+            let mut buf = std::mem::take(&mut self.pending);
+            buf.extend_from_slice(input);
+            let (used, flow) = self.run(&buf, &ctx, out);
+            buf.drain(..used);
+            self.pending = buf;
+            flow
+        };
+        if flow == Flow::Close
+            || (self.pending.is_empty() && self.pending.capacity() > RETAINED_CAPACITY)
+        {
+            self.pending = Vec::new();
+        }
+        stats.bytes_written.add((out.len() - out_start) as u64);
+        flow
+    }
+
+    /// True while part of a request is buffered or a refused value is being swallowed.
+    pub fn has_partial_request(&self) -> bool {
+        !self.pending.is_empty() || self.swallow > 0
+    }
+
+    /// Parses and executes requests from `buf`; returns the bytes used and the next step.
+    fn run(&mut self, buf: &[u8], ctx: &Ctx<'_>, out: &mut Vec<u8>) -> (usize, Flow) {
+        let limits = Limits {
+            item_size_max: ctx.shared.config.item_size_max,
+            max_line: ctx.shared.config.max_line,
+        };
+        let high_water = ctx.shared.config.out_high_water;
+        let mut pos = 0;
+        loop {
+            if self.swallow > 0 {
+                let n = self.swallow.min(buf.len() - pos);
+                pos += n;
+                self.swallow -= n;
+                if self.swallow > 0 {
+                    return (pos, Flow::Continue);
+                }
+            }
+            if pos == buf.len() {
+                return (pos, Flow::Continue);
+            }
+            if out.len() > high_water {
+                return (pos, Flow::Drain);
+            }
+            match parse(&buf[pos..], &limits) {
+                Parse::Incomplete => return (pos, Flow::Continue),
+                Parse::Close { reply: line } => {
+                    if let Some(line) = line {
+                        reply::line(out, line);
+                    }
+                    return (buf.len(), Flow::Close);
+                }
+                Parse::Done { request, consumed } => {
+                    pos += consumed;
+                    if self.execute(request, ctx, out) == Flow::Close {
+                        return (buf.len(), Flow::Close);
+                    }
+                }
+            }
+        }
+    }
+
+    fn execute(&mut self, request: Request<'_>, ctx: &Ctx<'_>, out: &mut Vec<u8>) -> Flow {
+        match request {
+            Request::Get(g) => get::get(ctx, out, g),
+            Request::Store(s) => storage::store(ctx, out, &s),
+            Request::TooLarge {
+                key,
+                remove_old,
+                noreply,
+                swallow,
+            } => {
+                storage::too_large(ctx, out, key, remove_old, noreply);
+                self.swallow = swallow;
+            }
+            Request::Arith {
+                incr,
+                key,
+                delta,
+                noreply,
+            } => arith::arith(ctx, out, incr, key, delta, noreply),
+            Request::Delete { key, noreply } => admin::delete(ctx, out, key, noreply),
+            Request::Touch {
+                key,
+                exptime,
+                noreply,
+            } => admin::touch(ctx, out, key, exptime, noreply),
+            Request::FlushAll { delay, noreply } => admin::flush_all(ctx, out, delay, noreply),
+            Request::Stats(s) => stats::stats(ctx, out, s),
+            Request::Version => {
+                out.extend_from_slice(b"VERSION ");
+                reply::line(out, COMPAT_VERSION);
+            }
+            Request::Verbosity { noreply } => {
+                if !noreply {
+                    reply::line(out, "OK");
+                }
+            }
+            Request::Quit => return Flow::Close,
+            Request::MetaGet(m) => meta::mg(ctx, out, &m),
+            Request::MetaSet(m) => meta::ms(ctx, out, &m),
+            Request::MetaDelete(m) => meta::md(ctx, out, &m),
+            Request::MetaArith(m) => meta::ma(ctx, out, &m),
+            Request::MetaNoop => reply::line(out, "MN"),
+            Request::MetaDebug { key } => meta::me(ctx, out, &key),
+            Request::Reply {
+                line,
+                noreply,
+                swallow,
+            } => {
+                if !noreply {
+                    reply::line(out, line);
+                }
+                self.swallow = swallow;
+            }
+        }
+        Flow::Continue
+    }
+}

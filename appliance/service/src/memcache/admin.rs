@@ -1,0 +1,76 @@
+//! delete, touch, flush_all.
+
+use ringstore_proto::memcache::reply;
+use ringstore_store::{ReadOpts, Write};
+
+use super::expiry::{expiry, Expiry};
+use super::Ctx;
+
+pub(crate) fn delete(ctx: &Ctx<'_>, out: &mut Vec<u8>, key: &[u8], noreply: bool) {
+    let deleted = ctx
+        .shared
+        .store
+        .update(key, ctx.now.store, |item| match item {
+            Some(_) => (Write::Delete, true),
+            None => (Write::Nothing, false),
+        })
+        .map(|d| d.result)
+        .unwrap_or(false);
+    if deleted {
+        ctx.stats.delete_hits.inc();
+    } else {
+        ctx.stats.delete_misses.inc();
+    }
+    if !noreply {
+        reply::line(out, if deleted { "DELETED" } else { "NOT_FOUND" });
+    }
+}
+
+pub(crate) fn touch(ctx: &Ctx<'_>, out: &mut Vec<u8>, key: &[u8], exptime: i32, noreply: bool) {
+    let store = &ctx.shared.store;
+    let now = ctx.now.store;
+    let found = match expiry(i64::from(exptime), ctx.now) {
+        Expiry::At(t) => store.get(
+            key,
+            now,
+            ReadOpts {
+                mark_access: false,
+                touch: Some(t),
+            },
+            |item| item.is_some(),
+        ),
+        Expiry::Expired => store
+            .update(key, now, |item| match item {
+                Some(_) => (Write::Delete, true),
+                None => (Write::Nothing, false),
+            })
+            .map(|d| d.result)
+            .unwrap_or(false),
+    };
+    ctx.stats.cmd_touch.inc();
+    if found {
+        ctx.stats.touch_hits.inc();
+    } else {
+        ctx.stats.touch_misses.inc();
+    }
+    if !noreply {
+        reply::line(out, if found { "TOUCHED" } else { "NOT_FOUND" });
+    }
+}
+
+pub(crate) fn flush_all(ctx: &Ctx<'_>, out: &mut Vec<u8>, delay: i32, noreply: bool) {
+    ctx.stats.cmd_flush.inc();
+    let now = ctx.now.store;
+    let at = if delay > 0 {
+        match expiry(i64::from(delay), ctx.now) {
+            Expiry::At(t) => t,
+            Expiry::Expired => now,
+        }
+    } else {
+        now
+    };
+    ctx.shared.store.flush_all(now, at);
+    if !noreply {
+        reply::line(out, "OK");
+    }
+}

@@ -1,0 +1,120 @@
+//! `stats` and its subcommands: memcached's names, plus the topology ringstore runs on.
+
+use ringstore_proto::memcache::misc::StatsRequest;
+use ringstore_proto::memcache::reply::{self, stat, stat_str};
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::{Ctx, COMPAT_VERSION};
+
+pub(crate) fn stats(ctx: &Ctx<'_>, out: &mut Vec<u8>, req: StatsRequest) {
+    match req {
+        StatsRequest::General => general(ctx, out),
+        StatsRequest::Reset => {
+            ctx.shared.reset_stats();
+            reply::line(out, "RESET");
+            return;
+        }
+        StatsRequest::Settings => settings(ctx, out),
+        StatsRequest::Items => {
+            let s = ctx.shared.store.stats();
+            if s.curr_items > 0 {
+                stat(out, "items:1:number", s.curr_items);
+                stat(out, "items:1:evicted", s.evictions);
+                stat(out, "items:1:reclaimed", s.reclaimed);
+                stat(out, "items:1:expired_unfetched", s.expired_unfetched);
+                stat(out, "items:1:evicted_unfetched", s.evicted_unfetched);
+            }
+        }
+        StatsRequest::Slabs => {
+            let s = ctx.shared.store.stats();
+            stat(out, "active_slabs", u64::from(s.curr_items > 0));
+            stat(out, "total_malloced", s.arena_bytes);
+        }
+        StatsRequest::Sizes => stat_str(out, "sizes_status", "disabled"),
+        StatsRequest::Conns | StatsRequest::Empty => {}
+    }
+    reply::line(out, "END");
+}
+
+fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
+    let shared = ctx.shared;
+    let t = shared.totals();
+    let store = shared.store.stats();
+    stat(out, "pid", u64::from(shared.pid()));
+    stat(
+        out,
+        "uptime",
+        ctx.now.unix.saturating_sub(shared.unix_start()),
+    );
+    stat(out, "time", ctx.now.unix);
+    stat_str(out, "version", COMPAT_VERSION);
+    stat_str(out, "ringstore_version", env!("CARGO_PKG_VERSION"));
+    stat(out, "pointer_size", usize::BITS.into());
+    stat(out, "max_connections", shared.config.max_conns as u64);
+    stat(out, "curr_connections", shared.curr_connections());
+    stat(out, "total_connections", t.conns_opened);
+    stat(out, "rejected_connections", shared.rejected_connections());
+    stat(out, "cmd_get", t.cmd_get);
+    stat(out, "cmd_set", t.cmd_set);
+    stat(out, "cmd_flush", t.cmd_flush);
+    stat(out, "cmd_touch", t.cmd_touch);
+    stat(out, "get_hits", t.get_hits);
+    stat(out, "get_misses", t.get_misses);
+    stat(out, "get_expired", t.get_expired);
+    stat(out, "get_flushed", t.get_flushed);
+    stat(out, "delete_misses", t.delete_misses);
+    stat(out, "delete_hits", t.delete_hits);
+    stat(out, "incr_misses", t.incr_misses);
+    stat(out, "incr_hits", t.incr_hits);
+    stat(out, "decr_misses", t.decr_misses);
+    stat(out, "decr_hits", t.decr_hits);
+    stat(out, "cas_misses", t.cas_misses);
+    stat(out, "cas_hits", t.cas_hits);
+    stat(out, "cas_badval", t.cas_badval);
+    stat(out, "touch_hits", t.touch_hits);
+    stat(out, "touch_misses", t.touch_misses);
+    stat(out, "bytes_read", t.bytes_read);
+    stat(out, "bytes_written", t.bytes_written);
+    stat(out, "limit_maxbytes", store.limit_maxbytes);
+    stat(out, "threads", shared.workers() as u64);
+    stat(out, "bytes", store.bytes);
+    stat(out, "curr_items", store.curr_items);
+    stat(out, "total_items", store.total_items);
+    stat(out, "expired_unfetched", store.expired_unfetched);
+    stat(out, "evicted_unfetched", store.evicted_unfetched);
+    stat(out, "evictions", store.evictions);
+    stat(out, "reclaimed", store.reclaimed);
+    stat(out, "http_requests", t.http_requests);
+    stat(out, "http_responses_4xx", t.http_responses_4xx);
+    stat(out, "http_responses_5xx", t.http_responses_5xx);
+    stat(out, "numa_node", u64::from(shared.topology.numa_node));
+    out.extend_from_slice(b"STAT worker_cpus ");
+    for (i, cpu) in shared.topology.worker_cpus.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        reply::push_u64(out, *cpu as u64);
+    }
+    out.extend_from_slice(b"\r\n");
+    stat(out, "hugepage_bytes", store.hugepage_bytes);
+    stat(out, "arena_bytes", store.arena_bytes);
+    stat_str(
+        out,
+        "worker_capeff",
+        &format!("{:016x}", shared.worker_capeff.load(Relaxed)),
+    );
+}
+
+fn settings(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
+    let shared = ctx.shared;
+    let store = shared.store.stats();
+    stat(out, "maxbytes", store.limit_maxbytes);
+    stat(out, "maxconns", shared.config.max_conns as u64);
+    stat(out, "verbosity", 0);
+    stat_str(out, "evictions", "on");
+    stat(out, "num_threads", shared.workers() as u64);
+    stat_str(out, "cas_enabled", "yes");
+    stat_str(out, "binding_protocol", "ascii");
+    stat(out, "item_size_max", shared.config.item_size_max as u64);
+    stat_str(out, "flush_enabled", "yes");
+}

@@ -1,0 +1,130 @@
+//! Per-worker counters: one cache-line padded slot per worker, written only by its owner.
+//!
+//! An increment is a relaxed load and store (no locked read-modify-write): the owning
+//! worker is the only writer, readers (`stats`) tolerate a value that is a moment old.
+//! If another thread ever wrote the same slot, counts could be lost, never corrupted.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// One counter of a [`WorkerStats`] slot.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds one (owner thread only).
+    #[inline]
+    pub fn inc(&self) {
+        self.add(1);
+    }
+
+    /// Adds `n` (owner thread only).
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// The counters of one worker. Padded to two cache lines' alignment so neighbouring
+        /// workers never share a line.
+        #[derive(Debug, Default)]
+        #[repr(align(128))]
+        pub struct WorkerStats {
+            $($(#[$doc])* pub $name: Counter,)*
+        }
+
+        /// Counters summed over every worker.
+        #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+        pub struct StatsTotals {
+            $($(#[$doc])* pub $name: u64,)*
+            /// Connections refused at the limit (from [`crate::Shared::conn_refused`]).
+            pub rejected_connections: u64,
+        }
+
+        impl StatsTotals {
+            pub(crate) fn add(&mut self, s: &WorkerStats) {
+                $(self.$name = self.$name.wrapping_add(s.$name.get());)*
+            }
+
+            pub(crate) fn since(&self, base: &StatsTotals) -> StatsTotals {
+                StatsTotals {
+                    $($name: self.$name.wrapping_sub(base.$name),)*
+                    rejected_connections: self.rejected_connections.wrapping_sub(base.rejected_connections),
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Connections accepted (memcached `total_connections`).
+    conns_opened,
+    /// Connections closed.
+    conns_closed,
+    /// Keys looked up by get/gets/mg (memcached `cmd_get`).
+    cmd_get,
+    /// Storage commands (set/add/replace/append/prepend/cas/ms).
+    cmd_set,
+    /// `flush_all` commands.
+    cmd_flush,
+    /// touch/gat/gats keys and mg with T.
+    cmd_touch,
+    get_hits,
+    get_misses,
+    /// Misses because the item had expired (the store reports these as plain misses).
+    get_expired,
+    /// Misses because of flush_all (the store reports these as plain misses).
+    get_flushed,
+    delete_misses,
+    delete_hits,
+    incr_misses,
+    incr_hits,
+    decr_misses,
+    decr_hits,
+    cas_misses,
+    cas_hits,
+    cas_badval,
+    touch_hits,
+    touch_misses,
+    /// Bytes received from clients (both protocols).
+    bytes_read,
+    /// Bytes of replies produced (both protocols).
+    bytes_written,
+    /// HTTP requests answered.
+    http_requests,
+    /// HTTP responses with a 4xx status.
+    http_responses_4xx,
+    /// HTTP responses with a 5xx status.
+    http_responses_5xx,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_padded_and_sum() {
+        assert!(std::mem::align_of::<WorkerStats>() >= 128);
+        let a = WorkerStats::default();
+        let b = WorkerStats::default();
+        a.cmd_get.inc();
+        a.cmd_get.add(4);
+        b.cmd_get.inc();
+        let mut t = StatsTotals::default();
+        t.add(&a);
+        t.add(&b);
+        assert_eq!(t.cmd_get, 6);
+        let base = t;
+        a.cmd_get.inc();
+        let mut t2 = StatsTotals::default();
+        t2.add(&a);
+        t2.add(&b);
+        assert_eq!(t2.since(&base).cmd_get, 1);
+    }
+}
