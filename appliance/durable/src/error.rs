@@ -1,0 +1,80 @@
+//! The typed errors of the data device; the server maps them to protocol replies.
+use std::io;
+
+/// Everything that can go wrong on the data device. None of these panic the caller.
+#[derive(Debug, thiserror::Error)]
+pub enum DurableError {
+    /// The device (or the writer's region) has no free segment left for this write.
+    /// memcache: `SERVER_ERROR out of memory storing object`; HTTP: 507.
+    #[error("data device is full")]
+    NoSpace,
+    /// Too many writes are waiting for their flush; the caller should retry after acks drain.
+    #[error("too many writes waiting for durability (limit {limit})")]
+    Backpressure {
+        /// The configured limit that was hit.
+        limit: usize,
+    },
+    /// A key or value does not fit the record format or a segment.
+    #[error("record too large: {len} bytes (limit {limit})")]
+    TooLarge {
+        /// Size of the rejected record or key.
+        len: usize,
+        /// The limit it exceeded.
+        limit: usize,
+    },
+    /// The device I/O failed for this request (EIO, short write, failed flush).
+    #[error("data device I/O error at offset {offset}: {kind}")]
+    Io {
+        /// Device offset of the failed operation.
+        offset: u64,
+        /// What the OS reported.
+        kind: io::ErrorKind,
+    },
+    /// The device carries another filesystem or partition table; refused unless `force`.
+    #[error("refusing to format: device carries a {0} signature (use force to overwrite)")]
+    ForeignSignature(&'static str),
+    /// The device holds data that is neither blank nor a ringstore superblock.
+    #[error("refusing to format: device is not blank and has no ringstore superblock (use force to overwrite)")]
+    NotBlank,
+    /// The device was formatted by another format version.
+    #[error("data device format version {found} is not supported (this build reads {supported}); use force to reformat")]
+    Version {
+        /// Version found on the device.
+        found: u32,
+        /// Version this build writes.
+        supported: u32,
+    },
+    /// The superblock is damaged (bad checksum or impossible geometry).
+    #[error("data device superblock is corrupt: {0}")]
+    CorruptSuperblock(&'static str),
+    /// The device is too small for the requested geometry.
+    #[error("data device too small: {len} bytes, need at least {need}")]
+    TooSmall {
+        /// Device length.
+        len: u64,
+        /// Minimum length for the geometry.
+        need: u64,
+    },
+    /// A completion arrived for an operation the state machine does not have in flight.
+    #[error("completion for unknown operation id {0}")]
+    UnexpectedCompletion(u64),
+    /// A record read back from the device failed its checksum.
+    #[error("data device record at offset {offset} is corrupt")]
+    Corrupt {
+        /// Device offset of the record.
+        offset: u64,
+    },
+    /// The caller passed an out-of-range region number.
+    #[error("no region {0}")]
+    NoRegion(usize),
+}
+
+impl DurableError {
+    /// Build an [`DurableError::Io`] from a std error at a device offset.
+    pub fn io(offset: u64, err: &io::Error) -> Self {
+        DurableError::Io {
+            offset,
+            kind: err.kind(),
+        }
+    }
+}

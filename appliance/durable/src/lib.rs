@@ -1,0 +1,42 @@
+//! The data device: acknowledged writes survive crashes and reboots.
+//!
+//! Layout and protocol are specified in `docs/adr/0010-data-device-format.md`. In short: a
+//! superblock, a checkpoint area, then one region per worker, each cut into segments that hold
+//! an append-only log of crc32c-chained records. Writes are group-committed: one block-aligned
+//! write and one flush per batch, and a write is acknowledged only after the flush covering it
+//! (and every earlier batch of its log) completed.
+//!
+//! The pieces, from the bottom:
+//! - [`BlockDevice`]: the storage seam; [`FileDevice`] (pread/pwrite/fdatasync) and
+//!   [`sim::SimDevice`] (crashes, torn writes, injected EIO) implement it.
+//! - [`GroupCommit`]: the sans-IO batching state machine (actions out, completions in).
+//! - [`RegionLog`]: one worker's log; encodes records and allocates segments; sans-IO.
+//! - [`Index`]: key → newest record, live bytes per segment, tombstone bookkeeping.
+//! - [`Durable`]: opens (formats, refuses foreign signatures, recovers from a checkpoint or a
+//!   parallel scan), drives the logs synchronously through a [`BlockDevice`], compacts, and
+//!   writes the checkpoint at [`Durable::shutdown`]. The io_uring runtime drives
+//!   [`RegionLog`] itself and shares the rest.
+#![forbid(unsafe_code)]
+
+mod checkpoint;
+mod compaction;
+mod device;
+mod engine;
+mod error;
+pub mod group_commit;
+mod index;
+pub mod record;
+mod recovery;
+mod region;
+mod segment;
+pub mod sim;
+pub mod superblock;
+
+pub use compaction::{CompactReport, SpaceUsage, SPACE_FACTOR};
+pub use device::{BlockDevice, FileDevice};
+pub use engine::{Ack, Durable, Item, OpenReport, Options};
+pub use error::DurableError;
+pub use group_commit::{Action, Completion, GroupCommit, Limits, OpId};
+pub use index::{Entry, Index, Loc};
+pub use record::{RecordKind, RecordMeta};
+pub use region::{Purpose, RegionLog, SegState, Staged, COMPACTION_RESERVE};

@@ -1,0 +1,375 @@
+//! One region's append-only log (one per worker): segment allocation within the region,
+//! record encoding with the crc chain, and the region's group commit. Sans-IO: the caller
+//! executes the emitted actions and reports completions.
+use crate::error::DurableError;
+use crate::group_commit::{Action, Completion, GroupCommit, Limits, OpId};
+use crate::index::Loc;
+use crate::record::{encode_into, encoded_len, RecordMeta, KEY_LEN_MAX};
+use crate::segment::SegmentHeader;
+use crate::superblock::Geometry;
+
+/// Free segments a region keeps back from client writes so compaction can always make progress.
+pub const COMPACTION_RESERVE: u32 = 1;
+
+/// Lifecycle of a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegState {
+    /// Header erased; may be opened.
+    Free,
+    /// Receiving appends.
+    Active,
+    /// Full or closed; only compaction changes it.
+    Sealed,
+}
+
+/// Why a record was staged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Purpose<T> {
+    /// A client write; the token is released when it is durable.
+    Client(T),
+    /// Compaction copying the live record that was at this location.
+    Relocate(Loc),
+}
+
+/// A staged record travelling through group commit; returned in completions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Staged<T> {
+    /// The key.
+    pub key: Box<[u8]>,
+    /// Its header fields.
+    pub meta: RecordMeta,
+    /// Where it will be.
+    pub loc: Loc,
+    /// Value length.
+    pub value_len: u32,
+    /// crc it chains after.
+    pub seed: u32,
+    /// Client write or compaction copy.
+    pub purpose: Purpose<T>,
+}
+
+/// The log of one region.
+#[derive(Debug)]
+pub struct RegionLog<T> {
+    region: u32,
+    geo: Geometry,
+    uuid: [u8; 16],
+    states: Vec<SegState>,
+    open_seqs: Vec<u64>,
+    next_open_seq: u64,
+    active: Option<u32>,
+    chain: u32,
+    commit: GroupCommit<Staged<T>>,
+    scratch: Vec<u8>,
+}
+
+impl<T> RegionLog<T> {
+    /// A region whose segments are in `states` (all `Free` or `Sealed`; new writes open a fresh segment).
+    pub fn new(
+        region: u32,
+        geo: Geometry,
+        uuid: [u8; 16],
+        limits: Limits,
+        states: Vec<(SegState, u64)>,
+        next_open_seq: u64,
+    ) -> Self {
+        let (states, open_seqs) = states.into_iter().unzip();
+        RegionLog {
+            region,
+            geo,
+            uuid,
+            states,
+            open_seqs,
+            next_open_seq,
+            active: None,
+            chain: 0,
+            commit: GroupCommit::new(limits, geo.block_size, 0),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Continue appending to `segment` at `tail` (bytes into the segment, block-aligned) after `chain`.
+    /// Only valid for a tail known to be clean (a checkpoint written at shutdown).
+    pub fn resume(&mut self, segment: u32, tail: u64, chain: u32) {
+        if let Some(s) = self.states.get_mut(segment as usize) {
+            *s = SegState::Active;
+            self.active = Some(segment);
+            self.chain = chain;
+            self.commit
+                .relocate(self.geo.segment_offset(self.region, segment) + tail);
+        }
+    }
+
+    /// This region's number.
+    pub fn region(&self) -> u32 {
+        self.region
+    }
+
+    /// State and open sequence of every segment.
+    pub fn segments(&self) -> impl Iterator<Item = (u32, SegState, u64)> + '_ {
+        self.states
+            .iter()
+            .zip(&self.open_seqs)
+            .enumerate()
+            .map(|(i, (s, o))| (i as u32, *s, *o))
+    }
+
+    /// Next open sequence (for checkpoints).
+    pub fn next_open_seq(&self) -> u64 {
+        self.next_open_seq
+    }
+
+    /// Segments not in use.
+    pub fn free_count(&self) -> u32 {
+        self.states.iter().filter(|s| **s == SegState::Free).count() as u32
+    }
+
+    /// True when no write is queued or in flight.
+    pub fn is_idle(&self) -> bool {
+        self.commit.is_idle()
+    }
+
+    /// Writes accepted and not yet acked or failed.
+    pub fn pending_writes(&self) -> usize {
+        self.commit.pending_writes()
+    }
+
+    /// Active segment, bytes used in it, and the chain crc (meaningful when idle).
+    pub fn tail(&self) -> Option<(u32, u64, u32)> {
+        let seg = self.active?;
+        let start = self.geo.segment_offset(self.region, seg);
+        Some((seg, self.commit.place(0) - start, self.chain))
+    }
+
+    /// Largest key + value a single record can hold in this geometry.
+    pub fn max_record_len(&self) -> usize {
+        (self.geo.segment_size - u64::from(self.geo.block_size)) as usize
+    }
+
+    /// Encode and queue one record. `use_reserve` lets compaction take the last free segment.
+    pub fn stage(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        meta: RecordMeta,
+        purpose: Purpose<T>,
+        use_reserve: bool,
+    ) -> Result<Loc, DurableError> {
+        if key.len() > KEY_LEN_MAX {
+            return Err(DurableError::TooLarge {
+                len: key.len(),
+                limit: KEY_LEN_MAX,
+            });
+        }
+        let len = encoded_len(key.len(), value.len());
+        if len > self.max_record_len() {
+            return Err(DurableError::TooLarge {
+                len,
+                limit: self.max_record_len(),
+            });
+        }
+        if matches!(purpose, Purpose::Client(_)) {
+            self.commit.check_room()?;
+        }
+        if self.commit.is_broken() {
+            // The tail of the active segment is unknown after an I/O error: never append there again.
+            self.seal_active();
+        }
+        let fits = self.active.is_some_and(|seg| {
+            let end = self.geo.segment_offset(self.region, seg) + self.geo.segment_size;
+            self.commit.place(len) + len as u64 <= end
+        });
+        if !fits {
+            self.open_segment(use_reserve)?;
+        }
+        let seg = self.active.ok_or(DurableError::NoSpace)?;
+        self.scratch.clear();
+        let seed = self.chain;
+        let crc = encode_into(&mut self.scratch, seed, &meta, key, value);
+        let start = self.geo.segment_offset(self.region, seg);
+        let at = self.commit.place(len);
+        let loc = Loc {
+            region: self.region,
+            segment: seg,
+            offset: (at - start) as u32,
+            len: len as u32,
+        };
+        let staged = Staged {
+            key: key.into(),
+            meta,
+            loc,
+            value_len: value.len() as u32,
+            seed,
+            purpose,
+        };
+        let got = self.commit.push(Some(staged), &self.scratch)?;
+        debug_assert_eq!(got, at);
+        self.chain = crc;
+        Ok(loc)
+    }
+
+    fn seal_active(&mut self) {
+        if let Some(seg) = self.active.take() {
+            self.states[seg as usize] = SegState::Sealed;
+        }
+    }
+
+    fn open_segment(&mut self, use_reserve: bool) -> Result<(), DurableError> {
+        let free = self.free_count();
+        if free == 0 || (!use_reserve && free <= COMPACTION_RESERVE) {
+            return Err(DurableError::NoSpace);
+        }
+        let seg = self
+            .states
+            .iter()
+            .position(|s| *s == SegState::Free)
+            .ok_or(DurableError::NoSpace)? as u32;
+        self.seal_active();
+        let open_seq = self.next_open_seq;
+        self.next_open_seq += 1;
+        let header = SegmentHeader {
+            uuid: self.uuid,
+            region: self.region,
+            segment: seg,
+            open_seq,
+        };
+        let (bytes, crc) = header.encode(self.geo.block_size as usize);
+        self.commit
+            .relocate(self.geo.segment_offset(self.region, seg));
+        self.commit.push(None, &bytes)?;
+        self.states[seg as usize] = SegState::Active;
+        self.open_seqs[seg as usize] = open_seq;
+        self.active = Some(seg);
+        self.chain = crc;
+        Ok(())
+    }
+
+    /// Close the active segment (it becomes a compaction candidate).
+    pub fn seal(&mut self) {
+        self.seal_active();
+    }
+
+    /// The write that frees `seg`: a zeroed header block at its start.
+    pub fn erase_write(&self, seg: u32) -> (u64, Vec<u8>) {
+        (
+            self.geo.segment_offset(self.region, seg),
+            vec![0; self.geo.block_size as usize],
+        )
+    }
+
+    /// Mark `seg` free. Call only after its erase write has been flushed.
+    pub fn mark_free(&mut self, seg: u32) {
+        if let Some(s) = self.states.get_mut(seg as usize) {
+            if *s == SegState::Sealed {
+                *s = SegState::Free;
+            }
+        }
+    }
+
+    /// Next I/O to submit.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.commit.poll_action()
+    }
+
+    /// Completion of a write.
+    pub fn on_write_complete(
+        &mut self,
+        id: OpId,
+        ok: bool,
+    ) -> Result<Completion<Staged<T>>, DurableError> {
+        self.commit.on_write_complete(id, ok)
+    }
+
+    /// Completion of a flush.
+    pub fn on_flush_complete(
+        &mut self,
+        id: OpId,
+        ok: bool,
+    ) -> Result<Completion<Staged<T>>, DurableError> {
+        self.commit.on_flush_complete(id, ok)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::RecordKind;
+
+    fn log() -> RegionLog<u32> {
+        let geo = Geometry::plan(1 << 20, 1, 8192, 512, 0).unwrap();
+        let n = geo.segments_per_region as usize;
+        RegionLog::new(
+            0,
+            geo,
+            [1; 16],
+            Limits::default(),
+            vec![(SegState::Free, 0); n],
+            1,
+        )
+    }
+
+    fn meta(seq: u64) -> RecordMeta {
+        RecordMeta {
+            kind: RecordKind::Value,
+            flags: 0,
+            exptime: 0,
+            cas: seq,
+            seq,
+        }
+    }
+
+    #[test]
+    fn first_write_opens_a_segment_and_records_follow_its_header() {
+        let mut l = log();
+        let loc = l
+            .stage(b"k", b"v", meta(1), Purpose::Client(1), false)
+            .unwrap();
+        assert_eq!((loc.segment, loc.offset), (0, 512));
+        let loc2 = l
+            .stage(b"k2", b"v", meta(2), Purpose::Client(2), false)
+            .unwrap();
+        assert_eq!(loc2.offset, 512 + loc.len);
+        let Some(Action::WriteBatch { offset, bytes, .. }) = l.poll_action() else {
+            panic!()
+        };
+        assert_eq!(offset % 512, 0);
+        assert_eq!(bytes.len(), 1024);
+        assert!(SegmentHeader::decode(&bytes).is_some());
+    }
+
+    #[test]
+    fn full_segment_rolls_over_and_reserve_is_kept() {
+        let mut l = log();
+        let total = l.free_count();
+        let value = vec![7u8; 3000];
+        let mut segs = std::collections::BTreeSet::new();
+        let mut n = 0;
+        let err = loop {
+            match l.stage(b"k", &value, meta(n), Purpose::Client(n as u32), false) {
+                Ok(loc) => segs.insert(loc.segment),
+                Err(e) => break e,
+            };
+            n += 1;
+        };
+        assert!(matches!(err, DurableError::NoSpace));
+        assert_eq!(segs.len() as u32, total - COMPACTION_RESERVE);
+        assert!(l
+            .stage(
+                b"k",
+                &value,
+                meta(n),
+                Purpose::Relocate(Loc {
+                    region: 0,
+                    segment: 0,
+                    offset: 0,
+                    len: 0
+                }),
+                true
+            )
+            .is_ok());
+        assert!(matches!(
+            l.stage(b"k", &vec![0; 9000], meta(n), Purpose::Client(0), true),
+            Err(DurableError::TooLarge { .. })
+        ));
+    }
+}

@@ -1,0 +1,338 @@
+//! The superblock at offset 0: magic, format version, device uuid, geometry and checksum;
+//! plus detection of blank devices and of other filesystems' signatures.
+use crate::error::DurableError;
+
+/// Magic at offset 0 of a ringstore data device.
+pub const MAGIC: &[u8; 8] = b"RINGSTOR";
+/// The on-disk format version this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// Bytes reserved for the superblock at the start of the device.
+pub const SUPERBLOCK_LEN: u64 = 4096;
+/// Bytes of the device examined for foreign signatures (covers btrfs at 65600).
+pub const PROBE_LEN: usize = 65_600 + 8;
+/// Superblock bytes covered by its checksum (the crc follows them).
+const BODY_LEN: usize = 80;
+
+/// How the device is cut up. Stored in the superblock; every field is fixed at format time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Alignment of every write, in bytes (512 or 4096).
+    pub block_size: u32,
+    /// Number of regions (one per writer/worker).
+    pub regions: u32,
+    /// Segments in each region.
+    pub segments_per_region: u32,
+    /// Bytes per segment (first block is the segment header).
+    pub segment_size: u64,
+    /// Start of the checkpoint area.
+    pub checkpoint_offset: u64,
+    /// Length of the checkpoint area (header block + body).
+    pub checkpoint_len: u64,
+    /// Start of region 0.
+    pub data_offset: u64,
+}
+
+impl Geometry {
+    /// Lay out a device of `len` bytes. `checkpoint_len` 0 means "choose" (1/8 of the device, at least 64 KiB).
+    pub fn plan(
+        len: u64,
+        regions: u32,
+        segment_size: u64,
+        block_size: u32,
+        checkpoint_len: u64,
+    ) -> Result<Geometry, DurableError> {
+        if !(block_size == 512 || block_size == 4096) {
+            return Err(DurableError::CorruptSuperblock(
+                "block size must be 512 or 4096",
+            ));
+        }
+        let bs = u64::from(block_size);
+        if regions == 0
+            || segment_size < 4 * bs
+            || !segment_size.is_multiple_of(bs)
+            || segment_size > u64::from(u32::MAX)
+        {
+            return Err(DurableError::CorruptSuperblock(
+                "impossible region/segment geometry",
+            ));
+        }
+        let ckpt = if checkpoint_len == 0 {
+            (len / 8).max(64 * 1024)
+        } else {
+            checkpoint_len
+        };
+        let ckpt = round_up(ckpt, 4096);
+        let data_offset = SUPERBLOCK_LEN + ckpt;
+        let per_region = len.saturating_sub(data_offset) / u64::from(regions) / segment_size;
+        // Each region needs an active segment, a compaction reserve and something to compact.
+        if per_region < 3 {
+            let need = data_offset + u64::from(regions) * 3 * segment_size;
+            return Err(DurableError::TooSmall { len, need });
+        }
+        Ok(Geometry {
+            block_size,
+            regions,
+            segments_per_region: u32::try_from(per_region).unwrap_or(u32::MAX),
+            segment_size,
+            checkpoint_offset: SUPERBLOCK_LEN,
+            checkpoint_len: ckpt,
+            data_offset,
+        })
+    }
+
+    /// Device offset of segment `seg` of region `region`.
+    pub fn segment_offset(&self, region: u32, seg: u32) -> u64 {
+        self.data_offset
+            + (u64::from(region) * u64::from(self.segments_per_region) + u64::from(seg))
+                * self.segment_size
+    }
+
+    /// Total bytes of all regions.
+    pub fn data_len(&self) -> u64 {
+        u64::from(self.regions) * u64::from(self.segments_per_region) * self.segment_size
+    }
+}
+
+/// Round `v` up to a multiple of `to` (a power of two or any nonzero).
+pub fn round_up(v: u64, to: u64) -> u64 {
+    v.div_ceil(to) * to
+}
+
+/// The decoded superblock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Superblock {
+    /// Random id chosen at format; segment headers and checkpoints carry it.
+    pub uuid: [u8; 16],
+    /// Device length at format time.
+    pub device_len: u64,
+    /// The layout.
+    pub geometry: Geometry,
+}
+
+impl Superblock {
+    /// Encode into a [`SUPERBLOCK_LEN`]-byte block.
+    pub fn encode(&self) -> Vec<u8> {
+        let g = &self.geometry;
+        let mut b = vec![0u8; SUPERBLOCK_LEN as usize];
+        b[0..8].copy_from_slice(MAGIC);
+        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&g.block_size.to_le_bytes());
+        b[16..32].copy_from_slice(&self.uuid);
+        b[32..40].copy_from_slice(&self.device_len.to_le_bytes());
+        b[40..48].copy_from_slice(&g.checkpoint_offset.to_le_bytes());
+        b[48..56].copy_from_slice(&g.checkpoint_len.to_le_bytes());
+        b[56..60].copy_from_slice(&g.regions.to_le_bytes());
+        b[60..64].copy_from_slice(&g.segments_per_region.to_le_bytes());
+        b[64..72].copy_from_slice(&g.segment_size.to_le_bytes());
+        b[72..80].copy_from_slice(&g.data_offset.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..BODY_LEN]);
+        b[BODY_LEN..BODY_LEN + 4].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decode a superblock whose magic is present; checks version, checksum and geometry.
+    pub fn decode(b: &[u8], device_len: u64) -> Result<Superblock, DurableError> {
+        if b.len() < BODY_LEN + 4 || &b[0..8] != MAGIC {
+            return Err(DurableError::CorruptSuperblock("missing magic"));
+        }
+        let version = le32(b, 8);
+        if version != FORMAT_VERSION {
+            return Err(DurableError::Version {
+                found: version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        if le32(b, BODY_LEN) != crc32c::crc32c(&b[..BODY_LEN]) {
+            return Err(DurableError::CorruptSuperblock("checksum mismatch"));
+        }
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(&b[16..32]);
+        let geometry = Geometry {
+            block_size: le32(b, 12),
+            checkpoint_offset: le64(b, 40),
+            checkpoint_len: le64(b, 48),
+            regions: le32(b, 56),
+            segments_per_region: le32(b, 60),
+            segment_size: le64(b, 64),
+            data_offset: le64(b, 72),
+        };
+        let sb = Superblock {
+            uuid,
+            device_len: le64(b, 32),
+            geometry,
+        };
+        let g = &sb.geometry;
+        let sane = (g.block_size == 512 || g.block_size == 4096)
+            && g.regions > 0
+            && g.segments_per_region >= 3
+            && g.segment_size >= 4 * u64::from(g.block_size)
+            && g.segment_size.is_multiple_of(u64::from(g.block_size))
+            && g.checkpoint_offset == SUPERBLOCK_LEN
+            && g.data_offset == SUPERBLOCK_LEN + g.checkpoint_len
+            && g.data_offset
+                .checked_add(g.data_len())
+                .is_some_and(|end| end <= device_len);
+        if !sane {
+            return Err(DurableError::CorruptSuperblock(
+                "geometry does not fit the device",
+            ));
+        }
+        Ok(sb)
+    }
+}
+
+/// What the first bytes of a device say it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// All zero and no signature: safe to format.
+    Blank,
+    /// Carries the ringstore magic (decode it to check version and checksum).
+    Ringstore,
+    /// Another filesystem, swap or partition table.
+    Foreign(&'static str),
+    /// Nonzero bytes with no known signature.
+    Unknown,
+}
+
+/// Classify a device from its first [`PROBE_LEN`] bytes (fewer if the device is shorter).
+pub fn probe(head: &[u8]) -> Probe {
+    let at = |off: usize, sig: &[u8]| {
+        head.len() >= off + sig.len() && &head[off..off + sig.len()] == sig
+    };
+    if at(0, MAGIC) {
+        return Probe::Ringstore;
+    }
+    if at(1080, &0xEF53u16.to_le_bytes()) {
+        return Probe::Foreign("ext2/3/4");
+    }
+    if at(0, b"XFSB") {
+        return Probe::Foreign("XFS");
+    }
+    if at(65_600, b"_BHRfS_M") {
+        return Probe::Foreign("btrfs");
+    }
+    if at(4086, b"SWAPSPACE2") || at(4086, b"SWAP-SPACE") {
+        return Probe::Foreign("swap");
+    }
+    if at(512, b"EFI PART") {
+        return Probe::Foreign("GPT");
+    }
+    if at(510, &[0x55, 0xAA]) && (0..4).any(|i| head[446 + i * 16 + 4] != 0) {
+        return Probe::Foreign("MBR partition table");
+    }
+    let first = &head[..head.len().min(SUPERBLOCK_LEN as usize)];
+    if first.iter().all(|&b| b == 0) {
+        Probe::Blank
+    } else {
+        Probe::Unknown
+    }
+}
+
+pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+pub(crate) fn le64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// A fresh random uuid (std's randomly keyed hasher mixed with time and pid; no extra crate needed).
+pub fn new_uuid() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    let mut out = [0u8; 16];
+    for (i, chunk) in out.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_usize(i);
+        h.write_u32(std::process::id());
+        if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            h.write_u128(t.as_nanos());
+        }
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn geo() -> Geometry {
+        Geometry::plan(1 << 20, 2, 64 * 1024, 512, 0).unwrap()
+    }
+
+    #[test]
+    fn superblock_roundtrip_and_corruption() {
+        let sb = Superblock {
+            uuid: new_uuid(),
+            device_len: 1 << 20,
+            geometry: geo(),
+        };
+        let mut b = sb.encode();
+        assert_eq!(Superblock::decode(&b, 1 << 20).unwrap(), sb);
+        assert!(matches!(
+            Superblock::decode(&b, 1 << 19),
+            Err(DurableError::CorruptSuperblock(_))
+        ));
+        b[20] ^= 1;
+        assert!(matches!(
+            Superblock::decode(&b, 1 << 20),
+            Err(DurableError::CorruptSuperblock(_))
+        ));
+        b[8] = 9;
+        assert!(matches!(
+            Superblock::decode(&b, 1 << 20),
+            Err(DurableError::Version { found: 9, .. })
+        ));
+    }
+
+    #[test]
+    fn geometry_fits_and_rejects_tiny_devices() {
+        let g = geo();
+        assert!(g.data_offset + g.data_len() <= 1 << 20);
+        assert_eq!(
+            g.segment_offset(1, 0),
+            g.data_offset + u64::from(g.segments_per_region) * 65536
+        );
+        assert!(matches!(
+            Geometry::plan(100_000, 2, 64 * 1024, 512, 0),
+            Err(DurableError::TooSmall { .. })
+        ));
+    }
+
+    #[test]
+    fn probe_finds_signatures() {
+        let blank = vec![0u8; PROBE_LEN];
+        assert_eq!(probe(&blank), Probe::Blank);
+        let cases: [(usize, &[u8], &str); 7] = [
+            (1080, &[0x53, 0xEF], "ext2/3/4"),
+            (0, b"XFSB", "XFS"),
+            (65_600, b"_BHRfS_M", "btrfs"),
+            (4086, b"SWAPSPACE2", "swap"),
+            (4086, b"SWAP-SPACE", "swap"),
+            (512, b"EFI PART", "GPT"),
+            (510, &[0x55, 0xAA], "MBR partition table"),
+        ];
+        for (off, sig, name) in cases {
+            let mut b = blank.clone();
+            b[off..off + sig.len()].copy_from_slice(sig);
+            if name.starts_with("MBR") {
+                assert_eq!(
+                    probe(&b),
+                    Probe::Unknown,
+                    "boot signature alone is not a partition table"
+                );
+                b[446 + 4] = 0x83;
+            }
+            assert_eq!(probe(&b), Probe::Foreign(name));
+        }
+        let mut junk = blank.clone();
+        junk[100] = 1;
+        assert_eq!(probe(&junk), Probe::Unknown);
+        assert_eq!(probe(&[]), Probe::Blank);
+        assert_eq!(probe(MAGIC), Probe::Ringstore);
+    }
+}
