@@ -205,7 +205,7 @@ impl Config {
                     let expected = keys::find(&key.replace('_', "-")).map(|k| k.expected).unwrap_or("a string or integer");
                     return Err(ConfigError::InvalidValue {
                         key: key.clone(),
-                        value: other.to_string(),
+                        value: format!("{other:?}"),
                         expected: expected.to_string(),
                     });
                 }

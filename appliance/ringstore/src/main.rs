@@ -1,2 +1,126 @@
 //! The `ringstore` binary: dispatches to `serve` (a host process) or `init` (PID 1 of the appliance).
-fn main() {}
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use ringstore_config::{Config, KEYS};
+use ringstore_runtime::{RuntimeError, Server, TerminationSignals};
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn main() -> ExitCode {
+    if std::process::id() == 1 {
+        run_init();
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("serve") => serve(&args[1..]),
+        Some("init") => run_init(),
+        Some("--version" | "-V" | "version") => {
+            println!("ringstore {VERSION}");
+            ExitCode::SUCCESS
+        }
+        Some("help" | "--help" | "-h") => {
+            print!("{}", help());
+            ExitCode::SUCCESS
+        }
+        None => {
+            eprint!("{}", help());
+            ExitCode::from(2)
+        }
+        Some(other) => {
+            eprintln!("ringstore: unknown command {other:?}; try `ringstore help`");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// PID 1 of the appliance; never returns.
+#[cfg(feature = "pid1")]
+fn run_init() -> ! {
+    ringstore_init::run()
+}
+
+#[cfg(not(feature = "pid1"))]
+fn run_init() -> ! {
+    eprintln!("ringstore: this binary was built without PID 1 support (feature `pid1`)");
+    std::process::exit(2)
+}
+
+fn help() -> String {
+    let mut text = format!(
+        "ringstore {VERSION}: a memcache + HTTP object store on io_uring\n\n\
+         usage:\n  ringstore serve [--key value | --key=value]...   serve on this host\n  \
+         ringstore init                                    run as PID 1 of the appliance\n  \
+         ringstore --version\n  ringstore help\n\nserve flags (also TOML keys and ringstore.KEY=VALUE on the kernel command line):\n"
+    );
+    text.push_str(&format!("  --{:<16} {}\n", "config FILE", "TOML file read first; flags override it"));
+    for key in KEYS.iter().filter(|k| !k.hidden) {
+        text.push_str(&format!("  --{:<16} {}\n", key.name, key.help));
+    }
+    text.push_str("\nOnce every endpoint listens, `ready memcache=IP:PORT http=IP:PORT` is printed on stdout.\n");
+    text
+}
+
+fn serve(args: &[String]) -> ExitCode {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        print!("{}", help());
+        return ExitCode::SUCCESS;
+    }
+    let config = match Config::from_args(args) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("ringstore: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    // Blocked before any thread exists, so every thread inherits the block and SIGTERM/SIGINT
+    // reach only the signalfd.
+    let signals = match TerminationSignals::install() {
+        Ok(signals) => signals,
+        Err(err) => {
+            eprintln!("ringstore: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let server = match Server::start(&config) {
+        Ok(server) => server,
+        Err(err) => {
+            eprintln!("ringstore: {err}");
+            // Errors caused by the values given (node, cores) are usage errors like bad flags.
+            let usage = matches!(err, RuntimeError::Numa(_) | RuntimeError::Cores { .. });
+            return ExitCode::from(if usage { 2 } else { 1 });
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    if writeln!(stdout, "{}", server.ready_line()).and_then(|()| stdout.flush()).is_err() {
+        eprintln!("ringstore: cannot write the ready line to stdout");
+    }
+    drop(stdout);
+    let signal = match signals.wait() {
+        Ok(signal) => signal,
+        Err(err) => {
+            eprintln!("ringstore: {err}; stopping");
+            0
+        }
+    };
+    let name = match signal {
+        libc_sig::SIGTERM => "SIGTERM",
+        libc_sig::SIGINT => "SIGINT",
+        _ => "signal",
+    };
+    eprintln!("ringstore: {name}: stopping");
+    match server.shutdown() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("ringstore: stop: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The two signal numbers this binary names (Linux values on every architecture we build for).
+mod libc_sig {
+    pub const SIGINT: i32 = 2;
+    pub const SIGTERM: i32 = 15;
+}

@@ -4,4 +4,33 @@
 //! - [`Server::start`] binds every endpoint, chooses the NUMA node and CPUs, binds memory,
 //!   builds the store and starts the workers;
 //! - [`Server::ready_line`] is the exact `ready memcache=IP:PORT http=IP:PORT` line;
-//! - [`Server::shutdown`] stops accepting, drains in-flight requests and joins the workers.
+//! - [`Server::shutdown`] stops accepting, drains in-flight requests and joins the workers;
+//! - [`TerminationSignals`] turns SIGTERM/SIGINT into a readable fd;
+//! - [`topology`] and [`numa`] read the machine and choose the node (PID 1 uses them too).
+
+mod acceptor;
+mod bufring;
+mod clock;
+mod conn;
+mod error;
+mod handler;
+mod inbox;
+mod listeners;
+pub mod numa;
+mod plane;
+mod ring;
+mod server;
+mod signals;
+mod sys;
+pub mod topology;
+mod udp;
+mod worker;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::RuntimeError;
+pub use listeners::LocalAddrs;
+pub use ring::Features;
+pub use server::Server;
+pub use signals::TerminationSignals;

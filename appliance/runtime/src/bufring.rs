@@ -1,0 +1,99 @@
+//! A worker's receive buffer pool as an io_uring provided-buffer ring: the kernel picks a
+//! free buffer when data arrives, so idle connections hold no receive memory.
+
+use std::io;
+use std::sync::atomic::{AtomicU16, Ordering};
+
+use io_uring::types::BufRingEntry;
+use io_uring::IoUring;
+
+/// An anonymous private mapping, unmapped on drop.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(len: usize) -> io::Result<Mapping> {
+        // SAFETY: anonymous private mapping of `len` bytes; no file, no fixed address.
+        let ptr = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr: ptr.cast(), len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing borrows the mapping past drop.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// The provided-buffer ring of one worker (group id [`BufRing::GROUP`]).
+pub(crate) struct BufRing {
+    ring: Mapping,
+    buffers: Mapping,
+    entries: u16,
+    buf_size: usize,
+    tail: u16,
+}
+
+// SAFETY: the mappings are owned exclusively by one worker; moving the owner between threads is fine.
+unsafe impl Send for BufRing {}
+
+impl BufRing {
+    pub(crate) const GROUP: u16 = 0;
+
+    /// Maps `entries` (a power of two) buffers of `buf_size` bytes and registers them with `ring`.
+    pub(crate) fn register(ring: &IoUring, entries: u16, buf_size: usize) -> io::Result<BufRing> {
+        assert!(entries.is_power_of_two());
+        let ring_bytes = (entries as usize * std::mem::size_of::<BufRingEntry>()).next_multiple_of(4096);
+        let ring_map = Mapping::new(ring_bytes)?;
+        let buffers = Mapping::new(entries as usize * buf_size)?;
+        // SAFETY: the ring mapping is page aligned, holds `entries` entries and lives as long as
+        // this BufRing; the owner drops the io_uring (or unregisters) before dropping this.
+        unsafe { ring.submitter().register_buf_ring_with_flags(ring_map.ptr as u64, entries, Self::GROUP, 0)? };
+        let mut pool = BufRing { ring: ring_map, buffers, entries, buf_size, tail: 0 };
+        for bid in 0..entries {
+            pool.push(bid);
+        }
+        pool.publish();
+        Ok(pool)
+    }
+
+    /// The first `len` bytes of buffer `bid`, which the kernel has filled and handed back.
+    pub(crate) fn filled(&self, bid: u16, len: usize) -> &[u8] {
+        assert!(bid < self.entries && len <= self.buf_size);
+        // SAFETY: bid < entries so the range lies inside `buffers`; the kernel handed this buffer
+        // to us (CQE with F_BUFFER) and will not write it until we push it back.
+        unsafe { std::slice::from_raw_parts(self.buffers.ptr.add(bid as usize * self.buf_size), len) }
+    }
+
+    fn push(&mut self, bid: u16) {
+        let index = (self.tail & (self.entries - 1)) as usize;
+        // SAFETY: index < entries: the entry lies inside the ring mapping, and slots between the
+        // kernel's head and our tail are ours to write.
+        let entry = unsafe { &mut *(self.ring.ptr as *mut BufRingEntry).add(index) };
+        // SAFETY: bid < entries, so the buffer lies inside `buffers`.
+        entry.set_addr(unsafe { self.buffers.ptr.add(bid as usize * self.buf_size) } as u64);
+        entry.set_len(self.buf_size as u32);
+        entry.set_bid(bid);
+        self.tail = self.tail.wrapping_add(1);
+    }
+
+    fn publish(&self) {
+        // SAFETY: the ring base is valid; the tail field is a u16 the kernel reads atomically.
+        let tail = unsafe { &*(BufRingEntry::tail(self.ring.ptr as *const BufRingEntry) as *const AtomicU16) };
+        tail.store(self.tail, Ordering::Release);
+    }
+
+    /// Gives buffer `bid` back to the kernel after its bytes were consumed.
+    pub(crate) fn recycle(&mut self, bid: u16) {
+        self.push(bid);
+        self.publish();
+    }
+}

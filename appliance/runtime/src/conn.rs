@@ -1,0 +1,161 @@
+//! One connection's I/O state on its worker, and the slab that owns every connection of a worker.
+
+use std::os::fd::OwnedFd;
+
+use ringstore_service::{Flow, Protocol};
+
+/// Bytes of output capacity kept after a flush; larger buffers are shrunk back so idle
+/// connections hold little memory.
+const OUT_KEEP: usize = 16 << 10;
+
+/// A connection served end to end by one worker.
+pub(crate) struct Conn<S> {
+    pub fd: OwnedFd,
+    pub session: S,
+    /// Replies not yet fully sent; never touched while a send is in flight.
+    pub out: Vec<u8>,
+    /// How much of `out` the kernel has taken.
+    pub sent: usize,
+    pub recv_armed: bool,
+    pub send_armed: bool,
+    /// What to do once `out` is flushed.
+    pub after_send: Flow,
+    /// Close requested; the fd is closed once no operation is in flight.
+    pub closing: bool,
+    /// Last completed receive or send (idle timeout).
+    pub last_active_ms: u64,
+    /// When the currently buffered partial request started (slow-client timeout).
+    pub partial_since_ms: Option<u64>,
+    /// Receive buffer when the kernel has no provided-buffer rings.
+    pub own_buf: Option<Box<[u8]>>,
+}
+
+impl<S> Conn<S> {
+    pub(crate) fn new(fd: OwnedFd, protocol: Protocol, session: S, now_ms: u64, own_buf: Option<Box<[u8]>>) -> Conn<S> {
+        let _ = protocol;
+        Conn {
+            fd,
+            session,
+            out: Vec::new(),
+            sent: 0,
+            recv_armed: false,
+            send_armed: false,
+            after_send: Flow::Continue,
+            closing: false,
+            last_active_ms: now_ms,
+            partial_since_ms: None,
+            own_buf,
+        }
+    }
+
+    pub(crate) fn in_flight(&self) -> bool {
+        self.recv_armed || self.send_armed
+    }
+
+    /// Output fully sent: forget it, keeping a bounded capacity.
+    pub(crate) fn output_flushed(&mut self) {
+        self.out.clear();
+        self.sent = 0;
+        if self.out.capacity() > 4 * OUT_KEEP {
+            self.out.shrink_to(OUT_KEEP);
+        }
+    }
+}
+
+/// A worker's connections, addressed by slot; each slot has a generation so a completion for
+/// a closed connection can never be mistaken for its successor's.
+pub(crate) struct Slab<S> {
+    slots: Vec<Option<Conn<S>>>,
+    generations: Vec<u32>,
+    free: Vec<u32>,
+    live: usize,
+}
+
+impl<S> Slab<S> {
+    pub(crate) fn new() -> Slab<S> {
+        Slab { slots: Vec::new(), generations: Vec::new(), free: Vec::new(), live: 0 }
+    }
+
+    pub(crate) fn live(&self) -> usize {
+        self.live
+    }
+
+    pub(crate) fn capacity_slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Stores a connection; returns (slot, generation).
+    pub(crate) fn insert(&mut self, conn: Conn<S>) -> (u32, u32) {
+        self.live += 1;
+        if let Some(slot) = self.free.pop() {
+            self.slots[slot as usize] = Some(conn);
+            (slot, self.generations[slot as usize])
+        } else {
+            self.slots.push(Some(conn));
+            self.generations.push(0);
+            ((self.slots.len() - 1) as u32, 0)
+        }
+    }
+
+    /// The connection in `slot` if it is still generation `generation`.
+    pub(crate) fn get_mut(&mut self, slot: u32, generation: u32) -> Option<&mut Conn<S>> {
+        if self.generations.get(slot as usize).copied()? & GEN_MASK != generation & GEN_MASK {
+            return None;
+        }
+        self.slots.get_mut(slot as usize)?.as_mut()
+    }
+
+    /// The connection in `slot`, whatever its generation (timeout scans).
+    pub(crate) fn at_mut(&mut self, slot: u32) -> Option<&mut Conn<S>> {
+        self.slots.get_mut(slot as usize)?.as_mut()
+    }
+
+    pub(crate) fn generation(&self, slot: u32) -> u32 {
+        self.generations[slot as usize]
+    }
+
+    /// Removes the connection (dropping it closes the fd) and retires the slot's generation.
+    pub(crate) fn remove(&mut self, slot: u32) -> Option<Conn<S>> {
+        let conn = self.slots.get_mut(slot as usize)?.take()?;
+        self.generations[slot as usize] = self.generations[slot as usize].wrapping_add(1);
+        self.free.push(slot);
+        self.live -= 1;
+        Some(conn)
+    }
+}
+
+/// Generation bits carried in completion user data.
+pub(crate) const GEN_MASK: u32 = 0x00FF_FFFF;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn() -> Conn<()> {
+        Conn::new(crate::sys::eventfd().unwrap(), Protocol::Memcache, (), 0, None)
+    }
+
+    #[test]
+    fn stale_generations_are_rejected() {
+        let mut slab = Slab::new();
+        let (slot, gen) = slab.insert(conn());
+        assert!(slab.get_mut(slot, gen).is_some());
+        assert!(slab.remove(slot).is_some());
+        assert_eq!(slab.live(), 0);
+        let (slot2, gen2) = slab.insert(conn());
+        assert_eq!(slot2, slot, "slot reused");
+        assert_ne!(gen2, gen);
+        assert!(slab.get_mut(slot, gen).is_none(), "old completion does not reach the new connection");
+        assert!(slab.get_mut(slot2, gen2).is_some());
+    }
+
+    #[test]
+    fn flushed_output_shrinks() {
+        let mut c = conn();
+        c.out.extend(std::iter::repeat_n(0u8, 1 << 20));
+        c.sent = c.out.len();
+        c.output_flushed();
+        assert!(c.out.is_empty() && c.sent == 0);
+        assert!(c.out.capacity() <= 4 * OUT_KEEP);
+    }
+}

@@ -1,0 +1,123 @@
+//! The seam between the I/O loop and what a connection's bytes mean: the real service
+//! (sans-IO sessions over the shared store) or, in tests, a tiny echo.
+
+use std::sync::Arc;
+
+use ringstore_service::{Flow, Now, Protocol, Session, Shared};
+
+/// What a worker calls for each connection. Monomorphised: no dynamic dispatch per request.
+pub(crate) trait Handler: Send + Sync + 'static {
+    type Session;
+    fn open(&self, protocol: Protocol, worker: usize) -> Self::Session;
+    fn on_bytes(&self, session: &mut Self::Session, input: &[u8], now: Now, out: &mut Vec<u8>) -> Flow;
+    fn has_partial_request(&self, session: &Self::Session) -> bool;
+    fn conn_opened(&self, worker: usize);
+    fn conn_closed(&self, worker: usize);
+    fn conn_refused(&self);
+    /// Background expiry step, called about once a second by one worker.
+    fn reclaim(&self, now: Now);
+}
+
+/// The production handler: [`Session`]s executing against [`Shared`].
+pub(crate) struct ServiceHandler(pub Arc<Shared>);
+
+/// Expired items reclaimed per reaper step (bounded so one tick never stalls a worker).
+const RECLAIM_BUDGET: usize = 1000;
+
+impl Handler for ServiceHandler {
+    type Session = Session;
+    fn open(&self, protocol: Protocol, worker: usize) -> Session {
+        Session::new(protocol, worker)
+    }
+    #[inline]
+    fn on_bytes(&self, session: &mut Session, input: &[u8], now: Now, out: &mut Vec<u8>) -> Flow {
+        session.on_bytes(input, now, &self.0, out)
+    }
+    fn has_partial_request(&self, session: &Session) -> bool {
+        session.has_partial_request()
+    }
+    fn conn_opened(&self, worker: usize) {
+        self.0.conn_opened(worker)
+    }
+    fn conn_closed(&self, worker: usize) {
+        self.0.conn_closed(worker)
+    }
+    fn conn_refused(&self) {
+        self.0.conn_refused()
+    }
+    fn reclaim(&self, now: Now) {
+        self.0.store.reclaim_expired(now.store, RECLAIM_BUDGET);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod echo {
+    //! A line echo for testing the I/O paths without the service: each complete line is
+    //! echoed; `quit` closes; `big N` replies N bytes (to exercise Drain and short sends).
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Default)]
+    pub(crate) struct Echo {
+        pub opened: AtomicUsize,
+        pub closed: AtomicUsize,
+        pub refused: AtomicUsize,
+        pub reclaims: AtomicUsize,
+    }
+
+    pub(crate) struct EchoSession {
+        partial: Vec<u8>,
+        pending_big: usize,
+    }
+
+    const HIGH_WATER: usize = 64 << 10;
+
+    impl Handler for Echo {
+        type Session = EchoSession;
+        fn open(&self, _: Protocol, _: usize) -> EchoSession {
+            EchoSession { partial: Vec::new(), pending_big: 0 }
+        }
+        fn on_bytes(&self, s: &mut EchoSession, input: &[u8], _: Now, out: &mut Vec<u8>) -> Flow {
+            s.partial.extend_from_slice(input);
+            loop {
+                while s.pending_big > 0 {
+                    if out.len() >= HIGH_WATER {
+                        return Flow::Drain;
+                    }
+                    let n = s.pending_big.min(4096);
+                    out.extend(std::iter::repeat_n(b'x', n));
+                    s.pending_big -= n;
+                    if s.pending_big == 0 {
+                        out.extend_from_slice(b"\r\n");
+                    }
+                }
+                let Some(pos) = s.partial.iter().position(|&b| b == b'\n') else { return Flow::Continue };
+                let line: Vec<u8> = s.partial.drain(..=pos).collect();
+                let text = String::from_utf8_lossy(&line).trim().to_string();
+                if text == "quit" {
+                    return Flow::Close;
+                }
+                if let Some(n) = text.strip_prefix("big ").and_then(|n| n.parse::<usize>().ok()) {
+                    s.pending_big = n;
+                    continue;
+                }
+                out.extend_from_slice(&line);
+            }
+        }
+        fn has_partial_request(&self, s: &EchoSession) -> bool {
+            !s.partial.is_empty()
+        }
+        fn conn_opened(&self, _: usize) {
+            self.opened.fetch_add(1, Ordering::Relaxed);
+        }
+        fn conn_closed(&self, _: usize) {
+            self.closed.fetch_add(1, Ordering::Relaxed);
+        }
+        fn conn_refused(&self) {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        fn reclaim(&self, _: Now) {
+            self.reclaims.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

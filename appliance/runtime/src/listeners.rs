@@ -1,0 +1,106 @@
+//! Binding every endpoint before anything else starts: one listener per TCP endpoint
+//! (acceptor placement) or one per worker sharing the port (reuseport placement).
+
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use ringstore_config::{Config, Placement};
+use ringstore_service::Protocol;
+
+use crate::RuntimeError;
+
+/// The bound addresses, as the ready line reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LocalAddrs {
+    pub memcache: Option<SocketAddr>,
+    pub http: Option<SocketAddr>,
+    pub udp: Option<SocketAddr>,
+}
+
+impl LocalAddrs {
+    /// `ready memcache=IP:PORT http=IP:PORT[ udp=IP:PORT]`; endpoints that are off are omitted.
+    pub fn ready_line(&self) -> String {
+        let mut line = String::from("ready");
+        for (name, addr) in [("memcache", self.memcache), ("http", self.http), ("udp", self.udp)] {
+            if let Some(addr) = addr {
+                line.push_str(&format!(" {name}={addr}"));
+            }
+        }
+        line
+    }
+}
+
+/// Every bound socket.
+pub(crate) struct Bound {
+    pub addrs: LocalAddrs,
+    /// Per TCP endpoint: its listeners (1, or one per worker with reuseport).
+    pub tcp: Vec<(Protocol, Vec<OwnedFd>)>,
+    pub udp: Option<OwnedFd>,
+}
+
+fn bind_tcp(endpoint: &'static str, addr: SocketAddr, copies: usize) -> Result<(SocketAddr, Vec<OwnedFd>), RuntimeError> {
+    let reuseport = copies > 1;
+    let err = |source| RuntimeError::Bind { endpoint, addr, source };
+    // Acceptor placement polls its one listener; reuseport listeners are used only by io_uring.
+    let first = crate::sys::bind_socket(addr, true, reuseport, !reuseport).map_err(err)?;
+    let local = crate::sys::local_addr(first.as_raw_fd()).map_err(err)?;
+    let mut fds = vec![first];
+    for _ in 1..copies {
+        // Port 0 resolved on the first bind; the others join that port.
+        fds.push(crate::sys::bind_socket(local, true, true, false).map_err(err)?);
+    }
+    Ok((local, fds))
+}
+
+/// Binds the endpoints of `config`; `workers` listeners per endpoint with reuseport placement.
+pub(crate) fn bind(config: &Config, workers: usize) -> Result<Bound, RuntimeError> {
+    let copies = if config.placement == Placement::ReusePort { workers.max(1) } else { 1 };
+    let mut bound = Bound { addrs: LocalAddrs::default(), tcp: Vec::new(), udp: None };
+    if let Some(addr) = config.memcache {
+        let (local, fds) = bind_tcp("memcache", addr, copies)?;
+        bound.addrs.memcache = Some(local);
+        bound.tcp.push((Protocol::Memcache, fds));
+    }
+    if let Some(addr) = config.http {
+        let (local, fds) = bind_tcp("http", addr, copies)?;
+        bound.addrs.http = Some(local);
+        bound.tcp.push((Protocol::Http, fds));
+    }
+    if let Some(addr) = config.udp {
+        let err = |source| RuntimeError::Bind { endpoint: "udp", addr, source };
+        let fd = crate::sys::bind_socket(addr, false, false, true).map_err(err)?;
+        bound.addrs.udp = Some(crate::sys::local_addr(fd.as_raw_fd()).map_err(err)?);
+        bound.udp = Some(fd);
+    }
+    Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_line_lists_bound_endpoints_only() {
+        let addrs = LocalAddrs { memcache: Some("127.0.0.1:5".parse().unwrap()), http: None, udp: Some("127.0.0.1:7".parse().unwrap()) };
+        assert_eq!(addrs.ready_line(), "ready memcache=127.0.0.1:5 udp=127.0.0.1:7");
+    }
+
+    #[test]
+    fn port_zero_resolves_and_reuseport_copies_share_it() {
+        let config = Config::from_args(["--memcache", "127.0.0.1:0", "--http", "127.0.0.1:0", "--placement", "reuseport"]).unwrap();
+        let bound = bind(&config, 3).unwrap();
+        assert_ne!(bound.addrs.memcache.unwrap().port(), 0);
+        assert_eq!(bound.tcp.len(), 2);
+        assert!(bound.tcp.iter().all(|(_, fds)| fds.len() == 3));
+        assert_eq!(bound.addrs.ready_line().split(' ').count(), 3);
+    }
+
+    #[test]
+    fn a_taken_port_is_a_bind_error() {
+        let config = Config::from_args(["--memcache", "127.0.0.1:0", "--http", "off"]).unwrap();
+        let first = bind(&config, 1).unwrap();
+        let taken = Config::from_args(["--memcache", &first.addrs.memcache.unwrap().to_string(), "--http", "off"]).unwrap();
+        let err = bind(&taken, 1).err().unwrap().to_string();
+        assert!(err.starts_with("cannot listen for memcache on 127.0.0.1:"), "{err}");
+    }
+}

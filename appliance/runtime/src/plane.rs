@@ -1,0 +1,174 @@
+//! Starting and stopping the data plane's threads: pinned workers and the acceptors, generic
+//! over what a connection's bytes mean (the service, or an echo in tests).
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use ringstore_service::Protocol;
+
+use crate::acceptor::Acceptor;
+use crate::clock::Clock;
+use crate::handler::Handler;
+use crate::inbox::Inbox;
+use crate::ring::Features;
+use crate::worker::{Limits, WorkerSetup};
+use crate::RuntimeError;
+
+/// Running workers and acceptors.
+pub(crate) struct Plane {
+    stop: Arc<AtomicBool>,
+    /// Written once at stop and never read: stays readable for every acceptor's poll.
+    stop_fd: OwnedFd,
+    inboxes: Vec<Arc<Inbox>>,
+    acceptors: Vec<JoinHandle<()>>,
+    workers: Vec<JoinHandle<usize>>,
+    features: Features,
+    stopped: bool,
+}
+
+/// What the plane is started with.
+pub(crate) struct PlaneSetup<H: Handler> {
+    pub handler: Arc<H>,
+    /// One entry per worker: the CPU it is pinned to (None = unpinned).
+    pub cpus: Vec<Option<usize>>,
+    pub limits: Limits,
+    pub clock: Clock,
+    /// Per TCP endpoint: one listener (acceptor placement) or one per worker (reuseport).
+    pub tcp: Vec<(Protocol, Vec<OwnedFd>)>,
+}
+
+fn spawn_named<T: Send + 'static>(name: String, body: impl FnOnce() -> T + Send + 'static) -> Result<JoinHandle<T>, RuntimeError> {
+    std::thread::Builder::new().name(name.clone()).spawn(body).map_err(|e| RuntimeError::io(format!("spawning thread {name}"), e))
+}
+
+impl Plane {
+    pub(crate) fn start<H: Handler>(setup: PlaneSetup<H>) -> Result<Plane, RuntimeError> {
+        // Threads inherit the signal mask: spawn them with SIGTERM/SIGINT blocked so only the
+        // signalfd (or the caller) sees them.
+        let old_mask = crate::sys::block_signals(&crate::sys::termination_set());
+        let result = Plane::spawn_all(setup);
+        crate::sys::set_signal_mask(&old_mask);
+        result
+    }
+
+    fn spawn_all<H: Handler>(setup: PlaneSetup<H>) -> Result<Plane, RuntimeError> {
+        let workers = setup.cpus.len();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_fd = crate::sys::eventfd().map_err(|e| RuntimeError::io("eventfd", e))?;
+        let open = Arc::new(AtomicUsize::new(0));
+        let inbox_capacity = setup.limits.max_conns.max(64);
+        let inboxes = (0..workers)
+            .map(|_| Inbox::new(inbox_capacity).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| RuntimeError::io("eventfd", e))?;
+        let mut plane = Plane { stop: stop.clone(), stop_fd, inboxes: inboxes.clone(), acceptors: Vec::new(), workers: Vec::new(), features: Features::default(), stopped: false };
+
+        let reuseport = setup.tcp.iter().any(|(_, fds)| fds.len() > 1);
+        let mut per_worker: Vec<Vec<(OwnedFd, Protocol)>> = (0..workers).map(|_| Vec::new()).collect();
+        let mut shared_listeners = Vec::new();
+        for (protocol, fds) in setup.tcp {
+            if reuseport {
+                for (i, fd) in fds.into_iter().enumerate() {
+                    per_worker[i % workers].push((fd, protocol));
+                }
+            } else {
+                shared_listeners.extend(fds.into_iter().map(|fd| (fd, protocol)));
+            }
+        }
+
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(workers);
+        for (index, (cpu, listeners)) in setup.cpus.iter().copied().zip(per_worker).enumerate() {
+            let worker_setup = WorkerSetup {
+                index,
+                cpu,
+                handler: setup.handler.clone(),
+                inbox: inboxes[index].clone(),
+                stop: stop.clone(),
+                open: open.clone(),
+                limits: setup.limits,
+                clock: setup.clock,
+                listeners,
+                reaper: index == 0,
+            };
+            let ready = ready_tx.clone();
+            plane.workers.push(spawn_named(format!("ringstore-w{index}"), move || crate::worker::run(worker_setup, ready))?);
+        }
+        drop(ready_tx);
+        for _ in 0..workers {
+            match ready_rx.recv() {
+                Ok(Ok(features)) => plane.features = features,
+                Ok(Err(message)) => return Err(RuntimeError::io(message, std::io::Error::other("worker start failed"))),
+                Err(_) => return Err(RuntimeError::Worker(0)),
+            }
+        }
+
+        for (listener, protocol) in shared_listeners {
+            let acceptor = Acceptor {
+                listener,
+                protocol,
+                inboxes: inboxes.clone(),
+                open: open.clone(),
+                max_conns: setup.limits.max_conns,
+                stop_fd: plane.stop_fd.as_raw_fd(),
+                handler: setup.handler.clone(),
+            };
+            let name = match protocol {
+                Protocol::Memcache => "ringstore-accept-memcache",
+                Protocol::Http => "ringstore-accept-http",
+            };
+            plane.acceptors.push(spawn_named(name.to_string(), move || acceptor.run())?);
+        }
+        Ok(plane)
+    }
+
+    /// The fd that becomes readable when the plane stops (for helper threads' polls).
+    pub(crate) fn stop_fd(&self) -> std::os::fd::RawFd {
+        self.stop_fd.as_raw_fd()
+    }
+
+    /// Joins `handle` at stop, with the acceptors (it must watch [`Plane::stop_fd`]).
+    pub(crate) fn adopt(&mut self, handle: JoinHandle<()>) {
+        self.acceptors.push(handle);
+    }
+
+    pub(crate) fn features(&self) -> Features {
+        self.features
+    }
+
+    /// Stops accepting, lets workers finish in-flight requests (bounded by their drain
+    /// deadline), and joins every thread.
+    pub(crate) fn stop(&mut self) -> Result<(), RuntimeError> {
+        if self.stopped {
+            return Ok(());
+        }
+        self.stopped = true;
+        crate::sys::eventfd_signal(self.stop_fd.as_raw_fd());
+        let mut result = Ok(());
+        let mut peaks = Vec::new();
+        for handle in self.acceptors.drain(..) {
+            if handle.join().is_err() {
+                result = Err(RuntimeError::Worker(usize::MAX));
+            }
+        }
+        self.stop.store(true, Ordering::Release);
+        for inbox in &self.inboxes {
+            inbox.wake();
+        }
+        for (index, handle) in self.workers.drain(..).enumerate() {
+            match handle.join() {
+                Ok(peak) => peaks.push(peak.to_string()),
+                Err(_) => result = Err(RuntimeError::Worker(index)),
+            }
+        }
+        eprintln!("ringstore: stopped; peak connections per worker: {}", peaks.join(","));
+        result
+    }
+}
+
+impl Drop for Plane {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}

@@ -1,0 +1,104 @@
+//! Building a worker's io_uring with the best features this kernel offers, and recording which.
+
+use io_uring::{opcode, IoUring, Probe};
+
+/// The io_uring features a worker ended up using (logged once at start, see ADR-0004).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Features {
+    pub single_issuer: bool,
+    pub defer_taskrun: bool,
+    pub coop_taskrun: bool,
+    /// Provided buffer ring for recv (else a buffer per connection).
+    pub buf_ring: bool,
+    /// Kernel polls sockets internally (no io-wq thread per blocked recv).
+    pub fast_poll: bool,
+    /// Completion-queue overflow is kept, not dropped.
+    pub nodrop: bool,
+}
+
+impl std::fmt::Display for Features {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let flags = [
+            ("single_issuer", self.single_issuer),
+            ("defer_taskrun", self.defer_taskrun),
+            ("coop_taskrun", self.coop_taskrun),
+            ("buf_ring", self.buf_ring),
+            ("fast_poll", self.fast_poll),
+            ("nodrop", self.nodrop),
+        ];
+        let on: Vec<&str> = flags.iter().filter(|(_, on)| *on).map(|(n, _)| *n).collect();
+        let off: Vec<&str> = flags.iter().filter(|(_, on)| !*on).map(|(n, _)| *n).collect();
+        write!(f, "on=[{}] off=[{}]", on.join(","), off.join(","))
+    }
+}
+
+/// Submission queue entries per worker ring.
+pub(crate) const SQ_ENTRIES: u32 = 1024;
+/// Completion queue entries (connections × in-flight ops per connection, with headroom).
+const CQ_ENTRIES: u32 = 8192;
+
+/// Creates a ring on the calling thread (SINGLE_ISSUER binds it to this thread), trying
+/// SINGLE_ISSUER+DEFER_TASKRUN, then COOP_TASKRUN, then a plain ring.
+pub(crate) fn build() -> std::io::Result<(IoUring, Features)> {
+    let attempts: [(bool, bool, bool); 3] = [(true, true, true), (false, false, true), (false, false, false)];
+    // Measurement switch: RINGSTORE_IO_URING=coop|plain skips the newer setup flags.
+    let skip = match std::env::var("RINGSTORE_IO_URING").as_deref() {
+        Ok("coop") => 1,
+        Ok("plain") => 2,
+        _ => 0,
+    };
+    let mut last_err = None;
+    for (single_issuer, defer_taskrun, coop_taskrun) in attempts.into_iter().skip(skip) {
+        let mut builder = IoUring::builder();
+        builder.setup_cqsize(CQ_ENTRIES).setup_clamp();
+        if single_issuer {
+            builder.setup_single_issuer();
+        }
+        if defer_taskrun {
+            builder.setup_defer_taskrun();
+        }
+        if coop_taskrun {
+            builder.setup_coop_taskrun();
+        }
+        match builder.build(SQ_ENTRIES) {
+            Ok(ring) => {
+                let params = ring.params();
+                let features = Features {
+                    single_issuer,
+                    defer_taskrun,
+                    coop_taskrun,
+                    buf_ring: false,
+                    fast_poll: params.is_feature_fast_poll(),
+                    nodrop: params.is_feature_nodrop(),
+                };
+                return Ok((ring, features));
+            }
+            Err(err) => last_err = Some(err),
+        }
+    }
+    Err(last_err.unwrap_or_else(|| std::io::Error::other("io_uring_setup failed")))
+}
+
+/// Whether the kernel supports the opcodes the worker needs.
+pub(crate) fn supports_needed_ops(ring: &IoUring) -> bool {
+    let mut probe = Probe::new();
+    if ring.submitter().register_probe(&mut probe).is_err() {
+        return false;
+    }
+    [opcode::Recv::CODE, opcode::Send::CODE, opcode::Read::CODE, opcode::Timeout::CODE, opcode::Accept::CODE]
+        .iter()
+        .all(|&code| probe.is_supported(code))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_a_ring_and_reports_features() {
+        let (ring, features) = build().expect("io_uring available");
+        assert!(supports_needed_ops(&ring));
+        let text = features.to_string();
+        assert!(text.starts_with("on=[") && text.contains("off=["), "{text}");
+    }
+}

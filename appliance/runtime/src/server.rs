@@ -1,0 +1,164 @@
+//! `Server`: binds the endpoints, chooses the NUMA node and CPUs, binds memory, builds the
+//! store and the shared service state, and starts the workers and acceptors.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use ringstore_config::Config;
+use ringstore_service::{ServiceConfig, Shared, Store, StoreConfig, Topology as ServiceTopology};
+
+use crate::clock::Clock;
+use crate::handler::ServiceHandler;
+use crate::listeners::LocalAddrs;
+use crate::numa::{bind_memory, bind_thread_to_cpus, choose_node, worker_cpus, MemoryBinding};
+use crate::plane::{Plane, PlaneSetup};
+use crate::ring::Features;
+use crate::topology::{format_cpus, Topology};
+use crate::worker::Limits;
+use crate::RuntimeError;
+
+/// How long a stopping server lets in-flight requests finish and replies flush.
+const DRAIN_DEADLINE_MS: u64 = 5000;
+/// The timer tick: timeouts, the coarse clock and the reaper run from it.
+const TICK_MS: u64 = 100;
+/// Output a connection may have pending beyond one largest item before it is closed.
+const OUT_HARD_CAP_BASE: usize = 4 << 20;
+/// The service stops parsing a connection's input above this much pending output.
+const OUT_HIGH_WATER: usize = 256 << 10;
+/// Longest memcache command line.
+const MAX_LINE: usize = 8 << 10;
+
+/// A serving ringstore: workers and acceptors running over one shared keyspace.
+pub struct Server {
+    shared: Arc<Shared>,
+    addrs: LocalAddrs,
+    plane: Plane,
+    node: u32,
+    cpus: Vec<usize>,
+    memory_binding: MemoryBinding,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("addrs", &self.addrs).field("node", &self.node).field("cpus", &self.cpus).finish()
+    }
+}
+
+impl Server {
+    /// Starts serving `config`: returns once every endpoint listens and every worker runs.
+    ///
+    /// Binds the calling thread to the chosen node's CPUs and memory (ADR-0018: before the
+    /// store is allocated; threads spawned afterwards inherit the policy).
+    pub fn start(config: &Config) -> Result<Server, RuntimeError> {
+        if let Some(data) = &config.data {
+            // The store has no data-device tier yet: say so rather than pretend to be durable.
+            eprintln!("ringstore: warning: --data {} is not supported yet; serving from RAM only", data.display());
+        }
+        crate::sys::ignore_sigpipe();
+        crate::sys::raise_nofile_limit();
+        let topology = Topology::read().map_err(|e| RuntimeError::io("reading /sys topology", e))?;
+        let listen_ips: Vec<IpAddr> = [config.memcache, config.http, config.udp].into_iter().flatten().map(|a| a.ip()).collect();
+        let node = choose_node(&topology, config.numa, &listen_ips)?;
+        let cpus = worker_cpus(&topology, node, config.cores, &crate::sys::affinity())?;
+        let node_cpus = topology.node(node).map(|n| n.cpus.clone()).unwrap_or_default();
+        bind_thread_to_cpus(&node_cpus)?;
+        let memory_binding = bind_memory(&topology, node)?;
+
+        let bound = crate::listeners::bind(config, cpus.len())?;
+
+        let store = Store::new(StoreConfig {
+            memory_bytes: usize::try_from(config.memory).unwrap_or(usize::MAX),
+            item_size_max: config.item_size_max,
+            shards: (cpus.len() * 64).next_power_of_two().clamp(64, 4096),
+            huge_pages: true,
+        })?;
+        let clock = Clock::start();
+        let service_config = ServiceConfig {
+            item_size_max: config.item_size_max,
+            max_line: MAX_LINE,
+            out_high_water: OUT_HIGH_WATER,
+            max_conns: config.max_conns,
+        };
+        let service_topology = ServiceTopology { numa_node: node, worker_cpus: cpus.clone() };
+        let shared = Shared::new(store, service_config, service_topology, cpus.len(), std::process::id(), clock.unix_start());
+
+        let limits = Limits {
+            max_conns: config.max_conns,
+            idle_timeout_ms: config.idle_timeout_secs.saturating_mul(1000),
+            request_timeout_ms: config.request_timeout_secs.saturating_mul(1000),
+            out_hard_cap: OUT_HARD_CAP_BASE + config.item_size_max,
+            drain_deadline_ms: DRAIN_DEADLINE_MS,
+            tick_ms: TICK_MS,
+            allow_buf_ring: std::env::var_os("RINGSTORE_NO_BUF_RING").is_none(),
+        };
+        let handler = Arc::new(ServiceHandler(shared.clone()));
+        let mut plane = Plane::start(PlaneSetup {
+            handler: handler.clone(),
+            cpus: cpus.iter().map(|&c| Some(c)).collect(),
+            limits,
+            clock,
+            tcp: bound.tcp,
+        })?;
+        if let Some(udp) = bound.udp {
+            plane.adopt(crate::udp::spawn(udp, shared.clone(), clock, plane.stop_fd())?);
+        }
+        eprintln!(
+            "ringstore: numa node {node} (memory {}), workers on CPUs {}, placement {:?}, store {:?}, io_uring {}",
+            match memory_binding {
+                MemoryBinding::Bound => "bound",
+                MemoryBinding::SingleNode => "single node",
+            },
+            format_cpus(&cpus),
+            config.placement,
+            shared.store.backing(),
+            plane.features()
+        );
+        Ok(Server { shared, addrs: bound.addrs, plane, node, cpus, memory_binding })
+    }
+
+    /// Exactly `ready memcache=IP:PORT http=IP:PORT` (plus ` udp=IP:PORT` when on).
+    pub fn ready_line(&self) -> String {
+        self.addrs.ready_line()
+    }
+
+    /// The bound addresses (port 0 resolved).
+    pub fn local_addrs(&self) -> LocalAddrs {
+        self.addrs
+    }
+
+    /// The shared service state (store, counters).
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The NUMA node served from.
+    pub fn numa_node(&self) -> u32 {
+        self.node
+    }
+
+    /// The CPUs the workers are pinned to.
+    pub fn worker_cpus(&self) -> &[usize] {
+        &self.cpus
+    }
+
+    /// Whether memory is strictly bound to the node.
+    pub fn memory_binding(&self) -> MemoryBinding {
+        self.memory_binding
+    }
+
+    /// The io_uring features the workers use.
+    pub fn io_uring_features(&self) -> Features {
+        self.plane.features()
+    }
+
+    /// Stops accepting, finishes in-flight requests and flushes replies (at most 5 s), joins every thread.
+    pub fn shutdown(mut self) -> Result<(), RuntimeError> {
+        self.plane.stop()
+    }
+
+    /// Blocks until SIGTERM or SIGINT (blocking them in the calling thread first); returns the signal.
+    /// Prefer [`crate::TerminationSignals::install`] before [`Server::start`] so no signal is missed.
+    pub fn wait_for_signal(&self) -> Result<i32, RuntimeError> {
+        crate::TerminationSignals::install()?.wait()
+    }
+}

@@ -1,0 +1,270 @@
+//! Tests of the whole plane over real loopback sockets, with the echo handler standing in
+//! for the service: batching, short sends and Drain, refusals, timeouts, stop, both
+//! placements and both receive-buffer modes.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ringstore_service::Protocol;
+
+use crate::clock::Clock;
+use crate::handler::echo::Echo;
+use crate::plane::{Plane, PlaneSetup};
+use crate::worker::Limits;
+
+struct Running {
+    plane: Plane,
+    echo: Arc<Echo>,
+    memcache: SocketAddr,
+    http: SocketAddr,
+}
+
+fn limits() -> Limits {
+    Limits {
+        max_conns: 100,
+        idle_timeout_ms: 0,
+        request_timeout_ms: 10_000,
+        out_hard_cap: 8 << 20,
+        drain_deadline_ms: 2000,
+        tick_ms: 20,
+        allow_buf_ring: true,
+    }
+}
+
+fn start(limits: Limits, workers: usize, reuseport: bool) -> Running {
+    let copies = if reuseport { workers } else { 1 };
+    let mut tcp = Vec::new();
+    let mut addrs = Vec::new();
+    for protocol in [Protocol::Memcache, Protocol::Http] {
+        let first = crate::sys::bind_socket("127.0.0.1:0".parse().unwrap(), true, reuseport, !reuseport).unwrap();
+        let addr = crate::sys::local_addr(first.as_raw_fd()).unwrap();
+        let mut fds = vec![first];
+        for _ in 1..copies {
+            fds.push(crate::sys::bind_socket(addr, true, true, false).unwrap());
+        }
+        addrs.push(addr);
+        tcp.push((protocol, fds));
+    }
+    let echo = Arc::new(Echo::default());
+    let plane = Plane::start(PlaneSetup { handler: echo.clone(), cpus: vec![None; workers], limits, clock: Clock::start(), tcp }).unwrap();
+    Running { plane, echo, memcache: addrs[0], http: addrs[1] }
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream
+}
+
+fn roundtrip(stream: &mut TcpStream, line: &str) -> String {
+    stream.write_all(line.as_bytes()).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut reply = String::new();
+    reader.read_line(&mut reply).unwrap();
+    reply
+}
+
+/// Reads until EOF; returns what arrived (errors such as a reset end the read too).
+fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
+    let mut all = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return all,
+            Ok(n) => all.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn exercise(running: &Running) {
+    let mut a = connect(running.memcache);
+    let mut b = connect(running.http);
+    assert_eq!(roundtrip(&mut a, "hello\n"), "hello\n");
+    assert_eq!(roundtrip(&mut b, "world\n"), "world\n");
+    // Pipelined lines arriving in one segment come back in order.
+    a.write_all(b"1\n2\n3\n").unwrap();
+    let mut got = [0u8; 6];
+    a.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"1\n2\n3\n");
+    // A line split over several segments.
+    a.write_all(b"spl").unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(roundtrip(&mut a, "it\n"), "split\n");
+    // A reply far above the echo's high-water mark (Drain) and a socket buffer (short sends).
+    a.write_all(b"big 3000000\n").unwrap();
+    let mut big = vec![0u8; 3_000_002];
+    a.read_exact(&mut big).unwrap();
+    assert!(big[..3_000_000].iter().all(|&c| c == b'x') && big.ends_with(b"\r\n"));
+    assert_eq!(roundtrip(&mut a, "after\n"), "after\n");
+    // quit: the session asks to close.
+    a.write_all(b"quit\n").unwrap();
+    assert!(read_to_close(&mut a).is_empty());
+    wait_until("close accounting", || running.echo.closed.load(Ordering::Relaxed) >= 1);
+}
+
+#[test]
+fn acceptor_placement_with_buffer_ring() {
+    let running = start(limits(), 2, false);
+    exercise(&running);
+}
+
+#[test]
+fn acceptor_placement_with_own_buffers() {
+    let running = start(Limits { allow_buf_ring: false, ..limits() }, 1, false);
+    exercise(&running);
+}
+
+#[test]
+fn reuseport_placement() {
+    let running = start(limits(), 2, true);
+    exercise(&running);
+}
+
+#[test]
+fn many_connections_on_few_workers() {
+    let running = start(limits(), 2, false);
+    let mut conns: Vec<TcpStream> = (0..50).map(|_| connect(running.memcache)).collect();
+    for round in 0..3 {
+        for (i, c) in conns.iter_mut().enumerate() {
+            c.write_all(format!("{round}-{i}\n").as_bytes()).unwrap();
+        }
+        for (i, c) in conns.iter_mut().enumerate() {
+            let mut reader = BufReader::new(c.try_clone().unwrap());
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            assert_eq!(line, format!("{round}-{i}\n"));
+        }
+    }
+    assert_eq!(running.echo.opened.load(Ordering::Relaxed), 50);
+}
+
+#[test]
+fn beyond_max_conns_is_refused_cleanly() {
+    let running = start(Limits { max_conns: 2, ..limits() }, 2, false);
+    let mut a = connect(running.memcache);
+    let mut b = connect(running.http);
+    assert_eq!(roundtrip(&mut a, "a\n"), "a\n");
+    assert_eq!(roundtrip(&mut b, "b\n"), "b\n");
+    let mut refused = connect(running.memcache);
+    assert_eq!(read_to_close(&mut refused), crate::acceptor::MEMCACHE_REFUSAL);
+    let mut refused = connect(running.http);
+    refused.write_all(b"GET /x HTTP/1.1\r\n\r\n").unwrap();
+    let reply = String::from_utf8(read_to_close(&mut refused)).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 503 Service Unavailable\r\n") && reply.contains("Connection: close"), "{reply}");
+    assert_eq!(running.echo.refused.load(Ordering::Relaxed), 2);
+    // Closing one makes room again.
+    drop(a);
+    wait_until("slot freed", || running.echo.closed.load(Ordering::Relaxed) == 1);
+    let mut c = connect(running.memcache);
+    assert_eq!(roundtrip(&mut c, "c\n"), "c\n");
+}
+
+#[test]
+fn idle_connections_are_closed() {
+    let running = start(Limits { idle_timeout_ms: 200, ..limits() }, 1, false);
+    let mut idle = connect(running.memcache);
+    assert_eq!(roundtrip(&mut idle, "x\n"), "x\n");
+    let started = Instant::now();
+    assert!(read_to_close(&mut idle).is_empty());
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(150) && waited < Duration::from_secs(3), "{waited:?}");
+}
+
+#[test]
+fn trickling_clients_hit_the_request_timeout() {
+    let running = start(Limits { idle_timeout_ms: 0, request_timeout_ms: 300, ..limits() }, 1, false);
+    let mut slow = connect(running.memcache);
+    let started = Instant::now();
+    let mut closed = false;
+    for _ in 0..40 {
+        if slow.write_all(b"z").is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let mut probe = [0u8; 1];
+        slow.set_nonblocking(true).unwrap();
+        let r = slow.read(&mut probe);
+        slow.set_nonblocking(false).unwrap();
+        if matches!(r, Ok(0)) || matches!(&r, Err(e) if e.kind() != std::io::ErrorKind::WouldBlock) {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "a client trickling bytes is closed");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn client_vanishing_mid_request_is_harmless() {
+    let running = start(limits(), 1, false);
+    for _ in 0..20 {
+        let mut c = connect(running.memcache);
+        c.write_all(b"half a line without end").unwrap();
+        drop(c);
+    }
+    // A client that resets while a large reply is being sent.
+    let mut c = connect(running.memcache);
+    c.write_all(b"big 5000000\n").unwrap();
+    let mut some = [0u8; 1000];
+    c.read_exact(&mut some).unwrap();
+    drop(c);
+    wait_until("all closed", || running.echo.closed.load(Ordering::Relaxed) == 21);
+    let mut ok = connect(running.memcache);
+    assert_eq!(roundtrip(&mut ok, "still fine\n"), "still fine\n");
+}
+
+#[test]
+fn stop_finishes_inflight_and_closes_idle() {
+    let mut running = start(limits(), 2, false);
+    let mut idle = connect(running.memcache);
+    assert_eq!(roundtrip(&mut idle, "i\n"), "i\n");
+    let mut partial = connect(running.memcache);
+    partial.write_all(b"unfinished").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let addr = running.memcache;
+    let finisher = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        partial.write_all(b" request\n").unwrap();
+        read_to_close(&mut partial)
+    });
+    let started = Instant::now();
+    running.plane.stop().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(read_to_close(&mut idle).is_empty(), "idle connection closed at stop");
+    assert_eq!(finisher.join().unwrap(), b"unfinished request\n", "in-flight request answered before close");
+    assert!(TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err(), "no longer listening");
+}
+
+#[test]
+fn stop_deadline_bounds_a_stuck_request() {
+    let mut running = start(Limits { drain_deadline_ms: 300, ..limits() }, 1, false);
+    let mut stuck = connect(running.memcache);
+    stuck.write_all(b"never finished").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let started = Instant::now();
+    running.plane.stop().unwrap();
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(2), "{took:?}");
+    assert!(read_to_close(&mut stuck).is_empty());
+}
+
+#[test]
+fn reaper_runs_about_once_a_second() {
+    let running = start(limits(), 2, false);
+    std::thread::sleep(Duration::from_millis(2300));
+    let n = running.echo.reclaims.load(Ordering::Relaxed);
+    assert!((1..=3).contains(&n), "{n}");
+}
