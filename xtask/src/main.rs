@@ -5,10 +5,15 @@
 
 mod bench;
 mod deps;
+mod image;
+mod initramfs;
+mod kernel;
+mod qemu;
 mod test;
 mod util;
+mod vm_tests;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
 const USAGE: &str = "usage: cargo xtask <command>
 
@@ -28,8 +33,9 @@ fn main() -> Result<()> {
     match command.as_str() {
         "test" => test::run(rest),
         "bench" => bench::run(rest),
-        "image" => bail!("image: not wired yet"),
-        "run" => bail!("run: not wired yet"),
+        "image" => image::build_image().map(|_| ()),
+        "run" => qemu::run(rest),
+        "vm-test" => vm_tests::run(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())

@@ -1,1 +1,238 @@
 //! PID 1 of the appliance: mounts, configuration from the kernel command line, network, NUMA, console, shutdown.
+//!
+//! [`run`] is the whole of PID 1. Boot order: mounts → console and /dev/kmsg → signals →
+//! kernel command line → network → NUMA placement (ADR-0018) → huge pages on the serving node →
+//! IRQ affinity → the data plane on a privilege-less thread → the serial console, forever.
+//! Nothing here exits or panics out: every stage runs under `catch_unwind`, and a fatal error
+//! reboots after a delay (or stays at the console with `ringstore.on_fatal=halt`).
+
+pub mod cmdline;
+pub mod console;
+pub mod hugepages;
+pub mod irq;
+pub mod log;
+pub mod mounts;
+pub mod net;
+pub mod netstat;
+pub mod plane;
+pub mod power;
+pub mod privs;
+pub mod signals;
+pub mod state;
+pub mod sysinfo;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use cmdline::OnFatal;
+
+/// A boot failure PID 1 cannot work around.
+struct Fatal(String);
+
+/// Runs PID 1. Never returns.
+pub fn run() -> ! {
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current().name().unwrap_or("?").to_string();
+        log::log(log::Level::Error, &format!("panic in thread {thread}: {info}"));
+    }));
+    signals::block();
+    let mut on_fatal = OnFatal::Reboot;
+    match catch_unwind(AssertUnwindSafe(|| boot(&mut on_fatal))) {
+        Ok(Ok(())) => {}
+        Ok(Err(Fatal(what))) => power::fatal(on_fatal, &what),
+        Err(_) => power::fatal(on_fatal, "panic during boot"),
+    }
+    loop {
+        // run_loop never returns; a panic escaping it restarts it.
+        let _ = catch_unwind(|| console::run_loop());
+    }
+}
+
+fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
+    let skipped = mounts::mount_all().map_err(|e| Fatal(e.to_string()))?;
+    ensure_console_fds();
+    log::attach_kmsg();
+    info!("ringstore-init {} starting (kernel {})", env!("CARGO_PKG_VERSION"), sysinfo::kernel_release());
+    for skip in skipped {
+        warn!("{skip} (optional)");
+    }
+    signals::spawn_waiter();
+    power::disable_ctrl_alt_del();
+    raise_limits();
+
+    let line = std::fs::read_to_string("/proc/cmdline").map_err(|e| Fatal(format!("/proc/cmdline: {e}")))?;
+    let (options, rest) = match cmdline::split(&line) {
+        Ok(split) => split,
+        Err(err) => {
+            error!("{err}; using ip=dhcp");
+            (cmdline::InitOptions { ip: cmdline::IpSetting::Dhcp { device: None }, on_fatal: OnFatal::Reboot }, line.clone())
+        }
+    };
+    *on_fatal = options.on_fatal;
+    let config = match ringstore_config::Config::from_kernel_cmdline(&rest) {
+        Ok(config) => Some(config),
+        Err(err) => {
+            error!("configuration: {err}");
+            not_serving(format!("configuration: {err}"));
+            None
+        }
+    };
+
+    let configured = net::bring_up(&options.ip);
+    state::lock().configured = configured;
+
+    if let Some(config) = config {
+        state::lock().config = Some(config.clone());
+        serve(&config);
+    }
+    Ok(())
+}
+
+fn not_serving(why: String) {
+    state::lock().not_serving = Some(why);
+}
+
+/// Placement, huge pages, IRQs, then the server. Failures are logged and leave the console up.
+fn serve(config: &ringstore_config::Config) {
+    let placement = match plane::place(config) {
+        Ok(p) => p,
+        Err(err) => {
+            error!("{err}");
+            not_serving(err);
+            return;
+        }
+    };
+    info!(
+        "NUMA node {}: workers on CPUs {}, housekeeping on CPUs {}",
+        placement.node,
+        irq::ringstore_cpulist(&placement.workers),
+        irq::ringstore_cpulist(&placement.housekeeping)
+    );
+    let wanted = hugepages::pages_for(config.memory);
+    let got = match hugepages::reserve(placement.node, wanted) {
+        Ok(got) => got,
+        Err(err) => {
+            warn!("huge pages on node {}: {err}", placement.node);
+            0
+        }
+    };
+    if got < wanted {
+        warn!("node {} holds {got} of the {wanted} huge pages asked for", placement.node);
+    } else {
+        info!("node {}: {got} huge pages of 2 MiB reserved", placement.node);
+    }
+    place_irqs(&placement);
+    {
+        let mut state = state::lock();
+        state.placement = Some(placement.clone());
+        state.hugepages = got;
+    }
+    let started = plane::start(config);
+    if !placement.housekeeping.is_empty() {
+        // PID 1's own thread keeps off the worker CPUs from here on. Only after the start: the
+        // server's threads inherit the starting thread's CPU set.
+        set_affinity(&placement.housekeeping);
+    }
+    match started {
+        Ok(server) => {
+            let ready = server.ready_line();
+            log::console_line(&format!("ringstore: {ready}"));
+            info!("serving: {ready}");
+            let mut state = state::lock();
+            state.ready_line = Some(ready);
+            state.server = Some(server);
+        }
+        Err(err) => {
+            error!("server: {err}");
+            not_serving(err);
+        }
+    }
+}
+
+fn place_irqs(placement: &plane::Placement) {
+    let interrupts = irq::parse_interrupts(&std::fs::read_to_string("/proc/interrupts").unwrap_or_default());
+    let all: Vec<u32> = interrupts.iter().map(|l| l.irq).collect();
+    let mut nic_irqs = Vec::new();
+    let mut by_nic = Vec::new();
+    for nic in net::link::ethernet_nics() {
+        let irqs = irq::nic_irqs(&nic, &interrupts, std::path::Path::new("/sys/class/net"));
+        nic_irqs.extend(irqs.iter().copied());
+        by_nic.push((nic, irqs));
+    }
+    let plan = irq::plan(&all, &nic_irqs, &placement.workers, &placement.housekeeping);
+    let (applied, refused) = irq::apply(&plan);
+    if !placement.housekeeping.is_empty() {
+        let _ = std::fs::write("/proc/irq/default_smp_affinity", cpumask_hex(&placement.housekeeping));
+    }
+    info!("IRQ affinity: {} NIC IRQs on worker CPUs, {applied} set, {refused} refused by the kernel", nic_irqs.len());
+    state::lock().nic_irqs = by_nic;
+}
+
+/// A CPU set as the kernel's hex mask (`3` for CPUs 0-1), comma-grouped per 32 bits.
+fn cpumask_hex(cpus: &[usize]) -> String {
+    let words = cpus.iter().max().map_or(1, |m| m / 32 + 1);
+    let mut mask = vec![0u32; words];
+    for cpu in cpus {
+        mask[cpu / 32] |= 1 << (cpu % 32);
+    }
+    mask.iter().rev().map(|w| format!("{w:08x}")).collect::<Vec<_>>().join(",")
+}
+
+fn set_affinity(cpus: &[usize]) {
+    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET initialise it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for cpu in cpus {
+        if *cpu < libc::CPU_SETSIZE as usize {
+            // SAFETY: cpu is below CPU_SETSIZE, so the bit lies inside `set`.
+            unsafe { libc::CPU_SET(*cpu, &mut set) };
+        }
+    }
+    // SAFETY: set is a valid cpu_set_t of the size passed; 0 = the calling thread.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        warn!("cannot move PID 1 to the housekeeping CPUs: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// The kernel opens /dev/console as fds 0-2 for init when the initramfs has that node; if it
+/// did not, open it now that devtmpfs is mounted.
+fn ensure_console_fds() {
+    // SAFETY: fcntl(F_GETFD) on a small integer only queries the descriptor table.
+    if unsafe { libc::fcntl(0, libc::F_GETFD) } >= 0 {
+        return;
+    }
+    // SAFETY: the path is a NUL-terminated literal.
+    let fd = unsafe { libc::open(c"/dev/console".as_ptr(), libc::O_RDWR | libc::O_NOCTTY) };
+    if fd < 0 {
+        return;
+    }
+    for target in 0..3 {
+        if fd != target {
+            // SAFETY: fd is open; dup2 onto 0..2 replaces nothing we hold.
+            unsafe { libc::dup2(fd, target) };
+        }
+    }
+    if fd > 2 {
+        // SAFETY: fd is ours and no longer needed after dup2.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// The store locks huge pages and io_uring buffers; connections need descriptors.
+fn raise_limits() {
+    for (resource, value) in [(libc::RLIMIT_MEMLOCK, libc::RLIM_INFINITY), (libc::RLIMIT_NOFILE, 1 << 20)] {
+        let limit = libc::rlimit { rlim_cur: value, rlim_max: value };
+        // SAFETY: limit is a valid rlimit for the call's duration.
+        if unsafe { libc::setrlimit(resource, &limit) } != 0 {
+            warn!("setrlimit({resource}): {}", std::io::Error::last_os_error());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cpumasks() {
+        assert_eq!(super::cpumask_hex(&[0, 1]), "00000003");
+        assert_eq!(super::cpumask_hex(&[2, 3]), "0000000c");
+        assert_eq!(super::cpumask_hex(&[0, 33]), "00000002,00000001");
+    }
+}

@@ -1,0 +1,78 @@
+//! Orderly shutdown (stop accepting, drain, sync, reboot(2)) and the fatal-error path.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::cmdline::OnFatal;
+use crate::{error, info};
+
+/// How long draining may take before the machine goes down anyway.
+const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+/// Pause before a fatal error reboots, so the message can be read.
+const FATAL_REBOOT_DELAY: Duration = Duration::from_secs(10);
+
+/// What happens at the end of a shutdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    PowerOff,
+    Reboot,
+}
+
+static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
+
+/// Stops the server, syncs and powers off or reboots. Only the first caller proceeds; later
+/// callers (a second signal, a console command) wait for the machine to go down.
+pub fn shutdown(action: Action) -> ! {
+    if SHUTTING_DOWN.swap(true, Ordering::SeqCst) {
+        park_forever();
+    }
+    info!("{}: stopping the server", if action == Action::PowerOff { "poweroff" } else { "reboot" });
+    let server = crate::state::lock().server.take();
+    if let Some(server) = server {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let drained = std::thread::Builder::new().name("drain".into()).spawn(move || {
+            server.shutdown();
+            let _ = tx.send(());
+        });
+        if drained.is_err() || rx.recv_timeout(DRAIN_LIMIT).is_err() {
+            error!("draining did not finish within {} s; going down anyway", DRAIN_LIMIT.as_secs());
+        }
+    }
+    // SAFETY: sync(2) takes no arguments.
+    unsafe { libc::sync() };
+    let cmd = match action {
+        Action::PowerOff => libc::RB_POWER_OFF,
+        Action::Reboot => libc::RB_AUTOBOOT,
+    };
+    info!("synced; {}", if action == Action::PowerOff { "powering off" } else { "rebooting" });
+    // SAFETY: reboot(2) with a valid command; it only returns on failure.
+    unsafe { libc::reboot(cmd) };
+    error!("reboot(2) failed: {}", std::io::Error::last_os_error());
+    park_forever()
+}
+
+fn park_forever() -> ! {
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// A fatal error: logged, then a reboot after a delay; with `ringstore.on_fatal=halt` this returns
+/// and the caller keeps the console running instead.
+pub fn fatal(on_fatal: OnFatal, what: &str) {
+    error!("fatal: {what}");
+    match on_fatal {
+        OnFatal::Halt => error!("ringstore.on_fatal=halt: staying at the console; `reboot` or `poweroff` to leave"),
+        OnFatal::Reboot => {
+            error!("rebooting in {} s (ringstore.on_fatal=halt keeps the console instead)", FATAL_REBOOT_DELAY.as_secs());
+            std::thread::sleep(FATAL_REBOOT_DELAY);
+            shutdown(Action::Reboot);
+        }
+    }
+}
+
+/// Makes ctrl-alt-del send SIGINT to PID 1 instead of rebooting at once.
+pub fn disable_ctrl_alt_del() {
+    // SAFETY: reboot(2) with RB_DISABLE_CAD only changes the kernel's ctrl-alt-del behaviour.
+    unsafe { libc::reboot(libc::RB_DISABLE_CAD) };
+}

@@ -1,0 +1,48 @@
+//! What PID 1 knows about the machine after setup, shared by the console and shutdown.
+
+use std::sync::{Mutex, MutexGuard};
+
+use crate::net::Configured;
+use crate::plane::{Placement, Serving};
+
+/// The machine as PID 1 set it up.
+#[derive(Default)]
+pub struct State {
+    pub placement: Option<Placement>,
+    /// Huge pages the serving node holds after reservation.
+    pub hugepages: u64,
+    pub configured: Vec<Configured>,
+    /// The NICs whose IRQs were placed, and those IRQs.
+    pub nic_irqs: Vec<(String, Vec<u32>)>,
+    pub ready_line: Option<String>,
+    /// Why nothing serves (configuration error, NUMA choice, start failure).
+    pub not_serving: Option<String>,
+    pub config: Option<ringstore_config::Config>,
+    pub server: Option<Box<dyn Serving>>,
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+/// Locks the shared state (created empty on first use; a poisoned lock is still usable).
+pub fn lock() -> StateGuard {
+    let mut guard = STATE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if guard.is_none() {
+        *guard = Some(State::default());
+    }
+    StateGuard(guard)
+}
+
+pub struct StateGuard(MutexGuard<'static, Option<State>>);
+
+impl std::ops::Deref for StateGuard {
+    type Target = State;
+    fn deref(&self) -> &State {
+        self.0.as_ref().expect("state is created in lock()")
+    }
+}
+
+impl std::ops::DerefMut for StateGuard {
+    fn deref_mut(&mut self) -> &mut State {
+        self.0.as_mut().expect("state is created in lock()")
+    }
+}

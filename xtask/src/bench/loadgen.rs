@@ -1,0 +1,410 @@
+//! The memcache load generator: one thread pinned to the client CPU, one io_uring, C
+//! connections that each keep a batch of `depth` pipelined requests in flight.
+//!
+//! A batch goes out in one send; the connection then reads until `depth` complete replies
+//! are parsed, and each request's latency is its reply time minus its batch's send time. All
+//! sends and receives of all connections are submitted together with one `io_uring_enter`
+//! that also waits for the next completions, so the client spends few syscalls per request
+//! and does not become the bottleneck of a one-core server.
+
+use super::hist::Histogram;
+use super::mcwire::{split_reply, write_request, Op, Reply};
+use super::procs;
+use anyhow::{bail, Context, Result};
+use io_uring::{opcode, squeue, types, IoUring};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+/// One benchmark cell.
+#[derive(Clone, Debug)]
+pub struct LoadSpec {
+    pub port: u16,
+    pub op: Op,
+    pub value_len: usize,
+    pub depth: usize,
+    pub conns: usize,
+    /// Keys `0..keyspace` (preloaded for gets, so every get hits).
+    pub keyspace: usize,
+    pub warmup: Duration,
+    pub measure: Duration,
+    /// The server process whose CPU time is read at the window's edges.
+    pub server_pid: u32,
+}
+
+/// What one cell measured, over the measurement window only.
+#[derive(Clone)]
+pub struct LoadResult {
+    pub requests: u64,
+    pub seconds: f64,
+    pub hist: Histogram,
+    pub server_cpu_seconds: f64,
+    pub client_cpu_seconds: f64,
+    pub misses: u64,
+    pub errors: u64,
+    /// The server's and the client's CPU as a whole (every task, softirq included).
+    pub server_core: procs::CoreUse,
+    pub client_core: procs::CoreUse,
+}
+
+impl LoadResult {
+    pub fn throughput(&self) -> f64 {
+        self.requests as f64 / self.seconds
+    }
+
+    /// Server CPU seconds spent per million requests.
+    pub fn server_cpu_per_million(&self) -> f64 {
+        self.server_cpu_seconds / (self.requests as f64 / 1e6)
+    }
+
+    pub fn server_cpu_percent(&self) -> f64 {
+        100.0 * self.server_cpu_seconds / self.seconds
+    }
+
+    pub fn client_cpu_percent(&self) -> f64 {
+        100.0 * self.client_cpu_seconds / self.seconds
+    }
+
+    pub fn p50_us(&self) -> f64 {
+        self.hist.quantile(0.50) as f64 / 1e3
+    }
+
+    pub fn p99_us(&self) -> f64 {
+        self.hist.quantile(0.99) as f64 / 1e3
+    }
+}
+
+/// Runs one cell on a thread pinned to the client CPU.
+pub fn run(spec: &LoadSpec) -> Result<LoadResult> {
+    let spec = spec.clone();
+    std::thread::spawn(move || {
+        procs::pin_current_thread(procs::CLIENT_CPU)?;
+        procs::raise_own_priority();
+        Generator::new(&spec)?.run()
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("load generator thread panicked"))?
+}
+
+/// One connection's batch in flight. Its buffers are allocated once and never grown while an
+/// operation that points into them is queued.
+struct Conn {
+    stream: TcpStream,
+    tx: Vec<u8>,
+    tx_sent: usize,
+    rx: Vec<u8>,
+    rx_start: usize,
+    rx_end: usize,
+    replies: usize,
+    sent_at: Instant,
+    send_queued: bool,
+    recv_queued: bool,
+    active: bool,
+    next_key: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Warmup,
+    Measure,
+    Drain,
+}
+
+struct Generator<'a> {
+    spec: &'a LoadSpec,
+    ring: IoUring,
+    conns: Vec<Conn>,
+    value: Vec<u8>,
+    phase: Phase,
+    queued_ops: usize,
+    active: usize,
+    hist: Histogram,
+    requests: u64,
+    misses: u64,
+    errors: u64,
+}
+
+const SEND: u64 = 0;
+const RECV: u64 = 1;
+
+fn build_ring(entries: u32) -> Result<IoUring> {
+    // Deferred task running keeps completions off the interrupt path; older kernels lack it.
+    IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .setup_coop_taskrun()
+        .build(entries)
+        .or_else(|_| IoUring::new(entries))
+        .context("creating an io_uring")
+}
+
+impl<'a> Generator<'a> {
+    fn new(spec: &'a LoadSpec) -> Result<Self> {
+        if spec.depth == 0 || spec.conns == 0 || spec.keyspace == 0 {
+            bail!("depth, conns and keyspace must be positive");
+        }
+        let rx_len = 64 * 1024 + 2 * spec.depth * (spec.value_len + 64);
+        let mut conns = Vec::with_capacity(spec.conns);
+        for index in 0..spec.conns {
+            let stream = TcpStream::connect(("127.0.0.1", spec.port))
+                .with_context(|| format!("connecting to 127.0.0.1:{}", spec.port))?;
+            stream.set_nodelay(true)?;
+            conns.push(Conn {
+                stream,
+                tx: Vec::with_capacity(spec.depth * (spec.value_len + 64)),
+                tx_sent: 0,
+                rx: vec![0; rx_len],
+                rx_start: 0,
+                rx_end: 0,
+                replies: 0,
+                sent_at: Instant::now(),
+                send_queued: false,
+                recv_queued: false,
+                active: true,
+                next_key: index * spec.keyspace / spec.conns,
+            });
+        }
+        let entries = (spec.conns as u32 * 2 + 8).next_power_of_two().max(64);
+        Ok(Generator {
+            spec,
+            ring: build_ring(entries)?,
+            active: conns.len(),
+            conns,
+            value: vec![b'v'; spec.value_len],
+            phase: Phase::Warmup,
+            queued_ops: 0,
+            hist: Histogram::default(),
+            requests: 0,
+            misses: 0,
+            errors: 0,
+        })
+    }
+
+    fn run(mut self) -> Result<LoadResult> {
+        let outcome = self.drive();
+        self.close();
+        outcome
+    }
+
+    fn drive(&mut self) -> Result<LoadResult> {
+        let start = Instant::now();
+        let measure_from = start + self.spec.warmup;
+        let measure_until = measure_from + self.spec.measure;
+        let mut window_start = measure_from;
+        let mut window_end = measure_until;
+        let (mut server_cpu0, mut client_cpu0) = (0.0, 0.0);
+        let (mut server_cpu, mut client_cpu) = (0.0, 0.0);
+        let (mut cores0, mut cores1) = Default::default();
+        for index in 0..self.conns.len() {
+            self.start_batch(index, start)?;
+        }
+        let mut completions: Vec<(u64, i32)> = Vec::with_capacity(self.conns.len() * 2);
+        let mut drain_until = None;
+        loop {
+            self.submit_and_wait()?;
+            let now = Instant::now();
+            if self.phase == Phase::Warmup && now >= measure_from {
+                self.phase = Phase::Measure;
+                self.hist.clear();
+                (self.requests, self.misses, self.errors) = (0, 0, 0);
+                window_start = now;
+                server_cpu0 = procs::process_cpu_seconds(self.spec.server_pid)?;
+                client_cpu0 = procs::thread_cpu_seconds()?;
+                cores0 = procs::core_ticks()?;
+            } else if self.phase == Phase::Measure && now >= measure_until {
+                self.phase = Phase::Drain;
+                window_end = now;
+                server_cpu = procs::process_cpu_seconds(self.spec.server_pid)? - server_cpu0;
+                client_cpu = procs::thread_cpu_seconds()? - client_cpu0;
+                cores1 = procs::core_ticks()?;
+                drain_until = Some(now + Duration::from_secs(2));
+            }
+            if self.phase == Phase::Drain
+                && (self.active == 0 || drain_until.is_some_and(|d| now >= d))
+            {
+                break;
+            }
+            if self.phase != Phase::Drain && now > measure_until + Duration::from_secs(5) {
+                bail!("load generator stuck");
+            }
+            completions.clear();
+            completions.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+            self.queued_ops -= completions.len();
+            for &(user_data, result) in &completions {
+                let index = (user_data >> 1) as usize;
+                if user_data & 1 == SEND {
+                    self.on_send(index, result, now)?;
+                } else {
+                    self.on_recv(index, result, now)?;
+                }
+            }
+        }
+        Ok(LoadResult {
+            requests: self.requests,
+            seconds: (window_end - window_start).as_secs_f64(),
+            hist: self.hist.clone(),
+            server_cpu_seconds: server_cpu,
+            client_cpu_seconds: client_cpu,
+            misses: self.misses,
+            errors: self.errors,
+            server_core: procs::CoreUse::between(&cores0.0, &cores1.0),
+            client_core: procs::CoreUse::between(&cores0.1, &cores1.1),
+        })
+    }
+
+    /// Submits what is queued and waits (at most 50 ms) for at least one completion.
+    fn submit_and_wait(&mut self) -> Result<()> {
+        let timeout = types::Timespec::new().nsec(50_000_000);
+        let args = types::SubmitArgs::new().timespec(&timeout);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {
+                Ok(())
+            }
+            Err(e) => Err(e).context("io_uring_enter"),
+        }
+    }
+
+    fn push(&mut self, entry: squeue::Entry) -> Result<()> {
+        loop {
+            // SAFETY: every entry points into a connection's tx or rx buffer; those buffers are
+            // allocated before the first submission, never reallocated, and outlive every
+            // queued operation (close() reaps them all before the connections are dropped).
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                self.queued_ops += 1;
+                return Ok(());
+            }
+            self.ring.submit().context("io_uring_enter")?;
+        }
+    }
+
+    fn start_batch(&mut self, index: usize, now: Instant) -> Result<()> {
+        let (op, depth, keyspace) = (self.spec.op, self.spec.depth, self.spec.keyspace);
+        let conn = &mut self.conns[index];
+        conn.tx.clear();
+        for _ in 0..depth {
+            write_request(&mut conn.tx, op, &self.value, conn.next_key);
+            conn.next_key = (conn.next_key + 1) % keyspace;
+        }
+        conn.tx_sent = 0;
+        conn.replies = 0;
+        conn.sent_at = now;
+        self.queue_send(index)?;
+        if !self.conns[index].recv_queued {
+            self.queue_recv(index)?;
+        }
+        Ok(())
+    }
+
+    fn queue_send(&mut self, index: usize) -> Result<()> {
+        let conn = &mut self.conns[index];
+        let rest = &conn.tx[conn.tx_sent..];
+        let entry = opcode::Send::new(types::Fd(conn.stream.as_raw_fd()), rest.as_ptr(), rest.len() as u32)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data((index as u64) << 1 | SEND);
+        conn.send_queued = true;
+        self.push(entry)
+    }
+
+    fn queue_recv(&mut self, index: usize) -> Result<()> {
+        let conn = &mut self.conns[index];
+        if conn.rx_start == conn.rx_end {
+            (conn.rx_start, conn.rx_end) = (0, 0);
+        } else if conn.rx.len() - conn.rx_end < 16 * 1024 {
+            conn.rx.copy_within(conn.rx_start..conn.rx_end, 0);
+            (conn.rx_start, conn.rx_end) = (0, conn.rx_end - conn.rx_start);
+        }
+        let spare = &mut conn.rx[conn.rx_end..];
+        let entry = opcode::Recv::new(types::Fd(conn.stream.as_raw_fd()), spare.as_mut_ptr(), spare.len() as u32)
+            .build()
+            .user_data((index as u64) << 1 | RECV);
+        conn.recv_queued = true;
+        self.push(entry)
+    }
+
+    fn on_send(&mut self, index: usize, result: i32, now: Instant) -> Result<()> {
+        let conn = &mut self.conns[index];
+        conn.send_queued = false;
+        if result < 0 {
+            bail!("send: {}", std::io::Error::from_raw_os_error(-result));
+        }
+        conn.tx_sent += result as usize;
+        if conn.tx_sent < conn.tx.len() {
+            return self.queue_send(index);
+        }
+        if conn.replies == self.spec.depth && !conn.recv_queued {
+            return self.finish_batch(index, now);
+        }
+        Ok(())
+    }
+
+    fn on_recv(&mut self, index: usize, result: i32, now: Instant) -> Result<()> {
+        let measuring = self.phase == Phase::Measure;
+        let conn = &mut self.conns[index];
+        conn.recv_queued = false;
+        if result == 0 {
+            if self.phase == Phase::Drain && !conn.active {
+                return Ok(());
+            }
+            bail!("the server closed a connection mid-batch");
+        }
+        if result < 0 {
+            bail!("recv: {}", std::io::Error::from_raw_os_error(-result));
+        }
+        conn.rx_end += result as usize;
+        let latency = (now - conn.sent_at).as_nanos() as u64;
+        while let Some((reply, used)) = split_reply(&conn.rx[conn.rx_start..conn.rx_end]) {
+            conn.rx_start += used;
+            conn.replies += 1;
+            if measuring {
+                self.requests += 1;
+                self.hist.record(latency);
+                match reply {
+                    Reply::Miss => self.misses += 1,
+                    Reply::Other => self.errors += 1,
+                    Reply::Hit | Reply::Stored => {}
+                }
+            }
+        }
+        if conn.replies > self.spec.depth {
+            bail!("more replies than requests: the server's replies are out of step");
+        }
+        if conn.rx_start == 0 && conn.rx_end == conn.rx.len() {
+            bail!("a reply larger than the receive buffer");
+        }
+        if conn.replies == self.spec.depth && conn.tx_sent == conn.tx.len() && !conn.send_queued {
+            return self.finish_batch(index, now);
+        }
+        self.queue_recv(index)
+    }
+
+    fn finish_batch(&mut self, index: usize, now: Instant) -> Result<()> {
+        if self.phase == Phase::Drain {
+            self.conns[index].active = false;
+            self.active -= 1;
+            return Ok(());
+        }
+        self.start_batch(index, now)
+    }
+
+    /// Shuts the sockets down so queued receives complete, and reaps every queued operation
+    /// (bounded) before the buffers they point into are freed.
+    fn close(&mut self) {
+        for conn in &self.conns {
+            let _ = conn.stream.shutdown(Shutdown::Both);
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while self.queued_ops > 0 && Instant::now() < deadline {
+            if self.submit_and_wait().is_err() {
+                break;
+            }
+            let reaped = self.ring.completion().count();
+            self.queued_ops -= reaped;
+        }
+        if self.queued_ops > 0 {
+            // The kernel may still write into these buffers: never free them.
+            std::mem::forget(std::mem::take(&mut self.conns));
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! QEMU machine profiles (data in `qemu/profiles/*.toml`) turned into a command line, and
+//! `cargo xtask run`: build the image and boot a profile with the serial console on the terminal.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+use crate::image::Image;
+use crate::util::root;
+
+/// A machine profile as written in `qemu/profiles/NAME.toml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub description: String,
+    pub memory_mib: u32,
+    pub sockets: u32,
+    pub cores_per_socket: u32,
+    /// Extra kernel command line for this machine (isolcpus=, nohz_full=, ...).
+    #[serde(default)]
+    pub append: String,
+    /// NUMA nodes; empty = no NUMA topology.
+    #[serde(default)]
+    pub nodes: Vec<NumaNode>,
+    pub nics: Vec<Nic>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NumaNode {
+    pub cpus: String,
+    pub memory_mib: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Nic {
+    /// The node whose pxb-pcie expander bridge the NIC sits behind; none = the root bus.
+    pub node: Option<u32>,
+    pub model: String,
+    /// The user network's subnet (default QEMU's 10.0.2.0/24).
+    pub net: Option<String>,
+    /// `NAME:GUEST_PORT` TCP ports forwarded from 127.0.0.1.
+    #[serde(default)]
+    pub forward: Vec<String>,
+}
+
+/// A forwarded port: host 127.0.0.1:`host_port` → guest `guest_port` through NIC `nic`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forward {
+    pub nic: usize,
+    pub name: String,
+    pub guest_port: u16,
+    pub host_port: u16,
+}
+
+/// Where the serial console goes.
+#[derive(Debug, Clone)]
+pub enum Serial {
+    /// The terminal, multiplexed with the QEMU monitor (ctrl-a c; ctrl-a x quits).
+    Stdio,
+    /// A unix socket QEMU listens on and waits for before starting the guest.
+    Socket(PathBuf),
+}
+
+/// Reads `qemu/profiles/<name>.toml`.
+pub fn load_profile(name: &str) -> Result<Profile> {
+    let path = root().join("qemu/profiles").join(format!("{name}.toml"));
+    let text = std::fs::read_to_string(&path).with_context(|| format!("no machine profile {name:?} ({})", path.display()))?;
+    let profile: Profile = toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    if profile.nics.is_empty() {
+        bail!("profile {name} has no NIC");
+    }
+    Ok(profile)
+}
+
+/// A free 127.0.0.1 TCP port (the listener is closed again; QEMU binds it right after).
+pub fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Chooses host ports for every forward the profile asks for.
+pub fn choose_forwards(profile: &Profile) -> Result<Vec<Forward>> {
+    let mut out = Vec::new();
+    for (nic, spec) in profile.nics.iter().enumerate() {
+        for entry in &spec.forward {
+            let (name, port) = entry.split_once(':').with_context(|| format!("forward {entry:?} is not NAME:PORT"))?;
+            let guest_port = port.parse().with_context(|| format!("forward {entry:?}: bad port"))?;
+            out.push(Forward { nic, name: name.to_string(), guest_port, host_port: free_port()? });
+        }
+    }
+    Ok(out)
+}
+
+/// `kvm` when /dev/kvm really runs a guest here, else `tcg`. The answer is cached in
+/// target/appliance/accel (delete it to probe again).
+pub fn accel(bzimage: &Path) -> &'static str {
+    let cache = crate::image::appliance_dir().join("accel");
+    if let Ok(text) = std::fs::read_to_string(&cache) {
+        return if text.trim() == "kvm" { "kvm" } else { "tcg" };
+    }
+    let usable = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").is_ok() && kvm_boots(bzimage);
+    let answer = if usable { "kvm" } else { "tcg" };
+    let _ = std::fs::write(&cache, answer);
+    answer
+}
+
+/// Boots the kernel without an initramfs under KVM: it must reach its "no root" panic quickly.
+fn kvm_boots(bzimage: &Path) -> bool {
+    let child = Command::new("qemu-system-x86_64")
+        .args(["-machine", "q35", "-accel", "kvm", "-cpu", "host", "-m", "256", "-nodefaults", "-display", "none", "-no-reboot"])
+        .args(["-serial", "stdio", "-kernel"])
+        .arg(bzimage)
+        .args(["-append", "console=ttyS0 panic=-1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else { return false };
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let mut out = child.stdout.take();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(out) = out.as_mut() {
+            let _ = out.read_to_string(&mut text);
+        }
+        let _ = tx.send(text);
+    });
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    rx.recv_timeout(Duration::from_secs(2)).map(|text| text.contains("Kernel panic")).unwrap_or(false)
+}
+
+/// The whole QEMU argument list for `profile` booting `image`.
+pub fn machine_args(profile: &Profile, image: &Image, serial: &Serial, extra_append: &str, accel: &str, forwards: &[Forward]) -> Vec<String> {
+    let mut a: Vec<String> = Vec::new();
+    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
+    let cpus = profile.sockets * profile.cores_per_socket;
+    push(&["-machine", "q35", "-accel", accel, "-cpu", if accel == "kvm" { "host" } else { "max" }]);
+    push(&["-m", &profile.memory_mib.to_string()]);
+    push(&["-smp", &format!("{cpus},sockets={},cores={},threads=1", profile.sockets, profile.cores_per_socket)]);
+    for (i, node) in profile.nodes.iter().enumerate() {
+        push(&["-object", &format!("memory-backend-ram,id=m{i},size={}M", node.memory_mib)]);
+        push(&["-numa", &format!("node,nodeid={i},cpus={},memdev=m{i}", node.cpus)]);
+    }
+    for i in 0..profile.nodes.len() {
+        for j in i + 1..profile.nodes.len() {
+            push(&["-numa", &format!("dist,src={i},dst={j},val=20")]);
+        }
+    }
+    let mut bridged: Vec<u32> = profile.nics.iter().filter_map(|n| n.node).collect();
+    bridged.sort_unstable();
+    bridged.dedup();
+    for node in &bridged {
+        // One expander bridge per node with NICs; its bus range starts at 64 * (node + 1).
+        push(&["-device", &format!("pxb-pcie,id=pxb{node},bus_nr={},numa_node={node},bus=pcie.0", 64 * (node + 1))]);
+    }
+    for (k, nic) in profile.nics.iter().enumerate() {
+        let mut netdev = format!("user,id=n{k}");
+        if let Some(net) = &nic.net {
+            netdev.push_str(&format!(",net={net}"));
+        }
+        for f in forwards.iter().filter(|f| f.nic == k) {
+            netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{}-:{}", f.host_port, f.guest_port));
+        }
+        push(&["-netdev", &netdev]);
+        let mac = format!("52:54:00:12:34:{:02x}", 0x56 + k);
+        match nic.node {
+            Some(node) => {
+                push(&["-device", &format!("pcie-root-port,id=rp{k},bus=pxb{node},chassis={}", k + 1)]);
+                push(&["-device", &format!("{},netdev=n{k},bus=rp{k},mac={mac}", nic.model)]);
+            }
+            None => push(&["-device", &format!("{},netdev=n{k},bus=pcie.0,mac={mac}", nic.model)]),
+        }
+    }
+    push(&["-device", "virtio-rng-pci,bus=pcie.0"]);
+    push(&["-kernel", &image.bzimage.display().to_string(), "-initrd", &image.initramfs.display().to_string()]);
+    let append = ["console=ttyS0 panic=-1", profile.append.as_str(), extra_append].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>().join(" ");
+    push(&["-append", &append]);
+    push(&["-no-reboot", "-nodefaults", "-display", "none", "-vga", "none"]);
+    match serial {
+        Serial::Stdio => push(&["-chardev", "stdio,id=ser0,mux=on,signal=off", "-serial", "chardev:ser0", "-mon", "chardev=ser0,mode=readline"]),
+        Serial::Socket(path) => {
+            push(&["-chardev", &format!("socket,id=ser0,path={},server=on,wait=on", path.display()), "-serial", "chardev:ser0", "-monitor", "none"]);
+        }
+    }
+    a
+}
+
+/// `cargo xtask run [--profile NAME] [--append "KERNEL ARGS"]`: builds the image and boots it
+/// with the serial console on this terminal (ctrl-a x quits QEMU).
+pub fn run(args: &[String]) -> Result<()> {
+    let mut profile_name = "numa2".to_string();
+    let mut append = String::new();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--profile" => profile_name = it.next().context("--profile needs a name")?.clone(),
+            "--append" => append = it.next().context("--append needs kernel arguments")?.clone(),
+            other => bail!("unknown run option {other:?} (expected --profile NAME or --append ARGS)"),
+        }
+    }
+    let profile = load_profile(&profile_name)?;
+    let image = crate::image::build_image()?;
+    let accel = accel(&image.bzimage);
+    let forwards = choose_forwards(&profile)?;
+    eprintln!("run: profile {profile_name} ({}), accel {accel}, kernel {}", profile.description, image.kernel_version);
+    for f in &forwards {
+        eprintln!("run: {} on 127.0.0.1:{} -> guest port {} (NIC {})", f.name, f.host_port, f.guest_port, f.nic);
+    }
+    eprintln!("run: serial console below; `poweroff` at the ringstore> prompt, or ctrl-a x to quit QEMU");
+    let status = Command::new("qemu-system-x86_64")
+        .args(machine_args(&profile, &image, &Serial::Stdio, &append, accel, &forwards))
+        .status()
+        .context("starting qemu-system-x86_64 (apt-get install qemu-system-x86)")?;
+    if !status.success() {
+        bail!("QEMU exited with {status}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image() -> Image {
+        Image { bzimage: "/b/bzImage".into(), initramfs: "/b/initramfs.img".into(), kernel_version: String::new() }
+    }
+
+    #[test]
+    fn every_profile_parses() {
+        for name in ["numa2", "single", "twonic"] {
+            load_profile(name).unwrap();
+        }
+        assert!(load_profile("nope").is_err());
+    }
+
+    #[test]
+    fn numa2_puts_the_nic_behind_a_node_1_expander_bridge() {
+        let profile = load_profile("numa2").unwrap();
+        let forwards = vec![Forward { nic: 0, name: "memcache".into(), guest_port: 11211, host_port: 40000 }];
+        let args = machine_args(&profile, &image(), &Serial::Socket("/tmp/s.sock".into()), "ringstore.numa=1", "tcg", &forwards).join(" ");
+        assert!(args.contains("-smp 4,sockets=2,cores=2,threads=1"), "{args}");
+        assert!(args.contains("-numa node,nodeid=1,cpus=2-3,memdev=m1"), "{args}");
+        assert!(args.contains("pxb-pcie,id=pxb1,bus_nr=128,numa_node=1,bus=pcie.0"), "{args}");
+        assert!(args.contains("pcie-root-port,id=rp0,bus=pxb1"), "{args}");
+        assert!(args.contains("virtio-net-pci,netdev=n0,bus=rp0"), "{args}");
+        assert!(args.contains("hostfwd=tcp:127.0.0.1:40000-:11211"), "{args}");
+        assert!(args.contains("panic=-1") && args.contains("-no-reboot"), "{args}");
+        assert!(args.contains("isolcpus=managed_irq,domain,2-3") && args.ends_with("server=on,wait=on -serial chardev:ser0 -monitor none"), "{args}");
+        assert!(args.contains("ringstore.numa=1"));
+    }
+
+    #[test]
+    fn twonic_has_a_bridge_per_node_and_distinct_subnets() {
+        let profile = load_profile("twonic").unwrap();
+        let forwards = choose_forwards(&profile).unwrap();
+        assert_eq!(forwards.len(), 4);
+        let args = machine_args(&profile, &image(), &Serial::Stdio, "", "tcg", &forwards).join(" ");
+        assert!(args.contains("numa_node=0") && args.contains("numa_node=1"), "{args}");
+        assert!(args.contains("net=10.0.3.0/24"), "{args}");
+        let single = machine_args(&load_profile("single").unwrap(), &image(), &Serial::Stdio, "", "tcg", &[]).join(" ");
+        assert!(!single.contains("-numa") && !single.contains("pxb"), "{single}");
+    }
+}
