@@ -20,7 +20,20 @@ impl Drop for Serving {
 }
 
 fn serve(extra: &[&str]) -> Serving {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ringstore"))
+    serve_with_fd_limit(extra, None)
+}
+
+/// Starts `ringstore serve`, optionally under a hard open-file limit (via the shell's ulimit).
+fn serve_with_fd_limit(extra: &[&str], nofile: Option<u32>) -> Serving {
+    let mut command = match nofile {
+        Some(limit) => {
+            let mut c = Command::new("sh");
+            c.arg("-c").arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\"")).arg(env!("CARGO_BIN_EXE_ringstore"));
+            c
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_ringstore")),
+    };
+    let mut child = command
         .args(["serve", "--memcache", "127.0.0.1:0", "--http", "127.0.0.1:0", "--memory", "16MiB", "--cores", "1"])
         .args(extra)
         .stdin(Stdio::null())
@@ -197,4 +210,33 @@ fn version_and_help() {
     let out = Command::new(env!("CARGO_BIN_EXE_ringstore")).arg("help").output().unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8(out.stdout).unwrap().contains("--max-conns"));
+}
+
+/// CPU time (user + system, clock ticks) the process has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn running_out_of_descriptors_backs_off_and_recovers() {
+    let s = serve_with_fd_limit(&[], Some(48));
+    let mut conns: Vec<TcpStream> = (0..60).map(|_| TcpStream::connect(s.memcache).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = cpu_ticks(s.child.id());
+    std::thread::sleep(Duration::from_secs(1));
+    let spent = cpu_ticks(s.child.id()) - before;
+    assert!(spent < 30, "the server must not spin on EMFILE ({spent} ticks in 1 s)");
+    // The first connections were accepted and are served.
+    conns[0].set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    conns[0].write_all(b"version\r\n").unwrap();
+    assert!(read_until(&mut conns[0], b"\r\n").starts_with(b"VERSION "));
+    // Once descriptors are free again, the connections waiting in the backlog are served.
+    let mut last = conns.pop().unwrap();
+    conns.clear();
+    last.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    last.write_all(b"version\r\n").unwrap();
+    assert!(read_until(&mut last, b"\r\n").starts_with(b"VERSION "));
 }

@@ -31,6 +31,8 @@ const OP_CANCEL: u64 = 6;
 
 /// Provided receive buffers per worker and their size.
 const BUF_COUNT: u16 = 256;
+/// IORING_RECVSEND_POLL_FIRST (recv/send ioprio flag, Linux 5.19).
+const RECVSEND_POLL_FIRST: u16 = 1;
 const BUF_SIZE: usize = 16 << 10;
 
 fn user_data(slot: u32, generation: u32, op: u64) -> u64 {
@@ -92,6 +94,8 @@ struct Worker<H: Handler> {
     link_recv: bool,
     /// Most connections open at once on this worker (logged at stop: placement balance).
     peak_conns: usize,
+    /// Receives queued behind sends poll first (off: RINGSTORE_NO_POLL_FIRST, for measurement).
+    poll_first: bool,
 }
 
 /// Runs a worker on the current thread until it has stopped; reports its features (or why it
@@ -135,6 +139,7 @@ pub(crate) fn run<H: Handler>(setup: WorkerSetup<H>, ready: SyncSender<Result<Fe
         last_reclaim_ms: now.mono_ms,
         link_recv: std::env::var_os("RINGSTORE_NO_LINK").is_none(),
         peak_conns: 0,
+        poll_first: std::env::var_os("RINGSTORE_NO_POLL_FIRST").is_none(),
     };
     let _ = ready.send(Ok(features));
     worker.serve();
@@ -247,6 +252,13 @@ impl<H: Handler> Worker<H> {
     }
 
     fn arm_recv(&mut self, slot: u32) {
+        self.arm_recv_with(slot, 0);
+    }
+
+    /// `ioprio` may carry IORING_RECVSEND_POLL_FIRST: for a receive queued behind a send the
+    /// request has just been answered, so the peer's next one is not there yet; polling first
+    /// skips a receive attempt that would only find the socket empty.
+    fn arm_recv_with(&mut self, slot: u32, ioprio: u16) {
         let generation = self.conns.generation(slot);
         let pooled = self.bufs.is_some();
         let Some(conn) = self.conns.get_mut(slot, generation) else { return };
@@ -254,11 +266,12 @@ impl<H: Handler> Worker<H> {
         let entry = if pooled {
             opcode::Recv::new(fd, std::ptr::null_mut(), BUF_SIZE as u32)
                 .buf_group(BufRing::GROUP)
+                .ioprio(ioprio)
                 .build()
                 .flags(squeue::Flags::BUFFER_SELECT)
         } else {
             let buf = conn.own_buf.as_mut().expect("own buffer without a pool");
-            opcode::Recv::new(fd, buf.as_mut_ptr(), buf.len() as u32).build()
+            opcode::Recv::new(fd, buf.as_mut_ptr(), buf.len() as u32).ioprio(ioprio).build()
         };
         conn.recv_armed = true;
         self.pending.push(entry.user_data(user_data(slot, generation, OP_RECV)));
@@ -284,7 +297,9 @@ impl<H: Handler> Worker<H> {
         conn.send_armed = true;
         self.pending.push(entry);
         if link_recv {
-            self.arm_recv(slot);
+            // POLL_FIRST exists from 5.19, like provided-buffer rings: use it only with them.
+            let ioprio = if self.bufs.is_some() && self.poll_first { RECVSEND_POLL_FIRST } else { 0 };
+            self.arm_recv_with(slot, ioprio);
         }
     }
 
