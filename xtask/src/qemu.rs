@@ -45,6 +45,9 @@ pub struct Nic {
     pub model: String,
     /// The user network's subnet (default QEMU's 10.0.2.0/24).
     pub net: Option<String>,
+    /// A host tap interface instead of a user network (QEMU attaches to it; it must exist in
+    /// QEMU's network namespace). No `net` and no `forward` then.
+    pub tap: Option<String>,
     /// `NAME:GUEST_PORT` TCP ports forwarded from 127.0.0.1.
     #[serde(default)]
     pub forward: Vec<String>,
@@ -75,6 +78,9 @@ pub fn load_profile(name: &str) -> Result<Profile> {
     let profile: Profile = toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
     if profile.nics.is_empty() {
         bail!("profile {name} has no NIC");
+    }
+    if let Some(nic) = profile.nics.iter().find(|n| n.tap.is_some() && (n.net.is_some() || !n.forward.is_empty())) {
+        bail!("profile {name}: NIC on tap {:?} cannot have a user network's `net` or `forward`", nic.tap);
     }
     Ok(profile)
 }
@@ -167,7 +173,10 @@ pub fn machine_args(profile: &Profile, image: &Image, serial: &Serial, extra_app
         push(&["-device", &format!("pxb-pcie,id=pxb{node},bus_nr={},numa_node={node},bus=pcie.0", 64 * (node + 1))]);
     }
     for (k, nic) in profile.nics.iter().enumerate() {
-        let mut netdev = format!("user,id=n{k}");
+        let mut netdev = match &nic.tap {
+            Some(tap) => format!("tap,id=n{k},ifname={tap},script=no,downscript=no"),
+            None => format!("user,id=n{k}"),
+        };
         if let Some(net) = &nic.net {
             netdev.push_str(&format!(",net={net}"));
         }
@@ -240,7 +249,7 @@ mod tests {
 
     #[test]
     fn every_profile_parses() {
-        for name in ["numa2", "single", "twonic"] {
+        for name in ["numa2", "numa2-tap", "single", "twonic"] {
             load_profile(name).unwrap();
         }
         assert!(load_profile("nope").is_err());
@@ -270,6 +279,9 @@ mod tests {
         let args = machine_args(&profile, &image(), &Serial::Stdio, "", "tcg", &forwards).join(" ");
         assert!(args.contains("numa_node=0") && args.contains("numa_node=1"), "{args}");
         assert!(args.contains("net=10.0.3.0/24"), "{args}");
+        let tap = machine_args(&load_profile("numa2-tap").unwrap(), &image(), &Serial::Stdio, "", "tcg", &[]).join(" ");
+        assert!(tap.contains("-netdev tap,id=n0,ifname=rstap0,script=no,downscript=no") && !tap.contains("user,"), "{tap}");
+        assert!(tap.contains("pxb-pcie,id=pxb1,bus_nr=128,numa_node=1") && tap.contains("virtio-net-pci,netdev=n0,bus=rp0"), "{tap}");
         let single = machine_args(&load_profile("single").unwrap(), &image(), &Serial::Stdio, "", "tcg", &[]).join(" ");
         assert!(!single.contains("-numa") && !single.contains("pxb"), "{single}");
     }

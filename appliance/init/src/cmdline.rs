@@ -140,6 +140,12 @@ mod tests {
         );
         assert_eq!(opts.on_fatal, OnFatal::Halt);
         assert_eq!(rest, "x=1");
+        // The QEMU scan test's form: no server, no hostname, a /30.
+        let (opts, _) = split("ip=10.77.0.2::10.77.0.1:255.255.255.252::eth0:off").unwrap();
+        assert_eq!(
+            opts.ip,
+            IpSetting::Static { client: Ipv4Addr::new(10, 77, 0, 2), gateway: Some(Ipv4Addr::new(10, 77, 0, 1)), prefix_len: 30, hostname: None, device: Some("eth0".into()) }
+        );
         let (opts, _) = split("ip=192.168.0.9:::::eth0:off").unwrap();
         assert!(matches!(opts.ip, IpSetting::Static { prefix_len: 24, gateway: None, .. }));
     }

@@ -19,6 +19,7 @@ const HELP: &[&str] = &[
     "stats     the memcache `stats` lines",
     "irq       IRQ -> CPU affinity of the NIC queues",
     "net       listening TCP/UDP sockets and interface addresses",
+    "threads   every thread with its effective/permitted capabilities and no_new_privs",
     "log       recent log lines",
     "reboot    stop serving, sync, reboot",
     "poweroff  stop serving, sync, power off",
@@ -97,6 +98,7 @@ pub fn execute(command: &str) -> Vec<String> {
         "stats" => stats(),
         "irq" => irq(),
         "net" => net(),
+        "threads" => crate::threads::lines(),
         "log" => crate::log::recent(),
         "reboot" => power::shutdown(Action::Reboot),
         "poweroff" | "halt" | "shutdown" => power::shutdown(Action::PowerOff),
@@ -243,6 +245,7 @@ mod tests {
         assert!(execute("help").iter().any(|l| l.starts_with("poweroff")));
         assert_eq!(execute("bogus"), vec!["unknown command \"bogus\"; try help".to_string()]);
         assert!(execute("").is_empty());
+        assert!(execute("threads").len() >= 2 && execute("threads")[0].contains("capeff"));
         assert_eq!(execute("stats").last().map(String::as_str), Some("END"));
     }
 }

@@ -20,6 +20,7 @@ pub mod privs;
 pub mod signals;
 pub mod state;
 pub mod sysinfo;
+pub mod threads;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
