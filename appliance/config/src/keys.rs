@@ -112,6 +112,21 @@ pub static KEYS: &[KeyInfo] = &[
         },
     },
     KeyInfo {
+        name: "data-format",
+        expected: "auto or force",
+        help: "auto: format a blank data device, refuse foreign content; force: format over it",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| {
+            c.data_format = match v.trim().to_ascii_lowercase().as_str() {
+                "auto" => crate::DataFormat::Auto,
+                "force" => crate::DataFormat::Force,
+                _ => return Err(()),
+            };
+            Ok(())
+        },
+    },
+    KeyInfo {
         name: "max-conns",
         expected: "a number of connections from 1 to 1048576",
         help: "open connections beyond which new ones are refused (default 4096)",

@@ -49,6 +49,8 @@ pub struct Config {
     pub memory: u64,
     /// `data`: data device or file.
     pub data: Option<std::path::PathBuf>,
+    /// `data-format`: what to do with a data device holding something else.
+    pub data_format: DataFormat,
     /// `max-conns`.
     pub max_conns: usize,
     /// `item-size-max`: largest value (memcached `-I`).
@@ -61,6 +63,15 @@ pub struct Config {
     pub placement: Placement,
 }
 
+/// `data-format`: how a data device that is neither blank nor ringstore's current format is treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataFormat {
+    /// Format a blank device, open ringstore's own format, refuse anything else.
+    Auto,
+    /// Format over whatever is there (another filesystem, another format version).
+    Force,
+}
+
 impl Default for Config {
     fn default() -> Config {
         Config {
@@ -71,6 +82,7 @@ impl Default for Config {
             numa: NumaChoice::Auto,
             memory: 64 << 20,
             data: None,
+            data_format: DataFormat::Auto,
             max_conns: 4096,
             item_size_max: 1 << 20,
             idle_timeout_secs: 300,

@@ -112,3 +112,13 @@ fn config_file_first_flags_override() {
     assert!(matches!(Config::from_args(["--config", missing.to_str().unwrap()]), Err(ConfigError::File { .. })));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn data_format_is_auto_or_force() {
+    assert_eq!(Config::default().data_format, crate::DataFormat::Auto);
+    let c = Config::from_args(["--data", "/tmp/d", "--data-format=force"]).unwrap();
+    assert_eq!(c.data_format, crate::DataFormat::Force);
+    assert!(Config::from_args(["--data-format=maybe"]).is_err());
+    let c = Config::from_kernel_cmdline("ringstore.data=/dev/vda ringstore.data_format=force").unwrap();
+    assert_eq!(c.data_format, crate::DataFormat::Force);
+}

@@ -67,6 +67,37 @@ impl FileDevice {
     }
 }
 
+impl FileDevice {
+    /// Another handle on the same open file (for a driver that submits its own I/O).
+    pub fn try_clone(&self) -> io::Result<FileDevice> {
+        Ok(FileDevice {
+            file: self.file.try_clone()?,
+            len: self.len,
+        })
+    }
+}
+
+impl std::os::fd::AsRawFd for FileDevice {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+impl<D: BlockDevice> BlockDevice for std::sync::Arc<D> {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        (**self).read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        (**self).write_at(offset, buf)
+    }
+    fn flush(&self) -> io::Result<()> {
+        (**self).flush()
+    }
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+}
+
 impl BlockDevice for FileDevice {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         check_range(offset, buf.len(), self.len)?;

@@ -89,8 +89,8 @@ pub struct Durable<D: BlockDevice> {
     pub(crate) sb: Superblock,
     pub(crate) regions: Vec<RegionLog<u64>>,
     pub(crate) index: Index,
-    next_seq: u64,
-    acks: Vec<Ack>,
+    pub(crate) next_seq: u64,
+    pub(crate) acks: Vec<Ack>,
     pub(crate) relocate_failures: u64,
 }
 

@@ -29,6 +29,7 @@ pub mod record;
 mod recovery;
 mod region;
 mod segment;
+pub mod serving;
 pub mod sim;
 pub mod superblock;
 
@@ -39,4 +40,5 @@ pub use error::DurableError;
 pub use group_commit::{Action, Completion, GroupCommit, Limits, OpId};
 pub use index::{Entry, Index, Loc};
 pub use record::{RecordKind, RecordMeta};
+pub use serving::{Change, Serving, Settled, FLUSH_KEY};
 pub use region::{Purpose, RegionLog, SegState, Staged, COMPACTION_RESERVE};

@@ -88,7 +88,7 @@ fn serve(args: &[String]) -> ExitCode {
         Err(err) => {
             eprintln!("ringstore: {err}");
             // Errors caused by the values given (node, cores) are usage errors like bad flags.
-            let usage = matches!(err, RuntimeError::Numa(_) | RuntimeError::Cores { .. });
+            let usage = matches!(err, RuntimeError::Numa(_) | RuntimeError::Cores { .. } | RuntimeError::DataRefused(_));
             return ExitCode::from(if usage { 2 } else { 1 });
         }
     };

@@ -2,7 +2,8 @@
 //!
 //! `cargo run --release -p ringstore-runtime --example load -- --addr 127.0.0.1:11211 --mode long --conns 4 --threads 1 --secs 5`
 //! - `long`: `conns` persistent connections split over `threads`; each round sends one request
-//!   per connection (pipeline depth 1), then reads every reply. 1 set per 10 gets.
+//!   per connection (pipeline depth 1), then reads every reply. 1 set per 10 gets
+//!   (`--set-every 1`: sets only, for durable write throughput).
 //! - `short`: each thread loops connect, `get`, close.
 //!
 //! Prints one line: mode, connections, ops, ops/s, and the spread of per-connection op counts.
@@ -21,10 +22,12 @@ struct Args {
     secs: u64,
     keys: usize,
     value_size: usize,
+    /// One request in this many is a set (11 = 1 set per 10 gets; 1 = sets only).
+    set_every: usize,
 }
 
 fn parse_args() -> Args {
-    let mut a = Args { addr: "127.0.0.1:11211".parse().unwrap(), mode: "long".into(), conns: 4, threads: 1, secs: 5, keys: 1000, value_size: 32 };
+    let mut a = Args { addr: "127.0.0.1:11211".parse().unwrap(), mode: "long".into(), conns: 4, threads: 1, secs: 5, keys: 1000, value_size: 32, set_every: 11 };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     for pair in argv.chunks(2) {
         let value = pair.get(1).cloned().unwrap_or_default();
@@ -36,6 +39,7 @@ fn parse_args() -> Args {
             "--secs" => a.secs = value.parse().expect("--secs N"),
             "--keys" => a.keys = value.parse().expect("--keys N"),
             "--value-size" => a.value_size = value.parse().expect("--value-size N"),
+            "--set-every" => a.set_every = value.parse::<usize>().expect("--set-every N").max(1),
             other => panic!("unknown flag {other}"),
         }
     }
@@ -82,7 +86,7 @@ fn long_thread(a: Arc<Args>, conns: usize, seed: usize, stop: Arc<AtomicBool>) -
         for (i, s) in streams.iter_mut().enumerate() {
             n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let key = (n >> 33) % a.keys;
-            let roll = (n >> 20) % 11;
+            let roll = (n >> 20) % a.set_every;
             let set = roll == 0;
             kinds[i] = set;
             if set {

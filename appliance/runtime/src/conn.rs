@@ -28,11 +28,13 @@ pub(crate) struct Conn<S> {
     pub partial_since_ms: Option<u64>,
     /// Receive buffer when the kernel has no provided-buffer rings.
     pub own_buf: Option<Box<[u8]>>,
+    pub protocol: Protocol,
+    /// Data-device token the pending output waits for (0: none; output may go).
+    pub gate: u64,
 }
 
 impl<S> Conn<S> {
     pub(crate) fn new(fd: OwnedFd, protocol: Protocol, session: S, now_ms: u64, own_buf: Option<Box<[u8]>>) -> Conn<S> {
-        let _ = protocol;
         Conn {
             fd,
             session,
@@ -45,6 +47,8 @@ impl<S> Conn<S> {
             last_active_ms: now_ms,
             partial_since_ms: None,
             own_buf,
+            protocol,
+            gate: 0,
         }
     }
 

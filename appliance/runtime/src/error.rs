@@ -20,6 +20,12 @@ pub enum RuntimeError {
     /// A system call the runtime needs failed.
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
+    /// The data device holds something ringstore must not overwrite (or cannot use): a usage error.
+    #[error("{0}")]
+    DataRefused(String),
+    /// The data device could not be opened, recovered or checkpointed.
+    #[error("{0}")]
+    Data(String),
     /// A worker thread panicked or could not be joined.
     #[error("worker {0} failed")]
     Worker(usize),

@@ -16,6 +16,10 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn conn_refused(&self);
     /// Background expiry step, called about once a second by one worker.
     fn reclaim(&self, now: Now);
+    /// Drops the RAM copy of a write whose data-device write failed (if still that write).
+    fn forget_if_cas(&self, key: &[u8], cas: u64, now: Now) {
+        let _ = (key, cas, now);
+    }
 }
 
 /// The production handler: [`Session`]s executing against [`Shared`].
@@ -47,6 +51,9 @@ impl Handler for ServiceHandler {
     }
     fn reclaim(&self, now: Now) {
         self.0.store.reclaim_expired(now.store, RECLAIM_BUDGET);
+    }
+    fn forget_if_cas(&self, key: &[u8], cas: u64, now: Now) {
+        self.0.store.forget_if_cas(key, cas, now.store);
     }
 }
 

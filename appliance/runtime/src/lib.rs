@@ -12,6 +12,8 @@ mod acceptor;
 mod bufring;
 mod clock;
 mod conn;
+mod data;
+mod durable;
 mod error;
 mod handler;
 mod inbox;

@@ -37,6 +37,8 @@ pub(crate) struct PlaneSetup<H: Handler> {
     pub clock: Clock,
     /// Per TCP endpoint: one listener (acceptor placement) or one per worker (reuseport).
     pub tcp: Vec<(Protocol, Vec<OwnedFd>)>,
+    /// The data device (`--data`); worker i drives region i.
+    pub data: Option<Arc<ringstore_durable::Serving<ringstore_durable::FileDevice>>>,
 }
 
 fn spawn_named<T: Send + 'static>(name: String, body: impl FnOnce() -> T + Send + 'static) -> Result<JoinHandle<T>, RuntimeError> {
@@ -91,6 +93,7 @@ impl Plane {
                 clock: setup.clock,
                 listeners,
                 reaper: index == 0,
+                data: setup.data.clone(),
             };
             let ready = ready_tx.clone();
             plane.workers.push(spawn_named(format!("ringstore-w{index}"), move || crate::worker::run(worker_setup, ready))?);

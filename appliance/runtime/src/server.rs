@@ -16,6 +16,7 @@ use crate::ring::Features;
 use crate::topology::{format_cpus, Topology};
 use crate::worker::Limits;
 use crate::RuntimeError;
+use ringstore_durable::{FileDevice, Serving};
 
 /// How long a stopping server lets in-flight requests finish and replies flush.
 const DRAIN_DEADLINE_MS: u64 = 5000;
@@ -36,6 +37,7 @@ pub struct Server {
     node: u32,
     cpus: Vec<usize>,
     memory_binding: MemoryBinding,
+    data: Option<Arc<Serving<FileDevice>>>,
 }
 
 impl std::fmt::Debug for Server {
@@ -50,16 +52,17 @@ impl Server {
     /// Binds the calling thread to the chosen node's CPUs and memory (ADR-0018: before the
     /// store is allocated; threads spawned afterwards inherit the policy).
     pub fn start(config: &Config) -> Result<Server, RuntimeError> {
-        if let Some(data) = &config.data {
-            // The store has no data-device tier yet: say so rather than pretend to be durable.
-            eprintln!("ringstore: warning: --data {} is not supported yet; serving from RAM only", data.display());
-        }
         crate::sys::ignore_sigpipe();
         crate::sys::raise_nofile_limit();
         let topology = Topology::read().map_err(|e| RuntimeError::io("reading /sys topology", e))?;
         let listen_ips: Vec<IpAddr> = [config.memcache, config.http, config.udp].into_iter().flatten().map(|a| a.ip()).collect();
         let node = choose_node(&topology, config.numa, &listen_ips)?;
-        let cpus = worker_cpus(&topology, node, config.cores, &crate::sys::affinity())?;
+        let mut cpus = worker_cpus(&topology, node, config.cores, &crate::sys::affinity())?;
+        // The device is opened (formatted, or refused) before anything listens.
+        let durable = match &config.data {
+            Some(path) => Some(crate::data::open(path, config, &mut cpus)?),
+            None => None,
+        };
         let node_cpus = topology.node(node).map(|n| n.cpus.clone()).unwrap_or_default();
         bind_thread_to_cpus(&node_cpus)?;
         let memory_binding = bind_memory(&topology, node)?;
@@ -81,6 +84,7 @@ impl Server {
         };
         let service_topology = ServiceTopology { numa_node: node, worker_cpus: cpus.clone() };
         let shared = Shared::new(store, service_config, service_topology, cpus.len(), std::process::id(), clock.unix_start());
+        let data = durable.map(|durable| crate::data::attach(durable, &shared.store, clock));
 
         let limits = Limits {
             max_conns: config.max_conns,
@@ -98,6 +102,7 @@ impl Server {
             limits,
             clock,
             tcp: bound.tcp,
+            data: data.clone(),
         })?;
         if let Some(udp) = bound.udp {
             plane.adopt(crate::udp::spawn(udp, shared.clone(), clock, plane.stop_fd())?);
@@ -113,7 +118,7 @@ impl Server {
             shared.store.backing(),
             plane.features()
         );
-        Ok(Server { shared, addrs: bound.addrs, plane, node, cpus, memory_binding })
+        Ok(Server { shared, addrs: bound.addrs, plane, node, cpus, memory_binding, data })
     }
 
     /// Exactly `ready memcache=IP:PORT http=IP:PORT` (plus ` udp=IP:PORT` when on).
@@ -153,7 +158,17 @@ impl Server {
 
     /// Stops accepting, finishes in-flight requests and flushes replies (at most 5 s), joins every thread.
     pub fn shutdown(mut self) -> Result<(), RuntimeError> {
-        self.plane.stop()
+        let stopped = self.plane.stop();
+        if let Some(data) = &self.data {
+            // Every worker drained its log and parked it: publish the checkpoint.
+            let started = std::time::Instant::now();
+            match data.checkpoint() {
+                Ok(true) => eprintln!("ringstore: data device: checkpoint written in {} ms", started.elapsed().as_millis()),
+                Ok(false) => eprintln!("ringstore: data device: index too large for the checkpoint area; next start scans"),
+                Err(err) => return Err(RuntimeError::Data(format!("data device checkpoint failed: {err}"))),
+            }
+        }
+        stopped
     }
 
     /// Blocks until SIGTERM or SIGINT (blocking them in the calling thread first); returns the signal.

@@ -50,7 +50,7 @@ fn start(limits: Limits, workers: usize, reuseport: bool) -> Running {
         tcp.push((protocol, fds));
     }
     let echo = Arc::new(Echo::default());
-    let plane = Plane::start(PlaneSetup { handler: echo.clone(), cpus: vec![None; workers], limits, clock: Clock::start(), tcp }).unwrap();
+    let plane = Plane::start(PlaneSetup { handler: echo.clone(), cpus: vec![None; workers], limits, clock: Clock::start(), tcp, data: None }).unwrap();
     Running { plane, echo, memcache: addrs[0], http: addrs[1] }
 }
 

@@ -8,6 +8,7 @@
 //! read, which is the backpressure `Flow::Drain` asks for and keeps output bounded.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use ringstore_service::{Flow, Now, Protocol};
 use crate::bufring::BufRing;
 use crate::clock::Clock;
 use crate::conn::{Conn, Slab, GEN_MASK};
+use crate::durable::{DiskWorker, OP_DISK_FLUSH, OP_DISK_WRITE};
 use crate::handler::Handler;
 use crate::inbox::Inbox;
 use crate::ring::Features;
@@ -70,6 +72,8 @@ pub(crate) struct WorkerSetup<H: Handler> {
     pub listeners: Vec<(OwnedFd, Protocol)>,
     /// This worker runs the expiry reaper.
     pub reaper: bool,
+    /// The data device, when `--data` is on: this worker drives region `index`.
+    pub data: Option<Arc<ringstore_durable::Serving<ringstore_durable::FileDevice>>>,
 }
 
 struct Worker<H: Handler> {
@@ -96,6 +100,8 @@ struct Worker<H: Handler> {
     peak_conns: usize,
     /// Receives queued behind sends poll first (off: RINGSTORE_NO_POLL_FIRST, for measurement).
     poll_first: bool,
+    /// This worker's region log, when a data device is on (None: RAM only, no extra work).
+    disk: Option<DiskWorker>,
 }
 
 /// Runs a worker on the current thread until it has stopped; reports its features (or why it
@@ -122,6 +128,16 @@ pub(crate) fn run<H: Handler>(setup: WorkerSetup<H>, ready: SyncSender<Result<Fe
     let bufs = if setup.limits.allow_buf_ring { BufRing::register(&ring, BUF_COUNT, BUF_SIZE).ok() } else { None };
     features.buf_ring = bufs.is_some();
     let now = setup.clock.now();
+    let disk = match &setup.data {
+        Some(serving) => match DiskWorker::install(serving.clone(), setup.index) {
+            Some(disk) => Some(disk),
+            None => {
+                let _ = ready.send(Err(format!("worker {}: the data device has no free region for it", setup.index)));
+                return 0;
+            }
+        },
+        None => None,
+    };
     let mut worker = Worker {
         ring,
         bufs,
@@ -140,9 +156,13 @@ pub(crate) fn run<H: Handler>(setup: WorkerSetup<H>, ready: SyncSender<Result<Fe
         link_recv: std::env::var_os("RINGSTORE_NO_LINK").is_none(),
         peak_conns: 0,
         poll_first: std::env::var_os("RINGSTORE_NO_POLL_FIRST").is_none(),
+        disk,
     };
     let _ = ready.send(Ok(features));
     worker.serve();
+    if let Some(disk) = &worker.disk {
+        disk.uninstall();
+    }
     worker.peak_conns
 }
 
@@ -164,7 +184,15 @@ impl<H: Handler> Worker<H> {
             if self.stopping_deadline.is_none() && self.setup.stop.load(Ordering::Acquire) {
                 self.begin_stop();
             }
-            if self.stopping_deadline.is_some() && self.conns.live() == 0 && !self.accept_armed.contains(&true) {
+            if let Some(disk) = &mut self.disk {
+                // Group commit: everything staged this iteration goes out as one write + one flush.
+                disk.pump(&mut self.pending);
+            }
+            if self.stopping_deadline.is_some()
+                && self.conns.live() == 0
+                && !self.accept_armed.contains(&true)
+                && self.disk.as_ref().is_none_or(DiskWorker::is_idle)
+            {
                 break;
             }
         }
@@ -186,8 +214,9 @@ impl<H: Handler> Worker<H> {
                 while next < self.pending.len() {
                     // SAFETY: every entry points only at memory that outlives its completion: output
                     // buffers and own receive buffers are not touched or freed while their op is in
-                    // flight, the pool lives as long as the ring, the inbox word is leaked, and the
-                    // timespec is copied by the kernel at submission.
+                    // flight, the pool lives as long as the ring, the inbox word is leaked, the
+                    // timespec is copied by the kernel at submission, and data-device batch buffers
+                    // stay in `DiskWorker::inflight` until their completion (the device fd with them).
                     if unsafe { sq.push(&self.pending[next]) }.is_err() {
                         break;
                     }
@@ -222,6 +251,7 @@ impl<H: Handler> Worker<H> {
                 OP_TICK => self.on_tick(),
                 OP_INBOX => self.on_inbox(),
                 OP_ACCEPT => self.on_accept(slot as usize, res),
+                op @ (OP_DISK_WRITE | OP_DISK_FLUSH) => self.on_disk(op, data >> 8, res),
                 _ => {}
             }
         }
@@ -382,7 +412,13 @@ impl<H: Handler> Worker<H> {
                 (Some(bid), Some(bufs)) => bufs.filled(bid, len),
                 _ => &conn.own_buf.as_deref().expect("own buffer")[..len],
             };
+            if self.disk.is_some() {
+                DiskWorker::begin_call((slot, generation, conn.protocol));
+            }
             let flow = self.setup.handler.on_bytes(&mut conn.session, input, self.now, &mut conn.out);
+            if let Some(disk) = &mut self.disk {
+                hold(disk, conn, slot, generation);
+            }
             if let (Some(bid), Some(bufs)) = (bid, self.bufs.as_mut()) {
                 bufs.recycle(bid);
             }
@@ -427,6 +463,9 @@ impl<H: Handler> Worker<H> {
                 return;
             }
             conn.after_send = flow;
+            if conn.gate != 0 {
+                return; // released by the flush that covers its records (on_disk)
+            }
             if !conn.out.is_empty() {
                 self.arm_send(slot);
                 return;
@@ -435,8 +474,16 @@ impl<H: Handler> Worker<H> {
                 Flow::Continue => return self.continue_reading(slot),
                 Flow::Close => return self.close(slot),
                 Flow::Drain => {
+                    let generation = self.conns.generation(slot);
+                    let Some(conn) = self.conns.get_mut(slot, generation) else { return };
+                    if self.disk.is_some() {
+                        DiskWorker::begin_call((slot, generation, conn.protocol));
+                    }
                     flow = self.setup.handler.on_bytes(&mut conn.session, &[], self.now, &mut conn.out);
-                    if flow == Flow::Drain && conn.out.is_empty() {
+                    if let Some(disk) = &mut self.disk {
+                        hold(disk, conn, slot, generation);
+                    }
+                    if flow == Flow::Drain && conn.out.is_empty() && conn.gate == 0 {
                         flow = Flow::Continue; // nothing to drain: a session bug must not spin the worker
                     }
                     self.note_partial(slot);
@@ -472,7 +519,13 @@ impl<H: Handler> Worker<H> {
                 Flow::Continue => self.continue_reading(slot),
                 Flow::Close => self.close(slot),
                 Flow::Drain => {
+                    if self.disk.is_some() {
+                        DiskWorker::begin_call((slot, generation, conn.protocol));
+                    }
                     let flow = self.setup.handler.on_bytes(&mut conn.session, &[], self.now, &mut conn.out);
+                    if let Some(disk) = &mut self.disk {
+                        hold(disk, conn, slot, generation);
+                    }
                     self.note_partial(slot);
                     self.after_input(slot, flow);
                 }
@@ -483,6 +536,44 @@ impl<H: Handler> Worker<H> {
             libc::EINTR | libc::EAGAIN => self.arm_send(slot),
             // EPIPE, ECONNRESET, 0: the peer is gone.
             _ => self.close(slot),
+        }
+    }
+
+    /// A data-device write or flush completed: settle it, fail or release held connections.
+    fn on_disk(&mut self, op: u64, id: u64, res: i32) {
+        let Some(disk) = &mut self.disk else { return };
+        let outcome = disk.complete(op, id, res);
+        for (key, cas) in &outcome.forget {
+            self.setup.handler.forget_if_cas(key, *cas, self.now);
+        }
+        let mut failed: HashMap<(u32, u32), crate::durable::FailedSpans> = HashMap::new();
+        for (slot, generation, protocol, start, end) in outcome.failed_replies {
+            failed.entry((slot, generation)).or_insert_with(|| (protocol, Vec::new())).1.push((start, end));
+        }
+        for ((slot, generation), (protocol, spans)) in failed {
+            if let Some(conn) = self.conns.get_mut(slot, generation) {
+                crate::durable::rewrite_failed(&mut conn.out, spans, protocol);
+            }
+        }
+        let mut release = Vec::new();
+        while let Some(&(slot, generation, gate)) = disk.waiting.front() {
+            if gate > outcome.settled_through {
+                break;
+            }
+            disk.waiting.pop_front();
+            release.push((slot, generation));
+        }
+        for (slot, generation) in release {
+            let Some(conn) = self.conns.get_mut(slot, generation) else { continue };
+            conn.gate = 0;
+            if conn.closing {
+                if !conn.in_flight() {
+                    self.finish_close(slot);
+                }
+                continue;
+            }
+            let flow = conn.after_send;
+            self.after_input(slot, flow);
         }
     }
 
@@ -576,11 +667,20 @@ impl<H: Handler> Worker<H> {
         }
         for slot in 0..self.conns.capacity_slots() as u32 {
             let Some(conn) = self.conns.at_mut(slot) else { continue };
-            if !conn.send_armed && conn.partial_since_ms.is_none() {
+            if !conn.send_armed && conn.partial_since_ms.is_none() && conn.gate == 0 {
                 self.close(slot);
             }
         }
         // Connections queued after the stop are dropped unserved.
         self.take_inbox();
+    }
+}
+
+/// After a session call: if it staged records, hold the connection's output until they are durable.
+fn hold<S>(disk: &mut DiskWorker, conn: &mut Conn<S>, slot: u32, generation: u32) {
+    let token = DiskWorker::end_call();
+    if token != 0 {
+        conn.gate = token;
+        disk.waiting.push_back((slot, generation, token));
     }
 }

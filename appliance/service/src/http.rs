@@ -167,7 +167,10 @@ impl HttpSession {
         out: &mut Vec<u8>,
     ) -> (usize, Flow) {
         let mut pos = 0;
+        let journal = backend.journal();
         loop {
+            // With a data device, each response's bytes are noted so a failed write can be answered 500.
+            let mark = journal.map(|j| (j.staged(), out.len()));
             let step = match &mut self.state {
                 State::Closed => Step::Close,
                 State::Head => self.next_head(data, pos, now, backend, out),
@@ -228,6 +231,9 @@ impl HttpSession {
                     }
                 }
             };
+            if let (Some(j), Some((since, start))) = (journal, mark) {
+                j.reply_span(since, start, out.len());
+            }
             match step {
                 Step::Next(at) => pos = at,
                 Step::Wait(at) => return (at, Flow::Continue),

@@ -11,7 +11,7 @@ pub mod http;
 pub mod memcache;
 mod stats;
 
-pub use ringstore_store::{Store, StoreConfig, StoreStats};
+pub use ringstore_store::{Backfill, Fetched, Journal, Mutation, Store, StoreConfig, StoreStats};
 pub use stats::{Counter, StatsTotals, WorkerStats};
 
 /// The time as the runtime read it at the start of a batch.
@@ -193,6 +193,15 @@ impl Shared {
     fn lock_baseline(&self) -> std::sync::MutexGuard<'_, StatsTotals> {
         // A panic while holding it cannot leave the snapshot torn in a harmful way.
         self.baseline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The reply that replaces a reply to a write whose data-device write or flush failed: the
+/// request was not made durable and its RAM copy was dropped.
+pub fn durable_failure_reply(protocol: Protocol) -> &'static [u8] {
+    match protocol {
+        Protocol::Memcache => b"SERVER_ERROR data device write failed\r\n",
+        Protocol::Http => b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n",
     }
 }
 

@@ -125,7 +125,14 @@ impl MemcacheSession {
                 }
                 Parse::Done { request, consumed } => {
                     pos += consumed;
-                    if self.execute(request, ctx, out) == Flow::Close {
+                    // With a data device, each reply's bytes are noted so a failed write can be answered with an error.
+                    let journal = ctx.shared.store.journal();
+                    let mark = journal.map(|j| (j.staged(), out.len()));
+                    let flow = self.execute(request, ctx, out);
+                    if let (Some(j), Some((since, start))) = (journal, mark) {
+                        j.reply_span(since, start, out.len());
+                    }
+                    if flow == Flow::Close {
                         return (buf.len(), Flow::Close);
                     }
                 }

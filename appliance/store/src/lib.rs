@@ -8,13 +8,16 @@
 #![forbid(unsafe_code)]
 
 mod arena;
+mod durability;
 mod item;
 mod pool;
 mod shard;
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+pub use durability::{Backfill, Fetched, Journal, Mutation};
 
 use item::{Header, NewItem};
 use shard::{Shard, Shared};
@@ -181,6 +184,10 @@ pub struct Store {
     backing: Backing,
     arena_bytes: u64,
     hugepage_bytes: u64,
+    /// Set once when a data device is attached; every mutation is staged there first.
+    journal: OnceLock<Arc<dyn Journal>>,
+    /// Set once when a data device is attached; RAM misses are read through it.
+    backfill: OnceLock<Arc<dyn Backfill>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -262,7 +269,84 @@ impl Store {
             hugepage_bytes: hugepage_bytes as u64,
             backing,
             config,
+            journal: OnceLock::new(),
+            backfill: OnceLock::new(),
         })
+    }
+
+    /// Logs every later mutation to `journal` before applying it (once; later calls are ignored).
+    pub fn attach_journal(&self, journal: Arc<dyn Journal>) {
+        let _ = self.journal.set(journal);
+    }
+
+    /// Reads RAM misses through `backfill` (once; later calls are ignored).
+    pub fn attach_backfill(&self, backfill: Arc<dyn Backfill>) {
+        let _ = self.backfill.set(backfill);
+    }
+
+    /// The attached journal, if any (sessions report reply spans to it).
+    pub fn journal(&self) -> Option<&dyn Journal> {
+        self.journal.get().map(|j| &**j)
+    }
+
+    /// CAS uniques handed out from now on are above `cas` (restored items keep theirs).
+    pub fn raise_cas_floor(&self, cas: u64) {
+        self.cas.fetch_max(cas, Ordering::Relaxed);
+    }
+
+    /// Puts an item recovered from the device into RAM, keeping its CAS; not journaled.
+    pub fn load(&self, key: &[u8], item: &Fetched, now: Time) -> Result<(), StoreError> {
+        if item.value.len() > self.config.item_size_max || key.len() > KEY_LEN_MAX {
+            return Err(StoreError::TooLarge);
+        }
+        let hash = self.shared.hasher.hash_one(key);
+        let mut shard = self.lock(hash, now);
+        let new = NewItem {
+            key,
+            value: &item.value,
+            flags: item.flags,
+            exptime: item.exptime,
+            cas: item.cas,
+            now,
+        };
+        shard.store(&self.shared, hash, &new).map(|_| ())
+    }
+
+    /// Drops the RAM copy of `key` if its CAS is still `cas` (a write whose logging failed);
+    /// not journaled, so the device's older value is what reads see next.
+    pub fn forget_if_cas(&self, key: &[u8], cas: u64, now: Time) {
+        if key.len() > KEY_LEN_MAX {
+            return;
+        }
+        let hash = self.shared.hasher.hash_one(key);
+        let mut shard = self.lock(hash, now);
+        if let Some(loc) = shard.lookup(&self.shared, hash, key, now) {
+            if Header::read(shard.bytes(loc)).cas == cas {
+                shard.delete(&self.shared, hash, loc);
+            }
+        }
+    }
+
+    /// Finds `key` in RAM, reading it through the backfill on a miss.
+    fn find(&self, shard: &mut Shard, hash: u64, key: &[u8], now: Time) -> Option<shard::Loc> {
+        if let Some(loc) = shard.lookup(&self.shared, hash, key, now) {
+            return Some(loc);
+        }
+        let backfill = self.backfill.get()?;
+        if key.len() > KEY_LEN_MAX {
+            return None;
+        }
+        let item = backfill.fetch(key, now)?;
+        let new = NewItem {
+            key,
+            value: &item.value,
+            flags: item.flags,
+            exptime: item.exptime,
+            cas: item.cas,
+            now,
+        };
+        shard.store(&self.shared, hash, &new).ok()?;
+        shard.lookup(&self.shared, hash, key, now)
     }
 
     /// What backs the arena.
@@ -291,11 +375,26 @@ impl Store {
     ) -> R {
         let hash = self.shared.hasher.hash_one(key);
         let mut shard = self.lock(hash, now);
-        let Some(loc) = shard.lookup(&self.shared, hash, key, now) else {
+        let Some(loc) = self.find(&mut shard, hash, key, now) else {
             return f(None);
         };
         let h = Header::read(shard.bytes(loc));
         let mut shown = h;
+        let mut opts = opts;
+        if let (Some(t), Some(journal)) = (opts.touch, self.journal.get()) {
+            let b = shard.bytes(loc);
+            let touched = Mutation::Put {
+                key,
+                value: &b[h.value_start()..h.len()],
+                flags: h.flags,
+                exptime: t,
+                cas: h.cas,
+            };
+            if journal.record(touched).is_err() {
+                // Not logged, so not applied: the read still answers.
+                opts.touch = None;
+            }
+        }
         if opts.mark_access || opts.touch.is_some() {
             let b = shard.bytes_mut(loc);
             if let Some(t) = opts.touch {
@@ -327,7 +426,7 @@ impl Store {
         let hash = self.shared.hasher.hash_one(key);
         let mut shard = self.lock(hash, now);
         let found = if key.len() <= KEY_LEN_MAX {
-            shard.lookup(&self.shared, hash, key, now)
+            self.find(&mut shard, hash, key, now)
         } else {
             None
         };
@@ -390,6 +489,16 @@ impl Store {
                         bits |= item::WIN;
                     }
                     let cas = if new_cas { self.next_cas() } else { h.cas };
+                    if let Some(journal) = self.journal.get() {
+                        let b = shard.bytes(loc);
+                        journal.record(Mutation::Put {
+                            key,
+                            value: &b[h.value_start()..h.len()],
+                            flags: h.flags,
+                            exptime,
+                            cas,
+                        })?;
+                    }
                     let b = shard.bytes_mut(loc);
                     item::set_exptime(b, exptime);
                     item::set_bits(b, bits);
@@ -399,6 +508,9 @@ impl Store {
             },
             Write::Delete => {
                 if let Some(loc) = found {
+                    if let Some(journal) = self.journal.get() {
+                        journal.record(Mutation::Delete { key })?;
+                    }
                     shard.delete(&self.shared, hash, loc);
                 }
                 None
@@ -420,6 +532,16 @@ impl Store {
             return Err(StoreError::TooLarge);
         }
         let cas = meta.cas.unwrap_or_else(|| self.next_cas());
+        let journal = self.journal.get();
+        if let Some(journal) = journal {
+            journal.record(Mutation::Put {
+                key,
+                value,
+                flags: meta.flags,
+                exptime: meta.exptime,
+                cas,
+            })?;
+        }
         let new = NewItem {
             key,
             value,
@@ -428,7 +550,14 @@ impl Store {
             cas,
             now,
         };
-        shard.store(&self.shared, hash, &new)
+        let stored = shard.store(&self.shared, hash, &new);
+        if stored.is_err() && journal.is_some() {
+            // The device may still get the new value; an older RAM copy must not outlive it.
+            if let Some(loc) = shard.lookup(&self.shared, hash, key, now) {
+                shard.delete(&self.shared, hash, loc);
+            }
+        }
+        stored
     }
 
     fn next_cas(&self) -> u64 {
@@ -485,6 +614,15 @@ impl Store {
                 drop(self.lock_index(i, now));
             }
         }
+    }
+
+    /// [`Store::flush_all`], logged to the journal first; an error means nothing was flushed.
+    pub fn flush_all_logged(&self, now: Time, at: Time) -> Result<(), StoreError> {
+        if let Some(journal) = self.journal.get() {
+            journal.record(Mutation::FlushAll { at })?;
+        }
+        self.flush_all(now, at);
+        Ok(())
     }
 
     /// Background reaper step: reclaims up to `max_items` expired items; returns how many.
@@ -586,3 +724,5 @@ fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod durability_tests;

@@ -2,7 +2,7 @@
 //! [`Shared`] in production, an in-memory map in the session's unit tests.
 
 use ringstore_proto::http::Status;
-use ringstore_store::{ItemRef, NewMeta, ReadOpts, Store, StoreError, Write};
+use ringstore_store::{ItemRef, Journal, NewMeta, ReadOpts, Store, StoreError, Write};
 
 use crate::memcache::expiry::{expiry, Expiry};
 use crate::{Now, Shared, WorkerStats};
@@ -66,6 +66,10 @@ pub trait Backend {
     fn put(&self, key: &[u8], value: &[u8], flags: u32, ttl: i64, now: Now) -> PutOutcome;
     /// Removes `key`; false when no live item had it.
     fn delete(&self, key: &[u8], now: Now) -> bool;
+    /// The data device's journal, when one is attached (responses to logged writes are noted).
+    fn journal(&self) -> Option<&dyn Journal> {
+        None
+    }
 }
 
 /// The real keyspace and the limits an HTTP session obeys.
@@ -167,6 +171,10 @@ impl Backend for StoreBackend<'_> {
             Err(StoreError::TooLarge) => PutOutcome::TooLarge,
             Err(StoreError::OutOfMemory | StoreError::Config(_)) => PutOutcome::OutOfMemory,
         }
+    }
+
+    fn journal(&self) -> Option<&dyn Journal> {
+        self.store.journal()
     }
 
     fn delete(&self, key: &[u8], now: Now) -> bool {

@@ -69,8 +69,9 @@ pub(crate) fn flush_all(ctx: &Ctx<'_>, out: &mut Vec<u8>, delay: i32, noreply: b
     } else {
         now
     };
-    ctx.shared.store.flush_all(now, at);
-    if !noreply {
-        reply::line(out, "OK");
+    match ctx.shared.store.flush_all_logged(now, at) {
+        Ok(()) if !noreply => reply::line(out, "OK"),
+        Ok(()) => {}
+        Err(_) => reply::line(out, "SERVER_ERROR cannot log flush_all to the data device"),
     }
 }

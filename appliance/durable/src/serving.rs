@@ -1,0 +1,557 @@
+//! The data device while the server runs: each worker drives its own [`RegionLog`] (through
+//! io_uring), everything else is shared here: the index (updated when a flush completes), an
+//! overlay of staged-but-not-yet-durable writes (so a read-through never sees a state older
+//! than RAM's), the global write sequence, the flush_all mark, and the logs of regions no
+//! worker is driving. Sans-IO except [`Serving::lookup`] and [`Serving::for_each_value`], which
+//! read the device synchronously (the read-through path; see ADR 0011).
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+
+use crate::device::BlockDevice;
+use crate::engine::{Durable, Item};
+use crate::error::DurableError;
+use crate::group_commit::Completion;
+use crate::index::{Entry, Index};
+use crate::record::{decode, RecordKind, RecordMeta};
+use crate::region::{Purpose, RegionLog, Staged};
+use crate::superblock::Superblock;
+
+/// The key under which a flush_all is logged (client keys are never empty). Its value is the
+/// flush time (absolute Unix seconds, u64 LE); every record with a lower sequence is invalid
+/// from that time on.
+pub const FLUSH_KEY: &[u8] = b"";
+
+const OVERLAY_SHARDS: usize = 64;
+
+/// A change to log, in device terms (absolute Unix expiry).
+#[derive(Debug, Clone, Copy)]
+pub enum Change<'a> {
+    /// The key holds this value.
+    Put {
+        /// Key.
+        key: &'a [u8],
+        /// Value.
+        value: &'a [u8],
+        /// Client flags.
+        flags: u32,
+        /// Absolute Unix seconds, 0 = never.
+        exptime: u64,
+        /// CAS unique.
+        cas: u64,
+    },
+    /// The key is gone.
+    Delete {
+        /// Key.
+        key: &'a [u8],
+    },
+    /// Everything logged before is invalid from Unix time `at` on.
+    FlushAll {
+        /// Absolute Unix seconds.
+        at: u64,
+    },
+}
+
+#[derive(Debug)]
+enum Pending {
+    Value(Item),
+    Deleted(u64),
+}
+
+impl Pending {
+    fn seq(&self) -> u64 {
+        match self {
+            Pending::Value(i) => i.seq,
+            Pending::Deleted(s) => *s,
+        }
+    }
+}
+
+/// Staged-but-not-durable writes of the keys hashing to one shard: key → newest pending state.
+type OverlayShard = HashMap<Box<[u8]>, Pending>;
+
+/// What a worker learns from one completion.
+#[derive(Debug, Default)]
+pub struct Settled {
+    /// Tokens now durable.
+    pub acked: Vec<u64>,
+    /// Tokens whose write failed: (token, key, cas). Their RAM copy must go.
+    pub failed: Vec<(u64, Box<[u8]>, u64)>,
+}
+
+/// The shared half of an open data device.
+#[derive(Debug)]
+pub struct Serving<D: BlockDevice> {
+    dev: Arc<D>,
+    sb: Superblock,
+    index: RwLock<Index>,
+    overlay: Box<[Mutex<OverlayShard>]>,
+    hasher: std::collections::hash_map::RandomState,
+    next_seq: AtomicU64,
+    /// (sequence, Unix time) of the newest flush_all.
+    flush: Mutex<Option<(u64, u64)>>,
+    /// Region logs not currently driven by a worker (all of them before start and after stop).
+    parked: Mutex<Vec<Option<RegionLog<u64>>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<D: BlockDevice> Serving<D> {
+    /// Takes over an opened (recovered) device.
+    pub fn new(d: Durable<D>) -> Self {
+        let Durable {
+            dev,
+            sb,
+            regions,
+            index,
+            next_seq,
+            ..
+        } = d;
+        let me = Serving {
+            dev: Arc::new(dev),
+            sb,
+            index: RwLock::new(index),
+            overlay: (0..OVERLAY_SHARDS)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+            hasher: Default::default(),
+            next_seq: AtomicU64::new(next_seq),
+            flush: Mutex::new(None),
+            parked: Mutex::new(regions.into_iter().map(Some).collect()),
+        };
+        let mark = me.read_index().get(FLUSH_KEY).copied();
+        if let Some(e) = mark {
+            if let Ok(Some(item)) = me.read_entry(FLUSH_KEY, &e) {
+                let at = item
+                    .value
+                    .get(..8)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_le_bytes)
+                    .unwrap_or(0);
+                *lock(&me.flush) = Some((e.meta.seq, at));
+            }
+        }
+        me
+    }
+
+    /// The superblock.
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        &self.dev
+    }
+
+    /// Number of regions (the most workers that can write).
+    pub fn regions(&self) -> usize {
+        self.sb.geometry.regions as usize
+    }
+
+    /// Highest CAS on the device.
+    pub fn max_cas(&self) -> u64 {
+        self.read_index().max_cas()
+    }
+
+    /// Takes region `r`'s log for a worker to drive; `None` if taken or absent.
+    pub fn take_log(&self, r: usize) -> Option<RegionLog<u64>> {
+        lock(&self.parked).get_mut(r)?.take()
+    }
+
+    /// Gives a worker's log back (at stop, after it drained).
+    pub fn park_log(&self, log: RegionLog<u64>) {
+        let r = log.region() as usize;
+        if let Some(slot) = lock(&self.parked).get_mut(r) {
+            *slot = Some(log);
+        }
+    }
+
+    fn read_index(&self) -> RwLockReadGuard<'_, Index> {
+        self.index.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn overlay_shard(&self, key: &[u8]) -> MutexGuard<'_, OverlayShard> {
+        lock(&self.overlay[self.hasher.hash_one(key) as usize % OVERLAY_SHARDS])
+    }
+
+    /// Encode `change` into `log` with ack `token`. Call under the store's shard lock for the
+    /// key, so sequence order is write order. Errors: `NoSpace`, `Backpressure`, `TooLarge`.
+    pub fn stage(
+        &self,
+        log: &mut RegionLog<u64>,
+        change: Change<'_>,
+        token: u64,
+    ) -> Result<(), DurableError> {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let at_bytes;
+        let (key, value, meta) = match change {
+            Change::Put {
+                key,
+                value,
+                flags,
+                exptime,
+                cas,
+            } => (
+                key,
+                value,
+                RecordMeta {
+                    kind: RecordKind::Value,
+                    flags,
+                    exptime,
+                    cas,
+                    seq,
+                },
+            ),
+            Change::Delete { key } => (
+                key,
+                &[][..],
+                RecordMeta {
+                    kind: RecordKind::Tombstone,
+                    flags: 0,
+                    exptime: 0,
+                    cas: 0,
+                    seq,
+                },
+            ),
+            Change::FlushAll { at } => {
+                at_bytes = at.to_le_bytes();
+                (
+                    FLUSH_KEY,
+                    &at_bytes[..],
+                    RecordMeta {
+                        kind: RecordKind::Value,
+                        flags: 0,
+                        exptime: 0,
+                        cas: 0,
+                        seq,
+                    },
+                )
+            }
+        };
+        log.stage(key, value, meta, Purpose::Client(token), false)?;
+        if let Change::FlushAll { at } = change {
+            let mut f = lock(&self.flush);
+            if f.is_none_or(|(s, _)| s < seq) {
+                *f = Some((seq, at));
+            }
+            return Ok(());
+        }
+        let pending = match meta.kind {
+            RecordKind::Value => Pending::Value(Item {
+                flags: meta.flags,
+                exptime: meta.exptime,
+                cas: meta.cas,
+                seq,
+                value: value.to_vec(),
+            }),
+            RecordKind::Tombstone => Pending::Deleted(seq),
+        };
+        let mut shard = self.overlay_shard(key);
+        match shard.get_mut(key) {
+            Some(p) if p.seq() > seq => {}
+            Some(p) => *p = pending,
+            None => {
+                shard.insert(key.into(), pending);
+            }
+        }
+        Ok(())
+    }
+
+    /// Apply a completion of a worker's log: durable records enter the index, failed ones are
+    /// noted (they may or may not be on the device); both leave the overlay.
+    pub fn settle(&self, done: Completion<Staged<u64>>) -> Settled {
+        let mut out = Settled::default();
+        if done.acked.is_empty() && done.failed.is_empty() {
+            return out;
+        }
+        {
+            let mut index = self.index.write().unwrap_or_else(|e| e.into_inner());
+            for s in &done.acked {
+                index.apply(&s.key, s.meta, s.loc, s.value_len, s.seed);
+            }
+            for s in &done.failed {
+                index.note_unapplied(&s.key, s.meta, s.loc);
+            }
+        }
+        // Index first, overlay second: a reader that misses the overlay finds the index current.
+        for s in done.acked.iter().chain(&done.failed) {
+            let mut shard = self.overlay_shard(&s.key);
+            if shard.get(&s.key).is_some_and(|p| p.seq() == s.meta.seq) {
+                shard.remove(&s.key);
+            }
+        }
+        for s in done.acked {
+            if let Purpose::Client(t) = s.purpose {
+                out.acked.push(t);
+            }
+        }
+        for s in done.failed {
+            if let Purpose::Client(t) = s.purpose {
+                out.failed.push((t, s.key, s.meta.cas));
+            }
+        }
+        out
+    }
+
+    fn flushed(&self, seq: u64, now_unix: u64) -> bool {
+        lock(&self.flush).is_some_and(|(s, at)| seq < s && now_unix >= at)
+    }
+
+    /// The key's newest value (staged or durable), if live at `now_unix`. Reads the device.
+    pub fn lookup(&self, key: &[u8], now_unix: u64) -> Result<Option<Item>, DurableError> {
+        if key.is_empty() {
+            return Ok(None);
+        }
+        let staged = match self.overlay_shard(key).get(key) {
+            Some(Pending::Deleted(_)) => return Ok(None),
+            Some(Pending::Value(item)) => Some(item.clone()),
+            None => None,
+        };
+        let item = match staged {
+            Some(item) => item,
+            None => {
+                let Some(e) = self.read_index().get(key).copied() else {
+                    return Ok(None);
+                };
+                match self.read_entry(key, &e)? {
+                    Some(item) => item,
+                    None => return Ok(None),
+                }
+            }
+        };
+        let expired = item.exptime != 0 && item.exptime <= now_unix;
+        if expired || self.flushed(item.seq, now_unix) {
+            return Ok(None);
+        }
+        Ok(Some(item))
+    }
+
+    fn read_entry(&self, key: &[u8], e: &Entry) -> Result<Option<Item>, DurableError> {
+        if e.meta.kind != RecordKind::Value {
+            return Ok(None);
+        }
+        let g = self.sb.geometry;
+        let offset = g.segment_offset(e.loc.region, e.loc.segment) + u64::from(e.loc.offset);
+        let mut buf = vec![0u8; e.loc.len as usize];
+        self.dev
+            .read_at(offset, &mut buf)
+            .map_err(|err| DurableError::io(offset, &err))?;
+        let rec = decode(&buf, e.seed)
+            .filter(|r| r.key == key && r.meta == e.meta)
+            .ok_or(DurableError::Corrupt { offset })?;
+        Ok(Some(Item {
+            flags: rec.meta.flags,
+            exptime: rec.meta.exptime,
+            cas: rec.meta.cas,
+            seq: rec.meta.seq,
+            value: rec.value.to_vec(),
+        }))
+    }
+
+    /// Calls `f` with every value live at `now_unix` (for warming RAM at start), reading the
+    /// device one segment at a time in log order. Returns how many were delivered; a record
+    /// that does not verify is skipped and counted in the error total returned second.
+    pub fn for_each_value(&self, now_unix: u64, mut f: impl FnMut(&[u8], Item)) -> (usize, usize) {
+        let mut entries: Vec<(Box<[u8]>, Entry)> = {
+            let index = self.read_index();
+            index
+                .iter()
+                .filter(|(k, e)| {
+                    !k.is_empty()
+                        && e.meta.kind == RecordKind::Value
+                        && (e.meta.exptime == 0 || e.meta.exptime > now_unix)
+                })
+                .map(|(k, e)| (Box::<[u8]>::from(k), *e))
+                .collect()
+        };
+        entries.retain(|(_, e)| !self.flushed(e.meta.seq, now_unix));
+        entries.sort_unstable_by_key(|(_, e)| (e.loc.region, e.loc.segment, e.loc.offset));
+        let g = self.sb.geometry;
+        let (mut delivered, mut bad) = (0, 0);
+        let mut buf = Vec::new();
+        let mut i = 0;
+        while i < entries.len() {
+            let (region, segment) = (entries[i].1.loc.region, entries[i].1.loc.segment);
+            let mut j = i;
+            while j < entries.len()
+                && entries[j].1.loc.region == region
+                && entries[j].1.loc.segment == segment
+            {
+                j += 1;
+            }
+            let lo = u64::from(entries[i].1.loc.offset);
+            let hi = entries[i..j]
+                .iter()
+                .map(|(_, e)| u64::from(e.loc.offset) + u64::from(e.loc.len))
+                .max()
+                .unwrap_or(lo);
+            buf.resize((hi - lo) as usize, 0);
+            if self
+                .dev
+                .read_at(g.segment_offset(region, segment) + lo, &mut buf)
+                .is_err()
+            {
+                bad += j - i;
+                i = j;
+                continue;
+            }
+            for (key, e) in &entries[i..j] {
+                let at = (u64::from(e.loc.offset) - lo) as usize;
+                match decode(&buf[at..], e.seed).filter(|r| r.key == &key[..] && r.meta == e.meta) {
+                    Some(r) => {
+                        delivered += 1;
+                        f(
+                            key,
+                            Item {
+                                flags: r.meta.flags,
+                                exptime: r.meta.exptime,
+                                cas: r.meta.cas,
+                                seq: r.meta.seq,
+                                value: r.value.to_vec(),
+                            },
+                        );
+                    }
+                    None => bad += 1,
+                }
+            }
+            i = j;
+        }
+        (delivered, bad)
+    }
+
+    /// After every worker parked its drained log: write the checkpoint (see ADR 0010) so the
+    /// next start skips the scan. Returns whether it was written.
+    pub fn checkpoint(&self) -> Result<bool, DurableError> {
+        let regions: Vec<RegionLog<u64>> = {
+            let mut parked = lock(&self.parked);
+            if parked.iter().any(Option::is_none) {
+                return Err(DurableError::NoRegion(
+                    parked.iter().position(Option::is_none).unwrap_or(0),
+                ));
+            }
+            parked.drain(..).flatten().collect()
+        };
+        let index = std::mem::replace(
+            &mut *self.index.write().unwrap_or_else(|e| e.into_inner()),
+            Index::new(0, 0),
+        );
+        let d = Durable {
+            dev: self.dev.clone(),
+            sb: self.sb,
+            regions,
+            index,
+            next_seq: self.next_seq.load(Ordering::Relaxed),
+            acks: Vec::new(),
+            relocate_failures: 0,
+        };
+        d.shutdown().map(|(_, written)| written)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Options;
+    use crate::group_commit::Action;
+    use crate::sim::{SimDevice, SimRng};
+
+    fn open(dev: SimDevice) -> Serving<SimDevice> {
+        let opts = Options {
+            regions: 2,
+            segment_size: 16 * 1024,
+            block_size: 512,
+            ..Options::default()
+        };
+        Serving::new(Durable::open(dev, &opts).unwrap().0)
+    }
+
+    /// Executes every action of `log` against the device, as the io_uring worker does.
+    fn drive(s: &Serving<SimDevice>, log: &mut RegionLog<u64>) -> Settled {
+        let mut all = Settled::default();
+        while let Some(a) = log.poll_action() {
+            let done = match a {
+                Action::WriteBatch { id, offset, bytes } => {
+                    let ok = s.device().write_at(offset, &bytes).is_ok();
+                    log.on_write_complete(id, ok).unwrap()
+                }
+                Action::Flush { id } => {
+                    let ok = s.device().flush().is_ok();
+                    log.on_flush_complete(id, ok).unwrap()
+                }
+            };
+            let got = s.settle(done);
+            all.acked.extend(got.acked);
+            all.failed.extend(got.failed);
+        }
+        all
+    }
+
+    fn put<'a>(key: &'a [u8], value: &'a [u8], cas: u64) -> Change<'a> {
+        Change::Put { key, value, flags: 1, exptime: 0, cas }
+    }
+
+    #[test]
+    fn staged_writes_are_visible_before_and_after_their_flush() {
+        let s = open(SimDevice::new(1 << 20));
+        let mut log = s.take_log(0).unwrap();
+        assert!(s.take_log(0).is_none(), "a log is driven by one worker");
+        s.stage(&mut log, put(b"a", b"1", 5), 1).unwrap();
+        s.stage(&mut log, Change::Delete { key: b"b" }, 2).unwrap();
+        assert_eq!(s.lookup(b"a", 0).unwrap().unwrap().value, b"1", "overlay");
+        let got = drive(&s, &mut log);
+        assert_eq!(got.acked, vec![1, 2]);
+        assert_eq!(s.lookup(b"a", 0).unwrap().unwrap().cas, 5, "index");
+        s.stage(&mut log, Change::Delete { key: b"a" }, 3).unwrap();
+        assert_eq!(s.lookup(b"a", 0).unwrap(), None, "staged delete hides the durable value");
+        drive(&s, &mut log);
+        assert_eq!(s.lookup(b"a", 0).unwrap(), None);
+        s.stage(&mut log, put(b"x", b"old", 6), 4).unwrap();
+        s.stage(&mut log, Change::FlushAll { at: 100 }, 5).unwrap();
+        s.stage(&mut log, put(b"y", b"new", 7), 6).unwrap();
+        drive(&s, &mut log);
+        assert!(s.lookup(b"x", 99).unwrap().is_some(), "flush not due yet");
+        assert_eq!(s.lookup(b"x", 100).unwrap(), None, "flushed");
+        assert!(s.lookup(b"y", 100).unwrap().is_some(), "written after the flush");
+        s.park_log(log);
+        assert!(s.checkpoint().unwrap());
+    }
+
+    #[test]
+    fn checkpoint_and_crash_recovery_keep_values_and_the_flush_mark() {
+        let s = open(SimDevice::new(1 << 20));
+        let mut log = s.take_log(1).unwrap();
+        for i in 0..50u64 {
+            s.stage(&mut log, put(format!("k{i}").as_bytes(), &i.to_le_bytes(), 100 + i), i).unwrap();
+        }
+        s.stage(&mut log, Change::FlushAll { at: 1 }, 99).unwrap();
+        s.stage(&mut log, put(b"after", b"v", 500), 100).unwrap();
+        assert_eq!(drive(&s, &mut log).acked.len(), 52);
+        let img = s.device().crash_image(&mut SimRng::new(1));
+        let s2 = open(SimDevice::from_image(img));
+        assert_eq!(s2.max_cas(), 500);
+        let mut seen = Vec::new();
+        let (n, bad) = s2.for_each_value(10, |k, _| seen.push(k.to_vec()));
+        assert_eq!((n, bad), (1, 0), "only the write after the flush is live");
+        assert_eq!(seen, vec![b"after".to_vec()]);
+        assert_eq!(s2.for_each_value(0, |_, _| {}).0, 51, "before the flush time everything is live");
+    }
+
+    #[test]
+    fn failed_writes_are_reported_with_their_key_and_leave_the_older_value() {
+        let s = open(SimDevice::new(1 << 20));
+        let mut log = s.take_log(0).unwrap();
+        s.stage(&mut log, put(b"k", b"good", 1), 1).unwrap();
+        drive(&s, &mut log);
+        s.device().fail_next_flush();
+        s.stage(&mut log, put(b"k", b"lost", 2), 2).unwrap();
+        let got = drive(&s, &mut log);
+        assert!(got.acked.is_empty());
+        assert_eq!(got.failed.len(), 1);
+        assert_eq!((got.failed[0].0, &*got.failed[0].1, got.failed[0].2), (2, &b"k"[..], 2));
+        assert_eq!(s.lookup(b"k", 0).unwrap().unwrap().value, b"good");
+    }
+}

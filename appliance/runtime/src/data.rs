@@ -1,0 +1,109 @@
+//! `--data`: opening the data device before anything listens (format a blank one, refuse
+//! foreign content, recover), warming RAM from it, and attaching it to the store.
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ringstore_config::{Config, DataFormat};
+use ringstore_durable::{Durable, DurableError, FileDevice, Limits, Options, Serving};
+use ringstore_store::{Fetched, Store};
+
+use crate::clock::Clock;
+use crate::durable::{DeviceBackfill, ThreadJournal, MAX_PENDING_WRITES};
+use crate::RuntimeError;
+
+/// Segment size for a new device: about 16 segments per region, between 256 KiB and 8 MiB,
+/// and always large enough for one largest item.
+fn segment_size(len: u64, regions: u32, item_size_max: usize) -> u64 {
+    let per_region = len / u64::from(regions.max(1));
+    let fit = (per_region / 16).clamp(256 << 10, 8 << 20);
+    let fit = 1u64 << (63 - fit.leading_zeros());
+    let item = (item_size_max as u64 + 64 * 1024).next_power_of_two();
+    fit.max(item)
+}
+
+/// Opens (formats or recovers) the device; fewer regions than CPUs caps the workers.
+pub(crate) fn open(path: &Path, config: &Config, cpus: &mut Vec<usize>) -> Result<Durable<FileDevice>, RuntimeError> {
+    let shown = path.display();
+    let dev = FileDevice::open(path).map_err(|e| RuntimeError::DataRefused(format!("cannot open data device {shown}: {e}")))?;
+    let regions = cpus.len() as u32;
+    let opts = Options {
+        regions,
+        segment_size: segment_size(ringstore_durable::BlockDevice::len(&dev), regions, config.item_size_max),
+        block_size: 4096,
+        checkpoint_len: 0,
+        force: config.data_format == DataFormat::Force,
+        limits: Limits { max_pending_writes: MAX_PENDING_WRITES, ..Limits::default() },
+    };
+    let (mut durable, report) = Durable::open(dev, &opts).map_err(|e| match e {
+        DurableError::ForeignSignature(_) | DurableError::NotBlank | DurableError::Version { .. } | DurableError::CorruptSuperblock(_) | DurableError::TooSmall { .. } => {
+            RuntimeError::DataRefused(format!("data device {shown}: {}", e.to_string().replace("use force", "use --data-format=force")))
+        }
+        other => RuntimeError::Data(format!("data device {shown}: {other}")),
+    })?;
+    let g = durable.superblock().geometry;
+    if (g.regions as usize) < cpus.len() {
+        eprintln!("ringstore: data device {shown} has {} regions: running {} workers instead of {}", g.regions, g.regions, cpus.len());
+        cpus.truncate(g.regions as usize);
+    }
+    let now_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let compactions = durable.maintain(now_unix).map_err(|e| RuntimeError::Data(format!("data device {shown}: compaction at start: {e}")))?;
+    let how = if report.formatted {
+        "formatted"
+    } else if report.from_checkpoint {
+        "recovered from the shutdown checkpoint"
+    } else {
+        "recovered by scanning the logs"
+    };
+    eprintln!(
+        "ringstore: data device {shown}: {how}: {} objects, {} records scanned, {} regions x {} segments of {} KiB, {compactions} compactions, in {} ms",
+        report.live_objects,
+        report.records_scanned,
+        g.regions,
+        g.segments_per_region,
+        g.segment_size >> 10,
+        report.elapsed.as_millis()
+    );
+    Ok(durable)
+}
+
+/// Loads the device's live values into RAM (as many as fit; the rest are read through on
+/// demand), raises the CAS counter above every recovered value, and attaches the journal and
+/// the read-through to the store.
+pub(crate) fn attach(durable: Durable<FileDevice>, store: &Store, clock: Clock) -> Arc<Serving<FileDevice>> {
+    let started = Instant::now();
+    let serving = Arc::new(Serving::new(durable));
+    let now = clock.now();
+    let unix_start = clock.unix_start();
+    let mut refused = 0usize;
+    let (delivered, bad) = serving.for_each_value(now.unix, |key, item| {
+        let exptime = if item.exptime == 0 { 0 } else { item.exptime.saturating_sub(unix_start).clamp(1, u64::from(u32::MAX)) as u32 };
+        let fetched = Fetched { value: item.value, flags: item.flags, exptime, cas: item.cas };
+        if store.load(key, &fetched, now.store).is_err() {
+            refused += 1;
+        }
+    });
+    store.raise_cas_floor(serving.max_cas());
+    store.attach_backfill(Arc::new(DeviceBackfill { serving: serving.clone(), unix_start }));
+    store.attach_journal(Arc::new(ThreadJournal { serving: serving.clone(), unix_start }));
+    let st = store.stats();
+    eprintln!(
+        "ringstore: data device: loaded {delivered} objects into RAM in {} ms ({} resident, {refused} refused, {bad} unreadable); misses read through",
+        started.elapsed().as_millis(),
+        st.curr_items
+    );
+    serving
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_fit_the_largest_item_and_scale_with_the_device() {
+        assert_eq!(segment_size(16 << 20, 1, 1 << 20), 2 << 20);
+        assert_eq!(segment_size(64 << 30, 8, 1 << 20), 8 << 20);
+        assert_eq!(segment_size(64 << 20, 4, 1024), 1 << 20);
+        assert!(segment_size(1 << 30, 2, 4 << 20) >= (4 << 20) + 4096);
+    }
+}

@@ -1,0 +1,295 @@
+//! The data device on the workers: each worker drives one region log through its own ring.
+//!
+//! Sessions stay sans-IO: a mutation reaches [`ThreadJournal::record`] (called by the store
+//! under the key's shard lock), which encodes it into the calling worker's log — kept in a
+//! thread-local so the service needs no new parameters — and notes which connection and which
+//! reply bytes it belongs to. At the end of each loop iteration the worker turns what its log
+//! wants done into SQEs (one write per batch, then one fdatasync), with `user_data` =
+//! `op id << 8 | opcode` (op ids never repeat). A connection whose output covers staged
+//! records is held until a completed flush covers its newest record; a write completion
+//! alone releases nothing (design seed 001). A failed write or flush turns the affected
+//! replies into errors and drops their RAM copies.
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use io_uring::{opcode, squeue, types};
+use ringstore_durable::{Action, Change, FileDevice, RegionLog, Serving};
+use ringstore_service::{Fetched, Journal, Mutation, Protocol};
+use ringstore_store::{Backfill, StoreError, Time};
+
+/// A write of a batch to the data device.
+pub(crate) const OP_DISK_WRITE: u64 = 7;
+/// An fdatasync of the data device.
+pub(crate) const OP_DISK_FLUSH: u64 = 8;
+
+/// Writes a region log may have accepted and not yet settled (more is "out of memory").
+pub(crate) const MAX_PENDING_WRITES: usize = 1 << 16;
+
+/// One staged record on its way to the device.
+struct Rec {
+    /// Connection it answers: (slot, generation, protocol); `None` when staged outside a request.
+    conn: Option<(u32, u32, Protocol)>,
+    /// The reply's bytes in the connection's output.
+    span: Option<(usize, usize)>,
+    /// 0 pending, 1 durable, 2 failed.
+    state: u8,
+}
+
+/// The worker's region log and the bookkeeping of records not yet settled.
+struct WorkerLog {
+    log: RegionLog<u64>,
+    /// Records staged so far; a record's token is the count after it was staged.
+    staged: u64,
+    /// Unsettled records in token order; the front has token `front_token`.
+    recs: VecDeque<Rec>,
+    front_token: u64,
+    /// The connection whose bytes the session is consuming now.
+    current: Option<(u32, u32, Protocol)>,
+    /// Newest token staged during the current call.
+    call_max: u64,
+}
+
+thread_local! {
+    static LOG: RefCell<Option<WorkerLog>> = const { RefCell::new(None) };
+}
+
+/// The journal the store calls; stages into the calling worker's log.
+pub(crate) struct ThreadJournal {
+    pub serving: Arc<Serving<FileDevice>>,
+    /// Unix time of store time 0.
+    pub unix_start: u64,
+}
+
+fn to_unix(unix_start: u64, t: Time) -> u64 {
+    if t == 0 {
+        0
+    } else {
+        unix_start + u64::from(t)
+    }
+}
+
+impl Journal for ThreadJournal {
+    fn record(&self, m: Mutation<'_>) -> Result<(), StoreError> {
+        let change = match m {
+            Mutation::Put { key, value, flags, exptime, cas } => {
+                Change::Put { key, value, flags, exptime: to_unix(self.unix_start, exptime), cas }
+            }
+            Mutation::Delete { key } => Change::Delete { key },
+            Mutation::FlushAll { at } => Change::FlushAll { at: self.unix_start + u64::from(at) },
+        };
+        LOG.with(|cell| {
+            // No log on this thread (not a worker, e.g. the UDP thread): refuse rather than lie.
+            let Ok(mut guard) = cell.try_borrow_mut() else { return Err(StoreError::OutOfMemory) };
+            let Some(w) = guard.as_mut() else { return Err(StoreError::OutOfMemory) };
+            let token = w.staged + 1;
+            self.serving.stage(&mut w.log, change, token).map_err(|_| StoreError::OutOfMemory)?;
+            w.staged = token;
+            w.recs.push_back(Rec { conn: w.current, span: None, state: 0 });
+            w.call_max = token;
+            Ok(())
+        })
+    }
+
+    fn staged(&self) -> u64 {
+        LOG.with(|cell| cell.try_borrow().ok().and_then(|g| g.as_ref().map(|w| w.staged)).unwrap_or(0))
+    }
+
+    fn reply_span(&self, since: u64, start: usize, end: usize) {
+        LOG.with(|cell| {
+            let Ok(mut guard) = cell.try_borrow_mut() else { return };
+            let Some(w) = guard.as_mut() else { return };
+            for token in since + 1..=w.staged {
+                if let Some(rec) = token.checked_sub(w.front_token).and_then(|i| w.recs.get_mut(i as usize)) {
+                    rec.span = Some((start, end));
+                }
+            }
+        })
+    }
+}
+
+/// Reads RAM misses from the device (synchronous pread on the calling worker; see ADR 0011).
+pub(crate) struct DeviceBackfill {
+    pub serving: Arc<Serving<FileDevice>>,
+    pub unix_start: u64,
+}
+
+impl Backfill for DeviceBackfill {
+    fn fetch(&self, key: &[u8], now: Time) -> Option<Fetched> {
+        let now_unix = self.unix_start + u64::from(now);
+        match self.serving.lookup(key, now_unix) {
+            Ok(Some(item)) => Some(Fetched {
+                value: item.value,
+                flags: item.flags,
+                exptime: if item.exptime == 0 { 0 } else { item.exptime.saturating_sub(self.unix_start).clamp(1, u64::from(u32::MAX)) as Time },
+                cas: item.cas,
+            }),
+            Ok(None) => None,
+            Err(err) => {
+                eprintln!("ringstore: data device read failed: {err}");
+                None
+            }
+        }
+    }
+}
+
+/// What a completion changed for the worker.
+#[derive(Default)]
+pub(crate) struct Outcome {
+    /// RAM copies to drop: (key, cas).
+    pub forget: Vec<(Box<[u8]>, u64)>,
+    /// Replies to replace with an error: (slot, generation, protocol, start, end).
+    pub failed_replies: Vec<(u32, u32, Protocol, usize, usize)>,
+    /// Every token up to this one is settled.
+    pub settled_through: u64,
+}
+
+/// A worker's side of the data device.
+pub(crate) struct DiskWorker {
+    serving: Arc<Serving<FileDevice>>,
+    fd: RawFd,
+    region: usize,
+    /// Batch bytes of writes in flight, by op id (the kernel reads them until the completion).
+    inflight: HashMap<u64, Vec<u8>>,
+    flushing: usize,
+    /// Held connections in gate order: (slot, generation, token their output waits for).
+    pub waiting: VecDeque<(u32, u32, u64)>,
+}
+
+impl DiskWorker {
+    /// Takes region `region`'s log onto the calling thread.
+    pub(crate) fn install(serving: Arc<Serving<FileDevice>>, region: usize) -> Option<DiskWorker> {
+        let log = serving.take_log(region)?;
+        LOG.with(|cell| {
+            *cell.borrow_mut() = Some(WorkerLog { log, staged: 0, recs: VecDeque::new(), front_token: 1, current: None, call_max: 0 })
+        });
+        let fd = serving.device().as_raw_fd();
+        Some(DiskWorker { serving, fd, region, inflight: HashMap::new(), flushing: 0, waiting: VecDeque::new() })
+    }
+
+    /// Gives the log back (after it drained).
+    pub(crate) fn uninstall(&self) {
+        if let Some(w) = LOG.with(|cell| cell.borrow_mut().take()) {
+            if !w.log.is_idle() {
+                eprintln!("ringstore: region {} stopped with writes in flight", self.region);
+            }
+            self.serving.park_log(w.log);
+        }
+    }
+
+    /// The session is about to consume bytes of this connection.
+    pub(crate) fn begin_call(conn: (u32, u32, Protocol)) {
+        LOG.with(|cell| {
+            if let Some(w) = cell.borrow_mut().as_mut() {
+                w.current = Some(conn);
+                w.call_max = 0;
+            }
+        })
+    }
+
+    /// The newest token staged during the call (0: nothing was staged, nothing to wait for).
+    pub(crate) fn end_call() -> u64 {
+        LOG.with(|cell| {
+            cell.borrow_mut().as_mut().map_or(0, |w| {
+                w.current = None;
+                std::mem::take(&mut w.call_max)
+            })
+        })
+    }
+
+    /// True when nothing is staged or in flight.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.inflight.is_empty() && self.flushing == 0 && LOG.with(|cell| cell.borrow().as_ref().is_none_or(|w| w.log.is_idle()))
+    }
+
+    /// Queues what the log wants done as SQEs.
+    pub(crate) fn pump(&mut self, sqes: &mut Vec<squeue::Entry>) {
+        LOG.with(|cell| {
+            let mut guard = cell.borrow_mut();
+            let Some(w) = guard.as_mut() else { return };
+            while let Some(action) = w.log.poll_action() {
+                match action {
+                    Action::WriteBatch { id, offset, bytes } => {
+                        let entry = opcode::Write::new(types::Fd(self.fd), bytes.as_ptr(), bytes.len() as u32)
+                            .offset(offset)
+                            .build()
+                            .user_data((id << 8) | OP_DISK_WRITE);
+                        // The Vec's heap buffer does not move when the Vec is moved into the map.
+                        self.inflight.insert(id, bytes);
+                        sqes.push(entry);
+                    }
+                    Action::Flush { id } => {
+                        self.flushing += 1;
+                        sqes.push(opcode::Fsync::new(types::Fd(self.fd)).flags(types::FsyncFlags::DATASYNC).build().user_data((id << 8) | OP_DISK_FLUSH));
+                    }
+                }
+            }
+        })
+    }
+
+    /// Feeds a completion back; returns what the worker must do about it.
+    pub(crate) fn complete(&mut self, op: u64, id: u64, res: i32) -> Outcome {
+        let ok = if op == OP_DISK_WRITE {
+            let want = self.inflight.remove(&id).map_or(0, |b| b.len());
+            res >= 0 && res as usize == want
+        } else {
+            self.flushing = self.flushing.saturating_sub(1);
+            res >= 0
+        };
+        if !ok {
+            let what = if op == OP_DISK_WRITE { "write" } else { "fdatasync" };
+            let err = if res < 0 { std::io::Error::from_raw_os_error(-res).to_string() } else { format!("short write ({res} bytes)") };
+            eprintln!("ringstore: data device {what} failed in region {}: {err}; failing the affected requests", self.region);
+        }
+        let serving = &self.serving;
+        LOG.with(|cell| {
+            let mut guard = cell.borrow_mut();
+            let Some(w) = guard.as_mut() else { return Outcome::default() };
+            let done = if op == OP_DISK_WRITE { w.log.on_write_complete(id, ok) } else { w.log.on_flush_complete(id, ok) };
+            let mut out = Outcome::default();
+            match done {
+                Ok(done) => {
+                    let settled = serving.settle(done);
+                    for t in settled.acked {
+                        if let Some(rec) = t.checked_sub(w.front_token).and_then(|i| w.recs.get_mut(i as usize)) {
+                            rec.state = 1;
+                        }
+                    }
+                    for (t, key, cas) in settled.failed {
+                        if let Some(rec) = t.checked_sub(w.front_token).and_then(|i| w.recs.get_mut(i as usize)) {
+                            rec.state = 2;
+                        }
+                        out.forget.push((key, cas));
+                    }
+                }
+                Err(err) => eprintln!("ringstore: data device completion refused: {err}"),
+            }
+            while w.recs.front().is_some_and(|r| r.state != 0) {
+                let rec = w.recs.pop_front().expect("front exists");
+                w.front_token += 1;
+                if rec.state == 2 {
+                    if let (Some((slot, gen, proto)), Some((start, end))) = (rec.conn, rec.span) {
+                        out.failed_replies.push((slot, gen, proto, start, end));
+                    }
+                }
+            }
+            out.settled_through = w.front_token - 1;
+            out
+        })
+    }
+}
+
+/// Failed reply spans of one connection: its protocol and the byte ranges to replace.
+pub(crate) type FailedSpans = (Protocol, Vec<(usize, usize)>);
+
+/// Replaces failed replies in `out` (spans sorted from the back so offsets stay valid).
+pub(crate) fn rewrite_failed(out: &mut Vec<u8>, mut spans: Vec<(usize, usize)>, protocol: Protocol) {
+    spans.sort_unstable_by_key(|&(start, _)| std::cmp::Reverse(start));
+    spans.dedup();
+    for (start, end) in spans {
+        if start < end && end <= out.len() {
+            out.splice(start..end, ringstore_service::durable_failure_reply(protocol).iter().copied());
+        }
+    }
+}

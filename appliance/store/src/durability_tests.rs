@@ -1,0 +1,122 @@
+//! Unit tests of the data-device seams: every mutation reaches the journal before RAM changes,
+//! a refused journal write leaves RAM as it was, and misses are read through the backfill.
+use std::collections::HashMap;
+
+use super::*;
+
+#[derive(Default)]
+struct Recorder {
+    log: Mutex<Vec<String>>,
+    refuse: std::sync::atomic::AtomicBool,
+}
+
+impl Journal for Recorder {
+    fn record(&self, m: Mutation<'_>) -> Result<(), StoreError> {
+        if self.refuse.load(Ordering::Relaxed) {
+            return Err(StoreError::OutOfMemory);
+        }
+        let line = match m {
+            Mutation::Put { key, value, exptime, cas, .. } => format!(
+                "put {} {} e{exptime} c{cas}",
+                String::from_utf8_lossy(key),
+                String::from_utf8_lossy(value)
+            ),
+            Mutation::Delete { key } => format!("del {}", String::from_utf8_lossy(key)),
+            Mutation::FlushAll { at } => format!("flush {at}"),
+        };
+        self.log.lock().unwrap().push(line);
+        Ok(())
+    }
+    fn staged(&self) -> u64 {
+        self.log.lock().unwrap().len() as u64
+    }
+    fn reply_span(&self, _: u64, _: usize, _: usize) {}
+}
+
+struct Disk(HashMap<Vec<u8>, Fetched>);
+
+impl Backfill for Disk {
+    fn fetch(&self, key: &[u8], _: Time) -> Option<Fetched> {
+        self.0.get(key).cloned()
+    }
+}
+
+fn store() -> Store {
+    Store::new(StoreConfig {
+        memory_bytes: 64 << 20,
+        item_size_max: 1 << 20,
+        shards: 4,
+        huge_pages: false,
+    })
+    .unwrap()
+}
+
+fn meta() -> NewMeta {
+    NewMeta { flags: 0, exptime: 0, cas: None }
+}
+
+#[test]
+fn every_mutation_is_journaled_with_its_full_new_state() {
+    let s = store();
+    let j = Arc::new(Recorder::default());
+    s.attach_journal(j.clone());
+    s.update(b"k", 1, |_| (Write::Put { value: b"ab", meta: meta() }, ())).unwrap();
+    s.update(b"k", 1, |_| (Write::Append { suffix: b"c", meta: meta() }, ())).unwrap();
+    s.update(b"n", 1, |_| (Write::PutNumber { value: 42, meta: meta() }, ())).unwrap();
+    s.update(b"k", 1, |_| (Write::Meta { exptime: 50, stale: false, win_token_sent: false, new_cas: false }, ())).unwrap();
+    let touch = ReadOpts { mark_access: true, touch: Some(60) };
+    assert_eq!(s.get(b"k", 1, touch, |i| i.map(|i| i.exptime)), Some(60));
+    s.update(b"k", 1, |_| (Write::Delete, ())).unwrap();
+    s.update(b"absent", 1, |_| (Write::Delete, ())).unwrap();
+    s.flush_all_logged(1, 1).unwrap();
+    let log = j.log.lock().unwrap().clone();
+    assert_eq!(log.len(), 7, "{log:?}");
+    assert!(log[0].starts_with("put k ab e0 c1"), "{log:?}");
+    assert!(log[1].starts_with("put k abc e0 c2"), "{log:?}");
+    assert!(log[2].starts_with("put n 42"), "{log:?}");
+    assert!(log[3].starts_with("put k abc e50 c2"), "{log:?}");
+    assert!(log[4].starts_with("put k abc e60 c2"), "{log:?}");
+    assert_eq!(log[5], "del k");
+    assert_eq!(log[6], "flush 1");
+}
+
+#[test]
+fn a_refused_journal_write_leaves_ram_unchanged() {
+    let s = store();
+    let j = Arc::new(Recorder::default());
+    s.attach_journal(j.clone());
+    s.update(b"k", 1, |_| (Write::Put { value: b"old", meta: meta() }, ())).unwrap();
+    j.refuse.store(true, Ordering::Relaxed);
+    let err = s.update(b"k", 1, |_| (Write::Put { value: b"new", meta: meta() }, ()));
+    assert_eq!(err.unwrap_err(), StoreError::OutOfMemory);
+    assert!(s.update(b"k", 1, |_| (Write::Delete, ())).is_err());
+    assert!(s.flush_all_logged(1, 1).is_err());
+    let v = s.get(b"k", 1, ReadOpts::default(), |i| i.map(|i| i.value.to_vec()));
+    assert_eq!(v.as_deref(), Some(&b"old"[..]));
+}
+
+#[test]
+fn misses_are_read_through_and_cas_floor_and_forget_work() {
+    let s = store();
+    let mut disk = HashMap::new();
+    disk.insert(b"d".to_vec(), Fetched { value: b"disk".to_vec(), flags: 3, exptime: 0, cas: 77 });
+    s.attach_backfill(Arc::new(Disk(disk)));
+    let got = s.get(b"d", 1, ReadOpts::default(), |i| i.map(|i| (i.value.to_vec(), i.flags, i.cas)));
+    assert_eq!(got, Some((b"disk".to_vec(), 3, 77)));
+    // An append to a key only on the device sees the device value.
+    s.update(b"d", 1, |i| {
+        assert!(i.is_some());
+        (Write::Append { suffix: b"!", meta: NewMeta { flags: 3, exptime: 0, cas: None } }, ())
+    })
+    .unwrap();
+    assert!(s.get(b"nope", 1, ReadOpts::default(), |i| i.is_none()));
+    s.raise_cas_floor(1000);
+    let cas = s.update(b"x", 1, |_| (Write::Put { value: b"v", meta: meta() }, ())).unwrap().cas;
+    assert_eq!(cas, Some(1001));
+    s.forget_if_cas(b"x", 5, 1);
+    assert!(s.get(b"x", 1, ReadOpts::default(), |i| i.is_some()));
+    s.forget_if_cas(b"x", 1001, 1);
+    assert!(s.get(b"x", 1, ReadOpts::default(), |i| i.is_none()));
+    s.load(b"y", &Fetched { value: b"l".to_vec(), flags: 0, exptime: 0, cas: 9 }, 1).unwrap();
+    assert_eq!(s.get(b"y", 1, ReadOpts::default(), |i| i.map(|i| i.cas)), Some(9));
+}

@@ -1,0 +1,195 @@
+"""End-to-end durability with `--data FILE`: kill -9 under write load loses no acknowledged
+write, SIGTERM checkpoints, a full device answers "out of memory" / 507 and keeps serving
+reads, and a device carrying another filesystem is refused unless --data-format=force."""
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from conftest import BIN, raw
+
+WRITERS = 4
+CYCLES = 20
+LOAD_SECONDS = 1.0
+
+
+class Conn:
+    def __init__(self, addr):
+        self.s = socket.create_connection(addr, timeout=10)
+        self.buf = b""
+
+    def line(self):
+        while b"\r\n" not in self.buf:
+            chunk = self.s.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def set(self, key, value):
+        self.s.sendall(b"set %s 0 0 %d\r\n%s\r\n" % (key, len(value), value))
+        return self.line()
+
+    def get_many(self, keys):
+        self.s.sendall(b"get " + b" ".join(keys) + b"\r\n")
+        found = {}
+        while True:
+            line = self.line()
+            if line == b"END":
+                return found
+            _, key, _, n = line.split()
+            while len(self.buf) < int(n) + 2:
+                self.buf += self.s.recv(65536)
+            found[key] = self.buf[: int(n)]
+            self.buf = self.buf[int(n) + 2 :]
+
+    def close(self):
+        self.s.close()
+
+
+def make_file(path, size):
+    with open(path, "wb") as f:
+        f.truncate(size)
+
+
+def serve(factory, path, *extra):
+    return factory("--data", str(path), "--cores", "2", "--memory", "64MiB", *extra)
+
+
+def writer(addr, t, cycle, stop, acked, counters):
+    """Unique keys per (writer, cycle) plus one counter key with increasing values."""
+    try:
+        c = Conn(addr)
+        i = 0
+        while not stop.is_set():
+            key = b"w%d-c%d-%d" % (t, cycle, i)
+            value = b"v-%d-%d-%d-" % (t, cycle, i) + b"x" * (i % 200)
+            if c.set(key, value) != b"STORED":
+                return
+            acked[key] = value
+            ctr = b"ctr%d" % t
+            n = cycle * 1_000_000 + i
+            counters[ctr] = (counters.get(ctr, (0, 0))[0], n)  # (last acked, last sent)
+            if c.set(ctr, b"%d" % n) != b"STORED":
+                return
+            counters[ctr] = (n, n)
+            i += 1
+    except (OSError, ConnectionError):
+        return  # the server was killed mid-request: that write is unacknowledged
+
+
+def check(addr, acked, counters):
+    c = Conn(addr)
+    keys = list(acked)
+    for i in range(0, len(keys), 200):
+        batch = keys[i : i + 200]
+        got = c.get_many(batch)
+        for k in batch:
+            assert got.get(k) == acked[k], f"acknowledged {k!r} lost or wrong after restart: {got.get(k)!r}"
+    for ctr, (last_acked, last_sent) in counters.items():
+        got = c.get_many([ctr]).get(ctr)
+        assert got is not None, f"{ctr!r} lost"
+        assert last_acked <= int(got) <= last_sent, f"{ctr!r}={got!r}, acked {last_acked}, sent {last_sent}"
+    c.close()
+
+
+def test_kill9_under_write_load_loses_no_acknowledged_write(server_factory, tmp_path):
+    path = tmp_path / "data.img"
+    make_file(path, 512 << 20)
+    acked, counters = {}, {}
+    s = serve(server_factory, path)
+    for cycle in range(CYCLES):
+        stop = threading.Event()
+        threads = [threading.Thread(target=writer, args=(s.mc, t, cycle, stop, acked, counters)) for t in range(WRITERS)]
+        for th in threads:
+            th.start()
+        time.sleep(LOAD_SECONDS)
+        s.proc.send_signal(signal.SIGKILL)  # mid-load: writes in flight are unacknowledged
+        s.proc.wait()
+        stop.set()
+        for th in threads:
+            th.join(timeout=10)
+        s = serve(server_factory, path)
+        check(s.mc, acked, counters)
+    assert len(acked) > 100 * CYCLES, f"too little load to mean anything: {len(acked)} writes"
+    # A clean stop checkpoints; the next start reads the checkpoint instead of scanning.
+    assert s.stop() == 0
+    assert "checkpoint written" in s.stderr_text()
+    s = serve(server_factory, path)
+    check(s.mc, acked, counters)
+    assert s.stop() == 0
+    assert "recovered from the shutdown checkpoint" in s.stderr_text()
+
+
+def test_deletes_flush_all_and_cas_survive_restart(server_factory, tmp_path):
+    path = tmp_path / "data.img"
+    make_file(path, 64 << 20)
+    s = serve(server_factory, path)
+    out = raw(s.mc, b"set a 1 0 1\r\n1\r\nset b 2 0 1\r\n2\r\ndelete b\r\ngets a\r\n", read_until=b"END\r\n")
+    cas_a = int(out.split(b"VALUE a 1 1 ")[1].split(b"\r\n")[0])
+    s.proc.send_signal(signal.SIGKILL)
+    s.proc.wait()
+    s = serve(server_factory, path)
+    out = raw(s.mc, b"gets a b\r\nset c 0 0 1\r\n3\r\ngets c\r\n", read_until=b"VALUE c")
+    out += raw(s.mc, b"gets c\r\n", read_until=b"END\r\n")
+    assert b"VALUE a 1 1 %d\r\n1\r\n" % cas_a in out and b"VALUE b" not in out, (out, s.stop(), s.stderr_text())
+    cas_c = int(out.split(b"VALUE c 0 1 ")[-1].split(b"\r\n")[0])
+    assert cas_c > cas_a, "CAS counter restored above every recovered value"
+    assert raw(s.mc, b"flush_all\r\n", read_until=b"\r\n") == b"OK\r\n"
+    s.proc.send_signal(signal.SIGKILL)
+    s.proc.wait()
+    s = serve(server_factory, path)
+    assert raw(s.mc, b"get a c\r\n", read_until=b"END\r\n") == b"END\r\n"
+
+
+def test_full_device_refuses_writes_and_keeps_serving_reads(server_factory, tmp_path):
+    path = tmp_path / "small.img"
+    make_file(path, 16 << 20)
+    s = factory_one = serve(server_factory, path, "--cores", "1")
+    del factory_one
+    c = Conn(s.mc)
+    assert c.set(b"keep", b"kept") == b"STORED"
+    value = b"y" * 100_000
+    replies = set()
+    for i in range(400):
+        r = c.set(b"fill%d" % i, value)
+        replies.add(r)
+        if r != b"STORED":
+            break
+    assert b"SERVER_ERROR out of memory storing object" in replies, replies
+    assert c.get_many([b"keep"]) == {b"keep": b"kept"}
+    req = urllib.request.Request(s.base + "/object", data=value, method="PUT")
+    try:
+        urllib.request.urlopen(req, timeout=5)
+        raise AssertionError("PUT on a full device succeeded")
+    except urllib.error.HTTPError as e:
+        assert e.code == 507
+    assert urllib.request.urlopen(s.base + "/keep", timeout=5).read() == b"kept"
+    assert s.alive()
+    c.close()
+
+
+def test_foreign_filesystem_is_refused_unless_forced(server_factory, tmp_path):
+    path = tmp_path / "ext4.img"
+    make_file(path, 32 << 20)
+    with open(path, "r+b") as f:  # the ext2/3/4 superblock magic
+        f.seek(1080)
+        f.write(b"\x53\xef")
+    p = subprocess.run(
+        [BIN, "serve", "--data", str(path), "--memcache", "127.0.0.1:0", "--http", "127.0.0.1:0"],
+        capture_output=True,
+        timeout=20,
+    )
+    assert p.returncode == 2
+    lines = p.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "ext2/3/4" in lines[0] and "--data-format=force" in lines[0], lines
+    s = serve(server_factory, path, "--data-format=force")
+    assert raw(s.mc, b"set k 0 0 1\r\nv\r\n", read_until=b"\r\n") == b"STORED\r\n"
+    assert s.stop() == 0
+    assert os.path.getsize(path) == 32 << 20
