@@ -25,13 +25,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "usage: cargo xtask bench [--seconds N] [--only memcache|http|memory] [--binary PATH]
-                         [--conns N] [--self-check]
+                         [--conns N] [--self-check] [--cells get-100-1,set-4096-16,...]
 
   --seconds N    measured seconds per cell, after 1 s of warm-up (default 5)
   --only PART    run one part: memcache (GET/SET vs memcached), http (GET vs nginx), memory
   --binary PATH  the ringstore binary (default: cargo build --release -p ringstore)
   --conns N      connections per load generator (default 50)
   --self-check   measure memcached (and nginx) against themselves: every ratio should be ~1.0
+  --cells LIST   only these memcache cells (OP-VALUEBYTES-DEPTH), and no memaslap run
 ";
 
 /// Value sizes of every cell.
@@ -57,10 +58,29 @@ struct Options {
     binary: Option<PathBuf>,
     conns: usize,
     self_check: bool,
+    /// `--cells`: (op, value length, depth) to run; empty = all.
+    cells: Vec<(Op, usize, usize)>,
+}
+
+/// `get-100-1` -> (Get, 100, 1).
+fn parse_cell(text: &str) -> Result<(Op, usize, usize)> {
+    let parts: Vec<&str> = text.split('-').collect();
+    let [op, len, depth] = parts.as_slice() else { bail!("cell {text:?}: expected OP-VALUEBYTES-DEPTH") };
+    let op = match op.to_ascii_lowercase().as_str() {
+        "get" => Op::Get,
+        "set" => Op::Set,
+        _ => bail!("cell {text:?}: OP is get or set"),
+    };
+    let len: usize = len.parse().with_context(|| format!("cell {text:?}: value bytes"))?;
+    let depth: usize = depth.parse().with_context(|| format!("cell {text:?}: depth"))?;
+    if !VALUE_LENS.contains(&len) || !DEPTHS.contains(&depth) {
+        bail!("cell {text:?}: value bytes must be one of {VALUE_LENS:?} and depth one of {DEPTHS:?}");
+    }
+    Ok((op, len, depth))
 }
 
 fn parse(args: &[String]) -> Result<Options> {
-    let mut o = Options { seconds: 5, only: None, binary: None, conns: 50, self_check: false };
+    let mut o = Options { seconds: 5, only: None, binary: None, conns: 50, self_check: false, cells: Vec::new() };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || it.next().with_context(|| format!("{arg} needs a value\n\n{USAGE}"));
@@ -77,6 +97,9 @@ fn parse(args: &[String]) -> Result<Options> {
                 })
             }
             "--self-check" => o.self_check = true,
+            "--cells" => {
+                o.cells = value()?.split(',').map(parse_cell).collect::<Result<_>>()?;
+            }
             "-h" | "--help" => {
                 print!("{USAGE}");
                 std::process::exit(0);
@@ -224,10 +247,8 @@ fn cell_name(op: Op, value_len: usize, depth: usize) -> String {
     format!("{} {size}, depth {depth}", op.name())
 }
 
-/// Runs one load-generator cell against `server`; a dead server is an error.
-fn memcache_cell(o: &Options, server: &mut Pinned, op: Op, value_len: usize, depth: usize) -> Result<loadgen::LoadResult> {
-    server.check_alive()?;
-    let spec = loadgen::LoadSpec {
+fn cell_spec(o: &Options, server: &Pinned, op: Op, value_len: usize, depth: usize) -> loadgen::LoadSpec {
+    loadgen::LoadSpec {
         port: server.port,
         op,
         value_len,
@@ -236,15 +257,53 @@ fn memcache_cell(o: &Options, server: &mut Pinned, op: Op, value_len: usize, dep
         keyspace: KEYSPACE,
         warmup: WARMUP,
         measure: Duration::from_secs(o.seconds),
+        slices: o.seconds.clamp(1, 10) as u32,
         server_pid: server.pid(),
-    };
-    eprintln!("bench: {} against {}", cell_name(op, value_len, depth), server.name);
-    let result = loadgen::run(&spec)?;
-    server.check_alive()?;
-    if result.requests == 0 {
-        bail!("no request completed");
     }
-    Ok(result)
+}
+
+/// Runs one cell against memcached and (when it is up) the subject in alternating slices.
+/// The subject failing costs only its own column: memcached is then measured alone.
+fn memcache_cell(
+    o: &Options,
+    base: &mut Pinned,
+    subj: &mut Option<Pinned>,
+    op: Op,
+    value_len: usize,
+    depth: usize,
+    doc: &mut Doc,
+) -> Result<(loadgen::LoadResult, Option<loadgen::LoadResult>)> {
+    let cell = cell_name(op, value_len, depth);
+    base.check_alive()?;
+    if let Some(s) = subj.as_mut() {
+        eprintln!("bench: {cell}: memcached and {} in alternating slices", s.name);
+        let specs = [cell_spec(o, base, op, value_len, depth), cell_spec(o, s, op, value_len, depth)];
+        let outcome = loadgen::run(&specs).and_then(|results| {
+            s.check_alive()?;
+            Ok(results)
+        });
+        match outcome {
+            Ok(mut results) if results.len() == 2 && results.iter().all(|r| r.requests > 0) => {
+                let theirs = results.pop();
+                let ours = results.pop().context("two results")?;
+                return Ok((ours, theirs));
+            }
+            Ok(_) => doc.note(format!("{cell}: no request completed")),
+            Err(e) => doc.note(format!("{cell}: {} failed: {e:#}", s.name)),
+        }
+        base.check_alive()?;
+        if s.check_alive().is_err() {
+            *subj = None;
+        }
+    }
+    eprintln!("bench: {cell}: memcached alone");
+    let mut results = loadgen::run(&[cell_spec(o, base, op, value_len, depth)])?;
+    base.check_alive()?;
+    let ours = results.pop().context("one result")?;
+    if ours.requests == 0 {
+        bail!("{cell}: memcached completed no request");
+    }
+    Ok((ours, None))
 }
 
 fn preload_all(server: &Pinned) -> Result<()> {
@@ -270,8 +329,8 @@ fn memcache_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) 
         }
     };
     doc.command(&format!(
-        "load generator (xtask/src/bench/loadgen.rs): 1 thread pinned to CPU {}, one io_uring, {} connections, {KEYSPACE} keys per value size preloaded, {} s warm-up + {} s measured per cell",
-        procs::CLIENT_CPU, o.conns, WARMUP.as_secs(), o.seconds
+        "load generator (xtask/src/bench/loadgen.rs): 1 thread pinned to CPU {}, one io_uring, {} connections per server, {KEYSPACE} keys per value size preloaded, {} s warm-up, then {} s measured per server and cell in {} alternating slices",
+        procs::CLIENT_CPU, o.conns, WARMUP.as_secs(), o.seconds, o.seconds.clamp(1, 10)
     ));
 
     let mut table = Table::new("memcached", name);
@@ -280,19 +339,12 @@ fn memcache_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) 
     for op in [Op::Get, Op::Set] {
         for depth in DEPTHS {
             for value_len in VALUE_LENS {
+                if !o.cells.is_empty() && !o.cells.contains(&(op, value_len, depth)) {
+                    continue;
+                }
                 let cell = cell_name(op, value_len, depth);
-                let b = memcache_cell(o, &mut base, op, value_len, depth).with_context(|| format!("{cell} against memcached"))?;
-                let s = match subj.as_mut().map(|s| memcache_cell(o, s, op, value_len, depth)) {
-                    Some(Ok(r)) => Some(r),
-                    Some(Err(e)) => {
-                        doc.note(format!("{cell}: {name} failed: {e:#}"));
-                        if subj.as_mut().is_some_and(|s| s.check_alive().is_err()) {
-                            subj = None;
-                        }
-                        None
-                    }
-                    None => None,
-                };
+                let (b, s) = memcache_cell(o, &mut base, &mut subj, op, value_len, depth, doc)
+                    .with_context(|| format!("{cell} against memcached"))?;
                 for (who, r) in [("memcached", Some(&b)), (name, s.as_ref())] {
                     if let Some(r) = r.filter(|r| r.misses + r.errors > 0) {
                         doc.note(format!("{cell}: {who} answered {} misses and {} errors", r.misses, r.errors));
@@ -334,8 +386,10 @@ fn memcache_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) 
     section.push('\n');
     section.push_str(&cpu);
     doc.sections.push(section);
-    let saturation = memaslap_section(o, &mut base, subj.as_mut(), name, first_cell, out_dir, doc);
-    doc.sections.push(saturation);
+    if o.cells.is_empty() {
+        let saturation = memaslap_section(o, &mut base, subj.as_mut(), name, first_cell, out_dir, doc);
+        doc.sections.push(saturation);
+    }
     Ok(())
 }
 
@@ -444,23 +498,32 @@ fn http_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) -> R
         for value_len in VALUE_LENS {
             let cell = format!("HTTP {}", cell_name(Op::Get, value_len, depth));
             eprintln!("bench: {cell}");
-            let b = http::run_wrk(&mut nginx, port, value_len, depth, o.conns, o.seconds, out_dir)
+            // A B B A halves, so background load hits both servers alike.
+            let half = o.seconds.div_ceil(2);
+            let mut b = http::run_wrk(&mut nginx, port, value_len, depth, o.conns, half, out_dir)
                 .with_context(|| format!("{cell} against nginx"))?;
             doc.command(&b.command);
-            let s = match subj.as_mut().map(|(s, p)| {
+            let mut s = None;
+            if let Some((server, p)) = subj.as_mut() {
                 let p = *p;
-                http::run_wrk(s, p, value_len, depth, o.conns, o.seconds, out_dir)
-            }) {
-                Some(Ok(r)) => Some(r),
-                Some(Err(e)) => {
-                    doc.note(format!("{cell}: {name} failed: {e:#}"));
-                    if subj.as_mut().is_some_and(|(s, _)| s.check_alive().is_err()) {
-                        subj = None;
+                let both = http::run_wrk(server, p, value_len, depth, o.conns, half, out_dir).and_then(|mut first| {
+                    first.merge(&http::run_wrk(server, p, value_len, depth, o.conns, half, out_dir)?);
+                    Ok(first)
+                });
+                match both {
+                    Ok(r) => s = Some(r),
+                    Err(e) => {
+                        doc.note(format!("{cell}: {name} failed: {e:#}"));
+                        if server.check_alive().is_err() {
+                            subj = None;
+                        }
                     }
-                    None
                 }
-                None => None,
-            };
+            }
+            b.merge(
+                &http::run_wrk(&mut nginx, port, value_len, depth, o.conns, half, out_dir)
+                    .with_context(|| format!("{cell} against nginx"))?,
+            );
             table.row(&format!("{cell}: throughput (req/s)"), b.requests_per_second, s.as_ref().map(|r| r.requests_per_second), Better::Higher, 0);
             table.row(&format!("{cell}: p50 latency (µs)"), b.p50_us, s.as_ref().map(|r| r.p50_us), Better::Lower, 1);
             table.row(&format!("{cell}: p99 latency (µs)"), b.p99_us, s.as_ref().map(|r| r.p99_us), Better::Lower, 1);
@@ -472,7 +535,12 @@ fn http_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) -> R
             }
             if let Some(s) = &s {
                 let tput = s.requests_per_second / b.requests_per_second;
-                doc.targets.push(format!("{cell}: throughput {tput:.2}× nginx (target ≥ 1.0×) {}", mark(tput >= 1.0)));
+                let p99 = s.p99_us / b.p99_us;
+                let p99_text = if p99.is_finite() { format!("{p99:.2}× {}", mark(p99 <= 1.0)) } else { "n/a".to_string() };
+                doc.targets.push(format!(
+                    "{cell}: throughput {tput:.2}× nginx (target ≥ 1.0×) {}; p99 {p99_text} (target ≤ 1.0×)",
+                    mark(tput >= 1.0)
+                ));
             }
         }
     }
@@ -480,7 +548,7 @@ fn http_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) -> R
     section.push_str(&table.markdown());
     section.push('\n');
     section.push_str(&cpu);
-    section.push_str("\nwrk measures latency per pipelined batch (from its send to its last response).\n");
+    section.push_str("\nEach server ran twice for half the time, in the order nginx, ringstore, ringstore, nginx; percentiles are the mean of the two runs. wrk measures latency per pipelined batch (from its send to its last response).\n");
     doc.sections.push(section);
     Ok(())
 }
@@ -564,6 +632,10 @@ mod tests {
         assert!(parse(&args(&["--seconds"])).is_err());
         assert!(parse(&args(&["--seconds", "0"])).is_err());
         assert!(parse(&args(&["--bogus"])).is_err());
+        let o = parse(&args(&["--cells", "get-100-1,SET-4096-16"])).unwrap();
+        assert!(o.cells == [(Op::Get, 100, 1), (Op::Set, 4096, 16)]);
+        assert!(parse(&args(&["--cells", "get-100-2"])).is_err());
+        assert!(parse(&args(&["--cells", "del-100-1"])).is_err());
     }
 
     #[test]

@@ -55,6 +55,14 @@ impl Histogram {
         self.total
     }
 
+    /// Adds every sample of `other`.
+    pub fn merge(&mut self, other: &Histogram) {
+        for (mine, theirs) in self.counts.iter_mut().zip(&other.counts) {
+            *mine += theirs;
+        }
+        self.total += other.total;
+    }
+
     pub fn clear(&mut self) {
         self.counts.iter_mut().for_each(|c| *c = 0);
         self.total = 0;
@@ -115,6 +123,10 @@ mod tests {
         assert!((p50 / 5_000_000.0 - 1.0).abs() < 0.05, "p50 {p50}");
         assert!((p99 / 9_900_000.0 - 1.0).abs() < 0.05, "p99 {p99}");
         assert_eq!(h.count(), 10_000);
+        let mut twice = h.clone();
+        twice.merge(&h);
+        assert_eq!(twice.count(), 20_000);
+        assert_eq!(twice.quantile(0.5), h.quantile(0.5));
         h.clear();
         assert_eq!(h.quantile(0.99), 0);
     }

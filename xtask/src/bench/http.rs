@@ -84,9 +84,12 @@ pub fn put_object(port: u16, value_len: usize) -> Result<()> {
 pub struct WrkRun {
     pub requests_per_second: f64,
     pub p50_us: f64,
+    /// NaN when wrk printed no usable 99th percentile (it prints `0.00us` at some rates).
     pub p99_us: f64,
     pub server_cpu_seconds: f64,
     pub requests: f64,
+    /// wrk's own run time.
+    pub seconds: f64,
     pub client_cpu_percent: f64,
     pub server_cpu_percent: f64,
     /// The server's and the client's CPU as a whole (every task, softirq included).
@@ -98,6 +101,32 @@ pub struct WrkRun {
 impl WrkRun {
     pub fn server_cpu_per_million(&self) -> f64 {
         self.server_cpu_seconds / (self.requests / 1e6)
+    }
+
+    /// Adds a second run of the same cell: counts add up, percentiles are averaged (wrk
+    /// prints no histogram to merge exactly).
+    pub fn merge(&mut self, other: &WrkRun) {
+        let total = self.seconds + other.seconds;
+        let weigh = |a: f64, b: f64| (a * self.seconds + b * other.seconds) / total;
+        let mean = |a: f64, b: f64| match (a.is_nan(), b.is_nan()) {
+            (false, false) => (a + b) / 2.0,
+            (true, _) => b,
+            (_, true) => a,
+        };
+        self.p50_us = mean(self.p50_us, other.p50_us);
+        self.p99_us = mean(self.p99_us, other.p99_us);
+        self.client_cpu_percent = weigh(self.client_cpu_percent, other.client_cpu_percent);
+        self.server_cpu_percent = weigh(self.server_cpu_percent, other.server_cpu_percent);
+        let weigh_core = |a: procs::CoreUse, b: procs::CoreUse| procs::CoreUse {
+            busy_percent: weigh(a.busy_percent, b.busy_percent),
+            softirq_percent: weigh(a.softirq_percent, b.softirq_percent),
+        };
+        self.server_core = weigh_core(self.server_core, other.server_core);
+        self.client_core = weigh_core(self.client_core, other.client_core);
+        self.requests += other.requests;
+        self.server_cpu_seconds += other.server_cpu_seconds;
+        self.seconds = total;
+        self.requests_per_second = self.requests / total;
     }
 }
 
@@ -149,6 +178,7 @@ pub fn run_wrk(server: &mut Pinned, port: u16, value_len: usize, depth: usize, c
         p99_us: parsed.p99_us,
         server_cpu_seconds: server_cpu,
         requests: parsed.requests,
+        seconds: parsed.seconds,
         client_cpu_percent: 100.0 * client_cpu / wall,
         server_cpu_percent: 100.0 * server_cpu / wall,
         server_core: procs::CoreUse::between(&cores0.0, &cores1.0),
@@ -188,6 +218,7 @@ fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Result<std::
 struct WrkSummary {
     rps: f64,
     requests: f64,
+    seconds: f64,
     p50_us: f64,
     p99_us: f64,
     errors: u64,
@@ -208,14 +239,17 @@ fn duration_us(text: &str) -> Option<f64> {
 }
 
 fn parse_wrk(text: &str) -> Option<WrkSummary> {
-    let mut summary = WrkSummary { rps: 0.0, requests: 0.0, p50_us: 0.0, p99_us: 0.0, errors: 0 };
+    let mut summary = WrkSummary { rps: 0.0, requests: 0.0, seconds: 0.0, p50_us: 0.0, p99_us: f64::NAN, errors: 0 };
     for line in text.lines().map(str::trim) {
         let fields: Vec<&str> = line.split_whitespace().collect();
         match fields.as_slice() {
             ["50%", d] => summary.p50_us = duration_us(d)?,
-            ["99%", d] => summary.p99_us = duration_us(d)?,
+            ["99%", d] => summary.p99_us = duration_us(d).filter(|&v| v > 0.0).unwrap_or(f64::NAN),
             ["Requests/sec:", n] => summary.rps = n.parse().ok()?,
-            [n, "requests", "in", ..] => summary.requests = n.parse().ok()?,
+            [n, "requests", "in", t, ..] => {
+                summary.requests = n.parse().ok()?;
+                summary.seconds = duration_us(t.trim_end_matches(','))? / 1e6;
+            }
             ["Non-2xx", "or", "3xx", "responses:", n] => summary.errors += n.parse::<u64>().ok()?,
             ["Socket", "errors:", rest @ ..] => {
                 summary.errors += rest.iter().filter_map(|f| f.trim_end_matches(',').parse::<u64>().ok()).sum::<u64>()
@@ -223,7 +257,7 @@ fn parse_wrk(text: &str) -> Option<WrkSummary> {
             _ => {}
         }
     }
-    (summary.rps > 0.0 && summary.requests > 0.0 && summary.p50_us > 0.0 && summary.p99_us > 0.0).then_some(summary)
+    (summary.rps > 0.0 && summary.requests > 0.0 && summary.seconds > 0.0 && summary.p50_us > 0.0).then_some(summary)
 }
 
 #[cfg(test)]
@@ -249,6 +283,7 @@ Transfer/sec:      8.00MB
         let s = parse_wrk(SAMPLE).unwrap();
         assert_eq!(s.rps, 24690.0);
         assert_eq!(s.requests, 123456.0);
+        assert_eq!(s.seconds, 5.0);
         assert_eq!(s.p50_us, 340.0);
         assert!((s.p99_us - 1200.0).abs() < 1e-9);
         assert_eq!(s.errors, 0);
@@ -259,6 +294,8 @@ Transfer/sec:      8.00MB
         let bad = format!("{SAMPLE}  Socket errors: connect 0, read 3, write 0, timeout 2\n  Non-2xx or 3xx responses: 7\n");
         assert_eq!(parse_wrk(&bad).unwrap().errors, 12);
         assert!(parse_wrk("wrk: command not found").is_none());
+        let quirk = SAMPLE.replace("99%    1.20ms", "99%    0.00us");
+        assert!(parse_wrk(&quirk).unwrap().p99_us.is_nan());
     }
 
     #[test]

@@ -6,6 +6,9 @@
 //! sends and receives of all connections are submitted together with one `io_uring_enter`
 //! that also waits for the next completions, so the client spends few syscalls per request
 //! and does not become the bottleneck of a one-core server.
+//!
+//! Two servers are measured in alternating slices (A B B A ...) from one thread with both
+//! sets of connections open, so background load on a shared machine hits both alike.
 
 use super::hist::Histogram;
 use super::mcwire::{split_reply, write_request, Op, Reply};
@@ -16,7 +19,7 @@ use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-/// One benchmark cell.
+/// One benchmark cell against one server.
 #[derive(Clone, Debug)]
 pub struct LoadSpec {
     pub port: u16,
@@ -26,11 +29,19 @@ pub struct LoadSpec {
     pub conns: usize,
     /// Keys `0..keyspace` (preloaded for gets, so every get hits).
     pub keyspace: usize,
+    /// Before the first slice.
     pub warmup: Duration,
+    /// Measured time in all, split into `slices` slices.
     pub measure: Duration,
-    /// The server process whose CPU time is read at the window's edges.
+    pub slices: u32,
+    /// The server process whose CPU time is read at each slice's edges.
     pub server_pid: u32,
 }
+
+/// Ramp-up before every slice after the first (connections restart their batches).
+const SLICE_WARMUP: Duration = Duration::from_millis(100);
+/// A server that leaves a batch unanswered this long after a slice is stuck.
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
 /// What one cell measured, over the measurement window only.
 #[derive(Clone)]
@@ -74,16 +85,75 @@ impl LoadResult {
     }
 }
 
-/// Runs one cell on a thread pinned to the client CPU.
-pub fn run(spec: &LoadSpec) -> Result<LoadResult> {
-    let spec = spec.clone();
+impl LoadResult {
+    fn empty() -> Self {
+        LoadResult {
+            requests: 0,
+            seconds: 0.0,
+            hist: Histogram::default(),
+            server_cpu_seconds: 0.0,
+            client_cpu_seconds: 0.0,
+            misses: 0,
+            errors: 0,
+            server_core: procs::CoreUse::default(),
+            client_core: procs::CoreUse::default(),
+        }
+    }
+
+    /// Adds another slice of the same cell.
+    fn merge(&mut self, other: &LoadResult) {
+        let total = self.seconds + other.seconds;
+        let weigh = |a: f64, b: f64| if total > 0.0 { (a * self.seconds + b * other.seconds) / total } else { 0.0 };
+        let weigh_core = |a: procs::CoreUse, b: procs::CoreUse| procs::CoreUse {
+            busy_percent: weigh(a.busy_percent, b.busy_percent),
+            softirq_percent: weigh(a.softirq_percent, b.softirq_percent),
+        };
+        self.server_core = weigh_core(self.server_core, other.server_core);
+        self.client_core = weigh_core(self.client_core, other.client_core);
+        self.requests += other.requests;
+        self.seconds = total;
+        self.hist.merge(&other.hist);
+        self.server_cpu_seconds += other.server_cpu_seconds;
+        self.client_cpu_seconds += other.client_cpu_seconds;
+        self.misses += other.misses;
+        self.errors += other.errors;
+    }
+}
+
+/// Runs one cell against every server in `specs` (one or two), alternating slices between
+/// them, on a thread pinned to the client CPU. Results come back in the order of `specs`.
+pub fn run(specs: &[LoadSpec]) -> Result<Vec<LoadResult>> {
+    let specs = specs.to_vec();
     std::thread::spawn(move || {
         procs::pin_current_thread(procs::CLIENT_CPU)?;
         procs::raise_own_priority();
-        Generator::new(&spec)?.run()
+        let mut generators = specs.iter().map(Generator::new).collect::<Result<Vec<_>>>()?;
+        let outcome = alternate(&mut generators, &specs);
+        for generator in &mut generators {
+            generator.close();
+        }
+        outcome
     })
     .join()
     .map_err(|_| anyhow::anyhow!("load generator thread panicked"))?
+}
+
+fn alternate(generators: &mut [Generator], specs: &[LoadSpec]) -> Result<Vec<LoadResult>> {
+    let mut totals: Vec<LoadResult> = generators.iter().map(|_| LoadResult::empty()).collect();
+    let slices = specs.iter().map(|s| s.slices).max().unwrap_or(1).max(1);
+    for slice in 0..slices {
+        let mut order: Vec<usize> = (0..generators.len()).collect();
+        if slice % 2 == 1 {
+            order.reverse();
+        }
+        for index in order {
+            let spec = &specs[index];
+            let warmup = if slice == 0 { spec.warmup } else { SLICE_WARMUP };
+            let part = generators[index].segment(warmup, spec.measure / slices)?;
+            totals[index].merge(&part);
+        }
+    }
+    Ok(totals)
 }
 
 /// One connection's batch in flight. Its buffers are allocated once and never grown while an
@@ -110,8 +180,8 @@ enum Phase {
     Drain,
 }
 
-struct Generator<'a> {
-    spec: &'a LoadSpec,
+struct Generator {
+    spec: LoadSpec,
     ring: IoUring,
     conns: Vec<Conn>,
     value: Vec<u8>,
@@ -138,8 +208,8 @@ fn build_ring(entries: u32) -> Result<IoUring> {
         .context("creating an io_uring")
 }
 
-impl<'a> Generator<'a> {
-    fn new(spec: &'a LoadSpec) -> Result<Self> {
+impl Generator {
+    fn new(spec: &LoadSpec) -> Result<Self> {
         if spec.depth == 0 || spec.conns == 0 || spec.keyspace == 0 {
             bail!("depth, conns and keyspace must be positive");
         }
@@ -166,9 +236,9 @@ impl<'a> Generator<'a> {
         }
         let entries = (spec.conns as u32 * 2 + 8).next_power_of_two().max(64);
         Ok(Generator {
-            spec,
+            spec: spec.clone(),
             ring: build_ring(entries)?,
-            active: conns.len(),
+            active: 0,
             conns,
             value: vec![b'v'; spec.value_len],
             phase: Phase::Warmup,
@@ -180,24 +250,23 @@ impl<'a> Generator<'a> {
         })
     }
 
-    fn run(mut self) -> Result<LoadResult> {
-        let outcome = self.drive();
-        self.close();
-        outcome
-    }
-
-    fn drive(&mut self) -> Result<LoadResult> {
+    /// Runs every connection for `warmup`, then measures for `measure`, then lets every batch
+    /// in flight finish so the next segment (or close) starts from idle connections.
+    fn segment(&mut self, warmup: Duration, measure: Duration) -> Result<LoadResult> {
         let start = Instant::now();
-        let measure_from = start + self.spec.warmup;
-        let measure_until = measure_from + self.spec.measure;
+        let measure_from = start + warmup;
+        let measure_until = measure_from + measure;
         let mut window_start = measure_from;
         let mut window_end = measure_until;
         let (mut server_cpu0, mut client_cpu0) = (0.0, 0.0);
         let (mut server_cpu, mut client_cpu) = (0.0, 0.0);
         let (mut cores0, mut cores1) = Default::default();
+        self.phase = Phase::Warmup;
         for index in 0..self.conns.len() {
+            self.conns[index].active = true;
             self.start_batch(index, start)?;
         }
+        self.active = self.conns.len();
         let mut completions: Vec<(u64, i32)> = Vec::with_capacity(self.conns.len() * 2);
         let mut drain_until = None;
         loop {
@@ -217,15 +286,13 @@ impl<'a> Generator<'a> {
                 server_cpu = procs::process_cpu_seconds(self.spec.server_pid)? - server_cpu0;
                 client_cpu = procs::thread_cpu_seconds()? - client_cpu0;
                 cores1 = procs::core_ticks()?;
-                drain_until = Some(now + Duration::from_secs(2));
+                drain_until = Some(now + DRAIN_LIMIT);
             }
-            if self.phase == Phase::Drain
-                && (self.active == 0 || drain_until.is_some_and(|d| now >= d))
-            {
+            if self.phase == Phase::Drain && self.active == 0 {
                 break;
             }
-            if self.phase != Phase::Drain && now > measure_until + Duration::from_secs(5) {
-                bail!("load generator stuck");
+            if drain_until.is_some_and(|d| now >= d) || now > measure_until + DRAIN_LIMIT * 2 {
+                bail!("{} batches still unanswered {} s after the slice", self.active, DRAIN_LIMIT.as_secs());
             }
             completions.clear();
             completions.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));

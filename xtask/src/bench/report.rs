@@ -44,7 +44,7 @@ impl Table {
         for row in &self.rows {
             let ring = row.ringstore.map_or("n/a".to_string(), |v| format_number(v, row.decimals));
             let ratio = match row.ringstore {
-                Some(v) if row.baseline > 0.0 => {
+                Some(v) if row.baseline > 0.0 && v.is_finite() => {
                     let hint = match row.better {
                         Better::Higher => " (higher is better)",
                         Better::Lower => " (lower is better)",
@@ -62,6 +62,9 @@ impl Table {
 
 /// `1234567.8` with 0 decimals -> `1 234 568` (thin groups keep wide numbers readable).
 pub fn format_number(value: f64, decimals: usize) -> String {
+    if !value.is_finite() {
+        return "n/a".to_string();
+    }
     let text = format!("{value:.decimals$}");
     let (int, frac) = match text.split_once('.') {
         Some((i, f)) => (i.to_string(), Some(f.to_string())),
@@ -91,6 +94,7 @@ mod tests {
         assert_eq!(format_number(12.345, 1), "12.3");
         assert_eq!(format_number(-1000.0, 0), "-1 000");
         assert_eq!(format_number(999.0, 0), "999");
+        assert_eq!(format_number(f64::NAN, 1), "n/a");
     }
 
     #[test]
