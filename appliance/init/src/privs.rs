@@ -41,6 +41,7 @@ mod tests {
             assert_eq!(permitted.unwrap(), 0);
         }
         // SAFETY: prctl(PR_GET_NO_NEW_PRIVS) takes no pointers; checked on this (untouched) thread.
-        assert_eq!(unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) }, 0, "the test thread itself is untouched");
+        let no_new_privs = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) };
+        assert_eq!(no_new_privs, 0, "the test thread itself is untouched");
     }
 }
