@@ -69,9 +69,12 @@ impl Server {
         let stdout = child.stdout.take().context("server stdout")?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
+            let mut reader = std::io::BufReader::new(stdout);
             let mut line = String::new();
-            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+            let _ = reader.read_line(&mut line);
             let _ = tx.send(line);
+            // Keep draining so a later write to stdout never meets a closed pipe.
+            let _ = std::io::copy(&mut reader, &mut std::io::sink());
         });
         let ready = match rx.recv_timeout(std::time::Duration::from_secs(20)) {
             Ok(line) if line.starts_with("ready ") => line.trim().to_string(),
