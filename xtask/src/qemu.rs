@@ -28,6 +28,16 @@ pub struct Profile {
     #[serde(default)]
     pub nodes: Vec<NumaNode>,
     pub nics: Vec<Nic>,
+    /// Data disks, attached as virtio-blk in this order: the guest sees /dev/vda, /dev/vdb, ...
+    #[serde(default)]
+    pub disks: Vec<Disk>,
+}
+
+/// A data disk: a raw file on the host (created sparse at this size when missing).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Disk {
+    pub size_mib: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -51,6 +61,25 @@ pub struct Nic {
     /// `NAME:GUEST_PORT` TCP ports forwarded from 127.0.0.1.
     #[serde(default)]
     pub forward: Vec<String>,
+}
+
+/// The guest's name for the `index`-th virtio-blk disk (`vda`, `vdb`, ...).
+pub fn guest_disk_name(index: usize) -> String {
+    format!("vd{}", char::from(b'a' + u8::try_from(index % 26).unwrap_or(0)))
+}
+
+/// Creates `path` as a sparse raw disk of `size_mib` MiB when it does not exist; an existing
+/// file is kept as it is (its contents are the point). Returns whether it was created.
+pub fn ensure_disk(path: &Path, size_mib: u32) -> Result<bool> {
+    if path.exists() {
+        return Ok(false);
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(path).with_context(|| format!("creating disk {}", path.display()))?;
+    file.set_len(u64::from(size_mib) << 20).with_context(|| format!("sizing disk {}", path.display()))?;
+    Ok(true)
 }
 
 /// A forwarded port: host 127.0.0.1:`host_port` → guest `guest_port` through NIC `nic`.
@@ -148,8 +177,9 @@ fn kvm_boots(bzimage: &Path) -> bool {
     rx.recv_timeout(Duration::from_secs(2)).map(|text| text.contains("Kernel panic")).unwrap_or(false)
 }
 
-/// The whole QEMU argument list for `profile` booting `image`.
-pub fn machine_args(profile: &Profile, image: &Image, serial: &Serial, extra_append: &str, accel: &str, forwards: &[Forward]) -> Vec<String> {
+/// The whole QEMU argument list for `profile` booting `image`, with `disks[k]` as the file of
+/// the profile's k-th data disk (there must be one per disk; the caller creates them).
+pub fn machine_args(profile: &Profile, image: &Image, serial: &Serial, extra_append: &str, accel: &str, forwards: &[Forward], disks: &[PathBuf]) -> Vec<String> {
     let mut a: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
     let cpus = profile.sockets * profile.cores_per_socket;
@@ -194,6 +224,13 @@ pub fn machine_args(profile: &Profile, image: &Image, serial: &Serial, extra_app
         }
     }
     push(&["-device", "virtio-rng-pci,bus=pcie.0"]);
+    for (k, file) in disks.iter().enumerate() {
+        // cache=writeback: the guest sees a volatile write cache and its flushes (fdatasync)
+        // become fdatasync on the host file. QEMU's option syntax doubles a literal comma.
+        let file = file.display().to_string().replace(',', ",,");
+        push(&["-drive", &format!("file={file},format=raw,if=none,id=d{k},cache=writeback")]);
+        push(&["-device", &format!("virtio-blk-pci,drive=d{k},bus=pcie.0,serial=ringstore-data{k}")]);
+    }
     push(&["-kernel", &image.bzimage.display().to_string(), "-initrd", &image.initramfs.display().to_string()]);
     let append = ["console=ttyS0 panic=-1", profile.append.as_str(), extra_append].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>().join(" ");
     push(&["-append", &append]);
@@ -212,15 +249,29 @@ pub fn machine_args(profile: &Profile, image: &Image, serial: &Serial, extra_app
 pub fn run(args: &[String]) -> Result<()> {
     let mut profile_name = "numa2".to_string();
     let mut append = String::new();
+    let mut disk_files: Vec<PathBuf> = Vec::new();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--profile" => profile_name = it.next().context("--profile needs a name")?.clone(),
             "--append" => append = it.next().context("--append needs kernel arguments")?.clone(),
-            other => bail!("unknown run option {other:?} (expected --profile NAME or --append ARGS)"),
+            "--disk" => disk_files.push(it.next().context("--disk needs a file")?.into()),
+            other => bail!("unknown run option {other:?} (expected --profile NAME, --append ARGS or --disk FILE)"),
         }
     }
     let profile = load_profile(&profile_name)?;
+    if disk_files.len() > profile.disks.len() {
+        bail!("profile {profile_name} has {} data disks; {} --disk files given", profile.disks.len(), disk_files.len());
+    }
+    // Disks not given on the command line persist under target/appliance/disks between runs.
+    for k in disk_files.len()..profile.disks.len() {
+        disk_files.push(crate::image::appliance_dir().join("disks").join(format!("{profile_name}-{k}.raw")));
+    }
+    for (k, (file, disk)) in disk_files.iter().zip(&profile.disks).enumerate() {
+        let created = ensure_disk(file, disk.size_mib)?;
+        let size = std::fs::metadata(file)?.len();
+        eprintln!("run: data disk {k} {} ({} MiB{}) is the guest's /dev/{}", file.display(), size >> 20, if created { ", new" } else { "" }, guest_disk_name(k));
+    }
     let image = crate::image::build_image()?;
     let accel = accel(&image.bzimage);
     let forwards = choose_forwards(&profile)?;
@@ -230,7 +281,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     eprintln!("run: serial console below; `poweroff` at the ringstore> prompt, or ctrl-a x to quit QEMU");
     let status = Command::new("qemu-system-x86_64")
-        .args(machine_args(&profile, &image, &Serial::Stdio, &append, accel, &forwards))
+        .args(machine_args(&profile, &image, &Serial::Stdio, &append, accel, &forwards, &disk_files))
         .status()
         .context("starting qemu-system-x86_64 (apt-get install qemu-system-x86)")?;
     if !status.success() {
@@ -249,7 +300,7 @@ mod tests {
 
     #[test]
     fn every_profile_parses() {
-        for name in ["numa2", "numa2-tap", "single", "twonic"] {
+        for name in ["numa2", "numa2-disk", "numa2-tap", "single", "twonic"] {
             load_profile(name).unwrap();
         }
         assert!(load_profile("nope").is_err());
@@ -259,7 +310,7 @@ mod tests {
     fn numa2_puts_the_nic_behind_a_node_1_expander_bridge() {
         let profile = load_profile("numa2").unwrap();
         let forwards = vec![Forward { nic: 0, name: "memcache".into(), guest_port: 11211, host_port: 40000 }];
-        let args = machine_args(&profile, &image(), &Serial::Socket("/tmp/s.sock".into()), "ringstore.numa=1", "tcg", &forwards).join(" ");
+        let args = machine_args(&profile, &image(), &Serial::Socket("/tmp/s.sock".into()), "ringstore.numa=1", "tcg", &forwards, &[]).join(" ");
         assert!(args.contains("-smp 4,sockets=2,cores=2,threads=1"), "{args}");
         assert!(args.contains("-numa node,nodeid=1,cpus=2-3,memdev=m1"), "{args}");
         assert!(args.contains("pxb-pcie,id=pxb1,bus_nr=128,numa_node=1,bus=pcie.0"), "{args}");
@@ -269,6 +320,33 @@ mod tests {
         assert!(args.contains("panic=-1") && args.contains("-no-reboot"), "{args}");
         assert!(args.contains("isolcpus=managed_irq,domain,2-3") && args.ends_with("server=on,wait=on -serial chardev:ser0 -monitor none"), "{args}");
         assert!(args.contains("ringstore.numa=1"));
+        assert!(!args.contains("-drive") && !args.contains("virtio-blk"), "numa2 has no data disk: {args}");
+    }
+
+    #[test]
+    fn numa2_disk_attaches_a_virtio_blk_data_disk_and_serves_from_it() {
+        let profile = load_profile("numa2-disk").unwrap();
+        assert_eq!(profile.disks.len(), 1);
+        assert_eq!(profile.disks[0].size_mib, 64);
+        assert!(profile.append.contains("ringstore.data=/dev/vda"), "{}", profile.append);
+        let args = machine_args(&profile, &image(), &Serial::Stdio, "", "tcg", &[], &["/t/a,b.raw".into()]).join(" ");
+        assert!(args.contains("-drive file=/t/a,,b.raw,format=raw,if=none,id=d0,cache=writeback"), "{args}");
+        assert!(args.contains("-device virtio-blk-pci,drive=d0,bus=pcie.0,serial=ringstore-data0"), "{args}");
+        assert!(args.contains("ringstore.data=/dev/vda"), "{args}");
+        assert_eq!(guest_disk_name(0), "vda");
+        assert_eq!(guest_disk_name(1), "vdb");
+    }
+
+    #[test]
+    fn ensure_disk_creates_a_sparse_file_once_and_keeps_it() {
+        let dir = std::env::temp_dir().join(format!("xtask-disk-{}", std::process::id()));
+        let path = dir.join("d.raw");
+        assert!(ensure_disk(&path, 3).unwrap());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 3 << 20);
+        std::fs::write(&path, b"kept").unwrap();
+        assert!(!ensure_disk(&path, 3).unwrap(), "an existing disk is not recreated");
+        assert_eq!(std::fs::read(&path).unwrap(), b"kept");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -276,13 +354,13 @@ mod tests {
         let profile = load_profile("twonic").unwrap();
         let forwards = choose_forwards(&profile).unwrap();
         assert_eq!(forwards.len(), 4);
-        let args = machine_args(&profile, &image(), &Serial::Stdio, "", "tcg", &forwards).join(" ");
+        let args = machine_args(&profile, &image(), &Serial::Stdio, "", "tcg", &forwards, &[]).join(" ");
         assert!(args.contains("numa_node=0") && args.contains("numa_node=1"), "{args}");
         assert!(args.contains("net=10.0.3.0/24"), "{args}");
-        let tap = machine_args(&load_profile("numa2-tap").unwrap(), &image(), &Serial::Stdio, "", "tcg", &[]).join(" ");
+        let tap = machine_args(&load_profile("numa2-tap").unwrap(), &image(), &Serial::Stdio, "", "tcg", &[], &[]).join(" ");
         assert!(tap.contains("-netdev tap,id=n0,ifname=rstap0,script=no,downscript=no") && !tap.contains("user,"), "{tap}");
         assert!(tap.contains("pxb-pcie,id=pxb1,bus_nr=128,numa_node=1") && tap.contains("virtio-net-pci,netdev=n0,bus=rp0"), "{tap}");
-        let single = machine_args(&load_profile("single").unwrap(), &image(), &Serial::Stdio, "", "tcg", &[]).join(" ");
+        let single = machine_args(&load_profile("single").unwrap(), &image(), &Serial::Stdio, "", "tcg", &[], &[]).join(" ");
         assert!(!single.contains("-numa") && !single.contains("pxb"), "{single}");
     }
 }

@@ -2,6 +2,7 @@
 //! socket) and the forwarded data ports. Every wait is bounded; the kernel runs with panic=-1
 //! and QEMU with -no-reboot, so a kernel panic ends QEMU and fails the test that waits.
 
+mod durable;
 mod netns;
 mod portscan;
 
@@ -55,19 +56,27 @@ pub struct Vm {
 impl Vm {
     /// Boots `profile` with `append` added to the kernel command line; `name` names the log.
     pub fn boot(image: &Image, name: &str, profile: &str, append: &str) -> Result<Vm> {
-        Vm::boot_in(image, name, profile, append, None)
+        Vm::boot_in(image, name, profile, append, None, &[])
+    }
+
+    /// [`Vm::boot`] with `disks` as the files of the profile's data disks (one each; the caller
+    /// creates them and keeps them across boots).
+    fn boot_with_disks(image: &Image, name: &str, profile: &str, append: &str, disks: &[PathBuf]) -> Result<Vm> {
+        Vm::boot_in(image, name, profile, append, None, disks)
     }
 
     /// [`Vm::boot`] with QEMU running inside `netns` (its taps live there).
-    fn boot_in(image: &Image, name: &str, profile: &str, append: &str, netns: Option<&netns::Netns>) -> Result<Vm> {
+    fn boot_in(image: &Image, name: &str, profile: &str, append: &str, netns: Option<&netns::Netns>, disks: &[PathBuf]) -> Result<Vm> {
+        let profile_name = profile;
         let profile = qemu::load_profile(profile)?;
+        anyhow::ensure!(disks.len() == profile.disks.len(), "profile {profile_name} has {} data disks, {} files given", profile.disks.len(), disks.len());
         let forwards = qemu::choose_forwards(&profile)?;
         let dir = appliance_dir().join("vm").join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         let socket = dir.join("serial.sock");
         let accel = qemu::accel(&image.bzimage);
-        let args = qemu::machine_args(&profile, image, &Serial::Socket(socket.clone()), append, accel, &forwards);
+        let args = qemu::machine_args(&profile, image, &Serial::Socket(socket.clone()), append, accel, &forwards, disks);
         let stderr = std::fs::File::create(dir.join("qemu.stderr"))?;
         let mut command = match netns {
             Some(ns) => ns.command("qemu-system-x86_64"),
@@ -174,6 +183,15 @@ impl Vm {
             std::thread::sleep(Duration::from_millis(50));
         }
         bail!("{}: QEMU still running {} s after poweroff; last lines:\n{}", self.name, POWEROFF_LIMIT.as_secs(), self.tail())
+    }
+
+    /// Pulls the plug: SIGKILL to QEMU, as a power cut is to the guest (whatever the guest had
+    /// not yet written to its virtual disk is gone: its page cache, queued requests). Returns
+    /// once QEMU is gone.
+    pub fn power_cut(mut self) -> Result<()> {
+        self.qemu.child.kill().context("killing QEMU")?;
+        self.qemu.child.wait().context("waiting for the killed QEMU")?;
+        Ok(())
     }
 
     /// Kernel timestamp (seconds) of the first console line containing `needle`.
@@ -391,7 +409,7 @@ pub fn scan_finds_only_data_ports(image: &Image) -> Result<ScanReport> {
     let tap_index = ns.add_tap("rstap0", SCAN_PEER, 30)?;
     let append = format!("ip={SCAN_GUEST}::{SCAN_PEER}:255.255.255.252::eth0:off");
     // Declared after `ns`: dropped (QEMU killed) before the namespace and tap are deleted.
-    let mut vm = Vm::boot_in(image, "scan", "numa2-tap", &append, Some(&ns))?;
+    let mut vm = Vm::boot_in(image, "scan", "numa2-tap", &append, Some(&ns), &[])?;
     let ready = vm.wait_for("ringstore: ready memcache=", 0, BOOT_LIMIT)?;
     vm.wait_for(PROMPT, ready, COMMAND_LIMIT)?;
     let status = vm.command("status")?;
@@ -486,6 +504,16 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
         ("twonic_refuses_without_numa", |i| twonic_refuses_without_numa(i).map(|()| String::new())),
         ("twonic_serves_with_numa1", |i| twonic_serves_with_numa1(i).map(|()| String::new())),
         ("kernel_panic_fails_the_wait", |i| kernel_panic_fails_the_wait(i).map(|()| String::new())),
+        ("durable_writes_survive_power_cut", |i| durable::acknowledged_writes_survive_power_cut_and_poweroff(i).map(|r| format!(
+                "{} sets acknowledged in {:.1} s before the cut, {} live keys checked after the third boot; [{}] [{}] [{}]",
+                r.acked_before_cut,
+                r.load.as_secs_f64(),
+                r.live_keys,
+                r.scan_line,
+                r.checkpoint_line,
+                r.from_checkpoint_line
+            ))),
+        ("foreign_data_device_is_refused", |i| durable::foreign_data_device_is_refused(i)),
     ]
 }
 

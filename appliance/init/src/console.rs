@@ -130,6 +130,10 @@ fn status() -> Vec<String> {
     for c in &state.configured {
         out.push(format!("address {} {}/{}{}", c.interface, c.address, c.prefix_len, c.gateway.map(|g| format!(" via {g}")).unwrap_or_default()));
     }
+    match &state.data_device {
+        Some(described) => out.push(format!("data {described}")),
+        None => out.push("data none (RAM only)".into()),
+    }
     match (&state.ready_line, &state.not_serving) {
         (Some(ready), _) => out.push(format!("serving {ready}")),
         (None, Some(why)) => out.push(format!("not serving: {why}")),

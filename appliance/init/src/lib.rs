@@ -2,12 +2,16 @@
 //!
 //! [`run`] is the whole of PID 1. Boot order: mounts → console and /dev/kmsg → signals →
 //! kernel command line → network → NUMA placement (ADR-0018) → huge pages on the serving node →
-//! IRQ affinity → the data plane on a privilege-less thread → the serial console, forever.
+//! IRQ affinity → the data device's node (never mounted: the server owns it) → the data plane on
+//! a privilege-less thread → the serial console, forever.
 //! Nothing here exits or panics out: every stage runs under `catch_unwind`, and a fatal error
-//! reboots after a delay (or stays at the console with `ringstore.on_fatal=halt`).
+//! reboots after a delay (or stays at the console with `ringstore.on_fatal=halt`). A data device
+//! that is configured but missing, refused or unrecoverable is fatal: the box was told to be
+//! durable and must not serve from RAM alone.
 
 pub mod cmdline;
 pub mod console;
+pub mod datadev;
 pub mod hugepages;
 pub mod irq;
 pub mod log;
@@ -83,7 +87,7 @@ fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
 
     if let Some(config) = config {
         state::lock().config = Some(config.clone());
-        serve(&config);
+        serve(&config)?;
     }
     Ok(())
 }
@@ -92,14 +96,15 @@ fn not_serving(why: String) {
     state::lock().not_serving = Some(why);
 }
 
-/// Placement, huge pages, IRQs, then the server. Failures are logged and leave the console up.
-fn serve(config: &ringstore_config::Config) {
+/// Placement, huge pages, IRQs, then the server. Failures are logged and leave the console up,
+/// except a data device that cannot be used: that is fatal (the `on_fatal` policy).
+fn serve(config: &ringstore_config::Config) -> Result<(), Fatal> {
     let placement = match plane::place(config) {
         Ok(p) => p,
         Err(err) => {
             error!("{err}");
             not_serving(err);
-            return;
+            return Ok(());
         }
     };
     info!(
@@ -127,6 +132,16 @@ fn serve(config: &ringstore_config::Config) {
         state.placement = Some(placement.clone());
         state.hugepages = got;
     }
+    if let Some(path) = &config.data {
+        // The driver creates the node in devtmpfs; PID 1 never mounts or opens it itself.
+        match datadev::wait_for_node(path, datadev::NODE_WAIT) {
+            Ok(described) => {
+                info!("data device {described}");
+                state::lock().data_device = Some(described);
+            }
+            Err(why) => return Err(data_device_fatal(&why)),
+        }
+    }
     let started = plane::start(config);
     if !placement.housekeeping.is_empty() {
         // PID 1's own thread keeps off the worker CPUs from here on. Only after the start: the
@@ -142,11 +157,22 @@ fn serve(config: &ringstore_config::Config) {
             state.ready_line = Some(ready);
             state.server = Some(server);
         }
-        Err(err) => {
-            error!("server: {err}");
-            not_serving(err);
+        Err(plane::StartError::DataDevice(why)) => return Err(data_device_fatal(&why)),
+        Err(plane::StartError::Other(why)) => {
+            error!("server: {why}");
+            not_serving(why);
         }
     }
+    Ok(())
+}
+
+/// A data device that cannot be used: one line on the console, nothing serves, and the caller
+/// follows `ringstore.on_fatal`.
+fn data_device_fatal(why: &str) -> Fatal {
+    let line = datadev::appliance_message(why);
+    log::console_line(&format!("ringstore: {line}"));
+    not_serving(line.clone());
+    Fatal(line)
 }
 
 fn place_irqs(placement: &plane::Placement) {

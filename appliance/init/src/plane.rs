@@ -109,25 +109,47 @@ impl Serving for RuntimeServer {
     }
 }
 
+/// Why the server did not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartError {
+    /// The data device was refused (foreign content, too small, cannot be opened) or could not
+    /// be recovered: the box was told to be durable and cannot be, so this is fatal (on_fatal).
+    DataDevice(String),
+    /// Anything else (bind, NUMA, store): logged, the console stays.
+    Other(String),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::DataDevice(m) | StartError::Other(m) => f.write_str(m),
+        }
+    }
+}
+
 /// Starts the server on a thread that first drops every privilege, so all the threads the
 /// server spawns inherit none.
-pub fn start(config: &Config) -> Result<Box<dyn Serving>, String> {
+pub fn start(config: &Config) -> Result<Box<dyn Serving>, StartError> {
     let config = config.clone();
-    let spawned = std::thread::Builder::new().name("serve-start".into()).spawn(move || -> Result<Box<dyn Serving>, String> {
-        crate::privs::drop_thread_privileges()?;
+    let spawned = std::thread::Builder::new().name("serve-start".into()).spawn(move || -> Result<Box<dyn Serving>, StartError> {
+        crate::privs::drop_thread_privileges().map_err(StartError::Other)?;
         start_here(&config)
     });
-    let handle = spawned.map_err(|e| format!("cannot start the server thread: {e}"))?;
-    handle.join().map_err(|_| "the server start panicked".to_string())?
+    let handle = spawned.map_err(|e| StartError::Other(format!("cannot start the server thread: {e}")))?;
+    handle.join().map_err(|_| StartError::Other("the server start panicked".to_string()))?
 }
 
 #[cfg(feature = "runtime")]
-fn start_here(config: &Config) -> Result<Box<dyn Serving>, String> {
-    let server = ringstore_runtime::Server::start(config).map_err(|e| e.to_string())?;
+fn start_here(config: &Config) -> Result<Box<dyn Serving>, StartError> {
+    use ringstore_runtime::RuntimeError;
+    let server = ringstore_runtime::Server::start(config).map_err(|e| match e {
+        RuntimeError::DataRefused(m) | RuntimeError::Data(m) => StartError::DataDevice(m),
+        other => StartError::Other(other.to_string()),
+    })?;
     Ok(Box::new(RuntimeServer(server)))
 }
 
 #[cfg(not(feature = "runtime"))]
-fn start_here(_config: &Config) -> Result<Box<dyn Serving>, String> {
-    Err("this image was built without the data plane (ringstore-init feature `runtime`)".to_string())
+fn start_here(_config: &Config) -> Result<Box<dyn Serving>, StartError> {
+    Err(StartError::Other("this image was built without the data plane (ringstore-init feature `runtime`)".to_string()))
 }
