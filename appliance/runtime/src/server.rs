@@ -107,6 +107,9 @@ impl Server {
         if let Some(udp) = bound.udp {
             plane.adopt(crate::udp::spawn(udp, shared.clone(), clock, plane.stop_fd())?);
         }
+        // Every worker has started (Plane::start waits for them): publish the union of their
+        // effective capability sets for `stats worker_capeff`.
+        shared.worker_capeff.store(serving_threads_capeff(), std::sync::atomic::Ordering::Relaxed);
         eprintln!(
             "ringstore: numa node {node} (memory {}), workers on CPUs {}, placement {:?}, store {:?}, io_uring {}",
             match memory_binding {
@@ -176,4 +179,27 @@ impl Server {
     pub fn wait_for_signal(&self) -> Result<i32, RuntimeError> {
         crate::TerminationSignals::install()?.wait()
     }
+}
+
+/// The union of `CapEff` over this process's serving threads (`ringstore-*` threads), read
+/// from `/proc/self/task/*/status`. 0 means no serving thread holds any capability.
+fn serving_threads_capeff() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    let mut union = 0;
+    for task in tasks.flatten() {
+        let path = task.path();
+        let is_serving = std::fs::read_to_string(path.join("comm")).is_ok_and(|name| name.starts_with("ringstore-"));
+        if !is_serving {
+            continue;
+        }
+        let status = std::fs::read_to_string(path.join("status")).unwrap_or_default();
+        union |= status
+            .lines()
+            .find_map(|line| line.strip_prefix("CapEff:"))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .unwrap_or(0);
+    }
+    union
 }
