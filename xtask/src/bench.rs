@@ -5,6 +5,7 @@
 //! saturates its core first; the run shows that too), the HTTP cells use wrk. Results go to
 //! stdout and `target/bench/results.md`.
 
+mod durable;
 mod fill;
 mod hist;
 mod http;
@@ -24,15 +25,20 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: cargo xtask bench [--seconds N] [--only memcache|http|memory] [--binary PATH]
+const USAGE: &str = "usage: cargo xtask bench [--seconds N] [--only memcache|http|memory|durable] [--binary PATH]
                          [--conns N] [--self-check] [--cells get-100-1,set-4096-16,...]
+                         [--compare-binary PATH]
 
-  --seconds N    measured seconds per cell, after 1 s of warm-up (default 5)
-  --only PART    run one part: memcache (GET/SET vs memcached), http (GET vs nginx), memory
+  --seconds N    measured seconds per cell, after 1 s of warm-up (default 5; durable: at most 10)
+  --only PART    run one part: memcache (GET/SET vs memcached), http (GET vs nginx), memory,
+                 durable (SET with --data on disk and tmpfs vs RAM only; recovery of 1M objects)
   --binary PATH  the ringstore binary (default: cargo build --release -p ringstore)
   --conns N      connections per load generator (default 50)
   --self-check   measure memcached (and nginx) against themselves: every ratio should be ~1.0
   --cells LIST   only these memcache cells (OP-VALUEBYTES-DEPTH), and no memaslap run
+  --compare-binary PATH
+                 memcache cells: this ringstore binary is the baseline instead of memcached
+                 (e.g. the musl build against the glibc build)
 ";
 
 /// Value sizes of every cell.
@@ -50,6 +56,7 @@ enum Part {
     Memcache,
     Http,
     Memory,
+    Durable,
 }
 
 struct Options {
@@ -60,6 +67,8 @@ struct Options {
     self_check: bool,
     /// `--cells`: (op, value length, depth) to run; empty = all.
     cells: Vec<(Op, usize, usize)>,
+    /// `--compare-binary`: a second ringstore as the memcache baseline.
+    compare: Option<PathBuf>,
 }
 
 /// `get-100-1` -> (Get, 100, 1).
@@ -80,7 +89,7 @@ fn parse_cell(text: &str) -> Result<(Op, usize, usize)> {
 }
 
 fn parse(args: &[String]) -> Result<Options> {
-    let mut o = Options { seconds: 5, only: None, binary: None, conns: 50, self_check: false, cells: Vec::new() };
+    let mut o = Options { seconds: 5, only: None, binary: None, conns: 50, self_check: false, cells: Vec::new(), compare: None };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || it.next().with_context(|| format!("{arg} needs a value\n\n{USAGE}"));
@@ -88,12 +97,14 @@ fn parse(args: &[String]) -> Result<Options> {
             "--seconds" => o.seconds = value()?.parse().context("--seconds")?,
             "--conns" => o.conns = value()?.parse().context("--conns")?,
             "--binary" => o.binary = Some(PathBuf::from(value()?)),
+            "--compare-binary" => o.compare = Some(PathBuf::from(value()?)),
             "--only" => {
                 o.only = Some(match value()?.as_str() {
                     "memcache" => Part::Memcache,
                     "http" => Part::Http,
                     "memory" => Part::Memory,
-                    other => bail!("--only {other:?}: expected memcache, http or memory"),
+                    "durable" => Part::Durable,
+                    other => bail!("--only {other:?}: expected memcache, http, memory or durable"),
                 })
             }
             "--self-check" => o.self_check = true,
@@ -109,6 +120,16 @@ fn parse(args: &[String]) -> Result<Options> {
     }
     if !(1..=60).contains(&o.seconds) || !(1..=1000).contains(&o.conns) {
         bail!("--seconds must be 1..=60 and --conns 1..=1000");
+    }
+    if o.compare.is_some() {
+        if o.self_check {
+            bail!("--compare-binary and --self-check exclude each other");
+        }
+        match o.only {
+            None => o.only = Some(Part::Memcache),
+            Some(Part::Memcache) => {}
+            Some(_) => bail!("--compare-binary applies to the memcache cells only"),
+        }
     }
     Ok(o)
 }
@@ -189,6 +210,9 @@ pub fn run(args: &[String]) -> Result<()> {
     if wants(Part::Memory) {
         memory_part(&subject, &mut doc)?;
     }
+    if wants(Part::Durable) {
+        durable_part(&o, &subject, &out_dir, &mut doc)?;
+    }
     let mut md = String::new();
     let _ = writeln!(md, "# ringstore benchmark results\n");
     let _ = writeln!(md, "{}\n", machine_summary());
@@ -242,6 +266,19 @@ fn ringstore_binary(o: &Options) -> Result<PathBuf> {
     Ok(target.join("release/ringstore"))
 }
 
+/// `ringstore (x86_64-unknown-linux-musl)` for `.../x86_64-unknown-linux-musl/release/ringstore`,
+/// `ringstore (host)` for a build for the host target.
+fn binary_label(path: &Path) -> String {
+    let parts: Vec<String> = path.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+    let triple = parts
+        .windows(2)
+        .rev()
+        .find(|w| w[1] == "release" || w[1] == "debug")
+        .map(|w| w[0].clone())
+        .filter(|t| t.contains("-linux-"));
+    format!("ringstore ({})", triple.as_deref().unwrap_or("host"))
+}
+
 fn cell_name(op: Op, value_len: usize, depth: usize) -> String {
     let size = if value_len >= 1024 { format!("{} KiB", value_len / 1024) } else { format!("{value_len} B") };
     format!("{} {size}, depth {depth}", op.name())
@@ -264,8 +301,10 @@ fn cell_spec(o: &Options, server: &Pinned, op: Op, value_len: usize, depth: usiz
 
 /// Runs one cell against memcached and (when it is up) the subject in alternating slices.
 /// The subject failing costs only its own column: memcached is then measured alone.
+#[allow(clippy::too_many_arguments)]
 fn memcache_cell(
     o: &Options,
+    base_name: &str,
     base: &mut Pinned,
     subj: &mut Option<Pinned>,
     op: Op,
@@ -276,7 +315,7 @@ fn memcache_cell(
     let cell = cell_name(op, value_len, depth);
     base.check_alive()?;
     if let Some(s) = subj.as_mut() {
-        eprintln!("bench: {cell}: memcached and {} in alternating slices", s.name);
+        eprintln!("bench: {cell}: {base_name} and {} in alternating slices", s.name);
         let specs = [cell_spec(o, base, op, value_len, depth), cell_spec(o, s, op, value_len, depth)];
         let outcome = loadgen::run(&specs).and_then(|results| {
             s.check_alive()?;
@@ -296,12 +335,12 @@ fn memcache_cell(
             *subj = None;
         }
     }
-    eprintln!("bench: {cell}: memcached alone");
+    eprintln!("bench: {cell}: {base_name} alone");
     let mut results = loadgen::run(&[cell_spec(o, base, op, value_len, depth)])?;
     base.check_alive()?;
     let ours = results.pop().context("one result")?;
     if ours.requests == 0 {
-        bail!("{cell}: memcached completed no request");
+        bail!("{cell}: {base_name} completed no request");
     }
     Ok((ours, None))
 }
@@ -314,10 +353,23 @@ fn preload_all(server: &Pinned) -> Result<()> {
 }
 
 fn memcache_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) -> Result<()> {
-    let mut base = procs::start_memcached(1024)?;
+    let (mut base, base_name) = match &o.compare {
+        Some(path) => {
+            if !path.exists() {
+                bail!("--compare-binary {} does not exist", path.display());
+            }
+            (procs::start_ringstore(path, 1024)?, binary_label(path))
+        }
+        None => (procs::start_memcached(1024)?, "memcached".to_string()),
+    };
     doc.command(&base.command);
     preload_all(&base)?;
-    let name = subject.memcache_name();
+    let name = match (&o.compare, subject) {
+        (Some(_), Subject::Ringstore(path)) => binary_label(path),
+        _ => subject.memcache_name().to_string(),
+    };
+    let name = name.as_str();
+    let base_name = base_name.as_str();
     let mut subj = match subject.start_memcache(1024).and_then(|s| preload_all(&s).map(|()| s)) {
         Ok(s) => {
             doc.command(&s.command);
@@ -333,7 +385,7 @@ fn memcache_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) 
         procs::CLIENT_CPU, o.conns, WARMUP.as_secs(), o.seconds, o.seconds.clamp(1, 10)
     ));
 
-    let mut table = Table::new("memcached", name);
+    let mut table = Table::new(base_name, name);
     let mut cpu = String::from(CPU_TABLE_HEAD);
     let mut first_cell = None;
     for op in [Op::Get, Op::Set] {
@@ -343,9 +395,9 @@ fn memcache_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) 
                     continue;
                 }
                 let cell = cell_name(op, value_len, depth);
-                let (b, s) = memcache_cell(o, &mut base, &mut subj, op, value_len, depth, doc)
-                    .with_context(|| format!("{cell} against memcached"))?;
-                for (who, r) in [("memcached", Some(&b)), (name, s.as_ref())] {
+                let (b, s) = memcache_cell(o, base_name, &mut base, &mut subj, op, value_len, depth, doc)
+                    .with_context(|| format!("{cell} against {base_name}"))?;
+                for (who, r) in [(base_name, Some(&b)), (name, s.as_ref())] {
                     if let Some(r) = r.filter(|r| r.misses + r.errors > 0) {
                         doc.note(format!("{cell}: {who} answered {} misses and {} errors", r.misses, r.errors));
                     }
@@ -360,12 +412,12 @@ fn memcache_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) 
                     Better::Lower,
                     2,
                 );
-                for (who, r) in [("memcached", Some(&b)), (name, s.as_ref())] {
+                for (who, r) in [(base_name, Some(&b)), (name, s.as_ref())] {
                     if let Some(r) = r {
                         cpu_row(&mut cpu, &cell, who, r.server_cpu_percent(), r.server_core, r.client_cpu_percent(), r.client_core);
                     }
                 }
-                if let Some(s) = &s {
+                if let Some(s) = s.as_ref().filter(|_| o.compare.is_none()) {
                     let goal = if depth == 1 { 1.5 } else { 2.0 };
                     let tput = s.throughput() / b.throughput();
                     let p99 = s.p99_us() / b.p99_us();
@@ -381,12 +433,16 @@ fn memcache_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) 
             }
         }
     }
-    let mut section = String::from("## memcache: GET and SET (one server core each)\n\n");
+    let mut section = if o.compare.is_some() {
+        format!("## memcache: {name} against {base_name} (one server core each)\n\n")
+    } else {
+        String::from("## memcache: GET and SET (one server core each)\n\n")
+    };
     section.push_str(&table.markdown());
     section.push('\n');
     section.push_str(&cpu);
     doc.sections.push(section);
-    if o.cells.is_empty() {
+    if o.cells.is_empty() && o.compare.is_none() {
         let saturation = memaslap_section(o, &mut base, subj.as_mut(), name, first_cell, out_dir, doc);
         doc.sections.push(saturation);
     }
@@ -582,6 +638,108 @@ fn memory_part(subject: &Subject, doc: &mut Doc) -> Result<()> {
     Ok(())
 }
 
+/// `--data` SET throughput on disk and tmpfs against RAM only, then recovery of 1M objects.
+fn durable_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) -> Result<()> {
+    let Subject::Ringstore(binary) = subject else {
+        doc.note("durable: skipped under --self-check (memcached has no data device)".into());
+        return Ok(());
+    };
+    let disk_path = out_dir.join("durable-disk.data");
+    let shm = Path::new("/dev/shm");
+    let tmpfs_path = shm.join(format!("ringstore-bench-{}.data", std::process::id()));
+    let mut configs = vec![durable::start_ram_only(binary).context("durable: RAM-only ringstore")?];
+    let tmpfs_fs = durable::filesystem_name(&tmpfs_path);
+    let disk_label = "--data on disk";
+    let tmpfs_label = "--data on tmpfs";
+    match durable::start_durable(binary, disk_label, disk_path.clone()) {
+        Ok(c) => configs.push(c),
+        Err(e) => doc.note(format!("durable: {disk_label} did not start: {e:#}")),
+    }
+    if tmpfs_fs == "tmpfs" {
+        match durable::start_durable(binary, tmpfs_label, tmpfs_path.clone()) {
+            Ok(c) => configs.push(c),
+            Err(e) => doc.note(format!("durable: {tmpfs_label} did not start: {e:#}")),
+        }
+    } else {
+        doc.note(format!("durable: /dev/shm is {tmpfs_fs}, not tmpfs: tmpfs cell skipped"));
+    }
+    for c in &configs {
+        doc.command(&match &c.data {
+            Some(d) => format!("{} (data file: 2 GiB sparse, on {}; removed afterwards)", c.server.command, durable::filesystem_name(&d.path)),
+            None => c.server.command.clone(),
+        });
+    }
+    let seconds = o.seconds.min(durable::MAX_LOAD.as_secs());
+    eprintln!("bench: durable: SET {} B, depth 1, {} connections: {} in alternating slices", durable::VALUE_LEN, durable::CONNS, configs.iter().map(|c| c.label).collect::<Vec<_>>().join(", "));
+    let results = durable::measure_sets(&configs, seconds, WARMUP)?;
+    for c in configs.iter_mut() {
+        if let Err(e) = c.server.check_alive() {
+            doc.note(format!("durable: {} exited during the run: {e:#}", c.label));
+        }
+    }
+    doc.command(&format!(
+        "durable SET cell: load generator, {} connections per server, depth 1, {} B values over {} keys, {} s warm-up, {seconds} s measured per server in {} alternating slices",
+        durable::CONNS, durable::VALUE_LEN, durable::KEYSPACE, WARMUP.as_secs(), seconds.clamp(1, 10)
+    ));
+    let ram = results.first().context("RAM-only result")?.clone();
+    let mut section = format!(
+        "## Durable SET: `--data` with group commit vs RAM only ({} connections, depth 1, {} B values, one server core each)\n\n",
+        durable::CONNS, durable::VALUE_LEN
+    );
+    section.push_str("| configuration | SET/s | × RAM only | p50 (µs) | p99 (µs) | p99 × RAM only | server CPU s / M req | CPU 0 busy % |\n");
+    section.push_str("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (c, r) in configs.iter().zip(&results) {
+        let label = match &c.data {
+            Some(d) => format!("{} ({})", c.label, durable::filesystem_name(&d.path)),
+            None => c.label.to_string(),
+        };
+        let _ = writeln!(
+            section,
+            "| {label} | {} | {:.2}× | {:.1} | {:.1} | {:.2}× | {:.2} | {:.0} |",
+            report::format_number(r.throughput(), 0),
+            r.throughput() / ram.throughput(),
+            r.p50_us(),
+            r.p99_us(),
+            r.p99_us() / ram.p99_us(),
+            r.server_cpu_per_million(),
+            r.server_core.busy_percent
+        );
+        if r.misses + r.errors > 0 {
+            doc.note(format!("durable: {label}: {} misses and {} errors", r.misses, r.errors));
+        }
+        if c.data.is_some() {
+            let ratio = r.throughput() / ram.throughput();
+            doc.targets.push(format!("durable SET, {label}: {ratio:.2}× RAM-only throughput under {} clients (aim ≥ 0.5×) {}", durable::CONNS, mark(ratio >= 0.5)));
+        }
+    }
+    drop(configs);
+
+    eprintln!("bench: durable: recovery of {} objects", durable::RECOVERY_OBJECTS);
+    let data = durable::DataFile::create(out_dir.join("durable-recovery.data"))?;
+    let fs = durable::filesystem_name(&data.path);
+    let recovery = durable::measure_recovery(binary, &data);
+    drop(data);
+    doc.command(&format!(
+        "recovery: ringstore serve --cores 1 --memory 1024MiB --data target/bench/durable-recovery.data (2 GiB sparse, {fs}); {} sets of {} B on 8 connections; kill -9; restart; SIGTERM; restart. Before each restart the file's page cache is dropped with posix_fadvise(DONTNEED); time = spawn to the ready line; curr_items and the first and last key checked",
+        durable::RECOVERY_OBJECTS, durable::VALUE_LEN
+    ));
+    match recovery {
+        Ok(r) => {
+            let ms = |v: Option<u64>| v.map_or("n/a".to_string(), |v| v.to_string());
+            let _ = writeln!(section, "\n### Recovery of {} objects ({} B values, data file on the disk, {fs}, page cache dropped before each start)\n", report::format_number(durable::RECOVERY_OBJECTS as f64, 0), durable::VALUE_LEN);
+            section.push_str("| start | to the ready line (ms) | recovery step (ms) | load into RAM (ms) | objects loaded |\n| --- | ---: | ---: | ---: | ---: |\n");
+            for (what, st) in [("after kill -9 (scan)", &r.after_kill), ("after SIGTERM (checkpoint)", &r.after_term)] {
+                let how = if st.from_checkpoint { " [from checkpoint]" } else { " [log scan]" };
+                let _ = writeln!(section, "| {what}{how} | {:.0} | {} | {} | {} |", st.ready_seconds * 1e3, ms(st.recover_ms), ms(st.load_ms), st.objects);
+            }
+            let _ = writeln!(section, "\nFill: {:.1} s ({} sets/s over 8 connections). SIGTERM to exit (checkpoint written): {:.0} ms.", r.fill_seconds, report::format_number(durable::RECOVERY_OBJECTS as f64 / r.fill_seconds, 0), r.shutdown_seconds * 1e3);
+        }
+        Err(e) => doc.note(format!("durable: recovery measurement failed: {e:#}")),
+    }
+    doc.sections.push(section);
+    Ok(())
+}
+
 /// CPU model, CPU count, kernel, memory.
 fn machine_summary() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
@@ -636,6 +794,22 @@ mod tests {
         assert!(o.cells == [(Op::Get, 100, 1), (Op::Set, 4096, 16)]);
         assert!(parse(&args(&["--cells", "get-100-2"])).is_err());
         assert!(parse(&args(&["--cells", "del-100-1"])).is_err());
+    }
+
+    #[test]
+    fn parses_durable_and_compare_binary() {
+        assert!(parse(&args(&["--only", "durable"])).unwrap().only == Some(Part::Durable));
+        let o = parse(&args(&["--compare-binary", "/t/x86_64-unknown-linux-musl/release/ringstore"])).unwrap();
+        assert!(o.only == Some(Part::Memcache), "--compare-binary runs the memcache cells");
+        assert_eq!(o.compare.as_deref(), Some(Path::new("/t/x86_64-unknown-linux-musl/release/ringstore")));
+        assert!(parse(&args(&["--compare-binary", "/x", "--only", "http"])).is_err());
+        assert!(parse(&args(&["--compare-binary", "/x", "--self-check"])).is_err());
+    }
+
+    #[test]
+    fn binary_labels_name_the_target() {
+        assert_eq!(binary_label(Path::new("/t/x86_64-unknown-linux-musl/release/ringstore")), "ringstore (x86_64-unknown-linux-musl)");
+        assert_eq!(binary_label(Path::new("/work/target-bench2/release/ringstore")), "ringstore (host)");
     }
 
     #[test]

@@ -19,13 +19,19 @@ fn connect(port: u16) -> Result<TcpStream> {
 
 /// Stores keys `0..count` with `value_len`-byte values; fails unless every set is `STORED`.
 pub fn preload(port: u16, value_len: usize, count: usize) -> Result<()> {
+    preload_range(port, value_len, 0, count)
+}
+
+/// Stores keys `first..first + count` on one connection; fails unless every set is `STORED`.
+pub fn preload_range(port: u16, value_len: usize, first: usize, count: usize) -> Result<()> {
     let mut stream = connect(port)?;
     let value = vec![b'v'; value_len];
     let mut tx = Vec::new();
     let mut rx = vec![0u8; 64 * 1024];
-    let mut next = 0;
-    while next < count {
-        let batch = BATCH.min(count - next);
+    let end_key = first + count;
+    let mut next = first;
+    while next < end_key {
+        let batch = BATCH.min(end_key - next);
         tx.clear();
         for index in next..next + batch {
             write_request(&mut tx, Op::Set, &value, index);

@@ -124,8 +124,14 @@ pub fn start_memcached(memory_mib: u64) -> Result<Pinned> {
 /// `ringstore serve --cores 1` (started by `util::Server`, which parses its ready line), then
 /// every thread of it moved to `SERVER_CPU` with `taskset -a -p`.
 pub fn start_ringstore(binary: &Path, memory_mib: u64) -> Result<Pinned> {
+    start_ringstore_with(binary, memory_mib, &[])
+}
+
+/// `start_ringstore` with more flags (e.g. `--data PATH`).
+pub fn start_ringstore_with(binary: &Path, memory_mib: u64, more: &[&str]) -> Result<Pinned> {
     let memory = format!("{memory_mib}MiB");
-    let extra = ["--cores", "1", "--memory", memory.as_str()];
+    let mut extra = vec!["--cores", "1", "--memory", memory.as_str()];
+    extra.extend_from_slice(more);
     let started = crate::util::Server::start(binary, &extra)?;
     let (_, port) = started.memcache_host_port()?;
     let (_, http_port) = started.endpoint("http")?;
