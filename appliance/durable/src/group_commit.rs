@@ -150,6 +150,11 @@ impl<T> GroupCommit<T> {
         self.batches.is_empty()
     }
 
+    /// Device offset of the oldest batch not yet settled (acked or failed).
+    pub fn oldest_unsettled_offset(&self) -> Option<u64> {
+        self.batches.front().map(|b| b.offset)
+    }
+
     /// True after an I/O error until [`GroupCommit::relocate`]: the log tail is unknown.
     pub fn is_broken(&self) -> bool {
         self.broken

@@ -12,12 +12,14 @@
 //! - [`GroupCommit`]: the sans-IO batching state machine (actions out, completions in).
 //! - [`RegionLog`]: one worker's log; encodes records and allocates segments; sans-IO.
 //! - [`Index`]: key → newest record, live bytes per segment, tombstone bookkeeping.
+//! - [`Compactor`]: one region's compaction while serving, in bounded steps on its worker.
 //! - [`Durable`]: opens (formats, refuses foreign signatures, recovers from a checkpoint or a
 //!   parallel scan), drives the logs synchronously through a [`BlockDevice`], compacts, and
 //!   writes the checkpoint at [`Durable::shutdown`]. The io_uring runtime drives
 //!   [`RegionLog`] itself and shares the rest.
 #![forbid(unsafe_code)]
 
+pub mod background;
 mod checkpoint;
 mod compaction;
 mod device;
@@ -40,5 +42,6 @@ pub use error::DurableError;
 pub use group_commit::{Action, Completion, GroupCommit, Limits, OpId};
 pub use index::{Entry, Index, Loc};
 pub use record::{RecordKind, RecordMeta};
-pub use serving::{Change, Serving, Settled, FLUSH_KEY};
+pub use background::{Compactor, CompactorStats, Step};
+pub use serving::{Change, Relocation, Serving, Settled, FLUSH_KEY};
 pub use region::{Purpose, RegionLog, SegState, Staged, COMPACTION_RESERVE};

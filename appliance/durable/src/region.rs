@@ -11,6 +11,11 @@ use crate::superblock::Geometry;
 /// Free segments a region keeps back from client writes so compaction can always make progress.
 pub const COMPACTION_RESERVE: u32 = 1;
 
+/// Free segments beyond [`COMPACTION_RESERVE`] that the serving path keeps from value writes
+/// but lets deletes (and flush_all) take, so a device full of live values still accepts the
+/// deletes that free it (ADR 0011).
+pub const DELETE_RESERVE: u32 = 1;
+
 /// Lifecycle of a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SegState {
@@ -119,6 +124,16 @@ impl<T> RegionLog<T> {
         self.next_open_seq
     }
 
+    /// Open sequence of the segment holding the oldest record not yet settled: that segment
+    /// and every one opened after it may have records in flight (not yet in the index), so
+    /// compaction must not pick them. `None` when everything is settled.
+    pub fn unsettled_since(&self) -> Option<u64> {
+        let off = self.commit.oldest_unsettled_offset()?;
+        let base = self.geo.segment_offset(self.region, 0);
+        let seg = (off.saturating_sub(base) / self.geo.segment_size) as usize;
+        Some(self.open_seqs.get(seg).copied().unwrap_or(0))
+    }
+
     /// Segments not in use.
     pub fn free_count(&self) -> u32 {
         self.states.iter().filter(|s| **s == SegState::Free).count() as u32
@@ -155,6 +170,30 @@ impl<T> RegionLog<T> {
         purpose: Purpose<T>,
         use_reserve: bool,
     ) -> Result<Loc, DurableError> {
+        let keep = if use_reserve { 0 } else { COMPACTION_RESERVE };
+        self.stage_keeping(key, value, meta, purpose, keep)
+    }
+
+    /// Bytes that can still be appended without opening a segment that would leave fewer
+    /// than `keep` free: the rest of the active segment plus every free segment above `keep`.
+    pub fn room(&self, keep: u32) -> u64 {
+        let payload = self.geo.segment_size - u64::from(self.geo.block_size);
+        let active = self.active.map_or(0, |seg| {
+            let end = self.geo.segment_offset(self.region, seg) + self.geo.segment_size;
+            end.saturating_sub(self.commit.place(0))
+        });
+        active + u64::from(self.free_count().saturating_sub(keep)) * payload
+    }
+
+    /// [`RegionLog::stage`], opening a new segment only while more than `keep` are free.
+    pub fn stage_keeping(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        meta: RecordMeta,
+        purpose: Purpose<T>,
+        keep: u32,
+    ) -> Result<Loc, DurableError> {
         if key.len() > KEY_LEN_MAX {
             return Err(DurableError::TooLarge {
                 len: key.len(),
@@ -180,7 +219,7 @@ impl<T> RegionLog<T> {
             self.commit.place(len) + len as u64 <= end
         });
         if !fits {
-            self.open_segment(use_reserve)?;
+            self.open_segment(keep)?;
         }
         let seg = self.active.ok_or(DurableError::NoSpace)?;
         self.scratch.clear();
@@ -214,9 +253,9 @@ impl<T> RegionLog<T> {
         }
     }
 
-    fn open_segment(&mut self, use_reserve: bool) -> Result<(), DurableError> {
+    fn open_segment(&mut self, keep: u32) -> Result<(), DurableError> {
         let free = self.free_count();
-        if free == 0 || (!use_reserve && free <= COMPACTION_RESERVE) {
+        if free == 0 || free <= keep {
             return Err(DurableError::NoSpace);
         }
         let seg = self

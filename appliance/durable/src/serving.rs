@@ -13,9 +13,9 @@ use crate::device::BlockDevice;
 use crate::engine::{Durable, Item};
 use crate::error::DurableError;
 use crate::group_commit::Completion;
-use crate::index::{Entry, Index};
+use crate::index::{Entry, Index, Loc};
 use crate::record::{decode, RecordKind, RecordMeta};
-use crate::region::{Purpose, RegionLog, Staged};
+use crate::region::{Purpose, RegionLog, Staged, COMPACTION_RESERVE, DELETE_RESERVE};
 use crate::superblock::Superblock;
 
 /// The key under which a flush_all is logged (client keys are never empty). Its value is the
@@ -71,6 +71,17 @@ impl Pending {
 /// Staged-but-not-durable writes of the keys hashing to one shard: key → newest pending state.
 type OverlayShard = HashMap<Box<[u8]>, Pending>;
 
+/// What became of a compaction copy, by the location of the original it copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relocation {
+    /// Durable, and the index now points at the copy.
+    Moved(Loc),
+    /// Durable, but the key changed meanwhile: the copy is an older duplicate.
+    Superseded(Loc),
+    /// The copy's write or flush failed.
+    Failed(Loc),
+}
+
 /// What a worker learns from one completion.
 #[derive(Debug, Default)]
 pub struct Settled {
@@ -78,6 +89,8 @@ pub struct Settled {
     pub acked: Vec<u64>,
     /// Tokens whose write failed: (token, key, cas). Their RAM copy must go.
     pub failed: Vec<(u64, Box<[u8]>, u64)>,
+    /// Compaction copies settled (for the region's [`crate::Compactor`]).
+    pub relocated: Vec<Relocation>,
 }
 
 /// The shared half of an open data device.
@@ -93,6 +106,9 @@ pub struct Serving<D: BlockDevice> {
     flush: Mutex<Option<(u64, u64)>>,
     /// Region logs not currently driven by a worker (all of them before start and after stop).
     parked: Mutex<Vec<Option<RegionLog<u64>>>>,
+    /// Per region: sequence of its oldest staged client record not yet settled (u64::MAX: none).
+    /// Compaction forgets a tombstone only below every floor (see `Compactor`).
+    pending_floor: Box<[AtomicU64]>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -121,6 +137,9 @@ impl<D: BlockDevice> Serving<D> {
             next_seq: AtomicU64::new(next_seq),
             flush: Mutex::new(None),
             parked: Mutex::new(regions.into_iter().map(Some).collect()),
+            pending_floor: (0..sb.geometry.regions)
+                .map(|_| AtomicU64::new(u64::MAX))
+                .collect(),
         };
         let mark = me.read_index().get(FLUSH_KEY).copied();
         if let Some(e) = mark {
@@ -170,7 +189,28 @@ impl<D: BlockDevice> Serving<D> {
         }
     }
 
-    fn read_index(&self) -> RwLockReadGuard<'_, Index> {
+    /// Region `region`'s oldest unsettled client record has sequence `seq` (u64::MAX: none).
+    /// The worker driving the region keeps this current (under the key's shard lock when staging).
+    pub fn set_pending_floor(&self, region: usize, seq: u64) {
+        if let Some(f) = self.pending_floor.get(region) {
+            f.store(seq, Ordering::SeqCst);
+        }
+    }
+
+    /// Lowest sequence of any staged client record not yet settled, in any region.
+    pub fn min_pending_seq(&self) -> u64 {
+        self.pending_floor
+            .iter()
+            .map(|f| f.load(Ordering::SeqCst))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    pub(crate) fn write_index(&self) -> std::sync::RwLockWriteGuard<'_, Index> {
+        self.index.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn read_index(&self) -> RwLockReadGuard<'_, Index> {
         self.index.read().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -178,14 +218,15 @@ impl<D: BlockDevice> Serving<D> {
         lock(&self.overlay[self.hasher.hash_one(key) as usize % OVERLAY_SHARDS])
     }
 
-    /// Encode `change` into `log` with ack `token`. Call under the store's shard lock for the
-    /// key, so sequence order is write order. Errors: `NoSpace`, `Backpressure`, `TooLarge`.
+    /// Encode `change` into `log` with ack `token`; returns its sequence. Call under the
+    /// store's shard lock for the key, so sequence order is write order. Errors: `NoSpace`,
+    /// `Backpressure`, `TooLarge`. Values keep [`DELETE_RESERVE`] free segments back for deletes.
     pub fn stage(
         &self,
         log: &mut RegionLog<u64>,
         change: Change<'_>,
         token: u64,
-    ) -> Result<(), DurableError> {
+    ) -> Result<u64, DurableError> {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let at_bytes;
         let (key, value, meta) = match change {
@@ -232,13 +273,17 @@ impl<D: BlockDevice> Serving<D> {
                 )
             }
         };
-        log.stage(key, value, meta, Purpose::Client(token), false)?;
+        let keep = match change {
+            Change::Put { .. } => COMPACTION_RESERVE + DELETE_RESERVE,
+            Change::Delete { .. } | Change::FlushAll { .. } => COMPACTION_RESERVE,
+        };
+        log.stage_keeping(key, value, meta, Purpose::Client(token), keep)?;
         if let Change::FlushAll { at } = change {
             let mut f = lock(&self.flush);
             if f.is_none_or(|(s, _)| s < seq) {
                 *f = Some((seq, at));
             }
-            return Ok(());
+            return Ok(seq);
         }
         let pending = match meta.kind {
             RecordKind::Value => Pending::Value(Item {
@@ -258,7 +303,7 @@ impl<D: BlockDevice> Serving<D> {
                 shard.insert(key.into(), pending);
             }
         }
-        Ok(())
+        Ok(seq)
     }
 
     /// Apply a completion of a worker's log: durable records enter the index, failed ones are
@@ -269,16 +314,32 @@ impl<D: BlockDevice> Serving<D> {
             return out;
         }
         {
-            let mut index = self.index.write().unwrap_or_else(|e| e.into_inner());
+            let mut index = self.write_index();
             for s in &done.acked {
-                index.apply(&s.key, s.meta, s.loc, s.value_len, s.seed);
+                match s.purpose {
+                    Purpose::Client(_) => index.apply(&s.key, s.meta, s.loc, s.value_len, s.seed),
+                    Purpose::Relocate(from) => {
+                        let moved = index.relocate(&s.key, s.meta, from, s.loc, s.seed);
+                        out.relocated.push(if moved {
+                            Relocation::Moved(from)
+                        } else {
+                            Relocation::Superseded(from)
+                        });
+                    }
+                }
             }
             for s in &done.failed {
                 index.note_unapplied(&s.key, s.meta, s.loc);
+                if let Purpose::Relocate(from) = s.purpose {
+                    out.relocated.push(Relocation::Failed(from));
+                }
             }
         }
         // Index first, overlay second: a reader that misses the overlay finds the index current.
         for s in done.acked.iter().chain(&done.failed) {
+            if matches!(s.purpose, Purpose::Relocate(_)) {
+                continue; // copies never enter the overlay
+            }
             let mut shard = self.overlay_shard(&s.key);
             if shard.get(&s.key).is_some_and(|p| p.seq() == s.meta.seq) {
                 shard.remove(&s.key);
@@ -313,21 +374,37 @@ impl<D: BlockDevice> Serving<D> {
         };
         let item = match staged {
             Some(item) => item,
-            None => {
-                let Some(e) = self.read_index().get(key).copied() else {
-                    return Ok(None);
-                };
-                match self.read_entry(key, &e)? {
-                    Some(item) => item,
-                    None => return Ok(None),
-                }
-            }
+            None => match self.read_durable(key)? {
+                Some(item) => item,
+                None => return Ok(None),
+            },
         };
         let expired = item.exptime != 0 && item.exptime <= now_unix;
         if expired || self.flushed(item.seq, now_unix) {
             return Ok(None);
         }
         Ok(Some(item))
+    }
+
+    /// The key's durable value. Background compaction may move the record and erase (and
+    /// reuse) its segment between the index look-up and the read: a record that no longer
+    /// verifies is looked up again once if the index moved it meanwhile.
+    fn read_durable(&self, key: &[u8]) -> Result<Option<Item>, DurableError> {
+        let Some(e) = self.read_index().get(key).copied() else {
+            return Ok(None);
+        };
+        match self.read_entry(key, &e) {
+            Err(DurableError::Corrupt { offset }) => {
+                let Some(again) = self.read_index().get(key).copied() else {
+                    return Ok(None);
+                };
+                if again == e {
+                    return Err(DurableError::Corrupt { offset });
+                }
+                self.read_entry(key, &again)
+            }
+            other => other,
+        }
     }
 
     fn read_entry(&self, key: &[u8], e: &Entry) -> Result<Option<Item>, DurableError> {
@@ -450,6 +527,34 @@ impl<D: BlockDevice> Serving<D> {
         };
         d.shutdown().map(|(_, written)| written)
     }
+}
+
+/// Executes every action of `log` synchronously against the device and settles it (what the
+/// io_uring worker does asynchronously); `relocated` sees each completion's compaction copies.
+/// For tests and tools. Returns the client tokens acked and failed.
+pub fn drive_sync<D: BlockDevice>(
+    s: &Serving<D>,
+    log: &mut RegionLog<u64>,
+    mut relocated: impl FnMut(&[Relocation]),
+) -> Result<Settled, DurableError> {
+    let mut all = Settled::default();
+    while let Some(a) = log.poll_action() {
+        let done = match a {
+            crate::group_commit::Action::WriteBatch { id, offset, bytes } => {
+                let ok = s.device().write_at(offset, &bytes).is_ok();
+                log.on_write_complete(id, ok)?
+            }
+            crate::group_commit::Action::Flush { id } => {
+                let ok = s.device().flush().is_ok();
+                log.on_flush_complete(id, ok)?
+            }
+        };
+        let got = s.settle(done);
+        relocated(&got.relocated);
+        all.acked.extend(got.acked);
+        all.failed.extend(got.failed);
+    }
+    Ok(all)
 }
 
 #[cfg(test)]

@@ -8,6 +8,14 @@ use ringstore_service::{Flow, Protocol};
 /// connections hold little memory.
 const OUT_KEEP: usize = 16 << 10;
 
+/// Consecutive flushes that used at most a quarter of the buffer before it is shrunk.
+///
+/// Shrinking after every large flush made a connection that keeps sending ~66 KiB batches
+/// (16 pipelined 4 KiB GETs) free and regrow its buffer each time: with musl's allocator that
+/// is an mmap/munmap pair per batch (ADR-0012). The hysteresis keeps a buffer that is in use
+/// and still returns memory once the connection's bursts get small.
+const SMALL_FLUSHES_BEFORE_SHRINK: u8 = 8;
+
 /// A connection served end to end by one worker.
 pub(crate) struct Conn<S> {
     pub fd: OwnedFd,
@@ -31,6 +39,8 @@ pub(crate) struct Conn<S> {
     pub protocol: Protocol,
     /// Data-device token the pending output waits for (0: none; output may go).
     pub gate: u64,
+    /// Flushes in a row that used at most a quarter of `out`'s capacity.
+    small_flushes: u8,
 }
 
 impl<S> Conn<S> {
@@ -49,6 +59,7 @@ impl<S> Conn<S> {
             own_buf,
             protocol,
             gate: 0,
+            small_flushes: 0,
         }
     }
 
@@ -58,10 +69,17 @@ impl<S> Conn<S> {
 
     /// Output fully sent: forget it, keeping a bounded capacity.
     pub(crate) fn output_flushed(&mut self) {
+        let capacity = self.out.capacity();
+        if capacity > 4 * OUT_KEEP && self.out.len() <= capacity / 4 {
+            self.small_flushes = self.small_flushes.saturating_add(1);
+        } else {
+            self.small_flushes = 0;
+        }
         self.out.clear();
         self.sent = 0;
-        if self.out.capacity() > 4 * OUT_KEEP {
+        if self.small_flushes >= SMALL_FLUSHES_BEFORE_SHRINK {
             self.out.shrink_to(OUT_KEEP);
+            self.small_flushes = 0;
         }
     }
 }
@@ -154,12 +172,28 @@ mod tests {
     }
 
     #[test]
-    fn flushed_output_shrinks() {
+    fn flushed_output_shrinks_after_small_flushes() {
         let mut c = conn();
         c.out.extend(std::iter::repeat_n(0u8, 1 << 20));
         c.sent = c.out.len();
         c.output_flushed();
         assert!(c.out.is_empty() && c.sent == 0);
-        assert!(c.out.capacity() <= 4 * OUT_KEEP);
+        assert!(c.out.capacity() >= 1 << 20, "a buffer that was just used whole is kept");
+        for round in 0..SMALL_FLUSHES_BEFORE_SHRINK {
+            assert!(c.out.capacity() >= 1 << 20, "shrunk too early, after {round} small flushes");
+            c.out.extend_from_slice(b"END\r\n");
+            c.output_flushed();
+        }
+        assert!(c.out.capacity() <= 4 * OUT_KEEP, "small bursts give the memory back");
+    }
+
+    #[test]
+    fn repeated_large_batches_keep_their_buffer() {
+        let mut c = conn();
+        for _ in 0..32 {
+            c.out.extend(std::iter::repeat_n(0u8, 66 << 10));
+            c.output_flushed();
+            assert!(c.out.capacity() >= 66 << 10);
+        }
     }
 }

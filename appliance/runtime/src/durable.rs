@@ -15,7 +15,10 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
 use io_uring::{opcode, squeue, types};
-use ringstore_durable::{Action, Change, FileDevice, RegionLog, Serving};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use ringstore_durable::{Action, Change, Compactor, FileDevice, RegionLog, Serving, Step};
 use ringstore_service::{Fetched, Journal, Mutation, Protocol};
 use ringstore_store::{Backfill, StoreError, Time};
 
@@ -23,6 +26,44 @@ use ringstore_store::{Backfill, StoreError, Time};
 pub(crate) const OP_DISK_WRITE: u64 = 7;
 /// An fdatasync of the data device.
 pub(crate) const OP_DISK_FLUSH: u64 = 8;
+/// Background compaction: the zeroed header write that frees a segment (linked to the next).
+pub(crate) const OP_DISK_ERASE: u64 = 9;
+/// Background compaction: the fdatasync after the erase write.
+pub(crate) const OP_DISK_ERASE_FLUSH: u64 = 10;
+/// A no-op that wakes the loop at once while compaction has work that needs no completion.
+pub(crate) const OP_WAKE: u64 = 11;
+
+/// Test-only fault injection (documented in ADR 0011, never set in production): with
+/// `RINGSTORE_TEST_FAIL_DATA_WRITE=N` the Nth data-device batch write completion of the process
+/// (counting from 1) is reported as EIO, with `RINGSTORE_TEST_FAIL_DATA_FLUSH=N` the Nth flush.
+struct FaultHook {
+    write: Option<u64>,
+    flush: Option<u64>,
+    writes: AtomicU64,
+    flushes: AtomicU64,
+}
+
+fn fault_hook() -> &'static FaultHook {
+    static HOOK: OnceLock<FaultHook> = OnceLock::new();
+    HOOK.get_or_init(|| {
+        let n = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u64>().ok()).filter(|&n| n > 0);
+        FaultHook { write: n("RINGSTORE_TEST_FAIL_DATA_WRITE"), flush: n("RINGSTORE_TEST_FAIL_DATA_FLUSH"), writes: AtomicU64::new(0), flushes: AtomicU64::new(0) }
+    })
+}
+
+/// The completion result after the test-only fault hook (unchanged unless the hook is set).
+fn inject_fault(op: u64, res: i32) -> i32 {
+    let hook = fault_hook();
+    let (target, count) = match op {
+        OP_DISK_WRITE => (hook.write, &hook.writes),
+        OP_DISK_FLUSH => (hook.flush, &hook.flushes),
+        _ => return res,
+    };
+    match target {
+        Some(n) if count.fetch_add(1, Ordering::Relaxed) + 1 == n => -libc::EIO,
+        _ => res,
+    }
+}
 
 /// Writes a region log may have accepted and not yet settled (more is "out of memory").
 pub(crate) const MAX_PENDING_WRITES: usize = 1 << 16;
@@ -33,6 +74,8 @@ struct Rec {
     conn: Option<(u32, u32, Protocol)>,
     /// The reply's bytes in the connection's output.
     span: Option<(usize, usize)>,
+    /// Its write sequence.
+    seq: u64,
     /// 0 pending, 1 durable, 2 failed.
     state: u8,
 }
@@ -84,9 +127,13 @@ impl Journal for ThreadJournal {
             let Ok(mut guard) = cell.try_borrow_mut() else { return Err(StoreError::OutOfMemory) };
             let Some(w) = guard.as_mut() else { return Err(StoreError::OutOfMemory) };
             let token = w.staged + 1;
-            self.serving.stage(&mut w.log, change, token).map_err(|_| StoreError::OutOfMemory)?;
+            let seq = self.serving.stage(&mut w.log, change, token).map_err(|_| StoreError::OutOfMemory)?;
             w.staged = token;
-            w.recs.push_back(Rec { conn: w.current, span: None, state: 0 });
+            if w.recs.is_empty() {
+                // Still under the key's shard lock: compaction elsewhere sees this write as pending.
+                self.serving.set_pending_floor(w.log.region() as usize, seq);
+            }
+            w.recs.push_back(Rec { conn: w.current, span: None, seq, state: 0 });
             w.call_max = token;
             Ok(())
         })
@@ -155,6 +202,12 @@ pub(crate) struct DiskWorker {
     flushing: usize,
     /// Held connections in gate order: (slot, generation, token their output waits for).
     pub waiting: VecDeque<(u32, u32, u64)>,
+    /// This region's background compaction.
+    compactor: Compactor,
+    /// An erase is in flight: Some(outcome of its write once completed).
+    erasing: Option<Option<bool>>,
+    /// Ids of erase operations (never repeat).
+    next_erase: u64,
 }
 
 impl DiskWorker {
@@ -165,11 +218,24 @@ impl DiskWorker {
             *cell.borrow_mut() = Some(WorkerLog { log, staged: 0, recs: VecDeque::new(), front_token: 1, current: None, call_max: 0 })
         });
         let fd = serving.device().as_raw_fd();
-        Some(DiskWorker { serving, fd, region, inflight: HashMap::new(), flushing: 0, waiting: VecDeque::new() })
+        let compactor = Compactor::new(serving.superblock().geometry.block_size);
+        Some(DiskWorker { serving, fd, region, inflight: HashMap::new(), flushing: 0, waiting: VecDeque::new(), compactor, erasing: None, next_erase: 1 })
     }
 
     /// Gives the log back (after it drained).
     pub(crate) fn uninstall(&self) {
+        let st = self.compactor.stats();
+        if st.freed > 0 || st.aborted > 0 {
+            eprintln!(
+                "ringstore: region {}: background compaction freed {} segments, copied {} records ({} KiB), dropped {}, gave up {} times",
+                self.region,
+                st.freed,
+                st.copied,
+                st.copied_bytes >> 10,
+                st.dropped,
+                st.aborted
+            );
+        }
         if let Some(w) = LOG.with(|cell| cell.borrow_mut().take()) {
             if !w.log.is_idle() {
                 eprintln!("ringstore: region {} stopped with writes in flight", self.region);
@@ -198,9 +264,66 @@ impl DiskWorker {
         })
     }
 
-    /// True when nothing is staged or in flight.
+    /// True when nothing is staged or in flight (a compaction in progress included).
     pub(crate) fn is_idle(&self) -> bool {
-        self.inflight.is_empty() && self.flushing == 0 && LOG.with(|cell| cell.borrow().as_ref().is_none_or(|w| w.log.is_idle()))
+        self.compactor.is_idle() && self.erasing.is_none() && self.inflight.is_empty() && self.flushing == 0 && LOG.with(|cell| cell.borrow().as_ref().is_none_or(|w| w.log.is_idle()))
+    }
+
+    /// One bounded step of background compaction (before [`DiskWorker::pump`], so its copies
+    /// join this iteration's batch). Returns true when the loop should not sleep.
+    pub(crate) fn compact_step(&mut self, sqes: &mut Vec<squeue::Entry>, now_unix: u64, now_ms: u64, may_start: bool) -> bool {
+        if self.erasing.is_some() {
+            return false;
+        }
+        let serving = &self.serving;
+        let compactor = &mut self.compactor;
+        let step = LOG.with(|cell| {
+            let mut guard = cell.borrow_mut();
+            let Some(w) = guard.as_mut() else { return Step::Idle };
+            compactor.step(serving, &mut w.log, now_unix, now_ms, may_start)
+        });
+        match step {
+            Step::Idle | Step::Waiting => false,
+            Step::Busy => true,
+            Step::Erase { offset } => {
+                let id = self.next_erase;
+                self.next_erase += 1;
+                let block = self.compactor.erase_block();
+                // The write and its flush are linked: the flush runs only after the write, and a
+                // failed write cancels it. The block lives in the compactor until `on_erased`.
+                sqes.push(
+                    opcode::Write::new(types::Fd(self.fd), block.as_ptr(), block.len() as u32)
+                        .offset(offset)
+                        .build()
+                        .flags(squeue::Flags::IO_LINK)
+                        .user_data((id << 8) | OP_DISK_ERASE),
+                );
+                sqes.push(opcode::Fsync::new(types::Fd(self.fd)).flags(types::FsyncFlags::DATASYNC).build().user_data((id << 8) | OP_DISK_ERASE_FLUSH));
+                self.erasing = Some(None);
+                false
+            }
+        }
+    }
+
+    /// An erase write or its flush completed.
+    pub(crate) fn erase_complete(&mut self, op: u64, res: i32, now_ms: u64) {
+        let want = self.compactor.erase_block().len();
+        if op == OP_DISK_ERASE {
+            self.erasing = Some(Some(res >= 0 && res as usize == want));
+            return;
+        }
+        let ok = matches!(self.erasing, Some(Some(true))) && res >= 0;
+        self.erasing = None;
+        if !ok {
+            eprintln!("ringstore: data device: freeing a compacted segment failed in region {}; will retry", self.region);
+        }
+        let serving = &self.serving;
+        let compactor = &mut self.compactor;
+        LOG.with(|cell| {
+            if let Some(w) = cell.borrow_mut().as_mut() {
+                compactor.on_erased(serving, &mut w.log, ok, now_ms);
+            }
+        });
     }
 
     /// Queues what the log wants done as SQEs.
@@ -230,6 +353,7 @@ impl DiskWorker {
 
     /// Feeds a completion back; returns what the worker must do about it.
     pub(crate) fn complete(&mut self, op: u64, id: u64, res: i32) -> Outcome {
+        let res = inject_fault(op, res);
         let ok = if op == OP_DISK_WRITE {
             let want = self.inflight.remove(&id).map_or(0, |b| b.len());
             res >= 0 && res as usize == want
@@ -243,6 +367,7 @@ impl DiskWorker {
             eprintln!("ringstore: data device {what} failed in region {}: {err}; failing the affected requests", self.region);
         }
         let serving = &self.serving;
+        let compactor = &mut self.compactor;
         LOG.with(|cell| {
             let mut guard = cell.borrow_mut();
             let Some(w) = guard.as_mut() else { return Outcome::default() };
@@ -251,6 +376,7 @@ impl DiskWorker {
             match done {
                 Ok(done) => {
                     let settled = serving.settle(done);
+                    compactor.on_relocated(&settled.relocated);
                     for t in settled.acked {
                         if let Some(rec) = t.checked_sub(w.front_token).and_then(|i| w.recs.get_mut(i as usize)) {
                             rec.state = 1;
@@ -275,6 +401,7 @@ impl DiskWorker {
                 }
             }
             out.settled_through = w.front_token - 1;
+            serving.set_pending_floor(w.log.region() as usize, w.recs.front().map_or(u64::MAX, |r| r.seq));
             out
         })
     }

@@ -19,7 +19,7 @@ use ringstore_service::{Flow, Now, Protocol};
 use crate::bufring::BufRing;
 use crate::clock::Clock;
 use crate::conn::{Conn, Slab, GEN_MASK};
-use crate::durable::{DiskWorker, OP_DISK_FLUSH, OP_DISK_WRITE};
+use crate::durable::{DiskWorker, OP_DISK_ERASE, OP_DISK_ERASE_FLUSH, OP_DISK_FLUSH, OP_DISK_WRITE, OP_WAKE};
 use crate::handler::Handler;
 use crate::inbox::Inbox;
 use crate::ring::Features;
@@ -185,6 +185,11 @@ impl<H: Handler> Worker<H> {
                 self.begin_stop();
             }
             if let Some(disk) = &mut self.disk {
+                // Background compaction, one bounded step; its copies join this iteration's batch.
+                let may_start = self.stopping_deadline.is_none();
+                if disk.compact_step(&mut self.pending, self.now.unix, self.now.mono_ms, may_start) {
+                    self.pending.push(opcode::Nop::new().build().user_data(OP_WAKE));
+                }
                 // Group commit: everything staged this iteration goes out as one write + one flush.
                 disk.pump(&mut self.pending);
             }
@@ -252,6 +257,12 @@ impl<H: Handler> Worker<H> {
                 OP_INBOX => self.on_inbox(),
                 OP_ACCEPT => self.on_accept(slot as usize, res),
                 op @ (OP_DISK_WRITE | OP_DISK_FLUSH) => self.on_disk(op, data >> 8, res),
+                op @ (OP_DISK_ERASE | OP_DISK_ERASE_FLUSH) => {
+                    if let Some(disk) = &mut self.disk {
+                        disk.erase_complete(op, res, self.now.mono_ms);
+                    }
+                }
+                OP_WAKE => {}
                 _ => {}
             }
         }
