@@ -25,7 +25,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-const USAGE: &str = "usage: cargo xtask bench [--seconds N] [--only memcache|http|memory|durable] [--binary PATH]
+const USAGE: &str =
+    "usage: cargo xtask bench [--seconds N] [--only memcache|http|memory|durable] [--binary PATH]
                          [--conns N] [--self-check] [--cells get-100-1,set-4096-16,...]
                          [--compare-binary PATH]
 
@@ -74,25 +75,44 @@ struct Options {
 /// `get-100-1` -> (Get, 100, 1).
 fn parse_cell(text: &str) -> Result<(Op, usize, usize)> {
     let parts: Vec<&str> = text.split('-').collect();
-    let [op, len, depth] = parts.as_slice() else { bail!("cell {text:?}: expected OP-VALUEBYTES-DEPTH") };
+    let [op, len, depth] = parts.as_slice() else {
+        bail!("cell {text:?}: expected OP-VALUEBYTES-DEPTH")
+    };
     let op = match op.to_ascii_lowercase().as_str() {
         "get" => Op::Get,
         "set" => Op::Set,
         _ => bail!("cell {text:?}: OP is get or set"),
     };
-    let len: usize = len.parse().with_context(|| format!("cell {text:?}: value bytes"))?;
-    let depth: usize = depth.parse().with_context(|| format!("cell {text:?}: depth"))?;
+    let len: usize = len
+        .parse()
+        .with_context(|| format!("cell {text:?}: value bytes"))?;
+    let depth: usize = depth
+        .parse()
+        .with_context(|| format!("cell {text:?}: depth"))?;
     if !VALUE_LENS.contains(&len) || !DEPTHS.contains(&depth) {
-        bail!("cell {text:?}: value bytes must be one of {VALUE_LENS:?} and depth one of {DEPTHS:?}");
+        bail!(
+            "cell {text:?}: value bytes must be one of {VALUE_LENS:?} and depth one of {DEPTHS:?}"
+        );
     }
     Ok((op, len, depth))
 }
 
 fn parse(args: &[String]) -> Result<Options> {
-    let mut o = Options { seconds: 5, only: None, binary: None, conns: 50, self_check: false, cells: Vec::new(), compare: None };
+    let mut o = Options {
+        seconds: 5,
+        only: None,
+        binary: None,
+        conns: 50,
+        self_check: false,
+        cells: Vec::new(),
+        compare: None,
+    };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{arg} needs a value\n\n{USAGE}"));
+        let mut value = || {
+            it.next()
+                .with_context(|| format!("{arg} needs a value\n\n{USAGE}"))
+        };
         match arg.as_str() {
             "--seconds" => o.seconds = value()?.parse().context("--seconds")?,
             "--conns" => o.conns = value()?.parse().context("--conns")?,
@@ -191,7 +211,11 @@ pub fn run(args: &[String]) -> Result<()> {
     crate::deps::apt()?;
     let out_dir = util::root().join("target/bench");
     std::fs::create_dir_all(&out_dir)?;
-    let subject = if o.self_check { Subject::Baseline } else { Subject::Ringstore(ringstore_binary(&o)?) };
+    let subject = if o.self_check {
+        Subject::Baseline
+    } else {
+        Subject::Ringstore(ringstore_binary(&o)?)
+    };
     let started = Instant::now();
     let load_before = load_summary();
     let mut doc = Doc::default();
@@ -216,8 +240,18 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut md = String::new();
     let _ = writeln!(md, "# ringstore benchmark results\n");
     let _ = writeln!(md, "{}\n", machine_summary());
-    let _ = writeln!(md, "- load before: {load_before}\n- load after: {}", load_summary());
-    let _ = writeln!(md, "- total time: {:.0} s, {} s measured per cell after {} s warm-up\n", started.elapsed().as_secs_f64(), o.seconds, WARMUP.as_secs());
+    let _ = writeln!(
+        md,
+        "- load before: {load_before}\n- load after: {}",
+        load_summary()
+    );
+    let _ = writeln!(
+        md,
+        "- total time: {:.0} s, {} s measured per cell after {} s warm-up\n",
+        started.elapsed().as_secs_f64(),
+        o.seconds,
+        WARMUP.as_secs()
+    );
     if let Subject::Ringstore(binary) = &subject {
         let _ = writeln!(md, "ringstore binary: `{}`\n", binary.display());
     }
@@ -261,7 +295,13 @@ fn ringstore_binary(o: &Options) -> Result<PathBuf> {
     util::exec(util::cargo().args(["build", "--release", "-p", "ringstore"]))?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .map(|p| if p.is_relative() { util::root().join(p) } else { p })
+        .map(|p| {
+            if p.is_relative() {
+                util::root().join(p)
+            } else {
+                p
+            }
+        })
         .unwrap_or_else(|| util::root().join("target"));
     Ok(target.join("release/ringstore"))
 }
@@ -269,7 +309,10 @@ fn ringstore_binary(o: &Options) -> Result<PathBuf> {
 /// `ringstore (x86_64-unknown-linux-musl)` for `.../x86_64-unknown-linux-musl/release/ringstore`,
 /// `ringstore (host)` for a build for the host target.
 fn binary_label(path: &Path) -> String {
-    let parts: Vec<String> = path.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+    let parts: Vec<String> = path
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
     let triple = parts
         .windows(2)
         .rev()
@@ -280,11 +323,21 @@ fn binary_label(path: &Path) -> String {
 }
 
 fn cell_name(op: Op, value_len: usize, depth: usize) -> String {
-    let size = if value_len >= 1024 { format!("{} KiB", value_len / 1024) } else { format!("{value_len} B") };
+    let size = if value_len >= 1024 {
+        format!("{} KiB", value_len / 1024)
+    } else {
+        format!("{value_len} B")
+    };
     format!("{} {size}, depth {depth}", op.name())
 }
 
-fn cell_spec(o: &Options, server: &Pinned, op: Op, value_len: usize, depth: usize) -> loadgen::LoadSpec {
+fn cell_spec(
+    o: &Options,
+    server: &Pinned,
+    op: Op,
+    value_len: usize,
+    depth: usize,
+) -> loadgen::LoadSpec {
     loadgen::LoadSpec {
         port: server.port,
         op,
@@ -315,8 +368,14 @@ fn memcache_cell(
     let cell = cell_name(op, value_len, depth);
     base.check_alive()?;
     if let Some(s) = subj.as_mut() {
-        eprintln!("bench: {cell}: {base_name} and {} in alternating slices", s.name);
-        let specs = [cell_spec(o, base, op, value_len, depth), cell_spec(o, s, op, value_len, depth)];
+        eprintln!(
+            "bench: {cell}: {base_name} and {} in alternating slices",
+            s.name
+        );
+        let specs = [
+            cell_spec(o, base, op, value_len, depth),
+            cell_spec(o, s, op, value_len, depth),
+        ];
         let outcome = loadgen::run(&specs).and_then(|results| {
             s.check_alive()?;
             Ok(results)
@@ -370,7 +429,10 @@ fn memcache_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) 
     };
     let name = name.as_str();
     let base_name = base_name.as_str();
-    let mut subj = match subject.start_memcache(1024).and_then(|s| preload_all(&s).map(|()| s)) {
+    let mut subj = match subject
+        .start_memcache(1024)
+        .and_then(|s| preload_all(&s).map(|()| s))
+    {
         Ok(s) => {
             doc.command(&s.command);
             Some(s)
@@ -395,16 +457,39 @@ fn memcache_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) 
                     continue;
                 }
                 let cell = cell_name(op, value_len, depth);
-                let (b, s) = memcache_cell(o, base_name, &mut base, &mut subj, op, value_len, depth, doc)
-                    .with_context(|| format!("{cell} against {base_name}"))?;
+                let (b, s) = memcache_cell(
+                    o, base_name, &mut base, &mut subj, op, value_len, depth, doc,
+                )
+                .with_context(|| format!("{cell} against {base_name}"))?;
                 for (who, r) in [(base_name, Some(&b)), (name, s.as_ref())] {
                     if let Some(r) = r.filter(|r| r.misses + r.errors > 0) {
-                        doc.note(format!("{cell}: {who} answered {} misses and {} errors", r.misses, r.errors));
+                        doc.note(format!(
+                            "{cell}: {who} answered {} misses and {} errors",
+                            r.misses, r.errors
+                        ));
                     }
                 }
-                table.row(&format!("{cell}: throughput (req/s)"), b.throughput(), s.as_ref().map(|r| r.throughput()), Better::Higher, 0);
-                table.row(&format!("{cell}: p50 latency (µs)"), b.p50_us(), s.as_ref().map(|r| r.p50_us()), Better::Lower, 1);
-                table.row(&format!("{cell}: p99 latency (µs)"), b.p99_us(), s.as_ref().map(|r| r.p99_us()), Better::Lower, 1);
+                table.row(
+                    &format!("{cell}: throughput (req/s)"),
+                    b.throughput(),
+                    s.as_ref().map(|r| r.throughput()),
+                    Better::Higher,
+                    0,
+                );
+                table.row(
+                    &format!("{cell}: p50 latency (µs)"),
+                    b.p50_us(),
+                    s.as_ref().map(|r| r.p50_us()),
+                    Better::Lower,
+                    1,
+                );
+                table.row(
+                    &format!("{cell}: p99 latency (µs)"),
+                    b.p99_us(),
+                    s.as_ref().map(|r| r.p99_us()),
+                    Better::Lower,
+                    1,
+                );
                 table.row(
                     &format!("{cell}: server CPU s / M req"),
                     b.server_cpu_per_million(),
@@ -414,7 +499,15 @@ fn memcache_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) 
                 );
                 for (who, r) in [(base_name, Some(&b)), (name, s.as_ref())] {
                     if let Some(r) = r {
-                        cpu_row(&mut cpu, &cell, who, r.server_cpu_percent(), r.server_core, r.client_cpu_percent(), r.client_core);
+                        cpu_row(
+                            &mut cpu,
+                            &cell,
+                            who,
+                            r.server_cpu_percent(),
+                            r.server_core,
+                            r.client_cpu_percent(),
+                            r.client_core,
+                        );
                     }
                 }
                 if let Some(s) = s.as_ref().filter(|_| o.compare.is_none()) {
@@ -443,7 +536,8 @@ fn memcache_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) 
     section.push_str(&cpu);
     doc.sections.push(section);
     if o.cells.is_empty() && o.compare.is_none() {
-        let saturation = memaslap_section(o, &mut base, subj.as_mut(), name, first_cell, out_dir, doc);
+        let saturation =
+            memaslap_section(o, &mut base, subj.as_mut(), name, first_cell, out_dir, doc);
         doc.sections.push(saturation);
     }
     Ok(())
@@ -457,7 +551,15 @@ const CPU_TABLE_HEAD: &str = "### CPU use (server on CPU 0, client on CPU 1)
 | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |
 ";
 
-fn cpu_row(out: &mut String, run: &str, server: &str, server_process: f64, server_core: procs::CoreUse, client_process: f64, client_core: procs::CoreUse) {
+fn cpu_row(
+    out: &mut String,
+    run: &str,
+    server: &str,
+    server_process: f64,
+    server_core: procs::CoreUse,
+    client_process: f64,
+    client_core: procs::CoreUse,
+) {
     let _ = writeln!(
         out,
         "| {run} | {server} | {server_process:.0} | {:.0} | {:.0} | {client_process:.0} | {:.0} | {:.0} |",
@@ -484,7 +586,11 @@ fn memaslap_section(
     doc: &mut Doc,
 ) -> String {
     let mut out = String::from("### Does the load generator saturate before the server?\n\n");
-    out.push_str(&CPU_TABLE_HEAD.replace("### CPU use (server on CPU 0, client on CPU 1)\n\n", "").replace("| run |", "| client (ops/s) |"));
+    out.push_str(
+        &CPU_TABLE_HEAD
+            .replace("### CPU use (server on CPU 0, client on CPU 1)\n\n", "")
+            .replace("| run |", "| client (ops/s) |"),
+    );
     let Some(program) = memaslap::binary() else {
         doc.note("memaslap not installed (libmemcached-tools): saturation check skipped".into());
         return out;
@@ -498,8 +604,19 @@ fn memaslap_section(
         match memaslap::run(program, server, o.conns, seconds, out_dir) {
             Ok(r) => {
                 doc.command(&r.command);
-                let run = format!("memaslap, 90% get / 10% set, 100 B ({:.0})", r.ops_per_second);
-                cpu_row(&mut out, &run, who, r.server_cpu_percent, r.server_core, r.client_cpu_percent, r.client_core);
+                let run = format!(
+                    "memaslap, 90% get / 10% set, 100 B ({:.0})",
+                    r.ops_per_second
+                );
+                cpu_row(
+                    &mut out,
+                    &run,
+                    who,
+                    r.server_cpu_percent,
+                    r.server_core,
+                    r.client_cpu_percent,
+                    r.client_core,
+                );
             }
             Err(e) => doc.note(format!("memaslap against {who}: {e:#}")),
         }
@@ -508,7 +625,15 @@ fn memaslap_section(
         for (who, r) in [("memcached", Some(b)), (name, s)] {
             if let Some(r) = r {
                 let run = format!("loadgen, GET 100 B, depth 1 ({:.0})", r.throughput());
-                cpu_row(&mut out, &run, who, r.server_cpu_percent(), r.server_core, r.client_cpu_percent(), r.client_core);
+                cpu_row(
+                    &mut out,
+                    &run,
+                    who,
+                    r.server_cpu_percent(),
+                    r.server_core,
+                    r.client_cpu_percent(),
+                    r.client_core,
+                );
             }
         }
     }
@@ -544,7 +669,9 @@ fn http_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) -> R
             Some((s, port))
         }
         Err(e) => {
-            doc.note(format!("{name} (HTTP) did not start or take the PUTs: {e:#}"));
+            doc.note(format!(
+                "{name} (HTTP) did not start or take the PUTs: {e:#}"
+            ));
             None
         }
     };
@@ -562,10 +689,13 @@ fn http_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) -> R
             let mut s = None;
             if let Some((server, p)) = subj.as_mut() {
                 let p = *p;
-                let both = http::run_wrk(server, p, value_len, depth, o.conns, half, out_dir).and_then(|mut first| {
-                    first.merge(&http::run_wrk(server, p, value_len, depth, o.conns, half, out_dir)?);
-                    Ok(first)
-                });
+                let both = http::run_wrk(server, p, value_len, depth, o.conns, half, out_dir)
+                    .and_then(|mut first| {
+                        first.merge(&http::run_wrk(
+                            server, p, value_len, depth, o.conns, half, out_dir,
+                        )?);
+                        Ok(first)
+                    });
                 match both {
                     Ok(r) => s = Some(r),
                     Err(e) => {
@@ -580,19 +710,55 @@ fn http_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) -> R
                 &http::run_wrk(&mut nginx, port, value_len, depth, o.conns, half, out_dir)
                     .with_context(|| format!("{cell} against nginx"))?,
             );
-            table.row(&format!("{cell}: throughput (req/s)"), b.requests_per_second, s.as_ref().map(|r| r.requests_per_second), Better::Higher, 0);
-            table.row(&format!("{cell}: p50 latency (µs)"), b.p50_us, s.as_ref().map(|r| r.p50_us), Better::Lower, 1);
-            table.row(&format!("{cell}: p99 latency (µs)"), b.p99_us, s.as_ref().map(|r| r.p99_us), Better::Lower, 1);
-            table.row(&format!("{cell}: server CPU s / M req"), b.server_cpu_per_million(), s.as_ref().map(|r| r.server_cpu_per_million()), Better::Lower, 2);
+            table.row(
+                &format!("{cell}: throughput (req/s)"),
+                b.requests_per_second,
+                s.as_ref().map(|r| r.requests_per_second),
+                Better::Higher,
+                0,
+            );
+            table.row(
+                &format!("{cell}: p50 latency (µs)"),
+                b.p50_us,
+                s.as_ref().map(|r| r.p50_us),
+                Better::Lower,
+                1,
+            );
+            table.row(
+                &format!("{cell}: p99 latency (µs)"),
+                b.p99_us,
+                s.as_ref().map(|r| r.p99_us),
+                Better::Lower,
+                1,
+            );
+            table.row(
+                &format!("{cell}: server CPU s / M req"),
+                b.server_cpu_per_million(),
+                s.as_ref().map(|r| r.server_cpu_per_million()),
+                Better::Lower,
+                2,
+            );
             for (who, r) in [("nginx", Some(&b)), (name, s.as_ref())] {
                 if let Some(r) = r {
-                    cpu_row(&mut cpu, &cell, who, r.server_cpu_percent, r.server_core, r.client_cpu_percent, r.client_core);
+                    cpu_row(
+                        &mut cpu,
+                        &cell,
+                        who,
+                        r.server_cpu_percent,
+                        r.server_core,
+                        r.client_cpu_percent,
+                        r.client_core,
+                    );
                 }
             }
             if let Some(s) = &s {
                 let tput = s.requests_per_second / b.requests_per_second;
                 let p99 = s.p99_us / b.p99_us;
-                let p99_text = if p99.is_finite() { format!("{p99:.2}× {}", mark(p99 <= 1.0)) } else { "n/a".to_string() };
+                let p99_text = if p99.is_finite() {
+                    format!("{p99:.2}× {}", mark(p99 <= 1.0))
+                } else {
+                    "n/a".to_string()
+                };
                 doc.targets.push(format!(
                     "{cell}: throughput {tput:.2}× nginx (target ≥ 1.0×) {}; p99 {p99_text} (target ≤ 1.0×)",
                     mark(tput >= 1.0)
@@ -600,7 +766,8 @@ fn http_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) -> R
             }
         }
     }
-    let mut section = String::from("## HTTP GET (one server core each, wrk -t1 on the other core)\n\n");
+    let mut section =
+        String::from("## HTTP GET (one server core each, wrk -t1 on the other core)\n\n");
     section.push_str(&table.markdown());
     section.push('\n');
     section.push_str(&cpu);
@@ -623,18 +790,44 @@ fn memory_part(subject: &Subject, doc: &mut Doc) -> Result<()> {
         }
         Err(e) => Err(e),
     };
-    let subj = subj.map_err(|e| doc.note(format!("memory: {name}: {e:#}"))).ok();
+    let subj = subj
+        .map_err(|e| doc.note(format!("memory: {name}: {e:#}")))
+        .ok();
     let mib = |v: u64| v as f64 / (1024.0 * 1024.0);
     let mut table = Table::new("memcached", name);
-    table.row("RSS empty (MiB)", mib(base.rss_empty), subj.as_ref().map(|r| mib(r.rss_empty)), Better::Neither, 1);
-    table.row("RSS with 1M items (MiB)", mib(base.rss_full), subj.as_ref().map(|r| mib(r.rss_full)), Better::Neither, 1);
-    table.row("bytes per item (100 B values, 13 B keys)", base.bytes_per_item(), subj.as_ref().map(|r| r.bytes_per_item()), Better::Lower, 1);
+    table.row(
+        "RSS empty (MiB)",
+        mib(base.rss_empty),
+        subj.as_ref().map(|r| mib(r.rss_empty)),
+        Better::Neither,
+        1,
+    );
+    table.row(
+        "RSS with 1M items (MiB)",
+        mib(base.rss_full),
+        subj.as_ref().map(|r| mib(r.rss_full)),
+        Better::Neither,
+        1,
+    );
+    table.row(
+        "bytes per item (100 B values, 13 B keys)",
+        base.bytes_per_item(),
+        subj.as_ref().map(|r| r.bytes_per_item()),
+        Better::Lower,
+        1,
+    );
     if let Some(s) = &subj {
         let ratio = s.bytes_per_item() / base.bytes_per_item();
-        doc.targets.push(format!("memory per item {ratio:.2}× memcached (target ≤ 1.0×) {}", mark(ratio <= 1.0)));
+        doc.targets.push(format!(
+            "memory per item {ratio:.2}× memcached (target ≤ 1.0×) {}",
+            mark(ratio <= 1.0)
+        ));
     }
     doc.command(&format!("memory: {MEMORY_ITEMS} pipelined sets of {} B values; RSS from /proc/PID/status VmRSS before and after; curr_items checked", memory::VALUE_LEN));
-    doc.sections.push(format!("## Memory per item ({MEMORY_ITEMS} items, both with a 512 MiB budget)\n\n{}", table.markdown()));
+    doc.sections.push(format!(
+        "## Memory per item ({MEMORY_ITEMS} items, both with a 512 MiB budget)\n\n{}",
+        table.markdown()
+    ));
     Ok(())
 }
 
@@ -661,16 +854,31 @@ fn durable_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) -
             Err(e) => doc.note(format!("durable: {tmpfs_label} did not start: {e:#}")),
         }
     } else {
-        doc.note(format!("durable: /dev/shm is {tmpfs_fs}, not tmpfs: tmpfs cell skipped"));
+        doc.note(format!(
+            "durable: /dev/shm is {tmpfs_fs}, not tmpfs: tmpfs cell skipped"
+        ));
     }
     for c in &configs {
         doc.command(&match &c.data {
-            Some(d) => format!("{} (data file: 2 GiB sparse, on {}; removed afterwards)", c.server.command, durable::filesystem_name(&d.path)),
+            Some(d) => format!(
+                "{} (data file: 2 GiB sparse, on {}; removed afterwards)",
+                c.server.command,
+                durable::filesystem_name(&d.path)
+            ),
             None => c.server.command.clone(),
         });
     }
     let seconds = o.seconds.min(durable::MAX_LOAD.as_secs());
-    eprintln!("bench: durable: SET {} B, depth 1, {} connections: {} in alternating slices", durable::VALUE_LEN, durable::CONNS, configs.iter().map(|c| c.label).collect::<Vec<_>>().join(", "));
+    eprintln!(
+        "bench: durable: SET {} B, depth 1, {} connections: {} in alternating slices",
+        durable::VALUE_LEN,
+        durable::CONNS,
+        configs
+            .iter()
+            .map(|c| c.label)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let results = durable::measure_sets(&configs, seconds, WARMUP)?;
     for c in configs.iter_mut() {
         if let Err(e) = c.server.check_alive() {
@@ -705,7 +913,10 @@ fn durable_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) -
             r.server_core.busy_percent
         );
         if r.misses + r.errors > 0 {
-            doc.note(format!("durable: {label}: {} misses and {} errors", r.misses, r.errors));
+            doc.note(format!(
+                "durable: {label}: {} misses and {} errors",
+                r.misses, r.errors
+            ));
         }
         if c.data.is_some() {
             let ratio = r.throughput() / ram.throughput();
@@ -714,7 +925,10 @@ fn durable_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) -
     }
     drop(configs);
 
-    eprintln!("bench: durable: recovery of {} objects", durable::RECOVERY_OBJECTS);
+    eprintln!(
+        "bench: durable: recovery of {} objects",
+        durable::RECOVERY_OBJECTS
+    );
     let data = durable::DataFile::create(out_dir.join("durable-recovery.data"))?;
     let fs = durable::filesystem_name(&data.path);
     let recovery = durable::measure_recovery(binary, &data);
@@ -728,9 +942,23 @@ fn durable_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) -
             let ms = |v: Option<u64>| v.map_or("n/a".to_string(), |v| v.to_string());
             let _ = writeln!(section, "\n### Recovery of {} objects ({} B values, data file on the disk, {fs}, page cache dropped before each start)\n", report::format_number(durable::RECOVERY_OBJECTS as f64, 0), durable::VALUE_LEN);
             section.push_str("| start | to the ready line (ms) | recovery step (ms) | load into RAM (ms) | objects loaded |\n| --- | ---: | ---: | ---: | ---: |\n");
-            for (what, st) in [("after kill -9 (scan)", &r.after_kill), ("after SIGTERM (checkpoint)", &r.after_term)] {
-                let how = if st.from_checkpoint { " [from checkpoint]" } else { " [log scan]" };
-                let _ = writeln!(section, "| {what}{how} | {:.0} | {} | {} | {} |", st.ready_seconds * 1e3, ms(st.recover_ms), ms(st.load_ms), st.objects);
+            for (what, st) in [
+                ("after kill -9 (scan)", &r.after_kill),
+                ("after SIGTERM (checkpoint)", &r.after_term),
+            ] {
+                let how = if st.from_checkpoint {
+                    " [from checkpoint]"
+                } else {
+                    " [log scan]"
+                };
+                let _ = writeln!(
+                    section,
+                    "| {what}{how} | {:.0} | {} | {} | {} |",
+                    st.ready_seconds * 1e3,
+                    ms(st.recover_ms),
+                    ms(st.load_ms),
+                    st.objects
+                );
             }
             let _ = writeln!(section, "\nFill: {:.1} s ({} sets/s over 8 connections). SIGTERM to exit (checkpoint written): {:.0} ms.", r.fill_seconds, report::format_number(durable::RECOVERY_OBJECTS as f64 / r.fill_seconds, 0), r.shutdown_seconds * 1e3);
         }
@@ -743,8 +971,15 @@ fn durable_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) -
 /// CPU model, CPU count, kernel, memory.
 fn machine_summary() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo.lines().find_map(|l| l.strip_prefix("model name")).map(|m| m.trim_start_matches([' ', '\t', ':'])).unwrap_or("unknown CPU");
-    let cpus = cpuinfo.lines().filter(|l| l.starts_with("processor")).count();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|m| m.trim_start_matches([' ', '\t', ':']))
+        .unwrap_or("unknown CPU");
+    let cpus = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let mem_kb: u64 = std::fs::read_to_string("/proc/meminfo")
         .unwrap_or_default()
@@ -752,7 +987,11 @@ fn machine_summary() -> String {
         .find_map(|l| l.strip_prefix("MemTotal:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0);
-    format!("- machine: {cpus} × {model}, {:.0} GiB RAM, Linux {}", mem_kb as f64 / 1048576.0, kernel.trim())
+    format!(
+        "- machine: {cpus} × {model}, {:.0} GiB RAM, Linux {}",
+        mem_kb as f64 / 1048576.0,
+        kernel.trim()
+    )
 }
 
 /// Load average and how many compilers run beside us (the machine is shared).
@@ -763,12 +1002,18 @@ fn load_summary() -> String {
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for entry in entries.flatten() {
             let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-            if matches!(comm.trim(), "rustc" | "cc1" | "cc1plus" | "ld" | "clippy-driver") {
+            if matches!(
+                comm.trim(),
+                "rustc" | "cc1" | "cc1plus" | "ld" | "clippy-driver"
+            ) {
                 compilers += 1;
             }
         }
     }
-    format!("load average {} (1/5/15 min), {compilers} compiler processes running", load.join(" "))
+    format!(
+        "load average {} (1/5/15 min), {compilers} compiler processes running",
+        load.join(" ")
+    )
 }
 
 #[cfg(test)]
@@ -781,7 +1026,15 @@ mod tests {
 
     #[test]
     fn parses_arguments() {
-        let o = parse(&args(&["--seconds", "3", "--only", "http", "--binary", "/x/ringstore"])).unwrap();
+        let o = parse(&args(&[
+            "--seconds",
+            "3",
+            "--only",
+            "http",
+            "--binary",
+            "/x/ringstore",
+        ]))
+        .unwrap();
         assert_eq!(o.seconds, 3);
         assert!(o.only == Some(Part::Http));
         assert_eq!(o.binary.as_deref(), Some(Path::new("/x/ringstore")));
@@ -799,17 +1052,33 @@ mod tests {
     #[test]
     fn parses_durable_and_compare_binary() {
         assert!(parse(&args(&["--only", "durable"])).unwrap().only == Some(Part::Durable));
-        let o = parse(&args(&["--compare-binary", "/t/x86_64-unknown-linux-musl/release/ringstore"])).unwrap();
-        assert!(o.only == Some(Part::Memcache), "--compare-binary runs the memcache cells");
-        assert_eq!(o.compare.as_deref(), Some(Path::new("/t/x86_64-unknown-linux-musl/release/ringstore")));
+        let o = parse(&args(&[
+            "--compare-binary",
+            "/t/x86_64-unknown-linux-musl/release/ringstore",
+        ]))
+        .unwrap();
+        assert!(
+            o.only == Some(Part::Memcache),
+            "--compare-binary runs the memcache cells"
+        );
+        assert_eq!(
+            o.compare.as_deref(),
+            Some(Path::new("/t/x86_64-unknown-linux-musl/release/ringstore"))
+        );
         assert!(parse(&args(&["--compare-binary", "/x", "--only", "http"])).is_err());
         assert!(parse(&args(&["--compare-binary", "/x", "--self-check"])).is_err());
     }
 
     #[test]
     fn binary_labels_name_the_target() {
-        assert_eq!(binary_label(Path::new("/t/x86_64-unknown-linux-musl/release/ringstore")), "ringstore (x86_64-unknown-linux-musl)");
-        assert_eq!(binary_label(Path::new("/work/target-bench2/release/ringstore")), "ringstore (host)");
+        assert_eq!(
+            binary_label(Path::new("/t/x86_64-unknown-linux-musl/release/ringstore")),
+            "ringstore (x86_64-unknown-linux-musl)"
+        );
+        assert_eq!(
+            binary_label(Path::new("/work/target-bench2/release/ringstore")),
+            "ringstore (host)"
+        );
     }
 
     #[test]

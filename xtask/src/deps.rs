@@ -66,7 +66,9 @@ fn python_has_venv() -> bool {
 
 /// `rustup target add` for the static appliance binary.
 pub fn musl_target() -> Result<()> {
-    let out = Command::new("rustup").args(["target", "list", "--installed"]).output();
+    let out = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output();
     if let Ok(out) = out {
         if String::from_utf8_lossy(&out.stdout).contains("x86_64-unknown-linux-musl") {
             return Ok(());
@@ -100,7 +102,8 @@ pub fn python_env() -> Result<PathBuf> {
         exec(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
     }
     let mut pip = Command::new(&python);
-    pip.args(["-m", "pip", "install", "-q", "--disable-pip-version-check"]).args(PIP_PACKAGES);
+    pip.args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+        .args(PIP_PACKAGES);
     exec(&mut pip)?;
     std::fs::write(&marker, b"").context("writing the venv marker")?;
     Ok(python)

@@ -9,7 +9,8 @@ use crate::util::{cargo, exec, root};
 
 pub const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
 /// Fully static, position-dependent (no PT_DYNAMIC for self-relocation), no debug info in the image.
-const MUSL_RUSTFLAGS: &str = "-C target-feature=+crt-static -C relocation-model=static -C strip=debuginfo";
+const MUSL_RUSTFLAGS: &str =
+    "-C target-feature=+crt-static -C relocation-model=static -C strip=debuginfo";
 
 /// The artifacts QEMU boots.
 #[derive(Debug, Clone)]
@@ -22,7 +23,9 @@ pub struct Image {
 
 /// Where cargo puts build output (`CARGO_TARGET_DIR` or `<root>/target`).
 pub fn cargo_target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
 }
 
 /// `target/appliance` in the workspace.
@@ -33,12 +36,27 @@ pub fn appliance_dir() -> PathBuf {
 /// Builds the static PID 1 binary and returns its path.
 pub fn build_static_binary() -> Result<PathBuf> {
     crate::deps::musl_target()?;
-    exec(cargo()
-        .args(["build", "--release", "--target", MUSL_TARGET, "-p", "ringstore"])
-        .env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS", MUSL_RUSTFLAGS))?;
-    let binary = cargo_target_dir().join(MUSL_TARGET).join("release/ringstore");
+    exec(
+        cargo()
+            .args([
+                "build",
+                "--release",
+                "--target",
+                MUSL_TARGET,
+                "-p",
+                "ringstore",
+            ])
+            .env(
+                "CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS",
+                MUSL_RUSTFLAGS,
+            ),
+    )?;
+    let binary = cargo_target_dir()
+        .join(MUSL_TARGET)
+        .join("release/ringstore");
     let bytes = std::fs::read(&binary).with_context(|| format!("reading {}", binary.display()))?;
-    check_static_elf(&bytes).with_context(|| format!("{} is not a static executable", binary.display()))?;
+    check_static_elf(&bytes)
+        .with_context(|| format!("{} is not a static executable", binary.display()))?;
     Ok(binary)
 }
 
@@ -51,9 +69,21 @@ pub fn check_static_elf(bytes: &[u8]) -> Result<()> {
     if bytes.get(4) != Some(&2) || bytes.get(5) != Some(&1) {
         bail!("not a 64-bit little-endian ELF");
     }
-    let u16_at = |off: usize| bytes.get(off..off + 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
-    let u32_at = |off: usize| bytes.get(off..off + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-    let u64_at = |off: usize| bytes.get(off..off + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+    let u16_at = |off: usize| {
+        bytes
+            .get(off..off + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+    };
+    let u32_at = |off: usize| {
+        bytes
+            .get(off..off + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let u64_at = |off: usize| {
+        bytes
+            .get(off..off + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    };
     let e_type = u16_at(16).context("truncated header")?;
     if e_type != 2 {
         bail!("ELF type {e_type} is not ET_EXEC (2); a static-pie has a dynamic section");
@@ -79,7 +109,8 @@ pub fn build_image() -> Result<Image> {
     let dir = appliance_dir();
     std::fs::create_dir_all(&dir)?;
     let bzimage = dir.join("bzImage");
-    std::fs::copy(&kernel.bzimage, &bzimage).with_context(|| format!("copying {}", kernel.bzimage.display()))?;
+    std::fs::copy(&kernel.bzimage, &bzimage)
+        .with_context(|| format!("copying {}", kernel.bzimage.display()))?;
     let initramfs = dir.join("initramfs.img");
     let size = crate::initramfs::build_initramfs(&binary, &initramfs)?;
     eprintln!(
@@ -90,7 +121,11 @@ pub fn build_image() -> Result<Image> {
         initramfs.display(),
         size / 1024
     );
-    Ok(Image { bzimage, initramfs, kernel_version: kernel.version })
+    Ok(Image {
+        bzimage,
+        initramfs,
+        kernel_version: kernel.version,
+    })
 }
 
 fn file_kib(path: &Path) -> u64 {
@@ -119,9 +154,18 @@ mod tests {
     #[test]
     fn static_executables_pass_and_dynamic_ones_fail() {
         assert!(check_static_elf(&elf(2, &[1, 1, 4])).is_ok());
-        assert!(check_static_elf(&elf(2, &[1, 3, 1])).unwrap_err().to_string().contains("PT_INTERP"));
-        assert!(check_static_elf(&elf(2, &[1, 2])).unwrap_err().to_string().contains("PT_DYNAMIC"));
-        assert!(check_static_elf(&elf(3, &[1])).unwrap_err().to_string().contains("ET_EXEC"));
+        assert!(check_static_elf(&elf(2, &[1, 3, 1]))
+            .unwrap_err()
+            .to_string()
+            .contains("PT_INTERP"));
+        assert!(check_static_elf(&elf(2, &[1, 2]))
+            .unwrap_err()
+            .to_string()
+            .contains("PT_DYNAMIC"));
+        assert!(check_static_elf(&elf(3, &[1]))
+            .unwrap_err()
+            .to_string()
+            .contains("ET_EXEC"));
         assert!(check_static_elf(b"#!/bin/sh\n").is_err());
         let truncated = &elf(2, &[1, 1])[..80];
         assert!(check_static_elf(truncated).is_err());
@@ -130,7 +174,10 @@ mod tests {
     #[test]
     fn a_host_shell_is_rejected() {
         if let Ok(sh) = std::fs::read("/bin/sh") {
-            assert!(check_static_elf(&sh).is_err(), "/bin/sh is dynamically linked on Debian");
+            assert!(
+                check_static_elf(&sh).is_err(),
+                "/bin/sh is dynamically linked on Debian"
+            );
         }
     }
 }

@@ -25,13 +25,25 @@ pub struct Entry {
 
 impl Entry {
     pub fn dir(path: &str, mode: u32) -> Entry {
-        Entry { path: path.into(), mode, kind: Kind::Dir }
+        Entry {
+            path: path.into(),
+            mode,
+            kind: Kind::Dir,
+        }
     }
     pub fn file(path: &str, mode: u32, data: Vec<u8>) -> Entry {
-        Entry { path: path.into(), mode, kind: Kind::File(data) }
+        Entry {
+            path: path.into(),
+            mode,
+            kind: Kind::File(data),
+        }
     }
     pub fn char_device(path: &str, mode: u32, major: u32, minor: u32) -> Entry {
-        Entry { path: path.into(), mode, kind: Kind::CharDevice { major, minor } }
+        Entry {
+            path: path.into(),
+            mode,
+            kind: Kind::CharDevice { major, minor },
+        }
     }
 }
 
@@ -52,7 +64,15 @@ pub fn appliance_entries(init: Vec<u8>) -> Vec<Entry> {
         Entry::dir("etc", 0o755),
         // The kernel reads nothing here; the store's tools and `uname`-style readers expect them.
         Entry::file("etc/hostname", 0o644, b"ringstore\n".to_vec()),
-        Entry::file("etc/os-release", 0o644, format!("NAME=ringstore\nID=ringstore\nVERSION_ID={}\n", env!("CARGO_PKG_VERSION")).into_bytes()),
+        Entry::file(
+            "etc/os-release",
+            0o644,
+            format!(
+                "NAME=ringstore\nID=ringstore\nVERSION_ID={}\n",
+                env!("CARGO_PKG_VERSION")
+            )
+            .into_bytes(),
+        ),
     ]
 }
 
@@ -68,7 +88,8 @@ pub fn write_newc<W: Write>(entries: &[Entry], out: W) -> Result<W> {
             Kind::File(data) => (S_IFREG, data.as_slice(), (0, 0), 1),
             Kind::CharDevice { major, minor } => (S_IFCHR, &[][..], (*major, *minor), 1),
         };
-        let size = u32::try_from(data.len()).with_context(|| format!("{} is over 4 GiB", entry.path))?;
+        let size =
+            u32::try_from(data.len()).with_context(|| format!("{} is over 4 GiB", entry.path))?;
         let mut writer = cpio::newc::Builder::new(&entry.path)
             .ino(ino)
             .mode(type_bits | (entry.mode & 0o7777))
@@ -113,7 +134,15 @@ mod tests {
             }
             let mut data = Vec::new();
             std::io::Read::read_to_end(&mut reader, &mut data).unwrap();
-            out.push((e.name().to_string(), e.mode(), e.uid(), e.mtime(), e.rdev_major(), e.rdev_minor(), data));
+            out.push((
+                e.name().to_string(),
+                e.mode(),
+                e.uid(),
+                e.mtime(),
+                e.rdev_major(),
+                e.rdev_minor(),
+                data,
+            ));
             cursor = reader.finish().unwrap();
         }
         out
@@ -149,7 +178,10 @@ mod tests {
         assert_eq!(init.1, 0o100755);
         assert_eq!(init.6, b"binary");
         let console = entries.iter().find(|e| e.0 == "dev/console").unwrap();
-        assert_eq!((console.1 & 0o170000, console.4, console.5), (0o020000, 5, 1));
+        assert_eq!(
+            (console.1 & 0o170000, console.4, console.5),
+            (0o020000, 5, 1)
+        );
         assert_eq!(bytes.len() % 4, 0);
     }
 }

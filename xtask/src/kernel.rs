@@ -32,16 +32,23 @@ pub fn source_version() -> Result<String> {
     if let Some(version) = dpkg_version(SOURCE_PACKAGE) {
         return Ok(version);
     }
-    let install = format!("apt-get install -y {SOURCE_PACKAGE} {}", BUILD_PACKAGES.join(" "));
+    let install = format!(
+        "apt-get install -y {SOURCE_PACKAGE} {}",
+        BUILD_PACKAGES.join(" ")
+    );
     if !is_root() {
         bail!("{SOURCE_PACKAGE} is not installed; as root run: {install}");
     }
     exec(Command::new("sh").args(["-c", &format!("DEBIAN_FRONTEND=noninteractive {install}")]))?;
-    dpkg_version(SOURCE_PACKAGE).with_context(|| format!("{SOURCE_PACKAGE} still not installed after apt-get"))
+    dpkg_version(SOURCE_PACKAGE)
+        .with_context(|| format!("{SOURCE_PACKAGE} still not installed after apt-get"))
 }
 
 fn dpkg_version(package: &str) -> Option<String> {
-    let out = Command::new("dpkg-query").args(["-W", "-f", "${Status} ${Version}", package]).output().ok()?;
+    let out = Command::new("dpkg-query")
+        .args(["-W", "-f", "${Status} ${Version}", package])
+        .output()
+        .ok()?;
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let version = text.strip_prefix("install ok installed ")?.trim();
     (out.status.success() && !version.is_empty()).then(|| version.to_string())
@@ -75,7 +82,11 @@ pub fn cache_key(fragments: &[(String, Vec<u8>)], source_version: &str, script: 
         field(name.as_bytes());
         field(bytes);
     }
-    hash.finalize().iter().take(12).map(|b| format!("{b:02x}")).collect()
+    hash.finalize()
+        .iter()
+        .take(12)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Where built kernels are kept: `$RINGSTORE_CACHE_DIR/kernel`, else `~/.cache/ringstore/kernel`.
@@ -98,24 +109,46 @@ pub fn build_kernel() -> Result<Kernel> {
     let fragments = fragments(&config_dir)?;
     let mut named = Vec::new();
     for path in &fragments {
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        named.push((name, std::fs::read(path).with_context(|| format!("reading {}", path.display()))?));
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        named.push((
+            name,
+            std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
+        ));
     }
-    let key = cache_key(&named, &version, &std::fs::read(&script).context("reading build-kernel.sh")?);
+    let key = cache_key(
+        &named,
+        &version,
+        &std::fs::read(&script).context("reading build-kernel.sh")?,
+    );
     let appliance = root().join("target/appliance");
     let cache = cache_dir();
     let out = cache.join(&key);
     let bzimage = out.join("bzImage");
     if bzimage.exists() {
-        let version = std::fs::read_to_string(out.join("version")).unwrap_or_default().trim().to_string();
+        let version = std::fs::read_to_string(out.join("version"))
+            .unwrap_or_default()
+            .trim()
+            .to_string();
         eprintln!("kernel: cached {} ({version})", bzimage.display());
         return Ok(Kernel { bzimage, version });
     }
-    eprintln!("kernel: building {SOURCE_PACKAGE} {version} into {} (about 7 minutes on 2 cores)", out.display());
+    eprintln!(
+        "kernel: building {SOURCE_PACKAGE} {version} into {} (about 7 minutes on 2 cores)",
+        out.display()
+    );
     let mut cmd = Command::new("sh");
-    cmd.arg(&script).arg(&out).arg(appliance.join("kernel-src")).args(&fragments);
+    cmd.arg(&script)
+        .arg(&out)
+        .arg(appliance.join("kernel-src"))
+        .args(&fragments);
     run_with_progress(cmd, &cache.join(format!("{key}.log")))?;
-    let version = std::fs::read_to_string(out.join("version")).unwrap_or_default().trim().to_string();
+    let version = std::fs::read_to_string(out.join("version"))
+        .unwrap_or_default()
+        .trim()
+        .to_string();
     Ok(Kernel { bzimage, version })
 }
 
@@ -125,8 +158,13 @@ fn run_with_progress(mut cmd: Command, log: &Path) -> Result<()> {
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let mut log_file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().context("starting build-kernel.sh")?;
+    let mut log_file =
+        std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting build-kernel.sh")?;
     let stderr = child.stderr.take().context("stderr")?;
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let tx_err = tx.clone();
@@ -164,7 +202,11 @@ fn run_with_progress(mut cmd: Command, log: &Path) -> Result<()> {
     let status = child.wait()?;
     if !status.success() {
         let tail: Vec<String> = tail.into_iter().collect();
-        bail!("kernel build failed ({status}); full log {}:\n{}", log.display(), tail.join("\n"));
+        bail!(
+            "kernel build failed ({status}); full log {}:\n{}",
+            log.display(),
+            tail.join("\n")
+        );
     }
     Ok(())
 }
@@ -195,8 +237,19 @@ mod tests {
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
-        for want in ["base.config", "numa-cpu.config", "io_uring-bpf-xdp.config", "hugepages.config", "virtio.config", "nics.config", "storage.config"] {
-            assert!(names.iter().any(|n| n == want), "{want} missing from {names:?}");
+        for want in [
+            "base.config",
+            "numa-cpu.config",
+            "io_uring-bpf-xdp.config",
+            "hugepages.config",
+            "virtio.config",
+            "nics.config",
+            "storage.config",
+        ] {
+            assert!(
+                names.iter().any(|n| n == want),
+                "{want} missing from {names:?}"
+            );
         }
     }
 }

@@ -65,7 +65,10 @@ pub struct Nic {
 
 /// The guest's name for the `index`-th virtio-blk disk (`vda`, `vdb`, ...).
 pub fn guest_disk_name(index: usize) -> String {
-    format!("vd{}", char::from(b'a' + u8::try_from(index % 26).unwrap_or(0)))
+    format!(
+        "vd{}",
+        char::from(b'a' + u8::try_from(index % 26).unwrap_or(0))
+    )
 }
 
 /// Creates `path` as a sparse raw disk of `size_mib` MiB when it does not exist; an existing
@@ -77,8 +80,13 @@ pub fn ensure_disk(path: &Path, size_mib: u32) -> Result<bool> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(path).with_context(|| format!("creating disk {}", path.display()))?;
-    file.set_len(u64::from(size_mib) << 20).with_context(|| format!("sizing disk {}", path.display()))?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .with_context(|| format!("creating disk {}", path.display()))?;
+    file.set_len(u64::from(size_mib) << 20)
+        .with_context(|| format!("sizing disk {}", path.display()))?;
     Ok(true)
 }
 
@@ -103,13 +111,22 @@ pub enum Serial {
 /// Reads `qemu/profiles/<name>.toml`.
 pub fn load_profile(name: &str) -> Result<Profile> {
     let path = root().join("qemu/profiles").join(format!("{name}.toml"));
-    let text = std::fs::read_to_string(&path).with_context(|| format!("no machine profile {name:?} ({})", path.display()))?;
-    let profile: Profile = toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("no machine profile {name:?} ({})", path.display()))?;
+    let profile: Profile =
+        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
     if profile.nics.is_empty() {
         bail!("profile {name} has no NIC");
     }
-    if let Some(nic) = profile.nics.iter().find(|n| n.tap.is_some() && (n.net.is_some() || !n.forward.is_empty())) {
-        bail!("profile {name}: NIC on tap {:?} cannot have a user network's `net` or `forward`", nic.tap);
+    if let Some(nic) = profile
+        .nics
+        .iter()
+        .find(|n| n.tap.is_some() && (n.net.is_some() || !n.forward.is_empty()))
+    {
+        bail!(
+            "profile {name}: NIC on tap {:?} cannot have a user network's `net` or `forward`",
+            nic.tap
+        );
     }
     Ok(profile)
 }
@@ -124,9 +141,18 @@ pub fn choose_forwards(profile: &Profile) -> Result<Vec<Forward>> {
     let mut out = Vec::new();
     for (nic, spec) in profile.nics.iter().enumerate() {
         for entry in &spec.forward {
-            let (name, port) = entry.split_once(':').with_context(|| format!("forward {entry:?} is not NAME:PORT"))?;
-            let guest_port = port.parse().with_context(|| format!("forward {entry:?}: bad port"))?;
-            out.push(Forward { nic, name: name.to_string(), guest_port, host_port: free_port()? });
+            let (name, port) = entry
+                .split_once(':')
+                .with_context(|| format!("forward {entry:?} is not NAME:PORT"))?;
+            let guest_port = port
+                .parse()
+                .with_context(|| format!("forward {entry:?}: bad port"))?;
+            out.push(Forward {
+                nic,
+                name: name.to_string(),
+                guest_port,
+                host_port: free_port()?,
+            });
         }
     }
     Ok(out)
@@ -139,7 +165,12 @@ pub fn accel(bzimage: &Path) -> &'static str {
     if let Ok(text) = std::fs::read_to_string(&cache) {
         return if text.trim() == "kvm" { "kvm" } else { "tcg" };
     }
-    let usable = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").is_ok() && kvm_boots(bzimage);
+    let usable = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok()
+        && kvm_boots(bzimage);
     let answer = if usable { "kvm" } else { "tcg" };
     let _ = std::fs::write(&cache, answer);
     answer
@@ -148,7 +179,20 @@ pub fn accel(bzimage: &Path) -> &'static str {
 /// Boots the kernel without an initramfs under KVM: it must reach its "no root" panic quickly.
 fn kvm_boots(bzimage: &Path) -> bool {
     let child = Command::new("qemu-system-x86_64")
-        .args(["-machine", "q35", "-accel", "kvm", "-cpu", "host", "-m", "256", "-nodefaults", "-display", "none", "-no-reboot"])
+        .args([
+            "-machine",
+            "q35",
+            "-accel",
+            "kvm",
+            "-cpu",
+            "host",
+            "-m",
+            "256",
+            "-nodefaults",
+            "-display",
+            "none",
+            "-no-reboot",
+        ])
         .args(["-serial", "stdio", "-kernel"])
         .arg(bzimage)
         .args(["-append", "console=ttyS0 panic=-1"])
@@ -174,21 +218,50 @@ fn kvm_boots(bzimage: &Path) -> bool {
     }
     let _ = child.kill();
     let _ = child.wait();
-    rx.recv_timeout(Duration::from_secs(2)).map(|text| text.contains("Kernel panic")).unwrap_or(false)
+    rx.recv_timeout(Duration::from_secs(2))
+        .map(|text| text.contains("Kernel panic"))
+        .unwrap_or(false)
 }
 
 /// The whole QEMU argument list for `profile` booting `image`, with `disks[k]` as the file of
 /// the profile's k-th data disk (there must be one per disk; the caller creates them).
-pub fn machine_args(profile: &Profile, image: &Image, serial: &Serial, extra_append: &str, accel: &str, forwards: &[Forward], disks: &[PathBuf]) -> Vec<String> {
+pub fn machine_args(
+    profile: &Profile,
+    image: &Image,
+    serial: &Serial,
+    extra_append: &str,
+    accel: &str,
+    forwards: &[Forward],
+    disks: &[PathBuf],
+) -> Vec<String> {
     let mut a: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
     let cpus = profile.sockets * profile.cores_per_socket;
-    push(&["-machine", "q35", "-accel", accel, "-cpu", if accel == "kvm" { "host" } else { "max" }]);
+    push(&[
+        "-machine",
+        "q35",
+        "-accel",
+        accel,
+        "-cpu",
+        if accel == "kvm" { "host" } else { "max" },
+    ]);
     push(&["-m", &profile.memory_mib.to_string()]);
-    push(&["-smp", &format!("{cpus},sockets={},cores={},threads=1", profile.sockets, profile.cores_per_socket)]);
+    push(&[
+        "-smp",
+        &format!(
+            "{cpus},sockets={},cores={},threads=1",
+            profile.sockets, profile.cores_per_socket
+        ),
+    ]);
     for (i, node) in profile.nodes.iter().enumerate() {
-        push(&["-object", &format!("memory-backend-ram,id=m{i},size={}M", node.memory_mib)]);
-        push(&["-numa", &format!("node,nodeid={i},cpus={},memdev=m{i}", node.cpus)]);
+        push(&[
+            "-object",
+            &format!("memory-backend-ram,id=m{i},size={}M", node.memory_mib),
+        ]);
+        push(&[
+            "-numa",
+            &format!("node,nodeid={i},cpus={},memdev=m{i}", node.cpus),
+        ]);
     }
     for i in 0..profile.nodes.len() {
         for j in i + 1..profile.nodes.len() {
@@ -200,7 +273,13 @@ pub fn machine_args(profile: &Profile, image: &Image, serial: &Serial, extra_app
     bridged.dedup();
     for node in &bridged {
         // One expander bridge per node with NICs; its bus range starts at 64 * (node + 1).
-        push(&["-device", &format!("pxb-pcie,id=pxb{node},bus_nr={},numa_node={node},bus=pcie.0", 64 * (node + 1))]);
+        push(&[
+            "-device",
+            &format!(
+                "pxb-pcie,id=pxb{node},bus_nr={},numa_node={node},bus=pcie.0",
+                64 * (node + 1)
+            ),
+        ]);
     }
     for (k, nic) in profile.nics.iter().enumerate() {
         let mut netdev = match &nic.tap {
@@ -211,16 +290,28 @@ pub fn machine_args(profile: &Profile, image: &Image, serial: &Serial, extra_app
             netdev.push_str(&format!(",net={net}"));
         }
         for f in forwards.iter().filter(|f| f.nic == k) {
-            netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{}-:{}", f.host_port, f.guest_port));
+            netdev.push_str(&format!(
+                ",hostfwd=tcp:127.0.0.1:{}-:{}",
+                f.host_port, f.guest_port
+            ));
         }
         push(&["-netdev", &netdev]);
         let mac = format!("52:54:00:12:34:{:02x}", 0x56 + k);
         match nic.node {
             Some(node) => {
-                push(&["-device", &format!("pcie-root-port,id=rp{k},bus=pxb{node},chassis={}", k + 1)]);
-                push(&["-device", &format!("{},netdev=n{k},bus=rp{k},mac={mac}", nic.model)]);
+                push(&[
+                    "-device",
+                    &format!("pcie-root-port,id=rp{k},bus=pxb{node},chassis={}", k + 1),
+                ]);
+                push(&[
+                    "-device",
+                    &format!("{},netdev=n{k},bus=rp{k},mac={mac}", nic.model),
+                ]);
             }
-            None => push(&["-device", &format!("{},netdev=n{k},bus=pcie.0,mac={mac}", nic.model)]),
+            None => push(&[
+                "-device",
+                &format!("{},netdev=n{k},bus=pcie.0,mac={mac}", nic.model),
+            ]),
         }
     }
     push(&["-device", "virtio-rng-pci,bus=pcie.0"]);
@@ -228,17 +319,58 @@ pub fn machine_args(profile: &Profile, image: &Image, serial: &Serial, extra_app
         // cache=writeback: the guest sees a volatile write cache and its flushes (fdatasync)
         // become fdatasync on the host file. QEMU's option syntax doubles a literal comma.
         let file = file.display().to_string().replace(',', ",,");
-        push(&["-drive", &format!("file={file},format=raw,if=none,id=d{k},cache=writeback")]);
-        push(&["-device", &format!("virtio-blk-pci,drive=d{k},bus=pcie.0,serial=ringstore-data{k}")]);
+        push(&[
+            "-drive",
+            &format!("file={file},format=raw,if=none,id=d{k},cache=writeback"),
+        ]);
+        push(&[
+            "-device",
+            &format!("virtio-blk-pci,drive=d{k},bus=pcie.0,serial=ringstore-data{k}"),
+        ]);
     }
-    push(&["-kernel", &image.bzimage.display().to_string(), "-initrd", &image.initramfs.display().to_string()]);
-    let append = ["console=ttyS0 panic=-1", profile.append.as_str(), extra_append].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>().join(" ");
+    push(&[
+        "-kernel",
+        &image.bzimage.display().to_string(),
+        "-initrd",
+        &image.initramfs.display().to_string(),
+    ]);
+    let append = [
+        "console=ttyS0 panic=-1",
+        profile.append.as_str(),
+        extra_append,
+    ]
+    .iter()
+    .filter(|s| !s.is_empty())
+    .copied()
+    .collect::<Vec<_>>()
+    .join(" ");
     push(&["-append", &append]);
-    push(&["-no-reboot", "-nodefaults", "-display", "none", "-vga", "none"]);
+    push(&[
+        "-no-reboot",
+        "-nodefaults",
+        "-display",
+        "none",
+        "-vga",
+        "none",
+    ]);
     match serial {
-        Serial::Stdio => push(&["-chardev", "stdio,id=ser0,mux=on,signal=off", "-serial", "chardev:ser0", "-mon", "chardev=ser0,mode=readline"]),
+        Serial::Stdio => push(&[
+            "-chardev",
+            "stdio,id=ser0,mux=on,signal=off",
+            "-serial",
+            "chardev:ser0",
+            "-mon",
+            "chardev=ser0,mode=readline",
+        ]),
         Serial::Socket(path) => {
-            push(&["-chardev", &format!("socket,id=ser0,path={},server=on,wait=on", path.display()), "-serial", "chardev:ser0", "-monitor", "none"]);
+            push(&[
+                "-chardev",
+                &format!("socket,id=ser0,path={},server=on,wait=on", path.display()),
+                "-serial",
+                "chardev:ser0",
+                "-monitor",
+                "none",
+            ]);
         }
     }
     a
@@ -261,27 +393,57 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let profile = load_profile(&profile_name)?;
     if disk_files.len() > profile.disks.len() {
-        bail!("profile {profile_name} has {} data disks; {} --disk files given", profile.disks.len(), disk_files.len());
+        bail!(
+            "profile {profile_name} has {} data disks; {} --disk files given",
+            profile.disks.len(),
+            disk_files.len()
+        );
     }
     // Disks not given on the command line persist under target/appliance/disks between runs.
     for k in disk_files.len()..profile.disks.len() {
-        disk_files.push(crate::image::appliance_dir().join("disks").join(format!("{profile_name}-{k}.raw")));
+        disk_files.push(
+            crate::image::appliance_dir()
+                .join("disks")
+                .join(format!("{profile_name}-{k}.raw")),
+        );
     }
     for (k, (file, disk)) in disk_files.iter().zip(&profile.disks).enumerate() {
         let created = ensure_disk(file, disk.size_mib)?;
         let size = std::fs::metadata(file)?.len();
-        eprintln!("run: data disk {k} {} ({} MiB{}) is the guest's /dev/{}", file.display(), size >> 20, if created { ", new" } else { "" }, guest_disk_name(k));
+        eprintln!(
+            "run: data disk {k} {} ({} MiB{}) is the guest's /dev/{}",
+            file.display(),
+            size >> 20,
+            if created { ", new" } else { "" },
+            guest_disk_name(k)
+        );
     }
     let image = crate::image::build_image()?;
     let accel = accel(&image.bzimage);
     let forwards = choose_forwards(&profile)?;
-    eprintln!("run: profile {profile_name} ({}), accel {accel}, kernel {}", profile.description, image.kernel_version);
+    eprintln!(
+        "run: profile {profile_name} ({}), accel {accel}, kernel {}",
+        profile.description, image.kernel_version
+    );
     for f in &forwards {
-        eprintln!("run: {} on 127.0.0.1:{} -> guest port {} (NIC {})", f.name, f.host_port, f.guest_port, f.nic);
+        eprintln!(
+            "run: {} on 127.0.0.1:{} -> guest port {} (NIC {})",
+            f.name, f.host_port, f.guest_port, f.nic
+        );
     }
-    eprintln!("run: serial console below; `poweroff` at the ringstore> prompt, or ctrl-a x to quit QEMU");
+    eprintln!(
+        "run: serial console below; `poweroff` at the ringstore> prompt, or ctrl-a x to quit QEMU"
+    );
     let status = Command::new("qemu-system-x86_64")
-        .args(machine_args(&profile, &image, &Serial::Stdio, &append, accel, &forwards, &disk_files))
+        .args(machine_args(
+            &profile,
+            &image,
+            &Serial::Stdio,
+            &append,
+            accel,
+            &forwards,
+            &disk_files,
+        ))
         .status()
         .context("starting qemu-system-x86_64 (apt-get install qemu-system-x86)")?;
     if !status.success() {
@@ -295,7 +457,11 @@ mod tests {
     use super::*;
 
     fn image() -> Image {
-        Image { bzimage: "/b/bzImage".into(), initramfs: "/b/initramfs.img".into(), kernel_version: String::new() }
+        Image {
+            bzimage: "/b/bzImage".into(),
+            initramfs: "/b/initramfs.img".into(),
+            kernel_version: String::new(),
+        }
     }
 
     #[test]
@@ -309,18 +475,54 @@ mod tests {
     #[test]
     fn numa2_puts_the_nic_behind_a_node_1_expander_bridge() {
         let profile = load_profile("numa2").unwrap();
-        let forwards = vec![Forward { nic: 0, name: "memcache".into(), guest_port: 11211, host_port: 40000 }];
-        let args = machine_args(&profile, &image(), &Serial::Socket("/tmp/s.sock".into()), "ringstore.numa=1", "tcg", &forwards, &[]).join(" ");
-        assert!(args.contains("-smp 4,sockets=2,cores=2,threads=1"), "{args}");
-        assert!(args.contains("-numa node,nodeid=1,cpus=2-3,memdev=m1"), "{args}");
-        assert!(args.contains("pxb-pcie,id=pxb1,bus_nr=128,numa_node=1,bus=pcie.0"), "{args}");
+        let forwards = vec![Forward {
+            nic: 0,
+            name: "memcache".into(),
+            guest_port: 11211,
+            host_port: 40000,
+        }];
+        let args = machine_args(
+            &profile,
+            &image(),
+            &Serial::Socket("/tmp/s.sock".into()),
+            "ringstore.numa=1",
+            "tcg",
+            &forwards,
+            &[],
+        )
+        .join(" ");
+        assert!(
+            args.contains("-smp 4,sockets=2,cores=2,threads=1"),
+            "{args}"
+        );
+        assert!(
+            args.contains("-numa node,nodeid=1,cpus=2-3,memdev=m1"),
+            "{args}"
+        );
+        assert!(
+            args.contains("pxb-pcie,id=pxb1,bus_nr=128,numa_node=1,bus=pcie.0"),
+            "{args}"
+        );
         assert!(args.contains("pcie-root-port,id=rp0,bus=pxb1"), "{args}");
         assert!(args.contains("virtio-net-pci,netdev=n0,bus=rp0"), "{args}");
-        assert!(args.contains("hostfwd=tcp:127.0.0.1:40000-:11211"), "{args}");
-        assert!(args.contains("panic=-1") && args.contains("-no-reboot"), "{args}");
-        assert!(args.contains("isolcpus=managed_irq,domain,2-3") && args.ends_with("server=on,wait=on -serial chardev:ser0 -monitor none"), "{args}");
+        assert!(
+            args.contains("hostfwd=tcp:127.0.0.1:40000-:11211"),
+            "{args}"
+        );
+        assert!(
+            args.contains("panic=-1") && args.contains("-no-reboot"),
+            "{args}"
+        );
+        assert!(
+            args.contains("isolcpus=managed_irq,domain,2-3")
+                && args.ends_with("server=on,wait=on -serial chardev:ser0 -monitor none"),
+            "{args}"
+        );
         assert!(args.contains("ringstore.numa=1"));
-        assert!(!args.contains("-drive") && !args.contains("virtio-blk"), "numa2 has no data disk: {args}");
+        assert!(
+            !args.contains("-drive") && !args.contains("virtio-blk"),
+            "numa2 has no data disk: {args}"
+        );
     }
 
     #[test]
@@ -328,10 +530,29 @@ mod tests {
         let profile = load_profile("numa2-disk").unwrap();
         assert_eq!(profile.disks.len(), 1);
         assert_eq!(profile.disks[0].size_mib, 64);
-        assert!(profile.append.contains("ringstore.data=/dev/vda"), "{}", profile.append);
-        let args = machine_args(&profile, &image(), &Serial::Stdio, "", "tcg", &[], &["/t/a,b.raw".into()]).join(" ");
-        assert!(args.contains("-drive file=/t/a,,b.raw,format=raw,if=none,id=d0,cache=writeback"), "{args}");
-        assert!(args.contains("-device virtio-blk-pci,drive=d0,bus=pcie.0,serial=ringstore-data0"), "{args}");
+        assert!(
+            profile.append.contains("ringstore.data=/dev/vda"),
+            "{}",
+            profile.append
+        );
+        let args = machine_args(
+            &profile,
+            &image(),
+            &Serial::Stdio,
+            "",
+            "tcg",
+            &[],
+            &["/t/a,b.raw".into()],
+        )
+        .join(" ");
+        assert!(
+            args.contains("-drive file=/t/a,,b.raw,format=raw,if=none,id=d0,cache=writeback"),
+            "{args}"
+        );
+        assert!(
+            args.contains("-device virtio-blk-pci,drive=d0,bus=pcie.0,serial=ringstore-data0"),
+            "{args}"
+        );
         assert!(args.contains("ringstore.data=/dev/vda"), "{args}");
         assert_eq!(guest_disk_name(0), "vda");
         assert_eq!(guest_disk_name(1), "vdb");
@@ -344,7 +565,10 @@ mod tests {
         assert!(ensure_disk(&path, 3).unwrap());
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 3 << 20);
         std::fs::write(&path, b"kept").unwrap();
-        assert!(!ensure_disk(&path, 3).unwrap(), "an existing disk is not recreated");
+        assert!(
+            !ensure_disk(&path, 3).unwrap(),
+            "an existing disk is not recreated"
+        );
         assert_eq!(std::fs::read(&path).unwrap(), b"kept");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -354,13 +578,54 @@ mod tests {
         let profile = load_profile("twonic").unwrap();
         let forwards = choose_forwards(&profile).unwrap();
         assert_eq!(forwards.len(), 4);
-        let args = machine_args(&profile, &image(), &Serial::Stdio, "", "tcg", &forwards, &[]).join(" ");
-        assert!(args.contains("numa_node=0") && args.contains("numa_node=1"), "{args}");
+        let args = machine_args(
+            &profile,
+            &image(),
+            &Serial::Stdio,
+            "",
+            "tcg",
+            &forwards,
+            &[],
+        )
+        .join(" ");
+        assert!(
+            args.contains("numa_node=0") && args.contains("numa_node=1"),
+            "{args}"
+        );
         assert!(args.contains("net=10.0.3.0/24"), "{args}");
-        let tap = machine_args(&load_profile("numa2-tap").unwrap(), &image(), &Serial::Stdio, "", "tcg", &[], &[]).join(" ");
-        assert!(tap.contains("-netdev tap,id=n0,ifname=rstap0,script=no,downscript=no") && !tap.contains("user,"), "{tap}");
-        assert!(tap.contains("pxb-pcie,id=pxb1,bus_nr=128,numa_node=1") && tap.contains("virtio-net-pci,netdev=n0,bus=rp0"), "{tap}");
-        let single = machine_args(&load_profile("single").unwrap(), &image(), &Serial::Stdio, "", "tcg", &[], &[]).join(" ");
-        assert!(!single.contains("-numa") && !single.contains("pxb"), "{single}");
+        let tap = machine_args(
+            &load_profile("numa2-tap").unwrap(),
+            &image(),
+            &Serial::Stdio,
+            "",
+            "tcg",
+            &[],
+            &[],
+        )
+        .join(" ");
+        assert!(
+            tap.contains("-netdev tap,id=n0,ifname=rstap0,script=no,downscript=no")
+                && !tap.contains("user,"),
+            "{tap}"
+        );
+        assert!(
+            tap.contains("pxb-pcie,id=pxb1,bus_nr=128,numa_node=1")
+                && tap.contains("virtio-net-pci,netdev=n0,bus=rp0"),
+            "{tap}"
+        );
+        let single = machine_args(
+            &load_profile("single").unwrap(),
+            &image(),
+            &Serial::Stdio,
+            "",
+            "tcg",
+            &[],
+            &[],
+        )
+        .join(" ");
+        assert!(
+            !single.contains("-numa") && !single.contains("pxb"),
+            "{single}"
+        );
     }
 }

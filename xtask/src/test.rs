@@ -33,9 +33,18 @@ fn run_steps(opts: &Options) -> Result<()> {
         Ok(())
     };
     step("install dependencies", &deps::all)?;
-    step("format", &|| exec(cargo().args(["fmt", "--all", "--check"])))?;
+    step("format", &|| {
+        exec(cargo().args(["fmt", "--all", "--check"]))
+    })?;
     step("clippy", &|| {
-        exec(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))
+        exec(cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
     })?;
     step("unit, property and integration tests", &|| {
         exec(cargo().args(["test", "--workspace", "--release"]))
@@ -82,11 +91,24 @@ fn fuzz_smoke() -> Result<()> {
         .output()
         .context("cargo fuzz list")?;
     let targets = String::from_utf8_lossy(&list.stdout).to_string();
-    anyhow::ensure!(!targets.trim().is_empty(), "no fuzz targets found in {}", fuzz_dir.display());
+    anyhow::ensure!(
+        !targets.trim().is_empty(),
+        "no fuzz targets found in {}",
+        fuzz_dir.display()
+    );
     for target in targets.lines().map(str::trim).filter(|t| !t.is_empty()) {
-        exec(Command::new("cargo")
-            .args(["+nightly", "fuzz", "run", target, "--", &format!("-max_total_time={FUZZ_SMOKE_SECS}")])
-            .current_dir(&fuzz_dir))?;
+        exec(
+            Command::new("cargo")
+                .args([
+                    "+nightly",
+                    "fuzz",
+                    "run",
+                    target,
+                    "--",
+                    &format!("-max_total_time={FUZZ_SMOKE_SECS}"),
+                ])
+                .current_dir(&fuzz_dir),
+        )?;
     }
     Ok(())
 }
@@ -99,7 +121,8 @@ fn memccapable() -> Result<()> {
         .args(["-a", "-t", "5", "-h", &host, "-p", &port.to_string()])
         .output()
         .context("running memccapable")?;
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     eprint!("{text}");
     anyhow::ensure!(
         out.status.success() && text.contains("All tests passed") && !text.contains("[fail]"),
@@ -111,10 +134,12 @@ fn memccapable() -> Result<()> {
 fn end_to_end() -> Result<()> {
     let binary = release_binary()?;
     let python = deps::python_env()?;
-    exec(Command::new(python)
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/e2e"])
-        .env("RINGSTORE_BIN", &binary)
-        .current_dir(root()))
+    exec(
+        Command::new(python)
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/e2e"])
+            .env("RINGSTORE_BIN", &binary)
+            .current_dir(root()),
+    )
 }
 
 fn vm_tests() -> Result<()> {

@@ -61,7 +61,13 @@ impl Server {
     pub fn start(binary: &std::path::Path, extra: &[&str]) -> Result<Server> {
         use std::io::BufRead;
         let mut child = Command::new(binary)
-            .args(["serve", "--memcache", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+            .args([
+                "serve",
+                "--memcache",
+                "127.0.0.1:0",
+                "--http",
+                "127.0.0.1:0",
+            ])
             .args(extra)
             .stdout(std::process::Stdio::piped())
             .spawn()

@@ -206,5 +206,9 @@ pub fn find(canonical: &str) -> Option<&'static KeyInfo> {
 
 /// The visible key names, comma separated, for "unknown key" errors.
 pub fn known_list() -> String {
-    KEYS.iter().filter(|k| !k.hidden).map(|k| k.name).collect::<Vec<_>>().join(", ")
+    KEYS.iter()
+        .filter(|k| !k.hidden)
+        .map(|k| k.name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -96,7 +96,11 @@ impl Default for Config {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     #[error("invalid value {value:?} for {key}: expected {expected}")]
-    InvalidValue { key: String, value: String, expected: String },
+    InvalidValue {
+        key: String,
+        value: String,
+        expected: String,
+    },
     #[error("unknown key {key:?}: known keys are {known}")]
     UnknownKey { key: String, known: String },
     #[error("missing value for {key}: expected {expected}")]
@@ -121,7 +125,10 @@ impl Config {
                 value: value.to_string(),
                 expected: info.expected.to_string(),
             }),
-            None => Err(ConfigError::UnknownKey { key: key.to_string(), known: keys::known_list() }),
+            None => Err(ConfigError::UnknownKey {
+                key: key.to_string(),
+                known: keys::known_list(),
+            }),
         }
     }
 
@@ -145,11 +152,19 @@ impl Config {
                         .map(|info| info.expected.to_string())
                         .unwrap_or_else(|| "a path to a TOML file".to_string());
                     if flag != "config" && keys::find(&flag.replace('_', "-")).is_none() {
-                        return Err(ConfigError::UnknownKey { key: flag.to_string(), known: keys::known_list() });
+                        return Err(ConfigError::UnknownKey {
+                            key: flag.to_string(),
+                            known: keys::known_list(),
+                        });
                     }
                     match iter.next() {
                         Some(value) => (flag.to_string(), value),
-                        None => return Err(ConfigError::MissingValue { key: flag.to_string(), expected }),
+                        None => {
+                            return Err(ConfigError::MissingValue {
+                                key: flag.to_string(),
+                                expected,
+                            })
+                        }
                     }
                 }
             };
@@ -179,14 +194,19 @@ impl Config {
     pub fn from_kernel_cmdline(cmdline: &str) -> Result<Config, ConfigError> {
         let mut config = Config::default();
         for token in cmdline.split_whitespace() {
-            let Some(setting) = token.strip_prefix("ringstore.") else { continue };
+            let Some(setting) = token.strip_prefix("ringstore.") else {
+                continue;
+            };
             match setting.split_once('=') {
                 Some((key, value)) => config.set(key, value.trim_matches('"'))?,
                 None => {
                     let expected = keys::find(&setting.replace('_', "-"))
                         .map(|info| info.expected.to_string())
                         .unwrap_or_else(|| "KEY=VALUE".to_string());
-                    return Err(ConfigError::MissingValue { key: setting.to_string(), expected });
+                    return Err(ConfigError::MissingValue {
+                        key: setting.to_string(),
+                        expected,
+                    });
                 }
             }
         }
@@ -196,8 +216,10 @@ impl Config {
 
     /// Applies the keys of a TOML file over `self`.
     pub fn merge_file(&mut self, path: &Path) -> Result<(), ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|err| ConfigError::File { path: path.to_path_buf(), reason: err.to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|err| ConfigError::File {
+            path: path.to_path_buf(),
+            reason: err.to_string(),
+        })?;
         self.merge_toml(&text, path)
     }
 
@@ -210,11 +232,15 @@ impl Config {
             let text = match value {
                 toml::Value::String(s) => s.clone(),
                 toml::Value::Integer(i) => i.to_string(),
-                toml::Value::Boolean(false) if keys::find(&key.replace('_', "-")).is_some_and(|k| k.endpoint) => {
+                toml::Value::Boolean(false)
+                    if keys::find(&key.replace('_', "-")).is_some_and(|k| k.endpoint) =>
+                {
                     "off".to_string()
                 }
                 other => {
-                    let expected = keys::find(&key.replace('_', "-")).map(|k| k.expected).unwrap_or("a string or integer");
+                    let expected = keys::find(&key.replace('_', "-"))
+                        .map(|k| k.expected)
+                        .unwrap_or("a string or integer");
                     return Err(ConfigError::InvalidValue {
                         key: key.clone(),
                         value: format!("{other:?}"),
@@ -230,7 +256,9 @@ impl Config {
     /// Checks the rules that span keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.memcache.is_none() && self.http.is_none() && self.udp.is_none() {
-            return Err(ConfigError::Inconsistent("every endpoint is off: enable memcache, http or udp".into()));
+            return Err(ConfigError::Inconsistent(
+                "every endpoint is off: enable memcache, http or udp".into(),
+            ));
         }
         if self.item_size_max as u64 > self.memory {
             return Err(ConfigError::Inconsistent(format!(

@@ -21,8 +21,22 @@ fn defaults_match_the_product() {
 #[test]
 fn flags_both_spellings() {
     let c = Config::from_args([
-        "--memcache", "127.0.0.1:0", "--http=off", "--udp", "127.0.0.1:0", "--memory=4GiB", "--cores", "2",
-        "--numa", "1", "--max_conns", "10", "--idle-timeout", "0", "--placement", "reuseport",
+        "--memcache",
+        "127.0.0.1:0",
+        "--http=off",
+        "--udp",
+        "127.0.0.1:0",
+        "--memory=4GiB",
+        "--cores",
+        "2",
+        "--numa",
+        "1",
+        "--max_conns",
+        "10",
+        "--idle-timeout",
+        "0",
+        "--placement",
+        "reuseport",
     ])
     .unwrap();
     assert_eq!(c.memcache, Some("127.0.0.1:0".parse().unwrap()));
@@ -39,17 +53,32 @@ fn flags_both_spellings() {
 #[test]
 fn bad_value_names_key_value_and_allowed() {
     let err = Config::from_args(["--memory", "abc"]).unwrap_err();
-    assert_eq!(err.to_string(), r#"invalid value "abc" for memory: expected a size like 64MiB or 4GiB (at least 1MiB)"#);
+    assert_eq!(
+        err.to_string(),
+        r#"invalid value "abc" for memory: expected a size like 64MiB or 4GiB (at least 1MiB)"#
+    );
     let err = Config::from_args(["--memcache", "localhost"]).unwrap_err();
-    assert!(err.to_string().contains("memcache") && err.to_string().contains("IP:PORT"), "{err}");
+    assert!(
+        err.to_string().contains("memcache") && err.to_string().contains("IP:PORT"),
+        "{err}"
+    );
     assert!(!err.to_string().contains('\n'));
 }
 
 #[test]
 fn unknown_missing_and_stray_arguments() {
-    assert!(matches!(Config::from_args(["--colour", "red"]), Err(ConfigError::UnknownKey { .. })));
-    assert!(matches!(Config::from_args(["--memory"]), Err(ConfigError::MissingValue { .. })));
-    assert!(matches!(Config::from_args(["memory"]), Err(ConfigError::UnexpectedArgument { .. })));
+    assert!(matches!(
+        Config::from_args(["--colour", "red"]),
+        Err(ConfigError::UnknownKey { .. })
+    ));
+    assert!(matches!(
+        Config::from_args(["--memory"]),
+        Err(ConfigError::MissingValue { .. })
+    ));
+    assert!(matches!(
+        Config::from_args(["memory"]),
+        Err(ConfigError::UnexpectedArgument { .. })
+    ));
     let err = Config::from_args(["--colour=red"]).unwrap_err().to_string();
     assert!(err.contains("colour") && err.contains("memcache"), "{err}");
 }
@@ -78,10 +107,18 @@ fn toml_with_dashes_underscores_and_integers() {
     assert_eq!(c.max_conns, 7);
     assert_eq!(c.item_size_max, 2 << 20);
     assert_eq!(c.http, None);
-    let err = Config::from_toml_str("cores = 1.5\n").unwrap_err().to_string();
+    let err = Config::from_toml_str("cores = 1.5\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("cores"), "{err}");
-    assert!(matches!(Config::from_toml_str("memory = "), Err(ConfigError::Toml { .. })));
-    assert!(matches!(Config::from_toml_str("bogus = 1"), Err(ConfigError::UnknownKey { .. })));
+    assert!(matches!(
+        Config::from_toml_str("memory = "),
+        Err(ConfigError::Toml { .. })
+    ));
+    assert!(matches!(
+        Config::from_toml_str("bogus = 1"),
+        Err(ConfigError::UnknownKey { .. })
+    ));
 }
 
 #[test]
@@ -109,7 +146,10 @@ fn config_file_first_flags_override() {
     assert_eq!(c.memory, 256 << 20, "file value applies");
     assert_eq!(c.cores, 1, "flag overrides the file regardless of order");
     let missing = dir.join("missing.toml");
-    assert!(matches!(Config::from_args(["--config", missing.to_str().unwrap()]), Err(ConfigError::File { .. })));
+    assert!(matches!(
+        Config::from_args(["--config", missing.to_str().unwrap()]),
+        Err(ConfigError::File { .. })
+    ));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -119,6 +159,7 @@ fn data_format_is_auto_or_force() {
     let c = Config::from_args(["--data", "/tmp/d", "--data-format=force"]).unwrap();
     assert_eq!(c.data_format, crate::DataFormat::Force);
     assert!(Config::from_args(["--data-format=maybe"]).is_err());
-    let c = Config::from_kernel_cmdline("ringstore.data=/dev/vda ringstore.data_format=force").unwrap();
+    let c =
+        Config::from_kernel_cmdline("ringstore.data=/dev/vda ringstore.data_format=force").unwrap();
     assert_eq!(c.data_format, crate::DataFormat::Force);
 }

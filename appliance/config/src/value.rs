@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 /// `k`, `K`, `KB`, `KiB` all mean 1024.
 pub fn parse_size(text: &str) -> Option<u64> {
     let text = text.trim();
-    let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     if digits_end == 0 {
         return None;
     }
@@ -58,15 +60,25 @@ mod tests {
         assert_eq!(parse_size(""), None);
         assert_eq!(parse_size("-1"), None);
         assert_eq!(parse_size("99999999999999999999GiB"), None);
-        assert_eq!(parse_size("17179869184GiB"), None, "overflow must be rejected");
+        assert_eq!(
+            parse_size("17179869184GiB"),
+            None,
+            "overflow must be rejected"
+        );
     }
 
     #[test]
     fn endpoints() {
         assert_eq!(parse_endpoint("off"), Some(None));
         assert_eq!(parse_endpoint("OFF"), Some(None));
-        assert_eq!(parse_endpoint("127.0.0.1:0"), Some(Some("127.0.0.1:0".parse().unwrap())));
-        assert_eq!(parse_endpoint("[::1]:11211"), Some(Some("[::1]:11211".parse().unwrap())));
+        assert_eq!(
+            parse_endpoint("127.0.0.1:0"),
+            Some(Some("127.0.0.1:0".parse().unwrap()))
+        );
+        assert_eq!(
+            parse_endpoint("[::1]:11211"),
+            Some(Some("[::1]:11211".parse().unwrap()))
+        );
         assert_eq!(parse_endpoint("localhost:80"), None);
         assert_eq!(parse_endpoint("1.2.3.4"), None);
     }

@@ -167,7 +167,11 @@ impl Compactor {
         let pressed = log.free_count() < COMPACTION_RESERVE + DELETE_RESERVE + 3;
         // Under pressure alone, a victim must free at least 1/8 segment: otherwise a device
         // full of live values would be recopied forever for the slack at segment ends.
-        let gains = if over_bound { live < payload } else { live <= payload - payload / 8 };
+        let gains = if over_bound {
+            live < payload
+        } else {
+            live <= payload - payload / 8
+        };
         let fits = live + u64::from(g.block_size) * 2 <= log.room(0);
         (gains && fits && (over_bound || pressed)).then_some(seg)
     }
@@ -286,7 +290,12 @@ impl Compactor {
     }
 
     /// Stages copies of the next live records, up to [`COPY_BUDGET`] bytes.
-    fn copy_some<D: BlockDevice>(&mut self, s: &Serving<D>, log: &mut RegionLog<u64>, w: &mut Work) {
+    fn copy_some<D: BlockDevice>(
+        &mut self,
+        s: &Serving<D>,
+        log: &mut RegionLog<u64>,
+        w: &mut Work,
+    ) {
         let mut budget = COPY_BUDGET;
         while w.next < w.recs.len() && budget > 0 && !w.failed {
             let f = &mut w.recs[w.next];
@@ -418,7 +427,8 @@ pub fn run_to_idle<D: BlockDevice>(
         last = c.step(s, log, now_unix, 0, true);
         crate::serving::drive_sync(s, log, |r| c.on_relocated(r))?;
         if let Step::Erase { offset } = last {
-            let ok = s.device().write_at(offset, c.erase_block()).is_ok() && s.device().flush().is_ok();
+            let ok =
+                s.device().write_at(offset, c.erase_block()).is_ok() && s.device().flush().is_ok();
             c.on_erased(s, log, ok, 0);
         }
         if last == Step::Idle {
@@ -445,12 +455,19 @@ mod tests {
     }
 
     fn used(log: &RegionLog<u64>, seg: u64) -> u64 {
-        log.segments().filter(|(_, st, _)| *st != SegState::Free).count() as u64 * seg
+        log.segments()
+            .filter(|(_, st, _)| *st != SegState::Free)
+            .count() as u64
+            * seg
     }
 
     #[test]
     fn overwrites_far_beyond_the_device_stay_within_the_space_bound() {
-        let s = Serving::new(Durable::open(SimDevice::new(512 * 1024), &opts()).unwrap().0);
+        let s = Serving::new(
+            Durable::open(SimDevice::new(512 * 1024), &opts())
+                .unwrap()
+                .0,
+        );
         let g = s.superblock().geometry;
         let mut log = s.take_log(0).unwrap();
         let mut c = Compactor::new(g.block_size);
@@ -462,15 +479,37 @@ mod tests {
                 token += 1;
                 let key = format!("key{k}");
                 let v = value(k, round);
-                s.stage(&mut log, Change::Put { key: key.as_bytes(), value: &v, flags: 0, exptime: 0, cas: token }, token)
-                    .unwrap_or_else(|e| panic!("round {round} key {k}: {e}"));
+                s.stage(
+                    &mut log,
+                    Change::Put {
+                        key: key.as_bytes(),
+                        value: &v,
+                        flags: 0,
+                        exptime: 0,
+                        cas: token,
+                    },
+                    token,
+                )
+                .unwrap_or_else(|e| panic!("round {round} key {k}: {e}"));
                 written += v.len() as u64;
             }
             // Deleting and re-creating a key leaves tombstones to forget.
             token += 1;
-            s.stage(&mut log, Change::Delete { key: b"gone" }, token).unwrap();
+            s.stage(&mut log, Change::Delete { key: b"gone" }, token)
+                .unwrap();
             token += 1;
-            s.stage(&mut log, Change::Put { key: b"gone", value: b"back", flags: 0, exptime: 0, cas: token }, token).unwrap();
+            s.stage(
+                &mut log,
+                Change::Put {
+                    key: b"gone",
+                    value: b"back",
+                    flags: 0,
+                    exptime: 0,
+                    cas: token,
+                },
+                token,
+            )
+            .unwrap();
             let got = drive_sync(&s, &mut log, |_| {}).unwrap();
             assert!(got.failed.is_empty());
             run_to_idle(&mut c, &s, &mut log, 0, 10_000).unwrap();
@@ -482,24 +521,40 @@ mod tests {
             );
         }
         let device_bytes = u64::from(g.segments_per_region) * g.segment_size;
-        assert!(written > 8 * device_bytes, "wrote {written} through a {device_bytes} byte region");
+        assert!(
+            written > 8 * device_bytes,
+            "wrote {written} through a {device_bytes} byte region"
+        );
         let st = c.stats();
         assert!(st.freed > 100 && st.aborted == 0, "{st:?}");
         for k in 0..32u64 {
-            assert_eq!(s.lookup(format!("key{k}").as_bytes(), 0).unwrap().unwrap().value, value(k, 599));
+            assert_eq!(
+                s.lookup(format!("key{k}").as_bytes(), 0)
+                    .unwrap()
+                    .unwrap()
+                    .value,
+                value(k, 599)
+            );
         }
         // Everything survives a crash: the erased segments left nothing that recovery resurrects.
         let img = s.device().crash_image(&mut SimRng::new(5));
         let (d, _) = Durable::open(SimDevice::from_image(img), &opts()).unwrap();
         for k in 0..32u64 {
-            assert_eq!(d.get(format!("key{k}").as_bytes()).unwrap().unwrap().value, value(k, 599));
+            assert_eq!(
+                d.get(format!("key{k}").as_bytes()).unwrap().unwrap().value,
+                value(k, 599)
+            );
         }
         assert_eq!(d.get(b"gone").unwrap().unwrap().value, b"back");
     }
 
     #[test]
     fn deleted_keys_stay_deleted_after_their_tombstones_are_compacted() {
-        let s = Serving::new(Durable::open(SimDevice::new(512 * 1024), &opts()).unwrap().0);
+        let s = Serving::new(
+            Durable::open(SimDevice::new(512 * 1024), &opts())
+                .unwrap()
+                .0,
+        );
         let g = s.superblock().geometry;
         let mut log = s.take_log(0).unwrap();
         let mut c = Compactor::new(g.block_size);
@@ -507,12 +562,30 @@ mod tests {
         let mut token = 0;
         for i in 0..200u64 {
             token += 1;
-            s.stage(&mut log, Change::Put { key: format!("d{i}").as_bytes(), value: &big, flags: 0, exptime: 0, cas: token }, token).unwrap();
+            s.stage(
+                &mut log,
+                Change::Put {
+                    key: format!("d{i}").as_bytes(),
+                    value: &big,
+                    flags: 0,
+                    exptime: 0,
+                    cas: token,
+                },
+                token,
+            )
+            .unwrap();
             drive_sync(&s, &mut log, |_| {}).unwrap();
             run_to_idle(&mut c, &s, &mut log, 0, 10_000).unwrap();
             if i >= 10 {
                 token += 1;
-                s.stage(&mut log, Change::Delete { key: format!("d{}", i - 10).as_bytes() }, token).unwrap();
+                s.stage(
+                    &mut log,
+                    Change::Delete {
+                        key: format!("d{}", i - 10).as_bytes(),
+                    },
+                    token,
+                )
+                .unwrap();
             }
         }
         drive_sync(&s, &mut log, |_| {}).unwrap();
@@ -520,20 +593,35 @@ mod tests {
             log.seal();
             run_to_idle(&mut c, &s, &mut log, 0, 10_000).unwrap();
         }
-        assert!(s.read_index().len() < 150, "tombstones forgotten: {}", s.read_index().len());
+        assert!(
+            s.read_index().len() < 150,
+            "tombstones forgotten: {}",
+            s.read_index().len()
+        );
         let img = s.device().crash_image(&mut SimRng::new(9));
         let (d, _) = Durable::open(SimDevice::from_image(img), &opts()).unwrap();
         for i in 0..190u64 {
-            assert_eq!(d.get(format!("d{i}").as_bytes()).unwrap(), None, "d{i} came back");
+            assert_eq!(
+                d.get(format!("d{i}").as_bytes()).unwrap(),
+                None,
+                "d{i} came back"
+            );
         }
         for i in 190..200u64 {
-            assert_eq!(d.get(format!("d{i}").as_bytes()).unwrap().unwrap().value, big);
+            assert_eq!(
+                d.get(format!("d{i}").as_bytes()).unwrap().unwrap().value,
+                big
+            );
         }
     }
 
     #[test]
     fn segments_with_records_in_flight_are_not_compacted() {
-        let s = Serving::new(Durable::open(SimDevice::new(512 * 1024), &opts()).unwrap().0);
+        let s = Serving::new(
+            Durable::open(SimDevice::new(512 * 1024), &opts())
+                .unwrap()
+                .0,
+        );
         let g = s.superblock().geometry;
         let mut log = s.take_log(0).unwrap();
         let mut c = Compactor::new(g.block_size);
@@ -541,9 +629,25 @@ mod tests {
         // Fill several segments without letting any write complete: sealed segments whose
         // records are not in the index yet look dead, and must not be erased.
         for i in 0..100u64 {
-            s.stage(&mut log, Change::Put { key: format!("f{i}").as_bytes(), value: &v, flags: 0, exptime: 0, cas: i + 1 }, i + 1).unwrap();
+            s.stage(
+                &mut log,
+                Change::Put {
+                    key: format!("f{i}").as_bytes(),
+                    value: &v,
+                    flags: 0,
+                    exptime: 0,
+                    cas: i + 1,
+                },
+                i + 1,
+            )
+            .unwrap();
         }
-        assert!(log.segments().filter(|(_, st, _)| *st == SegState::Sealed).count() >= 3);
+        assert!(
+            log.segments()
+                .filter(|(_, st, _)| *st == SegState::Sealed)
+                .count()
+                >= 3
+        );
         for _ in 0..100 {
             if let Step::Erase { offset } = c.step(&s, &mut log, 0, 0, true) {
                 s.device().write_at(offset, c.erase_block()).unwrap();
@@ -554,7 +658,14 @@ mod tests {
         let got = drive_sync(&s, &mut log, |r| c.on_relocated(r)).unwrap();
         assert_eq!(got.acked.len(), 100);
         for i in 0..100u64 {
-            assert_eq!(s.lookup(format!("f{i}").as_bytes(), 0).unwrap().unwrap().value, v, "f{i}");
+            assert_eq!(
+                s.lookup(format!("f{i}").as_bytes(), 0)
+                    .unwrap()
+                    .unwrap()
+                    .value,
+                v,
+                "f{i}"
+            );
         }
     }
 }

@@ -35,6 +35,7 @@ pub mod serving;
 pub mod sim;
 pub mod superblock;
 
+pub use background::{Compactor, CompactorStats, Step};
 pub use compaction::{CompactReport, SpaceUsage, SPACE_FACTOR};
 pub use device::{BlockDevice, FileDevice};
 pub use engine::{Ack, Durable, Item, OpenReport, Options};
@@ -42,6 +43,5 @@ pub use error::DurableError;
 pub use group_commit::{Action, Completion, GroupCommit, Limits, OpId};
 pub use index::{Entry, Index, Loc};
 pub use record::{RecordKind, RecordMeta};
-pub use background::{Compactor, CompactorStats, Step};
-pub use serving::{Change, Relocation, Serving, Settled, FLUSH_KEY};
 pub use region::{Purpose, RegionLog, SegState, Staged, COMPACTION_RESERVE};
+pub use serving::{Change, Relocation, Serving, Settled, FLUSH_KEY};

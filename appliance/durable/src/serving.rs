@@ -596,7 +596,13 @@ mod tests {
     }
 
     fn put<'a>(key: &'a [u8], value: &'a [u8], cas: u64) -> Change<'a> {
-        Change::Put { key, value, flags: 1, exptime: 0, cas }
+        Change::Put {
+            key,
+            value,
+            flags: 1,
+            exptime: 0,
+            cas,
+        }
     }
 
     #[test]
@@ -611,7 +617,11 @@ mod tests {
         assert_eq!(got.acked, vec![1, 2]);
         assert_eq!(s.lookup(b"a", 0).unwrap().unwrap().cas, 5, "index");
         s.stage(&mut log, Change::Delete { key: b"a" }, 3).unwrap();
-        assert_eq!(s.lookup(b"a", 0).unwrap(), None, "staged delete hides the durable value");
+        assert_eq!(
+            s.lookup(b"a", 0).unwrap(),
+            None,
+            "staged delete hides the durable value"
+        );
         drive(&s, &mut log);
         assert_eq!(s.lookup(b"a", 0).unwrap(), None);
         s.stage(&mut log, put(b"x", b"old", 6), 4).unwrap();
@@ -620,7 +630,10 @@ mod tests {
         drive(&s, &mut log);
         assert!(s.lookup(b"x", 99).unwrap().is_some(), "flush not due yet");
         assert_eq!(s.lookup(b"x", 100).unwrap(), None, "flushed");
-        assert!(s.lookup(b"y", 100).unwrap().is_some(), "written after the flush");
+        assert!(
+            s.lookup(b"y", 100).unwrap().is_some(),
+            "written after the flush"
+        );
         s.park_log(log);
         assert!(s.checkpoint().unwrap());
     }
@@ -630,7 +643,12 @@ mod tests {
         let s = open(SimDevice::new(1 << 20));
         let mut log = s.take_log(1).unwrap();
         for i in 0..50u64 {
-            s.stage(&mut log, put(format!("k{i}").as_bytes(), &i.to_le_bytes(), 100 + i), i).unwrap();
+            s.stage(
+                &mut log,
+                put(format!("k{i}").as_bytes(), &i.to_le_bytes(), 100 + i),
+                i,
+            )
+            .unwrap();
         }
         s.stage(&mut log, Change::FlushAll { at: 1 }, 99).unwrap();
         s.stage(&mut log, put(b"after", b"v", 500), 100).unwrap();
@@ -642,7 +660,11 @@ mod tests {
         let (n, bad) = s2.for_each_value(10, |k, _| seen.push(k.to_vec()));
         assert_eq!((n, bad), (1, 0), "only the write after the flush is live");
         assert_eq!(seen, vec![b"after".to_vec()]);
-        assert_eq!(s2.for_each_value(0, |_, _| {}).0, 51, "before the flush time everything is live");
+        assert_eq!(
+            s2.for_each_value(0, |_, _| {}).0,
+            51,
+            "before the flush time everything is live"
+        );
     }
 
     #[test]
@@ -656,7 +678,10 @@ mod tests {
         let got = drive(&s, &mut log);
         assert!(got.acked.is_empty());
         assert_eq!(got.failed.len(), 1);
-        assert_eq!((got.failed[0].0, &*got.failed[0].1, got.failed[0].2), (2, &b"k"[..], 2));
+        assert_eq!(
+            (got.failed[0].0, &*got.failed[0].1, got.failed[0].2),
+            (2, &b"k"[..], 2)
+        );
         assert_eq!(s.lookup(b"k", 0).unwrap().unwrap().value, b"good");
     }
 }

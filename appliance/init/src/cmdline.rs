@@ -9,7 +9,13 @@ pub enum IpSetting {
     /// DHCP on every Ethernet interface (or on `device` only).
     Dhcp { device: Option<String> },
     /// `ip=CLIENT::GATEWAY:NETMASK:HOSTNAME:DEVICE:off`.
-    Static { client: Ipv4Addr, gateway: Option<Ipv4Addr>, prefix_len: u8, hostname: Option<String>, device: Option<String> },
+    Static {
+        client: Ipv4Addr,
+        gateway: Option<Ipv4Addr>,
+        prefix_len: u8,
+        hostname: Option<String>,
+        device: Option<String>,
+    },
     /// `ip=off` / `ip=none`: links up, no address.
     Off,
 }
@@ -45,16 +51,28 @@ const ON_FATAL_EXPECTED: &str = "reboot or halt";
 /// Splits the command line into PID 1's options and the text `ringstore_config` should parse
 /// (the same command line without the PID 1-only keys).
 pub fn split(cmdline: &str) -> Result<(InitOptions, String), CmdlineError> {
-    let mut options = InitOptions { ip: IpSetting::Dhcp { device: None }, on_fatal: OnFatal::Reboot };
+    let mut options = InitOptions {
+        ip: IpSetting::Dhcp { device: None },
+        on_fatal: OnFatal::Reboot,
+    };
     let mut rest = Vec::new();
     for token in cmdline.split_whitespace() {
         if let Some(value) = token.strip_prefix("ip=") {
             options.ip = parse_ip(value)?;
-        } else if let Some(value) = token.strip_prefix("ringstore.on_fatal=").or_else(|| token.strip_prefix("ringstore.on-fatal=")) {
+        } else if let Some(value) = token
+            .strip_prefix("ringstore.on_fatal=")
+            .or_else(|| token.strip_prefix("ringstore.on-fatal="))
+        {
             options.on_fatal = match value {
                 "reboot" => OnFatal::Reboot,
                 "halt" => OnFatal::Halt,
-                _ => return Err(CmdlineError { key: "ringstore.on_fatal", value: value.to_string(), expected: ON_FATAL_EXPECTED }),
+                _ => {
+                    return Err(CmdlineError {
+                        key: "ringstore.on_fatal",
+                        value: value.to_string(),
+                        expected: ON_FATAL_EXPECTED,
+                    })
+                }
             };
         } else {
             rest.push(token);
@@ -64,7 +82,11 @@ pub fn split(cmdline: &str) -> Result<(InitOptions, String), CmdlineError> {
 }
 
 fn parse_ip(value: &str) -> Result<IpSetting, CmdlineError> {
-    let bad = || CmdlineError { key: "ip", value: value.to_string(), expected: IP_EXPECTED };
+    let bad = || CmdlineError {
+        key: "ip",
+        value: value.to_string(),
+        expected: IP_EXPECTED,
+    };
     match value {
         "dhcp" | "on" | "any" | "both" => return Ok(IpSetting::Dhcp { device: None }),
         "off" | "none" => return Ok(IpSetting::Off),
@@ -87,10 +109,18 @@ fn parse_ip(value: &str) -> Result<IpSetting, CmdlineError> {
         None => None,
     };
     let prefix_len = match field(3) {
-        Some(mask) => netmask_prefix(mask.parse::<Ipv4Addr>().map_err(|_| bad())?).ok_or_else(bad)?,
+        Some(mask) => {
+            netmask_prefix(mask.parse::<Ipv4Addr>().map_err(|_| bad())?).ok_or_else(bad)?
+        }
         None => default_prefix(client),
     };
-    Ok(IpSetting::Static { client, gateway, prefix_len, hostname: field(4).map(str::to_string), device })
+    Ok(IpSetting::Static {
+        client,
+        gateway,
+        prefix_len,
+        hostname: field(4).map(str::to_string),
+        device,
+    })
 }
 
 /// The prefix length of a contiguous netmask (255.255.255.0 → 24); `None` when not contiguous.
@@ -102,7 +132,11 @@ pub fn netmask_prefix(mask: Ipv4Addr) -> Option<u8> {
 
 /// The netmask of a prefix length (24 → 255.255.255.0).
 pub fn prefix_netmask(prefix_len: u8) -> Ipv4Addr {
-    Ipv4Addr::from(u32::MAX.checked_shl(32 - u32::from(prefix_len.min(32))).unwrap_or(0))
+    Ipv4Addr::from(
+        u32::MAX
+            .checked_shl(32 - u32::from(prefix_len.min(32)))
+            .unwrap_or(0),
+    )
 }
 
 fn default_prefix(addr: Ipv4Addr) -> u8 {
@@ -127,7 +161,9 @@ mod tests {
 
     #[test]
     fn static_ip() {
-        let (opts, rest) = split("ip=10.1.2.3::10.1.2.1:255.255.255.0:box1:eth1:off ringstore.on_fatal=halt x=1").unwrap();
+        let (opts, rest) =
+            split("ip=10.1.2.3::10.1.2.1:255.255.255.0:box1:eth1:off ringstore.on_fatal=halt x=1")
+                .unwrap();
         assert_eq!(
             opts.ip,
             IpSetting::Static {
@@ -144,15 +180,33 @@ mod tests {
         let (opts, _) = split("ip=10.77.0.2::10.77.0.1:255.255.255.252::eth0:off").unwrap();
         assert_eq!(
             opts.ip,
-            IpSetting::Static { client: Ipv4Addr::new(10, 77, 0, 2), gateway: Some(Ipv4Addr::new(10, 77, 0, 1)), prefix_len: 30, hostname: None, device: Some("eth0".into()) }
+            IpSetting::Static {
+                client: Ipv4Addr::new(10, 77, 0, 2),
+                gateway: Some(Ipv4Addr::new(10, 77, 0, 1)),
+                prefix_len: 30,
+                hostname: None,
+                device: Some("eth0".into())
+            }
         );
         let (opts, _) = split("ip=192.168.0.9:::::eth0:off").unwrap();
-        assert!(matches!(opts.ip, IpSetting::Static { prefix_len: 24, gateway: None, .. }));
+        assert!(matches!(
+            opts.ip,
+            IpSetting::Static {
+                prefix_len: 24,
+                gateway: None,
+                ..
+            }
+        ));
     }
 
     #[test]
     fn dhcp_on_one_device_and_off() {
-        assert_eq!(split("ip=:::::eth1:dhcp").unwrap().0.ip, IpSetting::Dhcp { device: Some("eth1".into()) });
+        assert_eq!(
+            split("ip=:::::eth1:dhcp").unwrap().0.ip,
+            IpSetting::Dhcp {
+                device: Some("eth1".into())
+            }
+        );
         assert_eq!(split("ip=off").unwrap().0.ip, IpSetting::Off);
     }
 
@@ -164,7 +218,10 @@ mod tests {
         let err = split("ip=1.2.3.4::1.2.3.1:255.0.255.0::eth0:off").unwrap_err();
         assert_eq!(err.key, "ip");
         let err = split("ringstore.on_fatal=explode").unwrap_err();
-        assert_eq!(err.to_string(), "invalid value \"explode\" for ringstore.on_fatal: expected reboot or halt");
+        assert_eq!(
+            err.to_string(),
+            "invalid value \"explode\" for ringstore.on_fatal: expected reboot or halt"
+        );
     }
 
     #[test]

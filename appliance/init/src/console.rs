@@ -63,7 +63,11 @@ impl LineReader {
 
 /// Runs the console forever on fds 0/1.
 pub fn run_loop() -> ! {
-    let mut reader = LineReader { pending: Vec::new(), discarding: false, after_cr: false };
+    let mut reader = LineReader {
+        pending: Vec::new(),
+        discarding: false,
+        after_cr: false,
+    };
     let mut buf = [0u8; 512];
     console_write(PROMPT);
     loop {
@@ -109,26 +113,51 @@ pub fn execute(command: &str) -> Vec<String> {
 fn status() -> Vec<String> {
     let state = crate::state::lock();
     let mut out = vec![
-        format!("version ringstore {} (kernel {})", env!("CARGO_PKG_VERSION"), crate::sysinfo::kernel_release()),
+        format!(
+            "version ringstore {} (kernel {})",
+            env!("CARGO_PKG_VERSION"),
+            crate::sysinfo::kernel_release()
+        ),
         format!("uptime {:.1} s", crate::sysinfo::uptime_secs()),
     ];
     match &state.placement {
         Some(p) => {
             out.push(format!("numa_node {}", p.node));
-            out.push(format!("worker_cpus {}", crate::irq::ringstore_cpulist(&p.workers)));
-            out.push(format!("housekeeping_cpus {}", crate::irq::ringstore_cpulist(&p.housekeeping)));
+            out.push(format!(
+                "worker_cpus {}",
+                crate::irq::ringstore_cpulist(&p.workers)
+            ));
+            out.push(format!(
+                "housekeeping_cpus {}",
+                crate::irq::ringstore_cpulist(&p.housekeeping)
+            ));
             let free = crate::hugepages::count(p.node, "free_hugepages").unwrap_or(0);
-            out.push(format!("hugepages node {}: {} x 2 MiB ({} free)", p.node, state.hugepages, free));
+            out.push(format!(
+                "hugepages node {}: {} x 2 MiB ({} free)",
+                p.node, state.hugepages, free
+            ));
         }
         None => out.push("numa_node none".into()),
     }
-    if let Some(isolated) = crate::sysinfo::read_trim("/sys/devices/system/cpu/isolated").filter(|s| !s.is_empty()) {
+    if let Some(isolated) =
+        crate::sysinfo::read_trim("/sys/devices/system/cpu/isolated").filter(|s| !s.is_empty())
+    {
         out.push(format!("isolated_cpus {isolated}"));
     }
     let mib = |field| crate::sysinfo::meminfo_bytes(field).unwrap_or(0) >> 20;
-    out.push(format!("memory {} MiB total, {} MiB available", mib("MemTotal"), mib("MemAvailable")));
+    out.push(format!(
+        "memory {} MiB total, {} MiB available",
+        mib("MemTotal"),
+        mib("MemAvailable")
+    ));
     for c in &state.configured {
-        out.push(format!("address {} {}/{}{}", c.interface, c.address, c.prefix_len, c.gateway.map(|g| format!(" via {g}")).unwrap_or_default()));
+        out.push(format!(
+            "address {} {}/{}{}",
+            c.interface,
+            c.address,
+            c.prefix_len,
+            c.gateway.map(|g| format!(" via {g}")).unwrap_or_default()
+        ));
     }
     match &state.data_device {
         Some(described) => out.push(format!("data {described}")),
@@ -144,7 +173,10 @@ fn status() -> Vec<String> {
     drop(state);
     if let (true, Some(addr)) = (serving, memcache) {
         if let Ok(lines) = memcache_stats(addr) {
-            if let Some(conns) = lines.iter().find_map(|l| l.strip_prefix("STAT curr_connections ")) {
+            if let Some(conns) = lines
+                .iter()
+                .find_map(|l| l.strip_prefix("STAT curr_connections "))
+            {
                 out.push(format!("connections {conns}"));
             }
         }
@@ -158,8 +190,14 @@ fn init_stats() -> Vec<(String, String)> {
     let mut out = Vec::new();
     if let Some(p) = &state.placement {
         out.push(("numa_node".into(), p.node.to_string()));
-        out.push(("worker_cpus".into(), crate::irq::ringstore_cpulist(&p.workers)));
-        out.push(("hugepage_bytes".into(), (state.hugepages * crate::hugepages::HUGEPAGE_BYTES).to_string()));
+        out.push((
+            "worker_cpus".into(),
+            crate::irq::ringstore_cpulist(&p.workers),
+        ));
+        out.push((
+            "hugepage_bytes".into(),
+            (state.hugepages * crate::hugepages::HUGEPAGE_BYTES).to_string(),
+        ));
     }
     out
 }
@@ -167,10 +205,14 @@ fn init_stats() -> Vec<(String, String)> {
 fn stats() -> Vec<String> {
     let (memcache, serving) = {
         let state = crate::state::lock();
-        (state.config.as_ref().and_then(|c| c.memcache), state.ready_line.is_some())
+        (
+            state.config.as_ref().and_then(|c| c.memcache),
+            state.ready_line.is_some(),
+        )
     };
     let mut lines = match (serving, memcache) {
-        (true, Some(addr)) => memcache_stats(addr).unwrap_or_else(|e| vec![format!("error: memcache stats from {addr}: {e}")]),
+        (true, Some(addr)) => memcache_stats(addr)
+            .unwrap_or_else(|e| vec![format!("error: memcache stats from {addr}: {e}")]),
         _ => Vec::new(),
     };
     let end = lines.iter().position(|l| l == "END").unwrap_or(lines.len());
@@ -190,7 +232,11 @@ fn stats() -> Vec<String> {
 
 /// Asks our own memcache endpoint for `stats` (loopback when it listens on the wildcard).
 fn memcache_stats(addr: SocketAddr) -> std::io::Result<Vec<String>> {
-    let target = if addr.ip().is_unspecified() { SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port()) } else { addr };
+    let target = if addr.ip().is_unspecified() {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port())
+    } else {
+        addr
+    };
     let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(2))?;
     stream.set_read_timeout(Some(Duration::from_secs(2)))?;
     stream.write_all(b"stats\r\n")?;
@@ -203,7 +249,10 @@ fn memcache_stats(addr: SocketAddr) -> std::io::Result<Vec<String>> {
         }
         text.extend_from_slice(&buf[..n]);
     }
-    Ok(String::from_utf8_lossy(&text).lines().map(str::to_string).collect())
+    Ok(String::from_utf8_lossy(&text)
+        .lines()
+        .map(str::to_string)
+        .collect())
 }
 
 fn irq() -> Vec<String> {
@@ -211,7 +260,9 @@ fn irq() -> Vec<String> {
     if nic_irqs.is_empty() {
         return vec!["no NIC IRQs placed".into()];
     }
-    let interrupts = crate::irq::parse_interrupts(&std::fs::read_to_string("/proc/interrupts").unwrap_or_default());
+    let interrupts = crate::irq::parse_interrupts(
+        &std::fs::read_to_string("/proc/interrupts").unwrap_or_default(),
+    );
     let mut out = Vec::new();
     for (nic, irqs) in nic_irqs {
         out.push(format!("{nic}:"));
@@ -222,9 +273,17 @@ fn irq() -> Vec<String> {
 
 fn net() -> Vec<String> {
     let mut out = vec!["listening:".to_string()];
-    out.extend(crate::netstat::listening_lines().into_iter().map(|l| format!("  {l}")));
+    out.extend(
+        crate::netstat::listening_lines()
+            .into_iter()
+            .map(|l| format!("  {l}")),
+    );
     out.push("addresses:".into());
-    out.extend(crate::net::addrs::interface_addresses().into_iter().map(|(name, ip)| format!("  {name} {ip}")));
+    out.extend(
+        crate::net::addrs::interface_addresses()
+            .into_iter()
+            .map(|(name, ip)| format!("  {name} {ip}")),
+    );
     out
 }
 
@@ -234,20 +293,31 @@ mod tests {
 
     #[test]
     fn lines_are_split_and_bounded() {
-        let mut reader = LineReader { pending: Vec::new(), discarding: false, after_cr: false };
+        let mut reader = LineReader {
+            pending: Vec::new(),
+            discarding: false,
+            after_cr: false,
+        };
         assert_eq!(reader.feed(b"hel"), vec![]);
         assert_eq!(reader.feed(b"p\r\nstat"), vec![Some("help".to_string())]);
         assert_eq!(reader.feed(b"us\n"), vec![Some("status".to_string())]);
         let long = vec![b'x'; MAX_COMMAND + 10];
         assert_eq!(reader.feed(&long), vec![]);
         assert_eq!(reader.feed(b"\nlog\n"), vec![None, Some("log".to_string())]);
-        assert_eq!(reader.feed(b"\r\n\n"), vec![Some(String::new()), Some(String::new())], "CRLF is one line end");
+        assert_eq!(
+            reader.feed(b"\r\n\n"),
+            vec![Some(String::new()), Some(String::new())],
+            "CRLF is one line end"
+        );
     }
 
     #[test]
     fn commands_answer() {
         assert!(execute("help").iter().any(|l| l.starts_with("poweroff")));
-        assert_eq!(execute("bogus"), vec!["unknown command \"bogus\"; try help".to_string()]);
+        assert_eq!(
+            execute("bogus"),
+            vec!["unknown command \"bogus\"; try help".to_string()]
+        );
         assert!(execute("").is_empty());
         assert!(execute("threads").len() >= 2 && execute("threads")[0].contains("capeff"));
         assert_eq!(execute("stats").last().map(String::as_str), Some("END"));

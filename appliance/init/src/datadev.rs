@@ -38,7 +38,9 @@ fn describe(path: &Path, meta: &std::fs::Metadata) -> String {
     if meta.file_type().is_block_device() {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         // /sys/class/block/NAME/size counts 512-byte sectors whatever the logical block size.
-        let bytes = crate::sysinfo::read_trim(&format!("/sys/class/block/{name}/size")).and_then(|s| s.parse::<u64>().ok()).map(|s| s * 512);
+        let bytes = crate::sysinfo::read_trim(&format!("/sys/class/block/{name}/size"))
+            .and_then(|s| s.parse::<u64>().ok())
+            .map(|s| s * 512);
         match bytes {
             Some(bytes) => format!("{}: block device, {}", path.display(), size_text(bytes)),
             None => format!("{}: block device", path.display()),
@@ -62,7 +64,11 @@ pub fn size_text(bytes: u64) -> String {
 /// The block devices the kernel knows (`/sys/class/block`), for the "not found" message.
 fn block_devices() -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir("/sys/class/block")
-        .map(|dir| dir.filter_map(|e| e.ok()).filter_map(|e| e.file_name().into_string().ok()).collect())
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
         .unwrap_or_default();
     names.sort();
     if names.is_empty() {
@@ -84,18 +90,29 @@ mod tests {
     #[test]
     fn a_missing_node_fails_after_the_wait_and_names_the_path() {
         let started = Instant::now();
-        let err = wait_for_node(Path::new("/nonexistent/vdz"), Duration::from_millis(120)).unwrap_err();
-        assert!(started.elapsed() >= Duration::from_millis(120), "returned before the wait ended");
-        assert!(err.starts_with("data device /nonexistent/vdz: no such device after 0 s"), "{err}");
+        let err =
+            wait_for_node(Path::new("/nonexistent/vdz"), Duration::from_millis(120)).unwrap_err();
+        assert!(
+            started.elapsed() >= Duration::from_millis(120),
+            "returned before the wait ended"
+        );
+        assert!(
+            err.starts_with("data device /nonexistent/vdz: no such device after 0 s"),
+            "{err}"
+        );
     }
 
     #[test]
     fn an_existing_file_is_described_with_its_size() {
-        let path = std::env::temp_dir().join(format!("ringstore-init-datadev-{}", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("ringstore-init-datadev-{}", std::process::id()));
         std::fs::write(&path, vec![0u8; 2 << 20]).unwrap();
         let described = wait_for_node(&path, Duration::ZERO);
         std::fs::remove_file(&path).unwrap();
-        assert_eq!(described.unwrap(), format!("{}: file, 2 MiB", path.display()));
+        assert_eq!(
+            described.unwrap(),
+            format!("{}: file, 2 MiB", path.display())
+        );
     }
 
     #[test]

@@ -23,7 +23,9 @@ pub fn reserve(node: u32, pages: u64) -> std::io::Result<u64> {
 
 /// A node's `nr_hugepages` or `free_hugepages`.
 pub fn count(node: u32, file: &str) -> Option<u64> {
-    crate::sysinfo::read_trim(&node_file(node, file))?.parse().ok()
+    crate::sysinfo::read_trim(&node_file(node, file))?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]

@@ -17,12 +17,19 @@ pub struct IrqLine {
 /// Parses /proc/interrupts; lines without a numeric IRQ (NMI, LOC, ...) are skipped.
 pub fn parse_interrupts(text: &str) -> Vec<IrqLine> {
     let mut lines = text.lines();
-    let cpus = lines.next().map(|header| header.split_whitespace().count()).unwrap_or(0);
+    let cpus = lines
+        .next()
+        .map(|header| header.split_whitespace().count())
+        .unwrap_or(0);
     lines
         .filter_map(|line| {
             let (irq, rest) = line.split_once(':')?;
             let irq = irq.trim().parse().ok()?;
-            let description = rest.split_whitespace().skip(cpus).collect::<Vec<_>>().join(" ");
+            let description = rest
+                .split_whitespace()
+                .skip(cpus)
+                .collect::<Vec<_>>()
+                .join(" ");
             Some(IrqLine { irq, description })
         })
         .collect()
@@ -36,7 +43,11 @@ pub fn nic_irqs(interface: &str, interrupts: &[IrqLine], sys_class_net: &Path) -
     if let Ok(real) = fs::canonicalize(&device) {
         for dir in [Some(real.as_path()), real.parent()].into_iter().flatten() {
             if let Ok(entries) = fs::read_dir(dir.join("msi_irqs")) {
-                irqs.extend(entries.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok())));
+                irqs.extend(
+                    entries
+                        .flatten()
+                        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok())),
+                );
             }
         }
         if let Some(name) = real.file_name().and_then(|n| n.to_str()) {
@@ -58,7 +69,12 @@ pub fn nic_irqs(interface: &str, interrupts: &[IrqLine], sys_class_net: &Path) -
 
 /// Where each IRQ should go: NIC IRQs round robin over `workers`, the rest to `housekeeping`
 /// (left alone when there are no housekeeping CPUs).
-pub fn plan(all: &[u32], nic: &[u32], workers: &[usize], housekeeping: &[usize]) -> Vec<(u32, Vec<usize>)> {
+pub fn plan(
+    all: &[u32],
+    nic: &[u32],
+    workers: &[usize],
+    housekeeping: &[usize],
+) -> Vec<(u32, Vec<usize>)> {
     let mut out = Vec::new();
     if !workers.is_empty() {
         for (i, irq) in nic.iter().enumerate() {
@@ -79,7 +95,10 @@ pub fn apply(plan: &[(u32, Vec<usize>)]) -> (usize, usize) {
     let mut applied = 0;
     let mut refused = 0;
     for (irq, cpus) in plan {
-        match fs::write(format!("/proc/irq/{irq}/smp_affinity_list"), ringstore_cpulist(cpus)) {
+        match fs::write(
+            format!("/proc/irq/{irq}/smp_affinity_list"),
+            ringstore_cpulist(cpus),
+        ) {
             Ok(()) => applied += 1,
             Err(_) => refused += 1,
         }
@@ -89,16 +108,33 @@ pub fn apply(plan: &[(u32, Vec<usize>)]) -> (usize, usize) {
 
 /// The kernel's list syntax for a set of CPUs ("2,3").
 pub fn ringstore_cpulist(cpus: &[usize]) -> String {
-    cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
+    cpus.iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The console's `irq` table: IRQ, CPUs asked, CPUs in effect, description.
 pub fn table(irqs: &[u32], interrupts: &[IrqLine]) -> Vec<String> {
-    let mut out = vec![format!("{:>5}  {:<10} {:<10} {}", "IRQ", "AFFINITY", "EFFECTIVE", "DESCRIPTION")];
+    let mut out = vec![format!(
+        "{:>5}  {:<10} {:<10} {}",
+        "IRQ", "AFFINITY", "EFFECTIVE", "DESCRIPTION"
+    )];
     for irq in irqs {
-        let read = |file: &str| crate::sysinfo::read_trim(&format!("/proc/irq/{irq}/{file}")).unwrap_or_else(|| "-".into());
-        let description = interrupts.iter().find(|l| l.irq == *irq).map(|l| l.description.as_str()).unwrap_or("");
-        out.push(format!("{irq:>5}  {:<10} {:<10} {description}", read("smp_affinity_list"), read("effective_affinity_list")));
+        let read = |file: &str| {
+            crate::sysinfo::read_trim(&format!("/proc/irq/{irq}/{file}"))
+                .unwrap_or_else(|| "-".into())
+        };
+        let description = interrupts
+            .iter()
+            .find(|l| l.irq == *irq)
+            .map(|l| l.description.as_str())
+            .unwrap_or("");
+        out.push(format!(
+            "{irq:>5}  {:<10} {:<10} {description}",
+            read("smp_affinity_list"),
+            read("effective_affinity_list")
+        ));
     }
     out
 }
@@ -122,7 +158,13 @@ LOC:       1234       1234       1234       1234   Local timer interrupts
     fn parses_numbered_lines_only() {
         let lines = parse_interrupts(INTERRUPTS);
         assert_eq!(lines.len(), 6);
-        assert_eq!(lines[2], IrqLine { irq: 24, description: "PCI-MSIX-0000:81:00.0 0-edge virtio0-config".into() });
+        assert_eq!(
+            lines[2],
+            IrqLine {
+                irq: 24,
+                description: "PCI-MSIX-0000:81:00.0 0-edge virtio0-config".into()
+            }
+        );
     }
 
     #[test]
@@ -139,15 +181,31 @@ LOC:       1234       1234       1234       1234   Local timer interrupts
         std::os::unix::fs::symlink(pci.join("virtio0"), net.join("device")).unwrap();
         fs::create_dir_all(root.join("class/net/eth1")).unwrap();
         let lines = parse_interrupts(INTERRUPTS);
-        assert_eq!(nic_irqs("eth0", &lines, &root.join("class/net")), vec![24, 25, 26]);
-        assert_eq!(nic_irqs("eth1", &lines, &root.join("class/net")), vec![27], "by /proc/interrupts name only");
+        assert_eq!(
+            nic_irqs("eth0", &lines, &root.join("class/net")),
+            vec![24, 25, 26]
+        );
+        assert_eq!(
+            nic_irqs("eth1", &lines, &root.join("class/net")),
+            vec![27],
+            "by /proc/interrupts name only"
+        );
         fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
     fn nic_irqs_go_round_robin_to_workers_and_the_rest_to_housekeeping() {
         let plan = plan(&[0, 4, 24, 25, 26], &[24, 25, 26], &[2, 3], &[0, 1]);
-        assert_eq!(plan, vec![(24, vec![2]), (25, vec![3]), (26, vec![2]), (0, vec![0, 1]), (4, vec![0, 1])]);
+        assert_eq!(
+            plan,
+            vec![
+                (24, vec![2]),
+                (25, vec![3]),
+                (26, vec![2]),
+                (0, vec![0, 1]),
+                (4, vec![0, 1])
+            ]
+        );
         assert_eq!(super::plan(&[0, 24], &[24], &[2], &[]), vec![(24, vec![2])]);
     }
 }

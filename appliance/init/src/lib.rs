@@ -37,7 +37,10 @@ struct Fatal(String);
 pub fn run() -> ! {
     std::panic::set_hook(Box::new(|info| {
         let thread = std::thread::current().name().unwrap_or("?").to_string();
-        log::log(log::Level::Error, &format!("panic in thread {thread}: {info}"));
+        log::log(
+            log::Level::Error,
+            &format!("panic in thread {thread}: {info}"),
+        );
     }));
     signals::block();
     let mut on_fatal = OnFatal::Reboot;
@@ -56,7 +59,11 @@ fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     let skipped = mounts::mount_all().map_err(|e| Fatal(e.to_string()))?;
     ensure_console_fds();
     log::attach_kmsg();
-    info!("ringstore-init {} starting (kernel {})", env!("CARGO_PKG_VERSION"), sysinfo::kernel_release());
+    info!(
+        "ringstore-init {} starting (kernel {})",
+        env!("CARGO_PKG_VERSION"),
+        sysinfo::kernel_release()
+    );
     for skip in skipped {
         warn!("{skip} (optional)");
     }
@@ -64,12 +71,19 @@ fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     power::disable_ctrl_alt_del();
     raise_limits();
 
-    let line = std::fs::read_to_string("/proc/cmdline").map_err(|e| Fatal(format!("/proc/cmdline: {e}")))?;
+    let line = std::fs::read_to_string("/proc/cmdline")
+        .map_err(|e| Fatal(format!("/proc/cmdline: {e}")))?;
     let (options, rest) = match cmdline::split(&line) {
         Ok(split) => split,
         Err(err) => {
             error!("{err}; using ip=dhcp");
-            (cmdline::InitOptions { ip: cmdline::IpSetting::Dhcp { device: None }, on_fatal: OnFatal::Reboot }, line.clone())
+            (
+                cmdline::InitOptions {
+                    ip: cmdline::IpSetting::Dhcp { device: None },
+                    on_fatal: OnFatal::Reboot,
+                },
+                line.clone(),
+            )
         }
     };
     *on_fatal = options.on_fatal;
@@ -122,9 +136,15 @@ fn serve(config: &ringstore_config::Config) -> Result<(), Fatal> {
         }
     };
     if got < wanted {
-        warn!("node {} holds {got} of the {wanted} huge pages asked for", placement.node);
+        warn!(
+            "node {} holds {got} of the {wanted} huge pages asked for",
+            placement.node
+        );
     } else {
-        info!("node {}: {got} huge pages of 2 MiB reserved", placement.node);
+        info!(
+            "node {}: {got} huge pages of 2 MiB reserved",
+            placement.node
+        );
     }
     place_irqs(&placement);
     {
@@ -176,7 +196,8 @@ fn data_device_fatal(why: &str) -> Fatal {
 }
 
 fn place_irqs(placement: &plane::Placement) {
-    let interrupts = irq::parse_interrupts(&std::fs::read_to_string("/proc/interrupts").unwrap_or_default());
+    let interrupts =
+        irq::parse_interrupts(&std::fs::read_to_string("/proc/interrupts").unwrap_or_default());
     let all: Vec<u32> = interrupts.iter().map(|l| l.irq).collect();
     let mut nic_irqs = Vec::new();
     let mut by_nic = Vec::new();
@@ -188,9 +209,15 @@ fn place_irqs(placement: &plane::Placement) {
     let plan = irq::plan(&all, &nic_irqs, &placement.workers, &placement.housekeeping);
     let (applied, refused) = irq::apply(&plan);
     if !placement.housekeeping.is_empty() {
-        let _ = std::fs::write("/proc/irq/default_smp_affinity", cpumask_hex(&placement.housekeeping));
+        let _ = std::fs::write(
+            "/proc/irq/default_smp_affinity",
+            cpumask_hex(&placement.housekeeping),
+        );
     }
-    info!("IRQ affinity: {} NIC IRQs on worker CPUs, {applied} set, {refused} refused by the kernel", nic_irqs.len());
+    info!(
+        "IRQ affinity: {} NIC IRQs on worker CPUs, {applied} set, {refused} refused by the kernel",
+        nic_irqs.len()
+    );
     state::lock().nic_irqs = by_nic;
 }
 
@@ -201,7 +228,11 @@ fn cpumask_hex(cpus: &[usize]) -> String {
     for cpu in cpus {
         mask[cpu / 32] |= 1 << (cpu % 32);
     }
-    mask.iter().rev().map(|w| format!("{w:08x}")).collect::<Vec<_>>().join(",")
+    mask.iter()
+        .rev()
+        .map(|w| format!("{w:08x}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn set_affinity(cpus: &[usize]) {
@@ -215,7 +246,10 @@ fn set_affinity(cpus: &[usize]) {
     }
     // SAFETY: set is a valid cpu_set_t of the size passed; 0 = the calling thread.
     if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        warn!("cannot move PID 1 to the housekeeping CPUs: {}", std::io::Error::last_os_error());
+        warn!(
+            "cannot move PID 1 to the housekeeping CPUs: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 
@@ -245,8 +279,14 @@ fn ensure_console_fds() {
 
 /// The store locks huge pages and io_uring buffers; connections need descriptors.
 fn raise_limits() {
-    for (resource, value) in [(libc::RLIMIT_MEMLOCK, libc::RLIM_INFINITY), (libc::RLIMIT_NOFILE, 1 << 20)] {
-        let limit = libc::rlimit { rlim_cur: value, rlim_max: value };
+    for (resource, value) in [
+        (libc::RLIMIT_MEMLOCK, libc::RLIM_INFINITY),
+        (libc::RLIMIT_NOFILE, 1 << 20),
+    ] {
+        let limit = libc::rlimit {
+            rlim_cur: value,
+            rlim_max: value,
+        };
         // SAFETY: limit is a valid rlimit for the call's duration.
         if unsafe { libc::setrlimit(resource, &limit) } != 0 {
             warn!("setrlimit({resource}): {}", std::io::Error::last_os_error());

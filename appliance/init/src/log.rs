@@ -54,7 +54,12 @@ struct Sinks {
     ring: Ring,
 }
 
-static SINKS: Mutex<Sinks> = Mutex::new(Sinks { kmsg: None, ring: Ring { lines: VecDeque::new() } });
+static SINKS: Mutex<Sinks> = Mutex::new(Sinks {
+    kmsg: None,
+    ring: Ring {
+        lines: VecDeque::new(),
+    },
+});
 /// Serialises whole lines on the console between threads (log echo, command output, prompt).
 static CONSOLE: Mutex<()> = Mutex::new(());
 
@@ -66,7 +71,9 @@ pub fn attach_kmsg() {
 }
 
 fn lock_sinks() -> std::sync::MutexGuard<'static, Sinks> {
-    SINKS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    SINKS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Cuts `text` to at most `max` bytes on a character boundary and removes control characters.
@@ -87,9 +94,13 @@ pub fn log(level: Level, text: &str) {
     let line = clean_line(text, MAX_LINE);
     let mut sinks = lock_sinks();
     let uptime = crate::sysinfo::uptime_secs();
-    sinks.ring.push(format!("[{uptime:9.3}] {}: {line}", level.name()));
+    sinks
+        .ring
+        .push(format!("[{uptime:9.3}] {}: {line}", level.name()));
     let written = match sinks.kmsg.as_mut() {
-        Some(kmsg) => kmsg.write_all(format!("<{}>ringstore: {line}\n", level as u8).as_bytes()).is_ok(),
+        Some(kmsg) => kmsg
+            .write_all(format!("<{}>ringstore: {line}\n", level as u8).as_bytes())
+            .is_ok(),
         None => false,
     };
     drop(sinks);
@@ -105,7 +116,9 @@ pub fn console_line(line: &str) {
 
 /// Writes text to the console (fd 1) without interleaving with other console writers.
 pub fn console_write(text: &str) {
-    let _guard = CONSOLE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _guard = CONSOLE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let mut out = std::io::stdout().lock();
     // A console write error has nowhere to be reported; the line is still in the ring.
     let _ = out.write_all(text.as_bytes());

@@ -18,13 +18,55 @@ const NOSUID_NODEV_NOEXEC: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV | li
 
 /// In order: later targets live inside earlier ones (/dev/hugepages in devtmpfs, /sys/fs/bpf in sysfs).
 pub const MOUNTS: &[Mount] = &[
-    Mount { target: "/proc", fstype: "proc", data: "", flags: NOSUID_NODEV_NOEXEC, required: true },
-    Mount { target: "/sys", fstype: "sysfs", data: "", flags: NOSUID_NODEV_NOEXEC, required: true },
-    Mount { target: "/dev", fstype: "devtmpfs", data: "mode=0755", flags: libc::MS_NOSUID | libc::MS_NOEXEC, required: true },
-    Mount { target: "/tmp", fstype: "tmpfs", data: "mode=1777,size=64m", flags: libc::MS_NOSUID | libc::MS_NODEV, required: true },
-    Mount { target: "/run", fstype: "tmpfs", data: "mode=0755,size=16m", flags: NOSUID_NODEV_NOEXEC, required: true },
-    Mount { target: "/dev/hugepages", fstype: "hugetlbfs", data: "mode=1770", flags: libc::MS_NOSUID | libc::MS_NODEV, required: false },
-    Mount { target: "/sys/fs/bpf", fstype: "bpf", data: "mode=0700", flags: NOSUID_NODEV_NOEXEC, required: false },
+    Mount {
+        target: "/proc",
+        fstype: "proc",
+        data: "",
+        flags: NOSUID_NODEV_NOEXEC,
+        required: true,
+    },
+    Mount {
+        target: "/sys",
+        fstype: "sysfs",
+        data: "",
+        flags: NOSUID_NODEV_NOEXEC,
+        required: true,
+    },
+    Mount {
+        target: "/dev",
+        fstype: "devtmpfs",
+        data: "mode=0755",
+        flags: libc::MS_NOSUID | libc::MS_NOEXEC,
+        required: true,
+    },
+    Mount {
+        target: "/tmp",
+        fstype: "tmpfs",
+        data: "mode=1777,size=64m",
+        flags: libc::MS_NOSUID | libc::MS_NODEV,
+        required: true,
+    },
+    Mount {
+        target: "/run",
+        fstype: "tmpfs",
+        data: "mode=0755,size=16m",
+        flags: NOSUID_NODEV_NOEXEC,
+        required: true,
+    },
+    Mount {
+        target: "/dev/hugepages",
+        fstype: "hugetlbfs",
+        data: "mode=1770",
+        flags: libc::MS_NOSUID | libc::MS_NODEV,
+        required: false,
+    },
+    Mount {
+        target: "/sys/fs/bpf",
+        fstype: "bpf",
+        data: "mode=0700",
+        flags: NOSUID_NODEV_NOEXEC,
+        required: false,
+    },
 ];
 
 /// Why a required mount failed.
@@ -42,8 +84,18 @@ pub fn mount_all() -> Result<Vec<MountError>, MountError> {
     for m in MOUNTS {
         match mount_one(m) {
             Ok(()) => {}
-            Err(source) if !m.required => skipped.push(MountError { target: m.target, fstype: m.fstype, source }),
-            Err(source) => return Err(MountError { target: m.target, fstype: m.fstype, source }),
+            Err(source) if !m.required => skipped.push(MountError {
+                target: m.target,
+                fstype: m.fstype,
+                source,
+            }),
+            Err(source) => {
+                return Err(MountError {
+                    target: m.target,
+                    fstype: m.fstype,
+                    source,
+                })
+            }
         }
     }
     Ok(skipped)
@@ -56,9 +108,22 @@ fn mount_one(m: &Mount) -> io::Result<()> {
         }
     }
     let to_c = |s: &str| CString::new(s).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
-    let (source, target, fstype, data) = (to_c(m.fstype)?, to_c(m.target)?, to_c(m.fstype)?, to_c(m.data)?);
+    let (source, target, fstype, data) = (
+        to_c(m.fstype)?,
+        to_c(m.target)?,
+        to_c(m.fstype)?,
+        to_c(m.data)?,
+    );
     // SAFETY: every pointer is a NUL-terminated CString that outlives the call.
-    let rc = unsafe { libc::mount(source.as_ptr(), target.as_ptr(), fstype.as_ptr(), m.flags, data.as_ptr().cast()) };
+    let rc = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            m.flags,
+            data.as_ptr().cast(),
+        )
+    };
     if rc == 0 {
         return Ok(());
     }
@@ -78,10 +143,19 @@ mod tests {
     fn parents_are_mounted_before_children() {
         for (i, m) in MOUNTS.iter().enumerate() {
             for later in &MOUNTS[i + 1..] {
-                assert!(!m.target.starts_with(&format!("{}/", later.target)), "{} mounted before its parent {}", m.target, later.target);
+                assert!(
+                    !m.target.starts_with(&format!("{}/", later.target)),
+                    "{} mounted before its parent {}",
+                    m.target,
+                    later.target
+                );
             }
         }
-        let required: Vec<_> = MOUNTS.iter().filter(|m| m.required).map(|m| m.target).collect();
+        let required: Vec<_> = MOUNTS
+            .iter()
+            .filter(|m| m.required)
+            .map(|m| m.target)
+            .collect();
         assert_eq!(required, ["/proc", "/sys", "/dev", "/tmp", "/run"]);
     }
 }

@@ -22,7 +22,9 @@ pub trait Serving: Send {
 }
 
 fn online_cpus() -> Vec<usize> {
-    crate::sysinfo::read_trim("/sys/devices/system/cpu/online").map(|s| crate::sysinfo::parse_cpulist(&s)).unwrap_or_default()
+    crate::sysinfo::read_trim("/sys/devices/system/cpu/online")
+        .map(|s| crate::sysinfo::parse_cpulist(&s))
+        .unwrap_or_default()
 }
 
 #[cfg(feature = "runtime")]
@@ -30,28 +32,45 @@ fn current_affinity() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: set is a valid cpu_set_t of the size passed; 0 = the calling thread.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
+    {
         return Vec::new();
     }
     // SAFETY: CPU_ISSET reads a bit of the initialised set; every index is below CPU_SETSIZE.
-    (0..libc::CPU_SETSIZE as usize).filter(|cpu| unsafe { libc::CPU_ISSET(*cpu, &set) }).collect()
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|cpu| unsafe { libc::CPU_ISSET(*cpu, &set) })
+        .collect()
 }
 
 fn listen_ips(config: &Config) -> Vec<std::net::IpAddr> {
-    [config.memcache, config.http, config.udp].into_iter().flatten().map(|a| a.ip()).collect()
+    [config.memcache, config.http, config.udp]
+        .into_iter()
+        .flatten()
+        .map(|a| a.ip())
+        .collect()
 }
 
 /// Chooses the node and worker CPUs exactly as the server will.
 #[cfg(feature = "runtime")]
 pub fn place(config: &Config) -> Result<Placement, String> {
     use ringstore_runtime::{numa, topology::Topology};
-    let topology = Topology::read().map_err(|e| format!("cannot read the machine topology: {e}"))?;
-    let node = numa::choose_node(&topology, config.numa, &listen_ips(config)).map_err(|e| e.to_string())?;
+    let topology =
+        Topology::read().map_err(|e| format!("cannot read the machine topology: {e}"))?;
+    let node = numa::choose_node(&topology, config.numa, &listen_ips(config))
+        .map_err(|e| e.to_string())?;
     let online = online_cpus();
     // The same CPU set the server will see: it starts on a thread spawned from this one.
-    let workers = numa::worker_cpus(&topology, node, config.cores, &current_affinity()).map_err(|e| e.to_string())?;
-    let housekeeping = online.into_iter().filter(|c| !workers.contains(c)).collect();
-    Ok(Placement { node, workers, housekeeping })
+    let workers = numa::worker_cpus(&topology, node, config.cores, &current_affinity())
+        .map_err(|e| e.to_string())?;
+    let housekeeping = online
+        .into_iter()
+        .filter(|c| !workers.contains(c))
+        .collect();
+    Ok(Placement {
+        node,
+        workers,
+        housekeeping,
+    })
 }
 
 /// Stub until the runtime is wired: the explicit node, or the single node of the NICs that are
@@ -61,16 +80,22 @@ pub fn place(config: &Config) -> Result<Placement, String> {
     use ringstore_config::NumaChoice;
     let _ = listen_ips(config);
     let node_cpus = |node: u32| {
-        crate::sysinfo::read_trim(&format!("/sys/devices/system/node/node{node}/cpulist")).map(|s| crate::sysinfo::parse_cpulist(&s))
+        crate::sysinfo::read_trim(&format!("/sys/devices/system/node/node{node}/cpulist"))
+            .map(|s| crate::sysinfo::parse_cpulist(&s))
     };
     let node = match config.numa {
         NumaChoice::Node(n) => n,
         NumaChoice::Auto => {
             let mut nics: Vec<(String, Option<u32>)> = crate::net::link::ethernet_nics()
                 .into_iter()
-                .filter(|n| crate::sysinfo::read_trim(&format!("/sys/class/net/{n}/carrier")).as_deref() == Some("1"))
+                .filter(|n| {
+                    crate::sysinfo::read_trim(&format!("/sys/class/net/{n}/carrier")).as_deref()
+                        == Some("1")
+                })
                 .map(|n| {
-                    let node = crate::sysinfo::read_trim(&format!("/sys/class/net/{n}/device/numa_node")).and_then(|s| s.parse::<u32>().ok());
+                    let node =
+                        crate::sysinfo::read_trim(&format!("/sys/class/net/{n}/device/numa_node"))
+                            .and_then(|s| s.parse::<u32>().ok());
                     (n, node)
                 })
                 .collect();
@@ -81,17 +106,34 @@ pub fn place(config: &Config) -> Result<Placement, String> {
                 [Some(n)] => *n,
                 [None] if node_cpus(1).is_none() => 0,
                 _ => {
-                    let list: Vec<String> = nics.iter().map(|(n, node)| format!("{n} node {node:?}")).collect();
+                    let list: Vec<String> = nics
+                        .iter()
+                        .map(|(n, node)| format!("{n} node {node:?}"))
+                        .collect();
                     return Err(format!("cannot choose a NUMA node from the interfaces [{}]; set ringstore.numa=NODE", list.join(", ")));
                 }
             }
         }
     };
     let online = online_cpus();
-    let workers = node_cpus(node).filter(|c| !c.is_empty()).or_else(|| (node == 0).then(|| online.clone())).ok_or_else(|| format!("no NUMA node {node}"))?;
-    let workers: Vec<usize> = if config.cores == 0 { workers } else { workers.into_iter().take(config.cores).collect() };
-    let housekeeping = online.into_iter().filter(|c| !workers.contains(c)).collect();
-    Ok(Placement { node, workers, housekeeping })
+    let workers = node_cpus(node)
+        .filter(|c| !c.is_empty())
+        .or_else(|| (node == 0).then(|| online.clone()))
+        .ok_or_else(|| format!("no NUMA node {node}"))?;
+    let workers: Vec<usize> = if config.cores == 0 {
+        workers
+    } else {
+        workers.into_iter().take(config.cores).collect()
+    };
+    let housekeeping = online
+        .into_iter()
+        .filter(|c| !workers.contains(c))
+        .collect();
+    Ok(Placement {
+        node,
+        workers,
+        housekeeping,
+    })
 }
 
 #[cfg(feature = "runtime")]
@@ -131,12 +173,17 @@ impl std::fmt::Display for StartError {
 /// server spawns inherit none.
 pub fn start(config: &Config) -> Result<Box<dyn Serving>, StartError> {
     let config = config.clone();
-    let spawned = std::thread::Builder::new().name("serve-start".into()).spawn(move || -> Result<Box<dyn Serving>, StartError> {
-        crate::privs::drop_thread_privileges().map_err(StartError::Other)?;
-        start_here(&config)
-    });
-    let handle = spawned.map_err(|e| StartError::Other(format!("cannot start the server thread: {e}")))?;
-    handle.join().map_err(|_| StartError::Other("the server start panicked".to_string()))?
+    let spawned = std::thread::Builder::new()
+        .name("serve-start".into())
+        .spawn(move || -> Result<Box<dyn Serving>, StartError> {
+            crate::privs::drop_thread_privileges().map_err(StartError::Other)?;
+            start_here(&config)
+        });
+    let handle =
+        spawned.map_err(|e| StartError::Other(format!("cannot start the server thread: {e}")))?;
+    handle
+        .join()
+        .map_err(|_| StartError::Other("the server start panicked".to_string()))?
 }
 
 #[cfg(feature = "runtime")]
@@ -151,5 +198,8 @@ fn start_here(config: &Config) -> Result<Box<dyn Serving>, StartError> {
 
 #[cfg(not(feature = "runtime"))]
 fn start_here(_config: &Config) -> Result<Box<dyn Serving>, StartError> {
-    Err(StartError::Other("this image was built without the data plane (ringstore-init feature `runtime`)".to_string()))
+    Err(StartError::Other(
+        "this image was built without the data plane (ringstore-init feature `runtime`)"
+            .to_string(),
+    ))
 }

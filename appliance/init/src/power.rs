@@ -26,16 +26,28 @@ pub fn shutdown(action: Action) -> ! {
     if SHUTTING_DOWN.swap(true, Ordering::SeqCst) {
         park_forever();
     }
-    info!("{}: stopping the server", if action == Action::PowerOff { "poweroff" } else { "reboot" });
+    info!(
+        "{}: stopping the server",
+        if action == Action::PowerOff {
+            "poweroff"
+        } else {
+            "reboot"
+        }
+    );
     let server = crate::state::lock().server.take();
     if let Some(server) = server {
         let (tx, rx) = std::sync::mpsc::channel();
-        let drained = std::thread::Builder::new().name("drain".into()).spawn(move || {
-            server.shutdown();
-            let _ = tx.send(());
-        });
+        let drained = std::thread::Builder::new()
+            .name("drain".into())
+            .spawn(move || {
+                server.shutdown();
+                let _ = tx.send(());
+            });
         if drained.is_err() || rx.recv_timeout(DRAIN_LIMIT).is_err() {
-            error!("draining did not finish within {} s; going down anyway", DRAIN_LIMIT.as_secs());
+            error!(
+                "draining did not finish within {} s; going down anyway",
+                DRAIN_LIMIT.as_secs()
+            );
         }
     }
     // SAFETY: sync(2) takes no arguments.
@@ -44,7 +56,14 @@ pub fn shutdown(action: Action) -> ! {
         Action::PowerOff => libc::RB_POWER_OFF,
         Action::Reboot => libc::RB_AUTOBOOT,
     };
-    info!("synced; {}", if action == Action::PowerOff { "powering off" } else { "rebooting" });
+    info!(
+        "synced; {}",
+        if action == Action::PowerOff {
+            "powering off"
+        } else {
+            "rebooting"
+        }
+    );
     // SAFETY: reboot(2) with a valid command; it only returns on failure.
     unsafe { libc::reboot(cmd) };
     error!("reboot(2) failed: {}", std::io::Error::last_os_error());
@@ -62,9 +81,14 @@ fn park_forever() -> ! {
 pub fn fatal(on_fatal: OnFatal, what: &str) {
     error!("fatal: {what}");
     match on_fatal {
-        OnFatal::Halt => error!("ringstore.on_fatal=halt: staying at the console; `reboot` or `poweroff` to leave"),
+        OnFatal::Halt => error!(
+            "ringstore.on_fatal=halt: staying at the console; `reboot` or `poweroff` to leave"
+        ),
         OnFatal::Reboot => {
-            error!("rebooting in {} s (ringstore.on_fatal=halt keeps the console instead)", FATAL_REBOOT_DELAY.as_secs());
+            error!(
+                "rebooting in {} s (ringstore.on_fatal=halt keeps the console instead)",
+                FATAL_REBOOT_DELAY.as_secs()
+            );
             std::thread::sleep(FATAL_REBOOT_DELAY);
             shutdown(Action::Reboot);
         }

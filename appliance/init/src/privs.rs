@@ -13,10 +13,16 @@ pub fn drop_thread_privileges() -> Result<(), String> {
     // The bounding set can only shrink while CAP_SETPCAP is still effective, so it goes first.
     for cap in caps::all() {
         if caps::has_cap(None, CapSet::Bounding, cap).unwrap_or(false) {
-            caps::drop(None, CapSet::Bounding, cap).map_err(|e| format!("drop {cap} from the bounding set: {e}"))?;
+            caps::drop(None, CapSet::Bounding, cap)
+                .map_err(|e| format!("drop {cap} from the bounding set: {e}"))?;
         }
     }
-    for set in [CapSet::Ambient, CapSet::Inheritable, CapSet::Effective, CapSet::Permitted] {
+    for set in [
+        CapSet::Ambient,
+        CapSet::Inheritable,
+        CapSet::Effective,
+        CapSet::Permitted,
+    ] {
         caps::clear(None, set).map_err(|e| format!("clear {set:?} capabilities: {e}"))?;
     }
     Ok(())
@@ -30,7 +36,11 @@ mod tests {
     fn a_thread_ends_with_no_capabilities() {
         let result = std::thread::spawn(|| {
             let dropped = drop_thread_privileges();
-            (dropped, caps::read(None, CapSet::Effective).map(|s| s.len()), caps::read(None, CapSet::Permitted).map(|s| s.len()))
+            (
+                dropped,
+                caps::read(None, CapSet::Effective).map(|s| s.len()),
+                caps::read(None, CapSet::Permitted).map(|s| s.len()),
+            )
         })
         .join()
         .unwrap();

@@ -5,7 +5,13 @@
 use crate::power::{self, Action};
 use crate::{info, warn};
 
-const HANDLED: [libc::c_int; 5] = [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGPWR, libc::SIGHUP];
+const HANDLED: [libc::c_int; 5] = [
+    libc::SIGCHLD,
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGPWR,
+    libc::SIGHUP,
+];
 
 extern "C" fn ignore(_: libc::c_int) {}
 
@@ -39,28 +45,30 @@ pub fn block() {
 
 /// Starts the thread that waits for the signals.
 pub fn spawn_waiter() {
-    let spawned = std::thread::Builder::new().name("signals".into()).spawn(|| {
-        let set = handled_set();
-        loop {
-            let mut sig: libc::c_int = 0;
-            // SAFETY: set is a valid sigset_t and sig a valid out pointer.
-            if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
-                continue;
-            }
-            match sig {
-                libc::SIGCHLD => reap(),
-                libc::SIGTERM | libc::SIGPWR => {
-                    info!("signal {sig}: power off");
-                    power::shutdown(Action::PowerOff);
+    let spawned = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(|| {
+            let set = handled_set();
+            loop {
+                let mut sig: libc::c_int = 0;
+                // SAFETY: set is a valid sigset_t and sig a valid out pointer.
+                if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+                    continue;
                 }
-                libc::SIGINT => {
-                    info!("SIGINT (ctrl-alt-del): reboot");
-                    power::shutdown(Action::Reboot);
+                match sig {
+                    libc::SIGCHLD => reap(),
+                    libc::SIGTERM | libc::SIGPWR => {
+                        info!("signal {sig}: power off");
+                        power::shutdown(Action::PowerOff);
+                    }
+                    libc::SIGINT => {
+                        info!("SIGINT (ctrl-alt-del): reboot");
+                        power::shutdown(Action::Reboot);
+                    }
+                    _ => info!("signal {sig} ignored"),
                 }
-                _ => info!("signal {sig} ignored"),
             }
-        }
-    });
+        });
     if let Err(err) = spawned {
         warn!("cannot start the signal thread: {err}");
     }

@@ -27,7 +27,9 @@ static STATE: Mutex<Option<State>> = Mutex::new(None);
 
 /// Locks the shared state (created empty on first use; a poisoned lock is still usable).
 pub fn lock() -> StateGuard {
-    let mut guard = STATE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut guard = STATE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if guard.is_none() {
         *guard = Some(State::default());
     }

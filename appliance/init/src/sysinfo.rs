@@ -23,7 +23,11 @@ pub fn parse_meminfo(text: &str, field: &str) -> Option<u64> {
         }
         let mut parts = rest.split_whitespace();
         let value: u64 = parts.next()?.parse().ok()?;
-        Some(if parts.next() == Some("kB") { value * 1024 } else { value })
+        Some(if parts.next() == Some("kB") {
+            value * 1024
+        } else {
+            value
+        })
     })
 }
 
@@ -61,7 +65,8 @@ mod tests {
 
     #[test]
     fn meminfo_fields() {
-        let text = "MemTotal:        2000 kB\nHugePages_Total:      32\nHugepagesize:       2048 kB\n";
+        let text =
+            "MemTotal:        2000 kB\nHugePages_Total:      32\nHugepagesize:       2048 kB\n";
         assert_eq!(parse_meminfo(text, "MemTotal"), Some(2_048_000));
         assert_eq!(parse_meminfo(text, "HugePages_Total"), Some(32));
         assert_eq!(parse_meminfo(text, "Missing"), None);

@@ -54,7 +54,10 @@ fn help() -> String {
          ringstore init                                    run as PID 1 of the appliance\n  \
          ringstore --version\n  ringstore help\n\nserve flags (also TOML keys and ringstore.KEY=VALUE on the kernel command line):\n"
     );
-    text.push_str(&format!("  --{:<16} {}\n", "config FILE", "TOML file read first; flags override it"));
+    text.push_str(&format!(
+        "  --{:<16} {}\n",
+        "config FILE", "TOML file read first; flags override it"
+    ));
     for key in KEYS.iter().filter(|k| !k.hidden) {
         text.push_str(&format!("  --{:<16} {}\n", key.name, key.help));
     }
@@ -88,12 +91,18 @@ fn serve(args: &[String]) -> ExitCode {
         Err(err) => {
             eprintln!("ringstore: {err}");
             // Errors caused by the values given (node, cores) are usage errors like bad flags.
-            let usage = matches!(err, RuntimeError::Numa(_) | RuntimeError::Cores { .. } | RuntimeError::DataRefused(_));
+            let usage = matches!(
+                err,
+                RuntimeError::Numa(_) | RuntimeError::Cores { .. } | RuntimeError::DataRefused(_)
+            );
             return ExitCode::from(if usage { 2 } else { 1 });
         }
     };
     let mut stdout = std::io::stdout().lock();
-    if writeln!(stdout, "{}", server.ready_line()).and_then(|()| stdout.flush()).is_err() {
+    if writeln!(stdout, "{}", server.ready_line())
+        .and_then(|()| stdout.flush())
+        .is_err()
+    {
         eprintln!("ringstore: cannot write the ready line to stdout");
     }
     drop(stdout);

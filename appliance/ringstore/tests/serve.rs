@@ -28,13 +28,25 @@ fn serve_with_fd_limit(extra: &[&str], nofile: Option<u32>) -> Serving {
     let mut command = match nofile {
         Some(limit) => {
             let mut c = Command::new("sh");
-            c.arg("-c").arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\"")).arg(env!("CARGO_BIN_EXE_ringstore"));
+            c.arg("-c")
+                .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
+                .arg(env!("CARGO_BIN_EXE_ringstore"));
             c
         }
         None => Command::new(env!("CARGO_BIN_EXE_ringstore")),
     };
     let mut child = command
-        .args(["serve", "--memcache", "127.0.0.1:0", "--http", "127.0.0.1:0", "--memory", "16MiB", "--cores", "1"])
+        .args([
+            "serve",
+            "--memcache",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--memory",
+            "16MiB",
+            "--cores",
+            "1",
+        ])
         .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -48,14 +60,28 @@ fn serve_with_fd_limit(extra: &[&str], nofile: Option<u32>) -> Serving {
         let _ = BufReader::new(stdout).read_line(&mut line);
         let _ = tx.send(line);
     });
-    let line = rx.recv_timeout(Duration::from_secs(10)).expect("ready line within 10 s");
+    let line = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("ready line within 10 s");
     let line = line.trim_end();
     let parts: Vec<&str> = line.split(' ').collect();
     assert_eq!(parts.len(), 3, "{line:?}");
     assert_eq!(parts[0], "ready");
-    let memcache = parts[1].strip_prefix("memcache=").expect("memcache=").parse().unwrap();
-    let http = parts[2].strip_prefix("http=").expect("http=").parse().unwrap();
-    Serving { child, memcache, http }
+    let memcache = parts[1]
+        .strip_prefix("memcache=")
+        .expect("memcache=")
+        .parse()
+        .unwrap();
+    let http = parts[2]
+        .strip_prefix("http=")
+        .expect("http=")
+        .parse()
+        .unwrap();
+    Serving {
+        child,
+        memcache,
+        http,
+    }
 }
 
 fn connect(addr: SocketAddr) -> TcpStream {
@@ -69,7 +95,11 @@ fn read_until(stream: &mut TcpStream, end: &[u8]) -> Vec<u8> {
     let mut buf = [0u8; 4096];
     while !got.ends_with(end) {
         let n = stream.read(&mut buf).expect("reply");
-        assert!(n > 0, "closed early after {:?}", String::from_utf8_lossy(&got));
+        assert!(
+            n > 0,
+            "closed early after {:?}",
+            String::from_utf8_lossy(&got)
+        );
         got.extend_from_slice(&buf[..n]);
     }
     got
@@ -109,22 +139,34 @@ fn memcache_and_http_then_sigterm_exits_zero() {
     mc.write_all(b"set greeting 7 0 5\r\nhello\r\n").unwrap();
     assert_eq!(read_until(&mut mc, b"\r\n"), b"STORED\r\n");
     mc.write_all(b"get greeting\r\n").unwrap();
-    assert_eq!(read_until(&mut mc, b"END\r\n"), b"VALUE greeting 7 5\r\nhello\r\nEND\r\n");
+    assert_eq!(
+        read_until(&mut mc, b"END\r\n"),
+        b"VALUE greeting 7 5\r\nhello\r\nEND\r\n"
+    );
 
     let mut http = connect(s.http);
-    http.write_all(b"PUT /object HTTP/1.1\r\nHost: t\r\nContent-Length: 6\r\n\r\nbody!\n").unwrap();
+    http.write_all(b"PUT /object HTTP/1.1\r\nHost: t\r\nContent-Length: 6\r\n\r\nbody!\n")
+        .unwrap();
     let put = String::from_utf8(read_until(&mut http, b"\r\n\r\n")).unwrap();
     assert!(put.starts_with("HTTP/1.1 2"), "{put}");
-    http.write_all(b"GET /object HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    http.write_all(b"GET /object HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
     let get = String::from_utf8(read_until(&mut http, b"body!\n")).unwrap();
     assert!(get.starts_with("HTTP/1.1 200"), "{get}");
-    http.write_all(b"GET /greeting HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    http.write_all(b"GET /greeting HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
     let shared = String::from_utf8(read_until(&mut http, b"hello")).unwrap();
-    assert!(shared.starts_with("HTTP/1.1 200"), "one keyspace behind both protocols: {shared}");
+    assert!(
+        shared.starts_with("HTTP/1.1 200"),
+        "one keyspace behind both protocols: {shared}"
+    );
 
     signal(&s.child, libc::SIGTERM);
     assert_eq!(wait_exit(&mut s.child), 0);
-    assert!(read_to_close(&mut mc).is_empty(), "idle connections are closed at stop");
+    assert!(
+        read_to_close(&mut mc).is_empty(),
+        "idle connections are closed at stop"
+    );
 }
 
 #[test]
@@ -144,11 +186,19 @@ fn max_conns_refuses_cleanly() {
     b.write_all(b"version\r\n").unwrap();
     assert!(read_until(&mut b, b"\r\n").starts_with(b"VERSION "));
     let mut refused = connect(s.memcache);
-    assert_eq!(read_to_close(&mut refused), b"ERROR Too many open connections\r\n");
+    assert_eq!(
+        read_to_close(&mut refused),
+        b"ERROR Too many open connections\r\n"
+    );
     let mut refused = connect(s.http);
-    refused.write_all(b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    refused
+        .write_all(b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
     let reply = String::from_utf8(read_to_close(&mut refused)).unwrap();
-    assert!(reply.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{reply}");
+    assert!(
+        reply.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+        "{reply}"
+    );
     a.write_all(b"stats\r\n").unwrap();
     let stats = String::from_utf8(read_until(&mut a, b"END\r\n")).unwrap();
     assert!(stats.contains("STAT rejected_connections 2\r\n"), "{stats}");
@@ -163,7 +213,11 @@ fn idle_and_slow_clients_are_closed() {
     read_until(&mut idle, b"\r\n");
     let started = Instant::now();
     assert!(read_to_close(&mut idle).is_empty());
-    assert!(started.elapsed() < Duration::from_secs(4), "idle close took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "idle close took {:?}",
+        started.elapsed()
+    );
 
     let mut slow = connect(s.memcache);
     let started = Instant::now();
@@ -177,25 +231,41 @@ fn idle_and_slow_clients_are_closed() {
         slow.set_nonblocking(true).unwrap();
         let r = slow.read(&mut [0u8; 64]);
         slow.set_nonblocking(false).unwrap();
-        if matches!(r, Ok(0)) || matches!(&r, Err(e) if e.kind() != std::io::ErrorKind::WouldBlock) {
+        if matches!(r, Ok(0)) || matches!(&r, Err(e) if e.kind() != std::io::ErrorKind::WouldBlock)
+        {
             closed = true;
             break;
         }
     }
     assert!(closed, "a client trickling a request is closed");
-    assert!(started.elapsed() < Duration::from_secs(4), "slow close took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "slow close took {:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
 fn bad_flag_is_one_line_and_exit_two() {
-    for args in [&["serve", "--memory", "abc"][..], &["serve", "--bogus", "1"], &["serve", "--cores", "999"], &["frobnicate"]] {
-        let out = Command::new(env!("CARGO_BIN_EXE_ringstore")).args(args).output().unwrap();
+    for args in [
+        &["serve", "--memory", "abc"][..],
+        &["serve", "--bogus", "1"],
+        &["serve", "--cores", "999"],
+        &["frobnicate"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ringstore"))
+            .args(args)
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let stderr = String::from_utf8(out.stderr).unwrap();
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(out.stdout.is_empty());
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_ringstore")).args(["serve", "--memory", "abc"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ringstore"))
+        .args(["serve", "--memory", "abc"])
+        .output()
+        .unwrap();
     assert_eq!(
         String::from_utf8(out.stderr).unwrap(),
         "ringstore: invalid value \"abc\" for memory: expected a size like 64MiB or 4GiB (at least 1MiB)\n"
@@ -204,12 +274,22 @@ fn bad_flag_is_one_line_and_exit_two() {
 
 #[test]
 fn version_and_help() {
-    let out = Command::new(env!("CARGO_BIN_EXE_ringstore")).arg("--version").output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ringstore"))
+        .arg("--version")
+        .output()
+        .unwrap();
     assert!(out.status.success());
-    assert!(String::from_utf8(out.stdout).unwrap().starts_with("ringstore "));
-    let out = Command::new(env!("CARGO_BIN_EXE_ringstore")).arg("help").output().unwrap();
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .starts_with("ringstore "));
+    let out = Command::new(env!("CARGO_BIN_EXE_ringstore"))
+        .arg("help")
+        .output()
+        .unwrap();
     assert!(out.status.success());
-    assert!(String::from_utf8(out.stdout).unwrap().contains("--max-conns"));
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .contains("--max-conns"));
 }
 
 /// CPU time (user + system, clock ticks) the process has used.
@@ -223,14 +303,21 @@ fn cpu_ticks(pid: u32) -> u64 {
 #[test]
 fn running_out_of_descriptors_backs_off_and_recovers() {
     let s = serve_with_fd_limit(&[], Some(48));
-    let mut conns: Vec<TcpStream> = (0..60).map(|_| TcpStream::connect(s.memcache).unwrap()).collect();
+    let mut conns: Vec<TcpStream> = (0..60)
+        .map(|_| TcpStream::connect(s.memcache).unwrap())
+        .collect();
     std::thread::sleep(Duration::from_millis(300));
     let before = cpu_ticks(s.child.id());
     std::thread::sleep(Duration::from_secs(1));
     let spent = cpu_ticks(s.child.id()) - before;
-    assert!(spent < 30, "the server must not spin on EMFILE ({spent} ticks in 1 s)");
+    assert!(
+        spent < 30,
+        "the server must not spin on EMFILE ({spent} ticks in 1 s)"
+    );
     // The first connections were accepted and are served.
-    conns[0].set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    conns[0]
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     conns[0].write_all(b"version\r\n").unwrap();
     assert!(read_until(&mut conns[0], b"\r\n").starts_with(b"VERSION "));
     // Once descriptors are free again, the connections waiting in the backlog are served.

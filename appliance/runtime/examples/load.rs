@@ -27,7 +27,16 @@ struct Args {
 }
 
 fn parse_args() -> Args {
-    let mut a = Args { addr: "127.0.0.1:11211".parse().unwrap(), mode: "long".into(), conns: 4, threads: 1, secs: 5, keys: 1000, value_size: 32, set_every: 11 };
+    let mut a = Args {
+        addr: "127.0.0.1:11211".parse().unwrap(),
+        mode: "long".into(),
+        conns: 4,
+        threads: 1,
+        secs: 5,
+        keys: 1000,
+        value_size: 32,
+        set_every: 11,
+    };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     for pair in argv.chunks(2) {
         let value = pair.get(1).cloned().unwrap_or_default();
@@ -73,7 +82,9 @@ fn preload(a: &Args) {
 }
 
 fn long_thread(a: Arc<Args>, conns: usize, seed: usize, stop: Arc<AtomicBool>) -> Vec<u64> {
-    let mut streams: Vec<TcpStream> = (0..conns).map(|_| TcpStream::connect(a.addr).expect("connect")).collect();
+    let mut streams: Vec<TcpStream> = (0..conns)
+        .map(|_| TcpStream::connect(a.addr).expect("connect"))
+        .collect();
     for s in &streams {
         s.set_nodelay(true).unwrap();
     }
@@ -84,7 +95,9 @@ fn long_thread(a: Arc<Args>, conns: usize, seed: usize, stop: Arc<AtomicBool>) -
     let mut kinds = vec![false; conns];
     while !stop.load(Ordering::Relaxed) {
         for (i, s) in streams.iter_mut().enumerate() {
-            n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            n = n
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let key = (n >> 33) % a.keys;
             let roll = (n >> 20) % a.set_every;
             let set = roll == 0;
@@ -95,7 +108,8 @@ fn long_thread(a: Arc<Args>, conns: usize, seed: usize, stop: Arc<AtomicBool>) -
                 req.extend_from_slice(b"\r\n");
                 s.write_all(&req).unwrap();
             } else {
-                s.write_all(format!("get key:{key}\r\n").as_bytes()).unwrap();
+                s.write_all(format!("get key:{key}\r\n").as_bytes())
+                    .unwrap();
             }
         }
         for (i, s) in streams.iter_mut().enumerate() {
@@ -114,11 +128,16 @@ fn short_thread(a: Arc<Args>, seed: usize, stop: Arc<AtomicBool>) -> Vec<u64> {
     let mut buf = Vec::with_capacity(4096);
     let mut n = seed;
     while !stop.load(Ordering::Relaxed) {
-        n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        n = n
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let key = (n >> 33) % a.keys;
-        let Ok(mut s) = TcpStream::connect(a.addr) else { continue };
+        let Ok(mut s) = TcpStream::connect(a.addr) else {
+            continue;
+        };
         s.set_nodelay(true).unwrap();
-        s.write_all(format!("get key:{key}\r\n").as_bytes()).unwrap();
+        s.write_all(format!("get key:{key}\r\n").as_bytes())
+            .unwrap();
         if read_reply(&mut s, &mut buf, b"END\r\n") {
             count += 1;
         }
@@ -135,17 +154,39 @@ fn main() {
         .map(|t| {
             let (a, stop) = (a.clone(), stop.clone());
             let share = a.conns / a.threads + usize::from(t < a.conns % a.threads);
-            std::thread::spawn(move || if a.mode == "short" { short_thread(a, t + 1, stop) } else { long_thread(a, share, t + 1, stop) })
+            std::thread::spawn(move || {
+                if a.mode == "short" {
+                    short_thread(a, t + 1, stop)
+                } else {
+                    long_thread(a, share, t + 1, stop)
+                }
+            })
         })
         .collect();
     std::thread::sleep(Duration::from_secs(a.secs));
     stop.store(true, Ordering::Relaxed);
-    let counts: Vec<u64> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let counts: Vec<u64> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
     let elapsed = started.elapsed().as_secs_f64();
     let total: u64 = counts.iter().sum();
-    let (min, max) = (counts.iter().min().copied().unwrap_or(0), counts.iter().max().copied().unwrap_or(0));
+    let (min, max) = (
+        counts.iter().min().copied().unwrap_or(0),
+        counts.iter().max().copied().unwrap_or(0),
+    );
     println!(
         "mode={} conns={} threads={} ops={} ops_per_sec={:.0} per_conn_min={} per_conn_max={}",
-        a.mode, if a.mode == "short" { a.threads } else { a.conns }, a.threads, total, total as f64 / elapsed, min, max
+        a.mode,
+        if a.mode == "short" {
+            a.threads
+        } else {
+            a.conns
+        },
+        a.threads,
+        total,
+        total as f64 / elapsed,
+        min,
+        max
     );
 }

@@ -21,14 +21,31 @@ fn key(n: u64) -> Vec<u8> {
 fn op(store: &Store, n: u64) {
     let k = key(n >> 7);
     if (n >> 3) % 11 == 1 {
-        let _ = store.update(&k, 1, |_| (Write::Put { value: b"0123456789abcdef0123456789abcdef", meta: NewMeta::default() }, ()));
+        let _ = store.update(&k, 1, |_| {
+            (
+                Write::Put {
+                    value: b"0123456789abcdef0123456789abcdef",
+                    meta: NewMeta::default(),
+                },
+                (),
+            )
+        });
     } else {
-        store.get(&k, 1, ReadOpts { mark_access: true, touch: None }, |item| item.map(|i| i.value.len()));
+        store.get(
+            &k,
+            1,
+            ReadOpts {
+                mark_access: true,
+                touch: None,
+            },
+            |item| item.map(|i| i.value.len()),
+        );
     }
 }
 
 fn next(n: u64) -> u64 {
-    n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407)
+    n.wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407)
 }
 
 fn pin(cpu: usize) {
@@ -111,21 +128,44 @@ fn forwarded(store: &Arc<Store>, secs: u64) -> f64 {
 }
 
 fn main() {
-    let secs: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(3);
+    let secs: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
     let store = Arc::new(
-        Store::new(StoreConfig { memory_bytes: 64 << 20, item_size_max: 1 << 20, shards: 1024, huge_pages: false }).unwrap(),
+        Store::new(StoreConfig {
+            memory_bytes: 64 << 20,
+            item_size_max: 1 << 20,
+            shards: 1024,
+            huge_pages: false,
+        })
+        .unwrap(),
     );
     for k in 0..KEYS {
-        let _ = store.update(&key(k), 1, |_| (Write::Put { value: b"0123456789abcdef0123456789abcdef", meta: NewMeta::default() }, ()));
+        let _ = store.update(&key(k), 1, |_| {
+            (
+                Write::Put {
+                    value: b"0123456789abcdef0123456789abcdef",
+                    meta: NewMeta::default(),
+                },
+                (),
+            )
+        });
     }
     let (one, one_cpu) = shared(&store, 1, secs);
     let (two, two_cpu) = shared(&store, 2, secs);
     let fwd = forwarded(&store, secs);
-    println!("shared store, 1 thread:  {one:.0} ops/s, {one_cpu:.0} ops per CPU-second ({:.0} ns/op)", 1e9 / one_cpu);
+    println!(
+        "shared store, 1 thread:  {one:.0} ops/s, {one_cpu:.0} ops per CPU-second ({:.0} ns/op)",
+        1e9 / one_cpu
+    );
     println!(
         "shared store, 2 threads: {two:.0} ops/s ({:.2}x), {two_cpu:.0} ops per CPU-second ({:.0} ns/op)",
         two / one,
         1e9 / two_cpu
     );
-    println!("forwarded to the other core, round trip per op: {fwd:.0} ops/s ({:.0} ns/op)", 1e9 / fwd);
+    println!(
+        "forwarded to the other core, round trip per op: {fwd:.0} ops/s ({:.0} ns/op)",
+        1e9 / fwd
+    );
 }

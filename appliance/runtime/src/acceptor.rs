@@ -56,7 +56,11 @@ impl<H: Handler> Acceptor<H> {
             if backoff_until.is_some_and(|t| now >= t) {
                 backoff_until = None;
             }
-            let timeout = if lingering.is_empty() && backoff_until.is_none() { 1000 } else { 50 };
+            let timeout = if lingering.is_empty() && backoff_until.is_none() {
+                1000
+            } else {
+                50
+            };
             let ready = if backoff_until.is_some() {
                 let r = crate::sys::poll_readable(&[self.stop_fd], timeout);
                 vec![false, r[0]]
@@ -86,9 +90,16 @@ impl<H: Handler> Acceptor<H> {
                     Ok(Some(fd)) => self.place(fd, &mut lingering),
                     Ok(None) => break,
                     Err(err) => {
-                        if matches!(err.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM)) {
+                        if matches!(
+                            err.raw_os_error(),
+                            Some(libc::EMFILE)
+                                | Some(libc::ENFILE)
+                                | Some(libc::ENOBUFS)
+                                | Some(libc::ENOMEM)
+                        ) {
                             backoff_until = Some(Instant::now() + FD_BACKOFF);
-                            if last_emfile_log.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                            if last_emfile_log.is_none_or(|t| t.elapsed() > Duration::from_secs(10))
+                            {
                                 eprintln!("ringstore: accept: {err}; pausing accepts briefly");
                                 last_emfile_log = Some(Instant::now());
                             }

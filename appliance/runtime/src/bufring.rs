@@ -17,12 +17,22 @@ impl Mapping {
     fn new(len: usize) -> io::Result<Mapping> {
         // SAFETY: anonymous private mapping of `len` bytes; no file, no fixed address.
         let ptr = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Mapping { ptr: ptr.cast(), len })
+        Ok(Mapping {
+            ptr: ptr.cast(),
+            len,
+        })
     }
 }
 
@@ -51,13 +61,27 @@ impl BufRing {
     /// Maps `entries` (a power of two) buffers of `buf_size` bytes and registers them with `ring`.
     pub(crate) fn register(ring: &IoUring, entries: u16, buf_size: usize) -> io::Result<BufRing> {
         assert!(entries.is_power_of_two());
-        let ring_bytes = (entries as usize * std::mem::size_of::<BufRingEntry>()).next_multiple_of(4096);
+        let ring_bytes =
+            (entries as usize * std::mem::size_of::<BufRingEntry>()).next_multiple_of(4096);
         let ring_map = Mapping::new(ring_bytes)?;
         let buffers = Mapping::new(entries as usize * buf_size)?;
         // SAFETY: the ring mapping is page aligned, holds `entries` entries and lives as long as
         // this BufRing; the owner drops the io_uring (or unregisters) before dropping this.
-        unsafe { ring.submitter().register_buf_ring_with_flags(ring_map.ptr as u64, entries, Self::GROUP, 0)? };
-        let mut pool = BufRing { ring: ring_map, buffers, entries, buf_size, tail: 0 };
+        unsafe {
+            ring.submitter().register_buf_ring_with_flags(
+                ring_map.ptr as u64,
+                entries,
+                Self::GROUP,
+                0,
+            )?
+        };
+        let mut pool = BufRing {
+            ring: ring_map,
+            buffers,
+            entries,
+            buf_size,
+            tail: 0,
+        };
         for bid in 0..entries {
             pool.push(bid);
         }
@@ -70,7 +94,9 @@ impl BufRing {
         assert!(bid < self.entries && len <= self.buf_size);
         // SAFETY: bid < entries so the range lies inside `buffers`; the kernel handed this buffer
         // to us (CQE with F_BUFFER) and will not write it until we push it back.
-        unsafe { std::slice::from_raw_parts(self.buffers.ptr.add(bid as usize * self.buf_size), len) }
+        unsafe {
+            std::slice::from_raw_parts(self.buffers.ptr.add(bid as usize * self.buf_size), len)
+        }
     }
 
     fn push(&mut self, bid: u16) {
@@ -87,7 +113,9 @@ impl BufRing {
 
     fn publish(&self) {
         // SAFETY: the ring base is valid; the tail field is a u16 the kernel reads atomically.
-        let tail = unsafe { &*(BufRingEntry::tail(self.ring.ptr as *const BufRingEntry) as *const AtomicU16) };
+        let tail = unsafe {
+            &*(BufRingEntry::tail(self.ring.ptr as *const BufRingEntry) as *const AtomicU16)
+        };
         tail.store(self.tail, Ordering::Release);
     }
 

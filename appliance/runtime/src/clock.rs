@@ -13,8 +13,13 @@ pub(crate) struct Clock {
 
 impl Clock {
     pub(crate) fn start() -> Clock {
-        let unix_start = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        Clock { start: Instant::now(), unix_start }
+        let unix_start = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Clock {
+            start: Instant::now(),
+            unix_start,
+        }
     }
 
     pub(crate) fn unix_start(&self) -> u64 {
@@ -25,7 +30,11 @@ impl Clock {
     pub(crate) fn now(&self) -> Now {
         let elapsed = self.start.elapsed();
         let secs = elapsed.as_secs();
-        Now { store: secs.min(u32::MAX as u64) as u32, unix: self.unix_start + secs, mono_ms: elapsed.as_millis() as u64 }
+        Now {
+            store: secs.min(u32::MAX as u64) as u32,
+            unix: self.unix_start + secs,
+            mono_ms: elapsed.as_millis() as u64,
+        }
     }
 }
 

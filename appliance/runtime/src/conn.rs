@@ -44,7 +44,13 @@ pub(crate) struct Conn<S> {
 }
 
 impl<S> Conn<S> {
-    pub(crate) fn new(fd: OwnedFd, protocol: Protocol, session: S, now_ms: u64, own_buf: Option<Box<[u8]>>) -> Conn<S> {
+    pub(crate) fn new(
+        fd: OwnedFd,
+        protocol: Protocol,
+        session: S,
+        now_ms: u64,
+        own_buf: Option<Box<[u8]>>,
+    ) -> Conn<S> {
         Conn {
             fd,
             session,
@@ -95,7 +101,12 @@ pub(crate) struct Slab<S> {
 
 impl<S> Slab<S> {
     pub(crate) fn new() -> Slab<S> {
-        Slab { slots: Vec::new(), generations: Vec::new(), free: Vec::new(), live: 0 }
+        Slab {
+            slots: Vec::new(),
+            generations: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+        }
     }
 
     pub(crate) fn live(&self) -> usize {
@@ -154,7 +165,13 @@ mod tests {
     use super::*;
 
     fn conn() -> Conn<()> {
-        Conn::new(crate::sys::eventfd().unwrap(), Protocol::Memcache, (), 0, None)
+        Conn::new(
+            crate::sys::eventfd().unwrap(),
+            Protocol::Memcache,
+            (),
+            0,
+            None,
+        )
     }
 
     #[test]
@@ -167,7 +184,10 @@ mod tests {
         let (slot2, gen2) = slab.insert(conn());
         assert_eq!(slot2, slot, "slot reused");
         assert_ne!(gen2, gen);
-        assert!(slab.get_mut(slot, gen).is_none(), "old completion does not reach the new connection");
+        assert!(
+            slab.get_mut(slot, gen).is_none(),
+            "old completion does not reach the new connection"
+        );
         assert!(slab.get_mut(slot2, gen2).is_some());
     }
 
@@ -178,13 +198,22 @@ mod tests {
         c.sent = c.out.len();
         c.output_flushed();
         assert!(c.out.is_empty() && c.sent == 0);
-        assert!(c.out.capacity() >= 1 << 20, "a buffer that was just used whole is kept");
+        assert!(
+            c.out.capacity() >= 1 << 20,
+            "a buffer that was just used whole is kept"
+        );
         for round in 0..SMALL_FLUSHES_BEFORE_SHRINK {
-            assert!(c.out.capacity() >= 1 << 20, "shrunk too early, after {round} small flushes");
+            assert!(
+                c.out.capacity() >= 1 << 20,
+                "shrunk too early, after {round} small flushes"
+            );
             c.out.extend_from_slice(b"END\r\n");
             c.output_flushed();
         }
-        assert!(c.out.capacity() <= 4 * OUT_KEEP, "small bursts give the memory back");
+        assert!(
+            c.out.capacity() <= 4 * OUT_KEEP,
+            "small bursts give the memory back"
+        );
     }
 
     #[test]

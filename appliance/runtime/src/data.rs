@@ -23,31 +23,58 @@ fn segment_size(len: u64, regions: u32, item_size_max: usize) -> u64 {
 }
 
 /// Opens (formats or recovers) the device; fewer regions than CPUs caps the workers.
-pub(crate) fn open(path: &Path, config: &Config, cpus: &mut Vec<usize>) -> Result<Durable<FileDevice>, RuntimeError> {
+pub(crate) fn open(
+    path: &Path,
+    config: &Config,
+    cpus: &mut Vec<usize>,
+) -> Result<Durable<FileDevice>, RuntimeError> {
     let shown = path.display();
-    let dev = FileDevice::open(path).map_err(|e| RuntimeError::DataRefused(format!("cannot open data device {shown}: {e}")))?;
+    let dev = FileDevice::open(path)
+        .map_err(|e| RuntimeError::DataRefused(format!("cannot open data device {shown}: {e}")))?;
     let regions = cpus.len() as u32;
     let opts = Options {
         regions,
-        segment_size: segment_size(ringstore_durable::BlockDevice::len(&dev), regions, config.item_size_max),
+        segment_size: segment_size(
+            ringstore_durable::BlockDevice::len(&dev),
+            regions,
+            config.item_size_max,
+        ),
         block_size: 4096,
         checkpoint_len: 0,
         force: config.data_format == DataFormat::Force,
-        limits: Limits { max_pending_writes: MAX_PENDING_WRITES, ..Limits::default() },
+        limits: Limits {
+            max_pending_writes: MAX_PENDING_WRITES,
+            ..Limits::default()
+        },
     };
     let (mut durable, report) = Durable::open(dev, &opts).map_err(|e| match e {
-        DurableError::ForeignSignature(_) | DurableError::NotBlank | DurableError::Version { .. } | DurableError::CorruptSuperblock(_) | DurableError::TooSmall { .. } => {
-            RuntimeError::DataRefused(format!("data device {shown}: {}", e.to_string().replace("use force", "use --data-format=force")))
-        }
+        DurableError::ForeignSignature(_)
+        | DurableError::NotBlank
+        | DurableError::Version { .. }
+        | DurableError::CorruptSuperblock(_)
+        | DurableError::TooSmall { .. } => RuntimeError::DataRefused(format!(
+            "data device {shown}: {}",
+            e.to_string()
+                .replace("use force", "use --data-format=force")
+        )),
         other => RuntimeError::Data(format!("data device {shown}: {other}")),
     })?;
     let g = durable.superblock().geometry;
     if (g.regions as usize) < cpus.len() {
-        eprintln!("ringstore: data device {shown} has {} regions: running {} workers instead of {}", g.regions, g.regions, cpus.len());
+        eprintln!(
+            "ringstore: data device {shown} has {} regions: running {} workers instead of {}",
+            g.regions,
+            g.regions,
+            cpus.len()
+        );
         cpus.truncate(g.regions as usize);
     }
-    let now_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let compactions = durable.maintain(now_unix).map_err(|e| RuntimeError::Data(format!("data device {shown}: compaction at start: {e}")))?;
+    let now_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let compactions = durable.maintain(now_unix).map_err(|e| {
+        RuntimeError::Data(format!("data device {shown}: compaction at start: {e}"))
+    })?;
     let how = if report.formatted {
         "formatted"
     } else if report.from_checkpoint {
@@ -70,22 +97,43 @@ pub(crate) fn open(path: &Path, config: &Config, cpus: &mut Vec<usize>) -> Resul
 /// Loads the device's live values into RAM (as many as fit; the rest are read through on
 /// demand), raises the CAS counter above every recovered value, and attaches the journal and
 /// the read-through to the store.
-pub(crate) fn attach(durable: Durable<FileDevice>, store: &Store, clock: Clock) -> Arc<Serving<FileDevice>> {
+pub(crate) fn attach(
+    durable: Durable<FileDevice>,
+    store: &Store,
+    clock: Clock,
+) -> Arc<Serving<FileDevice>> {
     let started = Instant::now();
     let serving = Arc::new(Serving::new(durable));
     let now = clock.now();
     let unix_start = clock.unix_start();
     let mut refused = 0usize;
     let (delivered, bad) = serving.for_each_value(now.unix, |key, item| {
-        let exptime = if item.exptime == 0 { 0 } else { item.exptime.saturating_sub(unix_start).clamp(1, u64::from(u32::MAX)) as u32 };
-        let fetched = Fetched { value: item.value, flags: item.flags, exptime, cas: item.cas };
+        let exptime = if item.exptime == 0 {
+            0
+        } else {
+            item.exptime
+                .saturating_sub(unix_start)
+                .clamp(1, u64::from(u32::MAX)) as u32
+        };
+        let fetched = Fetched {
+            value: item.value,
+            flags: item.flags,
+            exptime,
+            cas: item.cas,
+        };
         if store.load(key, &fetched, now.store).is_err() {
             refused += 1;
         }
     });
     store.raise_cas_floor(serving.max_cas());
-    store.attach_backfill(Arc::new(DeviceBackfill { serving: serving.clone(), unix_start }));
-    store.attach_journal(Arc::new(ThreadJournal { serving: serving.clone(), unix_start }));
+    store.attach_backfill(Arc::new(DeviceBackfill {
+        serving: serving.clone(),
+        unix_start,
+    }));
+    store.attach_journal(Arc::new(ThreadJournal {
+        serving: serving.clone(),
+        unix_start,
+    }));
     let st = store.stats();
     eprintln!(
         "ringstore: data device: loaded {delivered} objects into RAM in {} ms ({} resident, {refused} refused, {bad} unreadable); misses read through",

@@ -46,8 +46,18 @@ struct FaultHook {
 fn fault_hook() -> &'static FaultHook {
     static HOOK: OnceLock<FaultHook> = OnceLock::new();
     HOOK.get_or_init(|| {
-        let n = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u64>().ok()).filter(|&n| n > 0);
-        FaultHook { write: n("RINGSTORE_TEST_FAIL_DATA_WRITE"), flush: n("RINGSTORE_TEST_FAIL_DATA_FLUSH"), writes: AtomicU64::new(0), flushes: AtomicU64::new(0) }
+        let n = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .filter(|&n| n > 0)
+        };
+        FaultHook {
+            write: n("RINGSTORE_TEST_FAIL_DATA_WRITE"),
+            flush: n("RINGSTORE_TEST_FAIL_DATA_FLUSH"),
+            writes: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+        }
     })
 }
 
@@ -116,39 +126,73 @@ fn to_unix(unix_start: u64, t: Time) -> u64 {
 impl Journal for ThreadJournal {
     fn record(&self, m: Mutation<'_>) -> Result<(), StoreError> {
         let change = match m {
-            Mutation::Put { key, value, flags, exptime, cas } => {
-                Change::Put { key, value, flags, exptime: to_unix(self.unix_start, exptime), cas }
-            }
+            Mutation::Put {
+                key,
+                value,
+                flags,
+                exptime,
+                cas,
+            } => Change::Put {
+                key,
+                value,
+                flags,
+                exptime: to_unix(self.unix_start, exptime),
+                cas,
+            },
             Mutation::Delete { key } => Change::Delete { key },
-            Mutation::FlushAll { at } => Change::FlushAll { at: self.unix_start + u64::from(at) },
+            Mutation::FlushAll { at } => Change::FlushAll {
+                at: self.unix_start + u64::from(at),
+            },
         };
         LOG.with(|cell| {
             // No log on this thread (not a worker, e.g. the UDP thread): refuse rather than lie.
-            let Ok(mut guard) = cell.try_borrow_mut() else { return Err(StoreError::OutOfMemory) };
-            let Some(w) = guard.as_mut() else { return Err(StoreError::OutOfMemory) };
+            let Ok(mut guard) = cell.try_borrow_mut() else {
+                return Err(StoreError::OutOfMemory);
+            };
+            let Some(w) = guard.as_mut() else {
+                return Err(StoreError::OutOfMemory);
+            };
             let token = w.staged + 1;
-            let seq = self.serving.stage(&mut w.log, change, token).map_err(|_| StoreError::OutOfMemory)?;
+            let seq = self
+                .serving
+                .stage(&mut w.log, change, token)
+                .map_err(|_| StoreError::OutOfMemory)?;
             w.staged = token;
             if w.recs.is_empty() {
                 // Still under the key's shard lock: compaction elsewhere sees this write as pending.
                 self.serving.set_pending_floor(w.log.region() as usize, seq);
             }
-            w.recs.push_back(Rec { conn: w.current, span: None, seq, state: 0 });
+            w.recs.push_back(Rec {
+                conn: w.current,
+                span: None,
+                seq,
+                state: 0,
+            });
             w.call_max = token;
             Ok(())
         })
     }
 
     fn staged(&self) -> u64 {
-        LOG.with(|cell| cell.try_borrow().ok().and_then(|g| g.as_ref().map(|w| w.staged)).unwrap_or(0))
+        LOG.with(|cell| {
+            cell.try_borrow()
+                .ok()
+                .and_then(|g| g.as_ref().map(|w| w.staged))
+                .unwrap_or(0)
+        })
     }
 
     fn reply_span(&self, since: u64, start: usize, end: usize) {
         LOG.with(|cell| {
-            let Ok(mut guard) = cell.try_borrow_mut() else { return };
+            let Ok(mut guard) = cell.try_borrow_mut() else {
+                return;
+            };
             let Some(w) = guard.as_mut() else { return };
             for token in since + 1..=w.staged {
-                if let Some(rec) = token.checked_sub(w.front_token).and_then(|i| w.recs.get_mut(i as usize)) {
+                if let Some(rec) = token
+                    .checked_sub(w.front_token)
+                    .and_then(|i| w.recs.get_mut(i as usize))
+                {
                     rec.span = Some((start, end));
                 }
             }
@@ -169,7 +213,13 @@ impl Backfill for DeviceBackfill {
             Ok(Some(item)) => Some(Fetched {
                 value: item.value,
                 flags: item.flags,
-                exptime: if item.exptime == 0 { 0 } else { item.exptime.saturating_sub(self.unix_start).clamp(1, u64::from(u32::MAX)) as Time },
+                exptime: if item.exptime == 0 {
+                    0
+                } else {
+                    item.exptime
+                        .saturating_sub(self.unix_start)
+                        .clamp(1, u64::from(u32::MAX)) as Time
+                },
                 cas: item.cas,
             }),
             Ok(None) => None,
@@ -215,11 +265,28 @@ impl DiskWorker {
     pub(crate) fn install(serving: Arc<Serving<FileDevice>>, region: usize) -> Option<DiskWorker> {
         let log = serving.take_log(region)?;
         LOG.with(|cell| {
-            *cell.borrow_mut() = Some(WorkerLog { log, staged: 0, recs: VecDeque::new(), front_token: 1, current: None, call_max: 0 })
+            *cell.borrow_mut() = Some(WorkerLog {
+                log,
+                staged: 0,
+                recs: VecDeque::new(),
+                front_token: 1,
+                current: None,
+                call_max: 0,
+            })
         });
         let fd = serving.device().as_raw_fd();
         let compactor = Compactor::new(serving.superblock().geometry.block_size);
-        Some(DiskWorker { serving, fd, region, inflight: HashMap::new(), flushing: 0, waiting: VecDeque::new(), compactor, erasing: None, next_erase: 1 })
+        Some(DiskWorker {
+            serving,
+            fd,
+            region,
+            inflight: HashMap::new(),
+            flushing: 0,
+            waiting: VecDeque::new(),
+            compactor,
+            erasing: None,
+            next_erase: 1,
+        })
     }
 
     /// Gives the log back (after it drained).
@@ -238,7 +305,10 @@ impl DiskWorker {
         }
         if let Some(w) = LOG.with(|cell| cell.borrow_mut().take()) {
             if !w.log.is_idle() {
-                eprintln!("ringstore: region {} stopped with writes in flight", self.region);
+                eprintln!(
+                    "ringstore: region {} stopped with writes in flight",
+                    self.region
+                );
             }
             self.serving.park_log(w.log);
         }
@@ -266,12 +336,22 @@ impl DiskWorker {
 
     /// True when nothing is staged or in flight (a compaction in progress included).
     pub(crate) fn is_idle(&self) -> bool {
-        self.compactor.is_idle() && self.erasing.is_none() && self.inflight.is_empty() && self.flushing == 0 && LOG.with(|cell| cell.borrow().as_ref().is_none_or(|w| w.log.is_idle()))
+        self.compactor.is_idle()
+            && self.erasing.is_none()
+            && self.inflight.is_empty()
+            && self.flushing == 0
+            && LOG.with(|cell| cell.borrow().as_ref().is_none_or(|w| w.log.is_idle()))
     }
 
     /// One bounded step of background compaction (before [`DiskWorker::pump`], so its copies
     /// join this iteration's batch). Returns true when the loop should not sleep.
-    pub(crate) fn compact_step(&mut self, sqes: &mut Vec<squeue::Entry>, now_unix: u64, now_ms: u64, may_start: bool) -> bool {
+    pub(crate) fn compact_step(
+        &mut self,
+        sqes: &mut Vec<squeue::Entry>,
+        now_unix: u64,
+        now_ms: u64,
+        may_start: bool,
+    ) -> bool {
         if self.erasing.is_some() {
             return false;
         }
@@ -279,7 +359,9 @@ impl DiskWorker {
         let compactor = &mut self.compactor;
         let step = LOG.with(|cell| {
             let mut guard = cell.borrow_mut();
-            let Some(w) = guard.as_mut() else { return Step::Idle };
+            let Some(w) = guard.as_mut() else {
+                return Step::Idle;
+            };
             compactor.step(serving, &mut w.log, now_unix, now_ms, may_start)
         });
         match step {
@@ -298,7 +380,12 @@ impl DiskWorker {
                         .flags(squeue::Flags::IO_LINK)
                         .user_data((id << 8) | OP_DISK_ERASE),
                 );
-                sqes.push(opcode::Fsync::new(types::Fd(self.fd)).flags(types::FsyncFlags::DATASYNC).build().user_data((id << 8) | OP_DISK_ERASE_FLUSH));
+                sqes.push(
+                    opcode::Fsync::new(types::Fd(self.fd))
+                        .flags(types::FsyncFlags::DATASYNC)
+                        .build()
+                        .user_data((id << 8) | OP_DISK_ERASE_FLUSH),
+                );
                 self.erasing = Some(None);
                 false
             }
@@ -334,17 +421,26 @@ impl DiskWorker {
             while let Some(action) = w.log.poll_action() {
                 match action {
                     Action::WriteBatch { id, offset, bytes } => {
-                        let entry = opcode::Write::new(types::Fd(self.fd), bytes.as_ptr(), bytes.len() as u32)
-                            .offset(offset)
-                            .build()
-                            .user_data((id << 8) | OP_DISK_WRITE);
+                        let entry = opcode::Write::new(
+                            types::Fd(self.fd),
+                            bytes.as_ptr(),
+                            bytes.len() as u32,
+                        )
+                        .offset(offset)
+                        .build()
+                        .user_data((id << 8) | OP_DISK_WRITE);
                         // The Vec's heap buffer does not move when the Vec is moved into the map.
                         self.inflight.insert(id, bytes);
                         sqes.push(entry);
                     }
                     Action::Flush { id } => {
                         self.flushing += 1;
-                        sqes.push(opcode::Fsync::new(types::Fd(self.fd)).flags(types::FsyncFlags::DATASYNC).build().user_data((id << 8) | OP_DISK_FLUSH));
+                        sqes.push(
+                            opcode::Fsync::new(types::Fd(self.fd))
+                                .flags(types::FsyncFlags::DATASYNC)
+                                .build()
+                                .user_data((id << 8) | OP_DISK_FLUSH),
+                        );
                     }
                 }
             }
@@ -362,28 +458,48 @@ impl DiskWorker {
             res >= 0
         };
         if !ok {
-            let what = if op == OP_DISK_WRITE { "write" } else { "fdatasync" };
-            let err = if res < 0 { std::io::Error::from_raw_os_error(-res).to_string() } else { format!("short write ({res} bytes)") };
+            let what = if op == OP_DISK_WRITE {
+                "write"
+            } else {
+                "fdatasync"
+            };
+            let err = if res < 0 {
+                std::io::Error::from_raw_os_error(-res).to_string()
+            } else {
+                format!("short write ({res} bytes)")
+            };
             eprintln!("ringstore: data device {what} failed in region {}: {err}; failing the affected requests", self.region);
         }
         let serving = &self.serving;
         let compactor = &mut self.compactor;
         LOG.with(|cell| {
             let mut guard = cell.borrow_mut();
-            let Some(w) = guard.as_mut() else { return Outcome::default() };
-            let done = if op == OP_DISK_WRITE { w.log.on_write_complete(id, ok) } else { w.log.on_flush_complete(id, ok) };
+            let Some(w) = guard.as_mut() else {
+                return Outcome::default();
+            };
+            let done = if op == OP_DISK_WRITE {
+                w.log.on_write_complete(id, ok)
+            } else {
+                w.log.on_flush_complete(id, ok)
+            };
             let mut out = Outcome::default();
             match done {
                 Ok(done) => {
                     let settled = serving.settle(done);
                     compactor.on_relocated(&settled.relocated);
                     for t in settled.acked {
-                        if let Some(rec) = t.checked_sub(w.front_token).and_then(|i| w.recs.get_mut(i as usize)) {
+                        if let Some(rec) = t
+                            .checked_sub(w.front_token)
+                            .and_then(|i| w.recs.get_mut(i as usize))
+                        {
                             rec.state = 1;
                         }
                     }
                     for (t, key, cas) in settled.failed {
-                        if let Some(rec) = t.checked_sub(w.front_token).and_then(|i| w.recs.get_mut(i as usize)) {
+                        if let Some(rec) = t
+                            .checked_sub(w.front_token)
+                            .and_then(|i| w.recs.get_mut(i as usize))
+                        {
                             rec.state = 2;
                         }
                         out.forget.push((key, cas));
@@ -401,7 +517,10 @@ impl DiskWorker {
                 }
             }
             out.settled_through = w.front_token - 1;
-            serving.set_pending_floor(w.log.region() as usize, w.recs.front().map_or(u64::MAX, |r| r.seq));
+            serving.set_pending_floor(
+                w.log.region() as usize,
+                w.recs.front().map_or(u64::MAX, |r| r.seq),
+            );
             out
         })
     }
@@ -411,12 +530,21 @@ impl DiskWorker {
 pub(crate) type FailedSpans = (Protocol, Vec<(usize, usize)>);
 
 /// Replaces failed replies in `out` (spans sorted from the back so offsets stay valid).
-pub(crate) fn rewrite_failed(out: &mut Vec<u8>, mut spans: Vec<(usize, usize)>, protocol: Protocol) {
+pub(crate) fn rewrite_failed(
+    out: &mut Vec<u8>,
+    mut spans: Vec<(usize, usize)>,
+    protocol: Protocol,
+) {
     spans.sort_unstable_by_key(|&(start, _)| std::cmp::Reverse(start));
     spans.dedup();
     for (start, end) in spans {
         if start < end && end <= out.len() {
-            out.splice(start..end, ringstore_service::durable_failure_reply(protocol).iter().copied());
+            out.splice(
+                start..end,
+                ringstore_service::durable_failure_reply(protocol)
+                    .iter()
+                    .copied(),
+            );
         }
     }
 }

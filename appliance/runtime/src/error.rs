@@ -7,19 +7,33 @@ use std::net::SocketAddr;
 pub enum RuntimeError {
     /// A listening endpoint could not be bound.
     #[error("cannot listen for {endpoint} on {addr}: {source}")]
-    Bind { endpoint: &'static str, addr: SocketAddr, source: std::io::Error },
+    Bind {
+        endpoint: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     /// The NUMA node could not be chosen (ADR-0018); the message lists every interface and the usable values.
     #[error("{0}")]
     Numa(String),
     /// `--cores` asks for more CPUs than the node has.
-    #[error("--cores {requested} is more than the {available} usable CPUs of NUMA node {node} ({cpus})")]
-    Cores { requested: usize, available: usize, node: u32, cpus: String },
+    #[error(
+        "--cores {requested} is more than the {available} usable CPUs of NUMA node {node} ({cpus})"
+    )]
+    Cores {
+        requested: usize,
+        available: usize,
+        node: u32,
+        cpus: String,
+    },
     /// The keyspace could not be built.
     #[error("cannot build the store: {0}")]
     Store(#[from] ringstore_store::StoreError),
     /// A system call the runtime needs failed.
     #[error("{what}: {source}")]
-    Io { what: String, source: std::io::Error },
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
     /// The data device holds something ringstore must not overwrite (or cannot use): a usage error.
     #[error("{0}")]
     DataRefused(String),
@@ -34,6 +48,9 @@ pub enum RuntimeError {
 impl RuntimeError {
     /// Wraps an OS error with what was being done.
     pub fn io(what: impl Into<String>, source: std::io::Error) -> RuntimeError {
-        RuntimeError::Io { what: what.into(), source }
+        RuntimeError::Io {
+            what: what.into(),
+            source,
+        }
     }
 }

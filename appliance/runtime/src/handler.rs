@@ -9,7 +9,13 @@ use ringstore_service::{Flow, Now, Protocol, Session, Shared};
 pub(crate) trait Handler: Send + Sync + 'static {
     type Session;
     fn open(&self, protocol: Protocol, worker: usize) -> Self::Session;
-    fn on_bytes(&self, session: &mut Self::Session, input: &[u8], now: Now, out: &mut Vec<u8>) -> Flow;
+    fn on_bytes(
+        &self,
+        session: &mut Self::Session,
+        input: &[u8],
+        now: Now,
+        out: &mut Vec<u8>,
+    ) -> Flow;
     fn has_partial_request(&self, session: &Self::Session) -> bool;
     fn conn_opened(&self, worker: usize);
     fn conn_closed(&self, worker: usize);
@@ -82,7 +88,10 @@ pub(crate) mod echo {
     impl Handler for Echo {
         type Session = EchoSession;
         fn open(&self, _: Protocol, _: usize) -> EchoSession {
-            EchoSession { partial: Vec::new(), pending_big: 0 }
+            EchoSession {
+                partial: Vec::new(),
+                pending_big: 0,
+            }
         }
         fn on_bytes(&self, s: &mut EchoSession, input: &[u8], _: Now, out: &mut Vec<u8>) -> Flow {
             s.partial.extend_from_slice(input);
@@ -98,13 +107,18 @@ pub(crate) mod echo {
                         out.extend_from_slice(b"\r\n");
                     }
                 }
-                let Some(pos) = s.partial.iter().position(|&b| b == b'\n') else { return Flow::Continue };
+                let Some(pos) = s.partial.iter().position(|&b| b == b'\n') else {
+                    return Flow::Continue;
+                };
                 let line: Vec<u8> = s.partial.drain(..=pos).collect();
                 let text = String::from_utf8_lossy(&line).trim().to_string();
                 if text == "quit" {
                     return Flow::Close;
                 }
-                if let Some(n) = text.strip_prefix("big ").and_then(|n| n.parse::<usize>().ok()) {
+                if let Some(n) = text
+                    .strip_prefix("big ")
+                    .and_then(|n| n.parse::<usize>().ok())
+                {
                     s.pending_big = n;
                     continue;
                 }

@@ -99,14 +99,24 @@ mod tests {
         let inboxes: Vec<Arc<Inbox>> = (0..3).map(|_| Arc::new(Inbox::new(2).unwrap())).collect();
         for _ in 0..6 {
             let w = least_loaded(&inboxes);
-            inboxes[w].push(fd(), Protocol::Memcache).map_err(drop).unwrap();
+            inboxes[w]
+                .push(fd(), Protocol::Memcache)
+                .map_err(drop)
+                .unwrap();
         }
         assert!(inboxes.iter().all(|i| i.load() == 2), "round robin by load");
-        assert!(inboxes[0].push(fd(), Protocol::Http).is_err(), "queue is bounded");
+        assert!(
+            inboxes[0].push(fd(), Protocol::Http).is_err(),
+            "queue is bounded"
+        );
         let mut taken = Vec::new();
         inboxes[1].drain_into(&mut taken);
         assert_eq!(taken.len(), 2);
-        assert_eq!(inboxes[1].load(), 2, "drained connections stay counted until closed");
+        assert_eq!(
+            inboxes[1].load(),
+            2,
+            "drained connections stay counted until closed"
+        );
         inboxes[1].connection_closed();
         assert_eq!(least_loaded(&inboxes), 1);
     }

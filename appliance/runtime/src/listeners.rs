@@ -21,7 +21,11 @@ impl LocalAddrs {
     /// `ready memcache=IP:PORT http=IP:PORT[ udp=IP:PORT]`; endpoints that are off are omitted.
     pub fn ready_line(&self) -> String {
         let mut line = String::from("ready");
-        for (name, addr) in [("memcache", self.memcache), ("http", self.http), ("udp", self.udp)] {
+        for (name, addr) in [
+            ("memcache", self.memcache),
+            ("http", self.http),
+            ("udp", self.udp),
+        ] {
             if let Some(addr) = addr {
                 line.push_str(&format!(" {name}={addr}"));
             }
@@ -38,9 +42,17 @@ pub(crate) struct Bound {
     pub udp: Option<OwnedFd>,
 }
 
-fn bind_tcp(endpoint: &'static str, addr: SocketAddr, copies: usize) -> Result<(SocketAddr, Vec<OwnedFd>), RuntimeError> {
+fn bind_tcp(
+    endpoint: &'static str,
+    addr: SocketAddr,
+    copies: usize,
+) -> Result<(SocketAddr, Vec<OwnedFd>), RuntimeError> {
     let reuseport = copies > 1;
-    let err = |source| RuntimeError::Bind { endpoint, addr, source };
+    let err = |source| RuntimeError::Bind {
+        endpoint,
+        addr,
+        source,
+    };
     // Acceptor placement polls its one listener; reuseport listeners are used only by io_uring.
     let first = crate::sys::bind_socket(addr, true, reuseport, !reuseport).map_err(err)?;
     let local = crate::sys::local_addr(first.as_raw_fd()).map_err(err)?;
@@ -54,8 +66,16 @@ fn bind_tcp(endpoint: &'static str, addr: SocketAddr, copies: usize) -> Result<(
 
 /// Binds the endpoints of `config`; `workers` listeners per endpoint with reuseport placement.
 pub(crate) fn bind(config: &Config, workers: usize) -> Result<Bound, RuntimeError> {
-    let copies = if config.placement == Placement::ReusePort { workers.max(1) } else { 1 };
-    let mut bound = Bound { addrs: LocalAddrs::default(), tcp: Vec::new(), udp: None };
+    let copies = if config.placement == Placement::ReusePort {
+        workers.max(1)
+    } else {
+        1
+    };
+    let mut bound = Bound {
+        addrs: LocalAddrs::default(),
+        tcp: Vec::new(),
+        udp: None,
+    };
     if let Some(addr) = config.memcache {
         let (local, fds) = bind_tcp("memcache", addr, copies)?;
         bound.addrs.memcache = Some(local);
@@ -67,7 +87,11 @@ pub(crate) fn bind(config: &Config, workers: usize) -> Result<Bound, RuntimeErro
         bound.tcp.push((Protocol::Http, fds));
     }
     if let Some(addr) = config.udp {
-        let err = |source| RuntimeError::Bind { endpoint: "udp", addr, source };
+        let err = |source| RuntimeError::Bind {
+            endpoint: "udp",
+            addr,
+            source,
+        };
         let fd = crate::sys::bind_socket(addr, false, false, true).map_err(err)?;
         bound.addrs.udp = Some(crate::sys::local_addr(fd.as_raw_fd()).map_err(err)?);
         bound.udp = Some(fd);
@@ -81,13 +105,28 @@ mod tests {
 
     #[test]
     fn ready_line_lists_bound_endpoints_only() {
-        let addrs = LocalAddrs { memcache: Some("127.0.0.1:5".parse().unwrap()), http: None, udp: Some("127.0.0.1:7".parse().unwrap()) };
-        assert_eq!(addrs.ready_line(), "ready memcache=127.0.0.1:5 udp=127.0.0.1:7");
+        let addrs = LocalAddrs {
+            memcache: Some("127.0.0.1:5".parse().unwrap()),
+            http: None,
+            udp: Some("127.0.0.1:7".parse().unwrap()),
+        };
+        assert_eq!(
+            addrs.ready_line(),
+            "ready memcache=127.0.0.1:5 udp=127.0.0.1:7"
+        );
     }
 
     #[test]
     fn port_zero_resolves_and_reuseport_copies_share_it() {
-        let config = Config::from_args(["--memcache", "127.0.0.1:0", "--http", "127.0.0.1:0", "--placement", "reuseport"]).unwrap();
+        let config = Config::from_args([
+            "--memcache",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--placement",
+            "reuseport",
+        ])
+        .unwrap();
         let bound = bind(&config, 3).unwrap();
         assert_ne!(bound.addrs.memcache.unwrap().port(), 0);
         assert_eq!(bound.tcp.len(), 2);
@@ -99,8 +138,17 @@ mod tests {
     fn a_taken_port_is_a_bind_error() {
         let config = Config::from_args(["--memcache", "127.0.0.1:0", "--http", "off"]).unwrap();
         let first = bind(&config, 1).unwrap();
-        let taken = Config::from_args(["--memcache", &first.addrs.memcache.unwrap().to_string(), "--http", "off"]).unwrap();
+        let taken = Config::from_args([
+            "--memcache",
+            &first.addrs.memcache.unwrap().to_string(),
+            "--http",
+            "off",
+        ])
+        .unwrap();
         let err = bind(&taken, 1).err().unwrap().to_string();
-        assert!(err.starts_with("cannot listen for memcache on 127.0.0.1:"), "{err}");
+        assert!(
+            err.starts_with("cannot listen for memcache on 127.0.0.1:"),
+            "{err}"
+        );
     }
 }

@@ -16,12 +16,26 @@ use crate::RuntimeError;
 /// node; on a multi-node machine the node comes from the interfaces' locality, and
 /// interfaces on different nodes, an unknown locality or no listening interface are errors
 /// that list every interface, its addresses, its node and the usable `--numa` values.
-pub fn choose_node(topology: &Topology, choice: NumaChoice, listen_ips: &[IpAddr]) -> Result<u32, RuntimeError> {
-    let usable = || topology.nodes.iter().map(|n| format!("--numa {}", n.id)).collect::<Vec<_>>().join(" or ");
+pub fn choose_node(
+    topology: &Topology,
+    choice: NumaChoice,
+    listen_ips: &[IpAddr],
+) -> Result<u32, RuntimeError> {
+    let usable = || {
+        topology
+            .nodes
+            .iter()
+            .map(|n| format!("--numa {}", n.id))
+            .collect::<Vec<_>>()
+            .join(" or ")
+    };
     match choice {
         NumaChoice::Node(id) => match topology.node(id) {
             Some(_) => Ok(id),
-            None => Err(RuntimeError::Numa(format!("NUMA node {id} does not exist or has no CPUs; use {}", usable()))),
+            None => Err(RuntimeError::Numa(format!(
+                "NUMA node {id} does not exist or has no CPUs; use {}",
+                usable()
+            ))),
         },
         NumaChoice::Auto if topology.nodes.len() == 1 => Ok(topology.nodes[0].id),
         NumaChoice::Auto => {
@@ -39,14 +53,30 @@ pub fn choose_node(topology: &Topology, choice: NumaChoice, listen_ips: &[IpAddr
                         let addrs = if i.addrs.is_empty() {
                             "no address".to_string()
                         } else {
-                            i.addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(" ")
+                            i.addrs
+                                .iter()
+                                .map(|a| a.to_string())
+                                .collect::<Vec<_>>()
+                                .join(" ")
                         };
                         let node = i.numa_node.map_or("unknown".to_string(), |n| n.to_string());
-                        let state = if i.up && i.ethernet && i.physical { "" } else { ", not an up physical Ethernet interface" };
+                        let state = if i.up && i.ethernet && i.physical {
+                            ""
+                        } else {
+                            ", not an up physical Ethernet interface"
+                        };
                         format!("{} ({addrs}) node {node}{state}", i.name)
                     })
                     .collect();
-                format!("interfaces: {}; choose one with {}", if all.is_empty() { "none".into() } else { all.join("; ") }, usable())
+                format!(
+                    "interfaces: {}; choose one with {}",
+                    if all.is_empty() {
+                        "none".into()
+                    } else {
+                        all.join("; ")
+                    },
+                    usable()
+                )
             };
             if reached.is_empty() {
                 return Err(RuntimeError::Numa(format!(
@@ -81,17 +111,39 @@ pub fn choose_node(topology: &Topology, choice: NumaChoice, listen_ips: &[IpAddr
 
 /// The CPUs workers run on: the node's CPUs this process may use (isolated CPUs count as
 /// usable and come first), `cores` of them (0 = all).
-pub fn worker_cpus(topology: &Topology, node: u32, cores: usize, allowed: &[usize]) -> Result<Vec<usize>, RuntimeError> {
-    let node_cpus = topology.node(node).map(|n| n.cpus.clone()).unwrap_or_default();
+pub fn worker_cpus(
+    topology: &Topology,
+    node: u32,
+    cores: usize,
+    allowed: &[usize],
+) -> Result<Vec<usize>, RuntimeError> {
+    let node_cpus = topology
+        .node(node)
+        .map(|n| n.cpus.clone())
+        .unwrap_or_default();
     let usable: Vec<usize> = node_cpus
         .iter()
         .copied()
         .filter(|c| allowed.is_empty() || allowed.contains(c) || topology.isolated.contains(c))
         .collect();
-    let mut ordered: Vec<usize> = usable.iter().copied().filter(|c| topology.isolated.contains(c)).collect();
-    ordered.extend(usable.iter().copied().filter(|c| !topology.isolated.contains(c)));
+    let mut ordered: Vec<usize> = usable
+        .iter()
+        .copied()
+        .filter(|c| topology.isolated.contains(c))
+        .collect();
+    ordered.extend(
+        usable
+            .iter()
+            .copied()
+            .filter(|c| !topology.isolated.contains(c)),
+    );
     if cores > ordered.len() || ordered.is_empty() {
-        return Err(RuntimeError::Cores { requested: cores, available: ordered.len(), node, cpus: format_cpus(&usable) });
+        return Err(RuntimeError::Cores {
+            requested: cores,
+            available: ordered.len(),
+            node,
+            cpus: format_cpus(&usable),
+        });
     }
     if cores > 0 {
         ordered.truncate(cores);
@@ -110,7 +162,12 @@ pub enum MemoryBinding {
 
 /// Pins the calling thread to `cpus`; threads it spawns inherit the mask.
 pub fn bind_thread_to_cpus(cpus: &[usize]) -> Result<(), RuntimeError> {
-    crate::sys::set_affinity(cpus).map_err(|e| RuntimeError::io(format!("sched_setaffinity to CPUs {}", format_cpus(cpus)), e))
+    crate::sys::set_affinity(cpus).map_err(|e| {
+        RuntimeError::io(
+            format!("sched_setaffinity to CPUs {}", format_cpus(cpus)),
+            e,
+        )
+    })
 }
 
 /// Sets the calling thread's default memory policy to the node (inherited by threads spawned later).
@@ -118,7 +175,8 @@ pub fn bind_memory(topology: &Topology, node: u32) -> Result<MemoryBinding, Runt
     if topology.nodes.len() == 1 {
         return Ok(MemoryBinding::SingleNode);
     }
-    crate::sys::set_mempolicy_bind(node).map_err(|e| RuntimeError::io(format!("set_mempolicy(MPOL_BIND, node {node})"), e))?;
+    crate::sys::set_mempolicy_bind(node)
+        .map_err(|e| RuntimeError::io(format!("set_mempolicy(MPOL_BIND, node {node})"), e))?;
     Ok(MemoryBinding::Bound)
 }
 
@@ -128,8 +186,14 @@ pub(crate) mod tests {
     use std::path::PathBuf;
 
     /// Builds a fake /sys: nodes (id, cpulist), interfaces (name, numa_node, physical), isolated list.
-    pub(crate) fn fake_sysfs(tag: &str, nodes: &[(u32, &str)], ifaces: &[(&str, Option<i32>, bool)], isolated: &str) -> PathBuf {
-        let root = std::env::temp_dir().join(format!("ringstore-sysfs-{tag}-{}", std::process::id()));
+    pub(crate) fn fake_sysfs(
+        tag: &str,
+        nodes: &[(u32, &str)],
+        ifaces: &[(&str, Option<i32>, bool)],
+        isolated: &str,
+    ) -> PathBuf {
+        let root =
+            std::env::temp_dir().join(format!("ringstore-sysfs-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         for (id, cpus) in nodes {
             let dir = root.join(format!("devices/system/node/node{id}"));
@@ -137,7 +201,11 @@ pub(crate) mod tests {
             std::fs::write(dir.join("cpulist"), format!("{cpus}\n")).unwrap();
         }
         std::fs::create_dir_all(root.join("devices/system/cpu")).unwrap();
-        std::fs::write(root.join("devices/system/cpu/isolated"), format!("{isolated}\n")).unwrap();
+        std::fs::write(
+            root.join("devices/system/cpu/isolated"),
+            format!("{isolated}\n"),
+        )
+        .unwrap();
         let lo = root.join("class/net/lo");
         std::fs::create_dir_all(&lo).unwrap();
         std::fs::write(lo.join("operstate"), "unknown\n").unwrap();
@@ -157,7 +225,12 @@ pub(crate) mod tests {
         root
     }
 
-    fn topo(tag: &str, nodes: &[(u32, &str)], ifaces: &[(&str, Option<i32>, bool)], isolated: &str) -> Topology {
+    fn topo(
+        tag: &str,
+        nodes: &[(u32, &str)],
+        ifaces: &[(&str, Option<i32>, bool)],
+        isolated: &str,
+    ) -> Topology {
         let root = fake_sysfs(tag, nodes, ifaces, isolated);
         let mut t = Topology::read_from(&root).unwrap();
         std::fs::remove_dir_all(root).unwrap();
@@ -173,7 +246,9 @@ pub(crate) mod tests {
     fn explicit_node_must_exist() {
         let t = topo("explicit", &[(0, "0-1"), (1, "2-3")], &[], "");
         assert_eq!(choose_node(&t, NumaChoice::Node(1), ANY).unwrap(), 1);
-        let err = choose_node(&t, NumaChoice::Node(5), ANY).unwrap_err().to_string();
+        let err = choose_node(&t, NumaChoice::Node(5), ANY)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("--numa 0 or --numa 1"), "{err}");
     }
 
@@ -185,42 +260,101 @@ pub(crate) mod tests {
 
     #[test]
     fn multi_node_follows_the_nic() {
-        let t = topo("follow", &[(0, "0-1"), (1, "2-3")], &[("eth0", Some(1), true), ("veth9", None, false)], "");
-        assert_eq!(choose_node(&t, NumaChoice::Auto, ANY).unwrap(), 1, "virtual devices are ignored");
+        let t = topo(
+            "follow",
+            &[(0, "0-1"), (1, "2-3")],
+            &[("eth0", Some(1), true), ("veth9", None, false)],
+            "",
+        );
+        assert_eq!(
+            choose_node(&t, NumaChoice::Auto, ANY).unwrap(),
+            1,
+            "virtual devices are ignored"
+        );
     }
 
     #[test]
     fn multi_node_conflicts_list_every_interface() {
-        let t = topo("split", &[(0, "0-1"), (1, "2-3")], &[("eth0", Some(0), true), ("eth1", Some(1), true)], "");
+        let t = topo(
+            "split",
+            &[(0, "0-1"), (1, "2-3")],
+            &[("eth0", Some(0), true), ("eth1", Some(1), true)],
+            "",
+        );
         let err = choose_node(&t, NumaChoice::Auto, ANY).unwrap_err();
         assert!(matches!(err, RuntimeError::Numa(_)));
         let msg = err.to_string();
-        for part in ["different nodes", "eth0 (10.0.0.0) node 0", "eth1 (10.0.0.1) node 1", "--numa 0 or --numa 1"] {
+        for part in [
+            "different nodes",
+            "eth0 (10.0.0.0) node 0",
+            "eth1 (10.0.0.1) node 1",
+            "--numa 0 or --numa 1",
+        ] {
             assert!(msg.contains(part), "{part:?} missing in {msg}");
         }
         assert!(!msg.contains('\n'));
-        let t = topo("unknown", &[(0, "0-1"), (1, "2-3")], &[("eth0", Some(-1), true)], "");
-        let msg = choose_node(&t, NumaChoice::Auto, ANY).unwrap_err().to_string();
-        assert!(msg.contains("unknown NUMA locality") && msg.contains("node unknown"), "{msg}");
+        let t = topo(
+            "unknown",
+            &[(0, "0-1"), (1, "2-3")],
+            &[("eth0", Some(-1), true)],
+            "",
+        );
+        let msg = choose_node(&t, NumaChoice::Auto, ANY)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("unknown NUMA locality") && msg.contains("node unknown"),
+            "{msg}"
+        );
         let t = topo("none", &[(0, "0-1"), (1, "2-3")], &[], "");
-        let msg = choose_node(&t, NumaChoice::Auto, ANY).unwrap_err().to_string();
+        let msg = choose_node(&t, NumaChoice::Auto, ANY)
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("no up Ethernet interface"), "{msg}");
     }
 
     #[test]
     fn specific_listen_address_picks_its_interface() {
-        let t = topo("specific", &[(0, "0-1"), (1, "2-3")], &[("eth0", Some(0), true), ("eth1", Some(1), true)], "");
-        let eth1 = t.interfaces.iter().find(|i| i.name == "eth1").unwrap().addrs[0];
+        let t = topo(
+            "specific",
+            &[(0, "0-1"), (1, "2-3")],
+            &[("eth0", Some(0), true), ("eth1", Some(1), true)],
+            "",
+        );
+        let eth1 = t
+            .interfaces
+            .iter()
+            .find(|i| i.name == "eth1")
+            .unwrap()
+            .addrs[0];
         assert_eq!(choose_node(&t, NumaChoice::Auto, &[eth1]).unwrap(), 1);
     }
 
     #[test]
     fn workers_prefer_isolated_cpus_and_respect_cores() {
         let t = topo("cpus", &[(0, "0-3"), (1, "4-7")], &[], "2-3");
-        assert_eq!(worker_cpus(&t, 0, 0, &[0, 1, 4, 5, 6, 7]).unwrap(), vec![2, 3, 0, 1]);
+        assert_eq!(
+            worker_cpus(&t, 0, 0, &[0, 1, 4, 5, 6, 7]).unwrap(),
+            vec![2, 3, 0, 1]
+        );
         assert_eq!(worker_cpus(&t, 0, 2, &[]).unwrap(), vec![2, 3]);
-        assert_eq!(worker_cpus(&t, 1, 0, &[0, 1, 4, 5]).unwrap(), vec![4, 5], "only allowed CPUs");
+        assert_eq!(
+            worker_cpus(&t, 1, 0, &[0, 1, 4, 5]).unwrap(),
+            vec![4, 5],
+            "only allowed CPUs"
+        );
         let err = worker_cpus(&t, 1, 9, &[]).unwrap_err();
-        assert!(matches!(err, RuntimeError::Cores { requested: 9, available: 4, node: 1, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                RuntimeError::Cores {
+                    requested: 9,
+                    available: 4,
+                    node: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 }

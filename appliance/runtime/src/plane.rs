@@ -41,8 +41,14 @@ pub(crate) struct PlaneSetup<H: Handler> {
     pub data: Option<Arc<ringstore_durable::Serving<ringstore_durable::FileDevice>>>,
 }
 
-fn spawn_named<T: Send + 'static>(name: String, body: impl FnOnce() -> T + Send + 'static) -> Result<JoinHandle<T>, RuntimeError> {
-    std::thread::Builder::new().name(name.clone()).spawn(body).map_err(|e| RuntimeError::io(format!("spawning thread {name}"), e))
+fn spawn_named<T: Send + 'static>(
+    name: String,
+    body: impl FnOnce() -> T + Send + 'static,
+) -> Result<JoinHandle<T>, RuntimeError> {
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(body)
+        .map_err(|e| RuntimeError::io(format!("spawning thread {name}"), e))
 }
 
 impl Plane {
@@ -65,10 +71,19 @@ impl Plane {
             .map(|_| Inbox::new(inbox_capacity).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| RuntimeError::io("eventfd", e))?;
-        let mut plane = Plane { stop: stop.clone(), stop_fd, inboxes: inboxes.clone(), acceptors: Vec::new(), workers: Vec::new(), features: Features::default(), stopped: false };
+        let mut plane = Plane {
+            stop: stop.clone(),
+            stop_fd,
+            inboxes: inboxes.clone(),
+            acceptors: Vec::new(),
+            workers: Vec::new(),
+            features: Features::default(),
+            stopped: false,
+        };
 
         let reuseport = setup.tcp.iter().any(|(_, fds)| fds.len() > 1);
-        let mut per_worker: Vec<Vec<(OwnedFd, Protocol)>> = (0..workers).map(|_| Vec::new()).collect();
+        let mut per_worker: Vec<Vec<(OwnedFd, Protocol)>> =
+            (0..workers).map(|_| Vec::new()).collect();
         let mut shared_listeners = Vec::new();
         for (protocol, fds) in setup.tcp {
             if reuseport {
@@ -96,13 +111,22 @@ impl Plane {
                 data: setup.data.clone(),
             };
             let ready = ready_tx.clone();
-            plane.workers.push(spawn_named(format!("ringstore-w{index}"), move || crate::worker::run(worker_setup, ready))?);
+            plane
+                .workers
+                .push(spawn_named(format!("ringstore-w{index}"), move || {
+                    crate::worker::run(worker_setup, ready)
+                })?);
         }
         drop(ready_tx);
         for _ in 0..workers {
             match ready_rx.recv() {
                 Ok(Ok(features)) => plane.features = features,
-                Ok(Err(message)) => return Err(RuntimeError::io(message, std::io::Error::other("worker start failed"))),
+                Ok(Err(message)) => {
+                    return Err(RuntimeError::io(
+                        message,
+                        std::io::Error::other("worker start failed"),
+                    ))
+                }
                 Err(_) => return Err(RuntimeError::Worker(0)),
             }
         }
@@ -121,7 +145,9 @@ impl Plane {
                 Protocol::Memcache => "ringstore-accept-memcache",
                 Protocol::Http => "ringstore-accept-http",
             };
-            plane.acceptors.push(spawn_named(name.to_string(), move || acceptor.run())?);
+            plane
+                .acceptors
+                .push(spawn_named(name.to_string(), move || acceptor.run())?);
         }
         Ok(plane)
     }
@@ -165,7 +191,10 @@ impl Plane {
                 Err(_) => result = Err(RuntimeError::Worker(index)),
             }
         }
-        eprintln!("ringstore: stopped; peak connections per worker: {}", peaks.join(","));
+        eprintln!(
+            "ringstore: stopped; peak connections per worker: {}",
+            peaks.join(",")
+        );
         result
     }
 }

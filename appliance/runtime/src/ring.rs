@@ -26,8 +26,16 @@ impl std::fmt::Display for Features {
             ("fast_poll", self.fast_poll),
             ("nodrop", self.nodrop),
         ];
-        let on: Vec<&str> = flags.iter().filter(|(_, on)| *on).map(|(n, _)| *n).collect();
-        let off: Vec<&str> = flags.iter().filter(|(_, on)| !*on).map(|(n, _)| *n).collect();
+        let on: Vec<&str> = flags
+            .iter()
+            .filter(|(_, on)| *on)
+            .map(|(n, _)| *n)
+            .collect();
+        let off: Vec<&str> = flags
+            .iter()
+            .filter(|(_, on)| !*on)
+            .map(|(n, _)| *n)
+            .collect();
         write!(f, "on=[{}] off=[{}]", on.join(","), off.join(","))
     }
 }
@@ -40,7 +48,11 @@ const CQ_ENTRIES: u32 = 8192;
 /// Creates a ring on the calling thread (SINGLE_ISSUER binds it to this thread), trying
 /// SINGLE_ISSUER+DEFER_TASKRUN, then COOP_TASKRUN, then a plain ring.
 pub(crate) fn build() -> std::io::Result<(IoUring, Features)> {
-    let attempts: [(bool, bool, bool); 3] = [(true, true, true), (false, false, true), (false, false, false)];
+    let attempts: [(bool, bool, bool); 3] = [
+        (true, true, true),
+        (false, false, true),
+        (false, false, false),
+    ];
     // Measurement switch: RINGSTORE_IO_URING=coop|plain skips the newer setup flags.
     let skip = match std::env::var("RINGSTORE_IO_URING").as_deref() {
         Ok("coop") => 1,
@@ -85,9 +97,15 @@ pub(crate) fn supports_needed_ops(ring: &IoUring) -> bool {
     if ring.submitter().register_probe(&mut probe).is_err() {
         return false;
     }
-    [opcode::Recv::CODE, opcode::Send::CODE, opcode::Read::CODE, opcode::Timeout::CODE, opcode::Accept::CODE]
-        .iter()
-        .all(|&code| probe.is_supported(code))
+    [
+        opcode::Recv::CODE,
+        opcode::Send::CODE,
+        opcode::Read::CODE,
+        opcode::Timeout::CODE,
+        opcode::Accept::CODE,
+    ]
+    .iter()
+    .all(|&code| probe.is_supported(code))
 }
 
 #[cfg(test)]

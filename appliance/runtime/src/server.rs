@@ -42,7 +42,11 @@ pub struct Server {
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Server").field("addrs", &self.addrs).field("node", &self.node).field("cpus", &self.cpus).finish()
+        f.debug_struct("Server")
+            .field("addrs", &self.addrs)
+            .field("node", &self.node)
+            .field("cpus", &self.cpus)
+            .finish()
     }
 }
 
@@ -54,8 +58,13 @@ impl Server {
     pub fn start(config: &Config) -> Result<Server, RuntimeError> {
         crate::sys::ignore_sigpipe();
         crate::sys::raise_nofile_limit();
-        let topology = Topology::read().map_err(|e| RuntimeError::io("reading /sys topology", e))?;
-        let listen_ips: Vec<IpAddr> = [config.memcache, config.http, config.udp].into_iter().flatten().map(|a| a.ip()).collect();
+        let topology =
+            Topology::read().map_err(|e| RuntimeError::io("reading /sys topology", e))?;
+        let listen_ips: Vec<IpAddr> = [config.memcache, config.http, config.udp]
+            .into_iter()
+            .flatten()
+            .map(|a| a.ip())
+            .collect();
         let node = choose_node(&topology, config.numa, &listen_ips)?;
         let mut cpus = worker_cpus(&topology, node, config.cores, &crate::sys::affinity())?;
         // The device is opened (formatted, or refused) before anything listens.
@@ -63,7 +72,10 @@ impl Server {
             Some(path) => Some(crate::data::open(path, config, &mut cpus)?),
             None => None,
         };
-        let node_cpus = topology.node(node).map(|n| n.cpus.clone()).unwrap_or_default();
+        let node_cpus = topology
+            .node(node)
+            .map(|n| n.cpus.clone())
+            .unwrap_or_default();
         bind_thread_to_cpus(&node_cpus)?;
         let memory_binding = bind_memory(&topology, node)?;
 
@@ -82,8 +94,18 @@ impl Server {
             out_high_water: OUT_HIGH_WATER,
             max_conns: config.max_conns,
         };
-        let service_topology = ServiceTopology { numa_node: node, worker_cpus: cpus.clone() };
-        let shared = Shared::new(store, service_config, service_topology, cpus.len(), std::process::id(), clock.unix_start());
+        let service_topology = ServiceTopology {
+            numa_node: node,
+            worker_cpus: cpus.clone(),
+        };
+        let shared = Shared::new(
+            store,
+            service_config,
+            service_topology,
+            cpus.len(),
+            std::process::id(),
+            clock.unix_start(),
+        );
         let data = durable.map(|durable| crate::data::attach(durable, &shared.store, clock));
 
         let limits = Limits {
@@ -105,11 +127,19 @@ impl Server {
             data: data.clone(),
         })?;
         if let Some(udp) = bound.udp {
-            plane.adopt(crate::udp::spawn(udp, shared.clone(), clock, plane.stop_fd())?);
+            plane.adopt(crate::udp::spawn(
+                udp,
+                shared.clone(),
+                clock,
+                plane.stop_fd(),
+            )?);
         }
         // Every worker has started (Plane::start waits for them): publish the union of their
         // effective capability sets for `stats worker_capeff`.
-        shared.worker_capeff.store(serving_threads_capeff(), std::sync::atomic::Ordering::Relaxed);
+        shared.worker_capeff.store(
+            serving_threads_capeff(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         eprintln!(
             "ringstore: numa node {node} (memory {}), workers on CPUs {}, placement {:?}, store {:?}, io_uring {}",
             match memory_binding {
@@ -121,7 +151,15 @@ impl Server {
             shared.store.backing(),
             plane.features()
         );
-        Ok(Server { shared, addrs: bound.addrs, plane, node, cpus, memory_binding, data })
+        Ok(Server {
+            shared,
+            addrs: bound.addrs,
+            plane,
+            node,
+            cpus,
+            memory_binding,
+            data,
+        })
     }
 
     /// Exactly `ready memcache=IP:PORT http=IP:PORT` (plus ` udp=IP:PORT` when on).
@@ -190,7 +228,8 @@ fn serving_threads_capeff() -> u64 {
     let mut union = 0;
     for task in tasks.flatten() {
         let path = task.path();
-        let is_serving = std::fs::read_to_string(path.join("comm")).is_ok_and(|name| name.starts_with("ringstore-"));
+        let is_serving = std::fs::read_to_string(path.join("comm"))
+            .is_ok_and(|name| name.starts_with("ringstore-"));
         if !is_serving {
             continue;
         }

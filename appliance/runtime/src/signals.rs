@@ -17,13 +17,15 @@ impl TerminationSignals {
     pub fn install() -> Result<TerminationSignals, RuntimeError> {
         let set = crate::sys::termination_set();
         crate::sys::block_signals(&set);
-        let fd = crate::sys::signalfd(&set).map_err(|e| RuntimeError::io("signalfd(SIGTERM, SIGINT)", e))?;
+        let fd = crate::sys::signalfd(&set)
+            .map_err(|e| RuntimeError::io("signalfd(SIGTERM, SIGINT)", e))?;
         Ok(TerminationSignals { fd })
     }
 
     /// Blocks until SIGTERM or SIGINT arrives; returns the signal number.
     pub fn wait(&self) -> Result<i32, RuntimeError> {
-        crate::sys::read_signal(self.fd.as_raw_fd()).map_err(|e| RuntimeError::io("reading the signalfd", e))
+        crate::sys::read_signal(self.fd.as_raw_fd())
+            .map_err(|e| RuntimeError::io("reading the signalfd", e))
     }
 
     /// The signalfd, for callers (PID 1) that poll it alongside other fds.

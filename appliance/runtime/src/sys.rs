@@ -19,13 +19,17 @@ pub fn set_affinity(cpus: &[usize]) -> io::Result<()> {
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &cpu in cpus {
         if cpu >= libc::CPU_SETSIZE as usize {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("CPU {cpu} beyond CPU_SETSIZE")));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("CPU {cpu} beyond CPU_SETSIZE"),
+            ));
         }
         // SAFETY: cpu < CPU_SETSIZE was checked, so the bit is inside `set`.
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
     // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 = the calling thread.
-    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) }).map(drop)
+    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) })
+        .map(drop)
 }
 
 /// CPUs the calling thread may run on (empty if unknown).
@@ -33,12 +37,15 @@ pub fn affinity() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; all-zero is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
-    let ret = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    let ret =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if ret != 0 {
         return Vec::new();
     }
     // SAFETY: every index is < CPU_SETSIZE, inside `set`.
-    (0..libc::CPU_SETSIZE as usize).filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) }).collect()
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect()
 }
 
 /// `set_mempolicy(MPOL_BIND, {node})` for the calling thread.
@@ -46,12 +53,22 @@ pub fn set_mempolicy_bind(node: u32) -> io::Result<()> {
     const MPOL_BIND: libc::c_long = 2;
     const WORDS: usize = 16; // 1024 nodes
     if node as usize >= WORDS * 64 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "node number too large"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "node number too large",
+        ));
     }
     let mut mask = [0u64; WORDS];
     mask[node as usize / 64] |= 1 << (node % 64);
     // SAFETY: `mask` holds WORDS*64 bits and outlives the call; maxnode is its bit count + 1, as the kernel expects.
-    let ret = unsafe { libc::syscall(libc::SYS_set_mempolicy, MPOL_BIND, mask.as_ptr(), (WORDS * 64 + 1) as libc::c_ulong) };
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_set_mempolicy,
+            MPOL_BIND,
+            mask.as_ptr(),
+            (WORDS * 64 + 1) as libc::c_ulong,
+        )
+    };
     if ret < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -76,7 +93,9 @@ pub fn interface_addresses() -> Vec<(String, IpAddr)> {
             continue;
         }
         // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
         // SAFETY: ifa_addr is non-null and points at a sockaddr of at least sa_family.
         let family = unsafe { (*ifa.ifa_addr).sa_family } as libc::c_int;
         let ip = match family {
@@ -141,19 +160,49 @@ fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     (storage, len as libc::socklen_t)
 }
 
-fn set_int_opt(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+fn set_int_opt(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: passes a pointer to a live c_int and its size.
-    cvt(unsafe { libc::setsockopt(fd, level, name, (&value as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) })
-        .map(drop)
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
 }
 
 /// A bound socket: TCP listening or UDP. `reuseport` adds SO_REUSEPORT; `nonblocking` is for
 /// sockets used with plain syscalls (the acceptor's poll loop, UDP); sockets used only
 /// through io_uring stay blocking so the kernel arms a poll instead of returning EAGAIN.
-pub fn bind_socket(addr: SocketAddr, tcp: bool, reuseport: bool, nonblocking: bool) -> io::Result<OwnedFd> {
-    let family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
-    let kind = if tcp { libc::SOCK_STREAM } else { libc::SOCK_DGRAM };
-    let flags = if nonblocking { libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK } else { libc::SOCK_CLOEXEC };
+pub fn bind_socket(
+    addr: SocketAddr,
+    tcp: bool,
+    reuseport: bool,
+    nonblocking: bool,
+) -> io::Result<OwnedFd> {
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    let kind = if tcp {
+        libc::SOCK_STREAM
+    } else {
+        libc::SOCK_DGRAM
+    };
+    let flags = if nonblocking {
+        libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK
+    } else {
+        libc::SOCK_CLOEXEC
+    };
     // SAFETY: plain syscall; the fd is owned right away.
     let fd = cvt(unsafe { libc::socket(family, kind | flags, 0) })?;
     // SAFETY: fresh descriptor owned by nobody else.
@@ -164,7 +213,13 @@ pub fn bind_socket(addr: SocketAddr, tcp: bool, reuseport: bool, nonblocking: bo
     }
     let (storage, len) = sockaddr(&addr);
     // SAFETY: `storage` holds a valid sockaddr of `len` bytes.
-    cvt(unsafe { libc::bind(fd.as_raw_fd(), (&storage as *const libc::sockaddr_storage).cast(), len) })?;
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&storage as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    })?;
     if tcp {
         // SAFETY: plain syscall on an owned socket.
         cvt(unsafe { libc::listen(fd.as_raw_fd(), 1024) })?;
@@ -178,17 +233,29 @@ pub fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     // SAFETY: storage/len describe a writable buffer of the given size.
-    cvt(unsafe { libc::getsockname(fd, (&mut storage as *mut libc::sockaddr_storage).cast(), &mut len) })?;
+    cvt(unsafe {
+        libc::getsockname(
+            fd,
+            (&mut storage as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    })?;
     match storage.ss_family as libc::c_int {
         libc::AF_INET => {
             // SAFETY: family AF_INET: the storage holds a sockaddr_in.
             let sin = unsafe { &*(&storage as *const _ as *const libc::sockaddr_in) };
-            Ok(SocketAddr::from((u32::from_be(sin.sin_addr.s_addr).to_be_bytes(), u16::from_be(sin.sin_port))))
+            Ok(SocketAddr::from((
+                u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                u16::from_be(sin.sin_port),
+            )))
         }
         libc::AF_INET6 => {
             // SAFETY: family AF_INET6: the storage holds a sockaddr_in6.
             let sin6 = unsafe { &*(&storage as *const _ as *const libc::sockaddr_in6) };
-            Ok(SocketAddr::from((sin6.sin6_addr.s6_addr, u16::from_be(sin6.sin6_port))))
+            Ok(SocketAddr::from((
+                sin6.sin6_addr.s6_addr,
+                u16::from_be(sin6.sin6_port),
+            )))
         }
         _ => Err(io::Error::other("unknown address family")),
     }
@@ -198,7 +265,14 @@ pub fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
 /// accepted socket is blocking: workers use it only through io_uring (see [`bind_socket`]).
 pub fn accept(listener: RawFd) -> io::Result<Option<OwnedFd>> {
     // SAFETY: null address pointers are allowed by accept4.
-    let fd = unsafe { libc::accept4(listener, std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_CLOEXEC) };
+    let fd = unsafe {
+        libc::accept4(
+            listener,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_CLOEXEC,
+        )
+    };
     if fd >= 0 {
         // SAFETY: a fresh descriptor owned by nobody else.
         return Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }));
@@ -219,7 +293,14 @@ pub fn set_nodelay(fd: RawFd) {
 /// Best-effort nonblocking send without SIGPIPE; returns bytes sent.
 pub fn send_nosignal(fd: RawFd, bytes: &[u8]) -> io::Result<usize> {
     // SAFETY: `bytes` is a valid slice for the duration of the call.
-    let n = unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    let n = unsafe {
+        libc::send(
+            fd,
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        )
+    };
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -230,7 +311,14 @@ pub fn send_nosignal(fd: RawFd, bytes: &[u8]) -> io::Result<usize> {
 /// Nonblocking recv whose bytes are thrown away; `Ok(0)` = the peer closed.
 pub fn recv_discard(fd: RawFd, scratch: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `scratch` is a valid writable slice for the duration of the call.
-    let n = unsafe { libc::recv(fd, scratch.as_mut_ptr().cast(), scratch.len(), libc::MSG_DONTWAIT) };
+    let n = unsafe {
+        libc::recv(
+            fd,
+            scratch.as_mut_ptr().cast(),
+            scratch.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
     if n < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -245,7 +333,14 @@ pub fn recv_from(fd: RawFd, buf: &mut [u8]) -> Option<(usize, libc::sockaddr_sto
     let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     // SAFETY: `buf` and `peer`/`len` are valid writable buffers of the sizes passed.
     let n = unsafe {
-        libc::recvfrom(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT, (&mut peer as *mut libc::sockaddr_storage).cast(), &mut len)
+        libc::recvfrom(
+            fd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+            (&mut peer as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
     };
     if n < 0 {
         None
@@ -263,7 +358,14 @@ pub fn send_to(fd: RawFd, bytes: &[u8], peer: &libc::sockaddr_storage) {
     };
     // SAFETY: `bytes` is valid for its length; `peer` holds an address recvfrom filled in.
     unsafe {
-        libc::sendto(fd, bytes.as_ptr().cast(), bytes.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL, (peer as *const libc::sockaddr_storage).cast(), len as libc::socklen_t)
+        libc::sendto(
+            fd,
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            (peer as *const libc::sockaddr_storage).cast(),
+            len as libc::socklen_t,
+        )
     };
 }
 
@@ -275,7 +377,14 @@ pub fn shutdown(fd: RawFd, how: libc::c_int) {
 
 /// `poll` on one or more fds for input; returns which are readable. Timeout in ms (-1 = forever).
 pub fn poll_readable(fds: &[RawFd], timeout_ms: i32) -> Vec<bool> {
-    let mut pfds: Vec<libc::pollfd> = fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
     // SAFETY: `pfds` is a valid array of pollfd of the given length.
     let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
     if n <= 0 {
@@ -332,7 +441,13 @@ pub fn read_signal(fd: RawFd) -> io::Result<i32> {
     let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
     loop {
         // SAFETY: reads at most size_of(info) bytes into `info`.
-        let n = unsafe { libc::read(fd, (&mut info as *mut libc::signalfd_siginfo).cast(), std::mem::size_of::<libc::signalfd_siginfo>()) };
+        let n = unsafe {
+            libc::read(
+                fd,
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                std::mem::size_of::<libc::signalfd_siginfo>(),
+            )
+        };
         if n == std::mem::size_of::<libc::signalfd_siginfo>() as isize {
             return Ok(info.ssi_signo as i32);
         }
@@ -395,6 +510,8 @@ mod tests {
 
     #[test]
     fn loopback_has_an_address() {
-        assert!(interface_addresses().iter().any(|(name, ip)| name == "lo" && ip.is_loopback()));
+        assert!(interface_addresses()
+            .iter()
+            .any(|(name, ip)| name == "lo" && ip.is_loopback()));
     }
 }

@@ -40,7 +40,9 @@ fn start(limits: Limits, workers: usize, reuseport: bool) -> Running {
     let mut tcp = Vec::new();
     let mut addrs = Vec::new();
     for protocol in [Protocol::Memcache, Protocol::Http] {
-        let first = crate::sys::bind_socket("127.0.0.1:0".parse().unwrap(), true, reuseport, !reuseport).unwrap();
+        let first =
+            crate::sys::bind_socket("127.0.0.1:0".parse().unwrap(), true, reuseport, !reuseport)
+                .unwrap();
         let addr = crate::sys::local_addr(first.as_raw_fd()).unwrap();
         let mut fds = vec![first];
         for _ in 1..copies {
@@ -50,13 +52,28 @@ fn start(limits: Limits, workers: usize, reuseport: bool) -> Running {
         tcp.push((protocol, fds));
     }
     let echo = Arc::new(Echo::default());
-    let plane = Plane::start(PlaneSetup { handler: echo.clone(), cpus: vec![None; workers], limits, clock: Clock::start(), tcp, data: None }).unwrap();
-    Running { plane, echo, memcache: addrs[0], http: addrs[1] }
+    let plane = Plane::start(PlaneSetup {
+        handler: echo.clone(),
+        cpus: vec![None; workers],
+        limits,
+        clock: Clock::start(),
+        tcp,
+        data: None,
+    })
+    .unwrap();
+    Running {
+        plane,
+        echo,
+        memcache: addrs[0],
+        http: addrs[1],
+    }
 }
 
 fn connect(addr: SocketAddr) -> TcpStream {
     let stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     stream
 }
 
@@ -111,7 +128,9 @@ fn exercise(running: &Running) {
     // quit: the session asks to close.
     a.write_all(b"quit\n").unwrap();
     assert!(read_to_close(&mut a).is_empty());
-    wait_until("close accounting", || running.echo.closed.load(Ordering::Relaxed) >= 1);
+    wait_until("close accounting", || {
+        running.echo.closed.load(Ordering::Relaxed) >= 1
+    });
 }
 
 #[test]
@@ -122,7 +141,14 @@ fn acceptor_placement_with_buffer_ring() {
 
 #[test]
 fn acceptor_placement_with_own_buffers() {
-    let running = start(Limits { allow_buf_ring: false, ..limits() }, 1, false);
+    let running = start(
+        Limits {
+            allow_buf_ring: false,
+            ..limits()
+        },
+        1,
+        false,
+    );
     exercise(&running);
 }
 
@@ -152,39 +178,73 @@ fn many_connections_on_few_workers() {
 
 #[test]
 fn beyond_max_conns_is_refused_cleanly() {
-    let running = start(Limits { max_conns: 2, ..limits() }, 2, false);
+    let running = start(
+        Limits {
+            max_conns: 2,
+            ..limits()
+        },
+        2,
+        false,
+    );
     let mut a = connect(running.memcache);
     let mut b = connect(running.http);
     assert_eq!(roundtrip(&mut a, "a\n"), "a\n");
     assert_eq!(roundtrip(&mut b, "b\n"), "b\n");
     let mut refused = connect(running.memcache);
-    assert_eq!(read_to_close(&mut refused), crate::acceptor::MEMCACHE_REFUSAL);
+    assert_eq!(
+        read_to_close(&mut refused),
+        crate::acceptor::MEMCACHE_REFUSAL
+    );
     let mut refused = connect(running.http);
     refused.write_all(b"GET /x HTTP/1.1\r\n\r\n").unwrap();
     let reply = String::from_utf8(read_to_close(&mut refused)).unwrap();
-    assert!(reply.starts_with("HTTP/1.1 503 Service Unavailable\r\n") && reply.contains("Connection: close"), "{reply}");
+    assert!(
+        reply.starts_with("HTTP/1.1 503 Service Unavailable\r\n")
+            && reply.contains("Connection: close"),
+        "{reply}"
+    );
     assert_eq!(running.echo.refused.load(Ordering::Relaxed), 2);
     // Closing one makes room again.
     drop(a);
-    wait_until("slot freed", || running.echo.closed.load(Ordering::Relaxed) == 1);
+    wait_until("slot freed", || {
+        running.echo.closed.load(Ordering::Relaxed) == 1
+    });
     let mut c = connect(running.memcache);
     assert_eq!(roundtrip(&mut c, "c\n"), "c\n");
 }
 
 #[test]
 fn idle_connections_are_closed() {
-    let running = start(Limits { idle_timeout_ms: 200, ..limits() }, 1, false);
+    let running = start(
+        Limits {
+            idle_timeout_ms: 200,
+            ..limits()
+        },
+        1,
+        false,
+    );
     let mut idle = connect(running.memcache);
     assert_eq!(roundtrip(&mut idle, "x\n"), "x\n");
     let started = Instant::now();
     assert!(read_to_close(&mut idle).is_empty());
     let waited = started.elapsed();
-    assert!(waited >= Duration::from_millis(150) && waited < Duration::from_secs(3), "{waited:?}");
+    assert!(
+        waited >= Duration::from_millis(150) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
 }
 
 #[test]
 fn trickling_clients_hit_the_request_timeout() {
-    let running = start(Limits { idle_timeout_ms: 0, request_timeout_ms: 300, ..limits() }, 1, false);
+    let running = start(
+        Limits {
+            idle_timeout_ms: 0,
+            request_timeout_ms: 300,
+            ..limits()
+        },
+        1,
+        false,
+    );
     let mut slow = connect(running.memcache);
     let started = Instant::now();
     let mut closed = false;
@@ -198,7 +258,8 @@ fn trickling_clients_hit_the_request_timeout() {
         slow.set_nonblocking(true).unwrap();
         let r = slow.read(&mut probe);
         slow.set_nonblocking(false).unwrap();
-        if matches!(r, Ok(0)) || matches!(&r, Err(e) if e.kind() != std::io::ErrorKind::WouldBlock) {
+        if matches!(r, Ok(0)) || matches!(&r, Err(e) if e.kind() != std::io::ErrorKind::WouldBlock)
+        {
             closed = true;
             break;
         }
@@ -221,7 +282,9 @@ fn client_vanishing_mid_request_is_harmless() {
     let mut some = [0u8; 1000];
     c.read_exact(&mut some).unwrap();
     drop(c);
-    wait_until("all closed", || running.echo.closed.load(Ordering::Relaxed) == 21);
+    wait_until("all closed", || {
+        running.echo.closed.load(Ordering::Relaxed) == 21
+    });
     let mut ok = connect(running.memcache);
     assert_eq!(roundtrip(&mut ok, "still fine\n"), "still fine\n");
 }
@@ -243,21 +306,41 @@ fn stop_finishes_inflight_and_closes_idle() {
     let started = Instant::now();
     running.plane.stop().unwrap();
     assert!(started.elapsed() < Duration::from_secs(3));
-    assert!(read_to_close(&mut idle).is_empty(), "idle connection closed at stop");
-    assert_eq!(finisher.join().unwrap(), b"unfinished request\n", "in-flight request answered before close");
-    assert!(TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err(), "no longer listening");
+    assert!(
+        read_to_close(&mut idle).is_empty(),
+        "idle connection closed at stop"
+    );
+    assert_eq!(
+        finisher.join().unwrap(),
+        b"unfinished request\n",
+        "in-flight request answered before close"
+    );
+    assert!(
+        TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err(),
+        "no longer listening"
+    );
 }
 
 #[test]
 fn stop_deadline_bounds_a_stuck_request() {
-    let mut running = start(Limits { drain_deadline_ms: 300, ..limits() }, 1, false);
+    let mut running = start(
+        Limits {
+            drain_deadline_ms: 300,
+            ..limits()
+        },
+        1,
+        false,
+    );
     let mut stuck = connect(running.memcache);
     stuck.write_all(b"never finished").unwrap();
     std::thread::sleep(Duration::from_millis(50));
     let started = Instant::now();
     running.plane.stop().unwrap();
     let took = started.elapsed();
-    assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(2), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
     assert!(read_to_close(&mut stuck).is_empty());
 }
 

@@ -45,7 +45,11 @@ impl Topology {
         let mut topology = Topology::read_from(Path::new("/sys"))?;
         let addrs = crate::sys::interface_addresses();
         for iface in &mut topology.interfaces {
-            iface.addrs = addrs.iter().filter(|(name, _)| *name == iface.name).map(|(_, ip)| *ip).collect();
+            iface.addrs = addrs
+                .iter()
+                .filter(|(name, _)| *name == iface.name)
+                .map(|(_, ip)| *ip)
+                .collect();
         }
         Ok(topology)
     }
@@ -57,8 +61,15 @@ impl Topology {
         if let Ok(entries) = fs::read_dir(&node_dir) {
             for entry in entries.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
-                let Some(id) = name.strip_prefix("node").and_then(|n| n.parse::<u32>().ok()) else { continue };
-                let cpus = read_trim(&entry.path().join("cpulist")).map(|s| parse_cpulist(&s)).unwrap_or_default();
+                let Some(id) = name
+                    .strip_prefix("node")
+                    .and_then(|n| n.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                let cpus = read_trim(&entry.path().join("cpulist"))
+                    .map(|s| parse_cpulist(&s))
+                    .unwrap_or_default();
                 if !cpus.is_empty() {
                     nodes.push(NumaNode { id, cpus });
                 }
@@ -66,19 +77,34 @@ impl Topology {
         }
         nodes.sort_by_key(|n| n.id);
         if nodes.is_empty() {
-            let online = read_trim(&sys.join("devices/system/cpu/online")).map(|s| parse_cpulist(&s)).unwrap_or_default();
-            let cpus = if online.is_empty() { (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect() } else { online };
+            let online = read_trim(&sys.join("devices/system/cpu/online"))
+                .map(|s| parse_cpulist(&s))
+                .unwrap_or_default();
+            let cpus = if online.is_empty() {
+                (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
+            } else {
+                online
+            };
             nodes.push(NumaNode { id: 0, cpus });
         }
-        let isolated = read_trim(&sys.join("devices/system/cpu/isolated")).map(|s| parse_cpulist(&s)).unwrap_or_default();
+        let isolated = read_trim(&sys.join("devices/system/cpu/isolated"))
+            .map(|s| parse_cpulist(&s))
+            .unwrap_or_default();
         let mut interfaces = Vec::new();
         if let Ok(entries) = fs::read_dir(sys.join("class/net")) {
             for entry in entries.flatten() {
-                interfaces.push(read_interface(&entry.path(), entry.file_name().to_string_lossy().into_owned()));
+                interfaces.push(read_interface(
+                    &entry.path(),
+                    entry.file_name().to_string_lossy().into_owned(),
+                ));
             }
         }
         interfaces.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(Topology { nodes, isolated, interfaces })
+        Ok(Topology {
+            nodes,
+            isolated,
+            interfaces,
+        })
     }
 
     /// The node with id `id`.
@@ -88,7 +114,9 @@ impl Topology {
 
     /// Up, physical Ethernet interfaces (what ADR-0018's automatic choice looks at).
     pub fn serving_interfaces(&self) -> impl Iterator<Item = &Interface> {
-        self.interfaces.iter().filter(|i| i.up && i.ethernet && i.physical)
+        self.interfaces
+            .iter()
+            .filter(|i| i.up && i.ethernet && i.physical)
     }
 }
 
@@ -104,7 +132,14 @@ fn read_interface(dir: &Path, name: String) -> Interface {
         .or_else(|| read_trim(&device.join("../numa_node")))
         .and_then(|n| n.parse::<i64>().ok())
         .and_then(|n| u32::try_from(n).ok());
-    Interface { name, addrs: Vec::new(), up, ethernet, physical, numa_node }
+    Interface {
+        name,
+        addrs: Vec::new(),
+        up,
+        ethernet,
+        physical,
+        numa_node,
+    }
 }
 
 fn read_trim(path: &Path) -> Option<String> {
@@ -114,7 +149,12 @@ fn read_trim(path: &Path) -> Option<String> {
 /// Parses the kernel's CPU list syntax (`0-3,8,10-11`); malformed parts are skipped.
 pub fn parse_cpulist(text: &str) -> Vec<usize> {
     let mut cpus = Vec::new();
-    for part in text.trim().split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for part in text
+        .trim()
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
         match part.split_once('-') {
             Some((lo, hi)) => {
                 if let (Ok(lo), Ok(hi)) = (lo.parse::<usize>(), hi.parse::<usize>()) {
@@ -137,7 +177,10 @@ pub fn parse_cpulist(text: &str) -> Vec<usize> {
 
 /// Formats CPUs as a comma list (`0,1,2`), as `stats worker_cpus` shows them.
 pub fn format_cpus(cpus: &[usize]) -> String {
-    cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
+    cpus.iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]
@@ -155,9 +198,26 @@ mod tests {
 
     #[test]
     fn reads_a_fake_sysfs() {
-        let root = crate::numa::tests::fake_sysfs("read", &[(0, "0-1"), (1, "2-3")], &[("eth0", Some(1), true)], "3");
+        let root = crate::numa::tests::fake_sysfs(
+            "read",
+            &[(0, "0-1"), (1, "2-3")],
+            &[("eth0", Some(1), true)],
+            "3",
+        );
         let topo = Topology::read_from(&root).unwrap();
-        assert_eq!(topo.nodes, vec![NumaNode { id: 0, cpus: vec![0, 1] }, NumaNode { id: 1, cpus: vec![2, 3] }]);
+        assert_eq!(
+            topo.nodes,
+            vec![
+                NumaNode {
+                    id: 0,
+                    cpus: vec![0, 1]
+                },
+                NumaNode {
+                    id: 1,
+                    cpus: vec![2, 3]
+                }
+            ]
+        );
         assert_eq!(topo.isolated, vec![3]);
         let eth0 = topo.interfaces.iter().find(|i| i.name == "eth0").unwrap();
         assert!(eth0.up && eth0.ethernet && eth0.physical);

@@ -36,7 +36,12 @@ pub(crate) fn frame_reply(id: u16, reply: &[u8]) -> Option<Vec<Vec<u8>>> {
 }
 
 /// Starts the UDP thread; it ends once `stop_fd` is readable.
-pub(crate) fn spawn(socket: OwnedFd, shared: Arc<Shared>, clock: Clock, stop_fd: RawFd) -> Result<JoinHandle<()>, RuntimeError> {
+pub(crate) fn spawn(
+    socket: OwnedFd,
+    shared: Arc<Shared>,
+    clock: Clock,
+    stop_fd: RawFd,
+) -> Result<JoinHandle<()>, RuntimeError> {
     std::thread::Builder::new()
         .name("ringstore-udp".into())
         .spawn(move || serve(socket, shared, clock, stop_fd))
@@ -98,7 +103,10 @@ mod tests {
         assert_eq!(&datagrams[0][..8], &[0, 7, 0, 0, 0, 3, 0, 0]);
         assert_eq!(&datagrams[2][..8], &[0, 7, 0, 2, 0, 3, 0, 0]);
         assert!(datagrams.iter().all(|d| d.len() <= DATAGRAM));
-        assert_eq!(datagrams.iter().map(|d| d.len() - HEADER).sum::<usize>(), 3000);
+        assert_eq!(
+            datagrams.iter().map(|d| d.len() - HEADER).sum::<usize>(),
+            3000
+        );
         assert!(frame_reply(1, &vec![0; 70_000 * 1400]).is_none());
     }
 }

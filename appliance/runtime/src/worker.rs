@@ -7,8 +7,8 @@
 //! writing alternate per connection: while replies are in flight the connection does not
 //! read, which is the backpressure `Flow::Drain` asks for and keeps output bounded.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
@@ -19,7 +19,9 @@ use ringstore_service::{Flow, Now, Protocol};
 use crate::bufring::BufRing;
 use crate::clock::Clock;
 use crate::conn::{Conn, Slab, GEN_MASK};
-use crate::durable::{DiskWorker, OP_DISK_ERASE, OP_DISK_ERASE_FLUSH, OP_DISK_FLUSH, OP_DISK_WRITE, OP_WAKE};
+use crate::durable::{
+    DiskWorker, OP_DISK_ERASE, OP_DISK_ERASE_FLUSH, OP_DISK_FLUSH, OP_DISK_WRITE, OP_WAKE,
+};
 use crate::handler::Handler;
 use crate::inbox::Inbox;
 use crate::ring::Features;
@@ -107,32 +109,51 @@ struct Worker<H: Handler> {
 /// Runs a worker on the current thread until it has stopped; reports its features (or why it
 /// could not start) through `ready` first.
 /// Returns the most connections the worker had open at once.
-pub(crate) fn run<H: Handler>(setup: WorkerSetup<H>, ready: SyncSender<Result<Features, String>>) -> usize {
+pub(crate) fn run<H: Handler>(
+    setup: WorkerSetup<H>,
+    ready: SyncSender<Result<Features, String>>,
+) -> usize {
     if let Some(cpu) = setup.cpu {
         if let Err(err) = crate::sys::set_affinity(&[cpu]) {
-            let _ = ready.send(Err(format!("worker {}: cannot pin to CPU {cpu}: {err}", setup.index)));
+            let _ = ready.send(Err(format!(
+                "worker {}: cannot pin to CPU {cpu}: {err}",
+                setup.index
+            )));
             return 0;
         }
     }
     let (ring, mut features) = match crate::ring::build() {
         Ok(built) => built,
         Err(err) => {
-            let _ = ready.send(Err(format!("worker {}: io_uring_setup failed: {err}", setup.index)));
+            let _ = ready.send(Err(format!(
+                "worker {}: io_uring_setup failed: {err}",
+                setup.index
+            )));
             return 0;
         }
     };
     if !crate::ring::supports_needed_ops(&ring) {
-        let _ = ready.send(Err(format!("worker {}: this kernel's io_uring lacks recv/send/accept/timeout", setup.index)));
+        let _ = ready.send(Err(format!(
+            "worker {}: this kernel's io_uring lacks recv/send/accept/timeout",
+            setup.index
+        )));
         return 0;
     }
-    let bufs = if setup.limits.allow_buf_ring { BufRing::register(&ring, BUF_COUNT, BUF_SIZE).ok() } else { None };
+    let bufs = if setup.limits.allow_buf_ring {
+        BufRing::register(&ring, BUF_COUNT, BUF_SIZE).ok()
+    } else {
+        None
+    };
     features.buf_ring = bufs.is_some();
     let now = setup.clock.now();
     let disk = match &setup.data {
         Some(serving) => match DiskWorker::install(serving.clone(), setup.index) {
             Some(disk) => Some(disk),
             None => {
-                let _ = ready.send(Err(format!("worker {}: the data device has no free region for it", setup.index)));
+                let _ = ready.send(Err(format!(
+                    "worker {}: the data device has no free region for it",
+                    setup.index
+                )));
                 return 0;
             }
         },
@@ -146,7 +167,11 @@ pub(crate) fn run<H: Handler>(setup: WorkerSetup<H>, ready: SyncSender<Result<Fe
         completions: Vec::with_capacity(256),
         new_conns: Vec::new(),
         inbox_word: Box::leak(Box::new(0u64)),
-        tick: Box::new(types::Timespec::new().sec(setup.limits.tick_ms / 1000).nsec(((setup.limits.tick_ms % 1000) * 1_000_000) as u32)),
+        tick: Box::new(
+            types::Timespec::new()
+                .sec(setup.limits.tick_ms / 1000)
+                .nsec(((setup.limits.tick_ms % 1000) * 1_000_000) as u32),
+        ),
         setup,
         now,
         stopping_deadline: None,
@@ -176,7 +201,10 @@ impl<H: Handler> Worker<H> {
         }
         loop {
             if let Err(err) = self.submit_and_wait() {
-                eprintln!("ringstore: worker {}: io_uring_enter failed: {err}; closing its connections", self.setup.index);
+                eprintln!(
+                    "ringstore: worker {}: io_uring_enter failed: {err}; closing its connections",
+                    self.setup.index
+                );
                 break;
             }
             self.now = self.setup.clock.now();
@@ -187,8 +215,14 @@ impl<H: Handler> Worker<H> {
             if let Some(disk) = &mut self.disk {
                 // Background compaction, one bounded step; its copies join this iteration's batch.
                 let may_start = self.stopping_deadline.is_none();
-                if disk.compact_step(&mut self.pending, self.now.unix, self.now.mono_ms, may_start) {
-                    self.pending.push(opcode::Nop::new().build().user_data(OP_WAKE));
+                if disk.compact_step(
+                    &mut self.pending,
+                    self.now.unix,
+                    self.now.mono_ms,
+                    may_start,
+                ) {
+                    self.pending
+                        .push(opcode::Nop::new().build().user_data(OP_WAKE));
                 }
                 // Group commit: everything staged this iteration goes out as one write + one flush.
                 disk.pump(&mut self.pending);
@@ -239,14 +273,25 @@ impl<H: Handler> Worker<H> {
     fn enter(&self, want: usize) -> std::io::Result<()> {
         match self.ring.submit_and_wait(want) {
             Ok(_) => Ok(()),
-            Err(err) if matches!(err.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)) => Ok(()),
+            Err(err)
+                if matches!(
+                    err.raw_os_error(),
+                    Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
+                ) =>
+            {
+                Ok(())
+            }
             Err(err) => Err(err),
         }
     }
 
     fn reap(&mut self) {
         let mut completions = std::mem::take(&mut self.completions);
-        completions.extend(self.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+        completions.extend(
+            self.ring
+                .completion()
+                .map(|c| (c.user_data(), c.result(), c.flags())),
+        );
         for &(data, res, flags) in &completions {
             let slot = (data >> 32) as u32;
             let generation = ((data >> 8) as u32) & GEN_MASK;
@@ -273,12 +318,20 @@ impl<H: Handler> Worker<H> {
     // ---- arming operations ----
 
     fn arm_tick(&mut self) {
-        let entry = opcode::Timeout::new(&*self.tick as *const types::Timespec).build().user_data(OP_TICK);
+        let entry = opcode::Timeout::new(&*self.tick as *const types::Timespec)
+            .build()
+            .user_data(OP_TICK);
         self.pending.push(entry);
     }
 
     fn arm_inbox(&mut self) {
-        let entry = opcode::Read::new(types::Fd(self.setup.inbox.eventfd()), self.inbox_word.cast(), 8).build().user_data(OP_INBOX);
+        let entry = opcode::Read::new(
+            types::Fd(self.setup.inbox.eventfd()),
+            self.inbox_word.cast(),
+            8,
+        )
+        .build()
+        .user_data(OP_INBOX);
         self.pending.push(entry);
     }
 
@@ -302,7 +355,9 @@ impl<H: Handler> Worker<H> {
     fn arm_recv_with(&mut self, slot: u32, ioprio: u16) {
         let generation = self.conns.generation(slot);
         let pooled = self.bufs.is_some();
-        let Some(conn) = self.conns.get_mut(slot, generation) else { return };
+        let Some(conn) = self.conns.get_mut(slot, generation) else {
+            return;
+        };
         let fd = types::Fd(conn.fd.as_raw_fd());
         let entry = if pooled {
             opcode::Recv::new(fd, std::ptr::null_mut(), BUF_SIZE as u32)
@@ -312,10 +367,13 @@ impl<H: Handler> Worker<H> {
                 .flags(squeue::Flags::BUFFER_SELECT)
         } else {
             let buf = conn.own_buf.as_mut().expect("own buffer without a pool");
-            opcode::Recv::new(fd, buf.as_mut_ptr(), buf.len() as u32).ioprio(ioprio).build()
+            opcode::Recv::new(fd, buf.as_mut_ptr(), buf.len() as u32)
+                .ioprio(ioprio)
+                .build()
         };
         conn.recv_armed = true;
-        self.pending.push(entry.user_data(user_data(slot, generation, OP_RECV)));
+        self.pending
+            .push(entry.user_data(user_data(slot, generation, OP_RECV)));
     }
 
     /// Sends the rest of `out`. When the connection will read next (`Flow::Continue`), the
@@ -324,10 +382,15 @@ impl<H: Handler> Worker<H> {
     /// ECANCELED) and the remainder is sent first.
     fn arm_send(&mut self, slot: u32) {
         let generation = self.conns.generation(slot);
-        let Some(conn) = self.conns.get_mut(slot, generation) else { return };
+        let Some(conn) = self.conns.get_mut(slot, generation) else {
+            return;
+        };
         let rest = &conn.out[conn.sent..];
         let len = rest.len().min(u32::MAX as usize) as u32;
-        let link_recv = self.link_recv && conn.after_send == Flow::Continue && !conn.recv_armed && self.stopping_deadline.is_none();
+        let link_recv = self.link_recv
+            && conn.after_send == Flow::Continue
+            && !conn.recv_armed
+            && self.stopping_deadline.is_none();
         let mut entry = opcode::Send::new(types::Fd(conn.fd.as_raw_fd()), rest.as_ptr(), len)
             .flags(libc::MSG_NOSIGNAL)
             .build()
@@ -339,7 +402,11 @@ impl<H: Handler> Worker<H> {
         self.pending.push(entry);
         if link_recv {
             // POLL_FIRST exists from 5.19, like provided-buffer rings: use it only with them.
-            let ioprio = if self.bufs.is_some() && self.poll_first { RECVSEND_POLL_FIRST } else { 0 };
+            let ioprio = if self.bufs.is_some() && self.poll_first {
+                RECVSEND_POLL_FIRST
+            } else {
+                0
+            };
             self.arm_recv_with(slot, ioprio);
         }
     }
@@ -353,9 +420,15 @@ impl<H: Handler> Worker<H> {
             return;
         }
         crate::sys::set_nodelay(fd.as_raw_fd());
-        let own_buf = if self.bufs.is_none() { Some(vec![0u8; BUF_SIZE].into_boxed_slice()) } else { None };
+        let own_buf = if self.bufs.is_none() {
+            Some(vec![0u8; BUF_SIZE].into_boxed_slice())
+        } else {
+            None
+        };
         let session = self.setup.handler.open(protocol, self.setup.index);
-        let (slot, _) = self.conns.insert(Conn::new(fd, protocol, session, self.now.mono_ms, own_buf));
+        let (slot, _) =
+            self.conns
+                .insert(Conn::new(fd, protocol, session, self.now.mono_ms, own_buf));
         self.setup.handler.conn_opened(self.setup.index);
         self.peak_conns = self.peak_conns.max(self.conns.live());
         self.arm_recv(slot);
@@ -370,7 +443,9 @@ impl<H: Handler> Worker<H> {
     /// Closes now if nothing is in flight; otherwise shuts the socket down so in-flight
     /// operations complete promptly and closes when the last one has.
     fn close(&mut self, slot: u32) {
-        let Some(conn) = self.conns.at_mut(slot) else { return };
+        let Some(conn) = self.conns.at_mut(slot) else {
+            return;
+        };
         conn.closing = true;
         if conn.in_flight() {
             crate::sys::shutdown(conn.fd.as_raw_fd(), libc::SHUT_RDWR);
@@ -389,7 +464,9 @@ impl<H: Handler> Worker<H> {
     /// Reads again, unless the worker is stopping and no request is half received.
     fn continue_reading(&mut self, slot: u32) {
         let stopping = self.stopping_deadline.is_some();
-        let Some(conn) = self.conns.at_mut(slot) else { return };
+        let Some(conn) = self.conns.at_mut(slot) else {
+            return;
+        };
         if stopping && conn.partial_since_ms.is_none() {
             self.close(slot);
         } else {
@@ -426,7 +503,10 @@ impl<H: Handler> Worker<H> {
             if self.disk.is_some() {
                 DiskWorker::begin_call((slot, generation, conn.protocol));
             }
-            let flow = self.setup.handler.on_bytes(&mut conn.session, input, self.now, &mut conn.out);
+            let flow =
+                self.setup
+                    .handler
+                    .on_bytes(&mut conn.session, input, self.now, &mut conn.out);
             if let Some(disk) = &mut self.disk {
                 hold(disk, conn, slot, generation);
             }
@@ -467,9 +547,13 @@ impl<H: Handler> Worker<H> {
     fn after_input(&mut self, slot: u32, mut flow: Flow) {
         loop {
             let cap = self.setup.limits.out_hard_cap;
-            let Some(conn) = self.conns.at_mut(slot) else { return };
+            let Some(conn) = self.conns.at_mut(slot) else {
+                return;
+            };
             if conn.out.len() > cap {
-                eprintln!("ringstore: closing a connection whose pending output passed {cap} bytes");
+                eprintln!(
+                    "ringstore: closing a connection whose pending output passed {cap} bytes"
+                );
                 self.close(slot);
                 return;
             }
@@ -486,11 +570,18 @@ impl<H: Handler> Worker<H> {
                 Flow::Close => return self.close(slot),
                 Flow::Drain => {
                     let generation = self.conns.generation(slot);
-                    let Some(conn) = self.conns.get_mut(slot, generation) else { return };
+                    let Some(conn) = self.conns.get_mut(slot, generation) else {
+                        return;
+                    };
                     if self.disk.is_some() {
                         DiskWorker::begin_call((slot, generation, conn.protocol));
                     }
-                    flow = self.setup.handler.on_bytes(&mut conn.session, &[], self.now, &mut conn.out);
+                    flow = self.setup.handler.on_bytes(
+                        &mut conn.session,
+                        &[],
+                        self.now,
+                        &mut conn.out,
+                    );
                     if let Some(disk) = &mut self.disk {
                         hold(disk, conn, slot, generation);
                     }
@@ -505,7 +596,9 @@ impl<H: Handler> Worker<H> {
 
     fn on_send(&mut self, slot: u32, generation: u32, res: i32) {
         let now = self.now.mono_ms;
-        let Some(conn) = self.conns.get_mut(slot, generation) else { return };
+        let Some(conn) = self.conns.get_mut(slot, generation) else {
+            return;
+        };
         conn.send_armed = false;
         if conn.closing {
             if !conn.in_flight() {
@@ -533,7 +626,12 @@ impl<H: Handler> Worker<H> {
                     if self.disk.is_some() {
                         DiskWorker::begin_call((slot, generation, conn.protocol));
                     }
-                    let flow = self.setup.handler.on_bytes(&mut conn.session, &[], self.now, &mut conn.out);
+                    let flow = self.setup.handler.on_bytes(
+                        &mut conn.session,
+                        &[],
+                        self.now,
+                        &mut conn.out,
+                    );
                     if let Some(disk) = &mut self.disk {
                         hold(disk, conn, slot, generation);
                     }
@@ -559,7 +657,11 @@ impl<H: Handler> Worker<H> {
         }
         let mut failed: HashMap<(u32, u32), crate::durable::FailedSpans> = HashMap::new();
         for (slot, generation, protocol, start, end) in outcome.failed_replies {
-            failed.entry((slot, generation)).or_insert_with(|| (protocol, Vec::new())).1.push((start, end));
+            failed
+                .entry((slot, generation))
+                .or_insert_with(|| (protocol, Vec::new()))
+                .1
+                .push((start, end));
         }
         for ((slot, generation), (protocol, spans)) in failed {
             if let Some(conn) = self.conns.get_mut(slot, generation) {
@@ -575,7 +677,9 @@ impl<H: Handler> Worker<H> {
             release.push((slot, generation));
         }
         for (slot, generation) in release {
-            let Some(conn) = self.conns.get_mut(slot, generation) else { continue };
+            let Some(conn) = self.conns.get_mut(slot, generation) else {
+                continue;
+            };
             conn.gate = 0;
             if conn.closing {
                 if !conn.in_flight() {
@@ -656,11 +760,15 @@ impl<H: Handler> Worker<H> {
         let limits = self.setup.limits;
         let past_deadline = self.stopping_deadline.is_some_and(|d| now >= d);
         for slot in 0..self.conns.capacity_slots() as u32 {
-            let Some(conn) = self.conns.at_mut(slot) else { continue };
+            let Some(conn) = self.conns.at_mut(slot) else {
+                continue;
+            };
             if conn.closing {
                 continue;
             }
-            let slow = conn.partial_since_ms.is_some_and(|since| now.saturating_sub(since) >= limits.request_timeout_ms);
+            let slow = conn
+                .partial_since_ms
+                .is_some_and(|since| now.saturating_sub(since) >= limits.request_timeout_ms);
             let idle = limits.idle_timeout_ms > 0
                 && conn.partial_since_ms.is_none()
                 && now.saturating_sub(conn.last_active_ms) >= limits.idle_timeout_ms;
@@ -674,10 +782,16 @@ impl<H: Handler> Worker<H> {
         self.stopping_deadline = Some(self.now.mono_ms + self.setup.limits.drain_deadline_ms);
         for i in 0..self.setup.listeners.len() {
             let target = user_data(i as u32, 0, OP_ACCEPT);
-            self.pending.push(opcode::AsyncCancel::new(target).build().user_data(OP_CANCEL));
+            self.pending.push(
+                opcode::AsyncCancel::new(target)
+                    .build()
+                    .user_data(OP_CANCEL),
+            );
         }
         for slot in 0..self.conns.capacity_slots() as u32 {
-            let Some(conn) = self.conns.at_mut(slot) else { continue };
+            let Some(conn) = self.conns.at_mut(slot) else {
+                continue;
+            };
             if !conn.send_armed && conn.partial_since_ms.is_none() && conn.gate == 0 {
                 self.close(slot);
             }

@@ -16,7 +16,13 @@ impl Journal for Recorder {
             return Err(StoreError::OutOfMemory);
         }
         let line = match m {
-            Mutation::Put { key, value, exptime, cas, .. } => format!(
+            Mutation::Put {
+                key,
+                value,
+                exptime,
+                cas,
+                ..
+            } => format!(
                 "put {} {} e{exptime} c{cas}",
                 String::from_utf8_lossy(key),
                 String::from_utf8_lossy(value)
@@ -52,7 +58,11 @@ fn store() -> Store {
 }
 
 fn meta() -> NewMeta {
-    NewMeta { flags: 0, exptime: 0, cas: None }
+    NewMeta {
+        flags: 0,
+        exptime: 0,
+        cas: None,
+    }
 }
 
 #[test]
@@ -60,11 +70,52 @@ fn every_mutation_is_journaled_with_its_full_new_state() {
     let s = store();
     let j = Arc::new(Recorder::default());
     s.attach_journal(j.clone());
-    s.update(b"k", 1, |_| (Write::Put { value: b"ab", meta: meta() }, ())).unwrap();
-    s.update(b"k", 1, |_| (Write::Append { suffix: b"c", meta: meta() }, ())).unwrap();
-    s.update(b"n", 1, |_| (Write::PutNumber { value: 42, meta: meta() }, ())).unwrap();
-    s.update(b"k", 1, |_| (Write::Meta { exptime: 50, stale: false, win_token_sent: false, new_cas: false }, ())).unwrap();
-    let touch = ReadOpts { mark_access: true, touch: Some(60) };
+    s.update(b"k", 1, |_| {
+        (
+            Write::Put {
+                value: b"ab",
+                meta: meta(),
+            },
+            (),
+        )
+    })
+    .unwrap();
+    s.update(b"k", 1, |_| {
+        (
+            Write::Append {
+                suffix: b"c",
+                meta: meta(),
+            },
+            (),
+        )
+    })
+    .unwrap();
+    s.update(b"n", 1, |_| {
+        (
+            Write::PutNumber {
+                value: 42,
+                meta: meta(),
+            },
+            (),
+        )
+    })
+    .unwrap();
+    s.update(b"k", 1, |_| {
+        (
+            Write::Meta {
+                exptime: 50,
+                stale: false,
+                win_token_sent: false,
+                new_cas: false,
+            },
+            (),
+        )
+    })
+    .unwrap();
+    let touch = ReadOpts {
+        mark_access: true,
+        touch: Some(60),
+    };
     assert_eq!(s.get(b"k", 1, touch, |i| i.map(|i| i.exptime)), Some(60));
     s.update(b"k", 1, |_| (Write::Delete, ())).unwrap();
     s.update(b"absent", 1, |_| (Write::Delete, ())).unwrap();
@@ -85,13 +136,32 @@ fn a_refused_journal_write_leaves_ram_unchanged() {
     let s = store();
     let j = Arc::new(Recorder::default());
     s.attach_journal(j.clone());
-    s.update(b"k", 1, |_| (Write::Put { value: b"old", meta: meta() }, ())).unwrap();
+    s.update(b"k", 1, |_| {
+        (
+            Write::Put {
+                value: b"old",
+                meta: meta(),
+            },
+            (),
+        )
+    })
+    .unwrap();
     j.refuse.store(true, Ordering::Relaxed);
-    let err = s.update(b"k", 1, |_| (Write::Put { value: b"new", meta: meta() }, ()));
+    let err = s.update(b"k", 1, |_| {
+        (
+            Write::Put {
+                value: b"new",
+                meta: meta(),
+            },
+            (),
+        )
+    });
     assert_eq!(err.unwrap_err(), StoreError::OutOfMemory);
     assert!(s.update(b"k", 1, |_| (Write::Delete, ())).is_err());
     assert!(s.flush_all_logged(1, 1).is_err());
-    let v = s.get(b"k", 1, ReadOpts::default(), |i| i.map(|i| i.value.to_vec()));
+    let v = s.get(b"k", 1, ReadOpts::default(), |i| {
+        i.map(|i| i.value.to_vec())
+    });
     assert_eq!(v.as_deref(), Some(&b"old"[..]));
 }
 
@@ -99,24 +169,68 @@ fn a_refused_journal_write_leaves_ram_unchanged() {
 fn misses_are_read_through_and_cas_floor_and_forget_work() {
     let s = store();
     let mut disk = HashMap::new();
-    disk.insert(b"d".to_vec(), Fetched { value: b"disk".to_vec(), flags: 3, exptime: 0, cas: 77 });
+    disk.insert(
+        b"d".to_vec(),
+        Fetched {
+            value: b"disk".to_vec(),
+            flags: 3,
+            exptime: 0,
+            cas: 77,
+        },
+    );
     s.attach_backfill(Arc::new(Disk(disk)));
-    let got = s.get(b"d", 1, ReadOpts::default(), |i| i.map(|i| (i.value.to_vec(), i.flags, i.cas)));
+    let got = s.get(b"d", 1, ReadOpts::default(), |i| {
+        i.map(|i| (i.value.to_vec(), i.flags, i.cas))
+    });
     assert_eq!(got, Some((b"disk".to_vec(), 3, 77)));
     // An append to a key only on the device sees the device value.
     s.update(b"d", 1, |i| {
         assert!(i.is_some());
-        (Write::Append { suffix: b"!", meta: NewMeta { flags: 3, exptime: 0, cas: None } }, ())
+        (
+            Write::Append {
+                suffix: b"!",
+                meta: NewMeta {
+                    flags: 3,
+                    exptime: 0,
+                    cas: None,
+                },
+            },
+            (),
+        )
     })
     .unwrap();
     assert!(s.get(b"nope", 1, ReadOpts::default(), |i| i.is_none()));
     s.raise_cas_floor(1000);
-    let cas = s.update(b"x", 1, |_| (Write::Put { value: b"v", meta: meta() }, ())).unwrap().cas;
+    let cas = s
+        .update(b"x", 1, |_| {
+            (
+                Write::Put {
+                    value: b"v",
+                    meta: meta(),
+                },
+                (),
+            )
+        })
+        .unwrap()
+        .cas;
     assert_eq!(cas, Some(1001));
     s.forget_if_cas(b"x", 5, 1);
     assert!(s.get(b"x", 1, ReadOpts::default(), |i| i.is_some()));
     s.forget_if_cas(b"x", 1001, 1);
     assert!(s.get(b"x", 1, ReadOpts::default(), |i| i.is_none()));
-    s.load(b"y", &Fetched { value: b"l".to_vec(), flags: 0, exptime: 0, cas: 9 }, 1).unwrap();
-    assert_eq!(s.get(b"y", 1, ReadOpts::default(), |i| i.map(|i| i.cas)), Some(9));
+    s.load(
+        b"y",
+        &Fetched {
+            value: b"l".to_vec(),
+            flags: 0,
+            exptime: 0,
+            cas: 9,
+        },
+        1,
+    )
+    .unwrap();
+    assert_eq!(
+        s.get(b"y", 1, ReadOpts::default(), |i| i.map(|i| i.cas)),
+        Some(9)
+    );
 }

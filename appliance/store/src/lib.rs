@@ -723,6 +723,6 @@ fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod durability_tests;
+#[cfg(test)]
+mod tests;

@@ -42,8 +42,10 @@ pub struct DataFile {
 impl DataFile {
     pub fn create(path: PathBuf) -> Result<DataFile> {
         let _ = std::fs::remove_file(&path);
-        let file = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-        file.set_len(DATA_FILE_BYTES).with_context(|| format!("sizing {}", path.display()))?;
+        let file =
+            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        file.set_len(DATA_FILE_BYTES)
+            .with_context(|| format!("sizing {}", path.display()))?;
         Ok(DataFile { path })
     }
 
@@ -73,7 +75,9 @@ impl Drop for DataFile {
 pub fn filesystem_name(path: &Path) -> String {
     use std::os::unix::ffi::OsStrExt;
     let dir = path.parent().unwrap_or(path);
-    let Ok(c_path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return "unknown".into() };
+    let Ok(c_path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return "unknown".into();
+    };
     // SAFETY: statfs is a plain struct for which all-zero is a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: c_path is NUL-terminated and outlives the call; st is a valid statfs to fill.
@@ -103,11 +107,19 @@ pub fn start_durable(binary: &Path, label: &'static str, path: PathBuf) -> Resul
     let data = DataFile::create(path)?;
     let path_text = data.path.to_string_lossy().into_owned();
     let server = procs::start_ringstore_with(binary, MEMORY_MIB, &["--data", &path_text])?;
-    Ok(Config { label, server, data: Some(data) })
+    Ok(Config {
+        label,
+        server,
+        data: Some(data),
+    })
 }
 
 pub fn start_ram_only(binary: &Path) -> Result<Config> {
-    Ok(Config { label: "RAM only", server: procs::start_ringstore(binary, MEMORY_MIB)?, data: None })
+    Ok(Config {
+        label: "RAM only",
+        server: procs::start_ringstore(binary, MEMORY_MIB)?,
+        data: None,
+    })
 }
 
 /// SET 100 B, depth 1, `CONNS` connections against every config in alternating slices.
@@ -173,7 +185,18 @@ fn spawn_direct(binary: &Path, data: &Path) -> Result<(Direct, f64)> {
     let memory = format!("{MEMORY_MIB}MiB");
     let started = Instant::now();
     let mut child = Command::new(binary)
-        .args(["serve", "--memcache", "127.0.0.1:0", "--http", "127.0.0.1:0", "--cores", "1", "--memory", &memory, "--data"])
+        .args([
+            "serve",
+            "--memcache",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--cores",
+            "1",
+            "--memory",
+            &memory,
+            "--data",
+        ])
         .arg(data)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -185,7 +208,10 @@ fn spawn_direct(binary: &Path, data: &Path) -> Result<(Direct, f64)> {
     let stderr = Arc::new(Mutex::new(Vec::new()));
     let lines = stderr.clone();
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr_pipe).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stderr_pipe)
+            .lines()
+            .map_while(Result::ok)
+        {
             let mut kept = lines.lock().unwrap_or_else(|e| e.into_inner());
             if kept.len() < STDERR_LINES {
                 kept.push(line);
@@ -200,11 +226,21 @@ fn spawn_direct(binary: &Path, data: &Path) -> Result<(Direct, f64)> {
         let _ = tx.send(line);
         let _ = std::io::copy(&mut reader, &mut std::io::sink());
     });
-    let mut direct = Direct { child, stderr, port: 0 };
-    let line = rx.recv_timeout(START_LIMIT).map_err(|_| anyhow::anyhow!("no ready line within {} s", START_LIMIT.as_secs()))?;
+    let mut direct = Direct {
+        child,
+        stderr,
+        port: 0,
+    };
+    let line = rx
+        .recv_timeout(START_LIMIT)
+        .map_err(|_| anyhow::anyhow!("no ready line within {} s", START_LIMIT.as_secs()))?;
     let ready_seconds = started.elapsed().as_secs_f64();
     if !line.starts_with("ready ") {
-        bail!("server printed {:?} instead of a ready line; stderr: {:?}", line.trim(), direct.stderr.lock().map(|l| l.clone()).unwrap_or_default());
+        bail!(
+            "server printed {:?} instead of a ready line; stderr: {:?}",
+            line.trim(),
+            direct.stderr.lock().map(|l| l.clone()).unwrap_or_default()
+        );
     }
     direct.port = line
         .split_whitespace()
@@ -218,19 +254,29 @@ fn spawn_direct(binary: &Path, data: &Path) -> Result<(Direct, f64)> {
 /// The first `in N ms` of a line.
 pub fn millis_after_in(line: &str) -> Option<u64> {
     let words: Vec<&str> = line.split_whitespace().collect();
-    words.windows(3).find(|w| w[0] == "in" && w[2].starts_with("ms")).and_then(|w| w[1].parse().ok())
+    words
+        .windows(3)
+        .find(|w| w[0] == "in" && w[2].starts_with("ms"))
+        .and_then(|w| w[1].parse().ok())
 }
 
 /// Reads a start's stderr lines: the recovery line and the RAM load line.
 fn parse_start(lines: &[String], ready_seconds: f64) -> Start {
-    let mut start = Start { ready_seconds, ..Start::default() };
+    let mut start = Start {
+        ready_seconds,
+        ..Start::default()
+    };
     for line in lines {
         if line.contains(": recovered ") {
             start.recover_ms = millis_after_in(line);
             start.from_checkpoint = line.contains("checkpoint");
         } else if let Some(rest) = line.split("data device: loaded ").nth(1) {
             start.load_ms = millis_after_in(line);
-            start.objects = rest.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            start.objects = rest
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
         }
     }
     start
@@ -273,7 +319,10 @@ pub fn measure_recovery(binary: &Path, data: &DataFile) -> Result<Recovery> {
                 scope.spawn(move || fill::preload_range(port, VALUE_LEN, first, count))
             })
             .collect();
-        fills.into_iter().try_for_each(|f| f.join().map_err(|_| anyhow::anyhow!("fill thread panicked"))?)
+        fills.into_iter().try_for_each(|f| {
+            f.join()
+                .map_err(|_| anyhow::anyhow!("fill thread panicked"))?
+        })
     })?;
     out.fill_seconds = started.elapsed().as_secs_f64();
     let items = fill::stat_u64(port, "curr_items")?;
@@ -339,7 +388,8 @@ mod tests {
 
     #[test]
     fn data_file_is_sparse_and_removed_on_drop() {
-        let path = std::env::temp_dir().join(format!("ringstore-bench-test-{}.data", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("ringstore-bench-test-{}.data", std::process::id()));
         {
             let f = DataFile::create(path.clone()).unwrap();
             assert_eq!(std::fs::metadata(&f.path).unwrap().len(), DATA_FILE_BYTES);

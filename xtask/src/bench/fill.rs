@@ -11,7 +11,8 @@ use std::time::Duration;
 const BATCH: usize = 256;
 
 fn connect(port: u16) -> Result<TcpStream> {
-    let stream = TcpStream::connect(("127.0.0.1", port)).with_context(|| format!("connecting to port {port}"))?;
+    let stream = TcpStream::connect(("127.0.0.1", port))
+        .with_context(|| format!("connecting to port {port}"))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     stream.set_write_timeout(Some(Duration::from_secs(10)))?;
     Ok(stream)
@@ -50,7 +51,8 @@ pub fn preload_range(port: u16, value_len: usize, first: usize, count: usize) ->
             end += n;
             while let Some((reply, used)) = split_reply(&rx[start..end]) {
                 if reply != Reply::Stored {
-                    let line = String::from_utf8_lossy(&rx[start..start + used.min(80)]).into_owned();
+                    let line =
+                        String::from_utf8_lossy(&rx[start..start + used.min(80)]).into_owned();
                     bail!("preloading key {}: got {line:?}", next + stored);
                 }
                 start += used;

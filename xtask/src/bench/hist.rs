@@ -17,7 +17,10 @@ pub struct Histogram {
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram { counts: vec![0; BUCKETS], total: 0 }
+        Histogram {
+            counts: vec![0; BUCKETS],
+            total: 0,
+        }
     }
 }
 
@@ -101,7 +104,17 @@ mod tests {
 
     #[test]
     fn buckets_cover_values_and_error_is_bounded() {
-        for v in [32u64, 33, 63, 64, 100, 1_000, 12_345, 1_000_000, 987_654_321] {
+        for v in [
+            32u64,
+            33,
+            63,
+            64,
+            100,
+            1_000,
+            12_345,
+            1_000_000,
+            987_654_321,
+        ] {
             let i = index_of(v);
             let hi = upper_bound_of(i);
             assert!(hi >= v, "{v} above its bucket bound {hi}");

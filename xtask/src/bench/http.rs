@@ -23,7 +23,11 @@ pub fn write_nginx_site(dir: &Path, port: u16, value_lens: &[usize]) -> Result<s
     for &len in value_lens {
         std::fs::write(www.join(&object_path(len)[1..]), vec![b'v'; len])?;
     }
-    let user = if crate::util::is_root() { "user root;\n" } else { "" };
+    let user = if crate::util::is_root() {
+        "user root;\n"
+    } else {
+        ""
+    };
     let conf = format!(
         "{user}daemon off;
 master_process off;
@@ -61,8 +65,11 @@ http {{
 pub fn put_object(port: u16, value_len: usize) -> Result<()> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).context("connecting for PUT")?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut request =
-        format!("PUT {} HTTP/1.1\r\nHost: bench\r\nContent-Length: {value_len}\r\n\r\n", object_path(value_len)).into_bytes();
+    let mut request = format!(
+        "PUT {} HTTP/1.1\r\nHost: bench\r\nContent-Length: {value_len}\r\n\r\n",
+        object_path(value_len)
+    )
+    .into_bytes();
     request.resize(request.len() + value_len, b'v');
     stream.write_all(&request)?;
     let mut head = Vec::new();
@@ -75,7 +82,11 @@ pub fn put_object(port: u16, value_len: usize) -> Result<()> {
     }
     let head = String::from_utf8_lossy(&head);
     if !head.starts_with("HTTP/1.1 2") {
-        bail!("PUT {} answered {:?}", object_path(value_len), head.lines().next().unwrap_or(""));
+        bail!(
+            "PUT {} answered {:?}",
+            object_path(value_len),
+            head.lines().next().unwrap_or("")
+        );
     }
     Ok(())
 }
@@ -141,10 +152,23 @@ fn pipeline_script(dir: &Path, depth: usize) -> Result<std::path::PathBuf> {
 }
 
 /// Runs `wrk -t1 -c conns -d seconds --latency` pinned to the client CPU against `port`.
-pub fn run_wrk(server: &mut Pinned, port: u16, value_len: usize, depth: usize, conns: usize, seconds: u64, dir: &Path) -> Result<WrkRun> {
+pub fn run_wrk(
+    server: &mut Pinned,
+    port: u16,
+    value_len: usize,
+    depth: usize,
+    conns: usize,
+    seconds: u64,
+    dir: &Path,
+) -> Result<WrkRun> {
     let mut cmd = procs::pinned_client("wrk");
-    cmd.arg("-t1")
-        .args(["-c", &conns.to_string(), "-d", &format!("{seconds}s"), "--latency"]);
+    cmd.arg("-t1").args([
+        "-c",
+        &conns.to_string(),
+        "-d",
+        &format!("{seconds}s"),
+        "--latency",
+    ]);
     if depth > 1 {
         cmd.arg("-s").arg(pipeline_script(dir, depth)?);
     }
@@ -155,7 +179,11 @@ pub fn run_wrk(server: &mut Pinned, port: u16, value_len: usize, depth: usize, c
     let server0 = procs::process_cpu_seconds(server.pid())?;
     let cores0 = procs::core_ticks()?;
     let started = Instant::now();
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().context("starting wrk (apt install wrk)")?;
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting wrk (apt install wrk)")?;
     let output = wait_bounded(child, Duration::from_secs(seconds + 10))?;
     let wall = started.elapsed().as_secs_f64();
     let cores1 = procs::core_ticks()?;
@@ -164,13 +192,23 @@ pub fn run_wrk(server: &mut Pinned, port: u16, value_len: usize, depth: usize, c
     server.check_alive()?;
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     // Kept for reading the full distribution later.
-    let _ = std::fs::write(dir.join(format!("wrk-{}-{value_len}-depth{depth}.txt", server.name)), &text);
+    let _ = std::fs::write(
+        dir.join(format!("wrk-{}-{value_len}-depth{depth}.txt", server.name)),
+        &text,
+    );
     if !output.status.success() {
-        bail!("wrk failed: {}\n{text}{}", output.status, String::from_utf8_lossy(&output.stderr));
+        bail!(
+            "wrk failed: {}\n{text}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
     let parsed = parse_wrk(&text).with_context(|| format!("unexpected wrk output:\n{text}"))?;
     if parsed.errors > 0 {
-        bail!("wrk saw {} non-2xx responses or socket errors:\n{text}", parsed.errors);
+        bail!(
+            "wrk saw {} non-2xx responses or socket errors:\n{text}",
+            parsed.errors
+        );
     }
     Ok(WrkRun {
         requests_per_second: parsed.rps,
@@ -212,7 +250,11 @@ fn wait_bounded(mut child: std::process::Child, limit: Duration) -> Result<std::
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    Ok(std::process::Output { status, stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() })
+    Ok(std::process::Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
 }
 
 struct WrkSummary {
@@ -239,7 +281,14 @@ fn duration_us(text: &str) -> Option<f64> {
 }
 
 fn parse_wrk(text: &str) -> Option<WrkSummary> {
-    let mut summary = WrkSummary { rps: 0.0, requests: 0.0, seconds: 0.0, p50_us: 0.0, p99_us: f64::NAN, errors: 0 };
+    let mut summary = WrkSummary {
+        rps: 0.0,
+        requests: 0.0,
+        seconds: 0.0,
+        p50_us: 0.0,
+        p99_us: f64::NAN,
+        errors: 0,
+    };
     for line in text.lines().map(str::trim) {
         let fields: Vec<&str> = line.split_whitespace().collect();
         match fields.as_slice() {
@@ -252,12 +301,16 @@ fn parse_wrk(text: &str) -> Option<WrkSummary> {
             }
             ["Non-2xx", "or", "3xx", "responses:", n] => summary.errors += n.parse::<u64>().ok()?,
             ["Socket", "errors:", rest @ ..] => {
-                summary.errors += rest.iter().filter_map(|f| f.trim_end_matches(',').parse::<u64>().ok()).sum::<u64>()
+                summary.errors += rest
+                    .iter()
+                    .filter_map(|f| f.trim_end_matches(',').parse::<u64>().ok())
+                    .sum::<u64>()
             }
             _ => {}
         }
     }
-    (summary.rps > 0.0 && summary.requests > 0.0 && summary.seconds > 0.0 && summary.p50_us > 0.0).then_some(summary)
+    (summary.rps > 0.0 && summary.requests > 0.0 && summary.seconds > 0.0 && summary.p50_us > 0.0)
+        .then_some(summary)
 }
 
 #[cfg(test)]

@@ -103,7 +103,13 @@ impl LoadResult {
     /// Adds another slice of the same cell.
     fn merge(&mut self, other: &LoadResult) {
         let total = self.seconds + other.seconds;
-        let weigh = |a: f64, b: f64| if total > 0.0 { (a * self.seconds + b * other.seconds) / total } else { 0.0 };
+        let weigh = |a: f64, b: f64| {
+            if total > 0.0 {
+                (a * self.seconds + b * other.seconds) / total
+            } else {
+                0.0
+            }
+        };
         let weigh_core = |a: procs::CoreUse, b: procs::CoreUse| procs::CoreUse {
             busy_percent: weigh(a.busy_percent, b.busy_percent),
             softirq_percent: weigh(a.softirq_percent, b.softirq_percent),
@@ -127,7 +133,10 @@ pub fn run(specs: &[LoadSpec]) -> Result<Vec<LoadResult>> {
     std::thread::spawn(move || {
         procs::pin_current_thread(procs::CLIENT_CPU)?;
         procs::raise_own_priority();
-        let mut generators = specs.iter().map(Generator::new).collect::<Result<Vec<_>>>()?;
+        let mut generators = specs
+            .iter()
+            .map(Generator::new)
+            .collect::<Result<Vec<_>>>()?;
         let outcome = alternate(&mut generators, &specs);
         for generator in &mut generators {
             generator.close();
@@ -148,7 +157,11 @@ fn alternate(generators: &mut [Generator], specs: &[LoadSpec]) -> Result<Vec<Loa
         }
         for index in order {
             let spec = &specs[index];
-            let warmup = if slice == 0 { spec.warmup } else { SLICE_WARMUP };
+            let warmup = if slice == 0 {
+                spec.warmup
+            } else {
+                SLICE_WARMUP
+            };
             let part = generators[index].segment(warmup, spec.measure / slices)?;
             totals[index].merge(&part);
         }
@@ -292,7 +305,11 @@ impl Generator {
                 break;
             }
             if drain_until.is_some_and(|d| now >= d) || now > measure_until + DRAIN_LIMIT * 2 {
-                bail!("{} batches still unanswered {} s after the slice", self.active, DRAIN_LIMIT.as_secs());
+                bail!(
+                    "{} batches still unanswered {} s after the slice",
+                    self.active,
+                    DRAIN_LIMIT.as_secs()
+                );
             }
             completions.clear();
             completions.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
@@ -325,7 +342,12 @@ impl Generator {
         let args = types::SubmitArgs::new().timespec(&timeout);
         match self.ring.submitter().submit_with_args(1, &args) {
             Ok(_) => Ok(()),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME | libc::EINTR | libc::EBUSY)
+                ) =>
+            {
                 Ok(())
             }
             Err(e) => Err(e).context("io_uring_enter"),
@@ -366,10 +388,14 @@ impl Generator {
     fn queue_send(&mut self, index: usize) -> Result<()> {
         let conn = &mut self.conns[index];
         let rest = &conn.tx[conn.tx_sent..];
-        let entry = opcode::Send::new(types::Fd(conn.stream.as_raw_fd()), rest.as_ptr(), rest.len() as u32)
-            .flags(libc::MSG_NOSIGNAL)
-            .build()
-            .user_data((index as u64) << 1 | SEND);
+        let entry = opcode::Send::new(
+            types::Fd(conn.stream.as_raw_fd()),
+            rest.as_ptr(),
+            rest.len() as u32,
+        )
+        .flags(libc::MSG_NOSIGNAL)
+        .build()
+        .user_data((index as u64) << 1 | SEND);
         conn.send_queued = true;
         self.push(entry)
     }
@@ -383,9 +409,13 @@ impl Generator {
             (conn.rx_start, conn.rx_end) = (0, conn.rx_end - conn.rx_start);
         }
         let spare = &mut conn.rx[conn.rx_end..];
-        let entry = opcode::Recv::new(types::Fd(conn.stream.as_raw_fd()), spare.as_mut_ptr(), spare.len() as u32)
-            .build()
-            .user_data((index as u64) << 1 | RECV);
+        let entry = opcode::Recv::new(
+            types::Fd(conn.stream.as_raw_fd()),
+            spare.as_mut_ptr(),
+            spare.len() as u32,
+        )
+        .build()
+        .user_data((index as u64) << 1 | RECV);
         conn.recv_queued = true;
         self.push(entry)
     }

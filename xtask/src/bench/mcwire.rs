@@ -76,7 +76,11 @@ pub fn split_reply(buf: &[u8]) -> Option<(Reply, usize)> {
         if buf.len() < end {
             return None;
         }
-        let reply = if &buf[end - 5..end] == b"END\r\n" { Reply::Hit } else { Reply::Other };
+        let reply = if &buf[end - 5..end] == b"END\r\n" {
+            Reply::Hit
+        } else {
+            Reply::Other
+        };
         return Some((reply, end));
     }
     let reply = match line {
@@ -116,8 +120,14 @@ mod tests {
 
     #[test]
     fn value_bytes_may_hold_crlf_and_a_bad_trailer_is_not_a_hit() {
-        assert_eq!(split_reply(b"VALUE k 0 4\r\n\r\n\r\n\r\nEND\r\n"), Some((Reply::Hit, 24)));
-        assert_eq!(split_reply(b"VALUE k 0 1\r\nx\r\nXYZ\r\n").map(|r| r.0), Some(Reply::Other));
+        assert_eq!(
+            split_reply(b"VALUE k 0 4\r\n\r\n\r\n\r\nEND\r\n"),
+            Some((Reply::Hit, 24))
+        );
+        assert_eq!(
+            split_reply(b"VALUE k 0 1\r\nx\r\nXYZ\r\n").map(|r| r.0),
+            Some(Reply::Other)
+        );
         assert_eq!(split_reply(b"STOR"), None);
     }
 }

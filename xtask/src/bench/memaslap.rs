@@ -21,26 +21,44 @@ pub struct MemaslapRun {
 
 /// memaslap's installed name (Debian calls it memcaslap).
 pub fn binary() -> Option<&'static str> {
-    ["/usr/bin/memcaslap", "/usr/bin/memaslap"].into_iter().find(|p| Path::new(p).exists())
+    ["/usr/bin/memcaslap", "/usr/bin/memaslap"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
 }
 
 /// Runs memaslap (1 thread, `conns` connections, 90% get / 10% set of 100-byte values) pinned
 /// to the client CPU for `seconds`.
-pub fn run(program: &str, server: &mut Pinned, conns: usize, seconds: u64, dir: &Path) -> Result<MemaslapRun> {
+pub fn run(
+    program: &str,
+    server: &mut Pinned,
+    conns: usize,
+    seconds: u64,
+    dir: &Path,
+) -> Result<MemaslapRun> {
     let cfg = dir.join("memaslap.cfg");
     // key: 20 bytes (memaslap wants more than 16); value: 100 bytes; cmd 0 = set, 1 = get.
     std::fs::write(&cfg, "key\n20 20 1\nvalue\n100 100 1\ncmd\n0 0.1\n1 0.9\n")?;
     let mut cmd = procs::pinned_client(program);
-    cmd.args(["-s", &format!("127.0.0.1:{}", server.port), "-T", "1", "-c", &conns.to_string()])
-        .args(["-t", &format!("{seconds}s"), "-F"])
-        .arg(&cfg);
+    cmd.args([
+        "-s",
+        &format!("127.0.0.1:{}", server.port),
+        "-T",
+        "1",
+        "-c",
+        &conns.to_string(),
+    ])
+    .args(["-t", &format!("{seconds}s"), "-F"])
+    .arg(&cfg);
     let command = procs::command_line(&cmd);
     eprintln!("+ {command}");
     let children0 = procs::children_cpu_seconds()?;
     let server0 = procs::process_cpu_seconds(server.pid())?;
     let cores0 = procs::core_ticks()?;
     let started = Instant::now();
-    let mut child = cmd.stdout(Stdio::piped()).spawn().context("starting memaslap")?;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting memaslap")?;
     let stdout = child.stdout.take().context("memaslap stdout")?;
     let reader = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap_or_default());
     let deadline = started + Duration::from_secs(seconds + 10);
@@ -65,7 +83,8 @@ pub fn run(program: &str, server: &mut Pinned, conns: usize, seconds: u64, dir: 
         anyhow::bail!("memaslap failed: {status}\n{output}");
     }
     Ok(MemaslapRun {
-        ops_per_second: parse_tps(&output).with_context(|| format!("no TPS in memaslap output:\n{output}"))?,
+        ops_per_second: parse_tps(&output)
+            .with_context(|| format!("no TPS in memaslap output:\n{output}"))?,
         client_cpu_percent: 100.0 * client_cpu / wall,
         server_cpu_percent: 100.0 * server_cpu / wall,
         server_core: procs::CoreUse::between(&cores0.0, &cores1.0),
@@ -77,7 +96,12 @@ pub fn run(program: &str, server: &mut Pinned, conns: usize, seconds: u64, dir: 
 /// The `TPS: N` figure of memaslap's summary line.
 fn parse_tps(output: &str) -> Option<f64> {
     let line = output.lines().rev().find(|l| l.contains("TPS:"))?;
-    line.split("TPS:").nth(1)?.split_whitespace().next()?.parse().ok()
+    line.split("TPS:")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]

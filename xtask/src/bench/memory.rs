@@ -26,16 +26,28 @@ pub fn measure(server: &mut Pinned, items: usize) -> Result<MemoryRun> {
     // Let the server finish its start-up allocations before the empty reading.
     std::thread::sleep(Duration::from_millis(300));
     let rss_empty = procs::rss_bytes(server.pid())?;
-    eprintln!("{}: filling {items} items of {VALUE_LEN} bytes", server.name);
+    eprintln!(
+        "{}: filling {items} items of {VALUE_LEN} bytes",
+        server.name
+    );
     fill::preload(server.port, VALUE_LEN, items)?;
     server.check_alive()?;
     let stored = fill::stat_u64(server.port, "curr_items")?;
     if stored != items as u64 {
-        bail!("{} holds {stored} items after storing {items} (evicted or lost)", server.name);
+        bail!(
+            "{} holds {stored} items after storing {items} (evicted or lost)",
+            server.name
+        );
     }
-    if !fill::check_hit(server.port, VALUE_LEN, 0)? || !fill::check_hit(server.port, VALUE_LEN, items - 1)? {
+    if !fill::check_hit(server.port, VALUE_LEN, 0)?
+        || !fill::check_hit(server.port, VALUE_LEN, items - 1)?
+    {
         bail!("{} lost the first or last key", server.name);
     }
     let rss_full = procs::rss_bytes(server.pid())?;
-    Ok(MemoryRun { rss_empty, rss_full, items: stored })
+    Ok(MemoryRun {
+        rss_empty,
+        rss_full,
+        items: stored,
+    })
 }

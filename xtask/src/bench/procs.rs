@@ -51,7 +51,10 @@ impl Pinned {
         // An exited child that nobody has reaped yet is a zombie ('Z') until its owner waits.
         let state = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))
             .ok()
-            .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_string)));
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_string))
+            });
         match state.as_deref() {
             Some("Z" | "X") | None => bail!("{} exited", self.name),
             Some(_) => Ok(()),
@@ -114,8 +117,17 @@ pub fn start_memcached(memory_mib: u64) -> Result<Pinned> {
     }
     let command = command_line(&cmd);
     eprintln!("+ {command}");
-    let child = cmd.stdin(Stdio::null()).spawn().context("starting memcached (apt install memcached)")?;
-    let mut server = Pinned { name: "memcached", process: Process::Child(child), port, http_port: None, command };
+    let child = cmd
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting memcached (apt install memcached)")?;
+    let mut server = Pinned {
+        name: "memcached",
+        process: Process::Child(child),
+        port,
+        http_port: None,
+        command,
+    };
     wait_for_port(&mut server, port)?;
     raise_priority(server.pid());
     Ok(server)
@@ -163,8 +175,17 @@ pub fn start_nginx(conf: &Path, prefix: &Path, port: u16) -> Result<Pinned> {
     cmd.arg("-c").arg(conf).arg("-p").arg(prefix);
     let command = command_line(&cmd);
     eprintln!("+ {command}");
-    let child = cmd.stdin(Stdio::null()).spawn().context("starting nginx (apt install nginx-light)")?;
-    let mut server = Pinned { name: "nginx", process: Process::Child(child), port, http_port: None, command };
+    let child = cmd
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting nginx (apt install nginx-light)")?;
+    let mut server = Pinned {
+        name: "nginx",
+        process: Process::Child(child),
+        port,
+        http_port: None,
+        command,
+    };
     wait_for_port(&mut server, port)?;
     raise_priority(server.pid());
     Ok(server)
@@ -186,7 +207,10 @@ fn stat_fields(path: &str) -> Result<Vec<u64>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
     let after = text.rsplit_once(')').context("stat without comm")?.1;
     // Field 3 (state) is not a number; keep positions by mapping it to 0.
-    Ok(after.split_whitespace().map(|f| f.parse().unwrap_or(0)).collect())
+    Ok(after
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect())
 }
 
 /// utime + stime of a whole process (every thread), in seconds.
@@ -234,17 +258,27 @@ impl CoreTicks {
         let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
         let total: u64 = fields.iter().sum();
         let softirq = fields.get(6).copied().unwrap_or(0);
-        Ok(CoreTicks { busy: total - idle, softirq, total })
+        Ok(CoreTicks {
+            busy: total - idle,
+            softirq,
+            total,
+        })
     }
 
     /// Percent of the time between `self` and `later` that the CPU was busy.
     pub fn busy_percent_until(&self, later: &CoreTicks) -> f64 {
-        percent(later.busy.saturating_sub(self.busy), later.total.saturating_sub(self.total))
+        percent(
+            later.busy.saturating_sub(self.busy),
+            later.total.saturating_sub(self.total),
+        )
     }
 
     /// Percent of the time between `self` and `later` spent in softirq (network stack).
     pub fn softirq_percent_until(&self, later: &CoreTicks) -> f64 {
-        percent(later.softirq.saturating_sub(self.softirq), later.total.saturating_sub(self.total))
+        percent(
+            later.softirq.saturating_sub(self.softirq),
+            later.total.saturating_sub(self.total),
+        )
     }
 }
 
@@ -257,7 +291,10 @@ pub struct CoreUse {
 
 impl CoreUse {
     pub fn between(before: &CoreTicks, after: &CoreTicks) -> CoreUse {
-        CoreUse { busy_percent: before.busy_percent_until(after), softirq_percent: before.softirq_percent_until(after) }
+        CoreUse {
+            busy_percent: before.busy_percent_until(after),
+            softirq_percent: before.softirq_percent_until(after),
+        }
     }
 }
 
@@ -287,9 +324,15 @@ pub fn rss_bytes(pid: u32) -> Result<u64> {
 
 /// Gives every thread of `pid` the benchmark's nice value (best effort: needs root).
 pub fn raise_priority(pid: u32) {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return;
+    };
     for task in tasks.flatten() {
-        if let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<libc::id_t>().ok()) {
+        if let Some(tid) = task
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<libc::id_t>().ok())
+        {
             // SAFETY: setpriority takes plain integers; on Linux PRIO_PROCESS with a thread id
             // changes that one thread.
             unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, BENCH_NICE) };
@@ -306,7 +349,14 @@ pub fn raise_own_priority() {
 /// `nice -n BENCH_NICE taskset -c CPU program`.
 pub fn pinned_client(program: &str) -> Command {
     let mut cmd = Command::new("nice");
-    cmd.args(["-n", &BENCH_NICE.to_string(), "taskset", "-c", &CLIENT_CPU.to_string(), program]);
+    cmd.args([
+        "-n",
+        &BENCH_NICE.to_string(),
+        "taskset",
+        "-c",
+        &CLIENT_CPU.to_string(),
+        program,
+    ]);
     cmd
 }
 

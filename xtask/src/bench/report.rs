@@ -28,21 +28,43 @@ pub struct Table {
 
 impl Table {
     pub fn new(baseline_name: &str, subject_name: &str) -> Self {
-        Table { baseline_name: baseline_name.to_string(), subject_name: subject_name.to_string(), rows: Vec::new() }
+        Table {
+            baseline_name: baseline_name.to_string(),
+            subject_name: subject_name.to_string(),
+            rows: Vec::new(),
+        }
     }
 
     /// Adds a row; `ringstore` is `None` when it could not be measured.
-    pub fn row(&mut self, metric: &str, baseline: f64, ringstore: Option<f64>, better: Better, decimals: usize) {
-        self.rows.push(Row { metric: metric.to_string(), baseline, ringstore, better, decimals });
+    pub fn row(
+        &mut self,
+        metric: &str,
+        baseline: f64,
+        ringstore: Option<f64>,
+        better: Better,
+        decimals: usize,
+    ) {
+        self.rows.push(Row {
+            metric: metric.to_string(),
+            baseline,
+            ringstore,
+            better,
+            decimals,
+        });
     }
 
     pub fn markdown(&self) -> String {
         let mut out = String::new();
         let (base, subject) = (&self.baseline_name, &self.subject_name);
-        let _ = writeln!(out, "| metric | {base} | {subject} | ratio ({subject} / {base}) |");
+        let _ = writeln!(
+            out,
+            "| metric | {base} | {subject} | ratio ({subject} / {base}) |"
+        );
         out.push_str("| --- | ---: | ---: | ---: |\n");
         for row in &self.rows {
-            let ring = row.ringstore.map_or("n/a".to_string(), |v| format_number(v, row.decimals));
+            let ring = row
+                .ringstore
+                .map_or("n/a".to_string(), |v| format_number(v, row.decimals));
             let ratio = match row.ringstore {
                 Some(v) if row.baseline > 0.0 && v.is_finite() => {
                     let hint = match row.better {
@@ -54,7 +76,14 @@ impl Table {
                 }
                 _ => "n/a".to_string(),
             };
-            let _ = writeln!(out, "| {} | {} | {} | {} |", row.metric, format_number(row.baseline, row.decimals), ring, ratio);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                row.metric,
+                format_number(row.baseline, row.decimals),
+                ring,
+                ratio
+            );
         }
         out
     }
@@ -70,7 +99,9 @@ pub fn format_number(value: f64, decimals: usize) -> String {
         Some((i, f)) => (i.to_string(), Some(f.to_string())),
         None => (text.clone(), None),
     };
-    let (sign, digits) = int.strip_prefix('-').map_or(("", int.as_str()), |d| ("-", d));
+    let (sign, digits) = int
+        .strip_prefix('-')
+        .map_or(("", int.as_str()), |d| ("-", d));
     let mut grouped = String::new();
     for (i, ch) in digits.chars().enumerate() {
         if i > 0 && (digits.len() - i) % 3 == 0 {
@@ -100,11 +131,23 @@ mod tests {
     #[test]
     fn table_has_ratio_and_handles_missing_values() {
         let mut t = Table::new("memcached", "ringstore");
-        t.row("GET throughput", 100_000.0, Some(150_000.0), Better::Higher, 0);
+        t.row(
+            "GET throughput",
+            100_000.0,
+            Some(150_000.0),
+            Better::Higher,
+            0,
+        );
         t.row("SET p99 (µs)", 80.0, None, Better::Lower, 1);
         let md = t.markdown();
-        assert!(md.starts_with("| metric | memcached | ringstore | ratio (ringstore / memcached) |"), "{md}");
-        assert!(md.contains("| GET throughput | 100 000 | 150 000 | 1.50× (higher is better) |"), "{md}");
+        assert!(
+            md.starts_with("| metric | memcached | ringstore | ratio (ringstore / memcached) |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| GET throughput | 100 000 | 150 000 | 1.50× (higher is better) |"),
+            "{md}"
+        );
         assert!(md.contains("| SET p99 (µs) | 80.0 | n/a | n/a |"), "{md}");
     }
 }

@@ -43,9 +43,14 @@ impl ScratchDisks {
     /// Fresh (all-zero, sparse) files for every data disk `profile` declares.
     fn create(name: &str, profile: &str) -> Result<ScratchDisks> {
         let profile = qemu::load_profile(profile)?;
-        let dir = appliance_dir().join("vm").join(format!("{name}-disks-{}", std::process::id()));
+        let dir = appliance_dir()
+            .join("vm")
+            .join(format!("{name}-disks-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut disks = ScratchDisks { dir, files: Vec::new() };
+        let mut disks = ScratchDisks {
+            dir,
+            files: Vec::new(),
+        };
         for (k, disk) in profile.disks.iter().enumerate() {
             let file = disks.dir.join(format!("disk{k}.raw"));
             qemu::ensure_disk(&file, disk.size_mib)?;
@@ -62,7 +67,9 @@ impl Drop for ScratchDisks {
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// The flags and value written for `key` in `generation`: 1..=MAX_VALUE bytes that name both,
@@ -105,34 +112,56 @@ impl Conn {
         match (&mut self.reader).take(512).read_line(&mut line) {
             Ok(_) if line.ends_with("\r\n") => Ok(Some(line)),
             Ok(_) => Ok(None),
-            Err(err) if matches!(err.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => bail!("no reply within the read timeout"),
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                bail!("no reply within the read timeout")
+            }
             Err(_) => Ok(None),
         }
     }
 
     fn set(&mut self, key: &str, flags: u32, value: &[u8]) -> Result<()> {
         let reply = self.line_reply(&set_request(key, flags, value))?;
-        anyhow::ensure!(reply.as_deref() == Some("STORED\r\n"), "set {key} answered {reply:?}");
+        anyhow::ensure!(
+            reply.as_deref() == Some("STORED\r\n"),
+            "set {key} answered {reply:?}"
+        );
         Ok(())
     }
 
     fn delete(&mut self, key: &str) -> Result<()> {
         let reply = self.line_reply(format!("delete {key}\r\n").as_bytes())?;
-        anyhow::ensure!(reply.as_deref() == Some("DELETED\r\n"), "delete {key} answered {reply:?}");
+        anyhow::ensure!(
+            reply.as_deref() == Some("DELETED\r\n"),
+            "delete {key} answered {reply:?}"
+        );
         Ok(())
     }
 
     /// `get` of every key at once: the keys found, with flags and value.
     fn get_many(&mut self, keys: &[&str]) -> Result<HashMap<String, (u32, Vec<u8>)>> {
-        self.writer.write_all(format!("get {}\r\n", keys.join(" ")).as_bytes())?;
+        self.writer
+            .write_all(format!("get {}\r\n", keys.join(" ")).as_bytes())?;
         let mut answer = Vec::new();
         loop {
             if let Some(parsed) = parse_values(&answer) {
-                return parsed.map(|values| values.into_iter().map(|(k, f, v)| (k, (f, v))).collect());
+                return parsed
+                    .map(|values| values.into_iter().map(|(k, f, v)| (k, (f, v))).collect());
             }
-            anyhow::ensure!(answer.len() < MAX_ANSWER, "get answer longer than {MAX_ANSWER} bytes");
+            anyhow::ensure!(
+                answer.len() < MAX_ANSWER,
+                "get answer longer than {MAX_ANSWER} bytes"
+            );
             let buf = self.reader.fill_buf()?;
-            anyhow::ensure!(!buf.is_empty(), "connection closed in a get answer ({} bytes so far)", answer.len());
+            anyhow::ensure!(
+                !buf.is_empty(),
+                "connection closed in a get answer ({} bytes so far)",
+                answer.len()
+            );
             let n = buf.len();
             answer.extend_from_slice(buf);
             self.reader.consume(n);
@@ -149,11 +178,23 @@ fn parse_values(buf: &[u8]) -> Option<Result<Vec<Value>>> {
         let line_end = at + buf.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
         let line = String::from_utf8_lossy(&buf[at..line_end]).into_owned();
         if line == "END" {
-            return Some(if line_end + 2 == buf.len() { Ok(values) } else { Err(anyhow::anyhow!("bytes after END")) });
+            return Some(if line_end + 2 == buf.len() {
+                Ok(values)
+            } else {
+                Err(anyhow::anyhow!("bytes after END"))
+            });
         }
         let fields: Vec<&str> = line.split(' ').collect();
-        let (Some(&"VALUE"), Some(key), Some(flags), Some(len), None) = (fields.first(), fields.get(1), fields.get(2), fields.get(3), fields.get(4)) else {
-            return Some(Err(anyhow::anyhow!("unexpected line {line:?} in a get answer")));
+        let (Some(&"VALUE"), Some(key), Some(flags), Some(len), None) = (
+            fields.first(),
+            fields.get(1),
+            fields.get(2),
+            fields.get(3),
+            fields.get(4),
+        ) else {
+            return Some(Err(anyhow::anyhow!(
+                "unexpected line {line:?} in a get answer"
+            )));
         };
         let (Ok(flags), Ok(len)) = (flags.parse::<u32>(), len.parse::<usize>()) else {
             return Some(Err(anyhow::anyhow!("bad VALUE line {line:?}")));
@@ -205,7 +246,10 @@ struct Written {
 /// Sets unique keys `cut-wID-N` one after another until the connection ends, `stop` is set or
 /// [`PER_WRITER_MAX`] keys were sent; counts every STORED in `acked_total`.
 fn write_until_cut(port: u16, id: usize, acked_total: &AtomicUsize, stop: &AtomicBool) -> Written {
-    let mut written = Written { acked: Vec::new(), refused: None };
+    let mut written = Written {
+        acked: Vec::new(),
+        refused: None,
+    };
     let Ok(mut conn) = Conn::open(port) else {
         written.refused = Some(format!("writer {id}: cannot connect"));
         return written;
@@ -255,7 +299,11 @@ fn console_line_with(vm: &Vm, needle: &str) -> Result<String> {
             return Ok(line.trim().to_string());
         }
         if Instant::now() > deadline {
-            bail!("{}: no console line contains {needle:?}; last lines:\n{}", vm.name, vm.tail());
+            bail!(
+                "{}: no console line contains {needle:?}; last lines:\n{}",
+                vm.name,
+                vm.tail()
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -283,7 +331,10 @@ pub fn acknowledged_writes_survive_power_cut_and_poweroff(image: &Image) -> Resu
     let mut vm = boot_ready(image, "durable-1", "", &disks)?;
     console_line_with(&vm, "data device /dev/vda: formatted")?;
     let status = vm.command("status")?;
-    anyhow::ensure!(status.contains("data /dev/vda: block device, 64 MiB"), "status does not show the data disk:\n{status}");
+    anyhow::ensure!(
+        status.contains("data /dev/vda: block device, 64 MiB"),
+        "status does not show the data disk:\n{status}"
+    );
     let port = vm.port("memcache", 0)?;
 
     let acked_total = Arc::new(AtomicUsize::new(0));
@@ -295,7 +346,10 @@ pub fn acknowledged_writes_survive_power_cut_and_poweroff(image: &Image) -> Resu
             std::thread::spawn(move || write_until_cut(port, id, &acked_total, &stop))
         })
         .collect();
-    while acked_total.load(Ordering::Relaxed) < ACKED_BEFORE_CUT && load_started.elapsed() < LOAD_LIMIT && !writers.iter().all(|w| w.is_finished()) {
+    while acked_total.load(Ordering::Relaxed) < ACKED_BEFORE_CUT
+        && load_started.elapsed() < LOAD_LIMIT
+        && !writers.iter().all(|w| w.is_finished())
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
     let load = load_started.elapsed();
@@ -305,7 +359,9 @@ pub fn acknowledged_writes_survive_power_cut_and_poweroff(image: &Image) -> Resu
     let mut model = Model::new();
     let mut refused = Vec::new();
     for writer in writers {
-        let written = writer.join().map_err(|_| anyhow::anyhow!("a writer panicked"))?;
+        let written = writer
+            .join()
+            .map_err(|_| anyhow::anyhow!("a writer panicked"))?;
         refused.extend(written.refused);
         for key in written.acked {
             let value = value_of(&key, 0);
@@ -313,9 +369,16 @@ pub fn acknowledged_writes_survive_power_cut_and_poweroff(image: &Image) -> Resu
         }
     }
     cut?;
-    anyhow::ensure!(refused.is_empty(), "writes refused before the power cut: {refused:?}");
+    anyhow::ensure!(
+        refused.is_empty(),
+        "writes refused before the power cut: {refused:?}"
+    );
     let acked_before_cut = model.len();
-    anyhow::ensure!(acked_before_cut >= ACKED_BEFORE_CUT, "only {acked_before_cut} sets acknowledged in {:.1} s", load.as_secs_f64());
+    anyhow::ensure!(
+        acked_before_cut >= ACKED_BEFORE_CUT,
+        "only {acked_before_cut} sets acknowledged in {:.1} s",
+        load.as_secs_f64()
+    );
 
     // Boot 2: no checkpoint (the power cut); the logs are scanned.
     let mut vm = boot_ready(image, "durable-2", "", &disks)?;
@@ -347,10 +410,20 @@ pub fn acknowledged_writes_survive_power_cut_and_poweroff(image: &Image) -> Resu
 
     // Boot 3: from the checkpoint the clean shutdown wrote.
     let mut vm = boot_ready(image, "durable-3", "", &disks)?;
-    let from_checkpoint_line = console_line_with(&vm, "data device /dev/vda: recovered from the shutdown checkpoint")?;
+    let from_checkpoint_line = console_line_with(
+        &vm,
+        "data device /dev/vda: recovered from the shutdown checkpoint",
+    )?;
     let live_keys = check_model(port_of(&vm)?, &model).context("after the poweroff")?;
     vm.poweroff()?;
-    Ok(DurableReport { acked_before_cut, load, scan_line, checkpoint_line, from_checkpoint_line, live_keys })
+    Ok(DurableReport {
+        acked_before_cut,
+        load,
+        scan_line,
+        checkpoint_line,
+        from_checkpoint_line,
+        live_keys,
+    })
 }
 
 fn port_of(vm: &Vm) -> Result<u16> {
@@ -368,28 +441,56 @@ pub fn foreign_data_device_is_refused(image: &Image) -> Result<String> {
     use std::os::unix::fs::FileExt;
     let disks = ScratchDisks::create("refused", DISK_PROFILE)?;
     let disk = &disks.files[0];
-    std::fs::OpenOptions::new().write(true).open(disk)?.write_all_at(&0xEF53u16.to_le_bytes(), EXT4_MAGIC_AT)?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(disk)?
+        .write_all_at(&0xEF53u16.to_le_bytes(), EXT4_MAGIC_AT)?;
 
-    let mut vm = Vm::boot_with_disks(image, "refused", DISK_PROFILE, "ringstore.on_fatal=halt", &disks.files)?;
+    let mut vm = Vm::boot_with_disks(
+        image,
+        "refused",
+        DISK_PROFILE,
+        "ringstore.on_fatal=halt",
+        &disks.files,
+    )?;
     // PID 1's own console line (the kernel's log lines start with a timestamp).
     let at = vm.wait_for("\nringstore: data device /dev/vda:", 0, BOOT_LIMIT)?;
     let line_end = vm.wait_for("\n", at, COMMAND_LIMIT)?;
     let out = vm.output();
-    let line = out[out[..at].rfind('\n').map_or(0, |i| i + 1)..line_end].trim().to_string();
-    anyhow::ensure!(line.contains("ext2/3/4") && line.contains("ringstore.data_format=force"), "the refusal does not name the signature and the key: {line}");
+    let line = out[out[..at].rfind('\n').map_or(0, |i| i + 1)..line_end]
+        .trim()
+        .to_string();
+    anyhow::ensure!(
+        line.contains("ext2/3/4") && line.contains("ringstore.data_format=force"),
+        "the refusal does not name the signature and the key: {line}"
+    );
     let fatal = vm.wait_for("fatal: data device /dev/vda", at, COMMAND_LIMIT)?;
     vm.wait_for(PROMPT, fatal, COMMAND_LIMIT)?;
-    anyhow::ensure!(!vm.output().contains("ringstore: ready"), "served although the data device was refused");
+    anyhow::ensure!(
+        !vm.output().contains("ringstore: ready"),
+        "served although the data device was refused"
+    );
     memcache_closed(port_of(&vm)?)?;
     let status = vm.command("status")?;
-    anyhow::ensure!(status.contains("not serving: data device /dev/vda"), "status does not say why nothing serves:\n{status}");
+    anyhow::ensure!(
+        status.contains("not serving: data device /dev/vda"),
+        "status does not say why nothing serves:\n{status}"
+    );
     vm.poweroff()?;
     drop(vm);
     let mut magic = [0u8; 2];
     std::fs::File::open(disk)?.read_exact_at(&mut magic, EXT4_MAGIC_AT)?;
-    anyhow::ensure!(magic == 0xEF53u16.to_le_bytes(), "the refused disk was written to");
+    anyhow::ensure!(
+        magic == 0xEF53u16.to_le_bytes(),
+        "the refused disk was written to"
+    );
 
-    let mut vm = boot_ready(image, "refused-force", "ringstore.data_format=force", &disks)?;
+    let mut vm = boot_ready(
+        image,
+        "refused-force",
+        "ringstore.data_format=force",
+        &disks,
+    )?;
     console_line_with(&vm, "data device /dev/vda: formatted")?;
     memcache_set_get(port_of(&vm)?)?;
     vm.poweroff()?;
@@ -409,21 +510,37 @@ mod tests {
         assert_ne!(value_of("cut-w0-1", 1).1, value);
         assert_ne!(value_of("cut-w0-2", 0).1, value);
         assert!(flags <= 0xffff);
-        let lens: Vec<usize> = (0..200).map(|i| value_of(&format!("k{i}"), 0).1.len()).collect();
-        assert!(lens.iter().any(|l| *l > 4096) && lens.iter().any(|l| *l < 1024), "values cross blocks and stay small: {lens:?}");
+        let lens: Vec<usize> = (0..200)
+            .map(|i| value_of(&format!("k{i}"), 0).1.len())
+            .collect();
+        assert!(
+            lens.iter().any(|l| *l > 4096) && lens.iter().any(|l| *l < 1024),
+            "values cross blocks and stay small: {lens:?}"
+        );
     }
 
     #[test]
     fn get_answers_parse_only_when_whole() {
         let answer = b"VALUE a 3 5\r\nhe\r\no\r\nVALUE b 0 0\r\n\r\nEND\r\n";
         let values = parse_values(answer).unwrap().unwrap();
-        assert_eq!(values, vec![("a".to_string(), 3, b"he\r\no".to_vec()), ("b".to_string(), 0, Vec::new())]);
+        assert_eq!(
+            values,
+            vec![
+                ("a".to_string(), 3, b"he\r\no".to_vec()),
+                ("b".to_string(), 0, Vec::new())
+            ]
+        );
         for cut in 0..answer.len() {
-            assert!(parse_values(&answer[..cut]).is_none(), "incomplete at {cut} parsed");
+            assert!(
+                parse_values(&answer[..cut]).is_none(),
+                "incomplete at {cut} parsed"
+            );
         }
         assert!(parse_values(b"END\r\n").unwrap().unwrap().is_empty());
         assert!(parse_values(b"SERVER_ERROR x\r\n").unwrap().is_err());
-        assert!(parse_values(b"VALUE a 0 1\r\nxy\r\nEND\r\n").unwrap().is_err());
+        assert!(parse_values(b"VALUE a 0 1\r\nxy\r\nEND\r\n")
+            .unwrap()
+            .is_err());
     }
 
     #[test]

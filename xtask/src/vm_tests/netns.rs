@@ -18,9 +18,17 @@ pub struct Netns {
 }
 
 fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip").args(args).stdin(Stdio::null()).output().context("running ip (apt-get install iproute2)")?;
+    let out = Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .context("running ip (apt-get install iproute2)")?;
     if !out.status.success() {
-        bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(())
 }
@@ -31,7 +39,8 @@ impl Netns {
         remove_stale();
         let name = format!("{PREFIX}{}", std::process::id());
         let _ = ip(&["netns", "del", &name]);
-        ip(&["netns", "add", &name]).context("creating a network namespace (needs root / CAP_SYS_ADMIN)")?;
+        ip(&["netns", "add", &name])
+            .context("creating a network namespace (needs root / CAP_SYS_ADMIN)")?;
         let netns = Netns { name, tap: None };
         netns.ip(&["link", "set", "lo", "up"])?;
         Ok(netns)
@@ -62,9 +71,15 @@ impl Netns {
         self.ip(&["addr", "add", &format!("{peer}/{prefix_len}"), "dev", tap])?;
         self.ip(&["addr", "add", "fe80::1/64", "dev", tap, "nodad"])?;
         self.ip(&["link", "set", tap, "up"])?;
-        let out = Command::new("ip").args(["-n", &self.name, "-o", "link", "show", "dev", tap]).output().context("running ip")?;
+        let out = Command::new("ip")
+            .args(["-n", &self.name, "-o", "link", "show", "dev", tap])
+            .output()
+            .context("running ip")?;
         let text = String::from_utf8_lossy(&out.stdout);
-        text.split(':').next().and_then(|n| n.trim().parse().ok()).with_context(|| format!("no interface index for {tap} in {text:?}"))
+        text.split(':')
+            .next()
+            .and_then(|n| n.trim().parse().ok())
+            .with_context(|| format!("no interface index for {tap} in {text:?}"))
     }
 
     /// `program` run inside the namespace (`ip netns exec` execs it, so the child is `program`).
@@ -86,10 +101,17 @@ impl Drop for Netns {
 
 /// Deletes `ringstore-scan-PID` namespaces whose xtask process no longer runs.
 fn remove_stale() {
-    let Ok(dir) = std::fs::read_dir("/run/netns") else { return };
+    let Ok(dir) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
     for entry in dir.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix(PREFIX).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Some(pid) = name
+            .strip_prefix(PREFIX)
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
         if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             let _ = ip(&["netns", "del", &name]);
         }

@@ -54,7 +54,16 @@ fn probe(addr: SocketAddr, limit: Duration) -> Result<Outcome> {
         Ok(_) => Ok(Outcome::Open),
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(Outcome::Closed),
         // No answer in time, or ARP gave up on the guest for a moment.
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock | std::io::ErrorKind::HostUnreachable) => Ok(Outcome::Unanswered),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::TimedOut
+                    | std::io::ErrorKind::WouldBlock
+                    | std::io::ErrorKind::HostUnreachable
+            ) =>
+        {
+            Ok(Outcome::Unanswered)
+        }
         Err(e) => Err(e).with_context(|| format!("connecting to {addr}")),
     }
 }
@@ -67,7 +76,8 @@ fn enter(netns: Option<&Path>) -> Result<()> {
     // SAFETY: setns takes an fd that `file` keeps open for the call and a namespace type; it
     // changes only the calling thread's network namespace, which this scanning thread owns.
     if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("setns {}", netns.display()));
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("setns {}", netns.display()));
     }
     Ok(())
 }
@@ -82,7 +92,13 @@ fn endpoint(target: IpAddr, scope: u32, port: u16) -> SocketAddr {
 
 /// Connect-scans `target`'s TCP `ports` from inside the namespace at `netns` (`None`: this one);
 /// `scope` is the interface index (in that namespace) for an IPv6 link-local target, else 0.
-pub fn scan_tcp(netns: Option<&Path>, target: IpAddr, scope: u32, ports: RangeInclusive<u16>, limits: Limits) -> Result<Scan> {
+pub fn scan_tcp(
+    netns: Option<&Path>,
+    target: IpAddr,
+    scope: u32,
+    ports: RangeInclusive<u16>,
+    limits: Limits,
+) -> Result<Scan> {
     let deadline = Instant::now() + limits.total;
     let next = AtomicU32::new(u32::from(*ports.start()));
     let end = u32::from(*ports.end());
@@ -95,7 +111,10 @@ pub fn scan_tcp(netns: Option<&Path>, target: IpAddr, scope: u32, ports: RangeIn
                 return Ok(pass);
             }
             if Instant::now() > deadline {
-                bail!("the scan ran past {} s at port {port}", limits.total.as_secs());
+                bail!(
+                    "the scan ran past {} s at port {port}",
+                    limits.total.as_secs()
+                );
             }
             let port = port as u16;
             match probe(endpoint(target, scope, port), limits.connect)? {
@@ -109,8 +128,16 @@ pub fn scan_tcp(netns: Option<&Path>, target: IpAddr, scope: u32, ports: RangeIn
     let mut scan = Scan::default();
     let mut pending: Vec<u16> = Vec::new();
     let passes: Vec<Result<Pass>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..limits.threads.max(1)).map(|_| scope.spawn(first_pass)).collect();
-        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a scanning thread panicked")))).collect()
+        let workers: Vec<_> = (0..limits.threads.max(1))
+            .map(|_| scope.spawn(first_pass))
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a scanning thread panicked")))
+            })
+            .collect()
     });
     for pass in passes {
         let pass = pass?;
@@ -125,7 +152,11 @@ pub fn scan_tcp(netns: Option<&Path>, target: IpAddr, scope: u32, ports: RangeIn
         let (mut open, mut unanswered) = (Vec::new(), Vec::new());
         for &port in &pending {
             if Instant::now() > deadline {
-                bail!("the scan ran past {} s retrying {} unanswered ports", limits.total.as_secs(), pending.len());
+                bail!(
+                    "the scan ran past {} s retrying {} unanswered ports",
+                    limits.total.as_secs(),
+                    pending.len()
+                );
             }
             match probe(endpoint(target, scope, port), limits.retry_connect)? {
                 Outcome::Open => open.push(port),
@@ -136,7 +167,12 @@ pub fn scan_tcp(netns: Option<&Path>, target: IpAddr, scope: u32, ports: RangeIn
         Ok((open, unanswered))
     };
     if !pending.is_empty() {
-        let (open, unanswered) = std::thread::scope(|scope| scope.spawn(retry).join().unwrap_or_else(|_| Err(anyhow::anyhow!("the retrying thread panicked"))))?;
+        let (open, unanswered) = std::thread::scope(|scope| {
+            scope
+                .spawn(retry)
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the retrying thread panicked")))
+        })?;
         scan.open.extend(open);
         scan.unanswered = unanswered;
     }
@@ -152,12 +188,22 @@ mod tests {
 
     #[test]
     fn finds_exactly_the_listening_ports_on_loopback() {
-        let listeners: Vec<std::net::TcpListener> = (0..2).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-        let ports: Vec<u16> = listeners.iter().map(|l| l.local_addr().unwrap().port()).collect();
+        let listeners: Vec<std::net::TcpListener> = (0..2)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let ports: Vec<u16> = listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
         let (lo, hi) = (*ports.iter().min().unwrap(), *ports.iter().max().unwrap());
         // A window around both listeners, small enough to be quick.
         let range = lo.saturating_sub(20)..=hi.saturating_add(20).max(lo.saturating_add(40));
-        let limits = Limits { threads: 8, connect: Duration::from_secs(2), retry_connect: Duration::from_secs(2), total: Duration::from_secs(30) };
+        let limits = Limits {
+            threads: 8,
+            connect: Duration::from_secs(2),
+            retry_connect: Duration::from_secs(2),
+            total: Duration::from_secs(30),
+        };
         let scan = scan_tcp(None, Ipv4Addr::LOCALHOST.into(), 0, range.clone(), limits).unwrap();
         assert_eq!(scan.scanned, range.count());
         for port in &ports {
@@ -168,7 +214,19 @@ mod tests {
 
     #[test]
     fn a_missing_namespace_is_an_error() {
-        let limits = Limits { threads: 2, connect: Duration::from_secs(1), retry_connect: Duration::from_secs(1), total: Duration::from_secs(5) };
-        assert!(scan_tcp(Some(Path::new("/run/netns/ringstore-does-not-exist")), Ipv4Addr::LOCALHOST.into(), 0, 1..=2, limits).is_err());
+        let limits = Limits {
+            threads: 2,
+            connect: Duration::from_secs(1),
+            retry_connect: Duration::from_secs(1),
+            total: Duration::from_secs(5),
+        };
+        assert!(scan_tcp(
+            Some(Path::new("/run/netns/ringstore-does-not-exist")),
+            Ipv4Addr::LOCALHOST.into(),
+            0,
+            1..=2,
+            limits
+        )
+        .is_err());
     }
 }

@@ -20,7 +20,9 @@ pub fn interface_addresses() -> Vec<(String, IpAddr)> {
             continue;
         }
         // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { CStr::from_ptr(entry.ifa_name) }.to_string_lossy().into_owned();
+        let name = unsafe { CStr::from_ptr(entry.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
         // SAFETY: ifa_addr is non-null and points to a sockaddr whose family says its real type.
         let family = i32::from(unsafe { (*entry.ifa_addr).sa_family });
         let addr = match family {

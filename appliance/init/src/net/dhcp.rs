@@ -40,9 +40,16 @@ pub enum Reply {
 #[derive(Debug, thiserror::Error)]
 pub enum DhcpError {
     #[error("DHCP socket on {interface}: {source}")]
-    Socket { interface: String, source: io::Error },
+    Socket {
+        interface: String,
+        source: io::Error,
+    },
     #[error("no DHCP {what} on {interface} within {secs} s")]
-    Timeout { interface: String, what: &'static str, secs: u64 },
+    Timeout {
+        interface: String,
+        what: &'static str,
+        secs: u64,
+    },
     #[error("DHCP server refused the request on {interface} (NAK)")]
     Refused { interface: String },
     #[error("cannot encode a DHCP packet: {0}")]
@@ -70,21 +77,38 @@ fn new_message(xid: u32, mac: &[u8; 6], ciaddr: Ipv4Addr, kind: MessageType) -> 
 
 fn encode(msg: &Message) -> Result<Vec<u8>, DhcpError> {
     let mut buf = Vec::with_capacity(512);
-    msg.encode(&mut Encoder::new(&mut buf)).map_err(|e| DhcpError::Encode(e.to_string()))?;
+    msg.encode(&mut Encoder::new(&mut buf))
+        .map_err(|e| DhcpError::Encode(e.to_string()))?;
     Ok(buf)
 }
 
 /// DHCPDISCOVER.
 pub fn discover(xid: u32, mac: &[u8; 6]) -> Result<Vec<u8>, DhcpError> {
-    encode(&new_message(xid, mac, Ipv4Addr::UNSPECIFIED, MessageType::Discover))
+    encode(&new_message(
+        xid,
+        mac,
+        Ipv4Addr::UNSPECIFIED,
+        MessageType::Discover,
+    ))
 }
 
 /// DHCPREQUEST: selecting an offer (`server` given, `ciaddr` unspecified) or renewing (`ciaddr` = our address).
-pub fn request(xid: u32, mac: &[u8; 6], address: Ipv4Addr, server: Option<Ipv4Addr>, renewing: bool) -> Result<Vec<u8>, DhcpError> {
-    let ciaddr = if renewing { address } else { Ipv4Addr::UNSPECIFIED };
+pub fn request(
+    xid: u32,
+    mac: &[u8; 6],
+    address: Ipv4Addr,
+    server: Option<Ipv4Addr>,
+    renewing: bool,
+) -> Result<Vec<u8>, DhcpError> {
+    let ciaddr = if renewing {
+        address
+    } else {
+        Ipv4Addr::UNSPECIFIED
+    };
     let mut msg = new_message(xid, mac, ciaddr, MessageType::Request);
     if !renewing {
-        msg.opts_mut().insert(DhcpOption::RequestedIpAddress(address));
+        msg.opts_mut()
+            .insert(DhcpOption::RequestedIpAddress(address));
         if let Some(server) = server {
             msg.opts_mut().insert(DhcpOption::ServerIdentifier(server));
         }
@@ -127,7 +151,15 @@ pub fn parse_reply(bytes: &[u8], xid: u32, mac: &[u8; 6]) -> Option<Reply> {
         Some(DhcpOption::Renewal(secs)) if *secs < lease_secs => *secs,
         _ => lease_secs / 2,
     };
-    let lease = Lease { address: msg.yiaddr(), prefix_len, router, server, dns, lease_secs, renew_secs };
+    let lease = Lease {
+        address: msg.yiaddr(),
+        prefix_len,
+        router,
+        server,
+        dns,
+        lease_secs,
+        renew_secs,
+    };
     match kind {
         MessageType::Offer => Some(Reply::Offer(lease)),
         MessageType::Ack => Some(Reply::Ack(lease)),
@@ -145,41 +177,72 @@ pub struct Client {
 
 impl Client {
     pub fn open(interface: &str, mac: [u8; 6]) -> Result<Client, DhcpError> {
-        let socket = bound_socket(interface).map_err(|source| DhcpError::Socket { interface: interface.to_string(), source })?;
+        let socket = bound_socket(interface).map_err(|source| DhcpError::Socket {
+            interface: interface.to_string(),
+            source,
+        })?;
         // The xid only has to differ between our own transactions and other clients' ones.
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
         let xid_seed = u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]) ^ nanos;
-        Ok(Client { interface: interface.to_string(), mac, socket, xid_seed })
+        Ok(Client {
+            interface: interface.to_string(),
+            mac,
+            socket,
+            xid_seed,
+        })
     }
 
     fn next_xid(&mut self) -> u32 {
-        self.xid_seed = self.xid_seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        self.xid_seed = self
+            .xid_seed
+            .wrapping_mul(1_664_525)
+            .wrapping_add(1_013_904_223);
         self.xid_seed
     }
 
     fn err_socket(&self, source: io::Error) -> DhcpError {
-        DhcpError::Socket { interface: self.interface.clone(), source }
+        DhcpError::Socket {
+            interface: self.interface.clone(),
+            source,
+        }
     }
 
     /// Sends `packet` and waits for a reply accepted by `want`, retrying with growing waits until `total`.
-    fn exchange<T>(&mut self, xid: u32, packet: &[u8], to: Ipv4Addr, total: Duration, what: &'static str, want: impl Fn(Reply) -> Option<T>) -> Result<T, DhcpError> {
+    fn exchange<T>(
+        &mut self,
+        xid: u32,
+        packet: &[u8],
+        to: Ipv4Addr,
+        total: Duration,
+        what: &'static str,
+        want: impl Fn(Reply) -> Option<T>,
+    ) -> Result<T, DhcpError> {
         let deadline = Instant::now() + total;
         let mut wait = Duration::from_millis(500);
         let mut buf = [0u8; MAX_PACKET];
         while Instant::now() < deadline {
-            self.socket.send_to(packet, SocketAddrV4::new(to, 67)).map_err(|e| self.err_socket(e))?;
+            self.socket
+                .send_to(packet, SocketAddrV4::new(to, 67))
+                .map_err(|e| self.err_socket(e))?;
             let round_end = (Instant::now() + wait).min(deadline);
             loop {
                 let left = round_end.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     break;
                 }
-                self.socket.set_read_timeout(Some(left)).map_err(|e| self.err_socket(e))?;
+                self.socket
+                    .set_read_timeout(Some(left))
+                    .map_err(|e| self.err_socket(e))?;
                 match self.socket.recv_from(&mut buf) {
                     Ok((n, SocketAddr::V4(_))) => {
                         if let Some(reply) = parse_reply(&buf[..n], xid, &self.mac) {
                             if reply == Reply::Nak {
-                                return Err(DhcpError::Refused { interface: self.interface.clone() });
+                                return Err(DhcpError::Refused {
+                                    interface: self.interface.clone(),
+                                });
                             }
                             if let Some(found) = want(reply) {
                                 return Ok(found);
@@ -187,28 +250,52 @@ impl Client {
                         }
                     }
                     Ok(_) => {}
-                    Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock
+                                | io::ErrorKind::TimedOut
+                                | io::ErrorKind::Interrupted
+                        ) => {}
                     Err(e) => return Err(self.err_socket(e)),
                 }
             }
             wait = (wait * 2).min(Duration::from_secs(4));
         }
-        Err(DhcpError::Timeout { interface: self.interface.clone(), what, secs: total.as_secs() })
+        Err(DhcpError::Timeout {
+            interface: self.interface.clone(),
+            what,
+            secs: total.as_secs(),
+        })
     }
 
     /// DISCOVER → OFFER → REQUEST → ACK.
     pub fn acquire(&mut self, total: Duration) -> Result<Lease, DhcpError> {
         let xid = self.next_xid();
         let packet = discover(xid, &self.mac)?;
-        let offer = self.exchange(xid, &packet, Ipv4Addr::BROADCAST, total, "offer", |r| match r {
-            Reply::Offer(lease) => Some(lease),
-            _ => None,
-        })?;
+        let offer = self.exchange(
+            xid,
+            &packet,
+            Ipv4Addr::BROADCAST,
+            total,
+            "offer",
+            |r| match r {
+                Reply::Offer(lease) => Some(lease),
+                _ => None,
+            },
+        )?;
         let packet = request(xid, &self.mac, offer.address, offer.server, false)?;
-        self.exchange(xid, &packet, Ipv4Addr::BROADCAST, total, "ack", |r| match r {
-            Reply::Ack(lease) => Some(lease),
-            _ => None,
-        })
+        self.exchange(
+            xid,
+            &packet,
+            Ipv4Addr::BROADCAST,
+            total,
+            "ack",
+            |r| match r {
+                Reply::Ack(lease) => Some(lease),
+                _ => None,
+            },
+        )
     }
 
     /// RENEW of `current` (unicast to its server when known).
@@ -239,9 +326,24 @@ fn bound_socket(interface: &str) -> io::Result<UdpSocket> {
         }
         Ok(())
     };
-    set(libc::SOL_SOCKET, libc::SO_REUSEADDR, (&one as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>())?;
-    set(libc::SOL_SOCKET, libc::SO_BROADCAST, (&one as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>())?;
-    set(libc::SOL_SOCKET, libc::SO_BINDTODEVICE, interface.as_ptr().cast(), interface.len())?;
+    set(
+        libc::SOL_SOCKET,
+        libc::SO_REUSEADDR,
+        (&one as *const libc::c_int).cast(),
+        std::mem::size_of::<libc::c_int>(),
+    )?;
+    set(
+        libc::SOL_SOCKET,
+        libc::SO_BROADCAST,
+        (&one as *const libc::c_int).cast(),
+        std::mem::size_of::<libc::c_int>(),
+    )?;
+    set(
+        libc::SOL_SOCKET,
+        libc::SO_BINDTODEVICE,
+        interface.as_ptr().cast(),
+        interface.len(),
+    )?;
     let addr = libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: 68u16.to_be(),
@@ -249,7 +351,14 @@ fn bound_socket(interface: &str) -> io::Result<UdpSocket> {
         sin_zero: [0; 8],
     };
     // SAFETY: addr is a valid sockaddr_in and the length matches it.
-    if unsafe { libc::bind(fd, (&addr as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t) } < 0 {
+    if unsafe {
+        libc::bind(
+            fd,
+            (&addr as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    } < 0
+    {
         return Err(io::Error::last_os_error());
     }
     Ok(socket)
@@ -262,7 +371,14 @@ mod tests {
     const MAC: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
 
     fn server_reply(xid: u32, kind: MessageType, mac: &[u8; 6]) -> Vec<u8> {
-        let mut msg = Message::new_with_id(xid, Ipv4Addr::UNSPECIFIED, Ipv4Addr::new(10, 0, 2, 15), Ipv4Addr::new(10, 0, 2, 2), Ipv4Addr::UNSPECIFIED, mac);
+        let mut msg = Message::new_with_id(
+            xid,
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::new(10, 0, 2, 15),
+            Ipv4Addr::new(10, 0, 2, 2),
+            Ipv4Addr::UNSPECIFIED,
+            mac,
+        );
         msg.set_opcode(v4::Opcode::BootReply);
         let opts = msg.opts_mut();
         opts.insert(DhcpOption::MessageType(kind));
@@ -286,9 +402,19 @@ mod tests {
 
     #[test]
     fn request_selecting_names_address_and_server() {
-        let bytes = request(9, &MAC, Ipv4Addr::new(10, 0, 2, 15), Some(Ipv4Addr::new(10, 0, 2, 2)), false).unwrap();
+        let bytes = request(
+            9,
+            &MAC,
+            Ipv4Addr::new(10, 0, 2, 15),
+            Some(Ipv4Addr::new(10, 0, 2, 2)),
+            false,
+        )
+        .unwrap();
         let msg = Message::decode(&mut Decoder::new(&bytes)).unwrap();
-        assert_eq!(msg.opts().get(OptionCode::RequestedIpAddress), Some(&DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 0, 2, 15))));
+        assert_eq!(
+            msg.opts().get(OptionCode::RequestedIpAddress),
+            Some(&DhcpOption::RequestedIpAddress(Ipv4Addr::new(10, 0, 2, 15)))
+        );
         assert_eq!(msg.ciaddr(), Ipv4Addr::UNSPECIFIED);
         let renewing = request(9, &MAC, Ipv4Addr::new(10, 0, 2, 15), None, true).unwrap();
         let msg = Message::decode(&mut Decoder::new(&renewing)).unwrap();
@@ -299,16 +425,40 @@ mod tests {
     #[test]
     fn replies_are_parsed_and_filtered() {
         let offer = parse_reply(&server_reply(5, MessageType::Offer, &MAC), 5, &MAC).unwrap();
-        let Reply::Offer(lease) = offer else { panic!("not an offer: {offer:?}") };
+        let Reply::Offer(lease) = offer else {
+            panic!("not an offer: {offer:?}")
+        };
         assert_eq!(lease.address, Ipv4Addr::new(10, 0, 2, 15));
         assert_eq!(lease.prefix_len, 24);
         assert_eq!(lease.router, Some(Ipv4Addr::new(10, 0, 2, 2)));
         assert_eq!((lease.lease_secs, lease.renew_secs), (86400, 43200));
-        assert!(matches!(parse_reply(&server_reply(5, MessageType::Ack, &MAC), 5, &MAC), Some(Reply::Ack(_))));
-        assert_eq!(parse_reply(&server_reply(5, MessageType::Nak, &MAC), 5, &MAC), Some(Reply::Nak));
-        assert_eq!(parse_reply(&server_reply(6, MessageType::Ack, &MAC), 5, &MAC), None, "other xid");
-        assert_eq!(parse_reply(&server_reply(5, MessageType::Ack, &[1, 2, 3, 4, 5, 6]), 5, &MAC), None, "other mac");
-        assert_eq!(parse_reply(&discover(5, &MAC).unwrap(), 5, &MAC), None, "a request is not a reply");
+        assert!(matches!(
+            parse_reply(&server_reply(5, MessageType::Ack, &MAC), 5, &MAC),
+            Some(Reply::Ack(_))
+        ));
+        assert_eq!(
+            parse_reply(&server_reply(5, MessageType::Nak, &MAC), 5, &MAC),
+            Some(Reply::Nak)
+        );
+        assert_eq!(
+            parse_reply(&server_reply(6, MessageType::Ack, &MAC), 5, &MAC),
+            None,
+            "other xid"
+        );
+        assert_eq!(
+            parse_reply(
+                &server_reply(5, MessageType::Ack, &[1, 2, 3, 4, 5, 6]),
+                5,
+                &MAC
+            ),
+            None,
+            "other mac"
+        );
+        assert_eq!(
+            parse_reply(&discover(5, &MAC).unwrap(), 5, &MAC),
+            None,
+            "a request is not a reply"
+        );
         assert_eq!(parse_reply(b"garbage", 5, &MAC), None);
     }
 }

@@ -9,7 +9,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 /// Names in /sys/class/net, sorted.
 pub fn interfaces() -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir("/sys/class/net")
-        .map(|dir| dir.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|dir| {
+            dir.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     names.sort();
     names
@@ -29,7 +33,9 @@ pub fn ethernet_nics() -> Vec<String> {
 
 /// The interface's MAC address from sysfs.
 pub fn mac_address(name: &str) -> Option<[u8; 6]> {
-    parse_mac(&crate::sysinfo::read_trim(&format!("/sys/class/net/{name}/address"))?)
+    parse_mac(&crate::sysinfo::read_trim(&format!(
+        "/sys/class/net/{name}/address"
+    ))?)
 }
 
 pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
@@ -53,7 +59,10 @@ fn control_socket() -> io::Result<OwnedFd> {
 
 fn ifreq_for(name: &str) -> io::Result<libc::ifreq> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad interface name {name:?}")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad interface name {name:?}"),
+        ));
     }
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
@@ -76,7 +85,9 @@ fn sockaddr_in(addr: Ipv4Addr) -> libc::sockaddr {
     let sin = libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: 0,
-        sin_addr: libc::in_addr { s_addr: u32::from(addr).to_be() },
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(addr).to_be(),
+        },
         sin_zero: [0; 8],
     };
     // SAFETY: sockaddr_in and sockaddr have the same size (16 bytes) and sockaddr has no invalid bit patterns.
@@ -87,11 +98,21 @@ fn sockaddr_in(addr: Ipv4Addr) -> libc::sockaddr {
 pub fn set_up(name: &str) -> io::Result<()> {
     let fd = control_socket()?;
     let mut req = ifreq_for(name)?;
-    ioctl(&fd, libc::SIOCGIFFLAGS as libc::Ioctl, (&mut req as *mut libc::ifreq).cast(), &format!("get flags of {name}"))?;
+    ioctl(
+        &fd,
+        libc::SIOCGIFFLAGS as libc::Ioctl,
+        (&mut req as *mut libc::ifreq).cast(),
+        &format!("get flags of {name}"),
+    )?;
     // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
     let flags = unsafe { req.ifr_ifru.ifru_flags };
     req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
-    ioctl(&fd, libc::SIOCSIFFLAGS as libc::Ioctl, (&mut req as *mut libc::ifreq).cast(), &format!("set {name} up"))
+    ioctl(
+        &fd,
+        libc::SIOCSIFFLAGS as libc::Ioctl,
+        (&mut req as *mut libc::ifreq).cast(),
+        &format!("set {name} up"),
+    )
 }
 
 /// Gives `name` the IPv4 address `addr/prefix_len` (replacing its primary address).
@@ -99,16 +120,28 @@ pub fn set_ipv4(name: &str, addr: Ipv4Addr, prefix_len: u8) -> io::Result<()> {
     let fd = control_socket()?;
     let mut req = ifreq_for(name)?;
     req.ifr_ifru.ifru_addr = sockaddr_in(addr);
-    ioctl(&fd, libc::SIOCSIFADDR as libc::Ioctl, (&mut req as *mut libc::ifreq).cast(), &format!("set address {addr} on {name}"))?;
+    ioctl(
+        &fd,
+        libc::SIOCSIFADDR as libc::Ioctl,
+        (&mut req as *mut libc::ifreq).cast(),
+        &format!("set address {addr} on {name}"),
+    )?;
     let mut req = ifreq_for(name)?;
     req.ifr_ifru.ifru_netmask = sockaddr_in(crate::cmdline::prefix_netmask(prefix_len));
-    ioctl(&fd, libc::SIOCSIFNETMASK as libc::Ioctl, (&mut req as *mut libc::ifreq).cast(), &format!("set netmask /{prefix_len} on {name}"))
+    ioctl(
+        &fd,
+        libc::SIOCSIFNETMASK as libc::Ioctl,
+        (&mut req as *mut libc::ifreq).cast(),
+        &format!("set netmask /{prefix_len} on {name}"),
+    )
 }
 
 /// Adds `default via gateway dev name`; an existing default route is left alone.
 pub fn add_default_route(name: &str, gateway: Ipv4Addr) -> io::Result<()> {
     let fd = control_socket()?;
-    let mut dev = std::ffi::CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?.into_bytes_with_nul();
+    let mut dev = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?
+        .into_bytes_with_nul();
     // SAFETY: rtentry is plain old data; all-zero is a valid value.
     let mut route: libc::rtentry = unsafe { std::mem::zeroed() };
     route.rt_dst = sockaddr_in(Ipv4Addr::UNSPECIFIED);
@@ -116,7 +149,12 @@ pub fn add_default_route(name: &str, gateway: Ipv4Addr) -> io::Result<()> {
     route.rt_gateway = sockaddr_in(gateway);
     route.rt_flags = libc::RTF_UP | libc::RTF_GATEWAY;
     route.rt_dev = dev.as_mut_ptr().cast();
-    match ioctl(&fd, libc::SIOCADDRT as libc::Ioctl, (&mut route as *mut libc::rtentry).cast(), &format!("add default route via {gateway} dev {name}")) {
+    match ioctl(
+        &fd,
+        libc::SIOCADDRT as libc::Ioctl,
+        (&mut route as *mut libc::rtentry).cast(),
+        &format!("add default route via {gateway} dev {name}"),
+    ) {
         Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(()),
         other => other,
     }
@@ -128,7 +166,10 @@ mod tests {
 
     #[test]
     fn macs() {
-        assert_eq!(parse_mac("52:54:00:12:34:56\n"), Some([0x52, 0x54, 0, 0x12, 0x34, 0x56]));
+        assert_eq!(
+            parse_mac("52:54:00:12:34:56\n"),
+            Some([0x52, 0x54, 0, 0x12, 0x34, 0x56])
+        );
         assert_eq!(parse_mac("52:54:00:12:34"), None);
         assert_eq!(parse_mac("52:54:00:12:34:56:78"), None);
         assert_eq!(parse_mac("zz:54:00:12:34:56"), None);

@@ -48,7 +48,13 @@ pub fn bring_up(setting: &IpSetting) -> Vec<Configured> {
             info!("ip=off: links up, no IPv4 addresses");
             Vec::new()
         }
-        IpSetting::Static { client, gateway, prefix_len, hostname, device } => {
+        IpSetting::Static {
+            client,
+            gateway,
+            prefix_len,
+            hostname,
+            device,
+        } => {
             let Some(interface) = device.clone().or_else(|| nics.first().cloned()) else {
                 error!("ip= names no device and there is no NIC");
                 return Vec::new();
@@ -56,7 +62,12 @@ pub fn bring_up(setting: &IpSetting) -> Vec<Configured> {
             if let Some(hostname) = hostname {
                 set_hostname(hostname);
             }
-            let configured = Configured { interface, address: *client, prefix_len: *prefix_len, gateway: *gateway };
+            let configured = Configured {
+                interface,
+                address: *client,
+                prefix_len: *prefix_len,
+                gateway: *gateway,
+            };
             match apply(&configured) {
                 Ok(()) => vec![configured],
                 Err(err) => {
@@ -78,17 +89,27 @@ pub fn bring_up(setting: &IpSetting) -> Vec<Configured> {
 fn wait_for_carrier(nics: &[String]) {
     let deadline = Instant::now() + CARRIER_WAIT;
     while Instant::now() < deadline {
-        let all = nics.iter().all(|nic| crate::sysinfo::read_trim(&format!("/sys/class/net/{nic}/carrier")).as_deref() == Some("1"));
+        let all = nics.iter().all(|nic| {
+            crate::sysinfo::read_trim(&format!("/sys/class/net/{nic}/carrier")).as_deref()
+                == Some("1")
+        });
         if all {
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    warn!("not every NIC reports carrier after {} s", CARRIER_WAIT.as_secs());
+    warn!(
+        "not every NIC reports carrier after {} s",
+        CARRIER_WAIT.as_secs()
+    );
 }
 
 fn apply(configured: &Configured) -> std::io::Result<()> {
-    link::set_ipv4(&configured.interface, configured.address, configured.prefix_len)?;
+    link::set_ipv4(
+        &configured.interface,
+        configured.address,
+        configured.prefix_len,
+    )?;
     if let Some(gateway) = configured.gateway {
         link::add_default_route(&configured.interface, gateway)?;
     }
@@ -97,7 +118,10 @@ fn apply(configured: &Configured) -> std::io::Result<()> {
         configured.interface,
         configured.address,
         configured.prefix_len,
-        configured.gateway.map(|g| format!(" via {g}")).unwrap_or_default()
+        configured
+            .gateway
+            .map(|g| format!(" via {g}"))
+            .unwrap_or_default()
     );
     Ok(())
 }
@@ -118,7 +142,9 @@ fn dhcp_all(interfaces: &[String]) -> Vec<Configured> {
         };
         let tx = tx.clone();
         let interface = interface.clone();
-        let spawned = std::thread::Builder::new().name(format!("dhcp-{interface}")).spawn(move || lease_keeper(interface, mac, tx));
+        let spawned = std::thread::Builder::new()
+            .name(format!("dhcp-{interface}"))
+            .spawn(move || lease_keeper(interface, mac, tx));
         match spawned {
             Ok(_) => started += 1,
             Err(err) => error!("cannot start the DHCP thread: {err}"),
@@ -173,7 +199,12 @@ fn lease_keeper(interface: String, mac: [u8; 6], first: mpsc::Sender<Option<Conf
 }
 
 fn configured_from(interface: &str, lease: &dhcp::Lease) -> Configured {
-    Configured { interface: interface.to_string(), address: lease.address, prefix_len: lease.prefix_len, gateway: lease.router }
+    Configured {
+        interface: interface.to_string(),
+        address: lease.address,
+        prefix_len: lease.prefix_len,
+        gateway: lease.router,
+    }
 }
 
 /// Renews `lease` at T1 until a renewal fails past the lease's end; returns to rediscover.
@@ -196,7 +227,10 @@ fn keep(client: &mut dhcp::Client, interface: &str, mut lease: dhcp::Lease) {
                             error!("{err}");
                         }
                     }
-                    info!("{interface}: lease on {} renewed for {} s", renewed.address, renewed.lease_secs);
+                    info!(
+                        "{interface}: lease on {} renewed for {} s",
+                        renewed.address, renewed.lease_secs
+                    );
                     lease = renewed;
                     granted = Instant::now();
                     break;
