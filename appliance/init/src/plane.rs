@@ -27,21 +27,6 @@ fn online_cpus() -> Vec<usize> {
         .unwrap_or_default()
 }
 
-#[cfg(feature = "runtime")]
-fn current_affinity() -> Vec<usize> {
-    // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: set is a valid cpu_set_t of the size passed; 0 = the calling thread.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
-    {
-        return Vec::new();
-    }
-    // SAFETY: CPU_ISSET reads a bit of the initialised set; every index is below CPU_SETSIZE.
-    (0..libc::CPU_SETSIZE as usize)
-        .filter(|cpu| unsafe { libc::CPU_ISSET(*cpu, &set) })
-        .collect()
-}
-
 fn listen_ips(config: &Config) -> Vec<std::net::IpAddr> {
     [config.memcache, config.http, config.udp]
         .into_iter()
@@ -60,7 +45,7 @@ pub fn place(config: &Config) -> Result<Placement, String> {
         .map_err(|e| e.to_string())?;
     let online = online_cpus();
     // The same CPU set the server will see: it starts on a thread spawned from this one.
-    let workers = numa::worker_cpus(&topology, node, config.cores, &current_affinity())
+    let workers = numa::worker_cpus(&topology, node, config.cores, &numa::current_affinity())
         .map_err(|e| e.to_string())?;
     let housekeeping = online
         .into_iter()

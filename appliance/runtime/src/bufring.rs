@@ -65,8 +65,8 @@ impl BufRing {
             (entries as usize * std::mem::size_of::<BufRingEntry>()).next_multiple_of(4096);
         let ring_map = Mapping::new(ring_bytes)?;
         let buffers = Mapping::new(entries as usize * buf_size)?;
-        // SAFETY: the ring mapping is page aligned, holds `entries` entries and lives as long as
-        // this BufRing; the owner drops the io_uring (or unregisters) before dropping this.
+        // The owner drops the io_uring (or unregisters) before dropping this BufRing.
+        // SAFETY: the ring mapping is page aligned, holds `entries` entries and lives as long as this BufRing.
         unsafe {
             ring.submitter().register_buf_ring_with_flags(
                 ring_map.ptr as u64,
@@ -92,8 +92,8 @@ impl BufRing {
     /// The first `len` bytes of buffer `bid`, which the kernel has filled and handed back.
     pub(crate) fn filled(&self, bid: u16, len: usize) -> &[u8] {
         assert!(bid < self.entries && len <= self.buf_size);
-        // SAFETY: bid < entries so the range lies inside `buffers`; the kernel handed this buffer
-        // to us (CQE with F_BUFFER) and will not write it until we push it back.
+        // The kernel handed this buffer to us (CQE with F_BUFFER) and will not write it until we push it back.
+        // SAFETY: bid < entries so the range lies inside `buffers`, and the kernel is done with it.
         unsafe {
             std::slice::from_raw_parts(self.buffers.ptr.add(bid as usize * self.buf_size), len)
         }
@@ -101,8 +101,8 @@ impl BufRing {
 
     fn push(&mut self, bid: u16) {
         let index = (self.tail & (self.entries - 1)) as usize;
-        // SAFETY: index < entries: the entry lies inside the ring mapping, and slots between the
-        // kernel's head and our tail are ours to write.
+        // Slots between the kernel's head and our tail are ours to write.
+        // SAFETY: index < entries, so the entry lies inside the ring mapping, and the slot is ours.
         let entry = unsafe { &mut *(self.ring.ptr as *mut BufRingEntry).add(index) };
         // SAFETY: bid < entries, so the buffer lies inside `buffers`.
         entry.set_addr(unsafe { self.buffers.ptr.add(bid as usize * self.buf_size) } as u64);

@@ -180,6 +180,11 @@ pub fn bind_memory(topology: &Topology, node: u32) -> Result<MemoryBinding, Runt
     Ok(MemoryBinding::Bound)
 }
 
+/// CPUs the calling thread may run on now (empty if unknown): what `worker_cpus` may choose from.
+pub fn current_affinity() -> Vec<usize> {
+    crate::sys::affinity()
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -36,15 +36,17 @@ pub fn set_affinity(cpus: &[usize]) -> io::Result<()> {
 pub fn affinity() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; all-zero is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
     // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
-    let ret =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    let ret = unsafe { libc::sched_getaffinity(0, size, &mut set) };
     if ret != 0 {
         return Vec::new();
     }
-    // SAFETY: every index is < CPU_SETSIZE, inside `set`.
     (0..libc::CPU_SETSIZE as usize)
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .filter(|&cpu| {
+            // SAFETY: every index is < CPU_SETSIZE, inside `set`.
+            unsafe { libc::CPU_ISSET(cpu, &set) }
+        })
         .collect()
 }
 

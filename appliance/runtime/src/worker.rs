@@ -251,11 +251,11 @@ impl<H: Handler> Worker<H> {
             {
                 let mut sq = self.ring.submission();
                 while next < self.pending.len() {
-                    // SAFETY: every entry points only at memory that outlives its completion: output
-                    // buffers and own receive buffers are not touched or freed while their op is in
-                    // flight, the pool lives as long as the ring, the inbox word is leaked, the
+                    // Output buffers and own receive buffers are not touched or freed while their op
+                    // is in flight, the pool lives as long as the ring, the inbox word is leaked, the
                     // timespec is copied by the kernel at submission, and data-device batch buffers
                     // stay in `DiskWorker::inflight` until their completion (the device fd with them).
+                    // SAFETY: every entry points only at memory that outlives its completion (above).
                     if unsafe { sq.push(&self.pending[next]) }.is_err() {
                         break;
                     }

@@ -55,8 +55,8 @@ impl DataFile {
         use std::os::fd::AsRawFd;
         let file = std::fs::File::open(&self.path)?;
         file.sync_all()?;
-        // SAFETY: the descriptor is open for the duration of the call; offset 0 and length 0
-        // name the whole file; the call only drops cached pages.
+        // Offset 0 and length 0 name the whole file; the call only drops cached pages.
+        // SAFETY: the descriptor is open for the duration of the call and no pointer is passed.
         let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         if rc != 0 {
             bail!("posix_fadvise on {}: error {rc}", self.path.display());

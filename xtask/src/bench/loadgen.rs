@@ -356,9 +356,10 @@ impl Generator {
 
     fn push(&mut self, entry: squeue::Entry) -> Result<()> {
         loop {
-            // SAFETY: every entry points into a connection's tx or rx buffer; those buffers are
-            // allocated before the first submission, never reallocated, and outlive every
-            // queued operation (close() reaps them all before the connections are dropped).
+            // Every entry points into a connection's tx or rx buffer; those buffers are allocated
+            // before the first submission, never reallocated, and close() reaps every queued
+            // operation before the connections are dropped.
+            // SAFETY: the buffers each entry points into outlive the operation (above).
             if unsafe { self.ring.submission().push(&entry) }.is_ok() {
                 self.queued_ops += 1;
                 return Ok(());

@@ -333,8 +333,8 @@ pub fn raise_priority(pid: u32) {
             .to_str()
             .and_then(|t| t.parse::<libc::id_t>().ok())
         {
-            // SAFETY: setpriority takes plain integers; on Linux PRIO_PROCESS with a thread id
-            // changes that one thread.
+            // On Linux PRIO_PROCESS with a thread id changes that one thread.
+            // SAFETY: setpriority takes plain integers and no pointer.
             unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, BENCH_NICE) };
         }
     }

@@ -73,8 +73,8 @@ fn probe(addr: SocketAddr, limit: Duration) -> Result<Outcome> {
 fn enter(netns: Option<&Path>) -> Result<()> {
     let Some(netns) = netns else { return Ok(()) };
     let file = File::open(netns).with_context(|| format!("opening {}", netns.display()))?;
-    // SAFETY: setns takes an fd that `file` keeps open for the call and a namespace type; it
-    // changes only the calling thread's network namespace, which this scanning thread owns.
+    // It changes only the calling thread's network namespace, which this scanning thread owns.
+    // SAFETY: setns takes an fd that `file` keeps open for the call and a namespace type.
     if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
         return Err(std::io::Error::last_os_error())
             .with_context(|| format!("setns {}", netns.display()));
