@@ -29,10 +29,12 @@ pub mod touch;
 
 #[cfg(test)]
 mod proptests;
+#[cfg(test)]
+mod testing;
 
 pub use get::{GetKeys, GetRequest};
 pub use key::{KeyBuf, MetaKey};
-pub use meta::{MetaArith, MetaDelete, MetaFlag, MetaFlags, MetaGet, MetaSet};
+pub use meta::{MetaArith, MetaDelete, MetaFlag, MetaFlags, MetaGet, MetaKeyed, MetaSet};
 pub use storage::{StoreKind, StoreRequest};
 
 /// Longest key memcached accepts (`KEY_MAX_LENGTH`).
@@ -150,9 +152,14 @@ pub enum Request<'a> {
 
 impl<'a> Request<'a> {
     fn reply(line: &'static str) -> Request<'a> {
+        Request::error(line, false)
+    }
+
+    /// An error line that `noreply` suppresses; nothing to swallow.
+    fn error(line: &'static str, noreply: bool) -> Request<'a> {
         Request::Reply {
             line,
-            noreply: false,
+            noreply,
             swallow: 0,
         }
     }
@@ -274,21 +281,65 @@ fn dispatch<'a>(line: &'a [u8], line_end: usize, input: &'a [u8], limits: &Limit
     }
 }
 
-/// Waits for (or checks) the data block of a storage command: `vlen` bytes and `\r\n`
-/// right after the command line. Shared by the text storage commands and `ms`.
-pub(crate) enum DataBlock<'a> {
-    Incomplete,
-    Ok(&'a [u8]),
-    BadChunk,
+/// A storage command's data length token: memcached's `vlen` must be 0..=`INT_MAX - 2`.
+/// Shared by the text storage commands and `ms`.
+pub(crate) fn value_len(token: &[u8]) -> Option<usize> {
+    match tokens::strtol32(token) {
+        Some(v) if (0..=i32::MAX - 2).contains(&v) => Some(v as usize),
+        _ => None,
+    }
 }
 
-pub(crate) fn data_block(after: &[u8], vlen: usize) -> DataBlock<'_> {
+/// What a storage command line (text or `ms`) said about the data block after it.
+pub(crate) struct ValueHead<'a> {
+    /// Named in [`Request::TooLarge`].
+    pub key: &'a [u8],
+    /// The data length from the line.
+    pub vlen: usize,
+    /// Whether a too-large value removes the old item (`set` and `ms`).
+    pub remove_old: bool,
+    pub noreply: bool,
+}
+
+/// Takes the data block of a storage command: `vlen` bytes and `\r\n` right after the
+/// command line ending at `line_end`. A value over `item_size_max` is refused before its
+/// data arrives (and swallowed); a block not ending in `\r\n` is a bad data chunk.
+/// `request` builds the request from the data. Shared by the text storage commands and `ms`.
+pub(crate) fn with_value<'a>(
+    head: ValueHead<'a>,
+    line_end: usize,
+    after: &'a [u8],
+    limits: &Limits,
+    request: impl FnOnce(&'a [u8]) -> Request<'a>,
+) -> Parse<'a> {
+    let ValueHead {
+        key,
+        vlen,
+        remove_old,
+        noreply,
+    } = head;
+    if vlen > limits.item_size_max {
+        return Parse::Done {
+            request: Request::TooLarge {
+                key,
+                remove_old,
+                noreply,
+                swallow: vlen + 2,
+            },
+            consumed: line_end,
+        };
+    }
     let need = vlen + 2;
     if after.len() < need {
-        return DataBlock::Incomplete;
+        return Parse::Incomplete;
     }
-    if &after[vlen..need] != b"\r\n" {
-        return DataBlock::BadChunk;
+    let request = if &after[vlen..need] != b"\r\n" {
+        Request::error(BAD_DATA_CHUNK, noreply)
+    } else {
+        request(&after[..vlen])
+    };
+    Parse::Done {
+        request,
+        consumed: line_end + need,
     }
-    DataBlock::Ok(&after[..vlen])
 }

@@ -10,6 +10,23 @@ pub const INVALID_DELTA: &str = "CLIENT_ERROR invalid numeric delta argument";
 pub const NON_NUMERIC: &str = "CLIENT_ERROR cannot increment or decrement non-numeric value";
 
 pub(crate) fn parse<'a>(toks: &Tokens<'a>, incr: bool) -> Request<'a> {
+    key_arg_command(toks, |key, noreply| match strtoull(toks.at(2)) {
+        Some(delta) => Request::Arith {
+            incr,
+            key,
+            delta,
+            noreply,
+        },
+        None => Request::error(INVALID_DELTA, noreply),
+    })
+}
+
+/// `<cmd> <key> <arg> [noreply]` (incr, decr, touch): memcached's `ERROR` for a wrong
+/// token count, bad-format for a bad key; else `request(key, noreply)` reads the argument.
+pub(crate) fn key_arg_command<'a>(
+    toks: &Tokens<'a>,
+    request: impl FnOnce(&'a [u8], bool) -> Request<'a>,
+) -> Request<'a> {
     let n = toks.ntokens();
     if n != 4 && n != 5 {
         return Request::reply(ERROR);
@@ -17,25 +34,9 @@ pub(crate) fn parse<'a>(toks: &Tokens<'a>, incr: bool) -> Request<'a> {
     let noreply = toks.noreply();
     let key = toks.at(1);
     if !valid_text_key(key) {
-        return Request::Reply {
-            line: BAD_FORMAT,
-            noreply,
-            swallow: 0,
-        };
+        return Request::error(BAD_FORMAT, noreply);
     }
-    match strtoull(toks.at(2)) {
-        Some(delta) => Request::Arith {
-            incr,
-            key,
-            delta,
-            noreply,
-        },
-        None => Request::Reply {
-            line: INVALID_DELTA,
-            noreply,
-            swallow: 0,
-        },
-    }
+    request(key, noreply)
 }
 
 /// memcached's arithmetic on a stored value: `None` when the value is not a number
@@ -54,15 +55,8 @@ pub fn apply(value: &[u8], incr: bool, delta: u64) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{parse, Limits, Parse};
+    use super::super::testing::req;
     use super::*;
-
-    fn req(i: &[u8]) -> Request<'_> {
-        match parse(i, &Limits::default()) {
-            Parse::Done { request, .. } => request,
-            other => panic!("{other:?}"),
-        }
-    }
 
     #[test]
     fn parses_and_errors() {

@@ -18,35 +18,20 @@ pub(crate) fn parse<'a>(toks: &Tokens<'a>) -> Request<'a> {
         let hold_is_zero = toks.at(2) == b"0";
         let valid = (n == 4 && (hold_is_zero || noreply)) || (n == 5 && hold_is_zero && noreply);
         if !valid {
-            return Request::Reply {
-                line: DELETE_USAGE,
-                noreply,
-                swallow: 0,
-            };
+            return Request::error(DELETE_USAGE, noreply);
         }
     }
     let key = toks.at(1);
     if !valid_text_key(key) {
-        return Request::Reply {
-            line: BAD_FORMAT,
-            noreply,
-            swallow: 0,
-        };
+        return Request::error(BAD_FORMAT, noreply);
     }
     Request::Delete { key, noreply }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{parse, Limits, Parse};
+    use super::super::testing::req;
     use super::*;
-
-    fn req(i: &[u8]) -> Request<'_> {
-        match parse(i, &Limits::default()) {
-            Parse::Done { request, .. } => request,
-            other => panic!("{other:?}"),
-        }
-    }
 
     #[test]
     fn delete_forms() {

@@ -14,13 +14,7 @@ pub(crate) fn parse<'a>(toks: &Tokens<'a>) -> Request<'a> {
     if n != if noreply { 3 } else { 2 } {
         match strtol32(toks.at(1)) {
             Some(d) => delay = d,
-            None => {
-                return Request::Reply {
-                    line: INVALID_EXPTIME,
-                    noreply,
-                    swallow: 0,
-                }
-            }
+            None => return Request::error(INVALID_EXPTIME, noreply),
         }
     }
     Request::FlushAll { delay, noreply }
@@ -28,15 +22,11 @@ pub(crate) fn parse<'a>(toks: &Tokens<'a>) -> Request<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{parse, Limits, Parse};
+    use super::super::testing::req;
     use super::*;
 
     #[test]
     fn flush_forms() {
-        let req = |i: &'static [u8]| match parse(i, &Limits::default()) {
-            Parse::Done { request, .. } => request,
-            other => panic!("{other:?}"),
-        };
         assert_eq!(
             req(b"flush_all\r\n"),
             Request::FlushAll {

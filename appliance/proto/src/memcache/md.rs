@@ -1,6 +1,6 @@
 //! `md <key> <flags>*`: meta delete (or invalidate with `I`).
 
-use super::meta::{parse_head, MetaDelete};
+use super::meta::parse_head;
 use super::tokens::Tokens;
 use super::Request;
 
@@ -11,10 +11,7 @@ pub(crate) fn parse<'a>(toks: &Tokens<'a>, line: &'a [u8]) -> Request<'a> {
         "CLIENT_ERROR options flags too long",
         Some("CLIENT_ERROR invalid or duplicate flag"),
     ) {
-        Ok(h) => Request::MetaDelete(MetaDelete {
-            key: h.key,
-            flags: h.flags,
-        }),
+        Ok(h) => Request::MetaDelete(h),
         Err(line) => Request::reply(line),
     }
 }

@@ -176,12 +176,6 @@ impl<'a> MetaFlags<'a> {
     }
 }
 
-/// Common head of mg/md/ma: token count, key length, flag count, flags.
-pub(crate) struct Head<'a> {
-    pub key: MetaKey<'a>,
-    pub flags: MetaFlags<'a>,
-}
-
 /// Parses `<cmd> <key> <flags>*` (mg, md, ma). `too_many` and `flag_error` are the
 /// command-specific messages memcached uses; `None` for `flag_error` keeps preparse's own.
 pub(crate) fn parse_head<'a>(
@@ -189,7 +183,7 @@ pub(crate) fn parse_head<'a>(
     line: &'a [u8],
     too_many: &'static str,
     flag_error: Option<&'static str>,
-) -> Result<Head<'a>, &'static str> {
+) -> Result<MetaKeyed<'a>, &'static str> {
     if toks.ntokens() < 3 {
         return Err(super::ERROR);
     }
@@ -208,15 +202,19 @@ pub(crate) fn parse_head<'a>(
     if flags.opaque_too_long() {
         return Err(OPAQUE_TOO_LONG);
     }
-    Ok(Head { key, flags })
+    Ok(MetaKeyed { key, flags })
 }
 
-/// `mg <key> <flags>*`.
+/// A meta command that is a key and its flags: the common head of mg/md/ma, and all of
+/// [`MetaGet`] and [`MetaDelete`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MetaGet<'a> {
+pub struct MetaKeyed<'a> {
     pub key: MetaKey<'a>,
     pub flags: MetaFlags<'a>,
 }
+
+/// `mg <key> <flags>*`.
+pub type MetaGet<'a> = MetaKeyed<'a>;
 
 /// `ms <key> <datalen> <flags>*` and its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,11 +228,7 @@ pub struct MetaSet<'a> {
 }
 
 /// `md <key> <flags>*`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MetaDelete<'a> {
-    pub key: MetaKey<'a>,
-    pub flags: MetaFlags<'a>,
-}
+pub type MetaDelete<'a> = MetaKeyed<'a>;
 
 /// `ma <key> <flags>*`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -279,15 +273,8 @@ pub(crate) fn parse_me<'a>(toks: &Tokens<'a>) -> Request<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{parse, Limits, Parse};
+    use super::super::testing::req;
     use super::*;
-
-    fn req(i: &[u8]) -> Request<'_> {
-        match parse(i, &Limits::default()) {
-            Parse::Done { request, .. } => request,
-            other => panic!("{other:?}"),
-        }
-    }
 
     fn err(i: &[u8]) -> &'static str {
         match req(i) {

@@ -66,25 +66,14 @@ pub(crate) fn parse_verbosity<'a>(toks: &Tokens<'a>) -> Request<'a> {
     let noreply = toks.noreply();
     match strtoul32(toks.at(1)) {
         Some(_) => Request::Verbosity { noreply },
-        None => Request::Reply {
-            line: BAD_FORMAT,
-            noreply,
-            swallow: 0,
-        },
+        None => Request::error(BAD_FORMAT, noreply),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{parse, Limits, Parse};
+    use super::super::testing::req;
     use super::*;
-
-    fn req(i: &[u8]) -> Request<'_> {
-        match parse(i, &Limits::default()) {
-            Parse::Done { request, .. } => request,
-            other => panic!("{other:?}"),
-        }
-    }
 
     #[test]
     fn stats_subcommands() {

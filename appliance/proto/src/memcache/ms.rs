@@ -2,10 +2,9 @@
 
 use super::key::{valid_text_key, MetaKey};
 use super::meta::{opaque_too_long, parse_ms_flags, MetaSet, MAX_OPT_TOKENS, OPAQUE_TOO_LONG};
-use super::tokens::{strtol32, Tokens};
+use super::tokens::Tokens;
 use super::{
-    data_block, DataBlock, Limits, Parse, Request, BAD_DATA_CHUNK, BAD_FORMAT, ERROR,
-    KEY_MAX_LENGTH,
+    value_len, with_value, Limits, Parse, Request, ValueHead, BAD_FORMAT, ERROR, KEY_MAX_LENGTH,
 };
 
 pub(crate) fn parse<'a>(
@@ -29,9 +28,8 @@ pub(crate) fn parse<'a>(
     if toks.ntokens() > MAX_OPT_TOKENS {
         return line_only(Request::reply("CLIENT_ERROR options flags too long"));
     }
-    let vlen = match strtol32(toks.at(2)) {
-        Some(v) if (0..=i32::MAX - 2).contains(&v) => v as usize,
-        _ => return line_only(Request::reply(BAD_FORMAT)),
+    let Some(vlen) = value_len(toks.at(2)) else {
+        return line_only(Request::reply(BAD_FORMAT));
     };
     // From here on memcached knows the data length and swallows the block after an error.
     let swallowing = |line| Request::Reply {
@@ -55,45 +53,26 @@ pub(crate) fn parse<'a>(
     if !key.is_binary() && !valid_text_key(raw) {
         return line_only(swallowing(BAD_FORMAT));
     }
-    if vlen > limits.item_size_max {
-        return line_only(Request::TooLarge {
-            key: raw,
-            remove_old: true,
-            noreply: false,
-            swallow: vlen + 2,
-        });
-    }
-    match data_block(after, vlen) {
-        DataBlock::Incomplete => Parse::Incomplete,
-        DataBlock::BadChunk => Parse::Done {
-            request: Request::reply(BAD_DATA_CHUNK),
-            consumed: line_end + vlen + 2,
-        },
-        DataBlock::Ok(data) => Parse::Done {
-            request: Request::MetaSet(MetaSet {
-                key,
-                flags,
-                mode,
-                data,
-            }),
-            consumed: line_end + vlen + 2,
-        },
-    }
+    let head = ValueHead {
+        key: raw,
+        vlen,
+        remove_old: true,
+        noreply: false,
+    };
+    with_value(head, line_end, after, limits, |data| {
+        Request::MetaSet(MetaSet {
+            key,
+            flags,
+            mode,
+            data,
+        })
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{parse, Limits, Parse, Request};
-
-    fn p(input: &[u8]) -> Parse<'_> {
-        parse(
-            input,
-            &Limits {
-                item_size_max: 100,
-                max_line: 2048,
-            },
-        )
-    }
+    use super::super::testing::{parse_small as p, reply_small as r};
+    use super::super::{Parse, Request};
 
     #[test]
     fn ms_parses() {
@@ -120,18 +99,6 @@ mod tests {
 
     #[test]
     fn ms_errors_swallow_like_memcached() {
-        let r = |i: &'static [u8]| match p(i) {
-            Parse::Done {
-                request:
-                    Request::Reply {
-                        line,
-                        noreply,
-                        swallow,
-                    },
-                consumed,
-            } => (line, noreply, swallow, consumed),
-            other => panic!("{other:?}"),
-        };
         assert_eq!(
             r(b"ms foo\r\n"),
             ("CLIENT_ERROR bad command line format", false, 0, 8)

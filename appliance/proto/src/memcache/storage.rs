@@ -2,7 +2,7 @@
 
 use super::key::valid_text_key;
 use super::tokens::{strtol32, strtoul32, strtoull, Tokens};
-use super::{data_block, DataBlock, Limits, Parse, Request, BAD_DATA_CHUNK, BAD_FORMAT, ERROR};
+use super::{value_len, with_value, Limits, Parse, Request, ValueHead, BAD_FORMAT, ERROR};
 
 /// Which storage command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,11 +50,7 @@ pub(crate) fn parse<'a>(
         return line_only(Request::reply(ERROR));
     }
     let noreply = toks.noreply();
-    let bad = Request::Reply {
-        line: BAD_FORMAT,
-        noreply,
-        swallow: 0,
-    };
+    let bad = Request::error(BAD_FORMAT, noreply);
     let key = toks.at(1);
     if !valid_text_key(key) {
         return line_only(bad);
@@ -62,7 +58,7 @@ pub(crate) fn parse<'a>(
     let (Some(flags), Some(exptime), Some(vlen)) = (
         strtoul32(toks.at(2)),
         strtol32(toks.at(3)),
-        strtol32(toks.at(4)),
+        value_len(toks.at(4)),
     ) else {
         return line_only(bad);
     };
@@ -74,57 +70,30 @@ pub(crate) fn parse<'a>(
     } else {
         0
     };
-    if !(0..=i32::MAX - 2).contains(&vlen) {
-        return line_only(bad);
-    }
-    let vlen = vlen as usize;
-    if vlen > limits.item_size_max {
-        return line_only(Request::TooLarge {
+    let head = ValueHead {
+        key,
+        vlen,
+        remove_old: kind == StoreKind::Set,
+        noreply,
+    };
+    with_value(head, line_end, after, limits, |data| {
+        Request::Store(StoreRequest {
+            kind,
             key,
-            remove_old: kind == StoreKind::Set,
+            flags,
+            exptime,
+            data,
+            cas_unique,
             noreply,
-            swallow: vlen + 2,
-        });
-    }
-    match data_block(after, vlen) {
-        DataBlock::Incomplete => Parse::Incomplete,
-        DataBlock::BadChunk => Parse::Done {
-            request: Request::Reply {
-                line: BAD_DATA_CHUNK,
-                noreply,
-                swallow: 0,
-            },
-            consumed: line_end + vlen + 2,
-        },
-        DataBlock::Ok(data) => Parse::Done {
-            request: Request::Store(StoreRequest {
-                kind,
-                key,
-                flags,
-                exptime,
-                data,
-                cas_unique,
-                noreply,
-            }),
-            consumed: line_end + vlen + 2,
-        },
-    }
+        })
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{parse, Limits, Parse, Request};
+    use super::super::testing::{parse_small as p, reply_small as reply};
+    use super::super::BAD_DATA_CHUNK;
     use super::*;
-
-    fn p(input: &[u8]) -> Parse<'_> {
-        parse(
-            input,
-            &Limits {
-                item_size_max: 100,
-                max_line: 2048,
-            },
-        )
-    }
 
     #[test]
     fn set_with_data() {
@@ -167,18 +136,6 @@ mod tests {
 
     #[test]
     fn set_errors() {
-        let reply = |i: &'static [u8]| match p(i) {
-            Parse::Done {
-                request:
-                    Request::Reply {
-                        line,
-                        noreply,
-                        swallow,
-                    },
-                consumed,
-            } => (line, noreply, swallow, consumed),
-            other => panic!("{other:?}"),
-        };
         assert_eq!(
             reply(b"set k 0 0 1\r\nxy\r\n"),
             (BAD_DATA_CHUNK, false, 0, 16)
