@@ -4,10 +4,20 @@
 //! filesystem is refused with one console line, nothing serves, and the disk stays untouched.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use super::*;
+use anyhow::{bail, Context, Result};
+
+use super::client::{memcache_closed, memcache_set_get, tcp};
+use super::vm::Vm;
+use super::{BOOT_LIMIT, COMMAND_LIMIT, PROMPT};
+use crate::image::{appliance_dir, Image};
+use crate::qemu;
 
 /// numa2 with a 64 MiB virtio-blk data disk and `ringstore.data=/dev/vda`.
 const DISK_PROFILE: &str = "numa2-disk";

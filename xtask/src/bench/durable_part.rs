@@ -1,0 +1,152 @@
+//! The durable part: `--data` SET throughput on disk and tmpfs against RAM only, then the time
+//! to recover 1M objects after kill -9 and after SIGTERM.
+
+use super::doc::{mark, Doc};
+use super::options::Options;
+use super::subject::Subject;
+use super::{durable, report, WARMUP};
+use anyhow::{Context, Result};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// `--data` SET throughput on disk and tmpfs against RAM only, then recovery of 1M objects.
+pub(super) fn durable_part(
+    o: &Options,
+    subject: &Subject,
+    out_dir: &Path,
+    doc: &mut Doc,
+) -> Result<()> {
+    let Subject::Ringstore(binary) = subject else {
+        doc.note("durable: skipped under --self-check (memcached has no data device)".into());
+        return Ok(());
+    };
+    let disk_path = out_dir.join("durable-disk.data");
+    let shm = Path::new("/dev/shm");
+    let tmpfs_path = shm.join(format!("ringstore-bench-{}.data", std::process::id()));
+    let mut configs = vec![durable::start_ram_only(binary).context("durable: RAM-only ringstore")?];
+    let tmpfs_fs = durable::filesystem_name(&tmpfs_path);
+    let disk_label = "--data on disk";
+    let tmpfs_label = "--data on tmpfs";
+    match durable::start_durable(binary, disk_label, disk_path.clone()) {
+        Ok(c) => configs.push(c),
+        Err(e) => doc.note(format!("durable: {disk_label} did not start: {e:#}")),
+    }
+    if tmpfs_fs == "tmpfs" {
+        match durable::start_durable(binary, tmpfs_label, tmpfs_path.clone()) {
+            Ok(c) => configs.push(c),
+            Err(e) => doc.note(format!("durable: {tmpfs_label} did not start: {e:#}")),
+        }
+    } else {
+        doc.note(format!(
+            "durable: /dev/shm is {tmpfs_fs}, not tmpfs: tmpfs cell skipped"
+        ));
+    }
+    for c in &configs {
+        doc.command(&match &c.data {
+            Some(d) => format!(
+                "{} (data file: 2 GiB sparse, on {}; removed afterwards)",
+                c.server.command,
+                durable::filesystem_name(&d.path)
+            ),
+            None => c.server.command.clone(),
+        });
+    }
+    let seconds = o.seconds.min(durable::MAX_LOAD.as_secs());
+    eprintln!(
+        "bench: durable: SET {} B, depth 1, {} connections: {} in alternating slices",
+        durable::VALUE_LEN,
+        durable::CONNS,
+        configs
+            .iter()
+            .map(|c| c.label)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let results = durable::measure_sets(&configs, seconds, WARMUP)?;
+    for c in configs.iter_mut() {
+        if let Err(e) = c.server.check_alive() {
+            doc.note(format!("durable: {} exited during the run: {e:#}", c.label));
+        }
+    }
+    doc.command(&format!(
+        "durable SET cell: load generator, {} connections per server, depth 1, {} B values over {} keys, {} s warm-up, {seconds} s measured per server in {} alternating slices",
+        durable::CONNS, durable::VALUE_LEN, durable::KEYSPACE, WARMUP.as_secs(), seconds.clamp(1, 10)
+    ));
+    let ram = results.first().context("RAM-only result")?.clone();
+    let mut section = format!(
+        "## Durable SET: `--data` with group commit vs RAM only ({} connections, depth 1, {} B values, one server core each)\n\n",
+        durable::CONNS, durable::VALUE_LEN
+    );
+    section.push_str("| configuration | SET/s | × RAM only | p50 (µs) | p99 (µs) | p99 × RAM only | server CPU s / M req | CPU 0 busy % |\n");
+    section.push_str("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (c, r) in configs.iter().zip(&results) {
+        let label = match &c.data {
+            Some(d) => format!("{} ({})", c.label, durable::filesystem_name(&d.path)),
+            None => c.label.to_string(),
+        };
+        let _ = writeln!(
+            section,
+            "| {label} | {} | {:.2}× | {:.1} | {:.1} | {:.2}× | {:.2} | {:.0} |",
+            report::format_number(r.throughput(), 0),
+            r.throughput() / ram.throughput(),
+            r.p50_us(),
+            r.p99_us(),
+            r.p99_us() / ram.p99_us(),
+            r.server_cpu_per_million(),
+            r.server_core.busy_percent
+        );
+        if r.misses + r.errors > 0 {
+            doc.note(format!(
+                "durable: {label}: {} misses and {} errors",
+                r.misses, r.errors
+            ));
+        }
+        if c.data.is_some() {
+            let ratio = r.throughput() / ram.throughput();
+            doc.targets.push(format!("durable SET, {label}: {ratio:.2}× RAM-only throughput under {} clients (aim ≥ 0.5×) {}", durable::CONNS, mark(ratio >= 0.5)));
+        }
+    }
+    drop(configs);
+
+    eprintln!(
+        "bench: durable: recovery of {} objects",
+        durable::RECOVERY_OBJECTS
+    );
+    let data = durable::DataFile::create(out_dir.join("durable-recovery.data"))?;
+    let fs = durable::filesystem_name(&data.path);
+    let recovery = durable::measure_recovery(binary, &data);
+    drop(data);
+    doc.command(&format!(
+        "recovery: ringstore serve --cores 1 --memory 1024MiB --data target/bench/durable-recovery.data (2 GiB sparse, {fs}); {} sets of {} B on 8 connections; kill -9; restart; SIGTERM; restart. Before each restart the file's page cache is dropped with posix_fadvise(DONTNEED); time = spawn to the ready line; curr_items and the first and last key checked",
+        durable::RECOVERY_OBJECTS, durable::VALUE_LEN
+    ));
+    match recovery {
+        Ok(r) => {
+            let ms = |v: Option<u64>| v.map_or("n/a".to_string(), |v| v.to_string());
+            let _ = writeln!(section, "\n### Recovery of {} objects ({} B values, data file on the disk, {fs}, page cache dropped before each start)\n", report::format_number(durable::RECOVERY_OBJECTS as f64, 0), durable::VALUE_LEN);
+            section.push_str("| start | to the ready line (ms) | recovery step (ms) | load into RAM (ms) | objects loaded |\n| --- | ---: | ---: | ---: | ---: |\n");
+            for (what, st) in [
+                ("after kill -9 (scan)", &r.after_kill),
+                ("after SIGTERM (checkpoint)", &r.after_term),
+            ] {
+                let how = if st.from_checkpoint {
+                    " [from checkpoint]"
+                } else {
+                    " [log scan]"
+                };
+                let _ = writeln!(
+                    section,
+                    "| {what}{how} | {:.0} | {} | {} | {} |",
+                    st.ready_seconds * 1e3,
+                    ms(st.recover_ms),
+                    ms(st.load_ms),
+                    st.objects
+                );
+            }
+            let _ = writeln!(section, "\nFill: {:.1} s ({} sets/s over 8 connections). SIGTERM to exit (checkpoint written): {:.0} ms.", r.fill_seconds, report::format_number(durable::RECOVERY_OBJECTS as f64 / r.fill_seconds, 0), r.shutdown_seconds * 1e3);
+        }
+        Err(e) => doc.note(format!("durable: recovery measurement failed: {e:#}")),
+    }
+    doc.sections.push(section);
+    Ok(())
+}

@@ -1,0 +1,233 @@
+//! The memcache part: every GET/SET cell of the matrix against memcached (or `--compare-binary`),
+//! the subject and the baseline measured in alternating slices.
+
+use super::cells::{cell_name, DEPTHS, KEYSPACE, VALUE_LENS};
+use super::cpu_table::{cpu_row, CPU_TABLE_HEAD};
+use super::doc::{mark, Doc};
+use super::mcwire::Op;
+use super::options::Options;
+use super::procs::{self, Pinned};
+use super::report::{Better, Table};
+use super::saturation::memaslap_section;
+use super::subject::{binary_label, Subject};
+use super::{fill, loadgen, WARMUP};
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+use std::time::Duration;
+
+fn cell_spec(
+    o: &Options,
+    server: &Pinned,
+    op: Op,
+    value_len: usize,
+    depth: usize,
+) -> loadgen::LoadSpec {
+    loadgen::LoadSpec {
+        port: server.port,
+        op,
+        value_len,
+        depth,
+        conns: o.conns,
+        keyspace: KEYSPACE,
+        warmup: WARMUP,
+        measure: Duration::from_secs(o.seconds),
+        slices: o.seconds.clamp(1, 10) as u32,
+        server_pid: server.pid(),
+    }
+}
+
+/// Runs one cell against memcached and (when it is up) the subject in alternating slices.
+/// The subject failing costs only its own column: memcached is then measured alone.
+#[allow(clippy::too_many_arguments)]
+fn memcache_cell(
+    o: &Options,
+    base_name: &str,
+    base: &mut Pinned,
+    subj: &mut Option<Pinned>,
+    op: Op,
+    value_len: usize,
+    depth: usize,
+    doc: &mut Doc,
+) -> Result<(loadgen::LoadResult, Option<loadgen::LoadResult>)> {
+    let cell = cell_name(op, value_len, depth);
+    base.check_alive()?;
+    if let Some(s) = subj.as_mut() {
+        eprintln!(
+            "bench: {cell}: {base_name} and {} in alternating slices",
+            s.name
+        );
+        let specs = [
+            cell_spec(o, base, op, value_len, depth),
+            cell_spec(o, s, op, value_len, depth),
+        ];
+        let outcome = loadgen::run(&specs).and_then(|results| {
+            s.check_alive()?;
+            Ok(results)
+        });
+        match outcome {
+            Ok(mut results) if results.len() == 2 && results.iter().all(|r| r.requests > 0) => {
+                let theirs = results.pop();
+                let ours = results.pop().context("two results")?;
+                return Ok((ours, theirs));
+            }
+            Ok(_) => doc.note(format!("{cell}: no request completed")),
+            Err(e) => doc.note(format!("{cell}: {} failed: {e:#}", s.name)),
+        }
+        base.check_alive()?;
+        if s.check_alive().is_err() {
+            *subj = None;
+        }
+    }
+    eprintln!("bench: {cell}: {base_name} alone");
+    let mut results = loadgen::run(&[cell_spec(o, base, op, value_len, depth)])?;
+    base.check_alive()?;
+    let ours = results.pop().context("one result")?;
+    if ours.requests == 0 {
+        bail!("{cell}: {base_name} completed no request");
+    }
+    Ok((ours, None))
+}
+
+fn preload_all(server: &Pinned) -> Result<()> {
+    for len in VALUE_LENS {
+        fill::preload(server.port, len, KEYSPACE)?;
+    }
+    Ok(())
+}
+
+pub(super) fn memcache_part(
+    o: &Options,
+    subject: &Subject,
+    out_dir: &Path,
+    doc: &mut Doc,
+) -> Result<()> {
+    let (mut base, base_name) = match &o.compare {
+        Some(path) => {
+            if !path.exists() {
+                bail!("--compare-binary {} does not exist", path.display());
+            }
+            (procs::start_ringstore(path, 1024)?, binary_label(path))
+        }
+        None => (procs::start_memcached(1024)?, "memcached".to_string()),
+    };
+    doc.command(&base.command);
+    preload_all(&base)?;
+    let name = match (&o.compare, subject) {
+        (Some(_), Subject::Ringstore(path)) => binary_label(path),
+        _ => subject.memcache_name().to_string(),
+    };
+    let name = name.as_str();
+    let base_name = base_name.as_str();
+    let mut subj = match subject
+        .start_memcache(1024)
+        .and_then(|s| preload_all(&s).map(|()| s))
+    {
+        Ok(s) => {
+            doc.command(&s.command);
+            Some(s)
+        }
+        Err(e) => {
+            doc.note(format!("{name} did not start or take the preload: {e:#}"));
+            None
+        }
+    };
+    doc.command(&format!(
+        "load generator (xtask/src/bench/loadgen.rs): 1 thread pinned to CPU {}, one io_uring, {} connections per server, {KEYSPACE} keys per value size preloaded, {} s warm-up, then {} s measured per server and cell in {} alternating slices",
+        procs::CLIENT_CPU, o.conns, WARMUP.as_secs(), o.seconds, o.seconds.clamp(1, 10)
+    ));
+
+    let mut table = Table::new(base_name, name);
+    let mut cpu = String::from(CPU_TABLE_HEAD);
+    let mut first_cell = None;
+    for op in [Op::Get, Op::Set] {
+        for depth in DEPTHS {
+            for value_len in VALUE_LENS {
+                if !o.cells.is_empty() && !o.cells.contains(&(op, value_len, depth)) {
+                    continue;
+                }
+                let cell = cell_name(op, value_len, depth);
+                let (b, s) = memcache_cell(
+                    o, base_name, &mut base, &mut subj, op, value_len, depth, doc,
+                )
+                .with_context(|| format!("{cell} against {base_name}"))?;
+                for (who, r) in [(base_name, Some(&b)), (name, s.as_ref())] {
+                    if let Some(r) = r.filter(|r| r.misses + r.errors > 0) {
+                        doc.note(format!(
+                            "{cell}: {who} answered {} misses and {} errors",
+                            r.misses, r.errors
+                        ));
+                    }
+                }
+                table.row(
+                    &format!("{cell}: throughput (req/s)"),
+                    b.throughput(),
+                    s.as_ref().map(|r| r.throughput()),
+                    Better::Higher,
+                    0,
+                );
+                table.row(
+                    &format!("{cell}: p50 latency (µs)"),
+                    b.p50_us(),
+                    s.as_ref().map(|r| r.p50_us()),
+                    Better::Lower,
+                    1,
+                );
+                table.row(
+                    &format!("{cell}: p99 latency (µs)"),
+                    b.p99_us(),
+                    s.as_ref().map(|r| r.p99_us()),
+                    Better::Lower,
+                    1,
+                );
+                table.row(
+                    &format!("{cell}: server CPU s / M req"),
+                    b.server_cpu_per_million(),
+                    s.as_ref().map(|r| r.server_cpu_per_million()),
+                    Better::Lower,
+                    2,
+                );
+                for (who, r) in [(base_name, Some(&b)), (name, s.as_ref())] {
+                    if let Some(r) = r {
+                        cpu_row(
+                            &mut cpu,
+                            &cell,
+                            who,
+                            r.server_cpu_percent(),
+                            r.server_core,
+                            r.client_cpu_percent(),
+                            r.client_core,
+                        );
+                    }
+                }
+                if let Some(s) = s.as_ref().filter(|_| o.compare.is_none()) {
+                    let goal = if depth == 1 { 1.5 } else { 2.0 };
+                    let tput = s.throughput() / b.throughput();
+                    let p99 = s.p99_us() / b.p99_us();
+                    doc.targets.push(format!(
+                        "{cell}: throughput {tput:.2}× (target ≥ {goal}×) {}; p99 {p99:.2}× (target ≤ 1.0×) {}",
+                        mark(tput >= goal),
+                        mark(p99 <= 1.0)
+                    ));
+                }
+                if op == Op::Get && depth == 1 && value_len == 100 {
+                    first_cell = Some((b.clone(), s.clone()));
+                }
+            }
+        }
+    }
+    let mut section = if o.compare.is_some() {
+        format!("## memcache: {name} against {base_name} (one server core each)\n\n")
+    } else {
+        String::from("## memcache: GET and SET (one server core each)\n\n")
+    };
+    section.push_str(&table.markdown());
+    section.push('\n');
+    section.push_str(&cpu);
+    doc.sections.push(section);
+    if o.cells.is_empty() && o.compare.is_none() {
+        let saturation =
+            memaslap_section(o, &mut base, subj.as_mut(), name, first_cell, out_dir, doc);
+        doc.sections.push(saturation);
+    }
+    Ok(())
+}

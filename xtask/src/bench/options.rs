@@ -1,0 +1,155 @@
+//! `cargo xtask bench` arguments: the usage text, the parts to run, and the parsed options.
+
+use super::cells::parse_cell;
+use super::mcwire::Op;
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+
+const USAGE: &str =
+    "usage: cargo xtask bench [--seconds N] [--only memcache|http|memory|durable] [--binary PATH]
+                         [--conns N] [--self-check] [--cells get-100-1,set-4096-16,...]
+                         [--compare-binary PATH]
+
+  --seconds N    measured seconds per cell, after 1 s of warm-up (default 5; durable: at most 10)
+  --only PART    run one part: memcache (GET/SET vs memcached), http (GET vs nginx), memory,
+                 durable (SET with --data on disk and tmpfs vs RAM only; recovery of 1M objects)
+  --binary PATH  the ringstore binary (default: cargo build --release -p ringstore)
+  --conns N      connections per load generator (default 50)
+  --self-check   measure memcached (and nginx) against themselves: every ratio should be ~1.0
+  --cells LIST   only these memcache cells (OP-VALUEBYTES-DEPTH), and no memaslap run
+  --compare-binary PATH
+                 memcache cells: this ringstore binary is the baseline instead of memcached
+                 (e.g. the musl build against the glibc build)
+";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Part {
+    Memcache,
+    Http,
+    Memory,
+    Durable,
+}
+
+pub(super) struct Options {
+    pub(super) seconds: u64,
+    pub(super) only: Option<Part>,
+    pub(super) binary: Option<PathBuf>,
+    pub(super) conns: usize,
+    pub(super) self_check: bool,
+    /// `--cells`: (op, value length, depth) to run; empty = all.
+    pub(super) cells: Vec<(Op, usize, usize)>,
+    /// `--compare-binary`: a second ringstore as the memcache baseline.
+    pub(super) compare: Option<PathBuf>,
+}
+
+pub(super) fn parse(args: &[String]) -> Result<Options> {
+    let mut o = Options {
+        seconds: 5,
+        only: None,
+        binary: None,
+        conns: 50,
+        self_check: false,
+        cells: Vec::new(),
+        compare: None,
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = || {
+            it.next()
+                .with_context(|| format!("{arg} needs a value\n\n{USAGE}"))
+        };
+        match arg.as_str() {
+            "--seconds" => o.seconds = value()?.parse().context("--seconds")?,
+            "--conns" => o.conns = value()?.parse().context("--conns")?,
+            "--binary" => o.binary = Some(PathBuf::from(value()?)),
+            "--compare-binary" => o.compare = Some(PathBuf::from(value()?)),
+            "--only" => {
+                o.only = Some(match value()?.as_str() {
+                    "memcache" => Part::Memcache,
+                    "http" => Part::Http,
+                    "memory" => Part::Memory,
+                    "durable" => Part::Durable,
+                    other => bail!("--only {other:?}: expected memcache, http, memory or durable"),
+                })
+            }
+            "--self-check" => o.self_check = true,
+            "--cells" => {
+                o.cells = value()?.split(',').map(parse_cell).collect::<Result<_>>()?;
+            }
+            "-h" | "--help" => {
+                print!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other:?}\n\n{USAGE}"),
+        }
+    }
+    if !(1..=60).contains(&o.seconds) || !(1..=1000).contains(&o.conns) {
+        bail!("--seconds must be 1..=60 and --conns 1..=1000");
+    }
+    if o.compare.is_some() {
+        if o.self_check {
+            bail!("--compare-binary and --self-check exclude each other");
+        }
+        match o.only {
+            None => o.only = Some(Part::Memcache),
+            Some(Part::Memcache) => {}
+            Some(_) => bail!("--compare-binary applies to the memcache cells only"),
+        }
+    }
+    Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn parses_arguments() {
+        let o = parse(&args(&[
+            "--seconds",
+            "3",
+            "--only",
+            "http",
+            "--binary",
+            "/x/ringstore",
+        ]))
+        .unwrap();
+        assert_eq!(o.seconds, 3);
+        assert!(o.only == Some(Part::Http));
+        assert_eq!(o.binary.as_deref(), Some(Path::new("/x/ringstore")));
+        assert_eq!(o.conns, 50);
+        assert!(parse(&args(&["--only", "disk"])).is_err());
+        assert!(parse(&args(&["--seconds"])).is_err());
+        assert!(parse(&args(&["--seconds", "0"])).is_err());
+        assert!(parse(&args(&["--bogus"])).is_err());
+        let o = parse(&args(&["--cells", "get-100-1,SET-4096-16"])).unwrap();
+        assert!(o.cells == [(Op::Get, 100, 1), (Op::Set, 4096, 16)]);
+        assert!(parse(&args(&["--cells", "get-100-2"])).is_err());
+        assert!(parse(&args(&["--cells", "del-100-1"])).is_err());
+    }
+
+    #[test]
+    fn parses_durable_and_compare_binary() {
+        assert!(parse(&args(&["--only", "durable"])).unwrap().only == Some(Part::Durable));
+        let o = parse(&args(&[
+            "--compare-binary",
+            "/t/x86_64-unknown-linux-musl/release/ringstore",
+        ]))
+        .unwrap();
+        assert!(
+            o.only == Some(Part::Memcache),
+            "--compare-binary runs the memcache cells"
+        );
+        assert_eq!(
+            o.compare.as_deref(),
+            Some(Path::new("/t/x86_64-unknown-linux-musl/release/ringstore"))
+        );
+        assert!(parse(&args(&["--compare-binary", "/x", "--only", "http"])).is_err());
+        assert!(parse(&args(&["--compare-binary", "/x", "--self-check"])).is_err());
+    }
+}

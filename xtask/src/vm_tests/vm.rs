@@ -1,0 +1,264 @@
+//! The harness around one booted appliance: QEMU started on a profile, its serial console read
+//! into a bounded buffer, commands typed and answered up to the prompt, poweroff and power cut.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use super::{netns, COMMAND_LIMIT, PROMPT};
+use crate::image::{appliance_dir, Image};
+use crate::qemu::{self, Forward, Serial};
+
+/// Serial output kept per VM; older bytes are dropped past this.
+const MAX_SERIAL: usize = 4 << 20;
+/// How long QEMU may take to end after `poweroff`.
+const POWEROFF_LIMIT: Duration = Duration::from_secs(30);
+
+/// A QEMU process and its scratch directory: dropping it kills QEMU, waits for it and removes
+/// the directory, on every path out of a test (errors and panics included).
+struct Qemu {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Drop for Qemu {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A booted appliance.
+pub struct Vm {
+    pub(super) name: String,
+    qemu: Qemu,
+    serial: UnixStream,
+    output: Arc<Mutex<String>>,
+    pub forwards: Vec<Forward>,
+    /// When QEMU was started.
+    pub(super) started: Instant,
+}
+
+impl Vm {
+    /// Boots `profile` with `append` added to the kernel command line; `name` names the log.
+    pub fn boot(image: &Image, name: &str, profile: &str, append: &str) -> Result<Vm> {
+        Vm::boot_in(image, name, profile, append, None, &[])
+    }
+
+    /// [`Vm::boot`] with `disks` as the files of the profile's data disks (one each; the caller
+    /// creates them and keeps them across boots).
+    pub(super) fn boot_with_disks(
+        image: &Image,
+        name: &str,
+        profile: &str,
+        append: &str,
+        disks: &[PathBuf],
+    ) -> Result<Vm> {
+        Vm::boot_in(image, name, profile, append, None, disks)
+    }
+
+    /// [`Vm::boot`] with QEMU running inside `netns` (its taps live there).
+    pub(super) fn boot_in(
+        image: &Image,
+        name: &str,
+        profile: &str,
+        append: &str,
+        netns: Option<&netns::Netns>,
+        disks: &[PathBuf],
+    ) -> Result<Vm> {
+        let profile_name = profile;
+        let profile = qemu::load_profile(profile)?;
+        anyhow::ensure!(
+            disks.len() == profile.disks.len(),
+            "profile {profile_name} has {} data disks, {} files given",
+            profile.disks.len(),
+            disks.len()
+        );
+        let forwards = qemu::choose_forwards(&profile)?;
+        let dir = appliance_dir()
+            .join("vm")
+            .join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let socket = dir.join("serial.sock");
+        let accel = qemu::accel(&image.bzimage);
+        let args = qemu::machine_args(
+            &profile,
+            image,
+            &Serial::Socket(socket.clone()),
+            append,
+            accel,
+            &forwards,
+            disks,
+        );
+        let stderr = std::fs::File::create(dir.join("qemu.stderr"))?;
+        let mut command = match netns {
+            Some(ns) => ns.command("qemu-system-x86_64"),
+            None => Command::new("qemu-system-x86_64"),
+        };
+        let mut log =
+            std::fs::File::create(appliance_dir().join("vm").join(format!("{name}.log")))?;
+        let started = Instant::now();
+        let child = command
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .context("starting qemu-system-x86_64")?;
+        let mut qemu = Qemu { child, dir };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let serial = loop {
+            match UnixStream::connect(&socket) {
+                Ok(stream) => break stream,
+                Err(_) if Instant::now() < deadline && qemu.child.try_wait()?.is_none() => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                Err(err) => {
+                    let why =
+                        std::fs::read_to_string(qemu.dir.join("qemu.stderr")).unwrap_or_default();
+                    bail!(
+                        "QEMU serial socket {}: {err}; QEMU said: {why}",
+                        socket.display()
+                    );
+                }
+            }
+        };
+        let output = Arc::new(Mutex::new(String::new()));
+        let mut reader = serial.try_clone()?;
+        let sink = Arc::clone(&output);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let _ = log.write_all(&buf[..n]);
+                let mut out = sink.lock().unwrap_or_else(|p| p.into_inner());
+                out.push_str(&String::from_utf8_lossy(&buf[..n]).replace('\r', ""));
+                if out.len() > MAX_SERIAL {
+                    let cut = out.len() - MAX_SERIAL / 2;
+                    let cut = (cut..out.len())
+                        .find(|i| out.is_char_boundary(*i))
+                        .unwrap_or(out.len());
+                    out.replace_range(..cut, "");
+                }
+            }
+        });
+        Ok(Vm {
+            name: name.to_string(),
+            qemu,
+            serial,
+            output,
+            forwards,
+            started,
+        })
+    }
+
+    /// Everything the console printed so far.
+    pub fn output(&self) -> String {
+        self.output
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(super) fn tail(&self) -> String {
+        let out = self.output();
+        let lines: Vec<&str> = out.lines().collect();
+        lines[lines.len().saturating_sub(25)..].join("\n")
+    }
+
+    /// Waits until `needle` appears after byte `from` of the output; returns where it ends.
+    pub fn wait_for(&mut self, needle: &str, from: usize, limit: Duration) -> Result<usize> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let out = self.output();
+            if let Some(at) = out.get(from.min(out.len())..).and_then(|s| s.find(needle)) {
+                return Ok(from + at + needle.len());
+            }
+            if let Some(status) = self.qemu.child.try_wait()? {
+                let stderr =
+                    std::fs::read_to_string(self.qemu.dir.join("qemu.stderr")).unwrap_or_default();
+                bail!("{}: QEMU exited ({status}) before {needle:?} appeared; QEMU said: {}; last lines:\n{}", self.name, stderr.trim(), self.tail());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{}: {needle:?} did not appear within {} s; last lines:\n{}",
+                    self.name,
+                    limit.as_secs(),
+                    self.tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Sends a console command and returns its output (up to the next prompt).
+    pub fn command(&mut self, command: &str) -> Result<String> {
+        let start = self.output().len();
+        self.serial.write_all(format!("{command}\n").as_bytes())?;
+        let end = self.wait_for(PROMPT, start + command.len(), COMMAND_LIMIT)?;
+        let out = self.output();
+        Ok(out.get(start..end - PROMPT.len()).unwrap_or("").to_string())
+    }
+
+    /// The host port forwarded to `name` on NIC `nic`.
+    pub fn port(&self, name: &str, nic: usize) -> Result<u16> {
+        self.forwards
+            .iter()
+            .find(|f| f.name == name && f.nic == nic)
+            .map(|f| f.host_port)
+            .with_context(|| format!("no forward {name} on NIC {nic}"))
+    }
+
+    /// Types `poweroff` and waits for QEMU to end.
+    pub fn poweroff(&mut self) -> Result<Duration> {
+        let started = Instant::now();
+        self.serial.write_all(b"poweroff\n")?;
+        while started.elapsed() < POWEROFF_LIMIT {
+            if let Some(status) = self.qemu.child.try_wait()? {
+                if !status.success() {
+                    bail!("{}: QEMU ended with {status} after poweroff", self.name);
+                }
+                return Ok(started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bail!(
+            "{}: QEMU still running {} s after poweroff; last lines:\n{}",
+            self.name,
+            POWEROFF_LIMIT.as_secs(),
+            self.tail()
+        )
+    }
+
+    /// Pulls the plug: SIGKILL to QEMU, as a power cut is to the guest (whatever the guest had
+    /// not yet written to its virtual disk is gone: its page cache, queued requests). Returns
+    /// once QEMU is gone.
+    pub fn power_cut(mut self) -> Result<()> {
+        self.qemu.child.kill().context("killing QEMU")?;
+        self.qemu
+            .child
+            .wait()
+            .context("waiting for the killed QEMU")?;
+        Ok(())
+    }
+
+    /// Kernel timestamp (seconds) of the first console line containing `needle`.
+    pub fn kernel_time_of(&self, needle: &str) -> Option<f64> {
+        self.output()
+            .lines()
+            .find(|l| l.contains(needle))
+            .and_then(|l| {
+                let inner = l.trim_start().strip_prefix('[')?.split(']').next()?;
+                inner.trim().parse().ok()
+            })
+    }
+}
