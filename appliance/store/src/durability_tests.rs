@@ -166,6 +166,50 @@ fn a_refused_journal_write_leaves_ram_unchanged() {
 }
 
 #[test]
+fn a_refused_touch_is_reported_and_leaves_the_expiry_unchanged() {
+    let s = store();
+    let j = Arc::new(Recorder::default());
+    s.attach_journal(j.clone());
+    s.update(b"k", 1, |_| {
+        (
+            Write::Put {
+                value: b"v",
+                meta: NewMeta {
+                    flags: 0,
+                    exptime: 100,
+                    cas: None,
+                },
+            },
+            (),
+        )
+    })
+    .unwrap();
+    j.refuse.store(true, Ordering::Relaxed);
+    let touch = ReadOpts {
+        mark_access: true,
+        touch: Some(500),
+    };
+    let mut called = false;
+    let got = s.try_get(b"k", 1, touch, |i| {
+        called = true;
+        i.map(|i| i.exptime)
+    });
+    assert_eq!(got, Err(StoreError::OutOfMemory));
+    assert!(!called, "the read must not answer a refused touch");
+    // A touch of a missing key writes nothing, so nothing is refused.
+    assert_eq!(s.try_get(b"absent", 1, touch, |i| i.is_none()), Ok(true));
+    // The lenient read answers without the touch; RAM keeps the old expiry either way.
+    assert_eq!(s.get(b"k", 1, touch, |i| i.map(|i| i.exptime)), Some(100));
+    let plain = ReadOpts::default();
+    assert_eq!(s.get(b"k", 1, plain, |i| i.map(|i| i.exptime)), Some(100));
+    j.refuse.store(false, Ordering::Relaxed);
+    assert_eq!(
+        s.try_get(b"k", 1, touch, |i| i.map(|i| i.exptime)),
+        Ok(Some(500))
+    );
+}
+
+#[test]
 fn misses_are_read_through_and_cas_floor_and_forget_work() {
     let s = store();
     let mut disk = HashMap::new();

@@ -366,6 +366,9 @@ impl Store {
 
     /// Looks `key` up and calls `f` with the live item (expired and flushed items are `None`)
     /// while the shard lock is held: `f` must be short (copy the value out).
+    ///
+    /// A touch the journal refuses is dropped and the read still answers; a caller that
+    /// reports the touch (memcache touch, gat, mg T) uses [`Store::try_get`] instead.
     pub fn get<R>(
         &self,
         key: &[u8],
@@ -373,14 +376,47 @@ impl Store {
         opts: ReadOpts,
         f: impl FnOnce(Option<ItemRef<'_>>) -> R,
     ) -> R {
+        match self.read(key, now, opts, f) {
+            Ok(r) => r,
+            Err((_, f)) => {
+                let untouched = ReadOpts {
+                    touch: None,
+                    ..opts
+                };
+                // Without a touch nothing is journaled, so this read cannot be refused.
+                self.read(key, now, untouched, f)
+                    .unwrap_or_else(|(_, f)| f(None))
+            }
+        }
+    }
+
+    /// [`Store::get`], except that a touch the journal refuses refuses the whole read: the
+    /// error is returned, `f` is not called and RAM is unchanged.
+    pub fn try_get<R>(
+        &self,
+        key: &[u8],
+        now: Time,
+        opts: ReadOpts,
+        f: impl FnOnce(Option<ItemRef<'_>>) -> R,
+    ) -> Result<R, StoreError> {
+        self.read(key, now, opts, f).map_err(|(e, _)| e)
+    }
+
+    /// The read behind `get` and `try_get`; a refused touch hands `f` back uncalled.
+    fn read<R, F: FnOnce(Option<ItemRef<'_>>) -> R>(
+        &self,
+        key: &[u8],
+        now: Time,
+        opts: ReadOpts,
+        f: F,
+    ) -> Result<R, (StoreError, F)> {
         let hash = self.shared.hasher.hash_one(key);
         let mut shard = self.lock(hash, now);
         let Some(loc) = self.find(&mut shard, hash, key, now) else {
-            return f(None);
+            return Ok(f(None));
         };
         let h = Header::read(shard.bytes(loc));
         let mut shown = h;
-        let mut opts = opts;
         if let (Some(t), Some(journal)) = (opts.touch, self.journal.get()) {
             let b = shard.bytes(loc);
             let touched = Mutation::Put {
@@ -390,9 +426,9 @@ impl Store {
                 exptime: t,
                 cas: h.cas,
             };
-            if journal.record(touched).is_err() {
-                // Not logged, so not applied: the read still answers.
-                opts.touch = None;
+            if let Err(e) = journal.record(touched) {
+                // Not logged, so not applied.
+                return Err((e, f));
             }
         }
         if opts.mark_access || opts.touch.is_some() {
@@ -407,7 +443,7 @@ impl Store {
             }
         }
         // `fetched` and `last_access` are shown as they were before this read (meta h, l, t).
-        f(Some(item_ref(shard.bytes(loc), &shown)))
+        Ok(f(Some(item_ref(shard.bytes(loc), &shown))))
     }
 
     /// Read-decide-write under the shard lock: `f` sees the live item (or `None`) and returns

@@ -4,6 +4,7 @@ use ringstore_proto::memcache::reply;
 use ringstore_store::{ReadOpts, Write};
 
 use super::expiry::{expiry, Expiry};
+use super::storage::store_error;
 use super::Ctx;
 
 pub(crate) fn delete(ctx: &Ctx<'_>, out: &mut Vec<u8>, key: &[u8], noreply: bool) {
@@ -29,8 +30,8 @@ pub(crate) fn delete(ctx: &Ctx<'_>, out: &mut Vec<u8>, key: &[u8], noreply: bool
 pub(crate) fn touch(ctx: &Ctx<'_>, out: &mut Vec<u8>, key: &[u8], exptime: i32, noreply: bool) {
     let store = &ctx.shared.store;
     let now = ctx.now.store;
-    let found = match expiry(i64::from(exptime), ctx.now) {
-        Expiry::At(t) => store.get(
+    let done = match expiry(i64::from(exptime), ctx.now) {
+        Expiry::At(t) => store.try_get(
             key,
             now,
             ReadOpts {
@@ -44,17 +45,23 @@ pub(crate) fn touch(ctx: &Ctx<'_>, out: &mut Vec<u8>, key: &[u8], exptime: i32, 
                 Some(_) => (Write::Delete, true),
                 None => (Write::Nothing, false),
             })
-            .map(|d| d.result)
-            .unwrap_or(false),
+            .map(|d| d.result),
     };
     ctx.stats.cmd_touch.inc();
-    if found {
-        ctx.stats.touch_hits.inc();
-    } else {
-        ctx.stats.touch_misses.inc();
-    }
+    let line = match done {
+        Ok(true) => {
+            ctx.stats.touch_hits.inc();
+            "TOUCHED"
+        }
+        Ok(false) => {
+            ctx.stats.touch_misses.inc();
+            "NOT_FOUND"
+        }
+        // The journal refused the change (a full data device): nothing was touched.
+        Err(e) => store_error(&e),
+    };
     if !noreply {
-        reply::line(out, if found { "TOUCHED" } else { "NOT_FOUND" });
+        reply::line(out, line);
     }
 }
 

@@ -5,6 +5,7 @@ use ringstore_proto::memcache::{reply, GetRequest};
 use ringstore_store::{ReadOpts, Write};
 
 use super::expiry::{expiry, Expiry};
+use super::storage::store_error;
 use super::Ctx;
 
 pub(crate) fn get(ctx: &Ctx<'_>, out: &mut Vec<u8>, g: GetRequest<'_>) {
@@ -19,18 +20,35 @@ pub(crate) fn get(ctx: &Ctx<'_>, out: &mut Vec<u8>, g: GetRequest<'_>) {
             _ => None,
         },
     };
+    let start = out.len();
     for key in g.keys {
-        let hit = store.get(key, now, opts, |item| match item {
+        let found = store.try_get(key, now, opts, |item| match item {
             Some(it) => {
                 reply::value(out, it.key, it.flags, it.value, with_cas.then_some(it.cas));
                 true
             }
             None => false,
         });
-        if touch == Some(Expiry::Expired) && hit {
-            // Touched into the past: the value was served, now it is gone.
-            let _ = store.update(key, now, |_| (Write::Delete, ()));
-        }
+        let found = match found {
+            Ok(true) if touch == Some(Expiry::Expired) => {
+                // Touched into the past: the value was served, now it is gone.
+                store
+                    .update(key, now, |_| (Write::Delete, ()))
+                    .map(|_| true)
+            }
+            other => other,
+        };
+        let hit = match found {
+            Ok(hit) => hit,
+            Err(e) => {
+                // The journal refused a touch (a full data device): the request fails as a
+                // whole, like a refused set, rather than answering values it did not touch.
+                ctx.stats.cmd_touch.inc();
+                out.truncate(start);
+                reply::line(out, store_error(&e));
+                return;
+            }
+        };
         let s = ctx.stats;
         match (touch.is_some(), hit) {
             (true, true) => {

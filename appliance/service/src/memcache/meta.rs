@@ -12,7 +12,7 @@ use ringstore_proto::memcache::reply::{self, meta_num, push_i64, push_u64};
 use ringstore_proto::memcache::{
     KeyBuf, MetaArith, MetaDelete, MetaFlags, MetaGet, MetaKey, MetaSet,
 };
-use ringstore_store::{ItemRef, NewMeta, ReadOpts, Time, Write, NEVER};
+use ringstore_store::{ItemRef, NewMeta, ReadOpts, StoreError, Time, Write, NEVER};
 
 use super::arith::number_write;
 use super::expiry::{expiry, ttl_left, Expiry};
@@ -70,6 +70,8 @@ enum Got {
     Hit,
     Miss,
     NeedsWrite,
+    /// The journal refused the write (a full data device); the error reply is written.
+    Refused,
 }
 
 fn hit_reply(
@@ -134,6 +136,7 @@ pub(crate) fn mg(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaGet<'_>) {
     let ttl = flag_expiry(f.ttl, ctx);
     let store = &ctx.shared.store;
     let now = ctx.now.store;
+    let start = out.len();
     let mut got = Got::NeedsWrite;
     if f.vivify.is_none() && f.recache.is_none() && ttl != Some(Expiry::Expired) {
         let touch = match ttl {
@@ -144,7 +147,7 @@ pub(crate) fn mg(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaGet<'_>) {
             mark_access: !f.no_update,
             touch,
         };
-        got = store.get(key, now, opts, |item| match item {
+        let read = store.try_get(key, now, opts, |item| match item {
             None => Got::Miss,
             Some(it) if it.stale && !it.win_token_sent => Got::NeedsWrite,
             Some(it) => {
@@ -152,6 +155,7 @@ pub(crate) fn mg(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaGet<'_>) {
                 Got::Hit
             }
         });
+        got = read.unwrap_or_else(|e| refused(out, start, &e));
     }
     if got == Got::NeedsWrite {
         got = mg_decide(ctx, out, m, key, ttl);
@@ -192,6 +196,7 @@ fn mg_decide(
     let f = &m.flags;
     let store = &ctx.shared.store;
     let now = ctx.now.store;
+    let start = out.len();
     let vivify = flag_expiry(f.vivify, ctx);
     let recache = flag_expiry(f.recache, ctx);
     #[derive(PartialEq, Eq)]
@@ -255,7 +260,7 @@ fn mg_decide(
             Step::Done(got) => return got,
             Step::Created => d.cas,
         },
-        Err(_) => return Got::Miss,
+        Err(e) => return refused(out, start, &e),
     };
     // The item this request created: hand its token out (memcached does both under one lock).
     let shown = store.update(key, now, |item| match item {
@@ -273,11 +278,19 @@ fn mg_decide(
         }
         _ => (Write::Nothing, false),
     });
-    if matches!(shown, Ok(ref d) if d.result) {
-        Got::Hit
-    } else {
-        Got::Miss
+    match shown {
+        Ok(d) if d.result => Got::Hit,
+        Ok(_) => Got::Miss,
+        Err(e) => refused(out, start, &e),
     }
+}
+
+/// Replaces what this mg wrote since `start` (a hit reply written before its write was
+/// refused) with the error: a refused write never answers as done.
+fn refused(out: &mut Vec<u8>, start: usize, e: &StoreError) -> Got {
+    out.truncate(start);
+    reply::line(out, store_error(e));
+    Got::Refused
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -694,3 +694,46 @@ mod split_proptest {
         }
     }
 }
+
+/// A journal that accepts until `refuse` is set, then refuses like a full data device.
+#[derive(Default)]
+struct FullDevice {
+    refuse: std::sync::atomic::AtomicBool,
+}
+
+impl ringstore_store::Journal for FullDevice {
+    fn record(&self, _: ringstore_store::Mutation<'_>) -> Result<(), ringstore_store::StoreError> {
+        if self.refuse.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(ringstore_store::StoreError::OutOfMemory);
+        }
+        Ok(())
+    }
+    fn staged(&self) -> u64 {
+        0
+    }
+    fn reply_span(&self, _: u64, _: usize, _: usize) {}
+}
+
+#[test]
+fn refused_touches_answer_the_error_and_change_nothing() {
+    let shared = shared();
+    let journal = Arc::new(FullDevice::default());
+    shared.store.attach_journal(journal.clone());
+    let (out, _) = feed(
+        &shared,
+        &[b"set a 0 0 1\r\nx\r\nset b 0 0 1\r\ny\r\nmg b T0\r\n"],
+    );
+    assert_eq!(out, b"STORED\r\nSTORED\r\nHD\r\n");
+    journal
+        .refuse
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let oom = "SERVER_ERROR out of memory storing object\r\n";
+    let (out, _) = feed(
+        &shared,
+        &[b"touch a 10\r\ngat 10 a\r\ngats 10 zz a\r\ngat -1 a\r\ntouch a -1\r\nmg a T10 v\r\nmg a T10 q\r\nmg b T10 N30 v\r\ntouch a 10 noreply\r\ntouch zz 10\r\nget a\r\nmg a t v\r\n"],
+    );
+    let expected = format!(
+        "{oom}{oom}{oom}{oom}{oom}{oom}{oom}{oom}NOT_FOUND\r\nVALUE a 0 1\r\nx\r\nEND\r\nVA 1 t-1\r\nx\r\n"
+    );
+    assert_eq!(String::from_utf8_lossy(&out), expected);
+}
