@@ -78,6 +78,9 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
         ("foreign_data_device_is_refused", |i| {
             durable::foreign_data_device_is_refused(i)
         }),
+        ("failed_disk_write_fails_only_its_requests", |i| {
+            durable::failed_disk_write_fails_only_its_requests(i)
+        }),
     ]
 }
 

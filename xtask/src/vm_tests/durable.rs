@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+mod eio;
+
+pub use eio::failed_disk_write_fails_only_its_requests;
+
 use super::client::{memcache_closed, memcache_set_get, tcp};
 use super::vm::Vm;
 use super::{BOOT_LIMIT, COMMAND_LIMIT, PROMPT};
