@@ -155,6 +155,34 @@ pub static KEYS: &[KeyInfo] = &[
         },
     },
     KeyInfo {
+        name: "object-size-max",
+        expected: "a size from 1MiB to 1TiB like 4GiB",
+        help: "largest HTTP object with --data; bodies over item-size-max stream to the device (default 4GiB)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| match parse_size(v) {
+            Some(n) if (1 << 20..=1 << 40).contains(&n) => {
+                c.object_size_max = n;
+                Ok(())
+            }
+            _ => Err(()),
+        },
+    },
+    KeyInfo {
+        name: "external-value-min",
+        expected: "0 or a size from 1KiB to 1GiB like 64KiB",
+        help: "with --data, values of at least this size keep only key and metadata in RAM and are read from the device on access (extstore-like); 0 = off; default 64KiB",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| match parse_size(v) {
+            Some(n) if n == 0 || (1 << 10..=1 << 30).contains(&n) => {
+                c.external_value_min = n as usize;
+                Ok(())
+            }
+            _ => Err(()),
+        },
+    },
+    KeyInfo {
         name: "idle-timeout",
         expected: "seconds from 0 to 31536000 (0 = never)",
         help: "close connections idle this many seconds (default 300, 0 = never)",

@@ -55,6 +55,11 @@ pub struct Config {
     pub max_conns: usize,
     /// `item-size-max`: largest value (memcached `-I`).
     pub item_size_max: usize,
+    /// `object-size-max`: largest HTTP object with a data device (streamed to the device).
+    pub object_size_max: u64,
+    /// `external-value-min`: with a data device, values of at least this many bytes keep only
+    /// their key and metadata in RAM and are read from the device on access (0 = off).
+    pub external_value_min: usize,
     /// `idle-timeout`: seconds a connection may sit idle (0 = never).
     pub idle_timeout_secs: u64,
     /// `request-timeout`: seconds a started request may take to arrive whole (slow clients).
@@ -85,6 +90,8 @@ impl Default for Config {
             data_format: DataFormat::Auto,
             max_conns: 4096,
             item_size_max: 1 << 20,
+            object_size_max: 4 << 30,
+            external_value_min: 64 << 10,
             idle_timeout_secs: 300,
             request_timeout_secs: 10,
             placement: Placement::Acceptor,

@@ -163,3 +163,20 @@ fn data_format_is_auto_or_force() {
         Config::from_kernel_cmdline("ringstore.data=/dev/vda ringstore.data_format=force").unwrap();
     assert_eq!(c.data_format, crate::DataFormat::Force);
 }
+
+#[test]
+fn external_value_min_is_zero_or_1kib_to_1gib() {
+    assert_eq!(Config::default().external_value_min, 64 << 10);
+    let c = Config::from_args(["--data", "/tmp/d", "--external-value-min", "256KiB"]).unwrap();
+    assert_eq!(c.external_value_min, 256 << 10);
+    let c = Config::from_args(["--external_value_min=0"]).unwrap();
+    assert_eq!(c.external_value_min, 0, "0 turns it off");
+    let c = Config::from_toml_str("external-value-min = 4096\n").unwrap();
+    assert_eq!(c.external_value_min, 4096);
+    let c = Config::from_kernel_cmdline("ringstore.external_value_min=1GiB").unwrap();
+    assert_eq!(c.external_value_min, 1 << 30);
+    for bad in ["512", "2GiB", "lots"] {
+        let err = Config::from_args(["--external-value-min", bad]).unwrap_err();
+        assert!(err.to_string().contains("external-value-min"), "{err}");
+    }
+}

@@ -391,6 +391,9 @@ impl Compactor {
             if index.is_live(&f.key, &f.loc) {
                 // Only verified drops are still live here (copies moved, failures aborted).
                 index.remove(&f.key);
+                if f.meta.kind == RecordKind::Manifest {
+                    s.dropped_manifest(&mut index, &f.key);
+                }
                 self.stats.dropped += 1;
             } else {
                 index.reclaimed(&f.key, f.meta.kind);
@@ -487,6 +490,7 @@ mod tests {
                         flags: 0,
                         exptime: 0,
                         cas: token,
+                        large: false,
                     },
                     token,
                 )
@@ -506,6 +510,7 @@ mod tests {
                     flags: 0,
                     exptime: 0,
                     cas: token,
+                    large: false,
                 },
                 token,
             )
@@ -570,6 +575,7 @@ mod tests {
                     flags: 0,
                     exptime: 0,
                     cas: token,
+                    large: false,
                 },
                 token,
             )
@@ -637,6 +643,7 @@ mod tests {
                     flags: 0,
                     exptime: 0,
                     cas: i + 1,
+                    large: false,
                 },
                 i + 1,
             )

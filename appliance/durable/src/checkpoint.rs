@@ -72,7 +72,11 @@ pub fn encode_body<'a>(
     for (key, e) in entries {
         b.extend_from_slice(&(key.len() as u16).to_le_bytes());
         b.extend_from_slice(key);
-        b.push(u8::from(e.meta.kind == RecordKind::Tombstone));
+        b.push(match e.meta.kind {
+            RecordKind::Value => 0,
+            RecordKind::Tombstone => 1,
+            RecordKind::Manifest => 3,
+        });
         for v in [
             e.meta.flags,
             e.loc.region,
@@ -185,10 +189,11 @@ pub fn decode_body(b: &[u8], expect_regions: u32, segments_per_region: u32) -> O
     for _ in 0..count {
         let klen = c.u16()?;
         let key: Box<[u8]> = c.take(usize::from(klen))?.into();
-        let kind = if c.u8()? == 1 {
-            RecordKind::Tombstone
-        } else {
-            RecordKind::Value
+        let kind = match c.u8()? {
+            0 => RecordKind::Value,
+            1 => RecordKind::Tombstone,
+            3 => RecordKind::Manifest,
+            _ => return None,
         };
         let mut v = [0u32; 8];
         for x in &mut v {
@@ -264,11 +269,34 @@ mod tests {
             seed: 1234,
             older: 2,
         };
-        let body = encode_body(&regions, 12, 11, [(&b"key"[..], &e)].into_iter());
+        let mut m = e;
+        m.meta.kind = RecordKind::Manifest;
+        let mut t = e;
+        t.meta.kind = RecordKind::Tombstone;
+        let body = encode_body(
+            &regions,
+            12,
+            11,
+            [(&b"key"[..], &e), (&b"big"[..], &m), (&b"del"[..], &t)].into_iter(),
+        );
         let ck = decode_body(&body, 1, 3).unwrap();
         assert_eq!(ck.regions, regions);
         assert_eq!((ck.max_seq, ck.max_cas), (12, 11));
-        assert_eq!(ck.entries, vec![(b"key".to_vec().into_boxed_slice(), e)]);
+        assert_eq!(
+            ck.entries,
+            vec![
+                (b"key".to_vec().into_boxed_slice(), e),
+                (b"big".to_vec().into_boxed_slice(), m),
+                (b"del".to_vec().into_boxed_slice(), t)
+            ]
+        );
+        // An unknown kind byte makes the body invalid (the open falls back to a scan).
+        let single = encode_body(&regions, 12, 11, [(&b"key"[..], &e)].into_iter());
+        let kind_at = single.len() - (3 + 1 + 32 + 24) + 3;
+        assert_eq!(single[kind_at], 0);
+        let mut bad = single.clone();
+        bad[kind_at] = 2;
+        assert!(decode_body(&bad, 1, 3).is_none());
         assert!(decode_body(&body, 2, 3).is_none());
         assert!(decode_body(&body[..body.len() - 1], 1, 3).is_none());
         let h = encode_header(&[1; 16], &body, 512);

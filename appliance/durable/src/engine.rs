@@ -52,7 +52,7 @@ pub struct OpenReport {
     pub from_checkpoint: bool,
     /// Records read by the scan (0 with a checkpoint).
     pub records_scanned: usize,
-    /// Keys with a value after recovery.
+    /// Keys with a value or manifest after recovery (chunk records not counted).
     pub live_objects: usize,
     /// Wall time of recovery.
     pub elapsed: Duration,
@@ -78,8 +78,10 @@ pub struct Item {
     pub cas: u64,
     /// Write sequence.
     pub seq: u64,
-    /// The value.
+    /// The value; for a large object (`large`), an encoded [`crate::large::Manifest`].
     pub value: Vec<u8>,
+    /// The record is a manifest: the object's bytes are in chunk records.
+    pub large: bool,
 }
 
 /// An open data device.
@@ -143,7 +145,7 @@ impl<D: BlockDevice> Durable<D> {
         report.live_objects = me
             .index
             .iter()
-            .filter(|(_, e)| e.meta.kind == RecordKind::Value)
+            .filter(|(k, e)| e.meta.kind.has_value() && crate::large::parse_chunk_key(k).is_none())
             .count();
         report.elapsed = started.elapsed();
         Ok((me, report))
@@ -392,7 +394,7 @@ impl<D: BlockDevice> Durable<D> {
         let Some(e) = self.index.get(key) else {
             return Ok(None);
         };
-        if e.meta.kind != RecordKind::Value {
+        if !e.meta.kind.has_value() {
             return Ok(None);
         }
         let offset =
@@ -410,6 +412,7 @@ impl<D: BlockDevice> Durable<D> {
             cas: rec.meta.cas,
             seq: rec.meta.seq,
             value: rec.value.to_vec(),
+            large: rec.meta.kind == RecordKind::Manifest,
         }))
     }
 

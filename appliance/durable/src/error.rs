@@ -64,6 +64,18 @@ pub enum DurableError {
         /// Device offset of the record.
         offset: u64,
     },
+    /// A chunk of a large object is not on the device (never written, swept, or its object
+    /// was replaced). HTTP: 500; the object is unreadable.
+    #[error("chunk {index} of large object {object} is missing")]
+    MissingChunk {
+        /// Object id.
+        object: u64,
+        /// Chunk number.
+        index: u32,
+    },
+    /// A large put whose value is not a valid encoded manifest.
+    #[error("invalid large-object manifest")]
+    BadManifest,
     /// The caller passed an out-of-range region number.
     #[error("no region {0}")]
     NoRegion(usize),

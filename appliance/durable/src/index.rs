@@ -138,15 +138,14 @@ impl Index {
             Some(e) if meta.seq > e.meta.seq => {
                 let old = *e;
                 *e = Entry {
-                    older: old.older
-                        + u32::from(old.meta.kind == RecordKind::Value && old.loc.len > 0),
+                    older: old.older + u32::from(old.meta.kind.has_value() && old.loc.len > 0),
                     ..new
                 };
                 self.add_live(&old.loc, -i64::from(old.loc.len));
                 self.add_live(&loc, i64::from(loc.len));
             }
             Some(e) => {
-                if meta.kind == RecordKind::Value {
+                if meta.kind.has_value() {
                     e.older += 1;
                 }
             }
@@ -156,7 +155,7 @@ impl Index {
     /// A record may be on the device but was not applied (its write failed): count it so no
     /// tombstone is dropped while it could still be found by recovery.
     pub fn note_unapplied(&mut self, key: &[u8], meta: RecordMeta, loc: Loc) {
-        if meta.kind != RecordKind::Value {
+        if !meta.kind.has_value() {
             return;
         }
         match self.map.get_mut(key) {
@@ -217,7 +216,7 @@ impl Index {
     /// The segment holding a dead record was erased: one older record fewer for its key.
     /// A tombstone with no older value left is forgotten.
     pub fn reclaimed(&mut self, key: &[u8], kind: RecordKind) {
-        if kind != RecordKind::Value {
+        if !kind.has_value() {
             return;
         }
         let Some(e) = self.map.get_mut(key) else {
@@ -234,10 +233,17 @@ impl Index {
         }
     }
 
-    /// Forget `key` (its live record is being erased with its segment and nothing older remains).
-    pub fn remove(&mut self, key: &[u8]) {
-        if let Some(e) = self.map.remove(key) {
-            self.add_live(&e.loc, -i64::from(e.loc.len));
+    /// Forget `key`: its live record is being erased with its segment and nothing older
+    /// remains, or it is a chunk no manifest needs (its bytes become dead and compaction
+    /// reclaims them). Its segment's live bytes drop by the record's length. True when the
+    /// key was tracked.
+    pub fn remove(&mut self, key: &[u8]) -> bool {
+        match self.map.remove(key) {
+            Some(e) => {
+                self.add_live(&e.loc, -i64::from(e.loc.len));
+                true
+            }
+            None => false,
         }
     }
 
@@ -320,6 +326,25 @@ mod tests {
         assert!(!ix.is_live(b"k", &e.loc));
         ix.reclaimed(b"k", RecordKind::Value);
         assert!(ix.get(b"k").is_none());
+    }
+
+    #[test]
+    fn remove_drops_the_records_live_bytes_and_manifests_count_as_values() {
+        let mut ix = Index::new(1, 4);
+        ix.apply(b"c1", m(RecordKind::Value, 1), l(0, 0), 5, 0);
+        ix.apply(b"c2", m(RecordKind::Value, 2), l(0, 64), 5, 0);
+        ix.apply(b"k", m(RecordKind::Manifest, 3), l(1, 0), 5, 0);
+        assert_eq!((ix.live_bytes(0, 0), ix.total_live()), (128, 192));
+        assert!(ix.remove(b"c1"));
+        assert!(!ix.remove(b"c1"), "already gone");
+        assert_eq!((ix.live_bytes(0, 0), ix.total_live()), (64, 128));
+        // A manifest replaced by a tombstone is an older value the tombstone must outlive.
+        ix.apply(b"k", m(RecordKind::Tombstone, 4), l(2, 0), 0, 0);
+        assert_eq!(ix.get(b"k").unwrap().older, 1);
+        ix.reclaimed(b"k", RecordKind::Manifest);
+        assert!(ix.get(b"k").is_none());
+        ix.note_unapplied(b"m", m(RecordKind::Manifest, 5), l(3, 0));
+        assert_eq!(ix.get(b"m").unwrap().older, 1);
     }
 
     #[test]

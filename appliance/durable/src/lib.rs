@@ -12,6 +12,7 @@
 //! - [`GroupCommit`]: the sans-IO batching state machine (actions out, completions in).
 //! - [`RegionLog`]: one worker's log; encodes records and allocates segments; sans-IO.
 //! - [`Index`]: key → newest record, live bytes per segment, tombstone bookkeeping.
+//! - [`large`]: large objects as chunk records plus a [`Manifest`] under the user key.
 //! - [`Compactor`]: one region's compaction while serving, in bounded steps on its worker.
 //! - [`Durable`]: opens (formats, refuses foreign signatures, recovers from a checkpoint or a
 //!   parallel scan), drives the logs synchronously through a [`BlockDevice`], compacts, and
@@ -27,6 +28,9 @@ mod engine;
 mod error;
 pub mod group_commit;
 mod index;
+pub mod large;
+#[cfg(test)]
+mod large_tests;
 pub mod record;
 mod recovery;
 mod region;
@@ -42,6 +46,7 @@ pub use engine::{Ack, Durable, Item, OpenReport, Options};
 pub use error::DurableError;
 pub use group_commit::{Action, Completion, GroupCommit, Limits, OpId};
 pub use index::{Entry, Index, Loc};
+pub use large::{chunk_key, parse_chunk_key, Manifest, CHUNK_KEY_LEN, MANIFEST_HEAD_MAX};
 pub use record::{RecordKind, RecordMeta};
 pub use region::{Purpose, RegionLog, SegState, Staged, COMPACTION_RESERVE};
 pub use serving::{Change, Relocation, Serving, Settled, FLUSH_KEY};

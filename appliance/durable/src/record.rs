@@ -1,7 +1,7 @@
 //! The log record: a 48-byte header, key and value, 8-byte aligned, chained by crc32c.
 //!
 //! Layout (little endian):
-//! `0 magic "RSR1" | 4 crc32c | 8 kind u8 | 9 zero u8 | 10 key_len u16 | 12 value_len u32 |
+//! `0 magic "RSR1" | 4 crc32c | 8 kind u8 (1 value, 2 tombstone, 3 manifest) | 9 zero u8 | 10 key_len u16 | 12 value_len u32 |
 //!  16 flags u32 | 20 zero u32 | 24 exptime u64 | 32 cas u64 | 40 seq u64 | 48 key | value | zero pad to 8`.
 //! The crc covers the header (crc field as zero), key and value, seeded with the previous
 //! record's crc (the segment header's crc for the first record), so a stale record from an
@@ -22,12 +22,42 @@ pub enum RecordKind {
     Value,
     /// The key was deleted.
     Tombstone,
+    /// The key holds a large object: the value is an encoded [`crate::large::Manifest`]
+    /// naming the chunk records that hold the object's bytes.
+    Manifest,
+}
+
+impl RecordKind {
+    /// True for the kinds that make their key hold something (a value or a manifest): what
+    /// liveness, `older` counting, compaction and recovery treat as a value.
+    pub fn has_value(self) -> bool {
+        matches!(self, RecordKind::Value | RecordKind::Manifest)
+    }
+
+    /// The kind byte in the record header.
+    pub fn byte(self) -> u8 {
+        match self {
+            RecordKind::Value => 1,
+            RecordKind::Tombstone => 2,
+            RecordKind::Manifest => 3,
+        }
+    }
+
+    /// The kind for a header byte; `None` for an unknown one.
+    pub fn from_byte(b: u8) -> Option<Self> {
+        match b {
+            1 => Some(RecordKind::Value),
+            2 => Some(RecordKind::Tombstone),
+            3 => Some(RecordKind::Manifest),
+            _ => None,
+        }
+    }
 }
 
 /// Everything in a record except the key and value bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordMeta {
-    /// Value or tombstone.
+    /// Value, tombstone or manifest.
     pub kind: RecordKind,
     /// Opaque client flags (memcache flags).
     pub flags: u32,
@@ -58,10 +88,7 @@ pub fn encode_into(
     out.reserve(total);
     out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
     out.extend_from_slice(&[0; 4]);
-    out.push(match meta.kind {
-        RecordKind::Value => 1,
-        RecordKind::Tombstone => 2,
-    });
+    out.push(meta.kind.byte());
     out.push(0);
     out.extend_from_slice(&(key.len() as u16).to_le_bytes());
     out.extend_from_slice(&(value.len() as u32).to_le_bytes());
@@ -107,11 +134,7 @@ pub fn decode(buf: &[u8], prev_crc: u32) -> Option<RecordView<'_>> {
     if buf.len() < HEADER_LEN || le32(buf, 0) != RECORD_MAGIC || buf[9] != 0 || le32(buf, 20) != 0 {
         return None;
     }
-    let kind = match buf[8] {
-        1 => RecordKind::Value,
-        2 => RecordKind::Tombstone,
-        _ => return None,
-    };
+    let kind = RecordKind::from_byte(buf[8])?;
     let key_len = usize::from(u16::from_le_bytes([buf[10], buf[11]]));
     let value_len = le32(buf, 12) as usize;
     if kind == RecordKind::Tombstone && value_len != 0 {
@@ -232,8 +255,9 @@ mod tests {
         #[test]
         fn roundtrip(key in proptest::collection::vec(any::<u8>(), 0..300),
                      value in proptest::collection::vec(any::<u8>(), 0..3000),
-                     flags: u32, exptime: u64, cas: u64, seq: u64, seed: u32, tomb: bool) {
-            let kind = if tomb { RecordKind::Tombstone } else { RecordKind::Value };
+                     flags: u32, exptime: u64, cas: u64, seq: u64, seed: u32, kind in 1u8..=3) {
+            let kind = RecordKind::from_byte(kind).unwrap();
+            let tomb = kind == RecordKind::Tombstone;
             let value = if tomb { Vec::new() } else { value };
             let m = RecordMeta { kind, flags, exptime, cas, seq };
             let mut buf = vec![9u8; 3];

@@ -4,6 +4,17 @@
 //! than RAM's), the global write sequence, the flush_all mark, and the logs of regions no
 //! worker is driving. Sans-IO except [`Serving::lookup`] and [`Serving::for_each_value`], which
 //! read the device synchronously (the read-through path; see ADR 0011).
+//!
+//! Large objects (see [`crate::large`]): chunks are staged with [`Change::Chunk`] and never
+//! enter the overlay; the manifest is staged (with [`Change::Put`] `large: true`) only after
+//! every chunk of its object is durable. Chunks belong to the manifest currently durable for
+//! their user key: when a settled write replaces it (or a large put is superseded before it
+//! settles), the old object's chunks leave the index and become dead bytes that compaction
+//! reclaims. A failed large put keeps its chunks until the next start (its manifest may still
+//! reach the device). At start, chunks of no live manifest (an upload that crashed before
+//! its manifest was durable, an object replaced just before a crash) are swept from the index.
+//! flush_all and expiry do not remove chunks until their manifest is replaced, dropped by
+//! compaction, or the next start.
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +25,8 @@ use crate::engine::{Durable, Item};
 use crate::error::DurableError;
 use crate::group_commit::Completion;
 use crate::index::{Entry, Index, Loc};
-use crate::record::{decode, RecordKind, RecordMeta};
+use crate::large::{chunk_key, parse_chunk_key, Manifest, CHUNK_KEY_LEN};
+use crate::record::{decode, RecordKind, RecordMeta, RecordView};
 use crate::region::{Purpose, RegionLog, Staged, COMPACTION_RESERVE, DELETE_RESERVE};
 use crate::superblock::Superblock;
 
@@ -32,7 +44,7 @@ pub enum Change<'a> {
     Put {
         /// Key.
         key: &'a [u8],
-        /// Value.
+        /// Value; with `large`, an encoded [`Manifest`].
         value: &'a [u8],
         /// Client flags.
         flags: u32,
@@ -40,6 +52,20 @@ pub enum Change<'a> {
         exptime: u64,
         /// CAS unique.
         cas: u64,
+        /// The value is a large object's manifest (record kind [`RecordKind::Manifest`]).
+        /// Stage it only after every chunk of its object is durable.
+        large: bool,
+    },
+    /// One chunk of a large object, logged under [`chunk_key`]`(object, index)`. Settled like
+    /// a client write (its token is acked or failed; a failed one is reported with the chunk
+    /// key and cas 0); never visible to [`Serving::lookup`].
+    Chunk {
+        /// Object id from [`Serving::next_object_id`].
+        object: u64,
+        /// Chunk number.
+        index: u32,
+        /// The chunk's bytes (at most [`Serving::chunk_len`]).
+        bytes: &'a [u8],
     },
     /// The key is gone.
     Delete {
@@ -109,6 +135,41 @@ pub struct Serving<D: BlockDevice> {
     /// Per region: sequence of its oldest staged client record not yet settled (u64::MAX: none).
     /// Compaction forgets a tombstone only below every floor (see `Compactor`).
     pending_floor: Box<[AtomicU64]>,
+    /// Large objects: the live one of each user key and the manifests staged, not settled.
+    /// Lock order: index, then this.
+    objects: Mutex<LargeObjects>,
+    /// Chunk entries removed from the index by the start-up sweep.
+    swept: usize,
+}
+
+/// (object id, chunk count).
+type ObjectRef = (u64, u32);
+
+#[derive(Debug, Default)]
+struct LargeObjects {
+    /// User key → the object of its durable (index-current) manifest.
+    live: HashMap<Box<[u8]>, ObjectRef>,
+    /// Sequence of a staged, unsettled manifest → its object (`Staged` carries no value bytes).
+    staged: HashMap<u64, ObjectRef>,
+}
+
+impl LargeObjects {
+    /// True while `object` may still be needed: the current object of `key`, or named by a
+    /// manifest still in flight.
+    fn needed(&self, key: &[u8], object: u64) -> bool {
+        self.live.get(key).is_some_and(|(o, _)| *o == object)
+            || self.staged.values().any(|(o, _)| *o == object)
+    }
+}
+
+/// Removes the chunk entries of `object` from the index (their bytes become dead); returns
+/// how many were present.
+fn remove_chunks(index: &mut Index, (object, chunks): ObjectRef) -> usize {
+    let mut n = 0;
+    for i in 0..chunks {
+        n += usize::from(index.remove(&chunk_key(object, i)));
+    }
+    n
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -126,7 +187,7 @@ impl<D: BlockDevice> Serving<D> {
             next_seq,
             ..
         } = d;
-        let me = Serving {
+        let mut me = Serving {
             dev: Arc::new(dev),
             sb,
             index: RwLock::new(index),
@@ -140,6 +201,8 @@ impl<D: BlockDevice> Serving<D> {
             pending_floor: (0..sb.geometry.regions)
                 .map(|_| AtomicU64::new(u64::MAX))
                 .collect(),
+            objects: Mutex::new(LargeObjects::default()),
+            swept: 0,
         };
         let mark = me.read_index().get(FLUSH_KEY).copied();
         if let Some(e) = mark {
@@ -153,7 +216,105 @@ impl<D: BlockDevice> Serving<D> {
                 *lock(&me.flush) = Some((e.meta.seq, at));
             }
         }
+        me.swept = me.load_objects();
         me
+    }
+
+    /// Start-up: learns every live manifest's object, then removes from the index every
+    /// chunk of no live object (or past its object's chunk count). Skipped (nothing swept)
+    /// when a manifest could not be read, so an I/O error never discards a live object's
+    /// chunks. Returns how many chunk entries were removed.
+    fn load_objects(&self) -> usize {
+        let mut manifests: Vec<(Box<[u8]>, Entry)> = self
+            .read_index()
+            .iter()
+            .filter(|(k, e)| {
+                e.meta.kind == RecordKind::Manifest && !k.is_empty() && parse_chunk_key(k).is_none()
+            })
+            .map(|(k, e)| (Box::<[u8]>::from(k), *e))
+            .collect();
+        manifests.sort_unstable_by_key(|(_, e)| (e.loc.region, e.loc.segment, e.loc.offset));
+        let mut live = HashMap::with_capacity(manifests.len());
+        let io_failed = self.read_each(&manifests, |key, rec| {
+            if let Some(m) = rec.and_then(|r| Manifest::decode(r.value)) {
+                live.insert(Box::<[u8]>::from(key), (m.object, m.chunks()));
+            }
+        });
+        let chunks_of: HashMap<u64, u32> = live.values().copied().collect();
+        let mut swept = 0;
+        if io_failed == 0 {
+            let mut index = self.write_index();
+            let orphans: Vec<[u8; CHUNK_KEY_LEN]> = index
+                .iter()
+                .filter_map(|(k, e)| {
+                    let (object, i) = parse_chunk_key(k)?;
+                    let keep = chunks_of.get(&object).is_some_and(|&n| i < n);
+                    (e.meta.kind.has_value() && !keep).then(|| chunk_key(object, i))
+                })
+                .collect();
+            for k in &orphans {
+                swept += usize::from(index.remove(k));
+            }
+        }
+        lock(&self.objects).live = live;
+        swept
+    }
+
+    /// Chunk entries the start-up sweep removed (orphans of interrupted uploads or of
+    /// replaced objects), for a log line.
+    pub fn swept_chunks(&self) -> usize {
+        self.swept
+    }
+
+    /// A fresh large-object id, never reused (also across restarts: it comes from the write
+    /// sequence, whose floor recovery raises above every record on the device).
+    pub fn next_object_id(&self) -> u64 {
+        self.next_seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Bytes per chunk on this device: a whole number of chunk records (at least 4, as many
+    /// as keep a chunk at most 1 MiB) fills a segment's payload, so large objects waste no
+    /// segment tail; in whole 4 KiB, at least 4 KiB.
+    pub fn chunk_len(&self) -> usize {
+        let g = self.sb.geometry;
+        let payload = (g.segment_size - u64::from(g.block_size)) as usize;
+        let per_segment = payload.div_ceil(1 << 20).max(4);
+        let record = crate::record::encoded_len(CHUNK_KEY_LEN, 0);
+        let fit = (payload / per_segment).saturating_sub(record);
+        (fit.min(1 << 20) / 4096 * 4096).max(4096)
+    }
+
+    /// Reads chunk `index` of `object` from the device, verified (crc, key, header). A chunk
+    /// compaction moved meanwhile is looked up again once. `MissingChunk` when the index has
+    /// no such chunk.
+    pub fn read_chunk(&self, object: u64, index: u32) -> Result<Vec<u8>, DurableError> {
+        match self.read_durable(&chunk_key(object, index))? {
+            Some(item) => Ok(item.value),
+            None => Err(DurableError::MissingChunk { object, index }),
+        }
+    }
+
+    /// Removes the chunks `0..chunks` of `object` from the index: for an upload given up
+    /// before its manifest was staged. Call only once every chunk staged for it has settled
+    /// (a chunk acked later would enter the index again). Returns how many were present.
+    pub fn abandon_object(&self, object: u64, chunks: u32) -> usize {
+        let mut index = self.write_index();
+        let objects = lock(&self.objects);
+        if objects.staged.values().any(|(o, _)| *o == object) {
+            return 0;
+        }
+        remove_chunks(&mut index, (object, chunks))
+    }
+
+    /// Compaction dropped the manifest of `key` (expired, nothing older): its object's
+    /// chunks go too. Called with the index write lock held.
+    pub(crate) fn dropped_manifest(&self, index: &mut Index, key: &[u8]) {
+        let mut objects = lock(&self.objects);
+        if let Some(obj) = objects.live.remove(key) {
+            if !objects.needed(key, obj.0) {
+                remove_chunks(index, obj);
+            }
+        }
     }
 
     /// The superblock.
@@ -227,8 +388,18 @@ impl<D: BlockDevice> Serving<D> {
         change: Change<'_>,
         token: u64,
     ) -> Result<u64, DurableError> {
+        let large = match change {
+            Change::Put {
+                large: true, value, ..
+            } => {
+                let m = Manifest::decode(value).ok_or(DurableError::BadManifest)?;
+                Some((m.object, m.chunks()))
+            }
+            _ => None,
+        };
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let at_bytes;
+        let chunk;
         let (key, value, meta) = match change {
             Change::Put {
                 key,
@@ -236,17 +407,40 @@ impl<D: BlockDevice> Serving<D> {
                 flags,
                 exptime,
                 cas,
+                large,
             } => (
                 key,
                 value,
                 RecordMeta {
-                    kind: RecordKind::Value,
+                    kind: if large {
+                        RecordKind::Manifest
+                    } else {
+                        RecordKind::Value
+                    },
                     flags,
                     exptime,
                     cas,
                     seq,
                 },
             ),
+            Change::Chunk {
+                object,
+                index,
+                bytes,
+            } => {
+                chunk = chunk_key(object, index);
+                (
+                    &chunk[..],
+                    bytes,
+                    RecordMeta {
+                        kind: RecordKind::Value,
+                        flags: 0,
+                        exptime: 0,
+                        cas: 0,
+                        seq,
+                    },
+                )
+            }
             Change::Delete { key } => (
                 key,
                 &[][..],
@@ -274,7 +468,7 @@ impl<D: BlockDevice> Serving<D> {
             }
         };
         let keep = match change {
-            Change::Put { .. } => COMPACTION_RESERVE + DELETE_RESERVE,
+            Change::Put { .. } | Change::Chunk { .. } => COMPACTION_RESERVE + DELETE_RESERVE,
             Change::Delete { .. } | Change::FlushAll { .. } => COMPACTION_RESERVE,
         };
         log.stage_keeping(key, value, meta, Purpose::Client(token), keep)?;
@@ -285,13 +479,20 @@ impl<D: BlockDevice> Serving<D> {
             }
             return Ok(seq);
         }
+        if let Change::Chunk { .. } = change {
+            return Ok(seq); // nobody reads a chunk before its manifest is durable
+        }
+        if let Some(obj) = large {
+            lock(&self.objects).staged.insert(seq, obj);
+        }
         let pending = match meta.kind {
-            RecordKind::Value => Pending::Value(Item {
+            RecordKind::Value | RecordKind::Manifest => Pending::Value(Item {
                 flags: meta.flags,
                 exptime: meta.exptime,
                 cas: meta.cas,
                 seq,
                 value: value.to_vec(),
+                large: meta.kind == RecordKind::Manifest,
             }),
             RecordKind::Tombstone => Pending::Deleted(seq),
         };
@@ -315,9 +516,34 @@ impl<D: BlockDevice> Serving<D> {
         }
         {
             let mut index = self.write_index();
+            let mut objects = lock(&self.objects);
+            // (user key, object) whose chunks may have become garbage.
+            let mut garbage: Vec<(&[u8], ObjectRef)> = Vec::new();
             for s in &done.acked {
                 match s.purpose {
-                    Purpose::Client(_) => index.apply(&s.key, s.meta, s.loc, s.value_len, s.seed),
+                    Purpose::Client(_) => {
+                        index.apply(&s.key, s.meta, s.loc, s.value_len, s.seed);
+                        if s.key.is_empty() || parse_chunk_key(&s.key).is_some() {
+                            continue;
+                        }
+                        let mine = if s.meta.kind == RecordKind::Manifest {
+                            objects.staged.remove(&s.meta.seq)
+                        } else {
+                            None
+                        };
+                        let newest = index.get(&s.key).is_some_and(|e| e.meta.seq == s.meta.seq);
+                        if newest {
+                            let prev = match mine {
+                                Some(obj) => objects.live.insert(s.key.clone(), obj),
+                                None => objects.live.remove(&s.key),
+                            };
+                            if let Some(prev) = prev {
+                                garbage.push((&s.key, prev));
+                            }
+                        } else if let Some(obj) = mine {
+                            garbage.push((&s.key, obj)); // superseded before it settled
+                        }
+                    }
                     Purpose::Relocate(from) => {
                         let moved = index.relocate(&s.key, s.meta, from, s.loc, s.seed);
                         out.relocated.push(if moved {
@@ -330,15 +556,27 @@ impl<D: BlockDevice> Serving<D> {
             }
             for s in &done.failed {
                 index.note_unapplied(&s.key, s.meta, s.loc);
-                if let Purpose::Relocate(from) = s.purpose {
-                    out.relocated.push(Relocation::Failed(from));
+                match s.purpose {
+                    Purpose::Relocate(from) => out.relocated.push(Relocation::Failed(from)),
+                    Purpose::Client(_) if s.meta.kind == RecordKind::Manifest => {
+                        // Its chunks stay: a failed write may still be on the device (a
+                        // failed flush, a later flush persisting it) and come back after a
+                        // crash; the start-up sweep removes them if it does not.
+                        objects.staged.remove(&s.meta.seq);
+                    }
+                    Purpose::Client(_) => {}
+                }
+            }
+            for (key, obj) in garbage {
+                if !objects.needed(key, obj.0) {
+                    remove_chunks(&mut index, obj);
                 }
             }
         }
         // Index first, overlay second: a reader that misses the overlay finds the index current.
         for s in done.acked.iter().chain(&done.failed) {
-            if matches!(s.purpose, Purpose::Relocate(_)) {
-                continue; // copies never enter the overlay
+            if matches!(s.purpose, Purpose::Relocate(_)) || parse_chunk_key(&s.key).is_some() {
+                continue; // copies and chunks never enter the overlay
             }
             let mut shard = self.overlay_shard(&s.key);
             if shard.get(&s.key).is_some_and(|p| p.seq() == s.meta.seq) {
@@ -408,7 +646,7 @@ impl<D: BlockDevice> Serving<D> {
     }
 
     fn read_entry(&self, key: &[u8], e: &Entry) -> Result<Option<Item>, DurableError> {
-        if e.meta.kind != RecordKind::Value {
+        if !e.meta.kind.has_value() {
             return Ok(None);
         }
         let g = self.sb.geometry;
@@ -426,12 +664,14 @@ impl<D: BlockDevice> Serving<D> {
             cas: rec.meta.cas,
             seq: rec.meta.seq,
             value: rec.value.to_vec(),
+            large: rec.meta.kind == RecordKind::Manifest,
         }))
     }
 
     /// Calls `f` with every value live at `now_unix` (for warming RAM at start), reading the
-    /// device one segment at a time in log order. Returns how many were delivered; a record
-    /// that does not verify is skipped and counted in the error total returned second.
+    /// device one segment at a time in log order. Manifests come with `large: true`; chunks
+    /// are never delivered. Returns how many were delivered; a record that does not verify is
+    /// skipped and counted in the error total returned second.
     pub fn for_each_value(&self, now_unix: u64, mut f: impl FnMut(&[u8], Item)) -> (usize, usize) {
         let mut entries: Vec<(Box<[u8]>, Entry)> = {
             let index = self.read_index();
@@ -439,7 +679,8 @@ impl<D: BlockDevice> Serving<D> {
                 .iter()
                 .filter(|(k, e)| {
                     !k.is_empty()
-                        && e.meta.kind == RecordKind::Value
+                        && e.meta.kind.has_value()
+                        && parse_chunk_key(k).is_none()
                         && (e.meta.exptime == 0 || e.meta.exptime > now_unix)
                 })
                 .map(|(k, e)| (Box::<[u8]>::from(k), *e))
@@ -447,8 +688,37 @@ impl<D: BlockDevice> Serving<D> {
         };
         entries.retain(|(_, e)| !self.flushed(e.meta.seq, now_unix));
         entries.sort_unstable_by_key(|(_, e)| (e.loc.region, e.loc.segment, e.loc.offset));
-        let g = self.sb.geometry;
         let (mut delivered, mut bad) = (0, 0);
+        bad += self.read_each(&entries, |key, rec| match rec {
+            Some(r) => {
+                delivered += 1;
+                f(
+                    key,
+                    Item {
+                        flags: r.meta.flags,
+                        exptime: r.meta.exptime,
+                        cas: r.meta.cas,
+                        seq: r.meta.seq,
+                        value: r.value.to_vec(),
+                        large: r.meta.kind == RecordKind::Manifest,
+                    },
+                );
+            }
+            None => bad += 1,
+        });
+        (delivered, bad)
+    }
+
+    /// Reads the records of `entries` (sorted by location) one segment span at a time and
+    /// calls `f(key, record)`, with `None` for a record that does not verify. Entries whose
+    /// read failed are not passed to `f`; returns how many there were.
+    fn read_each(
+        &self,
+        entries: &[(Box<[u8]>, Entry)],
+        mut f: impl FnMut(&[u8], Option<RecordView<'_>>),
+    ) -> usize {
+        let g = self.sb.geometry;
+        let mut io_failed = 0;
         let mut buf = Vec::new();
         let mut i = 0;
         while i < entries.len() {
@@ -472,32 +742,21 @@ impl<D: BlockDevice> Serving<D> {
                 .read_at(g.segment_offset(region, segment) + lo, &mut buf)
                 .is_err()
             {
-                bad += j - i;
+                io_failed += j - i;
                 i = j;
                 continue;
             }
             for (key, e) in &entries[i..j] {
                 let at = (u64::from(e.loc.offset) - lo) as usize;
-                match decode(&buf[at..], e.seed).filter(|r| r.key == &key[..] && r.meta == e.meta) {
-                    Some(r) => {
-                        delivered += 1;
-                        f(
-                            key,
-                            Item {
-                                flags: r.meta.flags,
-                                exptime: r.meta.exptime,
-                                cas: r.meta.cas,
-                                seq: r.meta.seq,
-                                value: r.value.to_vec(),
-                            },
-                        );
-                    }
-                    None => bad += 1,
-                }
+                let rec = buf
+                    .get(at..)
+                    .and_then(|b| decode(b, e.seed))
+                    .filter(|r| r.key == &key[..] && r.meta == e.meta);
+                f(key, rec);
             }
             i = j;
         }
-        (delivered, bad)
+        io_failed
     }
 
     /// After every worker parked its drained log: write the checkpoint (see ADR 0010) so the
@@ -602,6 +861,7 @@ mod tests {
             flags: 1,
             exptime: 0,
             cas,
+            large: false,
         }
     }
 

@@ -37,6 +37,7 @@ fn op(store: &Store, n: u64) {
             ReadOpts {
                 mark_access: true,
                 touch: None,
+                see_large: false,
             },
             |item| item.map(|i| i.value.len()),
         );
@@ -138,6 +139,7 @@ fn main() {
             item_size_max: 1 << 20,
             shards: 1024,
             huge_pages: false,
+            external_threshold: 0,
         })
         .unwrap(),
     );

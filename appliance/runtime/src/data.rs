@@ -104,6 +104,12 @@ pub(crate) fn attach(
 ) -> Arc<Serving<FileDevice>> {
     let started = Instant::now();
     let serving = Arc::new(Serving::new(durable));
+    if serving.swept_chunks() > 0 {
+        eprintln!(
+            "ringstore: data device: dropped {} chunks of large objects no manifest names (uploads cut short)",
+            serving.swept_chunks()
+        );
+    }
     let now = clock.now();
     let unix_start = clock.unix_start();
     let mut refused = 0usize;
@@ -120,6 +126,7 @@ pub(crate) fn attach(
             flags: item.flags,
             exptime,
             cas: item.cas,
+            large: item.large,
         };
         if store.load(key, &fetched, now.store).is_err() {
             refused += 1;

@@ -18,7 +18,9 @@ use io_uring::{opcode, squeue, types};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use ringstore_durable::{Action, Change, Compactor, FileDevice, RegionLog, Serving, Step};
+use ringstore_durable::{
+    parse_chunk_key, Action, Change, Compactor, FileDevice, RegionLog, Serving, Step,
+};
 use ringstore_service::{Fetched, Journal, Mutation, Protocol};
 use ringstore_store::{Backfill, StoreError, Time};
 
@@ -102,7 +104,18 @@ struct WorkerLog {
     current: Option<(u32, u32, Protocol)>,
     /// Newest token staged during the current call.
     call_max: u64,
+    /// Large objects with a chunk whose write failed, until their session asks
+    /// ([`Journal::object_failed`]); oldest first, at most [`FAILED_OBJECTS_MAX`].
+    failed_objects: VecDeque<u64>,
+    /// Uploads given up: (token staged last when given up, object, chunks). Their chunks
+    /// leave the index once everything up to that token has settled (a chunk acked later
+    /// would otherwise enter it again).
+    abandoned: VecDeque<(u64, u64, u32)>,
 }
+
+/// Failed large-object ids remembered per worker. A session asks right after its chunks
+/// settled, so only ids of sessions that went away meanwhile accumulate; the oldest go first.
+const FAILED_OBJECTS_MAX: usize = 1024;
 
 thread_local! {
     static LOG: RefCell<Option<WorkerLog>> = const { RefCell::new(None) };
@@ -132,18 +145,86 @@ impl Journal for ThreadJournal {
                 flags,
                 exptime,
                 cas,
+                large,
             } => Change::Put {
                 key,
                 value,
                 flags,
                 exptime: to_unix(self.unix_start, exptime),
                 cas,
+                large,
             },
             Mutation::Delete { key } => Change::Delete { key },
             Mutation::FlushAll { at } => Change::FlushAll {
                 at: self.unix_start + u64::from(at),
             },
         };
+        self.stage(change)
+    }
+
+    fn new_object_id(&self) -> u64 {
+        self.serving.next_object_id()
+    }
+
+    fn chunk_len(&self) -> usize {
+        self.serving.chunk_len()
+    }
+
+    fn stage_chunk(&self, object: u64, index: u32, bytes: &[u8]) -> Result<(), StoreError> {
+        self.stage(Change::Chunk {
+            object,
+            index,
+            bytes,
+        })
+    }
+
+    fn abandon_object(&self, object: u64, chunks: u32) {
+        LOG.with(|cell| {
+            let Ok(mut guard) = cell.try_borrow_mut() else {
+                return; // not a worker: the next start's sweep drops them
+            };
+            let Some(w) = guard.as_mut() else { return };
+            if w.recs.is_empty() {
+                self.serving.abandon_object(object, chunks);
+            } else {
+                w.abandoned.push_back((w.staged, object, chunks));
+            }
+        })
+    }
+
+    fn object_failed(&self, object: u64) -> bool {
+        LOG.with(|cell| {
+            let Ok(mut guard) = cell.try_borrow_mut() else {
+                return true;
+            };
+            let Some(w) = guard.as_mut() else { return true };
+            match w.failed_objects.iter().position(|&o| o == object) {
+                Some(at) => {
+                    w.failed_objects.remove(at);
+                    true
+                }
+                None => false,
+            }
+        })
+    }
+
+    fn staged(&self) -> u64 {
+        LOG.with(|cell| {
+            cell.try_borrow()
+                .ok()
+                .and_then(|g| g.as_ref().map(|w| w.staged))
+                .unwrap_or(0)
+        })
+    }
+
+    fn reply_span(&self, since: u64, start: usize, end: usize) {
+        self.note_span(since, start, end)
+    }
+}
+
+impl ThreadJournal {
+    /// Stages `change` into the calling worker's log, for the connection being served.
+    fn stage(&self, change: Change<'_>) -> Result<(), StoreError> {
         LOG.with(|cell| {
             // No log on this thread (not a worker, e.g. the UDP thread): refuse rather than lie.
             let Ok(mut guard) = cell.try_borrow_mut() else {
@@ -173,16 +254,7 @@ impl Journal for ThreadJournal {
         })
     }
 
-    fn staged(&self) -> u64 {
-        LOG.with(|cell| {
-            cell.try_borrow()
-                .ok()
-                .and_then(|g| g.as_ref().map(|w| w.staged))
-                .unwrap_or(0)
-        })
-    }
-
-    fn reply_span(&self, since: u64, start: usize, end: usize) {
+    fn note_span(&self, since: u64, start: usize, end: usize) {
         LOG.with(|cell| {
             let Ok(mut guard) = cell.try_borrow_mut() else {
                 return;
@@ -221,6 +293,7 @@ impl Backfill for DeviceBackfill {
                         .clamp(1, u64::from(u32::MAX)) as Time
                 },
                 cas: item.cas,
+                large: item.large,
             }),
             Ok(None) => None,
             Err(err) => {
@@ -228,6 +301,15 @@ impl Backfill for DeviceBackfill {
                 None
             }
         }
+    }
+
+    fn read_chunk(&self, object: u64, index: u32) -> Option<Vec<u8>> {
+        self.serving
+            .read_chunk(object, index)
+            .map_err(|err| {
+                eprintln!("ringstore: data device: chunk {index} of object {object}: {err}")
+            })
+            .ok()
     }
 }
 
@@ -272,6 +354,8 @@ impl DiskWorker {
                 front_token: 1,
                 current: None,
                 call_max: 0,
+                failed_objects: VecDeque::new(),
+                abandoned: VecDeque::new(),
             })
         });
         let fd = serving.device().as_raw_fd();
@@ -502,6 +586,15 @@ impl DiskWorker {
                         {
                             rec.state = 2;
                         }
+                        if let Some((object, _)) = parse_chunk_key(&key) {
+                            if w.failed_objects.len() == FAILED_OBJECTS_MAX {
+                                w.failed_objects.pop_front();
+                            }
+                            if !w.failed_objects.contains(&object) {
+                                w.failed_objects.push_back(object);
+                            }
+                            continue;
+                        }
                         out.forget.push((key, cas));
                     }
                 }
@@ -517,6 +610,14 @@ impl DiskWorker {
                 }
             }
             out.settled_through = w.front_token - 1;
+            while w
+                .abandoned
+                .front()
+                .is_some_and(|&(token, _, _)| token <= out.settled_through)
+            {
+                let (_, object, chunks) = w.abandoned.pop_front().expect("front exists");
+                serving.abandon_object(object, chunks);
+            }
             serving.set_pending_floor(
                 w.log.region() as usize,
                 w.recs.front().map_or(u64::MAX, |r| r.seq),

@@ -19,6 +19,10 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn has_partial_request(&self, session: &Self::Session) -> bool;
     fn conn_opened(&self, worker: usize);
     fn conn_closed(&self, worker: usize);
+    /// The connection of `session` is gone (before [`Handler::conn_closed`]).
+    fn session_closed(&self, session: &mut Self::Session) {
+        let _ = session;
+    }
     fn conn_refused(&self);
     /// Background expiry step, called about once a second by one worker.
     fn reclaim(&self, now: Now);
@@ -51,6 +55,9 @@ impl Handler for ServiceHandler {
     }
     fn conn_closed(&self, worker: usize) {
         self.0.conn_closed(worker)
+    }
+    fn session_closed(&self, session: &mut Session) {
+        session.on_close(&self.0);
     }
     fn conn_refused(&self) {
         self.0.conn_refused()

@@ -86,6 +86,12 @@ impl Server {
             item_size_max: config.item_size_max,
             shards: (cpus.len() * 64).next_power_of_two().clamp(64, 4096),
             huge_pages: true,
+            // Extstore-like values need the device to read them back from.
+            external_threshold: if config.data.is_some() {
+                config.external_value_min
+            } else {
+                0
+            },
         })?;
         let clock = Clock::start();
         let service_config = ServiceConfig {
@@ -93,6 +99,11 @@ impl Server {
             max_line: MAX_LINE,
             out_high_water: OUT_HIGH_WATER,
             max_conns: config.max_conns,
+            object_size_max: if config.data.is_some() {
+                config.object_size_max
+            } else {
+                0
+            },
         };
         let service_topology = ServiceTopology {
             numa_node: node,

@@ -455,7 +455,8 @@ impl<H: Handler> Worker<H> {
     }
 
     fn finish_close(&mut self, slot: u32) {
-        if self.conns.remove(slot).is_some() {
+        if let Some(mut conn) = self.conns.remove(slot) {
+            self.setup.handler.session_closed(&mut conn.session);
             self.setup.handler.conn_closed(self.setup.index);
             self.forget_connection();
         }

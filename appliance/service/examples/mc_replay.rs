@@ -14,6 +14,7 @@ fn main() -> std::io::Result<()> {
         item_size_max: 1 << 20,
         shards: 4,
         huge_pages: false,
+        external_threshold: 0,
     })
     .map_err(std::io::Error::other)?;
     let shared = Shared::new(

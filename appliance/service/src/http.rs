@@ -19,15 +19,28 @@
 //!   response except 204 and 304, where RFC 9110 forbids or discourages it.
 //! - A body on GET/HEAD/DELETE/other is read and dropped (up to `item_size_max`; longer or
 //!   chunked ones are answered and the connection closed).
+//! - Large objects (only with a data device, [`Backend::large`]): a PUT body over
+//!   `item_size_max` (declared, or a chunked one that grows past it), up to `object_size_max`,
+//!   is cut into chunks staged to the device one at a time; the runtime holds the connection
+//!   (reads nothing more) until each is durable, so at most about one chunk of the body is in
+//!   RAM. Once every chunk is durable the manifest (head + object id) is stored under the key
+//!   and answered 201/204 like any PUT; a chunk that failed makes it a 500, device full a 507
+//!   (and the connection closes, the rest of the body unread). A GET streams the body from
+//!   the device a chunk at a time whenever the output is below its high-water mark; a chunk
+//!   that cannot be read (device error, object replaced meanwhile) ends the connection, so
+//!   the client sees a short body, never wrong bytes.
 
 mod backend;
+mod large;
+#[cfg(test)]
+mod large_tests;
 mod reply;
 #[cfg(test)]
 mod store_tests;
 #[cfg(test)]
 mod tests;
 
-pub use backend::{Backend, Event, Object, PutOutcome, StoreBackend};
+pub use backend::{Backend, Event, LargeLimits, Object, PutOutcome, StoreBackend};
 
 use ringstore_proto::http::{
     decode_key, write_empty, BodyFraming, ChunkError, ChunkedDecoder, ConnectionField, HeadScanner,
@@ -72,6 +85,13 @@ enum State {
     },
     /// Dropping the body of a request already answered.
     Discard { left: u64 },
+    /// Streaming a PUT body over `item_size_max` to the data device.
+    PutLarge(Box<large::LargePut>),
+    /// Sending a large object's body from the data device.
+    Stream {
+        stream: reply::Stream,
+        connection: ConnectionField,
+    },
     /// The last response is written; nothing more is read.
     Closed,
 }
@@ -116,6 +136,9 @@ impl HttpSession {
     }
 
     /// True while part of a request (or unprocessed pipelined input) is buffered.
+    ///
+    /// A large PUT or GET in progress is not partial: it moves in chunk-sized steps and may
+    /// take longer than a request is allowed to; the idle timeout still ends a stalled one.
     pub fn has_partial_request(&self) -> bool {
         !self.pending.is_empty()
             || matches!(
@@ -200,8 +223,11 @@ impl HttpSession {
                         Step::Next(pos + len)
                     }
                 }
+                State::PutLarge(_) => self.feed_large(data, pos, now, backend, out),
+                State::Stream { .. } => self.stream_step(pos, backend, out),
                 State::PutChunked { decoder, .. } => {
-                    let max = backend.item_size_max() as u64;
+                    let large = backend.large();
+                    let max = large.map_or(backend.item_size_max() as u64, |l| l.object_size_max);
                     match decoder.decode(&data[pos..], Some(&mut self.chunked_body), max) {
                         Err(e) => {
                             let status = match e {
@@ -211,6 +237,14 @@ impl HttpSession {
                             backend.record(self.worker, Event::Response(status));
                             write_empty(out, status, ConnectionField::Close);
                             Step::Close
+                        }
+                        Ok(used)
+                            if large.is_some()
+                                && self.chunked_body.len() > backend.item_size_max() =>
+                        {
+                            let limits = large.expect("checked above");
+                            self.go_large_chunked(limits, backend);
+                            Step::Next(pos + used)
                         }
                         Ok(used) if decoder.is_done() => {
                             let State::PutChunked { put, .. } =
@@ -304,7 +338,7 @@ impl HttpSession {
         let connection = connection_field(keep_alive, head.version);
         match head.method {
             Method::Get | Method::Head => {
-                let status = reply::get(
+                let (status, stream) = reply::get(
                     backend,
                     key.as_bytes(),
                     head,
@@ -320,6 +354,16 @@ impl HttpSession {
                     },
                 );
                 backend.record(self.worker, Event::Response(status));
+                if let Some(stream) = stream {
+                    // A body to drop after a streamed one is not worth the state: close instead.
+                    let connection = if discard > 0 {
+                        ConnectionField::Close
+                    } else {
+                        connection
+                    };
+                    self.state = State::Stream { stream, connection };
+                    return Step::Next(pos);
+                }
             }
             Method::Delete => {
                 let status = reply::delete(backend, key.as_bytes(), connection, now, out);
@@ -362,8 +406,11 @@ impl HttpSession {
         };
         self.state = match head.body {
             BodyFraming::None => return self.fail(backend, out, Status::LengthRequired),
-            BodyFraming::Length(n) => match usize::try_from(n) {
-                Ok(len) if len <= max => State::PutLength { put, len },
+            BodyFraming::Length(n) => match (usize::try_from(n), backend.large()) {
+                (Ok(len), _) if len <= max => State::PutLength { put, len },
+                (_, Some(limits)) if n <= limits.object_size_max => State::PutLarge(Box::new(
+                    large::LargePut::new(put, backend.new_object_id(), limits, Some(n)),
+                )),
                 _ => return self.fail(backend, out, Status::PayloadTooLarge),
             },
             BodyFraming::Chunked => State::PutChunked {

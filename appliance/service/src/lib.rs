@@ -43,6 +43,9 @@ pub struct ServiceConfig {
     pub out_high_water: usize,
     /// `--max-conns`.
     pub max_conns: usize,
+    /// Largest HTTP object (`object-size-max`); bodies over `item_size_max` are streamed to
+    /// the data device when one is attached, and refused (413) without one.
+    pub object_size_max: u64,
 }
 
 impl Default for ServiceConfig {
@@ -53,6 +56,7 @@ impl Default for ServiceConfig {
             max_line: 2048,
             out_high_water: 256 * 1024,
             max_conns: 1024,
+            object_size_max: 0,
         }
     }
 }
@@ -242,6 +246,14 @@ impl Session {
         match &mut self.inner {
             SessionKind::Memcache(s) => s.on_bytes(input, now, shared, out),
             SessionKind::Http(s) => s.on_bytes(input, now, shared, out),
+        }
+    }
+
+    /// The connection is gone: give up what a request in progress holds (a large upload's
+    /// chunks on the data device).
+    pub fn on_close(&mut self, shared: &Shared) {
+        if let SessionKind::Http(s) = &mut self.inner {
+            s.on_close(&http::StoreBackend::of(shared, s.worker()));
         }
     }
 

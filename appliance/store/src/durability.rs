@@ -14,6 +14,9 @@ pub enum Mutation<'a> {
         /// Absolute expiry in store time, or [`crate::NEVER`].
         exptime: Time,
         cas: u64,
+        /// `value` is a large object's manifest; its chunks were staged and made durable
+        /// before (see [`Journal::stage_chunk`]).
+        large: bool,
     },
     /// The key is gone.
     Delete { key: &'a [u8] },
@@ -33,6 +36,34 @@ pub trait Journal: Send + Sync {
     /// The reply to the records the calling thread staged since the count was `since` is
     /// `out[start..end]` of its connection's output (so a failed write's reply can be replaced).
     fn reply_span(&self, since: u64, start: usize, end: usize);
+
+    /// Large objects: a fresh object id, never reused (also across restarts).
+    fn new_object_id(&self) -> u64 {
+        0
+    }
+    /// Large objects: bytes per chunk on this device (0: large objects are not supported).
+    fn chunk_len(&self) -> usize {
+        0
+    }
+    /// Large objects: stage chunk `index` of `object` (at most [`Journal::chunk_len`] bytes).
+    /// Like [`Journal::record`] it only stages; the runtime holds the calling connection
+    /// until it is durable. A manifest naming the object may be staged only after every
+    /// chunk has been, and none [`Journal::object_failed`].
+    fn stage_chunk(&self, object: u64, index: u32, bytes: &[u8]) -> Result<(), StoreError> {
+        let _ = (object, index, bytes);
+        Err(StoreError::OutOfMemory)
+    }
+    /// Large objects: the upload of `object` was given up before its manifest was staged;
+    /// its chunks `0..chunks` are garbage once everything staged so far has settled.
+    fn abandon_object(&self, object: u64, chunks: u32) {
+        let _ = (object, chunks);
+    }
+    /// Large objects: whether a staged chunk of `object` failed to reach the device (the
+    /// answer is forgotten once it was true).
+    fn object_failed(&self, object: u64) -> bool {
+        let _ = object;
+        false
+    }
 }
 
 /// An item read back from the device.
@@ -43,6 +74,8 @@ pub struct Fetched {
     /// Absolute expiry in store time, or [`crate::NEVER`].
     pub exptime: Time,
     pub cas: u64,
+    /// `value` is a large object's manifest.
+    pub large: bool,
 }
 
 /// Supplies a key RAM does not hold. Called under the key's shard lock (so no write to the
@@ -50,4 +83,11 @@ pub struct Fetched {
 pub trait Backfill: Send + Sync {
     /// The key's current durable (or staged) value, if it has one and it is live at `now`.
     fn fetch(&self, key: &[u8], now: Time) -> Option<Fetched>;
+
+    /// Large objects: the verified bytes of chunk `index` of `object`, read from the device
+    /// (blocking, like `fetch`). `None`: missing or unreadable (logged by the implementation).
+    fn read_chunk(&self, object: u64, index: u32) -> Option<Vec<u8>> {
+        let _ = (object, index);
+        None
+    }
 }

@@ -21,9 +21,11 @@ impl Journal for Recorder {
                 value,
                 exptime,
                 cas,
+                large,
                 ..
             } => format!(
-                "put {} {} e{exptime} c{cas}",
+                "put{} {} {} e{exptime} c{cas}",
+                if large { "-large" } else { "" },
                 String::from_utf8_lossy(key),
                 String::from_utf8_lossy(value)
             ),
@@ -53,6 +55,7 @@ fn store() -> Store {
         item_size_max: 1 << 20,
         shards: 4,
         huge_pages: false,
+        external_threshold: 0,
     })
     .unwrap()
 }
@@ -115,6 +118,7 @@ fn every_mutation_is_journaled_with_its_full_new_state() {
     let touch = ReadOpts {
         mark_access: true,
         touch: Some(60),
+        see_large: false,
     };
     assert_eq!(s.get(b"k", 1, touch, |i| i.map(|i| i.exptime)), Some(60));
     s.update(b"k", 1, |_| (Write::Delete, ())).unwrap();
@@ -188,6 +192,7 @@ fn a_refused_touch_is_reported_and_leaves_the_expiry_unchanged() {
     let touch = ReadOpts {
         mark_access: true,
         touch: Some(500),
+        see_large: false,
     };
     let mut called = false;
     let got = s.try_get(b"k", 1, touch, |i| {
@@ -220,6 +225,7 @@ fn misses_are_read_through_and_cas_floor_and_forget_work() {
             flags: 3,
             exptime: 0,
             cas: 77,
+            large: false,
         },
     );
     s.attach_backfill(Arc::new(Disk(disk)));
@@ -269,6 +275,7 @@ fn misses_are_read_through_and_cas_floor_and_forget_work() {
             flags: 0,
             exptime: 0,
             cas: 9,
+            large: false,
         },
         1,
     )
@@ -277,4 +284,101 @@ fn misses_are_read_through_and_cas_floor_and_forget_work() {
         s.get(b"y", 1, ReadOpts::default(), |i| i.map(|i| i.cas)),
         Some(9)
     );
+}
+
+#[test]
+fn large_objects_need_a_journal_and_are_hidden_from_memcache_reads() {
+    let s = store();
+    let put_large = |s: &Store| {
+        s.update(b"big", 1, |_| {
+            (
+                Write::PutLarge {
+                    manifest: b"MANIFEST",
+                    meta: meta(),
+                },
+                (),
+            )
+        })
+    };
+    assert_eq!(
+        put_large(&s),
+        Err(StoreError::TooLarge),
+        "no device, no large object"
+    );
+    let j = Arc::new(Recorder::default());
+    s.attach_journal(j.clone());
+    let cas = put_large(&s).unwrap().cas.unwrap();
+    let memcache = ReadOpts::default();
+    let http = ReadOpts {
+        see_large: true,
+        ..ReadOpts::default()
+    };
+    assert!(s.get(b"big", 1, memcache, |i| i.is_none()));
+    assert_eq!(
+        s.get(b"big", 1, http, |i| i.map(|i| (
+            i.large,
+            i.value.to_vec(),
+            i.cas
+        ))),
+        Some((true, b"MANIFEST".to_vec(), cas))
+    );
+    // Growing it through memcache is refused; a touch keeps it large on the device.
+    let append = s.update(b"big", 1, |_| {
+        (
+            Write::Append {
+                suffix: b"x",
+                meta: meta(),
+            },
+            (),
+        )
+    });
+    assert_eq!(append, Err(StoreError::TooLarge));
+    let touch = ReadOpts {
+        touch: Some(50),
+        see_large: true,
+        ..ReadOpts::default()
+    };
+    assert!(s.try_get(b"big", 1, touch, |i| i.is_some()).unwrap());
+    // Overwriting it with a plain value makes it an ordinary item again.
+    s.update(b"big", 1, |cur| {
+        assert!(cur.is_some_and(|c| c.large));
+        (
+            Write::Put {
+                value: b"small",
+                meta: meta(),
+            },
+            (),
+        )
+    })
+    .unwrap();
+    assert_eq!(
+        s.get(b"big", 1, memcache, |i| i
+            .map(|i| (i.large, i.value.to_vec()))),
+        Some((false, b"small".to_vec()))
+    );
+    let log = j.log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            format!("put-large big MANIFEST e0 c{cas}"),
+            format!("put-large big MANIFEST e50 c{cas}"),
+            format!("put big small e0 c{}", cas + 1),
+        ]
+    );
+    // A large object read back from the device comes back large.
+    s.load(
+        b"loaded",
+        &Fetched {
+            value: b"M2".to_vec(),
+            flags: 1,
+            exptime: 0,
+            cas: 3,
+            large: true,
+        },
+        1,
+    )
+    .unwrap();
+    assert!(s.get(b"loaded", 1, memcache, |i| i.is_none()));
+    assert!(s.get(b"loaded", 1, http, |i| i
+        .is_some_and(|i| i.large && i.flags == 1)));
 }

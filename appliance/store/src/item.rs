@@ -11,9 +11,16 @@
 //! | 20 | 1 | key length |
 //! | 21 | 1 | bits ([`FETCHED`], [`STALE`], ...) |
 //! | 22 | 4 | client flags, only when [`HAS_FLAGS`] is set |
+//! | 22 or 26 | key length | key |
+//! | then | value length | value, absent when [`EXTERNAL`] is set |
 //!
 //! Flags are absent when zero because most clients never set them; they never change
 //! after the item is written, so the variable header never has to grow in place.
+//!
+//! An [`EXTERNAL`] item (extstore-like, only with a data device) is a stub: its header
+//! keeps the real value length, but no value bytes follow the key; the value lives in the
+//! key's own record on the device and is read from there. [`Header::len`] (what the item
+//! occupies, what compaction steps over) counts no value bytes for such an item.
 
 /// Bytes of the fixed part of the header.
 pub(crate) const HEADER: usize = 22;
@@ -32,6 +39,11 @@ pub(crate) const DEAD: u8 = 8;
 pub(crate) const ACCESSED: u8 = 16;
 /// Client flags follow the fixed header.
 pub(crate) const HAS_FLAGS: u8 = 32;
+/// The value is a large object's manifest (its head; the rest lives on the data device).
+pub(crate) const LARGE: u8 = 64;
+/// The value bytes are not in RAM, only on the data device (the header's value length is
+/// the real length; no value bytes follow the key).
+pub(crate) const EXTERNAL: u8 = 128;
 
 const CAS: usize = 0;
 const EXPTIME: usize = 8;
@@ -40,7 +52,7 @@ const VALUE_LEN: usize = 16;
 const KEY_LEN: usize = 20;
 const BITS: usize = 21;
 
-/// Total bytes an item occupies in a segment.
+/// Total bytes an item with its value in RAM occupies in a segment.
 pub(crate) fn item_len(key_len: usize, value_len: usize, flags: u32) -> usize {
     header_len(flags != 0) + key_len + value_len
 }
@@ -93,9 +105,13 @@ impl Header {
         self.key_start() + self.key_len
     }
 
-    /// Total bytes of the item.
+    /// Total bytes of the item in its segment (no value bytes for an [`EXTERNAL`] stub).
     pub(crate) fn len(&self) -> usize {
-        self.value_start() + self.value_len
+        if self.bits & EXTERNAL != 0 {
+            self.value_start()
+        } else {
+            self.value_start() + self.value_len
+        }
     }
 
     pub(crate) fn expired(&self, now: u32) -> bool {
@@ -115,9 +131,21 @@ pub(crate) struct NewItem<'a> {
     pub exptime: u32,
     pub cas: u64,
     pub now: u32,
+    /// The value is a large object's manifest ([`LARGE`]).
+    pub large: bool,
+    /// Write a stub ([`EXTERNAL`]): the header records `value.len()`, the bytes stay out.
+    pub external: bool,
 }
 
-/// Writes `item` at the start of `b`, which must hold [`item_len`] bytes.
+impl NewItem<'_> {
+    /// Bytes the item will occupy in a segment.
+    pub(crate) fn len(&self) -> usize {
+        let stored = if self.external { 0 } else { self.value.len() };
+        item_len(self.key.len(), stored, self.flags)
+    }
+}
+
+/// Writes `item` at the start of `b`, which must hold [`NewItem::len`] bytes.
 pub(crate) fn write(b: &mut [u8], item: &NewItem<'_>) {
     let key_len = u8::try_from(item.key.len()).expect("key length checked by the caller");
     let value_len = u32::try_from(item.value.len()).expect("value length checked by the caller");
@@ -127,16 +155,22 @@ pub(crate) fn write(b: &mut [u8], item: &NewItem<'_>) {
     b[VALUE_LEN..VALUE_LEN + 4].copy_from_slice(&value_len.to_le_bytes());
     b[KEY_LEN] = key_len;
     let mut at = HEADER;
+    let mut bits = if item.large { LARGE } else { 0 };
+    if item.external {
+        bits |= EXTERNAL;
+    }
     if item.flags != 0 {
-        b[BITS] = HAS_FLAGS;
+        b[BITS] = HAS_FLAGS | bits;
         b[HEADER..HEADER_MAX].copy_from_slice(&item.flags.to_le_bytes());
         at = HEADER_MAX;
     } else {
-        b[BITS] = 0;
+        b[BITS] = bits;
     }
     b[at..at + item.key.len()].copy_from_slice(item.key);
     at += item.key.len();
-    b[at..at + item.value.len()].copy_from_slice(item.value);
+    if !item.external {
+        b[at..at + item.value.len()].copy_from_slice(item.value);
+    }
 }
 
 pub(crate) fn set_bits(b: &mut [u8], bits: u8) {
@@ -169,6 +203,8 @@ mod tests {
                 exptime: 9,
                 cas: 42,
                 now: 3,
+                large: flags != 0,
+                external: false,
             };
             let len = item_len(2, 5, flags);
             let mut b = vec![0xAA; len + 4];
@@ -182,7 +218,36 @@ mod tests {
             assert_eq!(&b[h.key_start()..h.value_start()], b"k1");
             assert_eq!(&b[h.value_start()..h.len()], b"hello");
             assert!(h.expired(9) && !h.expired(8));
+            assert_eq!(h.bits & LARGE != 0, flags != 0);
         }
         assert_eq!(item_len(10, 100, 0), 132);
+    }
+
+    #[test]
+    fn an_external_stub_keeps_the_length_but_not_the_bytes() {
+        let value = vec![7u8; 5000];
+        let item = NewItem {
+            key: b"key",
+            value: &value,
+            flags: 9,
+            exptime: 0,
+            cas: 5,
+            now: 1,
+            large: false,
+            external: true,
+        };
+        assert_eq!(item.len(), HEADER_MAX + 3);
+        let mut b = vec![0xEE; item.len() + 8];
+        write(&mut b, &item);
+        let h = Header::read(&b);
+        assert_eq!(h.value_len, 5000, "the real length is kept");
+        assert_eq!(h.len(), HEADER_MAX + 3, "no value bytes are stored");
+        assert!(h.bits & EXTERNAL != 0 && h.bits & LARGE == 0);
+        assert_eq!(h.flags, 9);
+        assert_eq!(&b[h.key_start()..h.value_start()], b"key");
+        assert!(
+            b[h.len()..].iter().all(|&x| x == 0xEE),
+            "nothing written past the key"
+        );
     }
 }

@@ -48,6 +48,10 @@ pub struct StoreConfig {
     /// Try to back the arena with 2 MiB huge pages (MAP_HUGETLB), falling back to
     /// transparent huge pages, then normal pages.
     pub huge_pages: bool,
+    /// With a data device (journal and backfill attached), values of at least this many
+    /// bytes keep only their key and header in RAM and are read from the device on access
+    /// (extstore-like); 0 = off. Large objects are never external.
+    pub external_threshold: usize,
 }
 
 /// What the arena ended up backed by; reported once in the log and in `stats`.
@@ -80,6 +84,8 @@ pub struct ItemRef<'a> {
     pub stale: bool,
     /// A meta "win" token has already been handed out for this item.
     pub win_token_sent: bool,
+    /// `value` is a large object's manifest (head in RAM, the rest on the data device).
+    pub large: bool,
 }
 
 /// How a read marks the item it finds.
@@ -89,6 +95,9 @@ pub struct ReadOpts {
     pub mark_access: bool,
     /// Change the expiry time (gat / gats / mg T), in store time.
     pub touch: Option<Time>,
+    /// Show large objects (their manifest, [`ItemRef::large`]); otherwise a large object
+    /// reads as absent: it is larger than any memcache item (HTTP sets this).
+    pub see_large: bool,
 }
 
 /// Metadata written with a new value.
@@ -108,6 +117,9 @@ pub enum Write<'v> {
     Nothing,
     /// Store `value` under the key (create or overwrite).
     Put { value: &'v [u8], meta: NewMeta },
+    /// Store a large object's manifest under the key: its chunks are already durable on the
+    /// data device (only with a journal attached).
+    PutLarge { manifest: &'v [u8], meta: NewMeta },
     /// Store the decimal text of `value` (incr/decr results).
     PutNumber { value: u64, meta: NewMeta },
     /// Existing value followed by `suffix`; requires an existing item.
@@ -168,6 +180,12 @@ pub struct StoreStats {
     pub segment_bytes: u64,
     /// Bytes of the hash index.
     pub index_bytes: u64,
+    /// Values of external items (key and header in RAM, value on the device) read from
+    /// the device.
+    pub external_reads: u64,
+    /// External items dropped because the device no longer had their value (RAM is only a
+    /// cache of the device; they read as absent).
+    pub external_lost: u64,
 }
 
 /// The keyspace. `Sync`: shared by every worker behind an `Arc`.
@@ -188,6 +206,29 @@ pub struct Store {
     journal: OnceLock<Arc<dyn Journal>>,
     /// Set once when a data device is attached; RAM misses are read through it.
     backfill: OnceLock<Arc<dyn Backfill>>,
+    /// Counters of external items ([`StoreStats::external_reads`], [`StoreStats::external_lost`]).
+    external_reads: AtomicU64,
+    external_lost: AtomicU64,
+}
+
+/// An item found under its shard lock: where it is and, for an external item, its value
+/// as read from the device (kept alive while the caller looks at the item).
+struct Found {
+    loc: shard::Loc,
+    device: Option<Vec<u8>>,
+}
+
+impl Found {
+    /// The item's header and value: the RAM bytes, or the device's for an external item.
+    fn view<'a>(&'a self, shard: &'a Shard) -> (&'a [u8], Header, &'a [u8]) {
+        let b = shard.bytes(self.loc);
+        let h = Header::read(b);
+        let value = match &self.device {
+            Some(v) => &v[..],
+            None => &b[h.value_start()..h.len()],
+        };
+        (b, h, value)
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -271,6 +312,8 @@ impl Store {
             config,
             journal: OnceLock::new(),
             backfill: OnceLock::new(),
+            external_reads: AtomicU64::new(0),
+            external_lost: AtomicU64::new(0),
         })
     }
 
@@ -289,12 +332,20 @@ impl Store {
         self.journal.get().map(|j| &**j)
     }
 
+    /// The attached backfill, if any (large objects' chunks are read through it).
+    pub fn backfill(&self) -> Option<&dyn Backfill> {
+        self.backfill.get().map(|b| &**b)
+    }
+
     /// CAS uniques handed out from now on are above `cas` (restored items keep theirs).
     pub fn raise_cas_floor(&self, cas: u64) {
         self.cas.fetch_max(cas, Ordering::Relaxed);
     }
 
     /// Puts an item recovered from the device into RAM, keeping its CAS; not journaled.
+    ///
+    /// A value of at least `external_threshold` bytes is kept as an external stub (key and
+    /// header only): attach the backfill before serving reads, or such items read as absent.
     pub fn load(&self, key: &[u8], item: &Fetched, now: Time) -> Result<(), StoreError> {
         if item.value.len() > self.config.item_size_max || key.len() > KEY_LEN_MAX {
             return Err(StoreError::TooLarge);
@@ -308,8 +359,16 @@ impl Store {
             exptime: item.exptime,
             cas: item.cas,
             now,
+            large: item.large,
+            external: self.keeps_external(item.value.len(), item.large),
         };
         shard.store(&self.shared, hash, &new).map(|_| ())
+    }
+
+    /// Whether a value of `len` bytes read from (or written to) the device stays out of RAM.
+    fn keeps_external(&self, len: usize, large: bool) -> bool {
+        let t = self.config.external_threshold;
+        t > 0 && len >= t && !large
     }
 
     /// Drops the RAM copy of `key` if its CAS is still `cas` (a write whose logging failed);
@@ -327,16 +386,40 @@ impl Store {
         }
     }
 
-    /// Finds `key` in RAM, reading it through the backfill on a miss.
-    fn find(&self, shard: &mut Shard, hash: u64, key: &[u8], now: Time) -> Option<shard::Loc> {
+    /// Finds `key` in RAM, reading it through the backfill on a miss; an external item's
+    /// value is read from the device.
+    ///
+    /// An external item whose value the device no longer has under the same CAS unique is
+    /// dropped and reported absent: RAM is only a cache of the device, and a wrong value is
+    /// never served.
+    fn find(&self, shard: &mut Shard, hash: u64, key: &[u8], now: Time) -> Option<Found> {
         if let Some(loc) = shard.lookup(&self.shared, hash, key, now) {
-            return Some(loc);
+            let h = Header::read(shard.bytes(loc));
+            if h.bits & item::EXTERNAL == 0 {
+                return Some(Found { loc, device: None });
+            }
+            let fetched = self.backfill.get().and_then(|b| b.fetch(key, now));
+            return match fetched {
+                Some(f) if f.cas == h.cas && f.value.len() == h.value_len && !f.large => {
+                    self.external_reads.fetch_add(1, Ordering::Relaxed);
+                    Some(Found {
+                        loc,
+                        device: Some(f.value),
+                    })
+                }
+                _ => {
+                    self.external_lost.fetch_add(1, Ordering::Relaxed);
+                    shard.delete(&self.shared, hash, loc);
+                    None
+                }
+            };
         }
         let backfill = self.backfill.get()?;
         if key.len() > KEY_LEN_MAX {
             return None;
         }
         let item = backfill.fetch(key, now)?;
+        let external = self.keeps_external(item.value.len(), item.large);
         let new = NewItem {
             key,
             value: &item.value,
@@ -344,9 +427,15 @@ impl Store {
             exptime: item.exptime,
             cas: item.cas,
             now,
+            large: item.large,
+            external,
         };
         shard.store(&self.shared, hash, &new).ok()?;
-        shard.lookup(&self.shared, hash, key, now)
+        let loc = shard.lookup(&self.shared, hash, key, now)?;
+        Some(Found {
+            loc,
+            device: external.then_some(item.value),
+        })
     }
 
     /// What backs the arena.
@@ -412,19 +501,24 @@ impl Store {
     ) -> Result<R, (StoreError, F)> {
         let hash = self.shared.hasher.hash_one(key);
         let mut shard = self.lock(hash, now);
-        let Some(loc) = self.find(&mut shard, hash, key, now) else {
+        let Some(found) = self.find(&mut shard, hash, key, now) else {
             return Ok(f(None));
         };
+        let loc = found.loc;
         let h = Header::read(shard.bytes(loc));
+        if h.bits & item::LARGE != 0 && !opts.see_large {
+            return Ok(f(None));
+        }
         let mut shown = h;
         if let (Some(t), Some(journal)) = (opts.touch, self.journal.get()) {
-            let b = shard.bytes(loc);
+            let (_, _, value) = found.view(&shard);
             let touched = Mutation::Put {
                 key,
-                value: &b[h.value_start()..h.len()],
+                value,
                 flags: h.flags,
                 exptime: t,
                 cas: h.cas,
+                large: h.bits & item::LARGE != 0,
             };
             if let Err(e) = journal.record(touched) {
                 // Not logged, so not applied.
@@ -443,7 +537,8 @@ impl Store {
             }
         }
         // `fetched` and `last_access` are shown as they were before this read (meta h, l, t).
-        Ok(f(Some(item_ref(shard.bytes(loc), &shown))))
+        let (b, _, value) = found.view(&shard);
+        Ok(f(Some(item_ref(b, &shown, value))))
     }
 
     /// Read-decide-write under the shard lock: `f` sees the live item (or `None`) and returns
@@ -466,20 +561,28 @@ impl Store {
         } else {
             None
         };
-        let (write, result) = match found {
-            Some(loc) => {
-                let b = shard.bytes(loc);
-                f(Some(item_ref(b, &Header::read(b))))
+        let (write, result) = match &found {
+            Some(found) => {
+                let (b, h, value) = found.view(&shard);
+                f(Some(item_ref(b, &h, value)))
             }
             None => f(None),
         };
         let cas = match write {
             Write::Nothing => None,
-            Write::Put { value, meta } => Some(self.put(&mut shard, hash, key, value, meta, now)?),
+            Write::Put { value, meta } => {
+                Some(self.put(&mut shard, hash, key, value, meta, now, false)?)
+            }
+            Write::PutLarge { manifest, meta } => {
+                if self.journal.get().is_none() {
+                    return Err(StoreError::TooLarge); // no device to hold the rest
+                }
+                Some(self.put(&mut shard, hash, key, manifest, meta, now, true)?)
+            }
             Write::PutNumber { value, meta } => {
                 let mut buf = [0u8; 20];
                 let digits = decimal(value, &mut buf);
-                Some(self.put(&mut shard, hash, key, digits, meta, now)?)
+                Some(self.put(&mut shard, hash, key, digits, meta, now, false)?)
             }
             Write::Append {
                 suffix: extra,
@@ -488,13 +591,14 @@ impl Store {
             | Write::Prepend {
                 prefix: extra,
                 meta,
-            } => match found {
+            } => match &found {
                 None => None,
-                Some(loc) => {
-                    let b = shard.bytes(loc);
-                    let h = Header::read(b);
-                    let old = &b[h.value_start()..h.len()];
-                    if old.len() + extra.len() > self.config.item_size_max {
+                Some(found) => {
+                    let (_, h, old) = found.view(&shard);
+                    // A large object is not a memcache value: it cannot grow through append.
+                    if h.bits & item::LARGE != 0
+                        || old.len() + extra.len() > self.config.item_size_max
+                    {
                         return Err(StoreError::TooLarge);
                     }
                     let mut joined = Vec::with_capacity(old.len() + extra.len());
@@ -505,7 +609,7 @@ impl Store {
                         joined.extend_from_slice(extra);
                         joined.extend_from_slice(old);
                     }
-                    Some(self.put(&mut shard, hash, key, &joined, meta, now)?)
+                    Some(self.put(&mut shard, hash, key, &joined, meta, now, false)?)
                 }
             },
             Write::Meta {
@@ -513,10 +617,11 @@ impl Store {
                 stale,
                 win_token_sent,
                 new_cas,
-            } => match found {
+            } => match &found {
                 None => None,
-                Some(loc) => {
-                    let h = Header::read(shard.bytes(loc));
+                Some(found) => {
+                    let loc = found.loc;
+                    let (_, h, value) = found.view(&shard);
                     let mut bits = h.bits & !(item::STALE | item::WIN);
                     if stale {
                         bits |= item::STALE;
@@ -526,13 +631,13 @@ impl Store {
                     }
                     let cas = if new_cas { self.next_cas() } else { h.cas };
                     if let Some(journal) = self.journal.get() {
-                        let b = shard.bytes(loc);
                         journal.record(Mutation::Put {
                             key,
-                            value: &b[h.value_start()..h.len()],
+                            value,
                             flags: h.flags,
                             exptime,
                             cas,
+                            large: h.bits & item::LARGE != 0,
                         })?;
                     }
                     let b = shard.bytes_mut(loc);
@@ -543,11 +648,11 @@ impl Store {
                 }
             },
             Write::Delete => {
-                if let Some(loc) = found {
+                if let Some(found) = found {
                     if let Some(journal) = self.journal.get() {
                         journal.record(Mutation::Delete { key })?;
                     }
-                    shard.delete(&self.shared, hash, loc);
+                    shard.delete(&self.shared, hash, found.loc);
                 }
                 None
             }
@@ -555,6 +660,7 @@ impl Store {
         Ok(Updated { result, cas })
     }
 
+    #[allow(clippy::too_many_arguments)] // the item's parts, passed through from `update`
     fn put(
         &self,
         shard: &mut Shard,
@@ -563,6 +669,7 @@ impl Store {
         value: &[u8],
         meta: NewMeta,
         now: Time,
+        large: bool,
     ) -> Result<u64, StoreError> {
         if value.len() > self.config.item_size_max || key.len() > KEY_LEN_MAX {
             return Err(StoreError::TooLarge);
@@ -576,8 +683,14 @@ impl Store {
                 flags: meta.flags,
                 exptime: meta.exptime,
                 cas,
+                large,
             })?;
         }
+        // Extstore-like: the journal has the whole value, RAM keeps a stub; needs the
+        // backfill to read it back.
+        let external = journal.is_some()
+            && self.backfill.get().is_some()
+            && self.keeps_external(value.len(), large);
         let new = NewItem {
             key,
             value,
@@ -585,6 +698,8 @@ impl Store {
             exptime: meta.exptime,
             cas,
             now,
+            large,
+            external,
         };
         let stored = shard.store(&self.shared, hash, &new);
         if stored.is_err() && journal.is_some() {
@@ -703,6 +818,8 @@ impl Store {
             st.evicted_unfetched += c.evicted_unfetched;
         }
         st.segment_bytes = self.shared.pool.segment_bytes() as u64;
+        st.external_reads = self.external_reads.load(Ordering::Relaxed);
+        st.external_lost = self.external_lost.load(Ordering::Relaxed);
         st.index_bytes = self.shared.pool.index_bytes() as u64;
         st
     }
@@ -718,10 +835,12 @@ impl Drop for Store {
     }
 }
 
-fn item_ref<'a>(b: &'a [u8], h: &Header) -> ItemRef<'a> {
+/// The item whose RAM bytes start at `b[0]`, shown with header `h` and `value` (its RAM
+/// value, or an external item's value read from the device).
+fn item_ref<'a>(b: &'a [u8], h: &Header, value: &'a [u8]) -> ItemRef<'a> {
     ItemRef {
         key: &b[h.key_start()..h.value_start()],
-        value: &b[h.value_start()..h.len()],
+        value,
         flags: h.flags,
         exptime: h.exptime,
         cas: h.cas,
@@ -729,6 +848,7 @@ fn item_ref<'a>(b: &'a [u8], h: &Header) -> ItemRef<'a> {
         fetched: h.bits & item::FETCHED != 0,
         stale: h.bits & item::STALE != 0,
         win_token_sent: h.bits & item::WIN != 0,
+        large: h.bits & item::LARGE != 0,
     }
 }
 
@@ -760,5 +880,7 @@ fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
 
 #[cfg(test)]
 mod durability_tests;
+#[cfg(test)]
+mod external_tests;
 #[cfg(test)]
 mod tests;

@@ -232,7 +232,7 @@ impl Shard {
         hash: u64,
         new: &NewItem<'_>,
     ) -> Result<u64, StoreError> {
-        let len = item::item_len(new.key.len(), new.value.len(), new.flags);
+        let len = new.len();
         self.ensure_index_room(sh, new.now);
         let (slot, off) = self.alloc(sh, len, new.now)?;
         {

@@ -8,6 +8,7 @@ fn store(memory_bytes: usize) -> Store {
         item_size_max: 1 << 20,
         shards: 4,
         huge_pages: false,
+        external_threshold: 0,
     })
     .expect("store")
 }
@@ -31,6 +32,7 @@ fn read(s: &Store, key: &[u8], now: Time) -> Option<Vec<u8>> {
         ReadOpts {
             mark_access: true,
             touch: None,
+            see_large: false,
         },
         |i| i.map(|i| i.value.to_vec()),
     )
@@ -150,6 +152,7 @@ fn read_marks_and_touch() {
         ReadOpts {
             mark_access: true,
             touch: Some(100),
+            see_large: false,
         },
         |i| i.map(|i| (i.fetched, i.last_access, i.exptime)),
     );
@@ -302,6 +305,7 @@ fn eviction_counts_and_stays_in_budget() {
         item_size_max: 1 << 20,
         shards: 8,
         huge_pages: false,
+        external_threshold: 0,
     })
     .expect("store");
     assert_eq!(s.shard_count(), 1);
@@ -330,6 +334,7 @@ fn accessed_items_survive_eviction() {
         item_size_max: 1 << 20,
         shards: 1,
         huge_pages: false,
+        external_threshold: 0,
     })
     .expect("store");
     let value = vec![1u8; 1000];
@@ -374,6 +379,7 @@ fn huge_page_fallback_is_reported() {
         item_size_max: 1 << 20,
         shards: 1,
         huge_pages: true,
+        external_threshold: 0,
     })
     .expect("store");
     let st = s.stats();
@@ -396,6 +402,7 @@ fn rejects_bad_configs() {
             item_size_max,
             shards,
             huge_pages: false,
+            external_threshold: 0,
         })
         .is_err()
     };
@@ -434,6 +441,7 @@ fn overwrite_heavy_working_set_that_fits_is_kept() {
         item_size_max: 1 << 20,
         shards: 1,
         huge_pages: false,
+        external_threshold: 0,
     })
     .expect("store");
     let value = vec![5u8; 1000];

@@ -19,6 +19,7 @@ fn one_million_small_items() {
         item_size_max: 1 << 20,
         shards: 16,
         huge_pages: false,
+        external_threshold: 0,
     })
     .expect("store");
     let value = [b'v'; VALUE];

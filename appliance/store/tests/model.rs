@@ -4,11 +4,102 @@
 //! built here on top of them, the way the service builds them, and every read is compared
 //! with the model. A second test runs with a tiny budget: items may be evicted (missing)
 //! but a live item never reads back a wrong value and the budget is never exceeded.
+//!
+//! Both run a second time with a fake data device (a map written by the journal, read by
+//! the backfill) and a tiny `external_threshold`, so most values live only on the device
+//! (extstore-like stubs in RAM): the answers must not change, and with the tiny budget every
+//! value must still be found (through the device).
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
-use ringstore_store::{NewMeta, ReadOpts, Store, StoreConfig, StoreError, Time, Write, NEVER};
+use ringstore_store::{
+    Backfill, Fetched, Journal, Mutation, NewMeta, ReadOpts, Store, StoreConfig, StoreError, Time,
+    Write, NEVER,
+};
+
+/// A fake data device: each key's newest journaled state; a flush_all empties it when its
+/// time comes (as the model does), applied by [`Device::tick`].
+#[derive(Default)]
+struct Device {
+    map: Mutex<BTreeMap<Vec<u8>, Fetched>>,
+    flush_at: Mutex<Option<Time>>,
+}
+
+impl Device {
+    fn tick(&self, now: Time) {
+        let mut at = self.flush_at.lock().unwrap();
+        if at.is_some_and(|at| now >= at) {
+            self.map.lock().unwrap().clear();
+            *at = None;
+        }
+    }
+}
+
+impl Journal for Device {
+    fn record(&self, m: Mutation<'_>) -> Result<(), StoreError> {
+        match m {
+            Mutation::Put {
+                key,
+                value,
+                flags,
+                exptime,
+                cas,
+                large,
+            } => {
+                let item = Fetched {
+                    value: value.to_vec(),
+                    flags,
+                    exptime,
+                    cas,
+                    large,
+                };
+                self.map.lock().unwrap().insert(key.to_vec(), item);
+            }
+            Mutation::Delete { key } => {
+                self.map.lock().unwrap().remove(key);
+            }
+            Mutation::FlushAll { at } => *self.flush_at.lock().unwrap() = Some(at),
+        }
+        Ok(())
+    }
+    fn staged(&self) -> u64 {
+        0
+    }
+    fn reply_span(&self, _: u64, _: usize, _: usize) {}
+}
+
+impl Backfill for Device {
+    fn fetch(&self, key: &[u8], now: Time) -> Option<Fetched> {
+        let map = self.map.lock().unwrap();
+        map.get(key)
+            .filter(|f| f.exptime == NEVER || f.exptime > now)
+            .cloned()
+    }
+}
+
+/// A store with `memory_bytes`, and with `external_threshold` a fake device attached.
+fn new_store(
+    memory_bytes: usize,
+    external_threshold: Option<usize>,
+) -> (Store, Option<Arc<Device>>) {
+    let s = Store::new(StoreConfig {
+        memory_bytes,
+        item_size_max: 1 << 20,
+        shards: 4,
+        huge_pages: false,
+        external_threshold: external_threshold.unwrap_or(0),
+    })
+    .expect("store");
+    let device = external_threshold.map(|_| {
+        let d = Arc::new(Device::default());
+        s.attach_journal(d.clone());
+        s.attach_backfill(d.clone());
+        d
+    });
+    (s, device)
+}
 
 #[derive(Debug, Clone, PartialEq)]
 struct ModelItem {
@@ -130,14 +221,8 @@ fn parse_number(v: &[u8]) -> Option<u64> {
     std::str::from_utf8(v).ok()?.parse().ok()
 }
 
-fn run(cmds: Vec<Cmd>) -> Result<(), TestCaseError> {
-    let s = Store::new(StoreConfig {
-        memory_bytes: 16 << 20,
-        item_size_max: 1 << 20,
-        shards: 4,
-        huge_pages: false,
-    })
-    .expect("store");
+fn run(cmds: Vec<Cmd>, external_threshold: Option<usize>) -> Result<(), TestCaseError> {
+    let (s, device) = new_store(16 << 20, external_threshold);
     let mut m = Model {
         now: 1,
         ..Model::default()
@@ -145,6 +230,9 @@ fn run(cmds: Vec<Cmd>) -> Result<(), TestCaseError> {
     for c in cmds {
         m.tick();
         let now = m.now;
+        if let Some(d) = &device {
+            d.tick(now);
+        }
         match c.clone() {
             Cmd::Set(k, v, flags, ttl) => {
                 let meta = NewMeta {
@@ -314,6 +402,7 @@ fn run(cmds: Vec<Cmd>) -> Result<(), TestCaseError> {
                     ReadOpts {
                         mark_access: true,
                         touch: Some(e),
+                        see_large: false,
                     },
                     |i| {
                         i.map(|i| ModelItem {
@@ -336,6 +425,7 @@ fn run(cmds: Vec<Cmd>) -> Result<(), TestCaseError> {
                     ReadOpts {
                         mark_access: true,
                         touch: None,
+                        see_large: false,
                     },
                     |i| {
                         i.map(|i| ModelItem {
@@ -350,9 +440,12 @@ fn run(cmds: Vec<Cmd>) -> Result<(), TestCaseError> {
             }
             Cmd::Flush(delay) => {
                 let at = now + Time::from(delay);
-                s.flush_all(now, at);
+                s.flush_all_logged(now, at).expect("flush");
                 m.flush_at = Some(at);
                 m.tick();
+                if let Some(d) = &device {
+                    d.tick(now);
+                }
             }
             Cmd::Advance(secs) => m.now += Time::from(secs),
             Cmd::Reap(n) => {
@@ -361,6 +454,9 @@ fn run(cmds: Vec<Cmd>) -> Result<(), TestCaseError> {
         }
     }
     m.tick();
+    if let Some(d) = &device {
+        d.tick(m.now);
+    }
     for k in 0..6u8 {
         let got = s.get(&key(k), m.now, ReadOpts::default(), |i| {
             i.map(|i| ModelItem {
@@ -407,14 +503,10 @@ fn small_cmd() -> impl Strategy<Value = SmallCmd> {
     ]
 }
 
-fn run_small(cmds: Vec<SmallCmd>) -> Result<(), TestCaseError> {
-    let s = Store::new(StoreConfig {
-        memory_bytes: 4 << 20,
-        item_size_max: 1 << 20,
-        shards: 4,
-        huge_pages: false,
-    })
-    .expect("store");
+fn run_small(cmds: Vec<SmallCmd>, external_threshold: Option<usize>) -> Result<(), TestCaseError> {
+    let (s, device) = new_store(4 << 20, external_threshold);
+    // With the device every value is found (RAM is only its cache).
+    let complete = device.is_some();
     let mut latest: BTreeMap<u8, Vec<u8>> = BTreeMap::new();
     let mut version = 0u32;
     for c in cmds {
@@ -461,11 +553,12 @@ fn run_small(cmds: Vec<SmallCmd>) -> Result<(), TestCaseError> {
                     ReadOpts {
                         mark_access: true,
                         touch: None,
+                        see_large: false,
                     },
                     |i| i.map(|i| i.value.to_vec()),
                 );
-                if let Some(got) = got {
-                    prop_assert_eq!(Some(&got), latest.get(&k), "key {} read a wrong value", k);
+                if complete || got.is_some() {
+                    prop_assert_eq!(got.as_ref(), latest.get(&k), "key {} read a wrong value", k);
                 }
             }
         }
@@ -480,8 +573,8 @@ fn run_small(cmds: Vec<SmallCmd>) -> Result<(), TestCaseError> {
         let got = s.get(&key(*k), 1, ReadOpts::default(), |i| {
             i.map(|i| i.value.to_vec())
         });
-        if let Some(got) = got {
-            prop_assert_eq!(&got, v);
+        if complete || got.is_some() {
+            prop_assert_eq!(got.as_ref(), Some(v));
         }
     }
     Ok(())
@@ -491,11 +584,23 @@ fn run_small(cmds: Vec<SmallCmd>) -> Result<(), TestCaseError> {
 proptest! {
     #[test]
     fn matches_the_model(cmds in prop::collection::vec(cmd(), 1..120)) {
-        run(cmds)?;
+        run(cmds, None)?;
+    }
+
+    #[test]
+    fn matches_the_model_with_external_values(cmds in prop::collection::vec(cmd(), 1..120)) {
+        run(cmds, Some(4))?;
     }
 
     #[test]
     fn small_budget_never_corrupts(cmds in prop::collection::vec(small_cmd(), 1..80)) {
-        run_small(cmds)?;
+        run_small(cmds, None)?;
+    }
+
+    #[test]
+    fn small_budget_with_external_values_finds_everything(
+        cmds in prop::collection::vec(small_cmd(), 1..80),
+    ) {
+        run_small(cmds, Some(1000))?;
     }
 }

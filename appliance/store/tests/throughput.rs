@@ -15,6 +15,7 @@ fn small_get_and_set_rate() {
             item_size_max: 1 << 20,
             shards: 64,
             huge_pages: true,
+            external_threshold: 0,
         })
         .expect("store"),
     );
@@ -59,6 +60,7 @@ fn small_get_and_set_rate() {
                         ReadOpts {
                             mark_access: true,
                             touch: None,
+                            see_large: false,
                         },
                         |item| {
                             item.map_or(0, |it| {

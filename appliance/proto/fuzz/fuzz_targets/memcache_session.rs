@@ -23,6 +23,7 @@ fn shared() -> &'static Arc<Shared> {
             max_line: 512,
             out_high_water: 8192,
             max_conns: 4,
+            object_size_max: 0,
         };
         Shared::new(store, config, Topology::default(), 1, 1, 0)
     })

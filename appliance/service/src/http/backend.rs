@@ -13,6 +13,8 @@ pub struct Object<'a> {
     pub value: &'a [u8],
     pub flags: u32,
     pub cas: u64,
+    /// `value` is a large object's manifest (see [`ringstore_durable::Manifest`]).
+    pub large: bool,
 }
 
 impl<'a> From<ItemRef<'a>> for Object<'a> {
@@ -21,8 +23,18 @@ impl<'a> From<ItemRef<'a>> for Object<'a> {
             value: item.value,
             flags: item.flags,
             cas: item.cas,
+            large: item.large,
         }
     }
+}
+
+/// What a session may do with objects larger than `item_size_max` (only with a data device).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LargeLimits {
+    /// Largest object accepted (413 beyond).
+    pub object_size_max: u64,
+    /// Bytes per chunk on the device.
+    pub chunk_len: usize,
 }
 
 /// Outcome of a PUT.
@@ -70,6 +82,39 @@ pub trait Backend {
     fn journal(&self) -> Option<&dyn Journal> {
         None
     }
+    /// Large objects: `None` without a data device (bodies over `item_size_max` get 413).
+    fn large(&self) -> Option<LargeLimits> {
+        None
+    }
+    /// Large objects: a fresh object id.
+    fn new_object_id(&self) -> u64 {
+        0
+    }
+    /// Large objects: stage one chunk (durable once the runtime releases the connection).
+    fn stage_chunk(&self, object: u64, index: u32, bytes: &[u8]) -> bool {
+        let _ = (object, index, bytes);
+        false
+    }
+    /// Large objects: whether a staged chunk of `object` failed to reach the device.
+    fn object_failed(&self, object: u64) -> bool {
+        let _ = object;
+        false
+    }
+    /// Large objects: the upload of `object` ended without a manifest; chunks `0..chunks`
+    /// (those staged) are garbage.
+    fn abandon_object(&self, object: u64, chunks: u32) {
+        let _ = (object, chunks);
+    }
+    /// Large objects: publish `manifest` under `key` (every chunk is durable).
+    fn put_large(&self, key: &[u8], manifest: &[u8], flags: u32, ttl: i64, now: Now) -> PutOutcome {
+        let _ = (key, manifest, flags, ttl, now);
+        PutOutcome::TooLarge
+    }
+    /// Large objects: the verified bytes of one chunk, read from the device.
+    fn read_chunk(&self, object: u64, index: u32) -> Option<Vec<u8>> {
+        let _ = (object, index);
+        None
+    }
 }
 
 /// The real keyspace and the limits an HTTP session obeys.
@@ -80,6 +125,8 @@ pub struct StoreBackend<'a> {
     pub stats: Option<&'a WorkerStats>,
     pub item_size_max: usize,
     pub out_high_water: usize,
+    /// Largest HTTP object with a data device (`object-size-max`).
+    pub object_size_max: u64,
 }
 
 impl<'a> StoreBackend<'a> {
@@ -89,6 +136,7 @@ impl<'a> StoreBackend<'a> {
             stats: Some(shared.stats(worker)),
             item_size_max: shared.config.item_size_max,
             out_high_water: shared.config.out_high_water,
+            object_size_max: shared.config.object_size_max,
         }
     }
 }
@@ -136,12 +184,76 @@ impl Backend for StoreBackend<'_> {
         let opts = ReadOpts {
             mark_access: true,
             touch: None,
+            see_large: true,
         };
         self.store
             .get(key, now.store, opts, |item| f(item.map(Object::from)))
     }
 
     fn put(&self, key: &[u8], value: &[u8], flags: u32, ttl: i64, now: Now) -> PutOutcome {
+        self.store_value(key, value, false, flags, ttl, now)
+    }
+
+    fn large(&self) -> Option<LargeLimits> {
+        let chunk_len = self.store.journal()?.chunk_len();
+        (chunk_len > 0 && self.object_size_max > self.item_size_max as u64).then_some(LargeLimits {
+            object_size_max: self.object_size_max,
+            chunk_len,
+        })
+    }
+
+    fn new_object_id(&self) -> u64 {
+        self.store.journal().map_or(0, |j| j.new_object_id())
+    }
+
+    fn stage_chunk(&self, object: u64, index: u32, bytes: &[u8]) -> bool {
+        self.store
+            .journal()
+            .is_some_and(|j| j.stage_chunk(object, index, bytes).is_ok())
+    }
+
+    fn object_failed(&self, object: u64) -> bool {
+        self.store.journal().is_none_or(|j| j.object_failed(object))
+    }
+
+    fn abandon_object(&self, object: u64, chunks: u32) {
+        if let Some(j) = self.store.journal() {
+            j.abandon_object(object, chunks);
+        }
+    }
+
+    fn put_large(&self, key: &[u8], manifest: &[u8], flags: u32, ttl: i64, now: Now) -> PutOutcome {
+        self.store_value(key, manifest, true, flags, ttl, now)
+    }
+
+    fn read_chunk(&self, object: u64, index: u32) -> Option<Vec<u8>> {
+        self.store.backfill()?.read_chunk(object, index)
+    }
+
+    fn journal(&self) -> Option<&dyn Journal> {
+        self.store.journal()
+    }
+
+    fn delete(&self, key: &[u8], now: Now) -> bool {
+        let deleted = self.store.update(key, now.store, |current| match current {
+            Some(_) => (Write::Delete, true),
+            None => (Write::Nothing, false),
+        });
+        matches!(deleted, Ok(done) if done.result)
+    }
+}
+
+impl StoreBackend<'_> {
+    /// PUT of a value, or of a large object's manifest.
+    fn store_value(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        large: bool,
+        flags: u32,
+        ttl: i64,
+        now: Now,
+    ) -> PutOutcome {
         let expires = match expiry(ttl, now) {
             Expiry::At(at) => Some(at),
             Expiry::Expired => None,
@@ -149,14 +261,21 @@ impl Backend for StoreBackend<'_> {
         let updated = self.store.update(key, now.store, |current| {
             let created = current.is_none();
             let write = match expires {
-                Some(exptime) => Write::Put {
-                    value,
-                    meta: NewMeta {
+                Some(exptime) => {
+                    let meta = NewMeta {
                         flags,
                         exptime,
                         cas: None,
-                    },
-                },
+                    };
+                    if large {
+                        Write::PutLarge {
+                            manifest: value,
+                            meta,
+                        }
+                    } else {
+                        Write::Put { value, meta }
+                    }
+                }
                 // Stored already expired: what remains observable is that the old value is gone.
                 None if created => Write::Nothing,
                 None => Write::Delete,
@@ -171,17 +290,5 @@ impl Backend for StoreBackend<'_> {
             Err(StoreError::TooLarge) => PutOutcome::TooLarge,
             Err(StoreError::OutOfMemory | StoreError::Config(_)) => PutOutcome::OutOfMemory,
         }
-    }
-
-    fn journal(&self) -> Option<&dyn Journal> {
-        self.store.journal()
-    }
-
-    fn delete(&self, key: &[u8], now: Now) -> bool {
-        let deleted = self.store.update(key, now.store, |current| match current {
-            Some(_) => (Write::Delete, true),
-            None => (Write::Nothing, false),
-        });
-        matches!(deleted, Ok(done) if done.result)
     }
 }

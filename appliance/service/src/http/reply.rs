@@ -6,11 +6,22 @@ use ringstore_proto::http::{
     RangeOutcome, RequestHead, Status,
 };
 
+use ringstore_durable::Manifest;
+
 use super::backend::{Backend, Object, PutOutcome};
 use super::PendingPut;
 use crate::Now;
 
-/// GET or HEAD of `key`. Returns the status sent (404: a miss).
+/// The body of a GET still to be sent from the data device: bytes `next..end` of a large object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stream {
+    pub manifest: Manifest,
+    pub next: u64,
+    pub end: u64,
+}
+
+/// GET or HEAD of `key`. Returns the status sent (404: a miss) and, for a large object, the
+/// body to stream after the head.
 pub fn get<B: Backend>(
     backend: &B,
     key: &[u8],
@@ -19,24 +30,50 @@ pub fn get<B: Backend>(
     connection: ConnectionField,
     now: Now,
     out: &mut Vec<u8>,
-) -> Status {
+) -> (Status, Option<Stream>) {
     backend.read(key, now, |found| match found {
         None => {
             write_empty(out, Status::NotFound, connection);
-            Status::NotFound
+            (Status::NotFound, None)
         }
-        Some(object) => write_object(object, head, with_body, connection, out),
+        Some(object) if object.large => match Manifest::decode(object.value) {
+            Some(manifest) => {
+                let len = manifest.len;
+                let (status, range) = write_object(object, len, head, with_body, connection, out);
+                let stream = range.map(|(first, last)| Stream {
+                    manifest,
+                    next: first,
+                    end: last + 1,
+                });
+                (status, stream)
+            }
+            None => {
+                write_empty(out, Status::InternalError, ConnectionField::Close);
+                (Status::InternalError, None)
+            }
+        },
+        Some(object) => {
+            let len = object.value.len() as u64;
+            let (status, range) = write_object(object, len, head, with_body, connection, out);
+            if let Some((first, last)) = range {
+                // first <= last < len == value.len(), so both fit in usize.
+                out.extend_from_slice(&object.value[first as usize..=last as usize]);
+            }
+            (status, None)
+        }
     })
 }
 
+/// Writes the response head for `object` (whose body is `len` bytes); returns the status and
+/// the inclusive byte range of the body to send after it, if any.
 fn write_object(
     object: Object<'_>,
+    len: u64,
     head: &RequestHead<'_>,
     with_body: bool,
     connection: ConnectionField,
     out: &mut Vec<u8>,
-) -> Status {
-    let len = object.value.len() as u64;
+) -> (Status, Option<(u64, u64)>) {
     if head
         .if_none_match
         .is_some_and(|field| none_match_hits(field, object.cas))
@@ -45,7 +82,7 @@ fn write_object(
             .etag(object.cas)
             .flags(object.flags)
             .finish(connection);
-        return Status::NotModified;
+        return (Status::NotModified, None);
     }
     // Range applies to GET only, and only while If-Range (if any) names this value.
     let range = match head.range {
@@ -66,10 +103,8 @@ fn write_object(
                 .etag(object.cas)
                 .flags(object.flags)
                 .finish(connection);
-            if with_body {
-                out.extend_from_slice(object.value);
-            }
-            Status::Ok
+            let body = (with_body && len > 0).then(|| (0, len - 1));
+            (Status::Ok, body)
         }
         RangeOutcome::Partial { first, last } => {
             HeadWriter::start(out, Status::PartialContent)
@@ -78,16 +113,14 @@ fn write_object(
                 .flags(object.flags)
                 .content_range(first, last, len)
                 .finish(connection);
-            // first <= last < len == value.len(), so both fit in usize.
-            out.extend_from_slice(&object.value[first as usize..=last as usize]);
-            Status::PartialContent
+            (Status::PartialContent, Some((first, last)))
         }
         RangeOutcome::Unsatisfiable => {
             HeadWriter::start(out, Status::RangeNotSatisfiable)
                 .content_length(0)
                 .content_range_unsatisfied(len)
                 .finish(connection);
-            Status::RangeNotSatisfiable
+            (Status::RangeNotSatisfiable, None)
         }
     }
 }
@@ -101,8 +134,13 @@ pub fn put<B: Backend>(
     now: Now,
     out: &mut Vec<u8>,
 ) -> Status {
-    let connection = put.connection;
-    let status = match backend.put(put.key.as_bytes(), value, put.flags, put.ttl, now) {
+    let outcome = backend.put(put.key.as_bytes(), value, put.flags, put.ttl, now);
+    answer_put(outcome, put.connection, out)
+}
+
+/// The response to a PUT that ended in `outcome`. Returns the status sent.
+pub fn answer_put(outcome: PutOutcome, connection: ConnectionField, out: &mut Vec<u8>) -> Status {
+    let status = match outcome {
         PutOutcome::Stored { created, cas } => {
             let (status, mut head) = if created {
                 (Status::Created, HeadWriter::start(out, Status::Created))

@@ -16,6 +16,7 @@ fn store() -> Store {
         item_size_max: 1 << 20,
         shards: 2,
         huge_pages: false,
+        external_threshold: 0,
     })
     .unwrap()
 }
@@ -26,6 +27,7 @@ fn backend(store: &Store) -> StoreBackend<'_> {
         stats: None,
         item_size_max: 1 << 20,
         out_high_water: 1 << 20,
+        object_size_max: 0,
     }
 }
 

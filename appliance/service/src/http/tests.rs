@@ -51,6 +51,7 @@ impl Backend for MemBackend {
             value,
             flags: *flags,
             cas: *cas,
+            large: false,
         }))
     }
     fn put(&self, key: &[u8], value: &[u8], flags: u32, ttl: i64, _now: Now) -> PutOutcome {

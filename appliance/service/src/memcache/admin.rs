@@ -37,6 +37,7 @@ pub(crate) fn touch(ctx: &Ctx<'_>, out: &mut Vec<u8>, key: &[u8], exptime: i32, 
             ReadOpts {
                 mark_access: false,
                 touch: Some(t),
+                see_large: false,
             },
             |item| item.is_some(),
         ),

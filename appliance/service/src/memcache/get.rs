@@ -19,6 +19,7 @@ pub(crate) fn get(ctx: &Ctx<'_>, out: &mut Vec<u8>, g: GetRequest<'_>) {
             Some(Expiry::At(t)) => Some(t),
             _ => None,
         },
+        see_large: false,
     };
     let start = out.len();
     for key in g.keys {

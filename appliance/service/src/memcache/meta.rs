@@ -146,6 +146,7 @@ pub(crate) fn mg(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaGet<'_>) {
         let opts = ReadOpts {
             mark_access: !f.no_update,
             touch,
+            see_large: false,
         };
         let read = store.try_get(key, now, opts, |item| match item {
             None => Got::Miss,

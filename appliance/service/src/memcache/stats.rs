@@ -84,6 +84,10 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat(out, "evicted_unfetched", store.evicted_unfetched);
     stat(out, "evictions", store.evictions);
     stat(out, "reclaimed", store.reclaimed);
+    // memcached extstore's names: values read back from the data device for a RAM stub
+    // (`external-value-min`), and stubs the device no longer backed (dropped, read as a miss).
+    stat(out, "get_extstore", store.external_reads);
+    stat(out, "get_aborted_extstore", store.external_lost);
     stat(out, "http_requests", t.http_requests);
     stat(out, "http_responses_4xx", t.http_responses_4xx);
     stat(out, "http_responses_5xx", t.http_responses_5xx);

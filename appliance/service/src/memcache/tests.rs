@@ -21,6 +21,7 @@ fn shared() -> Arc<Shared> {
         item_size_max: ITEM_MAX,
         shards: 2,
         huge_pages: false,
+        external_threshold: 0,
     })
     .expect("store");
     let config = ServiceConfig {
@@ -28,6 +29,7 @@ fn shared() -> Arc<Shared> {
         max_line: 2048,
         out_high_water: 1 << 20,
         max_conns: 10,
+        object_size_max: 0,
     };
     Shared::new(
         store,
@@ -552,6 +554,7 @@ fn backpressure_drains_and_keeps_order() {
         item_size_max: ITEM_MAX,
         shards: 2,
         huge_pages: false,
+        external_threshold: 0,
     })
     .expect("store");
     let config = ServiceConfig {
@@ -559,6 +562,7 @@ fn backpressure_drains_and_keeps_order() {
         max_line: 2048,
         out_high_water: 64,
         max_conns: 10,
+        object_size_max: 0,
     };
     let shared = Shared::new(store, config, Topology::default(), 1, 1, 0);
     let mut input = b"set a 0 0 40\r\n".to_vec();

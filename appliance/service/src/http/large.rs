@@ -1,0 +1,239 @@
+//! Large objects over HTTP: a PUT body streamed to the data device chunk by chunk, and a GET
+//! body streamed back from it, each with at most about one chunk of the object in RAM.
+//!
+//! Order on the device (why a torn object is never served): the chunks are staged one after
+//! another, and the runtime holds the connection after each call that staged one until the
+//! flush covering it completed; the manifest, which is what makes the object visible, is
+//! staged only in a later call, after the last chunk is durable and none failed. A crash
+//! before the manifest is durable leaves only unreferenced chunks, which recovery drops.
+
+use ringstore_durable::{Manifest, MANIFEST_HEAD_MAX};
+use ringstore_proto::http::{write_empty, ChunkError, ChunkedDecoder, ConnectionField, Status};
+
+use super::backend::{Backend, Event, LargeLimits};
+use super::{reply, HttpSession, PendingPut, State, Step};
+use crate::Now;
+
+/// A PUT whose body is larger than `item_size_max`.
+pub(super) struct LargePut {
+    put: PendingPut,
+    object: u64,
+    limits: LargeLimits,
+    /// Content-Length framing: body bytes still to read.
+    left: Option<u64>,
+    /// Chunked framing: the decoder (the body ends when it is done).
+    decoder: Option<ChunkedDecoder>,
+    /// Body bytes read so far.
+    received: u64,
+    /// Index of the next chunk to stage.
+    next_index: u32,
+    /// Body bytes not yet staged: less than one chunk between calls (plus one read's worth
+    /// while a chunked body is decoded).
+    buf: Vec<u8>,
+    /// The object's first bytes, kept in RAM in its manifest.
+    head: Vec<u8>,
+    /// Every chunk is staged; the next call (after they are durable) publishes the manifest.
+    committing: bool,
+}
+
+impl LargePut {
+    pub(super) fn new(
+        put: PendingPut,
+        object: u64,
+        limits: LargeLimits,
+        content_length: Option<u64>,
+    ) -> LargePut {
+        LargePut {
+            put,
+            object,
+            limits,
+            left: content_length,
+            decoder: None,
+            received: 0,
+            next_index: 0,
+            buf: Vec::new(),
+            head: Vec::new(),
+            committing: false,
+        }
+    }
+}
+
+impl HttpSession {
+    /// A chunked PUT body just grew past `item_size_max`: continue it as a large object.
+    pub(super) fn go_large_chunked<B: Backend>(&mut self, limits: LargeLimits, backend: &B) {
+        let State::PutChunked { put, decoder } = std::mem::replace(&mut self.state, State::Head)
+        else {
+            unreachable!("called in the PutChunked state")
+        };
+        let mut large = LargePut::new(put, backend.new_object_id(), limits, None);
+        large.received = self.chunked_body.len() as u64;
+        large.buf = std::mem::take(&mut self.chunked_body);
+        large.decoder = Some(decoder);
+        self.state = State::PutLarge(Box::new(large));
+    }
+
+    /// Takes body bytes from `data[pos..]` and stages every full chunk.
+    pub(super) fn feed_large<B: Backend>(
+        &mut self,
+        data: &[u8],
+        pos: usize,
+        now: Now,
+        backend: &B,
+        out: &mut Vec<u8>,
+    ) -> Step {
+        let State::PutLarge(large) = &mut self.state else {
+            unreachable!("called in the PutLarge state")
+        };
+        if large.committing {
+            return self.commit_large(pos, now, backend, out);
+        }
+        let avail = &data[pos..];
+        let before = large.buf.len();
+        let (used, done) = match (&mut large.decoder, large.left) {
+            (Some(decoder), _) => {
+                match decoder.decode(avail, Some(&mut large.buf), large.limits.object_size_max) {
+                    Ok(used) => (used, decoder.is_done()),
+                    Err(e) => {
+                        backend.abandon_object(large.object, large.next_index);
+                        let status = match e {
+                            ChunkError::TooLarge => Status::PayloadTooLarge,
+                            ChunkError::Malformed => Status::BadRequest,
+                        };
+                        return self.fail(backend, out, status);
+                    }
+                }
+            }
+            (None, Some(left)) => {
+                let take = usize::try_from(left).unwrap_or(usize::MAX).min(avail.len());
+                large.buf.extend_from_slice(&avail[..take]);
+                large.left = Some(left - take as u64);
+                (take, left == take as u64)
+            }
+            (None, None) => unreachable!("a large PUT has a length or a decoder"),
+        };
+        large.received += (large.buf.len() - before) as u64;
+        let chunk_len = large.limits.chunk_len;
+        let mut staged = false;
+        while large.buf.len() >= chunk_len || (done && !large.buf.is_empty()) {
+            let n = large.buf.len().min(chunk_len);
+            if large.next_index == 0 {
+                large.head = large.buf[..n.min(MANIFEST_HEAD_MAX)].to_vec();
+            }
+            if !backend.stage_chunk(large.object, large.next_index, &large.buf[..n]) {
+                // Device full (or refused): the rest of the body is not worth reading.
+                backend.abandon_object(large.object, large.next_index);
+                return self.fail(backend, out, Status::InsufficientStorage);
+            }
+            large.buf.drain(..n);
+            large.next_index += 1;
+            staged = true;
+        }
+        let pos = pos + used;
+        match (done, staged) {
+            // Resumed (Flow::Drain) once what was staged is durable.
+            (true, true) => {
+                large.committing = true;
+                Step::Drain(pos)
+            }
+            // Everything was staged by earlier calls, each held until durable.
+            (true, false) => self.commit_large(pos, now, backend, out),
+            (false, true) => Step::Drain(pos),
+            (false, false) => Step::Wait(pos),
+        }
+    }
+
+    /// Every chunk is durable: publish the manifest and answer the PUT.
+    fn commit_large<B: Backend>(
+        &mut self,
+        pos: usize,
+        now: Now,
+        backend: &B,
+        out: &mut Vec<u8>,
+    ) -> Step {
+        let State::PutLarge(large) = std::mem::replace(&mut self.state, State::Head) else {
+            unreachable!("called in the PutLarge state")
+        };
+        let connection = large.put.connection;
+        let status = if backend.object_failed(large.object) {
+            backend.abandon_object(large.object, large.next_index);
+            write_empty(out, Status::InternalError, connection);
+            Status::InternalError
+        } else {
+            let manifest = Manifest {
+                object: large.object,
+                len: large.received,
+                chunk_len: u32::try_from(large.limits.chunk_len).unwrap_or(u32::MAX),
+                head: large.head,
+            };
+            let outcome = backend.put_large(
+                large.put.key.as_bytes(),
+                &manifest.encode(),
+                large.put.flags,
+                large.put.ttl,
+                now,
+            );
+            reply::answer_put(outcome, connection, out)
+        };
+        backend.record(self.worker, Event::Set);
+        backend.record(self.worker, Event::Response(status));
+        if connection == ConnectionField::Close {
+            self.state = State::Closed;
+            return Step::Close;
+        }
+        Step::Next(pos)
+    }
+
+    /// The connection is gone: an upload in progress will never get its manifest.
+    pub fn on_close<B: Backend>(&mut self, backend: &B) {
+        if let State::PutLarge(large) = &self.state {
+            backend.abandon_object(large.object, large.next_index);
+        }
+        self.state = State::Closed;
+    }
+
+    /// Appends the next part of a large object's body while the output is below its
+    /// high-water mark; `pos` is where the next request's bytes start.
+    pub(super) fn stream_step<B: Backend>(
+        &mut self,
+        pos: usize,
+        backend: &B,
+        out: &mut Vec<u8>,
+    ) -> Step {
+        let State::Stream { stream, connection } = &mut self.state else {
+            unreachable!("called in the Stream state")
+        };
+        let m = &stream.manifest;
+        while stream.next < stream.end {
+            if out.len() > backend.out_high_water() {
+                return Step::Drain(pos);
+            }
+            let head_len = m.head.len() as u64;
+            if stream.next < head_len {
+                let to = stream.end.min(head_len);
+                out.extend_from_slice(&m.head[stream.next as usize..to as usize]);
+                stream.next = to;
+                continue;
+            }
+            let index = u32::try_from(stream.next / u64::from(m.chunk_len)).unwrap_or(u32::MAX);
+            let (start, stop) = m.chunk_range(index);
+            let chunk = backend
+                .read_chunk(m.object, index)
+                .filter(|c| c.len() as u64 == stop - start);
+            let Some(chunk) = chunk else {
+                // Replaced meanwhile, or unreadable: end the connection mid-body, so the
+                // client sees a short body and never wrong bytes.
+                return Step::Close;
+            };
+            let to = stream.end.min(stop);
+            out.extend_from_slice(&chunk[(stream.next - start) as usize..(to - start) as usize]);
+            stream.next = to;
+        }
+        let close = *connection == ConnectionField::Close;
+        self.state = State::Head;
+        if close {
+            Step::Close
+        } else {
+            Step::Next(pos)
+        }
+    }
+}
