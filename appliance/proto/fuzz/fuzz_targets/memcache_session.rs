@@ -16,6 +16,7 @@ fn shared() -> &'static Arc<Shared> {
             item_size_max: 4096,
             shards: 4,
             huge_pages: false,
+            external_threshold: 0,
         })
         .expect("store");
         let config = ServiceConfig {
