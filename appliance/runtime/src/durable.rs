@@ -34,6 +34,8 @@ pub(crate) const OP_DISK_ERASE: u64 = 9;
 pub(crate) const OP_DISK_ERASE_FLUSH: u64 = 10;
 /// A no-op that wakes the loop at once while compaction has work that needs no completion.
 pub(crate) const OP_WAKE: u64 = 11;
+/// Background compaction: a read of the victim segment into the compactor's buffer.
+pub(crate) const OP_DISK_COMPACT_READ: u64 = 12;
 
 /// Test-only fault injection (documented in ADR 0011, never set in production): with
 /// `RINGSTORE_TEST_FAIL_DATA_WRITE=N` the Nth data-device batch write completion of the process
@@ -338,8 +340,10 @@ pub(crate) struct DiskWorker {
     compactor: Compactor,
     /// An erase is in flight: Some(outcome of its write once completed).
     erasing: Option<Option<bool>>,
-    /// Ids of erase operations (never repeat).
-    next_erase: u64,
+    /// The id of the compaction read in flight (at most one).
+    reading: Option<u64>,
+    /// Ids of compaction operations, erases and reads (never repeat).
+    next_compaction_op: u64,
 }
 
 impl DiskWorker {
@@ -369,7 +373,8 @@ impl DiskWorker {
             waiting: VecDeque::new(),
             compactor,
             erasing: None,
-            next_erase: 1,
+            reading: None,
+            next_compaction_op: 1,
         })
     }
 
@@ -422,6 +427,7 @@ impl DiskWorker {
     pub(crate) fn is_idle(&self) -> bool {
         self.compactor.is_idle()
             && self.erasing.is_none()
+            && self.reading.is_none()
             && self.inflight.is_empty()
             && self.flushing == 0
             && LOG.with(|cell| cell.borrow().as_ref().is_none_or(|w| w.log.is_idle()))
@@ -436,7 +442,7 @@ impl DiskWorker {
         now_ms: u64,
         may_start: bool,
     ) -> bool {
-        if self.erasing.is_some() {
+        if self.erasing.is_some() || self.reading.is_some() {
             return false;
         }
         let serving = &self.serving;
@@ -451,9 +457,25 @@ impl DiskWorker {
         match step {
             Step::Idle | Step::Waiting => false,
             Step::Busy => true,
+            Step::Read { offset, len } => {
+                let id = self.next_compaction_op;
+                self.next_compaction_op += 1;
+                let buf = self.compactor.read_buf();
+                debug_assert_eq!(buf.len(), len);
+                // The buffer lives in the compactor, unmoved and untouched, until `on_read`
+                // (fed by `read_complete`); the loop sleeps until the completion.
+                sqes.push(
+                    opcode::Read::new(types::Fd(self.fd), buf.as_mut_ptr(), buf.len() as u32)
+                        .offset(offset)
+                        .build()
+                        .user_data((id << 8) | OP_DISK_COMPACT_READ),
+                );
+                self.reading = Some(id);
+                false
+            }
             Step::Erase { offset } => {
-                let id = self.next_erase;
-                self.next_erase += 1;
+                let id = self.next_compaction_op;
+                self.next_compaction_op += 1;
                 let block = self.compactor.erase_block();
                 // The write and its flush are linked: the flush runs only after the write, and a
                 // failed write cancels it. The block lives in the compactor until `on_erased`.
@@ -495,6 +517,28 @@ impl DiskWorker {
                 compactor.on_erased(serving, &mut w.log, ok, now_ms);
             }
         });
+    }
+
+    /// The compaction read `id` completed with `res` (bytes read or -errno).
+    pub(crate) fn read_complete(&mut self, id: u64, res: i32, now_ms: u64) {
+        if self.reading != Some(id) {
+            return;
+        }
+        self.reading = None;
+        let want = self.compactor.read_buf().len();
+        if res < 0 || res as usize != want {
+            let err = if res < 0 {
+                std::io::Error::from_raw_os_error(-res).to_string()
+            } else {
+                format!("short read ({res} of {want} bytes)")
+            };
+            eprintln!(
+                "ringstore: data device: compaction read failed in region {}: {err}; will retry",
+                self.region
+            );
+        }
+        self.compactor
+            .on_read(usize::try_from(res).map_err(|_| ()), now_ms);
     }
 
     /// Queues what the log wants done as SQEs.

@@ -20,7 +20,8 @@ use crate::bufring::BufRing;
 use crate::clock::Clock;
 use crate::conn::{Conn, Slab, GEN_MASK};
 use crate::durable::{
-    DiskWorker, OP_DISK_ERASE, OP_DISK_ERASE_FLUSH, OP_DISK_FLUSH, OP_DISK_WRITE, OP_WAKE,
+    DiskWorker, OP_DISK_COMPACT_READ, OP_DISK_ERASE, OP_DISK_ERASE_FLUSH, OP_DISK_FLUSH,
+    OP_DISK_WRITE, OP_WAKE,
 };
 use crate::handler::Handler;
 use crate::inbox::Inbox;
@@ -253,8 +254,9 @@ impl<H: Handler> Worker<H> {
                 while next < self.pending.len() {
                     // Output buffers and own receive buffers are not touched or freed while their op
                     // is in flight, the pool lives as long as the ring, the inbox word is leaked, the
-                    // timespec is copied by the kernel at submission, and data-device batch buffers
-                    // stay in `DiskWorker::inflight` until their completion (the device fd with them).
+                    // timespec is copied by the kernel at submission, data-device batch buffers
+                    // stay in `DiskWorker::inflight` until their completion (the device fd with them),
+                    // and the compactor's erase block and read buffer stay put until theirs.
                     // SAFETY: every entry points only at memory that outlives its completion (above).
                     if unsafe { sq.push(&self.pending[next]) }.is_err() {
                         break;
@@ -305,6 +307,11 @@ impl<H: Handler> Worker<H> {
                 op @ (OP_DISK_ERASE | OP_DISK_ERASE_FLUSH) => {
                     if let Some(disk) = &mut self.disk {
                         disk.erase_complete(op, res, self.now.mono_ms);
+                    }
+                }
+                OP_DISK_COMPACT_READ => {
+                    if let Some(disk) = &mut self.disk {
+                        disk.read_complete(data >> 8, res, self.now.mono_ms);
                     }
                 }
                 OP_WAKE => {}
