@@ -14,6 +14,16 @@ pub enum DurableError {
         /// The configured limit that was hit.
         limit: usize,
     },
+    /// A read asked for bytes `start..end` outside `0..len` (or with `start > end`).
+    #[error("range {start}..{end} outside 0..{len}")]
+    BadRange {
+        /// First byte asked for.
+        start: usize,
+        /// One past the last byte asked for.
+        end: usize,
+        /// Bytes there are.
+        len: usize,
+    },
     /// A key or value does not fit the record format or a segment.
     #[error("record too large: {len} bytes (limit {limit})")]
     TooLarge {

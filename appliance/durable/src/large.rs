@@ -7,6 +7,12 @@
 //!
 //! Manifest encoding (little endian): `0 magic "RSLO" | 4 version u8 (1) | 5 zero [3] |
 //! 8 object u64 | 16 len u64 | 24 chunk_len u32 | 28 head_len u32 | 32 head`.
+//!
+//! Chunk record value: a piece table, one crc32c (u32 LE) per [`PIECE_LEN`] of the chunk's
+//! data (the last piece may be shorter), then the data. The record's chained crc covers it
+//! all (recovery and whole-chunk reads rely on that); the table lets a range read fetch and
+//! verify only the pieces it covers.
+use crate::record::{RecordKind, RecordMeta, HEADER_LEN, RECORD_MAGIC};
 use crate::superblock::{le32, le64};
 
 /// Length of a chunk key.
@@ -19,6 +25,66 @@ pub const MANIFEST_MAGIC: &[u8; 4] = b"RSLO";
 pub const MANIFEST_VERSION: u8 = 1;
 /// Bytes of an encoded manifest before its head.
 pub const MANIFEST_FIXED_LEN: usize = 32;
+
+/// Bytes of chunk data one piece-table entry covers.
+pub const PIECE_LEN: usize = 64 * 1024;
+
+/// Bytes of the piece table in front of `data_len` bytes of chunk data.
+pub fn piece_table_len(data_len: usize) -> usize {
+    data_len.div_ceil(PIECE_LEN) * 4
+}
+
+/// A chunk record's value for `data`: the piece table, then the data.
+pub fn encode_chunk_value(data: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(piece_table_len(data.len()) + data.len());
+    for piece in data.chunks(PIECE_LEN) {
+        v.extend_from_slice(&crc32c::crc32c(piece).to_le_bytes());
+    }
+    v.extend_from_slice(data);
+    v
+}
+
+/// The data length of a chunk record whose value is `value_len` bytes long; `None` when no
+/// data length gives that value length (the record is not a chunk of this layout).
+pub fn chunk_data_len(value_len: usize) -> Option<usize> {
+    // d + 4 * ceil(d / P) == value_len has at most one solution, ceil(value_len / (P + 4)) pieces.
+    let pieces = value_len.div_ceil(PIECE_LEN + 4);
+    let data_len = value_len.checked_sub(pieces * 4)?;
+    (data_len.div_ceil(PIECE_LEN) == pieces).then_some(data_len)
+}
+
+/// The data of a chunk record's value (the table stripped); `None` if its length is
+/// inconsistent. The record crc, checked when it was read, covers table and data.
+pub fn chunk_data(value: &[u8]) -> Option<&[u8]> {
+    let data_len = chunk_data_len(value.len())?;
+    value.get(value.len() - data_len..)
+}
+
+/// True when `head`, the first bytes of a record read alone (at least its header and key),
+/// is a value record of `key` with exactly `meta` and a value of `value_len` bytes: what the
+/// index says the record at that place must be. Without the record crc (the range read does
+/// not read the whole record), these fields are what tells a stale or reused place apart;
+/// `meta.seq` is unique to one write.
+pub(crate) fn chunk_header_matches(
+    head: &[u8],
+    key: &[u8; CHUNK_KEY_LEN],
+    meta: &RecordMeta,
+    value_len: usize,
+) -> bool {
+    head.len() >= HEADER_LEN + CHUNK_KEY_LEN
+        && meta.kind == RecordKind::Value
+        && le32(head, 0) == RECORD_MAGIC
+        && head[8] == RecordKind::Value.byte()
+        && head[9] == 0
+        && u16::from_le_bytes([head[10], head[11]]) as usize == CHUNK_KEY_LEN
+        && le32(head, 12) as usize == value_len
+        && le32(head, 16) == meta.flags
+        && le32(head, 20) == 0
+        && le64(head, 24) == meta.exptime
+        && le64(head, 32) == meta.cas
+        && le64(head, 40) == meta.seq
+        && head[HEADER_LEN..HEADER_LEN + CHUNK_KEY_LEN] == key[..]
+}
 
 /// The internal key of chunk `index` of object `object`:
 /// `[0x00, b'C', object big endian (8), index big endian (4)]`.
@@ -127,6 +193,47 @@ mod tests {
             len: 10_000,
             chunk_len: 4096,
             head: vec![7; 100],
+        }
+    }
+
+    #[test]
+    fn chunk_values_carry_a_crc_per_piece_and_strip_back_to_the_data() {
+        for len in [
+            0,
+            1,
+            4096,
+            PIECE_LEN - 1,
+            PIECE_LEN,
+            PIECE_LEN + 1,
+            (1 << 20) - 4096,
+            1 << 20,
+        ] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 13 + i / 7) as u8).collect();
+            let v = encode_chunk_value(&data);
+            let pieces = len.div_ceil(PIECE_LEN);
+            assert_eq!(piece_table_len(len), pieces * 4);
+            assert_eq!(v.len(), pieces * 4 + len, "len {len}");
+            assert_eq!(chunk_data_len(v.len()), Some(len), "len {len}");
+            assert_eq!(chunk_data(&v), Some(&data[..]));
+            for (i, piece) in data.chunks(PIECE_LEN).enumerate() {
+                assert_eq!(
+                    le32(&v, 4 * i),
+                    crc32c::crc32c(piece),
+                    "len {len} piece {i}"
+                );
+            }
+        }
+        // Value lengths no data length produces.
+        for bad in [1, 2, 3, 4, PIECE_LEN + 4 + 1, PIECE_LEN + 4 + 4] {
+            assert_eq!(chunk_data_len(bad), None, "value length {bad}");
+            assert_eq!(chunk_data(&vec![0; bad]), None);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn chunk_data_len_inverts_the_table(len in 0usize..3_000_000) {
+            prop_assert_eq!(chunk_data_len(len + piece_table_len(len)), Some(len));
         }
     }
 

@@ -1,10 +1,14 @@
 //! Tests of large objects through [`Serving`]: chunks and manifests staged, settled, read,
 //! replaced, swept at restart, and moved by background compaction.
 use crate::background::{run_to_idle, Compactor};
+use crate::device::BlockDevice;
 use crate::engine::{Durable, Options};
 use crate::error::DurableError;
-use crate::large::{chunk_key, parse_chunk_key, Manifest, CHUNK_KEY_LEN, MANIFEST_HEAD_MAX};
-use crate::record::{RecordKind, HEADER_LEN};
+use crate::large::{
+    chunk_key, parse_chunk_key, piece_table_len, Manifest, CHUNK_KEY_LEN, MANIFEST_HEAD_MAX,
+    PIECE_LEN,
+};
+use crate::record::{encoded_len, RecordKind, HEADER_LEN};
 use crate::region::RegionLog;
 use crate::serving::{drive_sync, Change, Serving, Settled};
 use crate::sim::{SimDevice, SimRng};
@@ -130,13 +134,53 @@ fn put_plain(
 fn assert_readable(s: &Serving<SimDevice>, m: &Manifest, bytes: &[u8]) {
     for i in 0..m.chunks() {
         let (a, b) = m.chunk_range(i);
+        let data = &bytes[a as usize..b as usize];
         assert_eq!(
             s.read_chunk(m.object, i).unwrap(),
-            &bytes[a as usize..b as usize],
+            data,
             "object {} chunk {i}",
             m.object
         );
+        let n = data.len();
+        for (x, y) in [(0, n), (n / 3, n / 2), (n - 1, n), (0, 1)] {
+            assert_eq!(
+                s.read_chunk_range(m.object, i, x, y).unwrap(),
+                &data[x..y],
+                "object {} chunk {i} range {x}..{y}",
+                m.object
+            );
+        }
     }
+}
+
+/// A device whose chunks span several pieces: 1 MiB segments give 252 KiB chunks, three
+/// whole 64 KiB pieces and a last one of 60 KiB.
+fn open_pieces() -> Serving<SimDevice> {
+    let o = Options {
+        segment_size: 1 << 20,
+        block_size: 4096,
+        ..opts(1)
+    };
+    Serving::new(Durable::open(SimDevice::new(16 << 20), &o).unwrap().0)
+}
+
+/// Device offset of the first data byte of chunk `index` of `object` (past its piece table).
+fn chunk_data_offset(s: &Serving<SimDevice>, object: u64, index: u32) -> u64 {
+    let e = *s.read_index().get(&chunk_key(object, index)).unwrap();
+    let rec = s
+        .superblock()
+        .geometry
+        .segment_offset(e.loc.region, e.loc.segment)
+        + u64::from(e.loc.offset);
+    let data_len = s.chunk_len().min(e.value_len as usize);
+    rec + (HEADER_LEN + CHUNK_KEY_LEN + piece_table_len(data_len)) as u64
+}
+
+fn flip_byte(s: &Serving<SimDevice>, at: u64) {
+    let mut b = [0u8];
+    s.device().read_at(at, &mut b).unwrap();
+    b[0] ^= 0x40;
+    s.device().write_at(at, &b).unwrap();
 }
 
 fn assert_gone(s: &Serving<SimDevice>, m: &Manifest) {
@@ -186,8 +230,16 @@ fn chunk_len_fits_the_segment_with_room_for_others() {
     // 8 chunk records fill the 8 MiB - 4 KiB payload: 1 MiB would fit only 7 and waste 1/8.
     let chunk = s.chunk_len();
     assert_eq!(chunk, (1 << 20) - 4096);
-    let record = chunk + HEADER_LEN + CHUNK_KEY_LEN + 2; // padded to 8 bytes
+    // The record carries a piece table: 16 crcs for 16 pieces (the last one 60 KiB).
+    assert_eq!(piece_table_len(chunk), 64);
+    let record = encoded_len(CHUNK_KEY_LEN, chunk + 64);
+    assert_eq!(record, chunk + HEADER_LEN + CHUNK_KEY_LEN + 64 + 2); // padded to 8 bytes
     assert!(8 * record <= (8 << 20) - 4096 && 9 * record > (8 << 20) - 4096);
+    assert_eq!(
+        open_pieces().chunk_len(),
+        252 * 1024,
+        "1 MiB segments: 4 per segment"
+    );
     let a = s.next_object_id();
     assert!(s.next_object_id() > a);
 }
@@ -505,7 +557,7 @@ fn background_compaction_moves_chunks_and_reclaims_replaced_objects() {
     }
     // A kept object whose chunks share segments with plain values that then die: the
     // chunks' segments become mostly dead and compaction must copy the chunks.
-    let bytes = object_bytes(1000, 4 * 4096);
+    let bytes = object_bytes(1000, 8 * 4096);
     let kept = Manifest {
         object: s.next_object_id(),
         len: bytes.len() as u64,
@@ -635,4 +687,147 @@ fn an_expired_manifest_dropped_by_compaction_takes_its_chunks() {
         "manifest never dropped"
     );
     assert_gone(&s, &m);
+}
+
+#[test]
+fn chunk_ranges_return_exactly_the_bytes_asked_for() {
+    let s = open_pieces();
+    let mut log = s.take_log(0).unwrap();
+    let mut token = 0;
+    let chunk = s.chunk_len();
+    let bytes = object_bytes(9, 2 * chunk + 5000);
+    let m = upload(&s, &mut log, b"big", &bytes, &mut token);
+    assert_eq!(m.chunks(), 3);
+    assert_readable(&s, &m, &bytes);
+    const P: usize = PIECE_LEN;
+    let mut rng = SimRng::new(7);
+    for i in 0..m.chunks() {
+        let (a, b) = m.chunk_range(i);
+        let data = &bytes[a as usize..b as usize];
+        let n = data.len();
+        let mut ranges = vec![
+            (0, n),
+            (0, 0),
+            (n, n),
+            (0, 1),
+            (n - 1, n),
+            (17, 4000.min(n)),
+        ];
+        if n > P {
+            ranges.extend([
+                (0, P),               // one whole piece
+                (P, 2 * P),           // the next, at its boundary
+                (P - 1, P + 1),       // across a boundary
+                (P + 5, P + 6000),    // inside one piece
+                (P / 2, 3 * P + 10),  // across four pieces
+                (3 * P, n),           // the last, partial piece
+                (3 * P + 100, n - 1), // inside it
+                (2 * P + 1, n),       // to the end
+            ]);
+        }
+        for _ in 0..50 {
+            let x = rng.below(n as u64 + 1) as usize;
+            let y = x + rng.below((n - x) as u64 + 1) as usize;
+            ranges.push((x, y));
+        }
+        for (x, y) in ranges {
+            assert_eq!(
+                s.read_chunk_range(m.object, i, x, y).unwrap(),
+                &data[x..y],
+                "chunk {i} range {x}..{y}"
+            );
+        }
+        assert!(matches!(
+            s.read_chunk_range(m.object, i, 0, n + 1),
+            Err(DurableError::BadRange { .. })
+        ));
+        assert!(matches!(
+            s.read_chunk_range(m.object, i, 5, 4),
+            Err(DurableError::BadRange { .. })
+        ));
+        assert!(matches!(
+            s.read_chunk_range(m.object, i, usize::MAX, usize::MAX),
+            Err(DurableError::BadRange { .. })
+        ));
+    }
+    assert!(matches!(
+        s.read_chunk_range(m.object, 3, 0, 1),
+        Err(DurableError::MissingChunk { index: 3, .. })
+    ));
+    assert!(matches!(
+        s.read_chunk_range(m.object + 1000, 0, 0, 1),
+        Err(DurableError::MissingChunk { .. })
+    ));
+    // Replaced: the old object's chunks are gone for ranges too.
+    put_plain(&s, &mut log, b"big", b"small now", &mut token);
+    drive(&s, &mut log);
+    assert!(matches!(
+        s.read_chunk_range(m.object, 0, 0, 10),
+        Err(DurableError::MissingChunk { index: 0, .. })
+    ));
+}
+
+#[test]
+fn a_flipped_byte_fails_only_the_ranges_touching_its_piece() {
+    let s = open_pieces();
+    let mut log = s.take_log(0).unwrap();
+    let mut token = 0;
+    let chunk = s.chunk_len();
+    let bytes = object_bytes(3, 2 * chunk);
+    let m = upload(&s, &mut log, b"obj", &bytes, &mut token);
+    const P: usize = PIECE_LEN;
+    let data = &bytes[..chunk];
+    let corrupt = |x: usize, y: usize| {
+        matches!(
+            s.read_chunk_range(m.object, 0, x, y),
+            Err(DurableError::Corrupt { .. })
+        )
+    };
+    let intact = |x: usize, y: usize| s.read_chunk_range(m.object, 0, x, y).unwrap() == data[x..y];
+
+    // A data byte of piece 1.
+    flip_byte(&s, chunk_data_offset(&s, m.object, 0) + (P + 1234) as u64);
+    for (x, y) in [
+        (P, P + 1),
+        (P + 1234, P + 1235),
+        (0, chunk),
+        (P - 1, P + 1),
+        (P + 2000, 2 * P),
+    ] {
+        assert!(corrupt(x, y), "range {x}..{y} touches the flipped piece");
+    }
+    for (x, y) in [
+        (0, P),
+        (P - 100, P),
+        (2 * P, chunk),
+        (2 * P, 2 * P + 5),
+        (0, 0),
+    ] {
+        assert!(intact(x, y), "range {x}..{y} is elsewhere");
+    }
+    assert!(matches!(
+        s.read_chunk(m.object, 0),
+        Err(DurableError::Corrupt { .. })
+    ));
+    assert_eq!(
+        s.read_chunk(m.object, 1).unwrap(),
+        &bytes[chunk..],
+        "chunk 1 intact"
+    );
+
+    // The crc of piece 3 in the table: that piece no longer verifies, the others do.
+    let table = chunk_data_offset(&s, m.object, 0) - piece_table_len(chunk) as u64;
+    flip_byte(&s, table + 4 * 3 + 2);
+    assert!(corrupt(3 * P, chunk) && corrupt(3 * P + 7, 3 * P + 8));
+    assert!(intact(2 * P, 3 * P) && intact(0, 10));
+
+    // The header's sequence: nothing of the record is served, not even an empty range.
+    let header = table - (HEADER_LEN + CHUNK_KEY_LEN) as u64;
+    flip_byte(&s, header + 40);
+    assert!(corrupt(0, 10) && corrupt(2 * P, 3 * P) && corrupt(5, 5));
+    // The key inside the header.
+    flip_byte(&s, header + 40);
+    assert!(intact(0, 10));
+    flip_byte(&s, header + (HEADER_LEN + 13) as u64);
+    assert!(corrupt(0, 10));
 }

@@ -125,11 +125,18 @@ fn verify(s: &Serving<SimDevice>, model: &Model, ctx: &str) -> HashMap<u64, Vec<
                     let chunk = s.read_chunk(m.object, i).unwrap_or_else(|e| {
                         panic!("{ctx}: key {k} object {} chunk {i}: {e}", m.object)
                     });
-                    assert_eq!(
-                        chunk,
-                        &bytes[a as usize..b as usize],
-                        "{ctx}: key {k} chunk {i}"
-                    );
+                    let want = &bytes[a as usize..b as usize];
+                    assert_eq!(chunk, want, "{ctx}: key {k} chunk {i}");
+                    // A few ranges of it, read and verified piece by piece.
+                    let mut pick = SimRng::new(m.object ^ u64::from(i));
+                    for _ in 0..3 {
+                        let x = pick.below(want.len() as u64 + 1) as usize;
+                        let y = x + pick.below((want.len() - x) as u64 + 1) as usize;
+                        let range = s.read_chunk_range(m.object, i, x, y).unwrap_or_else(|e| {
+                            panic!("{ctx}: key {k} object {} chunk {i} {x}..{y}: {e}", m.object)
+                        });
+                        assert_eq!(range, &want[x..y], "{ctx}: key {k} chunk {i} {x}..{y}");
+                    }
                 }
                 What::Large(m.object)
             }

@@ -313,6 +313,23 @@ impl Backfill for DeviceBackfill {
             })
             .ok()
     }
+    fn read_chunk_range(
+        &self,
+        object: u64,
+        index: u32,
+        start: usize,
+        end: usize,
+    ) -> Option<Vec<u8>> {
+        self.serving
+            .read_chunk_range(object, index, start, end)
+            .map_err(|err| {
+                eprintln!(
+                    "ringstore: data device: chunk {index} of object {object} \
+                     bytes {start}..{end}: {err}"
+                )
+            })
+            .ok()
+    }
 }
 
 /// What a completion changed for the worker.

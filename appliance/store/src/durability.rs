@@ -90,4 +90,18 @@ pub trait Backfill: Send + Sync {
         let _ = (object, index);
         None
     }
+
+    /// Large objects: bytes `start..end` of chunk `index` of `object`'s data, read and
+    /// verified piece by piece (only the pieces covering the range). `None`: missing,
+    /// unreadable, or out of range (logged by the implementation).
+    fn read_chunk_range(
+        &self,
+        object: u64,
+        index: u32,
+        start: usize,
+        end: usize,
+    ) -> Option<Vec<u8>> {
+        let _ = (object, index, start, end);
+        None
+    }
 }

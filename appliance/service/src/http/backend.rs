@@ -115,6 +115,18 @@ pub trait Backend {
         let _ = (object, index);
         None
     }
+    /// Large objects: bytes `start..end` of one chunk, read and verified piece by piece
+    /// (only the pieces covering the range).
+    fn read_chunk_range(
+        &self,
+        object: u64,
+        index: u32,
+        start: usize,
+        end: usize,
+    ) -> Option<Vec<u8>> {
+        let _ = (object, index, start, end);
+        None
+    }
 }
 
 /// The real keyspace and the limits an HTTP session obeys.
@@ -228,6 +240,18 @@ impl Backend for StoreBackend<'_> {
 
     fn read_chunk(&self, object: u64, index: u32) -> Option<Vec<u8>> {
         self.store.backfill()?.read_chunk(object, index)
+    }
+
+    fn read_chunk_range(
+        &self,
+        object: u64,
+        index: u32,
+        start: usize,
+        end: usize,
+    ) -> Option<Vec<u8>> {
+        self.store
+            .backfill()?
+            .read_chunk_range(object, index, start, end)
     }
 
     fn journal(&self) -> Option<&dyn Journal> {

@@ -216,16 +216,26 @@ impl HttpSession {
             }
             let index = u32::try_from(stream.next / u64::from(m.chunk_len)).unwrap_or(u32::MAX);
             let (start, stop) = m.chunk_range(index);
-            let chunk = backend
-                .read_chunk(m.object, index)
-                .filter(|c| c.len() as u64 == stop - start);
-            let Some(chunk) = chunk else {
+            let to = stream.end.min(stop);
+            let (from, upto) = ((stream.next - start) as usize, (to - start) as usize);
+            // The whole chunk: one read, verified by the record's crc. Part of it (a range, or
+            // the rest of the first chunk after the head): only the pieces that part covers,
+            // each verified by its own crc.
+            let part = if stream.next == start && to == stop {
+                backend
+                    .read_chunk(m.object, index)
+                    .filter(|c| c.len() as u64 == stop - start)
+            } else {
+                backend
+                    .read_chunk_range(m.object, index, from, upto)
+                    .filter(|c| c.len() == upto - from)
+            };
+            let Some(part) = part else {
                 // Replaced meanwhile, or unreadable: end the connection mid-body, so the
                 // client sees a short body and never wrong bytes.
                 return Step::Close;
             };
-            let to = stream.end.min(stop);
-            out.extend_from_slice(&chunk[(stream.next - start) as usize..(to - start) as usize]);
+            out.extend_from_slice(&part);
             stream.next = to;
         }
         let close = *connection == ConnectionField::Close;

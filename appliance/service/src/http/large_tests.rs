@@ -33,6 +33,9 @@ struct Device {
     lose_chunk: Cell<Option<u32>>,
     abandoned: RefCell<Vec<(u64, u32)>>,
     out_high_water: usize,
+    /// Whole-chunk reads and range reads made.
+    whole_reads: Cell<usize>,
+    range_reads: Cell<usize>,
 }
 
 impl Backend for Device {
@@ -100,6 +103,7 @@ impl Backend for Device {
         self.store(key, manifest, true)
     }
     fn read_chunk(&self, object: u64, index: u32) -> Option<Vec<u8>> {
+        self.whole_reads.set(self.whole_reads.get() + 1);
         if self.lose_chunk.get() == Some(index) {
             return None;
         }
@@ -107,6 +111,23 @@ impl Backend for Device {
         let (bytes, call) = chunks.get(&(object, index))?;
         assert!(*call < self.call.get(), "read of a chunk not yet durable");
         Some(bytes.clone())
+    }
+    fn read_chunk_range(
+        &self,
+        object: u64,
+        index: u32,
+        start: usize,
+        end: usize,
+    ) -> Option<Vec<u8>> {
+        self.range_reads.set(self.range_reads.get() + 1);
+        if self.lose_chunk.get() == Some(index) {
+            return None;
+        }
+        let chunks = self.chunks.borrow();
+        let (bytes, call) = chunks.get(&(object, index))?;
+        assert!(*call < self.call.get(), "read of a chunk not yet durable");
+        assert!(start < end, "an empty range is never asked for");
+        bytes.get(start..end).map(<[u8]>::to_vec)
     }
 }
 
@@ -362,4 +383,38 @@ fn over_object_size_max_is_413_before_any_body_byte() {
     assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 413"));
     assert_eq!(flow, Flow::Close);
     assert!(dev.chunks.borrow().is_empty());
+}
+
+#[test]
+fn a_range_inside_a_chunk_reads_only_that_range_and_a_whole_chunk_reads_whole() {
+    let dev = Device::new();
+    let data = body(4 * CHUNK + 10);
+    dev.drive(&put_request("r", &data), 1 << 20);
+    let get = |range: &str| {
+        let req = format!("GET /r HTTP/1.1\r\nRange: bytes={range}\r\n\r\n");
+        let (out, _) = dev.drive(req.as_bytes(), 1 << 20);
+        split_response(&out).1.to_vec()
+    };
+    // Inside chunk 2: one range read, no whole-chunk read.
+    assert_eq!(get("2100-2149"), &data[2100..2150]);
+    assert_eq!((dev.whole_reads.take(), dev.range_reads.take()), (0, 1));
+    // Exactly chunk 2: one whole read.
+    assert_eq!(get("2000-2999"), &data[2000..3000]);
+    assert_eq!((dev.whole_reads.take(), dev.range_reads.take()), (1, 0));
+    // The end of chunk 1, all of chunk 2, the start of chunk 3: range, whole, range.
+    assert_eq!(get("1500-3499"), &data[1500..3500]);
+    assert_eq!((dev.whole_reads.take(), dev.range_reads.take()), (1, 2));
+    // To the end of the object: the short last chunk from its start is whole.
+    assert_eq!(get("3999-"), &data[3999..]);
+    assert_eq!((dev.whole_reads.take(), dev.range_reads.take()), (1, 1));
+    // A lost chunk fails a range inside it too: a short (empty) body and a close.
+    dev.lose_chunk.set(Some(1));
+    let (out, flow) = dev.drive(
+        b"GET /r HTTP/1.1\r\nRange: bytes=1200-1300\r\n\r\n",
+        1 << 20,
+    );
+    assert_eq!(flow, Flow::Close);
+    let (head, got) = split_response(&out);
+    assert!(head.contains("Content-Length: 101\r\n"), "{head}");
+    assert!(got.is_empty());
 }
