@@ -81,6 +81,9 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
         ("failed_disk_write_fails_only_its_requests", |i| {
             durable::failed_disk_write_fails_only_its_requests(i)
         }),
+        ("large_object_survives_poweroff_and_power_cut", |i| {
+            durable::large_object_survives_poweroff_and_power_cut(i)
+        }),
     ]
 }
 

@@ -46,14 +46,25 @@ pub(super) fn check_listening(vm: &mut Vm, expected: &[String]) -> Result<String
 }
 
 /// The data ports of a `ringstore: ready memcache=IP:PORT http=IP:PORT` line, as the `net`
-/// lines that must listen (`tcp IP:PORT`).
+/// lines that must listen (`tcp IP:PORT`), sorted, each once.
+///
+/// The serial console interleaves the kernel's log with PID 1's output: the ready line can
+/// arrive twice on one console line (PID 1's and its kmsg copy) with a kernel timestamp glued
+/// to the last address (`http=0.0.0.0:8080[    2.6]`). Only whole socket addresses count.
 pub(super) fn data_sockets(ready_line: &str) -> Vec<String> {
-    ready_line
+    let mut out: Vec<String> = ready_line
         .split_whitespace()
         .filter_map(|w| w.split_once('='))
         .filter(|(k, _)| matches!(*k, "memcache" | "http" | "udp"))
-        .map(|(k, addr)| format!("{} {addr}", if k == "udp" { "udp" } else { "tcp" }))
-        .collect()
+        .filter_map(|(k, addr)| {
+            let addr = addr.trim_end_matches(|c: char| !c.is_ascii_digit());
+            addr.parse::<std::net::SocketAddr>().ok()?;
+            Some(format!("{} {addr}", if k == "udp" { "udp" } else { "tcp" }))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The first console line that starts with `prefix`.
@@ -158,6 +169,13 @@ mod tests {
         assert_eq!(
             data_sockets("ringstore: ready memcache=10.0.0.1:1 udp=10.0.0.1:2"),
             ["tcp 10.0.0.1:1", "udp 10.0.0.1:2"]
+        );
+        // Seen in a CI run: the line twice on one console line, a kernel timestamp glued on.
+        assert_eq!(
+            data_sockets(
+                "ringstore: ready memcache=0.0.0.0:11211 http=0.0.0.0:8080ringstore: ready memcache=0.0.0.0:11211 http=0.0.0.0:8080[    2.605666] x"
+            ),
+            ["tcp 0.0.0.0:11211", "tcp 0.0.0.0:8080"]
         );
         let sockets = data_sockets(
             "ringstore: ready memcache=0.0.0.0:11211 http=[::]:8080 udp=0.0.0.0:11211",
