@@ -183,6 +183,14 @@ impl Vm {
             if let Some(at) = out.get(from.min(out.len())..).and_then(|s| s.find(needle)) {
                 return Ok(from + at + needle.len());
             }
+            if let Some(stall) = guest_stalled_before_init(&out) {
+                bail!(
+                    "{}: {STALL_BEFORE_INIT} ({}) while waiting for {needle:?}; last lines:\n{}",
+                    self.name,
+                    stall.trim(),
+                    self.tail()
+                );
+            }
             if let Some(status) = self.qemu.child.try_wait()? {
                 let stderr =
                     std::fs::read_to_string(self.qemu.dir.join("qemu.stderr")).unwrap_or_default();
@@ -260,5 +268,35 @@ impl Vm {
                 let inner = l.trim_start().strip_prefix('[')?.split(']').next()?;
                 inner.trim().parse().ok()
             })
+    }
+}
+
+/// What a wait reports when the emulated machine stalled before our code ran.
+pub const STALL_BEFORE_INIT: &str = "the guest kernel stalled before /init ran";
+
+/// A stall report of the guest kernel (RCU "detected stalls", or its timer never firing)
+/// printed before `Run /init`: seen under TCG right after the disks were probed, on an idle
+/// host. Nothing of ringstore has run yet, so the test is worth one more boot.
+pub fn guest_stalled_before_init(console: &str) -> Option<&str> {
+    if console.contains("Run /init as init process") {
+        return None;
+    }
+    console.lines().find(|l| {
+        l.contains("rcu: INFO: rcu_sched detected stalls")
+            || l.contains("timer wakeup didn't happen")
+    })
+}
+
+#[cfg(test)]
+mod stall_tests {
+    use super::*;
+
+    #[test]
+    fn a_stall_counts_only_before_init() {
+        let stalled = "[ 1.5] virtio_blk virtio1: [vda]\n[ 22.0] rcu: INFO: rcu_sched detected stalls on CPUs/tasks:\n";
+        assert!(guest_stalled_before_init(stalled).is_some());
+        let later = "[ 2.3] Run /init as init process\n[ 22.0] rcu: INFO: rcu_sched detected stalls on CPUs/tasks:\n";
+        assert!(guest_stalled_before_init(later).is_none());
+        assert!(guest_stalled_before_init("[ 1.0] booting\n").is_none());
     }
 }
