@@ -1,6 +1,6 @@
 //! The one table of configuration keys: name, what values are allowed, how a value is applied.
 
-use crate::value::{parse_count, parse_endpoint, parse_size};
+use crate::value::{parse_count, parse_endpoint, parse_networks, parse_size};
 use crate::{Config, NumaChoice, Placement};
 
 /// One configuration key.
@@ -47,6 +47,14 @@ pub static KEYS: &[KeyInfo] = &[
         endpoint: true,
         hidden: false,
         apply: |c, v| parse_endpoint(v).map(|e| c.udp = e).ok_or(()),
+    },
+    KeyInfo {
+        name: "udp-allow",
+        expected: "a comma list of networks like 10.0.0.0/8,::1/128 (or any)",
+        help: "source networks whose memcache UDP datagrams are answered (default any)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| parse_networks(v).map(|n| c.udp_allow = n).ok_or(()),
     },
     KeyInfo {
         name: "cores",
@@ -135,6 +143,20 @@ pub static KEYS: &[KeyInfo] = &[
         apply: |c, v| match parse_count(v) {
             Some(n) if (1..=1 << 20).contains(&n) => {
                 c.max_conns = n as usize;
+                Ok(())
+            }
+            _ => Err(()),
+        },
+    },
+    KeyInfo {
+        name: "conn-memory",
+        expected: "a size like 64MiB (at least 1MiB)",
+        help: "RAM all connections together may hold in requests and replies in flight, beyond 32KiB in and 64KiB out each (default 64MiB)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| match parse_size(v) {
+            Some(n) if n >= 1 << 20 => {
+                c.conn_memory = usize::try_from(n).unwrap_or(usize::MAX);
                 Ok(())
             }
             _ => Err(()),

@@ -42,6 +42,8 @@ pub struct Config {
     pub http: Option<SocketAddr>,
     /// `udp`: memcache over UDP; default off.
     pub udp: Option<SocketAddr>,
+    /// `udp-allow`: source networks answered over UDP; empty = any.
+    pub udp_allow: Vec<ipnet::IpNet>,
     /// `cores`: 0 = every CPU of the chosen node.
     pub cores: usize,
     pub numa: NumaChoice,
@@ -53,6 +55,9 @@ pub struct Config {
     pub data_format: DataFormat,
     /// `max-conns`.
     pub max_conns: usize,
+    /// `conn-memory`: bytes of requests and replies in flight, across all connections,
+    /// beyond a fixed allowance each.
+    pub conn_memory: usize,
     /// `item-size-max`: largest value (memcached `-I`).
     pub item_size_max: usize,
     /// `object-size-max`: largest HTTP object with a data device (streamed to the device).
@@ -83,12 +88,14 @@ impl Default for Config {
             memcache: Some(SocketAddr::from(([0, 0, 0, 0], 11211))),
             http: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
             udp: None,
+            udp_allow: Vec::new(),
             cores: 0,
             numa: NumaChoice::Auto,
             memory: 64 << 20,
             data: None,
             data_format: DataFormat::Auto,
             max_conns: 4096,
+            conn_memory: 64 << 20,
             item_size_max: 1 << 20,
             object_size_max: 4 << 30,
             external_value_min: 64 << 10,

@@ -91,3 +91,41 @@ mod tests {
         assert_eq!(parse_count(""), None);
     }
 }
+
+/// Parses `10.0.0.0/8,192.168.1.7,::1/128` (a bare address is a single host) or `any`
+/// (every source: the empty list). At most 256 networks.
+pub fn parse_networks(text: &str) -> Option<Vec<ipnet::IpNet>> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("any") {
+        return Some(Vec::new());
+    }
+    let nets: Option<Vec<ipnet::IpNet>> = text
+        .split(',')
+        .map(str::trim)
+        .map(|part| {
+            part.parse::<ipnet::IpNet>().ok().or_else(|| {
+                part.parse::<std::net::IpAddr>()
+                    .ok()
+                    .map(ipnet::IpNet::from)
+            })
+        })
+        .collect();
+    nets.filter(|n| !n.is_empty() && n.len() <= 256)
+}
+
+#[cfg(test)]
+mod network_tests {
+    use super::parse_networks;
+
+    #[test]
+    fn networks_parse_and_reject_junk() {
+        let nets = parse_networks("10.0.0.0/8, 127.0.0.1,::1/128").unwrap();
+        assert_eq!(nets.len(), 3);
+        assert!(nets[0].contains(&"10.9.8.7".parse::<std::net::IpAddr>().unwrap()));
+        assert!(!nets[1].contains(&"127.0.0.2".parse::<std::net::IpAddr>().unwrap()));
+        assert_eq!(parse_networks("any"), Some(Vec::new()));
+        for bad in ["", "10.0.0.0/33", "nope", "10.0.0.0/8,", "1.2.3.4/8/9"] {
+            assert_eq!(parse_networks(bad), None, "{bad:?}");
+        }
+    }
+}

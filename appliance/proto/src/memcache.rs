@@ -78,6 +78,19 @@ impl Default for Limits {
 pub enum Parse<'a> {
     /// No complete request yet; keep the bytes and read more.
     Incomplete,
+    /// A storage command (text or `ms`) whose line is whole but whose data block has not all
+    /// arrived. The caller knows now how much it will have to buffer (`request_len` bytes in
+    /// all) and may refuse before buffering it: answer `SERVER_ERROR out of memory storing
+    /// object` (unless `noreply`), consume `line_len` bytes and swallow the `request_len -
+    /// line_len` that follow, and for `set`/`ms` remove the old item, as memcached does when
+    /// it cannot allocate the item. Otherwise it is handled like [`Parse::Incomplete`].
+    AwaitingValue {
+        request_len: usize,
+        line_len: usize,
+        key: &'a [u8],
+        remove_old: bool,
+        noreply: bool,
+    },
     /// Input broke a bound memcached enforces by closing the connection. `reply` is sent
     /// first when there is one (memcached itself closes silently on an overlong line).
     Close { reply: Option<&'static str> },
@@ -331,7 +344,13 @@ pub(crate) fn with_value<'a>(
     }
     let need = vlen + 2;
     if after.len() < need {
-        return Parse::Incomplete;
+        return Parse::AwaitingValue {
+            request_len: line_end + need,
+            line_len: line_end,
+            key,
+            remove_old,
+            noreply,
+        };
     }
     let request = if &after[vlen..need] != b"\r\n" {
         Request::error(BAD_DATA_CHUNK, noreply)

@@ -17,6 +17,10 @@ pub(crate) trait Handler: Send + Sync + 'static {
         out: &mut Vec<u8>,
     ) -> Flow;
     fn has_partial_request(&self, session: &Self::Session) -> bool;
+    /// Every output byte of `session` has been sent.
+    fn output_flushed(&self, session: &mut Self::Session) {
+        let _ = session;
+    }
     fn conn_opened(&self, worker: usize);
     fn conn_closed(&self, worker: usize);
     /// The connection of `session` is gone (before [`Handler::conn_closed`]).
@@ -49,6 +53,9 @@ impl Handler for ServiceHandler {
     }
     fn has_partial_request(&self, session: &Session) -> bool {
         session.has_partial_request()
+    }
+    fn output_flushed(&self, session: &mut Session) {
+        session.on_output_flushed()
     }
     fn conn_opened(&self, worker: usize) {
         self.0.conn_opened(worker)

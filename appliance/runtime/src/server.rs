@@ -57,6 +57,7 @@ impl Server {
     /// store is allocated; threads spawned afterwards inherit the policy).
     pub fn start(config: &Config) -> Result<Server, RuntimeError> {
         crate::sys::ignore_sigpipe();
+        crate::sys::return_freed_memory_promptly();
         crate::sys::raise_nofile_limit();
         let topology =
             Topology::read().map_err(|e| RuntimeError::io("reading /sys topology", e))?;
@@ -104,6 +105,7 @@ impl Server {
             } else {
                 0
             },
+            conn_memory: config.conn_memory,
         };
         let service_topology = ServiceTopology {
             numa_node: node,
@@ -143,6 +145,7 @@ impl Server {
                 shared.clone(),
                 clock,
                 plane.stop_fd(),
+                config.udp_allow.clone(),
             )?);
         }
         // Every worker has started (Plane::start waits for them): publish the union of their

@@ -2,11 +2,14 @@
 //! (request id, sequence, datagram count, reserved) and one whole request; replies are split
 //! into datagrams of at most 1400 bytes, each with its header.
 
+use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use ringstore_service::{Protocol, Session, Shared};
+
+use ipnet::IpNet;
 
 use crate::clock::Clock;
 use crate::RuntimeError;
@@ -14,7 +17,13 @@ use crate::RuntimeError;
 const HEADER: usize = 8;
 const DATAGRAM: usize = 1400;
 /// Largest request datagram accepted.
-const MAX_REQUEST: usize = 64 << 10;
+const REQUEST_MAX: usize = 64 << 10;
+/// Reply bytes one request datagram may produce (47 datagrams). memcache over UDP is an
+/// amplification vector (a 54-byte `get` naming a large value thousands of times), so a
+/// longer reply is replaced by [`REPLY_TOO_LARGE`]; TCP serves such requests.
+pub(crate) const REPLY_MAX: usize = 64 << 10;
+/// What a request whose reply would pass [`REPLY_MAX`] gets instead.
+const REPLY_TOO_LARGE: &[u8] = b"SERVER_ERROR reply too large for UDP\r\n";
 
 /// Splits `reply` into framed datagrams for request `id`; `None` if it needs more than 65535.
 pub(crate) fn frame_reply(id: u16, reply: &[u8]) -> Option<Vec<Vec<u8>>> {
@@ -41,18 +50,55 @@ pub(crate) fn spawn(
     shared: Arc<Shared>,
     clock: Clock,
     stop_fd: RawFd,
+    allow: Vec<IpNet>,
 ) -> Result<JoinHandle<()>, RuntimeError> {
     std::thread::Builder::new()
         .name("ringstore-udp".into())
-        .spawn(move || serve(socket, shared, clock, stop_fd))
+        .spawn(move || serve(socket, shared, clock, stop_fd, &allow))
         .map_err(|e| RuntimeError::io("spawning the UDP thread", e))
 }
 
-fn serve(socket: OwnedFd, shared: Arc<Shared>, clock: Clock, stop_fd: RawFd) {
+/// Whether datagrams from `peer` are answered (`allow` empty: every source).
+pub(crate) fn allowed(allow: &[IpNet], peer: Option<IpAddr>) -> bool {
+    allow.is_empty() || peer.is_some_and(|ip| allow.iter().any(|net| net.contains(&ip)))
+}
+
+/// Runs `input` (one request datagram) through `session`; the reply, at most
+/// [`REPLY_MAX`] bytes, is left in `out`.
+pub(crate) fn answer(
+    session: &mut Session,
+    input: &[u8],
+    clock: &Clock,
+    shared: &Shared,
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    let mut input = input;
+    let mut flow;
+    loop {
+        flow = session.on_bytes(input, clock.now(), shared, out);
+        input = &[];
+        if flow != ringstore_service::Flow::Drain || out.len() > REPLY_MAX {
+            break;
+        }
+    }
+    if out.len() > REPLY_MAX {
+        out.clear();
+        out.extend_from_slice(REPLY_TOO_LARGE);
+    }
+    if flow != ringstore_service::Flow::Continue || session.has_partial_request() {
+        // A datagram is a whole request: nothing carries over to the next one.
+        *session = Session::new(Protocol::Memcache, shared.aux_slot());
+    }
+    session.on_output_flushed();
+}
+
+fn serve(socket: OwnedFd, shared: Arc<Shared>, clock: Clock, stop_fd: RawFd, allow: &[IpNet]) {
     let fd = socket.as_raw_fd();
-    let mut buf = vec![0u8; MAX_REQUEST];
+    let mut buf = vec![0u8; REQUEST_MAX];
     let mut out = Vec::new();
-    let mut session = Session::new(Protocol::Memcache, 0);
+    // The spare counter slot: worker 0's slot is written only by worker 0's thread.
+    let mut session = Session::new(Protocol::Memcache, shared.aux_slot());
     loop {
         let ready = crate::sys::poll_readable(&[fd, stop_fd], 1000);
         if ready[1] {
@@ -70,18 +116,10 @@ fn serve(socket: OwnedFd, shared: Arc<Shared>, clock: Clock, stop_fd: RawFd) {
             if total != 1 {
                 continue; // multi-datagram requests are not supported (as in memcached)
             }
-            out.clear();
-            let mut input = &buf[HEADER..len];
-            loop {
-                let flow = session.on_bytes(input, clock.now(), &shared, &mut out);
-                input = &[];
-                if flow != ringstore_service::Flow::Drain || out.len() > 4 << 20 {
-                    break;
-                }
+            if !allowed(allow, crate::sys::peer_ip(&peer)) {
+                continue;
             }
-            if session.has_partial_request() {
-                session = Session::new(Protocol::Memcache, 0); // a datagram is a whole request
-            }
+            answer(&mut session, &buf[HEADER..len], &clock, &shared, &mut out);
             if let Some(datagrams) = frame_reply(id, &out) {
                 for datagram in datagrams.iter().filter(|_| !out.is_empty()) {
                     crate::sys::send_to(fd, datagram, &peer);

@@ -621,6 +621,7 @@ impl<H: Handler> Worker<H> {
                 return self.arm_send(slot); // short send: the rest goes next
             }
             conn.output_flushed();
+            self.setup.handler.output_flushed(&mut conn.session);
             match conn.after_send {
                 // The linked receive is already armed unless a short send cancelled it.
                 Flow::Continue if conn.recv_armed => {

@@ -47,6 +47,7 @@ use ringstore_proto::http::{
     KeyBuf, Limits, Method, RequestHead, Scan, Status, Version, CONTINUE,
 };
 
+use crate::budget::{Hold, IN_FREE};
 use crate::{Flow, Now, Shared};
 
 /// Capacity kept by an idle session's buffers; larger ones are released after use so a
@@ -63,6 +64,8 @@ pub struct HttpSession {
     state: State,
     /// Decoded chunked PUT body.
     chunked_body: Vec<u8>,
+    /// Connection-memory reservation for buffered input beyond [`IN_FREE`].
+    in_hold: Hold,
 }
 
 /// A PUT whose head was accepted and whose body is being read.
@@ -115,8 +118,13 @@ impl HttpSession {
             scanner: HeadScanner::new(),
             state: State::Head,
             chunked_body: Vec::new(),
+            in_hold: Hold::default(),
         }
     }
+
+    /// Output sent: nothing to give back (HTTP replies are bounded per connection by the
+    /// high-water mark plus one value; only request bodies are reserved).
+    pub fn on_output_flushed(&mut self) {}
 
     /// The worker this session runs on.
     pub fn worker(&self) -> usize {
@@ -158,11 +166,55 @@ impl HttpSession {
         if matches!(self.state, State::Closed) {
             return Flow::Close;
         }
+        let flow = self.buffer_and_process(input, now, backend, out);
+        if flow == Flow::Close {
+            self.in_hold.release();
+            return flow;
+        }
+        self.hold_input(backend, out, flow)
+    }
+
+    /// Keeps the input reservation equal to what the session buffers beyond [`IN_FREE`]
+    /// (for a body of known length, the whole body from its head on); without room the
+    /// request is answered 503 and the connection closes.
+    fn hold_input<B: Backend>(&mut self, backend: &B, out: &mut Vec<u8>, flow: Flow) -> Flow {
+        let Some(budget) = backend.conn_memory() else {
+            return flow;
+        };
+        let body = match &self.state {
+            State::PutLength { len, .. } => *len,
+            _ => 0,
+        };
+        let want = (self.pending.len().max(body) + self.chunked_body.len()).saturating_sub(IN_FREE);
+        if self.in_hold.set(budget, want) {
+            return flow;
+        }
+        self.in_hold.release();
+        self.pending = Vec::new();
+        self.chunked_body = Vec::new();
+        self.state = State::Closed;
+        backend.record(self.worker, Event::Response(Status::ServiceUnavailable));
+        write_empty(out, Status::ServiceUnavailable, ConnectionField::Close);
+        Flow::Close
+    }
+
+    fn buffer_and_process<B: Backend>(
+        &mut self,
+        input: &[u8],
+        now: Now,
+        backend: &B,
+        out: &mut Vec<u8>,
+    ) -> Flow {
         if self.pending.is_empty() {
             // Fast path: parse straight from the runtime's buffer, keep only a remainder.
             let (used, flow) = self.process(input, now, backend, out);
             if flow != Flow::Close {
-                self.pending.extend_from_slice(&input[used..]);
+                let rest = &input[used..];
+                if let State::PutLength { len, .. } = &self.state {
+                    // The body is coming: buffer it once, at its final size.
+                    self.pending.reserve_exact((*len).max(rest.len()));
+                }
+                self.pending.extend_from_slice(rest);
             }
             return flow;
         }
@@ -398,6 +450,14 @@ impl HttpSession {
         out: &mut Vec<u8>,
     ) -> Step {
         let max = backend.item_size_max();
+        if let (BodyFraming::Length(n), Some(budget)) = (head.body, backend.conn_memory()) {
+            // Reserve a body of known size before reading it (memcached reserves a value
+            // when its command line arrives); the reservation is kept by `hold_input`.
+            let len = usize::try_from(n).unwrap_or(usize::MAX);
+            if len <= max && !self.in_hold.set(budget, len.saturating_sub(IN_FREE)) {
+                return self.fail(backend, out, Status::ServiceUnavailable);
+            }
+        }
         let put = PendingPut {
             key,
             flags: head.flags.unwrap_or(0),

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+pub mod budget;
 pub mod http;
 pub mod memcache;
 mod stats;
@@ -46,6 +47,10 @@ pub struct ServiceConfig {
     /// Largest HTTP object (`object-size-max`); bodies over `item_size_max` are streamed to
     /// the data device when one is attached, and refused (413) without one.
     pub object_size_max: u64,
+    /// Bytes all connections together may hold in requests being received and replies
+    /// waiting to be sent, beyond [`budget::IN_FREE`] + [`budget::OUT_FREE`] each
+    /// (`--conn-memory`).
+    pub conn_memory: usize,
 }
 
 impl Default for ServiceConfig {
@@ -57,6 +62,7 @@ impl Default for ServiceConfig {
             out_high_water: 256 * 1024,
             max_conns: 1024,
             object_size_max: 0,
+            conn_memory: 64 << 20,
         }
     }
 }
@@ -81,6 +87,8 @@ pub struct Topology {
 /// as 16 hex digits (`worker_capeff`). 0 until set.
 pub struct Shared {
     pub store: Store,
+    /// What connections hold in flight, bounded across all of them.
+    pub conn_memory: Arc<budget::ConnMemory>,
     pub config: ServiceConfig,
     pub topology: Topology,
     /// Effective capabilities of the workers (bit mask as in `CapEff`); set by the runtime.
@@ -105,6 +113,7 @@ impl Shared {
     ) -> Arc<Shared> {
         Arc::new(Shared {
             store,
+            conn_memory: budget::ConnMemory::new(config.conn_memory),
             config,
             topology,
             worker_capeff: std::sync::atomic::AtomicU64::new(0),
@@ -254,6 +263,15 @@ impl Session {
     pub fn on_close(&mut self, shared: &Shared) {
         if let SessionKind::Http(s) = &mut self.inner {
             s.on_close(&http::StoreBackend::of(shared, s.worker()));
+        }
+    }
+
+    /// Every byte of output the session produced has been sent: what it reserved for that
+    /// output in the connection-memory budget goes back.
+    pub fn on_output_flushed(&mut self) {
+        match &mut self.inner {
+            SessionKind::Memcache(s) => s.on_output_flushed(),
+            SessionKind::Http(s) => s.on_output_flushed(),
         }
     }
 

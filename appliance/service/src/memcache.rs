@@ -12,6 +12,8 @@
 
 mod admin;
 mod arith;
+#[cfg(test)]
+mod bound_tests;
 pub mod expiry;
 mod get;
 mod meta;
@@ -20,9 +22,13 @@ mod storage;
 #[cfg(test)]
 mod tests;
 
-use ringstore_proto::memcache::{parse, reply, Limits, Parse, Request};
+use ringstore_proto::memcache::{parse, reply, Limits, Parse, Request, OUT_OF_MEMORY, TOO_LARGE};
 
+use crate::budget::{Hold, IN_FREE, OUT_FREE};
 use crate::{Flow, Now, Shared, WorkerStats};
+
+/// memcached's answer when it cannot grow a connection's read buffer (then it closes).
+const OUT_OF_MEMORY_READING: &str = "SERVER_ERROR out of memory reading request";
 
 /// The memcached version ringstore answers as (`version`, `stats version`): clients pick
 /// features (meta commands) by it.
@@ -47,6 +53,14 @@ pub struct MemcacheSession {
     pending: Vec<u8>,
     /// Bytes of a refused data block still to discard (memcached's `conn_swallow`).
     swallow: usize,
+    /// Keys of the get at the head of `pending` already answered (0: none paused).
+    get_cursor: usize,
+    /// Length of the storage request whose data block is arriving (0: none).
+    awaiting: usize,
+    /// Connection-memory reservation for `pending` beyond [`IN_FREE`].
+    in_hold: Hold,
+    /// Connection-memory reservation for pending output beyond [`OUT_FREE`].
+    out_hold: Hold,
 }
 
 impl MemcacheSession {
@@ -55,7 +69,16 @@ impl MemcacheSession {
             worker,
             pending: Vec::new(),
             swallow: 0,
+            get_cursor: 0,
+            awaiting: 0,
+            in_hold: Hold::default(),
+            out_hold: Hold::default(),
         }
+    }
+
+    /// The runtime sent every pending output byte: the output reservation goes back.
+    pub fn on_output_flushed(&mut self) {
+        self.out_hold.release();
     }
 
     /// See [`crate::Session::on_bytes`].
@@ -63,11 +86,23 @@ impl MemcacheSession {
         let stats = shared.stats(self.worker);
         stats.bytes_read.add(input.len() as u64);
         let out_start = out.len();
+        // What is still pending from earlier calls keeps its reservation; the rest goes back.
+        let _ = self.out_hold.set(
+            &shared.conn_memory,
+            self.out_hold
+                .bytes()
+                .min(out.len().saturating_sub(OUT_FREE)),
+        );
         let ctx = Ctx { shared, stats, now };
-        let flow = if self.pending.is_empty() {
+        let mut flow = if self.pending.is_empty() {
             let (used, flow) = self.run(input, &ctx, out);
             if flow != Flow::Close {
-                self.pending.extend_from_slice(&input[used..]);
+                let rest = &input[used..];
+                if self.awaiting > rest.len() {
+                    // The data block is coming: buffer it once, at its final size.
+                    self.pending.reserve_exact(self.awaiting);
+                }
+                self.pending.extend_from_slice(rest);
             }
             flow
         } else {
@@ -78,18 +113,46 @@ impl MemcacheSession {
             self.pending = buf;
             flow
         };
+        if flow != Flow::Close {
+            flow = self.hold_input(shared, out, flow);
+        }
         if flow == Flow::Close
             || (self.pending.is_empty() && self.pending.capacity() > RETAINED_CAPACITY)
         {
             self.pending = Vec::new();
         }
+        if flow == Flow::Close {
+            self.in_hold.release();
+        }
         stats.bytes_written.add((out.len() - out_start) as u64);
         flow
     }
 
+    /// Keeps the input reservation equal to what `pending` holds (or will hold, for an
+    /// arriving data block) beyond [`IN_FREE`]. A storage request was already refused in
+    /// [`MemcacheSession::run`] when its block did not fit; what is left is a long `get` line
+    /// growing without room, which memcached answers with an error before it closes.
+    fn hold_input(&mut self, shared: &Shared, out: &mut Vec<u8>, flow: Flow) -> Flow {
+        let want = self
+            .pending
+            .len()
+            .max(self.awaiting)
+            .saturating_sub(IN_FREE);
+        if self.in_hold.set(&shared.conn_memory, want) {
+            return flow;
+        }
+        self.pending.clear();
+        reply::line(out, OUT_OF_MEMORY_READING);
+        Flow::Close
+    }
+
     /// True while part of a request is buffered or a refused value is being swallowed.
+    ///
+    /// A paused get is not partial: its request is whole and what it waits for is the client
+    /// reading, which the idle timeout bounds (every send that makes progress counts as
+    /// activity, so a slow reader is served and one that never reads is cut).
     pub fn has_partial_request(&self) -> bool {
-        !self.pending.is_empty() || self.swallow > 0
+        (!self.pending.is_empty() && self.get_cursor == 0) || self.swallow > 0
     }
 
     /// Parses and executes requests from `buf`; returns the bytes used and the next step.
@@ -100,6 +163,7 @@ impl MemcacheSession {
         };
         let high_water = ctx.shared.config.out_high_water;
         let mut pos = 0;
+        self.awaiting = 0;
         loop {
             if self.swallow > 0 {
                 let n = self.swallow.min(buf.len() - pos);
@@ -117,6 +181,23 @@ impl MemcacheSession {
             }
             match parse(&buf[pos..], &limits) {
                 Parse::Incomplete => return (pos, Flow::Continue),
+                Parse::AwaitingValue {
+                    request_len,
+                    line_len,
+                    key,
+                    remove_old,
+                    noreply,
+                } => {
+                    let room = request_len.max(buf.len() - pos).saturating_sub(IN_FREE);
+                    if self.in_hold.set(&ctx.shared.conn_memory, room) {
+                        self.awaiting = request_len;
+                        return (pos, Flow::Continue);
+                    }
+                    // No room to buffer the block: refuse it before reading it, and swallow it.
+                    storage::refuse_value(ctx, out, key, remove_old, noreply, OUT_OF_MEMORY);
+                    pos += line_len;
+                    self.swallow = request_len - line_len;
+                }
                 Parse::Close { reply: line } => {
                     if let Some(line) = line {
                         reply::line(out, line);
@@ -124,7 +205,6 @@ impl MemcacheSession {
                     return (buf.len(), Flow::Close);
                 }
                 Parse::Done { request, consumed } => {
-                    pos += consumed;
                     // With a data device, each reply's bytes are noted so a failed write can be answered with an error.
                     let journal = ctx.shared.store.journal();
                     let mark = journal.map(|j| (j.staged(), out.len()));
@@ -132,8 +212,11 @@ impl MemcacheSession {
                     if let (Some(j), Some((since, start))) = (journal, mark) {
                         j.reply_span(since, start, out.len());
                     }
-                    if flow == Flow::Close {
-                        return (buf.len(), Flow::Close);
+                    match flow {
+                        Flow::Close => return (buf.len(), Flow::Close),
+                        // A paused get: it stays unconsumed at the head of the input.
+                        Flow::Drain => return (pos, Flow::Drain),
+                        Flow::Continue => pos += consumed,
                     }
                 }
             }
@@ -142,7 +225,13 @@ impl MemcacheSession {
 
     fn execute(&mut self, request: Request<'_>, ctx: &Ctx<'_>, out: &mut Vec<u8>) -> Flow {
         match request {
-            Request::Get(g) => get::get(ctx, out, g),
+            Request::Get(g) => match get::get(ctx, out, &mut self.out_hold, g, self.get_cursor) {
+                get::Progress::Done => self.get_cursor = 0,
+                get::Progress::Paused(next) => {
+                    self.get_cursor = next;
+                    return Flow::Drain;
+                }
+            },
             Request::Store(s) => storage::store(ctx, out, &s),
             Request::TooLarge {
                 key,
@@ -150,7 +239,7 @@ impl MemcacheSession {
                 noreply,
                 swallow,
             } => {
-                storage::too_large(ctx, out, key, remove_old, noreply);
+                storage::refuse_value(ctx, out, key, remove_old, noreply, TOO_LARGE);
                 self.swallow = swallow;
             }
             Request::Arith {

@@ -25,6 +25,8 @@ fn shared() -> &'static Arc<Shared> {
             out_high_water: 8192,
             max_conns: 4,
             object_size_max: 0,
+            // Small, so fuzzed inputs reach the refusals too.
+            conn_memory: 1 << 20,
         };
         Shared::new(store, config, Topology::default(), 1, 1, 0)
     })

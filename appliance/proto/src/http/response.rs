@@ -24,6 +24,7 @@ pub enum Status {
     HeadersTooLarge,
     InternalError,
     NotImplemented,
+    ServiceUnavailable,
     VersionNotSupported,
     InsufficientStorage,
 }
@@ -49,6 +50,7 @@ impl Status {
             Status::HeadersTooLarge => 431,
             Status::InternalError => 500,
             Status::NotImplemented => 501,
+            Status::ServiceUnavailable => 503,
             Status::VersionNotSupported => 505,
             Status::InsufficientStorage => 507,
         }
@@ -74,6 +76,7 @@ impl Status {
             Status::HeadersTooLarge => b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
             Status::InternalError => b"HTTP/1.1 500 Internal Server Error\r\n",
             Status::NotImplemented => b"HTTP/1.1 501 Not Implemented\r\n",
+            Status::ServiceUnavailable => b"HTTP/1.1 503 Service Unavailable\r\n",
             Status::VersionNotSupported => b"HTTP/1.1 505 HTTP Version Not Supported\r\n",
             Status::InsufficientStorage => b"HTTP/1.1 507 Insufficient Storage\r\n",
         }
@@ -279,6 +282,7 @@ mod tests {
             Status::HeadersTooLarge,
             Status::InternalError,
             Status::NotImplemented,
+            Status::ServiceUnavailable,
             Status::VersionNotSupported,
             Status::InsufficientStorage,
         ] {

@@ -41,7 +41,7 @@ proptest! {
         while steps < 64 {
             steps += 1;
             match parse(rest, &l) {
-                Parse::Incomplete | Parse::Close { .. } => break,
+                Parse::Incomplete | Parse::AwaitingValue { .. } | Parse::Close { .. } => break,
                 Parse::Done { consumed, .. } => {
                     prop_assert!(consumed > 0 && consumed <= rest.len());
                     rest = &rest[consumed..];
@@ -57,6 +57,11 @@ proptest! {
         let cut = cut.min(input.len());
         match parse(&input[..cut], &l) {
             Parse::Incomplete => {}
+            Parse::AwaitingValue { request_len, line_len, .. } => {
+                // The whole input completes the request, or is itself still short of it.
+                prop_assert!(line_len <= cut && cut < request_len);
+                prop_assert!(request_len <= l.max_buffered());
+            }
             Parse::Done { request, consumed } => {
                 // A request complete in the prefix is the same request in the whole.
                 prop_assert_eq!(full, Parse::Done { request, consumed });
@@ -68,8 +73,12 @@ proptest! {
     #[test]
     fn incomplete_input_stays_bounded(input in prop::collection::vec(any::<u8>(), 0..600)) {
         let l = limits();
-        if parse(&input, &l) == Parse::Incomplete {
-            prop_assert!(input.len() <= l.max_buffered());
+        match parse(&input, &l) {
+            Parse::Incomplete => prop_assert!(input.len() <= l.max_buffered()),
+            Parse::AwaitingValue { request_len, .. } => {
+                prop_assert!(input.len() < request_len && request_len <= l.max_buffered());
+            }
+            _ => {}
         }
     }
 }

@@ -129,9 +129,21 @@ mod tests {
 
     #[test]
     fn set_waits_for_data() {
-        assert_eq!(p(b"set k 0 0 3\r\nab"), Parse::Incomplete);
-        assert_eq!(p(b"set k 0 0 3\r\nabc\r"), Parse::Incomplete);
-        assert_eq!(p(b"set k 0 0 3\r\n"), Parse::Incomplete);
+        let awaiting = Parse::AwaitingValue {
+            request_len: 18,
+            line_len: 13,
+            key: b"k",
+            remove_old: true,
+            noreply: false,
+        };
+        assert_eq!(p(b"set k 0 0 3\r\nab"), awaiting);
+        assert_eq!(p(b"set k 0 0 3\r\nabc\r"), awaiting);
+        assert_eq!(p(b"set k 0 0 3\r\n"), awaiting);
+        assert_eq!(
+            p(b"set k 0 0 3"),
+            Parse::Incomplete,
+            "the line itself is not whole"
+        );
     }
 
     #[test]

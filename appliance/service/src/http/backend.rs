@@ -71,6 +71,11 @@ pub trait Backend {
     fn item_size_max(&self) -> usize;
     /// Output size past which the session stops and asks the runtime to drain.
     fn out_high_water(&self) -> usize;
+    /// The connection-memory budget request bodies are reserved in (`None`: unbounded, for
+    /// tests of other behaviour).
+    fn conn_memory(&self) -> Option<&std::sync::Arc<crate::budget::ConnMemory>> {
+        None
+    }
     /// Reads `key` (marking it accessed) and calls `f` with it while it is pinned.
     fn read<R>(&self, key: &[u8], now: Now, f: impl FnOnce(Option<Object<'_>>) -> R) -> R;
     /// Stores `value` with memcache exptime `ttl` (0 never, up to 30 days relative, beyond
@@ -139,6 +144,8 @@ pub struct StoreBackend<'a> {
     pub out_high_water: usize,
     /// Largest HTTP object with a data device (`object-size-max`).
     pub object_size_max: u64,
+    /// Where request bodies are reserved.
+    pub conn_memory: Option<&'a std::sync::Arc<crate::budget::ConnMemory>>,
 }
 
 impl<'a> StoreBackend<'a> {
@@ -149,6 +156,7 @@ impl<'a> StoreBackend<'a> {
             item_size_max: shared.config.item_size_max,
             out_high_water: shared.config.out_high_water,
             object_size_max: shared.config.object_size_max,
+            conn_memory: Some(&shared.conn_memory),
         }
     }
 }
@@ -190,6 +198,10 @@ impl Backend for StoreBackend<'_> {
 
     fn out_high_water(&self) -> usize {
         self.out_high_water
+    }
+
+    fn conn_memory(&self) -> Option<&std::sync::Arc<crate::budget::ConnMemory>> {
+        self.conn_memory
     }
 
     fn read<R>(&self, key: &[u8], now: Now, f: impl FnOnce(Option<Object<'_>>) -> R) -> R {

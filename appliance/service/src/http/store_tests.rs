@@ -28,6 +28,7 @@ fn backend(store: &Store) -> StoreBackend<'_> {
         item_size_max: 1 << 20,
         out_high_water: 1 << 20,
         object_size_max: 0,
+        conn_memory: None,
     }
 }
 

@@ -1,5 +1,11 @@
-//! get, gets, gat, gats: each hit's value is copied once, under the shard lock, into the
-//! output buffer.
+//! get, gets, gat, gats: produced incrementally, as the client drains them. Each hit's value
+//! is copied once, under the shard lock, into the output buffer, and only while the pending
+//! output is under the high-water mark and the copy fits in the connection-memory budget.
+//!
+//! Why a cursor: one command line of a few KB can name the same 1 MiB value thousands of
+//! times. Building the whole reply first would hold gigabytes and stall the worker; instead
+//! the request stays at the head of the session's input, `cursor` counts the keys already
+//! answered, and the runtime calls the session again once the output has been sent.
 
 use ringstore_proto::memcache::{reply, GetRequest};
 use ringstore_store::{ReadOpts, Write};
@@ -7,9 +13,35 @@ use ringstore_store::{ReadOpts, Write};
 use super::expiry::{expiry, Expiry};
 use super::storage::store_error;
 use super::Ctx;
+use crate::budget::{Hold, OUT_FREE};
 
-pub(crate) fn get(ctx: &Ctx<'_>, out: &mut Vec<u8>, g: GetRequest<'_>) {
+/// memcached's answer when it cannot allocate room for a get's reply.
+pub(crate) const OUT_OF_MEMORY_GET: &str = "SERVER_ERROR out of memory writing get response";
+
+/// Bytes of a `VALUE` line beyond the key and the data (flags, length, cas, separators).
+const VALUE_OVERHEAD: usize = 64;
+
+/// How far a get got in one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Progress {
+    /// The reply is complete (`END` or an error line written).
+    Done,
+    /// Output reached the high-water mark after `n` keys in all; call again with
+    /// `cursor = n` once it has drained.
+    Paused(usize),
+}
+
+/// Answers `g`'s keys from `cursor` on, pausing at the high-water mark.
+pub(crate) fn get(
+    ctx: &Ctx<'_>,
+    out: &mut Vec<u8>,
+    out_hold: &mut Hold,
+    g: GetRequest<'_>,
+    cursor: usize,
+) -> Progress {
     let store = &ctx.shared.store;
+    let budget = &ctx.shared.conn_memory;
+    let high_water = ctx.shared.config.out_high_water;
     let now = ctx.now.store;
     let touch = g.touch.map(|e| expiry(i64::from(e), ctx.now));
     let with_cas = g.cas;
@@ -22,14 +54,31 @@ pub(crate) fn get(ctx: &Ctx<'_>, out: &mut Vec<u8>, g: GetRequest<'_>) {
         see_large: false,
     };
     let start = out.len();
-    for key in g.keys {
+    for (index, key) in g.keys.enumerate().skip(cursor) {
+        // At least one key per call, so a resumed get always makes progress.
+        if index > cursor && out.len() > high_water {
+            return Progress::Paused(index);
+        }
+        let mut no_room = false;
         let found = store.try_get(key, now, opts, |item| match item {
             Some(it) => {
+                let need = out.len() + it.key.len() + it.value.len() + VALUE_OVERHEAD;
+                if need > OUT_FREE && !out_hold.set(budget, need - OUT_FREE) {
+                    no_room = true;
+                    return false;
+                }
                 reply::value(out, it.key, it.flags, it.value, with_cas.then_some(it.cas));
                 true
             }
             None => false,
         });
+        if no_room {
+            // The hit is counted; its reply is the error and the rest of the keys go unread.
+            ctx.stats.cmd_get.inc();
+            ctx.stats.get_hits.inc();
+            reply::line(out, OUT_OF_MEMORY_GET);
+            return Progress::Done;
+        }
         let found = match found {
             Ok(true) if touch == Some(Expiry::Expired) => {
                 // Touched into the past: the value was served, now it is gone.
@@ -43,11 +92,12 @@ pub(crate) fn get(ctx: &Ctx<'_>, out: &mut Vec<u8>, g: GetRequest<'_>) {
             Ok(hit) => hit,
             Err(e) => {
                 // The journal refused a touch (a full data device): the request fails as a
-                // whole, like a refused set, rather than answering values it did not touch.
+                // whole, like a refused set, rather than answering values it did not touch
+                // (what an earlier call of a paused get already sent cannot be taken back).
                 ctx.stats.cmd_touch.inc();
                 out.truncate(start);
                 reply::line(out, store_error(&e));
-                return;
+                return Progress::Done;
             }
         };
         let s = ctx.stats;
@@ -71,4 +121,5 @@ pub(crate) fn get(ctx: &Ctx<'_>, out: &mut Vec<u8>, g: GetRequest<'_>) {
         }
     }
     out.extend_from_slice(b"END\r\n");
+    Progress::Done
 }

@@ -54,6 +54,12 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat(out, "curr_connections", shared.curr_connections());
     stat(out, "total_connections", t.conns_opened);
     stat(out, "rejected_connections", shared.rejected_connections());
+    // The connection-memory budget (`--conn-memory`): in-flight requests and replies.
+    let budget = &shared.conn_memory;
+    stat(out, "conn_memory_bytes", budget.used() as u64);
+    stat(out, "conn_memory_peak", budget.peak() as u64);
+    stat(out, "conn_memory_limit", budget.limit() as u64);
+    stat(out, "conn_memory_refused", budget.refused());
     stat(out, "cmd_get", t.cmd_get);
     stat(out, "cmd_set", t.cmd_set);
     stat(out, "cmd_flush", t.cmd_flush);

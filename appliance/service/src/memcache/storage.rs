@@ -110,14 +110,16 @@ pub(crate) fn store_error(e: &StoreError) -> &'static str {
     }
 }
 
-/// A value over the limit: the error, and for `set` the old value goes (memcached
+/// A value refused before its data is read (over the item limit, or no room in the
+/// connection-memory budget): the error `line`, and for `set` the old value goes (memcached
 /// removes it so a failed set never leaves stale data behind).
-pub(crate) fn too_large(
+pub(crate) fn refuse_value(
     ctx: &Ctx<'_>,
     out: &mut Vec<u8>,
     key: &[u8],
     remove_old: bool,
     noreply: bool,
+    line: &str,
 ) {
     ctx.stats.cmd_set.inc();
     if remove_old {
@@ -133,6 +135,6 @@ pub(crate) fn too_large(
         });
     }
     if !noreply {
-        reply::line(out, TOO_LARGE);
+        reply::line(out, line);
     }
 }

@@ -30,6 +30,7 @@ fn shared() -> Arc<Shared> {
         out_high_water: 1 << 20,
         max_conns: 10,
         object_size_max: 0,
+        conn_memory: 64 << 20,
     };
     Shared::new(
         store,
@@ -563,6 +564,7 @@ fn backpressure_drains_and_keeps_order() {
         out_high_water: 64,
         max_conns: 10,
         object_size_max: 0,
+        conn_memory: 64 << 20,
     };
     let shared = Shared::new(store, config, Topology::default(), 1, 1, 0);
     let mut input = b"set a 0 0 40\r\n".to_vec();
