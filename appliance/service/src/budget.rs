@@ -109,6 +109,18 @@ impl Hold {
         true
     }
 
+    /// Makes room for `extra` more bytes after `pending` bytes of output: true when the
+    /// total stays within [`OUT_FREE`] or the excess could be reserved.
+    pub fn room_for_output(
+        &mut self,
+        budget: &Arc<ConnMemory>,
+        pending: usize,
+        extra: usize,
+    ) -> bool {
+        let need = pending.saturating_add(extra);
+        need <= OUT_FREE || self.set(budget, need - OUT_FREE)
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.bytes

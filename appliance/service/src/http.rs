@@ -47,7 +47,7 @@ use ringstore_proto::http::{
     KeyBuf, Limits, Method, RequestHead, Scan, Status, Version, CONTINUE,
 };
 
-use crate::budget::{Hold, IN_FREE};
+use crate::budget::{Hold, IN_FREE, OUT_FREE};
 use crate::{Flow, Now, Shared};
 
 /// Capacity kept by an idle session's buffers; larger ones are released after use so a
@@ -66,6 +66,8 @@ pub struct HttpSession {
     chunked_body: Vec<u8>,
     /// Connection-memory reservation for buffered input beyond [`IN_FREE`].
     in_hold: Hold,
+    /// Connection-memory reservation for pending output beyond [`crate::budget::OUT_FREE`].
+    out_hold: Hold,
 }
 
 /// A PUT whose head was accepted and whose body is being read.
@@ -119,12 +121,14 @@ impl HttpSession {
             state: State::Head,
             chunked_body: Vec::new(),
             in_hold: Hold::default(),
+            out_hold: Hold::default(),
         }
     }
 
-    /// Output sent: nothing to give back (HTTP replies are bounded per connection by the
-    /// high-water mark plus one value; only request bodies are reserved).
-    pub fn on_output_flushed(&mut self) {}
+    /// Every pending output byte was sent: the output reservation goes back.
+    pub fn on_output_flushed(&mut self) {
+        self.out_hold.release();
+    }
 
     /// The worker this session runs on.
     pub fn worker(&self) -> usize {
@@ -166,6 +170,14 @@ impl HttpSession {
         if matches!(self.state, State::Closed) {
             return Flow::Close;
         }
+        if let Some(budget) = backend.conn_memory() {
+            // What is still pending from earlier calls keeps its reservation; the rest goes back.
+            let keep = self
+                .out_hold
+                .bytes()
+                .min(out.len().saturating_sub(OUT_FREE));
+            let _ = self.out_hold.set(budget, keep);
+        }
         let flow = self.buffer_and_process(input, now, backend, out);
         if flow == Flow::Close {
             self.in_hold.release();
@@ -183,6 +195,7 @@ impl HttpSession {
         };
         let body = match &self.state {
             State::PutLength { len, .. } => *len,
+            State::PutLarge(_) => backend.large().map_or(0, |l| l.chunk_len),
             _ => 0,
         };
         let want = (self.pending.len().max(body) + self.chunked_body.len()).saturating_sub(IN_FREE);
@@ -398,6 +411,7 @@ impl HttpSession {
                     connection,
                     now,
                     out,
+                    &mut self.out_hold,
                 );
                 backend.record(
                     self.worker,
@@ -451,10 +465,16 @@ impl HttpSession {
     ) -> Step {
         let max = backend.item_size_max();
         if let (BodyFraming::Length(n), Some(budget)) = (head.body, backend.conn_memory()) {
-            // Reserve a body of known size before reading it (memcached reserves a value
-            // when its command line arrives); the reservation is kept by `hold_input`.
+            // Reserve a body of known size (or, for a large object, the one chunk buffered
+            // at a time) before reading it, as memcached reserves a value when its command
+            // line arrives; the reservation is then kept by `hold_input`.
             let len = usize::try_from(n).unwrap_or(usize::MAX);
-            if len <= max && !self.in_hold.set(budget, len.saturating_sub(IN_FREE)) {
+            let buffered = if len <= max {
+                len
+            } else {
+                backend.large().map_or(0, |l| l.chunk_len)
+            };
+            if !self.in_hold.set(budget, buffered.saturating_sub(IN_FREE)) {
                 return self.fail(backend, out, Status::ServiceUnavailable);
             }
         }

@@ -266,7 +266,7 @@ impl MemcacheSession {
                 }
             }
             Request::Quit => return Flow::Close,
-            Request::MetaGet(m) => meta::mg(ctx, out, &m),
+            Request::MetaGet(m) => meta::mg(ctx, out, &mut self.out_hold, &m),
             Request::MetaSet(m) => meta::ms(ctx, out, &m),
             Request::MetaDelete(m) => meta::md(ctx, out, &m),
             Request::MetaArith(m) => meta::ma(ctx, out, &m),

@@ -10,7 +10,11 @@ use ringstore_durable::Manifest;
 
 use super::backend::{Backend, Object, PutOutcome};
 use super::PendingPut;
+use crate::budget::Hold;
 use crate::Now;
+
+/// Room for a response head beside the body it announces.
+const HEAD_ROOM: usize = 256;
 
 /// The body of a GET still to be sent from the data device: bytes `next..end` of a large object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +26,10 @@ pub struct Stream {
 
 /// GET or HEAD of `key`. Returns the status sent (404: a miss) and, for a large object, the
 /// body to stream after the head.
+///
+/// A value copied into `out` past [`crate::budget::OUT_FREE`] of pending output is reserved
+/// in `out_hold` first; without room the answer is 503 (the value is not copied).
+#[allow(clippy::too_many_arguments)] // one request's context; a struct would only rename it
 pub fn get<B: Backend>(
     backend: &B,
     key: &[u8],
@@ -30,6 +38,7 @@ pub fn get<B: Backend>(
     connection: ConnectionField,
     now: Now,
     out: &mut Vec<u8>,
+    out_hold: &mut Hold,
 ) -> (Status, Option<Stream>) {
     backend.read(key, now, |found| match found {
         None => {
@@ -52,6 +61,15 @@ pub fn get<B: Backend>(
                 (Status::InternalError, None)
             }
         },
+        Some(object)
+            if with_body
+                && backend.conn_memory().is_some_and(|budget| {
+                    !out_hold.room_for_output(budget, out.len(), object.value.len() + HEAD_ROOM)
+                }) =>
+        {
+            write_empty(out, Status::ServiceUnavailable, connection);
+            (Status::ServiceUnavailable, None)
+        }
         Some(object) => {
             let len = object.value.len() as u64;
             let (status, range) = write_object(object, len, head, with_body, connection, out);

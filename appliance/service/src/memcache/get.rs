@@ -13,13 +13,13 @@ use ringstore_store::{ReadOpts, Write};
 use super::expiry::{expiry, Expiry};
 use super::storage::store_error;
 use super::Ctx;
-use crate::budget::{Hold, OUT_FREE};
+use crate::budget::Hold;
 
 /// memcached's answer when it cannot allocate room for a get's reply.
 pub(crate) const OUT_OF_MEMORY_GET: &str = "SERVER_ERROR out of memory writing get response";
 
 /// Bytes of a `VALUE` line beyond the key and the data (flags, length, cas, separators).
-const VALUE_OVERHEAD: usize = 64;
+pub(crate) const VALUE_OVERHEAD: usize = 64;
 
 /// How far a get got in one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,8 +62,8 @@ pub(crate) fn get(
         let mut no_room = false;
         let found = store.try_get(key, now, opts, |item| match item {
             Some(it) => {
-                let need = out.len() + it.key.len() + it.value.len() + VALUE_OVERHEAD;
-                if need > OUT_FREE && !out_hold.set(budget, need - OUT_FREE) {
+                let extra = it.key.len() + it.value.len() + VALUE_OVERHEAD;
+                if !out_hold.room_for_output(budget, out.len(), extra) {
                     no_room = true;
                     return false;
                 }

@@ -16,8 +16,10 @@ use ringstore_store::{ItemRef, NewMeta, ReadOpts, StoreError, Time, Write, NEVER
 
 use super::arith::number_write;
 use super::expiry::{expiry, ttl_left, Expiry};
+use super::get::{OUT_OF_MEMORY_GET, VALUE_OVERHEAD};
 use super::storage::{put, store_error};
 use super::Ctx;
+use crate::budget::Hold;
 
 /// Store time for "expired now" where a time is needed rather than a removal.
 fn expired_at(ctx: &Ctx<'_>) -> Time {
@@ -76,6 +78,7 @@ enum Got {
 
 fn hit_reply(
     out: &mut Vec<u8>,
+    out_hold: &mut Hold,
     ctx: &Ctx<'_>,
     m: &MetaGet<'_>,
     key: &[u8],
@@ -83,6 +86,11 @@ fn hit_reply(
     won: bool,
 ) {
     let f = &m.flags;
+    let extra = it.value.len() + key.len() + VALUE_OVERHEAD;
+    if f.value && !out_hold.room_for_output(&ctx.shared.conn_memory, out.len(), extra) {
+        reply::line(out, OUT_OF_MEMORY_GET);
+        return;
+    }
     if f.value {
         out.extend_from_slice(b"VA ");
         push_u64(out, it.value.len() as u64);
@@ -129,7 +137,7 @@ fn hit_reply(
     }
 }
 
-pub(crate) fn mg(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaGet<'_>) {
+pub(crate) fn mg(ctx: &Ctx<'_>, out: &mut Vec<u8>, out_hold: &mut Hold, m: &MetaGet<'_>) {
     let mut kb = KeyBuf::default();
     let key = m.key.bytes(&mut kb);
     let f = &m.flags;
@@ -152,14 +160,14 @@ pub(crate) fn mg(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaGet<'_>) {
             None => Got::Miss,
             Some(it) if it.stale && !it.win_token_sent => Got::NeedsWrite,
             Some(it) => {
-                hit_reply(out, ctx, m, key, &it, false);
+                hit_reply(out, out_hold, ctx, m, key, &it, false);
                 Got::Hit
             }
         });
         got = read.unwrap_or_else(|e| refused(out, start, &e));
     }
     if got == Got::NeedsWrite {
-        got = mg_decide(ctx, out, m, key, ttl);
+        got = mg_decide(ctx, out, out_hold, m, key, ttl);
     }
     let s = ctx.stats;
     match (ttl.is_some(), got == Got::Hit) {
@@ -190,6 +198,7 @@ pub(crate) fn mg(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaGet<'_>) {
 fn mg_decide(
     ctx: &Ctx<'_>,
     out: &mut Vec<u8>,
+    out_hold: &mut Hold,
     m: &MetaGet<'_>,
     key: &[u8],
     ttl: Option<Expiry>,
@@ -236,7 +245,7 @@ fn mg_decide(
                 Some(Expiry::At(t)) => t,
                 _ => it.exptime,
             };
-            hit_reply(out, ctx, m, key, &ItemRef { exptime, ..it }, won);
+            hit_reply(out, out_hold, ctx, m, key, &ItemRef { exptime, ..it }, won);
             let write = match ttl {
                 Some(Expiry::Expired) => Write::Delete,
                 Some(_) => Write::Meta {
@@ -266,7 +275,7 @@ fn mg_decide(
     // The item this request created: hand its token out (memcached does both under one lock).
     let shown = store.update(key, now, |item| match item {
         Some(it) if Some(it.cas) == created_cas => {
-            hit_reply(out, ctx, m, key, &it, true);
+            hit_reply(out, out_hold, ctx, m, key, &it, true);
             (
                 Write::Meta {
                     exptime: it.exptime,
