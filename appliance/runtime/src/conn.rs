@@ -16,6 +16,11 @@ const OUT_KEEP: usize = 16 << 10;
 /// and still returns memory once the connection's bursts get small.
 const SMALL_FLUSHES_BEFORE_SHRINK: u8 = 8;
 
+/// Output capacity a connection may keep between flushes at all: a buffer grown past this
+/// (a large value, a drained multi-get) is released at once, so an idle connection never
+/// holds more than this (the README's memory bound counts it per connection).
+pub(crate) const OUT_RETAIN_MAX: usize = 128 << 10;
+
 /// A connection served end to end by one worker.
 pub(crate) struct Conn<S> {
     pub fd: OwnedFd,
@@ -83,7 +88,10 @@ impl<S> Conn<S> {
         }
         self.out.clear();
         self.sent = 0;
-        if self.small_flushes >= SMALL_FLUSHES_BEFORE_SHRINK {
+        if capacity > OUT_RETAIN_MAX {
+            self.out = Vec::with_capacity(OUT_KEEP);
+            self.small_flushes = 0;
+        } else if self.small_flushes >= SMALL_FLUSHES_BEFORE_SHRINK {
             self.out.shrink_to(OUT_KEEP);
             self.small_flushes = 0;
         }
@@ -194,17 +202,17 @@ mod tests {
     #[test]
     fn flushed_output_shrinks_after_small_flushes() {
         let mut c = conn();
-        c.out.extend(std::iter::repeat_n(0u8, 1 << 20));
+        c.out.extend(std::iter::repeat_n(0u8, 100 << 10));
         c.sent = c.out.len();
         c.output_flushed();
         assert!(c.out.is_empty() && c.sent == 0);
         assert!(
-            c.out.capacity() >= 1 << 20,
+            c.out.capacity() >= 100 << 10,
             "a buffer that was just used whole is kept"
         );
         for round in 0..SMALL_FLUSHES_BEFORE_SHRINK {
             assert!(
-                c.out.capacity() >= 1 << 20,
+                c.out.capacity() >= 100 << 10,
                 "shrunk too early, after {round} small flushes"
             );
             c.out.extend_from_slice(b"END\r\n");
@@ -213,6 +221,17 @@ mod tests {
         assert!(
             c.out.capacity() <= 4 * OUT_KEEP,
             "small bursts give the memory back"
+        );
+    }
+
+    #[test]
+    fn a_buffer_past_the_retained_maximum_is_released_at_its_flush() {
+        let mut c = conn();
+        c.out.extend(std::iter::repeat_n(0u8, 1 << 20));
+        c.output_flushed();
+        assert!(
+            c.out.capacity() <= OUT_RETAIN_MAX,
+            "an idle connection kept 1 MiB"
         );
     }
 
