@@ -143,9 +143,12 @@ fn is_usage_error(err: &RuntimeError) -> bool {
                 | ErrorKind::AddrNotAvailable
                 | ErrorKind::PermissionDenied
                 | ErrorKind::InvalidInput
-        )
+        ) || source.raw_os_error() == Some(EAFNOSUPPORT)
     )
 }
+
+/// An IPv6 address on a host without IPv6 (Linux's value; std has no ErrorKind for it).
+const EAFNOSUPPORT: i32 = 97;
 
 /// The one line printed for a start failure; names the flag where the error text does not.
 fn start_error(err: &RuntimeError, config: &Config) -> String {
