@@ -124,3 +124,102 @@ mod tests {
         assert_eq!(reads + 1, LINGER_BYTES / (16 << 10));
     }
 }
+
+/// The lingering close through a real worker and loopback sockets, with the echo handler
+/// (`quit` ends the session; lines are echoed).
+#[cfg(test)]
+mod plane_tests {
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpStream};
+    use std::os::fd::AsRawFd;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use ringstore_service::Protocol;
+
+    use super::LINGER_BYTES;
+    use crate::clock::Clock;
+    use crate::handler::echo::Echo;
+    use crate::plane::{Plane, PlaneSetup};
+    use crate::worker::Limits;
+
+    fn start() -> (Plane, SocketAddr) {
+        let fd =
+            crate::sys::bind_socket("127.0.0.1:0".parse().unwrap(), true, false, true).unwrap();
+        let addr = crate::sys::local_addr(fd.as_raw_fd()).unwrap();
+        let plane = Plane::start(PlaneSetup {
+            handler: Arc::new(Echo::default()),
+            cpus: vec![None],
+            limits: Limits {
+                max_conns: 16,
+                idle_timeout_ms: 0,
+                request_timeout_ms: 10_000,
+                out_hard_cap: 8 << 20,
+                drain_deadline_ms: 5000,
+                tick_ms: 20,
+                allow_buf_ring: true,
+            },
+            clock: Clock::start(),
+            tcp: vec![(Protocol::Memcache, vec![fd])],
+            data: None,
+        })
+        .unwrap();
+        (plane, addr)
+    }
+
+    fn read_to_end(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+        let mut got = Vec::new();
+        stream.read_to_end(&mut got)?;
+        Ok(got)
+    }
+
+    #[test]
+    fn a_reply_before_the_close_survives_a_client_still_writing() {
+        let (mut plane, addr) = start();
+        for _ in 0..10 {
+            let mut c = TcpStream::connect(addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            c.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+            // The session ends at `quit` while 4 MiB more are on their way: every write
+            // completes (the worker reads and drops them) and the reply is read, then EOF.
+            c.write_all(b"hello\nquit\n").unwrap();
+            for _ in 0..64 {
+                c.write_all(&[b'z'; 64 << 10])
+                    .expect("no reset while lingering");
+            }
+            assert_eq!(read_to_end(&mut c).unwrap(), b"hello\n");
+        }
+        plane.stop().unwrap();
+    }
+
+    #[test]
+    fn a_client_that_never_stops_is_cut_at_the_byte_bound() {
+        let (mut plane, addr) = start();
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(b"quit\n").unwrap();
+        let started = Instant::now();
+        let mut written = 0usize;
+        let chunk = [b'z'; 64 << 10];
+        let cut = loop {
+            match c.write(&chunk) {
+                Ok(n) => written += n,
+                Err(err) => break err,
+            }
+            assert!(
+                written < 4 * LINGER_BYTES,
+                "still accepted after {written} bytes"
+            );
+        };
+        assert!(
+            matches!(
+                cut.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+            ),
+            "{cut}"
+        );
+        assert!(written >= LINGER_BYTES, "cut early, at {written} bytes");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        plane.stop().unwrap();
+    }
+}
