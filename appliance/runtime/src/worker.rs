@@ -472,6 +472,8 @@ impl<H: Handler> Worker<H> {
         crate::sys::shutdown(conn.fd.as_raw_fd(), libc::SHUT_WR);
         conn.linger = Some(Linger::start(now));
         conn.partial_since_ms = None;
+        // The session is over: let it give back what it holds now, not when the socket closes.
+        self.setup.handler.session_closed(&mut conn.session);
         if !conn.recv_armed {
             self.arm_recv(slot);
         }
@@ -479,7 +481,9 @@ impl<H: Handler> Worker<H> {
 
     fn finish_close(&mut self, slot: u32) {
         if let Some(mut conn) = self.conns.remove(slot) {
-            self.setup.handler.session_closed(&mut conn.session);
+            if conn.linger.is_none() {
+                self.setup.handler.session_closed(&mut conn.session);
+            }
             self.setup.handler.conn_closed(self.setup.index);
             self.forget_connection();
         }
