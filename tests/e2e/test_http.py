@@ -77,12 +77,12 @@ def test_uri_too_long(server):
 
 
 def test_headers_too_large(server):
-    out = raw(server.http, b"GET /a HTTP/1.1\r\n" + b"X-Pad: " + b"p" * 17000 + b"\r\n\r\n")
+    out = raw(server.http, b"GET /a HTTP/1.1\r\nHost: h\r\n" + b"X-Pad: " + b"p" * 17000 + b"\r\n\r\n")
     assert status_of(out) == 431, out[:200]
 
 
 def test_body_too_large(server):
-    out = raw(server.http, b"PUT /a HTTP/1.1\r\nContent-Length: 5000000\r\n\r\n")
+    out = raw(server.http, b"PUT /a HTTP/1.1\r\nHost: h\r\nContent-Length: 5000000\r\n\r\n")
     assert status_of(out) == 413, out[:200]
 
 
@@ -98,5 +98,5 @@ def test_malformed(server):
 
 def test_error_closes_connection(server):
     # After an error response the server closes: the pipelined GET gets no answer.
-    out = raw(server.http, b"GET /a HTTP/9.9\r\n\r\nGET /a HTTP/1.1\r\n\r\n")
+    out = raw(server.http, b"GET /a HTTP/9.9\r\n\r\nGET /a HTTP/1.1\r\nHost: h\r\n\r\n")
     assert out.count(b"HTTP/1.1 ") == 1, out

@@ -180,7 +180,7 @@ def test_one_gib_object_streams_in_and_out_with_bounded_memory(server_factory, d
         st, cr, body = get_range(s.http, "big", a, b)
         assert (st, cr) == (206, f"bytes {a}-{b}/{GIB}")
         assert body == pattern(a, b), f"range {a}-{b}"
-    head = raw(s.http, b"HEAD /big HTTP/1.1\r\nConnection: close\r\n\r\n", expect_close=True)
+    head = raw(s.http, b"HEAD /big HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", expect_close=True)
     assert b"Content-Length: 1073741824\r\n" in head and head.endswith(b"\r\n\r\n")
     # Larger than any memcache item: memcache reads miss it, delete removes it.
     assert raw(s.mc, b"get big\r\n", read_until=b"END\r\n") == b"END\r\n"
@@ -199,7 +199,7 @@ def test_large_objects_survive_kill9_and_a_cut_upload_leaves_nothing(server_fact
     # An overwrite of "keep" and a new upload, both cut short by kill -9.
     def cut(key):
         c = socket.create_connection(s.http, timeout=10)
-        c.sendall(b"PUT /%s HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % (key.encode(), 400 * MIB))
+        c.sendall(b"PUT /%s HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n" % (key.encode(), 400 * MIB))
         try:
             for i in range(400):
                 c.sendall(block(i + 1))
@@ -248,7 +248,7 @@ def test_overwrites_and_deletes_of_large_objects_give_the_space_back(server_fact
     # Too big for a region: 507 once the device is full, the connection closes mid-body (the
     # client's send fails) with the answer readable, and the server goes on.
     c = socket.create_connection(s.http, timeout=30)
-    c.sendall(b"PUT /huge HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % (200 * MIB))
+    c.sendall(b"PUT /huge HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n" % (200 * MIB))
     sent = 0
     try:
         for i in range(200):
@@ -267,13 +267,13 @@ def test_overwrites_and_deletes_of_large_objects_give_the_space_back(server_fact
 
 def test_without_a_data_device_bodies_over_item_size_max_are_413(server_factory):
     s = server_factory("--memory", "64MiB")
-    out = raw(s.http, b"PUT /x HTTP/1.1\r\nContent-Length: 2097152\r\n\r\n", expect_close=True)
+    out = raw(s.http, b"PUT /x HTTP/1.1\r\nHost: h\r\nContent-Length: 2097152\r\n\r\n", expect_close=True)
     assert out.startswith(b"HTTP/1.1 413 ")
 
 
 def test_object_size_max_is_enforced_before_the_body(server_factory, device):
     s = serve(server_factory, device(256 * MIB), "--object-size-max", "8MiB")
-    out = raw(s.http, b"PUT /x HTTP/1.1\r\nContent-Length: 8388609\r\n\r\n", expect_close=True)
+    out = raw(s.http, b"PUT /x HTTP/1.1\r\nHost: h\r\nContent-Length: 8388609\r\n\r\n", expect_close=True)
     assert out.startswith(b"HTTP/1.1 413 ")
     status, digest = put_stream(s.http, "x", 8 * MIB)
     assert status == 201

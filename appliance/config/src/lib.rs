@@ -14,6 +14,10 @@ use std::path::{Path, PathBuf};
 pub use keys::{KeyInfo, KEYS};
 pub use value::{parse_count, parse_endpoint, parse_size};
 
+/// Largest `--config` file read (1 MiB); a larger one is refused before it is parsed, so a
+/// path like `/dev/zero` or a runaway file cannot make the process read without bound.
+pub const CONFIG_FILE_MAX: u64 = 1 << 20;
+
 /// Which NUMA node to serve from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum NumaChoice {
@@ -123,6 +127,8 @@ pub enum ConfigError {
     UnexpectedArgument { arg: String },
     #[error("cannot read config file {path}: {reason}")]
     File { path: PathBuf, reason: String },
+    #[error("config file {path} is larger than {limit} bytes, the most ringstore reads")]
+    FileTooLarge { path: PathBuf, limit: u64 },
     #[error("invalid config file {path}: {reason}")]
     Toml { path: PathBuf, reason: String },
     #[error("inconsistent configuration: {0}")]
@@ -228,11 +234,28 @@ impl Config {
         Ok(config)
     }
 
-    /// Applies the keys of a TOML file over `self`.
+    /// Applies the keys of a TOML file over `self`. At most [`CONFIG_FILE_MAX`] bytes are
+    /// read: a file (or device, or pipe) that holds more is refused.
     pub fn merge_file(&mut self, path: &Path) -> Result<(), ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|err| ConfigError::File {
+        use std::io::Read;
+        let file_error = |err: std::io::Error| ConfigError::File {
             path: path.to_path_buf(),
             reason: err.to_string(),
+        };
+        let file = std::fs::File::open(path).map_err(file_error)?;
+        let mut bytes = Vec::new();
+        file.take(CONFIG_FILE_MAX + 1)
+            .read_to_end(&mut bytes)
+            .map_err(file_error)?;
+        if bytes.len() as u64 > CONFIG_FILE_MAX {
+            return Err(ConfigError::FileTooLarge {
+                path: path.to_path_buf(),
+                limit: CONFIG_FILE_MAX,
+            });
+        }
+        let text = String::from_utf8(bytes).map_err(|_| ConfigError::File {
+            path: path.to_path_buf(),
+            reason: "not UTF-8 text".to_string(),
         })?;
         self.merge_toml(&text, path)
     }

@@ -180,3 +180,55 @@ fn external_value_min_is_zero_or_1kib_to_1gib() {
         assert!(err.to_string().contains("external-value-min"), "{err}");
     }
 }
+
+#[test]
+fn config_file_size_is_capped() {
+    let dir = std::env::temp_dir().join(format!("ringstore-config-cap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Exactly the limit: a comment filling the file, then one key.
+    let key = "cores = 2\n";
+    let fits = dir.join("fits.toml");
+    let comment = format!(
+        "#{}\n",
+        "x".repeat(CONFIG_FILE_MAX as usize - key.len() - 2)
+    );
+    std::fs::write(&fits, format!("{comment}{key}")).unwrap();
+    assert_eq!(std::fs::metadata(&fits).unwrap().len(), CONFIG_FILE_MAX);
+    let c = Config::from_args(["--config", fits.to_str().unwrap()]).unwrap();
+    assert_eq!(c.cores, 2);
+    // One byte more is refused, naming the file and the limit.
+    let over = dir.join("over.toml");
+    std::fs::write(&over, format!("{comment}{key}\n")).unwrap();
+    let err = Config::from_args(["--config", over.to_str().unwrap()]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigError::FileTooLarge {
+                limit: CONFIG_FILE_MAX,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "config file {} is larger than 1048576 bytes, the most ringstore reads",
+            over.display()
+        )
+    );
+    // A device that never ends is refused after the limit, not read forever.
+    let started = std::time::Instant::now();
+    let err = Config::from_args(["--config", "/dev/zero"]).unwrap_err();
+    assert!(matches!(err, ConfigError::FileTooLarge { .. }), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // Not UTF-8, and a directory: one-line errors too.
+    let binary = dir.join("binary.toml");
+    std::fs::write(&binary, b"cores = 1\n\xff\n").unwrap();
+    let err = Config::from_args(["--config", binary.to_str().unwrap()]).unwrap_err();
+    assert!(matches!(err, ConfigError::File { .. }), "{err}");
+    let err = Config::from_args(["--config", dir.to_str().unwrap()]).unwrap_err();
+    assert!(matches!(err, ConfigError::File { .. }), "{err}");
+    assert_eq!(err.to_string().lines().count(), 1, "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -290,8 +290,34 @@ fn dispatch<'a>(line: &'a [u8], line_end: usize, input: &'a [u8], limits: &Limit
         b"version" => done(Request::Version),
         b"quit" => done(Request::Quit),
         b"verbosity" => done(misc::parse_verbosity(&toks)),
+        _ if looks_like_http(&toks) => Parse::Close { reply: None },
         _ => done(Request::reply(ERROR)),
     }
+}
+
+/// memcached's defence against cross-protocol requests (a browser made to POST to the
+/// memcache port): an unknown command whose last token starts with `HTTP/` closes the
+/// connection without a reply (`process_command_ascii`'s final branch). It applies only
+/// where memcached reaches that branch: not to 2-byte `m` commands (handled above) and
+/// not to commands starting with `g s a c i d t` or the few it knows by name that
+/// ringstore does not serve, which memcached answers with an error instead. Tokens are
+/// counted as memcached counts them, so with more than 23 the 23rd is the one looked at.
+fn looks_like_http(toks: &tokens::Tokens<'_>) -> bool {
+    const ANSWERED_BY_MEMCACHED: [&[u8]; 5] = [
+        b"lru_crawler",
+        b"watch",
+        b"lru",
+        b"extstore",
+        b"refresh_certs",
+    ];
+    let Some(cmd) = toks.get(0) else {
+        return false;
+    };
+    if b"gsacidt".contains(&cmd[0]) || ANSWERED_BY_MEMCACHED.contains(&cmd) {
+        return false;
+    }
+    toks.get(toks.len() - 1)
+        .is_some_and(|last| last.starts_with(b"HTTP/"))
 }
 
 /// A storage command's data length token: memcached's `vlen` must be 0..=`INT_MAX - 2`.
@@ -360,5 +386,95 @@ pub(crate) fn with_value<'a>(
     Parse::Done {
         request,
         consumed: line_end + need,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What memcached 1.6.18 does with each line (checked against the real server).
+    #[test]
+    fn http_looking_commands_close_without_a_reply_like_memcached() {
+        let close = Parse::Close { reply: None };
+        for line in [
+            &b"GET / HTTP/1.0\r\n"[..],
+            b"PUT /x HTTP/1.1\r\n",
+            b"DELETE HTTP/1.1\r\n",
+            b"HEAD / HTTP/1.1\r\n",
+            b"OPTIONS * HTTP/1.1\r\n",
+            b"Get / HTTP/1.1\r\n",
+            b"HTTP/1.1\r\n",
+            b"POST / HTTP/\r\n",
+            b"GET / HTTP/1.1\n",
+            b"GET / HTTP/1.1\0trailing\r\n",
+            b"XX  HTTP/1.1  \r\n",
+            b"XX HTTP/1.1\r\r\n",
+            b"mxx HTTP/1.1\r\n",
+            b"misbehave HTTP/1.1\r\n",
+        ] {
+            assert_eq!(
+                parse(line, &Limits::default()),
+                close,
+                "{:?}",
+                String::from_utf8_lossy(line)
+            );
+        }
+        // 22 tokens and HTTP/1.1 as the 23rd: memcached looks at the 23rd whatever follows.
+        let at_23 = format!("{}HTTP/1.1 y\r\n", "XX ".repeat(22));
+        assert_eq!(parse(at_23.as_bytes(), &Limits::default()), close);
+    }
+
+    #[test]
+    fn http_looking_lines_memcached_answers_keep_their_reply() {
+        for (line, want) in [
+            (&b"gx / HTTP/1.1\r\n"[..], ERROR),
+            (b"G HTTP/1.1\r\n", ERROR),
+            (b"POST / http/1.1\r\n", ERROR),
+            (b"POST / HTTPS\r\n", ERROR),
+            (b"foo HTTP/1.1 x\r\n", ERROR),
+            (b"mx HTTP/1.1\r\n", ERROR),
+            (b"replace a HTTP/1.1\r\n", ERROR),
+            (b"lru HTTP/1.1\r\n", ERROR),
+            (b"lru_crawler HTTP/1.1\r\n", ERROR),
+            (b"watch HTTP/1.1\r\n", ERROR),
+            (b"extstore HTTP/1.1\r\n", ERROR),
+            (b"incr HTTP/1.1\r\n", ERROR),
+            (b"touch HTTP/1.1\r\n", ERROR),
+            (b"GET\0 / HTTP/1.1\r\n", ERROR),
+            (b"XX\tHTTP/1.1\r\n", ERROR),
+        ] {
+            match parse(line, &Limits::default()) {
+                Parse::Done {
+                    request: Request::Reply { line: got, .. },
+                    ..
+                } => assert_eq!(got, want, "{:?}", String::from_utf8_lossy(line)),
+                other => panic!("{:?} -> {other:?}", String::from_utf8_lossy(line)),
+            }
+        }
+        // The 23rd token is not HTTP/: memcached answers ERROR.
+        let at_24 = format!("{}HTTP/1.1\r\n", "XX ".repeat(23));
+        assert!(matches!(
+            parse(at_24.as_bytes(), &Limits::default()),
+            Parse::Done {
+                request: Request::Reply { line: ERROR, .. },
+                ..
+            }
+        ));
+        // Known commands with an HTTP/ token run as usual.
+        assert!(matches!(
+            parse(b"get / HTTP/1.1\r\n", &Limits::default()),
+            Parse::Done {
+                request: Request::Get(_),
+                ..
+            }
+        ));
+        assert_eq!(
+            parse(b"version HTTP/1.1\r\n", &Limits::default()),
+            Parse::Done {
+                request: Request::Version,
+                consumed: 18
+            }
+        );
     }
 }

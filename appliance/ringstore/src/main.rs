@@ -1,6 +1,6 @@
 //! The `ringstore` binary: dispatches to `serve` (a host process) or `init` (PID 1 of the appliance).
 
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::process::ExitCode;
 
 use ringstore_config::{Config, KEYS};
@@ -89,13 +89,8 @@ fn serve(args: &[String]) -> ExitCode {
     let server = match Server::start(&config) {
         Ok(server) => server,
         Err(err) => {
-            eprintln!("ringstore: {err}");
-            // Errors caused by the values given (node, cores) are usage errors like bad flags.
-            let usage = matches!(
-                err,
-                RuntimeError::Numa(_) | RuntimeError::Cores { .. } | RuntimeError::DataRefused(_)
-            );
-            return ExitCode::from(if usage { 2 } else { 1 });
+            eprintln!("ringstore: {}", start_error(&err, &config));
+            return ExitCode::from(if is_usage_error(&err) { 2 } else { 1 });
         }
     };
     let mut stdout = std::io::stdout().lock();
@@ -125,6 +120,46 @@ fn serve(args: &[String]) -> ExitCode {
             eprintln!("ringstore: stop: {err}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Whether a start failure comes from the values given, and so exits 2 like a bad flag: the
+/// node or cores asked for, a data device that must not be used, an address that cannot be
+/// listened on (in use, not this host's, not permitted), a memory budget that cannot be
+/// mapped. Everything else (the kernel lacks io_uring, a worker failed, a data device that
+/// fails while in use) exits 1.
+fn is_usage_error(err: &RuntimeError) -> bool {
+    matches!(
+        err,
+        RuntimeError::Numa(_)
+            | RuntimeError::Cores { .. }
+            | RuntimeError::DataRefused(_)
+            | RuntimeError::Store(_)
+    ) || matches!(
+        err,
+        RuntimeError::Bind { source, .. } if matches!(
+            source.kind(),
+            ErrorKind::AddrInUse
+                | ErrorKind::AddrNotAvailable
+                | ErrorKind::PermissionDenied
+                | ErrorKind::InvalidInput
+        ) || source.raw_os_error() == Some(EAFNOSUPPORT)
+    )
+}
+
+/// An IPv6 address on a host without IPv6 (Linux's value; std has no ErrorKind for it).
+const EAFNOSUPPORT: i32 = 97;
+
+/// The one line printed for a start failure; names the flag where the error text does not.
+fn start_error(err: &RuntimeError, config: &Config) -> String {
+    match err {
+        RuntimeError::Bind {
+            endpoint,
+            addr,
+            source,
+        } => format!("--{endpoint} {addr}: cannot listen: {source}"),
+        RuntimeError::Store(_) => format!("--memory {} bytes: {err}", config.memory),
+        _ => err.to_string(),
     }
 }
 

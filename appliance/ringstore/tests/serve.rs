@@ -272,6 +272,89 @@ fn bad_flag_is_one_line_and_exit_two() {
     );
 }
 
+/// Runs `ringstore serve ARGS` to its exit (within 20 s); returns (code, stderr, stdout).
+fn serve_exit(args: &[&str]) -> (Option<i32>, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ringstore"))
+        .arg("serve")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{args:?} still running after 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn values_refused_at_start_exit_two_with_one_line() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let in_use = held.local_addr().unwrap().to_string();
+    let dir = std::env::temp_dir().join(format!("ringstore-serve-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let big = dir.join("big.toml");
+    std::fs::write(&big, vec![b'#'; (1 << 20) + 1]).unwrap();
+    let big = big.to_str().unwrap();
+    let cases: [(&[&str], &str); 7] = [
+        (&["--memcache", &in_use, "--http", "off"], "--memcache"),
+        (&["--http", &in_use, "--memcache", "off"], "--http"),
+        (
+            &["--udp", &in_use, "--memcache", "off", "--http", "off"],
+            "--udp",
+        ),
+        // TEST-NET-1 (RFC 5737): never an address of this host.
+        (
+            &["--memcache", "192.0.2.1:0", "--http", "off"],
+            "--memcache",
+        ),
+        (
+            &[
+                "--memory",
+                "99999TiB",
+                "--memcache",
+                "127.0.0.1:0",
+                "--http",
+                "off",
+            ],
+            "--memory",
+        ),
+        (&["--config", "/dev/zero"], "/dev/zero"),
+        (&["--config", big], "larger than 1048576 bytes"),
+    ];
+    // The UDP case needs the port taken for UDP too.
+    let _held_udp = std::net::UdpSocket::bind(&in_use).unwrap();
+    for (args, names) in cases {
+        let started = Instant::now();
+        let (code, stderr, stdout) = serve_exit(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("ringstore: ") && stderr.contains(names),
+            "{args:?}: {stderr}"
+        );
+        assert!(stdout.is_empty(), "{args:?}: no ready line: {stdout}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{args:?} took {:?}",
+            started.elapsed()
+        );
+    }
+    drop(held);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn version_and_help() {
     let out = Command::new(env!("CARGO_BIN_EXE_ringstore"))

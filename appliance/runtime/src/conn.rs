@@ -4,6 +4,8 @@ use std::os::fd::OwnedFd;
 
 use ringstore_service::{Flow, Protocol};
 
+use crate::linger::Linger;
+
 /// Bytes of output capacity kept after a flush; larger buffers are shrunk back so idle
 /// connections hold little memory.
 const OUT_KEEP: usize = 16 << 10;
@@ -44,6 +46,8 @@ pub(crate) struct Conn<S> {
     pub protocol: Protocol,
     /// Data-device token the pending output waits for (0: none; output may go).
     pub gate: u64,
+    /// Set once the last reply is sent and the write side shut: reading only to discard.
+    pub linger: Option<Linger>,
     /// Flushes in a row that used at most a quarter of `out`'s capacity.
     small_flushes: u8,
 }
@@ -70,6 +74,7 @@ impl<S> Conn<S> {
             own_buf,
             protocol,
             gate: 0,
+            linger: None,
             small_flushes: 0,
         }
     }

@@ -17,6 +17,7 @@ mod durable;
 mod error;
 mod handler;
 mod inbox;
+mod linger;
 mod listeners;
 pub mod numa;
 mod plane;

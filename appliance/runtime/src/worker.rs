@@ -25,6 +25,7 @@ use crate::durable::{
 };
 use crate::handler::Handler;
 use crate::inbox::Inbox;
+use crate::linger::{Linger, Next};
 use crate::ring::Features;
 
 const OP_RECV: u64 = 1;
@@ -461,9 +462,28 @@ impl<H: Handler> Worker<H> {
         }
     }
 
+    /// The session is done and its last reply sent: half-close and discard what the peer
+    /// still sends, within bounds, so the reply is not lost to a reset (see `linger.rs`).
+    fn linger(&mut self, slot: u32) {
+        let now = self.now.mono_ms;
+        let Some(conn) = self.conns.at_mut(slot) else {
+            return;
+        };
+        crate::sys::shutdown(conn.fd.as_raw_fd(), libc::SHUT_WR);
+        conn.linger = Some(Linger::start(now));
+        conn.partial_since_ms = None;
+        // The session is over: let it give back what it holds now, not when the socket closes.
+        self.setup.handler.session_closed(&mut conn.session);
+        if !conn.recv_armed {
+            self.arm_recv(slot);
+        }
+    }
+
     fn finish_close(&mut self, slot: u32) {
         if let Some(mut conn) = self.conns.remove(slot) {
-            self.setup.handler.session_closed(&mut conn.session);
+            if conn.linger.is_none() {
+                self.setup.handler.session_closed(&mut conn.session);
+            }
             self.setup.handler.conn_closed(self.setup.index);
             self.forget_connection();
         }
@@ -501,6 +521,15 @@ impl<H: Handler> Worker<H> {
                 self.finish_close(slot);
             }
             return;
+        }
+        if let Some(linger) = &mut conn.linger {
+            if let (Some(bid), Some(bufs)) = (bid, self.bufs.as_mut()) {
+                bufs.recycle(bid);
+            }
+            return match linger.on_recv(res, self.now.mono_ms) {
+                Next::Read => self.arm_recv(slot),
+                Next::Close => self.close(slot),
+            };
         }
         if res > 0 {
             let len = res as usize;
@@ -575,7 +604,7 @@ impl<H: Handler> Worker<H> {
             }
             match flow {
                 Flow::Continue => return self.continue_reading(slot),
-                Flow::Close => return self.close(slot),
+                Flow::Close => return self.linger(slot),
                 Flow::Drain => {
                     let generation = self.conns.generation(slot);
                     let Some(conn) = self.conns.get_mut(slot, generation) else {
@@ -630,7 +659,7 @@ impl<H: Handler> Worker<H> {
                     }
                 }
                 Flow::Continue => self.continue_reading(slot),
-                Flow::Close => self.close(slot),
+                Flow::Close => self.linger(slot),
                 Flow::Drain => {
                     if self.disk.is_some() {
                         DiskWorker::begin_call((slot, generation, conn.protocol));
@@ -775,6 +804,12 @@ impl<H: Handler> Worker<H> {
             if conn.closing {
                 continue;
             }
+            if let Some(linger) = &conn.linger {
+                if linger.expired(now) || past_deadline {
+                    self.close(slot);
+                }
+                continue;
+            }
             let slow = conn
                 .partial_since_ms
                 .is_some_and(|since| now.saturating_sub(since) >= limits.request_timeout_ms);
@@ -801,7 +836,12 @@ impl<H: Handler> Worker<H> {
             let Some(conn) = self.conns.at_mut(slot) else {
                 continue;
             };
-            if !conn.send_armed && conn.partial_since_ms.is_none() && conn.gate == 0 {
+            // A lingering connection ends by itself well within the drain deadline.
+            if !conn.send_armed
+                && conn.partial_since_ms.is_none()
+                && conn.gate == 0
+                && conn.linger.is_none()
+            {
                 self.close(slot);
             }
         }

@@ -54,12 +54,24 @@ pub enum HeadError {
     UnsupportedTransferCoding,
     #[error("expectation not supported")]
     UnsupportedExpectation,
+    /// An HTTP/1.1 request without `Host` (RFC 9112 §3.2).
+    #[error("HTTP/1.1 request without Host")]
+    MissingHost,
+    /// More than one `Host` field line (RFC 9112 §3.2).
+    #[error("more than one Host field")]
+    DuplicateHost,
+    /// A `Host` value that is not `uri-host [ ":" port ]` (RFC 9112 §3.2, RFC 3986 §3.2.2).
+    #[error("invalid Host field")]
+    InvalidHost,
 }
 
 impl HeadError {
     pub fn status(self) -> Status {
         match self {
-            HeadError::Malformed => Status::BadRequest,
+            HeadError::Malformed
+            | HeadError::MissingHost
+            | HeadError::DuplicateHost
+            | HeadError::InvalidHost => Status::BadRequest,
             HeadError::RequestLineTooLong => Status::UriTooLong,
             HeadError::HeadersTooLarge | HeadError::TooManyHeaders => Status::HeadersTooLarge,
             HeadError::VersionNotSupported => Status::VersionNotSupported,
@@ -79,6 +91,9 @@ pub enum Method {
     Other,
 }
 
+/// The version a request is served as. `HTTP/1.2` to `HTTP/1.9` are served as 1.1: RFC 9110
+/// §2.5 says a minor version higher than the recipient implements is processed as the
+/// highest minor of that major. Other majors (`HTTP/0.9`, `HTTP/2.0`) get 505.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
     Http10,
@@ -275,6 +290,9 @@ struct Fields<'a> {
     x_ttl: Option<i64>,
     max_age: Option<i64>,
     flags: Option<u32>,
+    /// `Host` field lines seen.
+    hosts: u32,
+    host_invalid: bool,
 }
 
 impl<'a> Fields<'a> {
@@ -349,6 +367,9 @@ impl<'a> Fields<'a> {
                 // Signed: memcache exptime rules apply, so a negative age stores an expired item.
                 self.max_age = Some(parse_i64_saturating(arg).ok_or(HeadError::Malformed)?);
             }
+        } else if is("host") {
+            self.hosts += 1;
+            self.host_invalid |= !valid_host(value);
         } else if is("x-flags") {
             let flags = parse_u64_saturating(value).and_then(|n| u32::try_from(n).ok());
             self.flags = Some(flags.ok_or(HeadError::Malformed)?);
@@ -362,6 +383,17 @@ impl<'a> Fields<'a> {
         target: &'a [u8],
         version: Version,
     ) -> Result<RequestHead<'a>, HeadError> {
+        // RFC 9112 §3.2: 400 for an HTTP/1.1 request without Host, and for any request with
+        // more than one Host line or an invalid one (HTTP/1.0 may omit it).
+        if self.hosts > 1 {
+            return Err(HeadError::DuplicateHost);
+        }
+        if self.host_invalid {
+            return Err(HeadError::InvalidHost);
+        }
+        if self.hosts == 0 && version == Version::Http11 {
+            return Err(HeadError::MissingHost);
+        }
         let body = if self.transfer_encoding {
             // RFC 9112 §6.1: a 1.0 request with Transfer-Encoding, or one with both framings,
             // has untrustworthy framing; refusing it closes request-smuggling doors.
@@ -427,8 +459,11 @@ fn parse_request_line(line: &[u8]) -> Result<(Method, &[u8], Version), HeadError
         return Err(HeadError::Malformed);
     }
     let version = match &rest[sp + 1..] {
-        b"HTTP/1.1" => Version::Http11,
         b"HTTP/1.0" => Version::Http10,
+        // 1.1, and higher minors of major 1 served as 1.1 (RFC 9110 §2.5).
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', minor] if (b'1'..=b'9').contains(minor) => {
+            Version::Http11
+        }
         [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
             if major.is_ascii_digit() && minor.is_ascii_digit() =>
         {
@@ -444,6 +479,77 @@ fn parse_request_line(line: &[u8]) -> Result<(Method, &[u8], Version), HeadError
         _ => Method::Other,
     };
     Ok((method, target, version))
+}
+
+/// RFC 9112 §3.2 `Host = uri-host [ ":" port ]`, with RFC 3986's `uri-host = IP-literal /
+/// IPv4address / reg-name` (an IPv4 address is also a reg-name) and `port = *DIGIT`. An
+/// empty value is valid: a client sends one when the target has no authority.
+fn valid_host(value: &[u8]) -> bool {
+    let (host, port) = match value.strip_prefix(b"[") {
+        Some(literal) => {
+            let Some(close) = literal.iter().position(|&b| b == b']') else {
+                return false;
+            };
+            if !valid_ip_literal(&literal[..close]) {
+                return false;
+            }
+            match &literal[close + 1..] {
+                [] => (&b""[..], None),
+                [b':', port @ ..] => (&b""[..], Some(port)),
+                _ => return false,
+            }
+        }
+        None => match value.iter().rposition(|&b| b == b':') {
+            Some(colon) => (&value[..colon], Some(&value[colon + 1..])),
+            None => (value, None),
+        },
+    };
+    port.is_none_or(|p| p.iter().all(u8::is_ascii_digit)) && valid_reg_name(host)
+}
+
+/// `reg-name = *( unreserved / pct-encoded / sub-delims )`.
+fn valid_reg_name(name: &[u8]) -> bool {
+    let mut i = 0;
+    while i < name.len() {
+        let b = name[i];
+        if b == b'%' {
+            match name.get(i + 1..i + 3) {
+                Some([h, l]) if h.is_ascii_hexdigit() && l.is_ascii_hexdigit() => i += 3,
+                _ => return false,
+            }
+            continue;
+        }
+        if !(b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b)) {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// What may sit between `[` and `]`: an IPv6 address (checked by its characters and by
+/// having a colon; a full RFC 4291 check is beyond what routing a request needs) or
+/// `IPvFuture = "v" 1*HEXDIG "." 1*( unreserved / sub-delims / ":" )`.
+fn valid_ip_literal(inner: &[u8]) -> bool {
+    if let Some(future) = inner
+        .strip_prefix(b"v")
+        .or_else(|| inner.strip_prefix(b"V"))
+    {
+        let Some(dot) = future.iter().position(|&b| b == b'.') else {
+            return false;
+        };
+        let (version, rest) = (&future[..dot], &future[dot + 1..]);
+        return !version.is_empty()
+            && version.iter().all(u8::is_ascii_hexdigit)
+            && !rest.is_empty()
+            && rest
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:".contains(&b));
+    }
+    inner.contains(&b':')
+        && inner
+            .iter()
+            .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
 }
 
 /// Refuses a request whose first bytes cannot begin a method (see [`MAX_METHOD`]).
@@ -600,8 +706,8 @@ mod tests {
             HeadError::VersionNotSupported
         );
         assert_eq!(
-            err(b"GET / HTTP/1.2\r\n\r\n"),
-            HeadError::VersionNotSupported
+            head(b"GET / HTTP/1.2\r\nHost: h\r\n\r\n").version,
+            Version::Http11
         );
         assert_eq!(
             err(b"GET / HTTP/0.9\r\n\r\n"),
@@ -614,49 +720,53 @@ mod tests {
 
     #[test]
     fn connection_rules() {
-        assert!(!head(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").keep_alive);
-        assert!(!head(b"GET / HTTP/1.1\r\nConnection: Keep-Alive, CLOSE\r\n\r\n").keep_alive);
+        assert!(!head(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").keep_alive);
+        assert!(
+            !head(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: Keep-Alive, CLOSE\r\n\r\n").keep_alive
+        );
         assert!(!head(b"GET / HTTP/1.0\r\n\r\n").keep_alive);
         assert!(head(b"GET / HTTP/1.0\r\nconnection: keep-alive\r\n\r\n").keep_alive);
-        assert!(head(b"GET / HTTP/1.1\r\nConnection: upgrade\r\n\r\n").keep_alive);
+        assert!(head(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\n\r\n").keep_alive);
     }
 
     #[test]
     fn bodies() {
         assert_eq!(
-            head(b"PUT /k HTTP/1.1\r\nContent-Length: 5\r\n\r\n").body,
+            head(b"PUT /k HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n").body,
             BodyFraming::Length(5)
         );
         assert_eq!(
-            head(b"PUT /k HTTP/1.1\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n").body,
+            head(b"PUT /k HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n")
+                .body,
             BodyFraming::Length(5)
         );
         assert_eq!(
-            head(b"PUT /k HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n").body,
+            head(b"PUT /k HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999999\r\n\r\n")
+                .body,
             BodyFraming::Length(u64::MAX)
         );
         assert_eq!(
-            head(b"PUT /k HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n").body,
+            head(b"PUT /k HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\n\r\n").body,
             BodyFraming::Chunked
         );
         assert_eq!(
-            err(b"PUT /k HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"),
+            err(b"PUT /k HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"),
             HeadError::Malformed
         );
         assert_eq!(
-            err(b"PUT /k HTTP/1.1\r\nContent-Length: -5\r\n\r\n"),
+            err(b"PUT /k HTTP/1.1\r\nHost: h\r\nContent-Length: -5\r\n\r\n"),
             HeadError::Malformed
         );
         assert_eq!(
-            err(b"PUT /k HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n"),
+            err(b"PUT /k HTTP/1.1\r\nHost: h\r\nContent-Length: 5, 5\r\n\r\n"),
             HeadError::Malformed
         );
         assert_eq!(
-            err(b"PUT /k HTTP/1.1\r\nContent-Length:\r\n\r\n"),
+            err(b"PUT /k HTTP/1.1\r\nHost: h\r\nContent-Length:\r\n\r\n"),
             HeadError::Malformed
         );
         assert_eq!(
-            err(b"PUT /k HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"),
+            err(b"PUT /k HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"),
             HeadError::Malformed
         );
         assert_eq!(
@@ -664,52 +774,52 @@ mod tests {
             HeadError::Malformed
         );
         assert_eq!(
-            err(b"PUT /k HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+            err(b"PUT /k HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
             HeadError::UnsupportedTransferCoding
         );
         assert_eq!(
-            err(b"PUT /k HTTP/1.1\r\nTransfer-Encoding: chunked, chunked\r\n\r\n"),
+            err(b"PUT /k HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, chunked\r\n\r\n"),
             HeadError::Malformed
         );
         assert_eq!(
-            err(b"PUT /k HTTP/1.1\r\nTransfer-Encoding: \r\n\r\n"),
+            err(b"PUT /k HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: \r\n\r\n"),
             HeadError::Malformed
         );
     }
 
     #[test]
     fn object_fields() {
-        let h = head(b"PUT /k HTTP/1.1\r\nX-TTL: -1\r\nCache-Control: no-store, max-age=60\r\nX-Flags: 4294967295\r\n\r\n");
+        let h = head(b"PUT /k HTTP/1.1\r\nHost: h\r\nX-TTL: -1\r\nCache-Control: no-store, max-age=60\r\nX-Flags: 4294967295\r\n\r\n");
         assert_eq!((h.ttl, h.flags), (Some(-1), Some(u32::MAX)));
         assert_eq!(
-            head(b"PUT /k HTTP/1.1\r\ncache-control: MAX-AGE=\"60\"\r\n\r\n").ttl,
+            head(b"PUT /k HTTP/1.1\r\nHost: h\r\ncache-control: MAX-AGE=\"60\"\r\n\r\n").ttl,
             Some(60)
         );
         assert_eq!(
-            head(b"PUT /k HTTP/1.1\r\nCache-Control: no-cache\r\n\r\n").ttl,
+            head(b"PUT /k HTTP/1.1\r\nHost: h\r\nCache-Control: no-cache\r\n\r\n").ttl,
             None
         );
         assert_eq!(
-            err(b"PUT /k HTTP/1.1\r\nX-Flags: 4294967296\r\n\r\n"),
+            err(b"PUT /k HTTP/1.1\r\nHost: h\r\nX-Flags: 4294967296\r\n\r\n"),
             HeadError::Malformed
         );
         assert_eq!(
-            err(b"PUT /k HTTP/1.1\r\nX-Flags: 1x\r\n\r\n"),
+            err(b"PUT /k HTTP/1.1\r\nHost: h\r\nX-Flags: 1x\r\n\r\n"),
             HeadError::Malformed
         );
         assert_eq!(
-            err(b"PUT /k HTTP/1.1\r\nX-TTL: ten\r\n\r\n"),
+            err(b"PUT /k HTTP/1.1\r\nHost: h\r\nX-TTL: ten\r\n\r\n"),
             HeadError::Malformed
         );
         assert_eq!(
-            head(b"PUT /k HTTP/1.1\r\nCache-Control: max-age=-1\r\n\r\n").ttl,
+            head(b"PUT /k HTTP/1.1\r\nHost: h\r\nCache-Control: max-age=-1\r\n\r\n").ttl,
             Some(-1)
         );
         assert_eq!(
-            err(b"PUT /k HTTP/1.1\r\nCache-Control: max-age=soon\r\n\r\n"),
+            err(b"PUT /k HTTP/1.1\r\nHost: h\r\nCache-Control: max-age=soon\r\n\r\n"),
             HeadError::Malformed
         );
-        let h = head(b"GET /k HTTP/1.1\r\nRange:  bytes=0-1 \r\nIf-None-Match: \"3\"\r\nIf-Range: \"3\"\r\n\r\n");
+        let h = head(b"GET /k HTTP/1.1\r\nHost: h\r\nRange:  bytes=0-1 \r\nIf-None-Match: \"3\"\r\nIf-Range: \"3\"\r\n\r\n");
         assert_eq!(
             (h.range, h.if_none_match, h.if_range),
             (
@@ -722,10 +832,12 @@ mod tests {
 
     #[test]
     fn expectations() {
-        assert!(head(b"PUT /k HTTP/1.1\r\nExpect: 100-Continue\r\n\r\n").expect_continue);
+        assert!(
+            head(b"PUT /k HTTP/1.1\r\nHost: h\r\nExpect: 100-Continue\r\n\r\n").expect_continue
+        );
         assert!(!head(b"PUT /k HTTP/1.0\r\nExpect: 100-continue\r\n\r\n").expect_continue);
         assert_eq!(
-            err(b"PUT /k HTTP/1.1\r\nExpect: tea\r\n\r\n"),
+            err(b"PUT /k HTTP/1.1\r\nHost: h\r\nExpect: tea\r\n\r\n"),
             HeadError::UnsupportedExpectation
         );
     }
@@ -733,18 +845,18 @@ mod tests {
     #[test]
     fn malformed_heads() {
         for bad in [
-            &b" GET / HTTP/1.1\r\n\r\n"[..],
-            b"GET  / HTTP/1.1\r\n\r\n",
+            &b" GET / HTTP/1.1\r\nHost: h\r\n\r\n"[..],
+            b"GET  / HTTP/1.1\r\nHost: h\r\n\r\n",
             b"GET / HTTP/1.1 \r\n\r\n",
-            b"GET /a b HTTP/1.1\r\n\r\n",
-            b"GET /\x7f HTTP/1.1\r\n\r\n",
-            b"G(T / HTTP/1.1\r\n\r\n",
-            b"GET / HTTP/1.1\r\nNo-Colon\r\n\r\n",
-            b"GET / HTTP/1.1\r\nName : v\r\n\r\n",
-            b"GET / HTTP/1.1\r\n: v\r\n\r\n",
-            b"GET / HTTP/1.1\r\nA: b\r\n folded\r\n\r\n",
-            b"GET / HTTP/1.1\r\nA: b\rc\r\n\r\n",
-            b"GET / HTTP/1.1\r\nA: b\0c\r\n\r\n",
+            b"GET /a b HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"GET /\x7f HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"G(T / HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\nNo-Colon\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\nName : v\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\n: v\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\nA: b\r\n folded\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\nA: b\rc\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: h\r\nA: b\0c\r\n\r\n",
             b"\x16\x03\x01\x02\x00\x01",
             b"ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFG",
         ] {
@@ -760,10 +872,10 @@ mod tests {
     #[test]
     fn lenient_forms() {
         // Bare LF line ends, empty lines before the request, obs-text in values, OWS around values.
-        let h = head(b"\r\n\nGET /k HTTP/1.1\nX-Flags:\t7 \nA: caf\xc3\xa9\n\n");
+        let h = head(b"\r\n\nGET /k HTTP/1.1\nHost: h\nX-Flags:\t7 \nA: caf\xc3\xa9\n\n");
         assert_eq!((h.target, h.flags), (&b"/k"[..], Some(7)));
         assert_eq!(parse(b"\r\n\r"), Ok(None));
-        assert_eq!(parse(b"GET / HTTP/1.1\r\n\r"), Ok(None));
+        assert_eq!(parse(b"GET / HTTP/1.1\r\nHost: h\r\n\r"), Ok(None));
         assert_eq!(parse(b"GE"), Ok(None));
     }
 
@@ -773,7 +885,7 @@ mod tests {
         let ok = [
             b"GET /".as_slice(),
             &vec![b'a'; limits.max_request_line - 14],
-            b" HTTP/1.1\r\n\r\n",
+            b" HTTP/1.1\r\nHost: h\r\n\r\n",
         ]
         .concat();
         assert_eq!(
@@ -784,7 +896,7 @@ mod tests {
         let long = [
             b"GET /".as_slice(),
             &vec![b'a'; limits.max_request_line - 13],
-            b" HTTP/1.1\r\n\r\n",
+            b" HTTP/1.1\r\nHost: h\r\n\r\n",
         ]
         .concat();
         assert_eq!(err(&long), HeadError::RequestLineTooLong);
@@ -799,8 +911,8 @@ mod tests {
     #[test]
     fn header_limits() {
         let limits = Limits::DEFAULT;
-        let mut many = b"GET / HTTP/1.1\r\n".to_vec();
-        for _ in 0..limits.max_headers {
+        let mut many = b"GET / HTTP/1.1\r\nHost: h\r\n".to_vec();
+        for _ in 1..limits.max_headers {
             many.extend_from_slice(b"A: b\r\n");
         }
         let mut too_many = many.clone();
@@ -810,16 +922,16 @@ mod tests {
         assert_eq!(err(&too_many), HeadError::TooManyHeaders);
 
         // Exactly max_header_bytes after the request line, blank line included.
-        let filler = limits.max_header_bytes - b"X: \r\n\r\n".len();
+        let filler = limits.max_header_bytes - b"Host: h\r\nX: \r\n\r\n".len();
         let fits = [
-            b"GET / HTTP/1.1\r\nX: ".as_slice(),
+            b"GET / HTTP/1.1\r\nHost: h\r\nX: ".as_slice(),
             &vec![b'v'; filler],
             b"\r\n\r\n",
         ]
         .concat();
         assert!(parse(&fits).unwrap().is_some());
         let over = [
-            b"GET / HTTP/1.1\r\nX: ".as_slice(),
+            b"GET / HTTP/1.1\r\nHost: h\r\nX: ".as_slice(),
             &vec![b'v'; filler + 1],
             b"\r\n\r\n",
         ]
@@ -831,7 +943,7 @@ mod tests {
 
     #[test]
     fn scanner_resumes() {
-        let input = b"PUT /k HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc";
+        let input = b"PUT /k HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc";
         let mut scanner = HeadScanner::new();
         for end in 0..input.len() {
             let got = scanner.scan(&input[..end], &Limits::DEFAULT).unwrap();
@@ -841,6 +953,105 @@ mod tests {
                 assert_eq!(got, Scan::Complete(input.len() - 3));
                 break;
             }
+        }
+    }
+
+    #[test]
+    fn host_rules() {
+        // RFC 9112 §3.2: HTTP/1.1 needs exactly one valid Host; HTTP/1.0 may omit it.
+        assert_eq!(err(b"GET / HTTP/1.1\r\n\r\n"), HeadError::MissingHost);
+        assert_eq!(
+            err(b"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n"),
+            HeadError::DuplicateHost
+        );
+        assert_eq!(
+            err(b"GET / HTTP/1.0\r\nHost: a\r\nhost: b\r\n\r\n"),
+            HeadError::DuplicateHost
+        );
+        assert_eq!(
+            err(b"GET / HTTP/1.0\r\nHost: a b\r\n\r\n"),
+            HeadError::InvalidHost
+        );
+        assert_eq!(head(b"GET / HTTP/1.0\r\n\r\n").version, Version::Http10);
+        assert_eq!(
+            head(b"GET / HTTP/1.1\r\nhOsT: x\r\n\r\n").version,
+            Version::Http11
+        );
+        for status in [
+            HeadError::MissingHost,
+            HeadError::DuplicateHost,
+            HeadError::InvalidHost,
+        ] {
+            assert_eq!(status.status().code(), 400);
+        }
+        for good in [
+            &b""[..],
+            b"example.com",
+            b"example.com:8080",
+            b"EXAMPLE.com:",
+            b"127.0.0.1:80",
+            b"[::1]",
+            b"[::1]:8080",
+            b"[2001:db8::1]",
+            b"[v1.fe80::a+en1]",
+            b"a%20b",
+            b"x-y_z~!$&'()*+,;=",
+        ] {
+            let req = [b"GET / HTTP/1.1\r\nHost: ", good, b"\r\n\r\n"].concat();
+            assert!(
+                parse(&req).is_ok_and(|h| h.is_some()),
+                "{:?}",
+                String::from_utf8_lossy(good)
+            );
+        }
+        for bad in [
+            &b"a b"[..],
+            b"a/b",
+            b"user@host",
+            b"host:port",
+            b"a:1:2",
+            b"[::1",
+            b"[::1]x",
+            b"[::1]:x",
+            b"[]",
+            b"[zz::1]",
+            b"[v.x]",
+            b"%zz",
+            b"a%2",
+            b"caf\xc3\xa9",
+            b"a\tb",
+            b"a?b",
+            b"a#b",
+        ] {
+            let req = [b"GET / HTTP/1.1\r\nHost: ", bad, b"\r\n\r\n"].concat();
+            assert_eq!(
+                parse(&req),
+                Err(HeadError::InvalidHost),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn higher_minor_versions_are_served_as_1_1() {
+        // RFC 9110 §2.5: a higher minor of a major we implement is processed as its highest minor.
+        for minor in b'2'..=b'9' {
+            let req = [b"GET / HTTP/1.", &[minor][..], b"\r\nHost: h\r\n\r\n"].concat();
+            let h = head(&req);
+            assert_eq!((h.version, h.keep_alive), (Version::Http11, true));
+            let no_host = [b"GET / HTTP/1.", &[minor][..], b"\r\n\r\n"].concat();
+            assert_eq!(err(&no_host), HeadError::MissingHost);
+        }
+        for other in [
+            &b"HTTP/2.0"[..],
+            b"HTTP/3.0",
+            b"HTTP/2.1",
+            b"HTTP/9.9",
+            b"HTTP/0.9",
+        ] {
+            let req = [b"GET / ", other, b"\r\nHost: h\r\n\r\n"].concat();
+            assert_eq!(err(&req), HeadError::VersionNotSupported);
         }
     }
 

@@ -201,7 +201,7 @@ fn body(len: usize) -> Vec<u8> {
 
 fn put_request(key: &str, body: &[u8]) -> Vec<u8> {
     let mut r = format!(
-        "PUT /{key} HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+        "PUT /{key} HTTP/1.1\r\nHost: h\r\nContent-Length: {}\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -237,14 +237,15 @@ fn a_put_over_item_size_max_goes_to_the_device_and_reads_back_whole_and_in_range
         );
         assert_eq!(m.head, data[..m.head.len()]);
 
-        let (out, _) = dev.drive(b"GET /big HTTP/1.1\r\n\r\n", split);
+        let (out, _) = dev.drive(b"GET /big HTTP/1.1\r\nHost: h\r\n\r\n", split);
         let (head, got) = split_response(&out);
         assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
         assert!(head.contains(&format!("Content-Length: {}\r\n", data.len())));
         assert!(got == &data[..], "split {split}: body differs");
 
         for (first, last) in [(0, 9), (10, 2999), (999, 1000), (4000, 5320), (5320, 5320)] {
-            let req = format!("GET /big HTTP/1.1\r\nRange: bytes={first}-{last}\r\n\r\n");
+            let req =
+                format!("GET /big HTTP/1.1\r\nHost: h\r\nRange: bytes={first}-{last}\r\n\r\n");
             let (out, _) = dev.drive(req.as_bytes(), split);
             let (head, got) = split_response(&out);
             assert!(
@@ -254,7 +255,7 @@ fn a_put_over_item_size_max_goes_to_the_device_and_reads_back_whole_and_in_range
             assert!(head.contains(&format!("Content-Range: bytes {first}-{last}/5321\r\n")));
             assert!(got == &data[first..=last], "range {first}-{last}");
         }
-        let (out, _) = dev.drive(b"HEAD /big HTTP/1.1\r\n\r\n", split);
+        let (out, _) = dev.drive(b"HEAD /big HTTP/1.1\r\nHost: h\r\n\r\n", split);
         let (head, rest) = split_response(&out);
         assert!(head.contains("Content-Length: 5321\r\n") && rest.is_empty());
     }
@@ -265,9 +266,9 @@ fn pipelined_requests_after_a_large_put_and_get_are_answered_in_order() {
     let dev = Device::new();
     let data = body(2 * CHUNK + 5);
     let mut input = put_request("a", &data);
-    input.extend_from_slice(b"GET /a HTTP/1.1\r\nRange: bytes=1995-2004\r\n\r\n");
+    input.extend_from_slice(b"GET /a HTTP/1.1\r\nHost: h\r\nRange: bytes=1995-2004\r\n\r\n");
     input.extend_from_slice(
-        b"GET /a HTTP/1.1\r\n\r\nDELETE /a HTTP/1.1\r\n\r\nGET /a HTTP/1.1\r\n\r\n",
+        b"GET /a HTTP/1.1\r\nHost: h\r\n\r\nDELETE /a HTTP/1.1\r\nHost: h\r\n\r\nGET /a HTTP/1.1\r\nHost: h\r\n\r\n",
     );
     let (out, flow) = dev.drive(&input, 1 << 20);
     assert_eq!(flow, Flow::Continue);
@@ -286,7 +287,7 @@ fn pipelined_requests_after_a_large_put_and_get_are_answered_in_order() {
 fn a_chunked_put_that_grows_past_item_size_max_becomes_large() {
     let dev = Device::new();
     let data = body(3 * CHUNK + 17);
-    let mut req = b"PUT /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    let mut req = b"PUT /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     for piece in data.chunks(333) {
         req.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
         req.extend_from_slice(piece);
@@ -299,12 +300,12 @@ fn a_chunked_put_that_grows_past_item_size_max_becomes_large() {
             String::from_utf8_lossy(&out).starts_with("HTTP/1.1 20"),
             "split {split}"
         );
-        let (out, _) = dev.drive(b"GET /c HTTP/1.1\r\n\r\n", split);
+        let (out, _) = dev.drive(b"GET /c HTTP/1.1\r\nHost: h\r\n\r\n", split);
         assert!(split_response(&out).1 == &data[..]);
     }
     // A short chunked body stays an ordinary value.
     let (out, _) = dev.drive(
-        b"PUT /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        b"PUT /s HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
         4,
     );
     assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 201"));
@@ -363,7 +364,10 @@ fn a_chunk_lost_mid_stream_ends_the_connection_with_a_short_body() {
     let data = body(4 * CHUNK);
     dev.drive(&put_request("l", &data), 1 << 20);
     dev.lose_chunk.set(Some(2));
-    let (out, flow) = dev.drive(b"GET /l HTTP/1.1\r\n\r\nGET /l HTTP/1.1\r\n\r\n", 1 << 20);
+    let (out, flow) = dev.drive(
+        b"GET /l HTTP/1.1\r\nHost: h\r\n\r\nGET /l HTTP/1.1\r\nHost: h\r\n\r\n",
+        1 << 20,
+    );
     assert_eq!(flow, Flow::Close);
     let (head, got) = split_response(&out);
     assert!(head.contains("Content-Length: 4000\r\n"));
@@ -377,7 +381,7 @@ fn a_chunk_lost_mid_stream_ends_the_connection_with_a_short_body() {
 fn over_object_size_max_is_413_before_any_body_byte() {
     let dev = Device::new();
     let (out, flow) = dev.drive(
-        b"PUT /x HTTP/1.1\r\nContent-Length: 1048577\r\n\r\n",
+        b"PUT /x HTTP/1.1\r\nHost: h\r\nContent-Length: 1048577\r\n\r\n",
         1 << 20,
     );
     assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 413"));
@@ -391,7 +395,7 @@ fn a_range_inside_a_chunk_reads_only_that_range_and_a_whole_chunk_reads_whole() 
     let data = body(4 * CHUNK + 10);
     dev.drive(&put_request("r", &data), 1 << 20);
     let get = |range: &str| {
-        let req = format!("GET /r HTTP/1.1\r\nRange: bytes={range}\r\n\r\n");
+        let req = format!("GET /r HTTP/1.1\r\nHost: h\r\nRange: bytes={range}\r\n\r\n");
         let (out, _) = dev.drive(req.as_bytes(), 1 << 20);
         split_response(&out).1.to_vec()
     };
@@ -410,7 +414,7 @@ fn a_range_inside_a_chunk_reads_only_that_range_and_a_whole_chunk_reads_whole() 
     // A lost chunk fails a range inside it too: a short (empty) body and a close.
     dev.lose_chunk.set(Some(1));
     let (out, flow) = dev.drive(
-        b"GET /r HTTP/1.1\r\nRange: bytes=1200-1300\r\n\r\n",
+        b"GET /r HTTP/1.1\r\nHost: h\r\nRange: bytes=1200-1300\r\n\r\n",
         1 << 20,
     );
     assert_eq!(flow, Flow::Close);

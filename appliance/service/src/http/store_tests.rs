@@ -54,7 +54,7 @@ fn put_then_get_through_the_store() {
     let s = store();
     let (out, flow) = run(
         &s,
-        b"PUT /obj HTTP/1.1\r\nContent-Length: 5\r\nX-Flags: 3\r\nX-TTL: 60\r\n\r\nhello",
+        b"PUT /obj HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nX-Flags: 3\r\nX-TTL: 60\r\n\r\nhello",
     );
     let (_, flags, exptime, cas) = item(&s, b"obj").expect("stored");
     assert_eq!((flags, exptime), (3, 160));
@@ -65,7 +65,7 @@ fn put_then_get_through_the_store() {
 
     let (out, _) = run(
         &s,
-        b"PUT /obj HTTP/1.1\r\nContent-Length: 3\r\nCache-Control: max-age=0\r\n\r\nbye",
+        b"PUT /obj HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nCache-Control: max-age=0\r\n\r\nbye",
     );
     let (value, flags, exptime, cas2) = item(&s, b"obj").expect("replaced");
     assert_eq!((value.as_slice(), flags, exptime), (&b"bye"[..], 0, NEVER));
@@ -77,7 +77,7 @@ fn put_then_get_through_the_store() {
 
     let (out, _) = run(
         &s,
-        b"GET /obj HTTP/1.1\r\n\r\nGET /obj HTTP/1.1\r\nRange: bytes=-1\r\n\r\n",
+        b"GET /obj HTTP/1.1\r\nHost: h\r\n\r\nGET /obj HTTP/1.1\r\nHost: h\r\nRange: bytes=-1\r\n\r\n",
     );
     assert_eq!(
         out,
@@ -108,7 +108,7 @@ fn memcache_written_items_read_over_http() {
         .unwrap()
         .cas
         .unwrap();
-    let (out, _) = run(&s, b"GET /mc HTTP/1.1\r\n\r\n");
+    let (out, _) = run(&s, b"GET /mc HTTP/1.1\r\nHost: h\r\n\r\n");
     assert_eq!(out, format!("HTTP/1.1 200 OK\r\nServer: ringstore\r\nContent-Length: 4\r\nETag: \"{cas}\"\r\nX-Flags: 99\r\n\r\nv\r\nx"));
 }
 
@@ -117,29 +117,42 @@ fn delete_and_expiry() {
     let s = store();
     run(
         &s,
-        b"PUT /t HTTP/1.1\r\nContent-Length: 1\r\nX-TTL: 10\r\n\r\nx",
+        b"PUT /t HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nX-TTL: 10\r\n\r\nx",
     );
-    assert!(
-        run_at(&s, Now { store: 109, ..NOW }, b"GET /t HTTP/1.1\r\n\r\n")
-            .0
-            .starts_with("HTTP/1.1 200 OK")
-    );
-    assert!(
-        run_at(&s, Now { store: 111, ..NOW }, b"GET /t HTTP/1.1\r\n\r\n")
-            .0
-            .starts_with("HTTP/1.1 404 ")
-    );
+    assert!(run_at(
+        &s,
+        Now { store: 109, ..NOW },
+        b"GET /t HTTP/1.1\r\nHost: h\r\n\r\n"
+    )
+    .0
+    .starts_with("HTTP/1.1 200 OK"));
+    assert!(run_at(
+        &s,
+        Now { store: 111, ..NOW },
+        b"GET /t HTTP/1.1\r\nHost: h\r\n\r\n"
+    )
+    .0
+    .starts_with("HTTP/1.1 404 "));
 
-    run(&s, b"PUT /d HTTP/1.1\r\nContent-Length: 1\r\n\r\nx");
-    let (out, _) = run(&s, b"DELETE /d HTTP/1.1\r\n\r\nDELETE /d HTTP/1.1\r\n\r\n");
+    run(
+        &s,
+        b"PUT /d HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx",
+    );
+    let (out, _) = run(
+        &s,
+        b"DELETE /d HTTP/1.1\r\nHost: h\r\n\r\nDELETE /d HTTP/1.1\r\nHost: h\r\n\r\n",
+    );
     assert_eq!(out, "HTTP/1.1 204 No Content\r\nServer: ringstore\r\n\r\nHTTP/1.1 404 Not Found\r\nServer: ringstore\r\nContent-Length: 0\r\n\r\n");
     assert_eq!(item(&s, b"d"), None);
 
     // A negative TTL stores nothing and removes what was there.
-    run(&s, b"PUT /n HTTP/1.1\r\nContent-Length: 1\r\n\r\nx");
+    run(
+        &s,
+        b"PUT /n HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx",
+    );
     let (out, _) = run(
         &s,
-        b"PUT /n HTTP/1.1\r\nContent-Length: 1\r\nX-TTL: -1\r\n\r\ny",
+        b"PUT /n HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nX-TTL: -1\r\n\r\ny",
     );
     assert_eq!(out, "HTTP/1.1 204 No Content\r\nServer: ringstore\r\n\r\n");
     assert_eq!(item(&s, b"n"), None);
@@ -150,12 +163,12 @@ fn large_bodies_in_pieces() {
     let s = store();
     let value: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
     let mut input = format!(
-        "PUT /big HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+        "PUT /big HTTP/1.1\r\nHost: h\r\nContent-Length: {}\r\n\r\n",
         value.len()
     )
     .into_bytes();
     input.extend_from_slice(&value);
-    input.extend_from_slice(b"GET /big HTTP/1.1\r\nRange: bytes=1000-1003\r\n\r\n");
+    input.extend_from_slice(b"GET /big HTTP/1.1\r\nHost: h\r\nRange: bytes=1000-1003\r\n\r\n");
     let mut session = HttpSession::new(0);
     let mut out = Vec::new();
     for piece in input.chunks(64 * 1024 - 3) {
@@ -169,7 +182,7 @@ fn large_bodies_in_pieces() {
     assert!(!session.has_partial_request());
 
     let too_big = format!(
-        "PUT /big HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+        "PUT /big HTTP/1.1\r\nHost: h\r\nContent-Length: {}\r\n\r\n",
         (1 << 20) + 1
     );
     assert_eq!(run(&s, too_big.as_bytes()).1, Flow::Close);
@@ -187,7 +200,7 @@ fn shared_path_counts_requests() {
     );
     let mut session = HttpSession::new(1);
     let mut out = Vec::new();
-    let input = b"PUT /c HTTP/1.1\r\nContent-Length: 1\r\n\r\nxGET /c HTTP/1.1\r\n\r\nGET /d HTTP/1.1\r\n\r\nDELETE /d HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n";
+    let input = b"PUT /c HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nxGET /c HTTP/1.1\r\nHost: h\r\n\r\nGET /d HTTP/1.1\r\nHost: h\r\n\r\nDELETE /d HTTP/1.1\r\nHost: h\r\n\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n";
     assert_eq!(session.on_bytes(input, NOW, &shared, &mut out), Flow::Close);
     let stats = shared.stats(1);
     let counts = [

@@ -118,7 +118,7 @@ fn put_get_head_delete() {
     let b = MemBackend::new();
     let (out, flow) = run(
         &b,
-        b"PUT /a%2Fb HTTP/1.1\r\nContent-Length: 5\r\nX-Flags: 7\r\nX-TTL: 60\r\n\r\nhello",
+        b"PUT /a%2Fb HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nX-Flags: 7\r\nX-TTL: 60\r\n\r\nhello",
     );
     assert_eq!(
         out,
@@ -129,7 +129,7 @@ fn put_get_head_delete() {
 
     let (out, _) = run(
         &b,
-        b"PUT /a%2Fb HTTP/1.1\r\nContent-Length: 3\r\nCache-Control: max-age=5\r\n\r\nbye",
+        b"PUT /a%2Fb HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nCache-Control: max-age=5\r\n\r\nbye",
     );
     assert_eq!(
         out,
@@ -137,22 +137,25 @@ fn put_get_head_delete() {
     );
     assert_eq!(b.item(b"a/b"), Some((b"bye".to_vec(), 0, 2, 5)));
 
-    let (out, _) = run(&b, b"GET /a/b HTTP/1.1\r\n\r\n");
+    let (out, _) = run(&b, b"GET /a/b HTTP/1.1\r\nHost: h\r\n\r\n");
     assert_eq!(out, "HTTP/1.1 200 OK\r\nServer: ringstore\r\nContent-Length: 3\r\nETag: \"2\"\r\nX-Flags: 0\r\n\r\nbye");
-    let (out, _) = run(&b, b"HEAD /a/b HTTP/1.1\r\nRange: bytes=0-0\r\n\r\n");
+    let (out, _) = run(
+        &b,
+        b"HEAD /a/b HTTP/1.1\r\nHost: h\r\nRange: bytes=0-0\r\n\r\n",
+    );
     assert_eq!(out, "HTTP/1.1 200 OK\r\nServer: ringstore\r\nContent-Length: 3\r\nETag: \"2\"\r\nX-Flags: 0\r\n\r\n");
 
-    let (out, _) = run(&b, b"DELETE /a/b HTTP/1.1\r\n\r\n");
+    let (out, _) = run(&b, b"DELETE /a/b HTTP/1.1\r\nHost: h\r\n\r\n");
     assert_eq!(out, "HTTP/1.1 204 No Content\r\nServer: ringstore\r\n\r\n");
-    assert_eq!(run(&b, b"DELETE /a/b HTTP/1.1\r\n\r\n").0, H404);
-    assert_eq!(run(&b, b"HEAD /a/b HTTP/1.1\r\n\r\n").0, H404);
+    assert_eq!(run(&b, b"DELETE /a/b HTTP/1.1\r\nHost: h\r\n\r\n").0, H404);
+    assert_eq!(run(&b, b"HEAD /a/b HTTP/1.1\r\nHost: h\r\n\r\n").0, H404);
 }
 
 #[test]
 fn other_methods_are_405_with_allow() {
     let (out, flow) = run(
         &MemBackend::new(),
-        b"POST /k HTTP/1.1\r\nContent-Length: 2\r\n\r\nxyGET /k HTTP/1.1\r\n\r\n",
+        b"POST /k HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\nxyGET /k HTTP/1.1\r\nHost: h\r\n\r\n",
     );
     assert_eq!(
         out,
@@ -168,29 +171,37 @@ fn ranges() {
         format!("HTTP/1.1 {status}\r\nServer: ringstore\r\nContent-Length: {len}\r\nETag: \"1\"\r\nX-Flags: 42\r\n{extra}\r\n")
     };
     assert_eq!(
-        run(&b, b"GET /k HTTP/1.1\r\nRange: bytes=2-4\r\n\r\n").0,
+        run(
+            &b,
+            b"GET /k HTTP/1.1\r\nHost: h\r\nRange: bytes=2-4\r\n\r\n"
+        )
+        .0,
         head("206 Partial Content", 3, "Content-Range: bytes 2-4/10\r\n") + "234"
     );
     assert_eq!(
-        run(&b, b"GET /k HTTP/1.1\r\nRange: bytes=7-\r\n\r\n").0,
+        run(&b, b"GET /k HTTP/1.1\r\nHost: h\r\nRange: bytes=7-\r\n\r\n").0,
         head("206 Partial Content", 3, "Content-Range: bytes 7-9/10\r\n") + "789"
     );
     assert_eq!(
-        run(&b, b"GET /k HTTP/1.1\r\nRange: bytes=-2\r\n\r\n").0,
+        run(&b, b"GET /k HTTP/1.1\r\nHost: h\r\nRange: bytes=-2\r\n\r\n").0,
         head("206 Partial Content", 2, "Content-Range: bytes 8-9/10\r\n") + "89"
     );
     assert_eq!(
-        run(&b, b"GET /k HTTP/1.1\r\nRange: bytes=0-1,4-5\r\n\r\n").0,
+        run(
+            &b,
+            b"GET /k HTTP/1.1\r\nHost: h\r\nRange: bytes=0-1,4-5\r\n\r\n"
+        )
+        .0,
         head("200 OK", 10, "") + "0123456789"
     );
     assert_eq!(
-        run(&b, b"GET /k HTTP/1.1\r\nRange: bytes=10-\r\n\r\n"),
+        run(&b, b"GET /k HTTP/1.1\r\nHost: h\r\nRange: bytes=10-\r\n\r\n"),
         ("HTTP/1.1 416 Range Not Satisfiable\r\nServer: ringstore\r\nContent-Length: 0\r\nContent-Range: bytes */10\r\n\r\n".into(), Flow::Continue)
     );
     assert_eq!(
         run(
             &b,
-            b"GET /k HTTP/1.1\r\nRange: bytes=0-0\r\nIf-Range: \"9\"\r\n\r\n"
+            b"GET /k HTTP/1.1\r\nHost: h\r\nRange: bytes=0-0\r\nIf-Range: \"9\"\r\n\r\n"
         )
         .0,
         head("200 OK", 10, "") + "0123456789"
@@ -198,7 +209,7 @@ fn ranges() {
     assert_eq!(
         run(
             &b,
-            b"GET /k HTTP/1.1\r\nRange: bytes=0-0\r\nIf-Range: \"1\"\r\n\r\n"
+            b"GET /k HTTP/1.1\r\nHost: h\r\nRange: bytes=0-0\r\nIf-Range: \"1\"\r\n\r\n"
         )
         .0,
         head("206 Partial Content", 1, "Content-Range: bytes 0-0/10\r\n") + "0"
@@ -213,42 +224,55 @@ fn if_none_match_gives_304() {
     assert_eq!(
         run(
             &b,
-            b"GET /k HTTP/1.1\r\nIf-None-Match: \"5\", W/\"1\"\r\n\r\n"
+            b"GET /k HTTP/1.1\r\nHost: h\r\nIf-None-Match: \"5\", W/\"1\"\r\n\r\n"
         )
         .0,
         not_modified
     );
     assert_eq!(
-        run(&b, b"HEAD /k HTTP/1.1\r\nIf-None-Match: *\r\n\r\n").0,
+        run(
+            &b,
+            b"HEAD /k HTTP/1.1\r\nHost: h\r\nIf-None-Match: *\r\n\r\n"
+        )
+        .0,
         not_modified
     );
-    assert!(run(&b, b"GET /k HTTP/1.1\r\nIf-None-Match: \"2\"\r\n\r\n")
-        .0
-        .starts_with("HTTP/1.1 200 OK\r\n"));
+    assert!(run(
+        &b,
+        b"GET /k HTTP/1.1\r\nHost: h\r\nIf-None-Match: \"2\"\r\n\r\n"
+    )
+    .0
+    .starts_with("HTTP/1.1 200 OK\r\n"));
 }
 
 #[test]
 fn put_framing_errors() {
     let b = MemBackend::new();
     assert_eq!(
-        run(&b, b"PUT /k HTTP/1.1\r\n\r\nGET /k HTTP/1.1\r\n\r\n"),
+        run(
+            &b,
+            b"PUT /k HTTP/1.1\r\nHost: h\r\n\r\nGET /k HTTP/1.1\r\nHost: h\r\n\r\n"
+        ),
         (error("411 Length Required"), Flow::Close)
-    );
-    assert_eq!(
-        run(&b, b"PUT /k HTTP/1.1\r\nContent-Length: 65\r\n\r\n"),
-        (error("413 Content Too Large"), Flow::Close)
     );
     assert_eq!(
         run(
             &b,
-            b"PUT /k HTTP/1.1\r\nContent-Length: 65\r\nExpect: 100-continue\r\n\r\n"
+            b"PUT /k HTTP/1.1\r\nHost: h\r\nContent-Length: 65\r\n\r\n"
         ),
         (error("413 Content Too Large"), Flow::Close)
     );
     assert_eq!(
         run(
             &b,
-            b"PUT /k HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n"
+            b"PUT /k HTTP/1.1\r\nHost: h\r\nContent-Length: 65\r\nExpect: 100-continue\r\n\r\n"
+        ),
+        (error("413 Content Too Large"), Flow::Close)
+    );
+    assert_eq!(
+        run(
+            &b,
+            b"PUT /k HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999999\r\n\r\n"
         )
         .0,
         error("413 Content Too Large")
@@ -262,7 +286,7 @@ fn expect_100_continue() {
     let mut session = HttpSession::new(0);
     let mut out = Vec::new();
     let flow = session.on_bytes_with(
-        b"PUT /k HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n",
+        b"PUT /k HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n",
         NOW,
         &b,
         &mut out,
@@ -284,7 +308,10 @@ fn expect_100_continue() {
 fn store_refusals() {
     let b = MemBackend::new();
     assert_eq!(
-        run(&b, b"PUT /k HTTP/1.1\r\nContent-Length: 3\r\n\r\nBIG"),
+        run(
+            &b,
+            b"PUT /k HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nBIG"
+        ),
         (
             "HTTP/1.1 413 Content Too Large\r\nServer: ringstore\r\nContent-Length: 0\r\n\r\n"
                 .into(),
@@ -292,7 +319,11 @@ fn store_refusals() {
         )
     );
     assert_eq!(
-        run(&b, b"PUT /k HTTP/1.1\r\nContent-Length: 5\r\n\r\nNOMEM").0,
+        run(
+            &b,
+            b"PUT /k HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nNOMEM"
+        )
+        .0,
         "HTTP/1.1 507 Insufficient Storage\r\nServer: ringstore\r\nContent-Length: 0\r\n\r\n"
     );
 }
@@ -300,13 +331,18 @@ fn store_refusals() {
 #[test]
 fn head_errors_close_the_connection() {
     let b = MemBackend::new();
-    let long_line = [b"GET /".as_slice(), &[b'a'; 9000], b" HTTP/1.1\r\n\r\n"].concat();
-    let mut big_headers = b"GET /k HTTP/1.1\r\n".to_vec();
+    let long_line = [
+        b"GET /".as_slice(),
+        &[b'a'; 9000],
+        b" HTTP/1.1\r\nHost: h\r\n\r\n",
+    ]
+    .concat();
+    let mut big_headers = b"GET /k HTTP/1.1\r\nHost: h\r\n".to_vec();
     for _ in 0..200 {
         big_headers.extend_from_slice(format!("X-Filler: {}\r\n", "v".repeat(100)).as_bytes());
     }
     big_headers.extend_from_slice(b"\r\n");
-    let mut many_headers = b"GET /k HTTP/1.1\r\n".to_vec();
+    let mut many_headers = b"GET /k HTTP/1.1\r\nHost: h\r\n".to_vec();
     for _ in 0..101 {
         many_headers.extend_from_slice(b"A: b\r\n");
     }
@@ -314,15 +350,29 @@ fn head_errors_close_the_connection() {
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (b"GARBAGE\r\n\r\n".to_vec(), "400 Bad Request"),
         (b"\x16\x03\x01\x00".to_vec(), "400 Bad Request"),
-        (b"GET / HTTP/1.1\r\n\r\n".to_vec(), "400 Bad Request"),
-        (b"GET /a%20b HTTP/1.1\r\n\r\n".to_vec(), "400 Bad Request"),
-        (b"GET /a%zz HTTP/1.1\r\n\r\n".to_vec(), "400 Bad Request"),
         (
-            [b"GET /".as_slice(), &[b'k'; 251], b" HTTP/1.1\r\n\r\n"].concat(),
+            b"GET / HTTP/1.1\r\nHost: h\r\n\r\n".to_vec(),
             "400 Bad Request",
         ),
         (
-            b"GET /k HTTP/1.1\r\nBad Header: x\r\n\r\n".to_vec(),
+            b"GET /a%20b HTTP/1.1\r\nHost: h\r\n\r\n".to_vec(),
+            "400 Bad Request",
+        ),
+        (
+            b"GET /a%zz HTTP/1.1\r\nHost: h\r\n\r\n".to_vec(),
+            "400 Bad Request",
+        ),
+        (
+            [
+                b"GET /".as_slice(),
+                &[b'k'; 251],
+                b" HTTP/1.1\r\nHost: h\r\n\r\n",
+            ]
+            .concat(),
+            "400 Bad Request",
+        ),
+        (
+            b"GET /k HTTP/1.1\r\nHost: h\r\nBad Header: x\r\n\r\n".to_vec(),
             "400 Bad Request",
         ),
         (long_line, "414 URI Too Long"),
@@ -333,11 +383,11 @@ fn head_errors_close_the_connection() {
             "505 HTTP Version Not Supported",
         ),
         (
-            b"PUT /k HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n".to_vec(),
+            b"PUT /k HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n".to_vec(),
             "501 Not Implemented",
         ),
         (
-            b"PUT /k HTTP/1.1\r\nExpect: tea\r\nContent-Length: 1\r\n\r\nx".to_vec(),
+            b"PUT /k HTTP/1.1\r\nHost: h\r\nExpect: tea\r\nContent-Length: 1\r\n\r\nx".to_vec(),
             "417 Expectation Failed",
         ),
     ];
@@ -345,7 +395,7 @@ fn head_errors_close_the_connection() {
         let mut session = HttpSession::new(0);
         let mut out = Vec::new();
         let mut with_next = input.clone();
-        with_next.extend_from_slice(b"GET /k HTTP/1.1\r\n\r\n");
+        with_next.extend_from_slice(b"GET /k HTTP/1.1\r\nHost: h\r\n\r\n");
         let flow = session.on_bytes_with(&with_next, NOW, &b, &mut out);
         assert_eq!(
             (String::from_utf8_lossy(&out).into_owned(), flow),
@@ -353,7 +403,7 @@ fn head_errors_close_the_connection() {
             "{status}"
         );
         assert_eq!(
-            session.on_bytes_with(b"GET /k HTTP/1.1\r\n\r\n", NOW, &b, &mut out),
+            session.on_bytes_with(b"GET /k HTTP/1.1\r\nHost: h\r\n\r\n", NOW, &b, &mut out),
             Flow::Close
         );
         assert_eq!(
@@ -367,7 +417,7 @@ fn head_errors_close_the_connection() {
 #[test]
 fn pipelining_answers_in_order() {
     let b = MemBackend::new();
-    let input = b"PUT /x HTTP/1.1\r\nContent-Length: 1\r\n\r\n1GET /x HTTP/1.1\r\n\r\nDELETE /x HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\n\r\n";
+    let input = b"PUT /x HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\n1GET /x HTTP/1.1\r\nHost: h\r\n\r\nDELETE /x HTTP/1.1\r\nHost: h\r\n\r\nGET /x HTTP/1.1\r\nHost: h\r\n\r\n";
     let (out, flow) = run(&b, input);
     let expected = [
         "HTTP/1.1 201 Created\r\nServer: ringstore\r\nContent-Length: 0\r\nETag: \"1\"\r\n\r\n",
@@ -398,7 +448,7 @@ fn connection_close_and_http10() {
     let b = seeded();
     let (out, flow) = run(
         &b,
-        b"GET /nope HTTP/1.1\r\nConnection: close\r\n\r\nGET /k HTTP/1.1\r\n\r\n",
+        b"GET /nope HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\nGET /k HTTP/1.1\r\nHost: h\r\n\r\n",
     );
     assert_eq!((out, flow), ("HTTP/1.1 404 Not Found\r\nServer: ringstore\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into(), Flow::Close));
 
@@ -420,7 +470,7 @@ fn connection_close_and_http10() {
 #[test]
 fn chunked_put() {
     let b = MemBackend::new();
-    let (out, flow) = run(&b, b"PUT /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\nGET /c HTTP/1.1\r\n\r\n");
+    let (out, flow) = run(&b, b"PUT /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\nGET /c HTTP/1.1\r\nHost: h\r\n\r\n");
     assert_eq!(
         (out, flow),
         (
@@ -429,7 +479,7 @@ fn chunked_put() {
         )
     );
     let too_big = format!(
-        "PUT /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n41\r\n{}\r\n0\r\n\r\n",
+        "PUT /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n41\r\n{}\r\n0\r\n\r\n",
         "x".repeat(65)
     );
     assert_eq!(
@@ -439,7 +489,7 @@ fn chunked_put() {
     assert_eq!(
         run(
             &b,
-            b"PUT /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+            b"PUT /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
         ),
         (error("400 Bad Request"), Flow::Close)
     );
@@ -457,27 +507,30 @@ fn bodies_of_other_methods_are_dropped() {
     let b = seeded();
     let (out, flow) = run(
         &b,
-        b"GET /nope HTTP/1.1\r\nContent-Length: 4\r\n\r\nGET GET /nope HTTP/1.1\r\n\r\n",
+        b"GET /nope HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nGET GET /nope HTTP/1.1\r\nHost: h\r\n\r\n",
     );
     assert_eq!((out, flow), (format!("{H404}{H404}"), Flow::Continue));
-    let (out, flow) = run(&b, b"DELETE /nope HTTP/1.1\r\nContent-Length: 65\r\n\r\n");
+    let (out, flow) = run(
+        &b,
+        b"DELETE /nope HTTP/1.1\r\nHost: h\r\nContent-Length: 65\r\n\r\n",
+    );
     assert_eq!((out, flow), ("HTTP/1.1 404 Not Found\r\nServer: ringstore\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into(), Flow::Close));
 }
 
 /// A conversation touching every path; its output must not depend on how it is split.
 fn script() -> Vec<u8> {
     [
-        &b"\r\nPUT /s HTTP/1.1\r\nContent-Length: 4\r\nX-Flags: 9\r\nExpect: 100-continue\r\n\r\nabcd"[..],
-        b"GET /s HTTP/1.1\r\nRange: bytes=1-2\r\n\r\n",
-        b"PUT /t HTTP/1.1\nTransfer-Encoding: chunked\n\n2\nxy\n0\n\n",
-        b"HEAD /t HTTP/1.1\r\nIf-None-Match: \"2\"\r\n\r\n",
-        b"GET /missing HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
-        b"OPTIONS * HTTP/1.1\r\n\r\n",
-        b"DELETE /s HTTP/1.1\r\n\r\n",
+        &b"\r\nPUT /s HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nX-Flags: 9\r\nExpect: 100-continue\r\n\r\nabcd"[..],
+        b"GET /s HTTP/1.1\r\nHost: h\r\nRange: bytes=1-2\r\n\r\n",
+        b"PUT /t HTTP/1.1\nHost: h\nTransfer-Encoding: chunked\n\n2\nxy\n0\n\n",
+        b"HEAD /t HTTP/1.1\r\nHost: h\r\nIf-None-Match: \"2\"\r\n\r\n",
+        b"GET /missing HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc",
+        b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n",
+        b"DELETE /s HTTP/1.1\r\nHost: h\r\n\r\n",
         b"GET /s HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
-        b"GET /t HTTP/1.1\r\nRange: bytes=5-\r\n\r\n",
-        b"GET /t HTTP/1.1\r\nConnection: close\r\n\r\n",
-        b"GET /after-close HTTP/1.1\r\n\r\n",
+        b"GET /t HTTP/1.1\r\nHost: h\r\nRange: bytes=5-\r\n\r\n",
+        b"GET /t HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+        b"GET /after-close HTTP/1.1\r\nHost: h\r\n\r\n",
     ]
     .concat()
 }
@@ -524,13 +577,18 @@ fn splits_at_every_byte_give_the_same_output() {
 
 #[test]
 fn errors_are_the_same_at_every_split() {
-    let long_line = [b"GET /".as_slice(), &[b'a'; 8300], b" HTTP/1.1\r\n\r\n"].concat();
-    let mut wide = b"GET /k HTTP/1.1\r\n".to_vec();
+    let long_line = [
+        b"GET /".as_slice(),
+        &[b'a'; 8300],
+        b" HTTP/1.1\r\nHost: h\r\n\r\n",
+    ]
+    .concat();
+    let mut wide = b"GET /k HTTP/1.1\r\nHost: h\r\n".to_vec();
     wide.extend_from_slice(format!("X: {}\r\n\r\n", "v".repeat(16_400)).as_bytes());
     for input in [
         long_line,
         wide,
-        b"GET /k HTTP/1.1\r\n\rX: y\r\n\r\n".to_vec(),
+        b"GET /k HTTP/1.1\r\nHost: h\r\n\rX: y\r\n\r\n".to_vec(),
         b"\r\r\n".to_vec(),
     ] {
         let (whole, flow, _) = run_pieces(&[&input]);
@@ -549,7 +607,7 @@ fn errors_are_the_same_at_every_split() {
 fn backpressure_drains_and_resumes() {
     let mut b = seeded();
     b.out_high_water = 100;
-    let one = b"GET /k HTTP/1.1\r\n\r\n";
+    let one = b"GET /k HTTP/1.1\r\nHost: h\r\n\r\n";
     let input = one.repeat(5);
     let mut session = HttpSession::new(0);
     let mut out = Vec::new();
@@ -576,7 +634,7 @@ fn partial_request_tracking() {
     assert!(!session.has_partial_request());
     session.on_bytes_with(b"GET /k HT", NOW, &b, &mut out);
     assert!(session.has_partial_request());
-    session.on_bytes_with(b"TP/1.1\r\n\r\n", NOW, &b, &mut out);
+    session.on_bytes_with(b"TP/1.1\r\nHost: h\r\n\r\n", NOW, &b, &mut out);
     assert!(!session.has_partial_request());
     assert_eq!(String::from_utf8_lossy(&out), H404);
 }
@@ -587,14 +645,14 @@ mod properties {
 
     fn conversation() -> impl Strategy<Value = Vec<u8>> {
         let pieces = prop::sample::select(vec![
-            &b"GET /k HTTP/1.1\r\n\r\n"[..],
+            &b"GET /k HTTP/1.1\r\nHost: h\r\n\r\n"[..],
             b"HEAD /k HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
-            b"PUT /k HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
-            b"PUT /k HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\nz",
-            b"PUT /j HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nq\r\n0\r\n\r\n",
-            b"DELETE /k HTTP/1.1\r\n\r\n",
-            b"GET /k HTTP/1.1\r\nRange: bytes=1-\r\n\r\n",
-            b"GET /j HTTP/1.1\r\nContent-Length: 2\r\n\r\nxx",
+            b"PUT /k HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc",
+            b"PUT /k HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\nz",
+            b"PUT /j HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nq\r\n0\r\n\r\n",
+            b"DELETE /k HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"GET /k HTTP/1.1\r\nHost: h\r\nRange: bytes=1-\r\n\r\n",
+            b"GET /j HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\nxx",
             b"\r\n",
             b"GET",
             b"\r",

@@ -72,7 +72,11 @@ fn http(port: u16, head: &str, body: &[u8]) -> Result<(String, String, Vec<u8>)>
 }
 
 fn check_object(port: u16, want: &[u8], when: &str) -> Result<()> {
-    let (status, _, body) = http(port, "GET /big HTTP/1.1\r\nConnection: close\r\n\r\n", &[])?;
+    let (status, _, body) = http(
+        port,
+        "GET /big HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+        &[],
+    )?;
     anyhow::ensure!(status == "HTTP/1.1 200 OK", "{when}: GET answered {status}");
     anyhow::ensure!(
         body == want,
@@ -83,7 +87,7 @@ fn check_object(port: u16, want: &[u8], when: &str) -> Result<()> {
     let (first, last) = (5 << 20, (5 << 20) + 300_000);
     let (status, head, body) = http(
         port,
-        &format!("GET /big HTTP/1.1\r\nRange: bytes={first}-{last}\r\nConnection: close\r\n\r\n"),
+        &format!("GET /big HTTP/1.1\r\nHost: h\r\nRange: bytes={first}-{last}\r\nConnection: close\r\n\r\n"),
         &[],
     )?;
     anyhow::ensure!(
@@ -100,8 +104,9 @@ pub fn large_object_survives_poweroff_and_power_cut(image: &Image) -> Result<Str
     let want = object();
     let vm = boot_ready(image, "large-1", "", &disks)?;
     let port = vm.port("http", 0)?;
-    let put =
-        format!("PUT /big HTTP/1.1\r\nContent-Length: {OBJECT_LEN}\r\nConnection: close\r\n\r\n");
+    let put = format!(
+        "PUT /big HTTP/1.1\r\nHost: h\r\nContent-Length: {OBJECT_LEN}\r\nConnection: close\r\n\r\n"
+    );
     let started = std::time::Instant::now();
     let (status, _, _) = http(port, &put, &want)?;
     let put_s = started.elapsed().as_secs_f64();
