@@ -20,8 +20,16 @@ def mc(server):
     return socket.create_connection(server.mc, timeout=10)
 
 
-def stats(server):
-    text = raw(server.mc, b"stats\r\n", read_until=b"END\r\n").decode()
+def stats(server, sock=None):
+    """`stats` as a dict, on `sock` when given (one connection, so the count is exact)."""
+    if sock is None:
+        text = raw(server.mc, b"stats\r\n", read_until=b"END\r\n").decode()
+    else:
+        sock.sendall(b"stats\r\n")
+        text = b""
+        while not text.endswith(b"END\r\n"):
+            text += sock.recv(65536)
+        text = text.decode()
     return {l.split()[1]: l.split()[2] for l in text.splitlines() if l.startswith("STAT ")}
 
 
@@ -82,12 +90,14 @@ def test_a_client_that_never_reads_is_cut_at_the_idle_timeout(server_factory):
     hog = mc(server)
     hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     hog.sendall(b"get" + b" b" * 1000 + b"\r\n")
+    watcher = mc(server)
     deadline = time.monotonic() + 8
-    while time.monotonic() < deadline and stats(server)["curr_connections"] != "1":
+    while time.monotonic() < deadline and stats(server, watcher)["curr_connections"] != "1":
         time.sleep(0.25)
-    assert stats(server)["curr_connections"] == "1", "the unread connection is still open"
-    assert int(stats(server)["conn_memory_bytes"]) == 0
+    assert stats(server, watcher)["curr_connections"] == "1", "the unread connection is still open"
+    assert int(stats(server, watcher)["conn_memory_bytes"]) == 0
     hog.close()
+    watcher.close()
 
 
 def test_stalled_partial_values_are_bounded_by_conn_memory(server_factory):
