@@ -1,0 +1,50 @@
+//! me: the debug line for a key.
+
+use super::*;
+
+/// Size memcached would report for an item (`me size=`): key, value and a header.
+const ITEM_HEADER_ESTIMATE: usize = 48;
+
+pub(crate) fn me(ctx: &Ctx<'_>, out: &mut Vec<u8>, mkey: &MetaKey<'_>) {
+    let mut kb = KeyBuf::default();
+    let key = mkey.bytes(&mut kb);
+    let now = ctx.now.store;
+    let found = ctx.shared.store.get(key, now, ReadOpts::default(), |item| {
+        let Some(it) = item else { return false };
+        out.extend_from_slice(b"ME ");
+        if mkey.is_binary() {
+            base64_encode(key, out);
+        } else {
+            out.extend_from_slice(key);
+        }
+        out.extend_from_slice(b" exp=");
+        // memcached prints `current_time - exptime` here (negative while the item lives).
+        push_i64(
+            out,
+            if it.exptime == NEVER {
+                -1
+            } else {
+                i64::from(now) - i64::from(it.exptime)
+            },
+        );
+        out.extend_from_slice(b" la=");
+        push_u64(out, u64::from(now.saturating_sub(it.last_access)));
+        out.extend_from_slice(b" cas=");
+        push_u64(out, it.cas);
+        out.extend_from_slice(if it.fetched {
+            b" fetch=yes"
+        } else {
+            b" fetch=no"
+        });
+        out.extend_from_slice(b" cls=1 size=");
+        push_u64(
+            out,
+            (it.key.len() + it.value.len() + ITEM_HEADER_ESTIMATE) as u64,
+        );
+        out.extend_from_slice(b"\r\n");
+        true
+    });
+    if !found {
+        reply::line(out, "EN");
+    }
+}

@@ -1,0 +1,68 @@
+//! ms: set with meta flags (modes, CAS, invalidation, base64 keys).
+
+use super::*;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SetOutcome {
+    Stored,
+    NotStored,
+    Exists,
+    NotFound,
+}
+
+pub(crate) fn ms(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaSet<'_>) {
+    ctx.stats.cmd_set.inc();
+    let mut kb = KeyBuf::default();
+    let key = m.key.bytes(&mut kb);
+    let f = &m.flags;
+    let exp = flag_expiry(f.ttl, ctx).unwrap_or(Expiry::At(NEVER));
+    let data = m.data;
+    let new = || put(data, f.client_flags, exp, f.explicit_cas);
+    let result = ctx
+        .shared
+        .store
+        .update(key, ctx.now.store, |item| match (m.mode, item) {
+            (b'E', Some(_)) => (Write::Nothing, SetOutcome::NotStored),
+            (b'E', None) => (new(), SetOutcome::Stored),
+            (b'A' | b'P', None) => (Write::Nothing, SetOutcome::NotStored),
+            (b'A' | b'P', Some(it)) => {
+                if f.cas.is_some_and(|c| c != it.cas) {
+                    return (Write::Nothing, SetOutcome::Exists);
+                }
+                let meta = NewMeta {
+                    flags: it.flags,
+                    exptime: it.exptime,
+                    cas: f.explicit_cas,
+                };
+                let write = if m.mode == b'A' {
+                    Write::Append { suffix: data, meta }
+                } else {
+                    Write::Prepend { prefix: data, meta }
+                };
+                (write, SetOutcome::Stored)
+            }
+            // Set or replace with a CAS to compare: memcached's CAS mode.
+            (_, None) if f.cas.is_some() => (Write::Nothing, SetOutcome::NotFound),
+            (_, Some(it)) if f.cas.is_some_and(|c| c != it.cas) => {
+                (Write::Nothing, SetOutcome::Exists)
+            }
+            (b'R', None) => (Write::Nothing, SetOutcome::NotStored),
+            _ => (new(), SetOutcome::Stored),
+        });
+    let done = match result {
+        Ok(done) => done,
+        Err(e) => {
+            reply::line(out, store_error(&e));
+            return;
+        }
+    };
+    let code: &[u8] = match done.result {
+        SetOutcome::Stored if f.quiet => return,
+        SetOutcome::Stored => b"HD",
+        SetOutcome::NotStored => b"NS",
+        SetOutcome::Exists => b"EX",
+        SetOutcome::NotFound => b"NF",
+    };
+    out.extend_from_slice(code);
+    echo_tail(out, f, key, &m.key, Some(done.cas.unwrap_or(0)));
+}
