@@ -1,0 +1,51 @@
+//! Connections handed over by the acceptors (the inbox) and accepted by this worker's own
+//! reuseport listeners.
+
+use super::*;
+
+impl<H: Handler> Worker<H> {
+    pub(super) fn on_inbox(&mut self) {
+        self.take_inbox();
+        self.arm_inbox();
+    }
+
+    pub(super) fn take_inbox(&mut self) {
+        let mut fresh = std::mem::take(&mut self.new_conns);
+        self.setup.inbox.drain_into(&mut fresh);
+        for (fd, protocol) in fresh.drain(..) {
+            self.open_connection(fd, protocol);
+        }
+        self.new_conns = fresh;
+    }
+
+    pub(super) fn on_accept(&mut self, index: usize, res: i32) {
+        self.accept_armed[index] = false;
+        if res >= 0 {
+            // SAFETY: a successful accept returns a fresh descriptor that nobody else owns.
+            let fd = unsafe { OwnedFd::from_raw_fd(res) };
+            let protocol = self.setup.listeners[index].1;
+            if self.stopping_deadline.is_some() {
+                return;
+            }
+            if self.setup.open.fetch_add(1, Ordering::AcqRel) >= self.setup.limits.max_conns {
+                self.setup.open.fetch_sub(1, Ordering::AcqRel);
+                self.setup.handler.conn_refused();
+                crate::acceptor::refuse_now(&fd, protocol);
+            } else {
+                self.setup.inbox.add_load();
+                self.open_connection(fd, protocol);
+            }
+            self.arm_accept(index);
+            return;
+        }
+        match -res {
+            libc::ECANCELED | libc::EINVAL | libc::EBADF => {} // stopping
+            libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM => {
+                // Out of descriptors: retry from the tick instead of spinning.
+                self.accept_backoff_until = self.now.mono_ms + 100;
+            }
+            _ if self.stopping_deadline.is_none() => self.arm_accept(index),
+            _ => {}
+        }
+    }
+}

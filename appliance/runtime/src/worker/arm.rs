@@ -1,0 +1,99 @@
+//! Queueing io_uring operations: the tick, the inbox read, accepts, receives and sends.
+
+use super::*;
+
+impl<H: Handler> Worker<H> {
+    pub(super) fn arm_tick(&mut self) {
+        let entry = opcode::Timeout::new(&*self.tick as *const types::Timespec)
+            .build()
+            .user_data(OP_TICK);
+        self.pending.push(entry);
+    }
+
+    pub(super) fn arm_inbox(&mut self) {
+        let entry = opcode::Read::new(
+            types::Fd(self.setup.inbox.eventfd()),
+            self.inbox_word.cast(),
+            8,
+        )
+        .build()
+        .user_data(OP_INBOX);
+        self.pending.push(entry);
+    }
+
+    pub(super) fn arm_accept(&mut self, index: usize) {
+        let fd = self.setup.listeners[index].0.as_raw_fd();
+        let entry = opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut())
+            .flags(libc::SOCK_CLOEXEC)
+            .build()
+            .user_data(user_data(index as u32, 0, OP_ACCEPT));
+        self.pending.push(entry);
+        self.accept_armed[index] = true;
+    }
+
+    pub(super) fn arm_recv(&mut self, slot: u32) {
+        self.arm_recv_with(slot, 0);
+    }
+
+    /// `ioprio` may carry IORING_RECVSEND_POLL_FIRST: for a receive queued behind a send the
+    /// request has just been answered, so the peer's next one is not there yet; polling first
+    /// skips a receive attempt that would only find the socket empty.
+    pub(super) fn arm_recv_with(&mut self, slot: u32, ioprio: u16) {
+        let generation = self.conns.generation(slot);
+        let pooled = self.bufs.is_some();
+        let Some(conn) = self.conns.get_mut(slot, generation) else {
+            return;
+        };
+        let fd = types::Fd(conn.fd.as_raw_fd());
+        let entry = if pooled {
+            opcode::Recv::new(fd, std::ptr::null_mut(), BUF_SIZE as u32)
+                .buf_group(BufRing::GROUP)
+                .ioprio(ioprio)
+                .build()
+                .flags(squeue::Flags::BUFFER_SELECT)
+        } else {
+            let buf = conn.own_buf.as_mut().expect("own buffer without a pool");
+            opcode::Recv::new(fd, buf.as_mut_ptr(), buf.len() as u32)
+                .ioprio(ioprio)
+                .build()
+        };
+        conn.recv_armed = true;
+        self.pending
+            .push(entry.user_data(user_data(slot, generation, OP_RECV)));
+    }
+
+    /// Sends the rest of `out`. When the connection will read next (`Flow::Continue`), the
+    /// receive is linked behind the send and goes in the same submission: one enter per
+    /// request instead of two. A short send breaks the link (the receive completes with
+    /// ECANCELED) and the remainder is sent first.
+    pub(super) fn arm_send(&mut self, slot: u32) {
+        let generation = self.conns.generation(slot);
+        let Some(conn) = self.conns.get_mut(slot, generation) else {
+            return;
+        };
+        let rest = &conn.out[conn.sent..];
+        let len = rest.len().min(u32::MAX as usize) as u32;
+        let link_recv = self.link_recv
+            && conn.after_send == Flow::Continue
+            && !conn.recv_armed
+            && self.stopping_deadline.is_none();
+        let mut entry = opcode::Send::new(types::Fd(conn.fd.as_raw_fd()), rest.as_ptr(), len)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(user_data(slot, generation, OP_SEND));
+        if link_recv {
+            entry = entry.flags(squeue::Flags::IO_LINK);
+        }
+        conn.send_armed = true;
+        self.pending.push(entry);
+        if link_recv {
+            // POLL_FIRST exists from 5.19, like provided-buffer rings: use it only with them.
+            let ioprio = if self.bufs.is_some() && self.poll_first {
+                RECVSEND_POLL_FIRST
+            } else {
+                0
+            };
+            self.arm_recv_with(slot, ioprio);
+        }
+    }
+}

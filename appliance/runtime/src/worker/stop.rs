@@ -1,0 +1,79 @@
+//! The timer tick: timeouts, the reaper step, and the orderly stop.
+
+use super::*;
+
+impl<H: Handler> Worker<H> {
+    pub(super) fn on_tick(&mut self) {
+        let now = self.now.mono_ms;
+        if self.setup.reaper && now >= self.last_reclaim_ms + 1000 {
+            self.last_reclaim_ms = now;
+            self.setup.handler.reclaim(self.now);
+        }
+        if self.stopping_deadline.is_none() && now >= self.accept_backoff_until {
+            // Re-arm accepts that backed off (EMFILE).
+            for i in 0..self.accept_armed.len() {
+                if !self.accept_armed[i] {
+                    self.arm_accept(i);
+                }
+            }
+        }
+        self.check_timeouts();
+        self.arm_tick();
+    }
+
+    pub(super) fn check_timeouts(&mut self) {
+        let now = self.now.mono_ms;
+        let limits = self.setup.limits;
+        let past_deadline = self.stopping_deadline.is_some_and(|d| now >= d);
+        for slot in 0..self.conns.capacity_slots() as u32 {
+            let Some(conn) = self.conns.at_mut(slot) else {
+                continue;
+            };
+            if conn.closing {
+                continue;
+            }
+            if let Some(linger) = &conn.linger {
+                if linger.expired(now) || past_deadline {
+                    self.close(slot);
+                }
+                continue;
+            }
+            let slow = conn
+                .partial_since_ms
+                .is_some_and(|since| now.saturating_sub(since) >= limits.request_timeout_ms);
+            let idle = limits.idle_timeout_ms > 0
+                && conn.partial_since_ms.is_none()
+                && now.saturating_sub(conn.last_active_ms) >= limits.idle_timeout_ms;
+            if slow || idle || past_deadline {
+                self.close(slot);
+            }
+        }
+    }
+
+    pub(super) fn begin_stop(&mut self) {
+        self.stopping_deadline = Some(self.now.mono_ms + self.setup.limits.drain_deadline_ms);
+        for i in 0..self.setup.listeners.len() {
+            let target = user_data(i as u32, 0, OP_ACCEPT);
+            self.pending.push(
+                opcode::AsyncCancel::new(target)
+                    .build()
+                    .user_data(OP_CANCEL),
+            );
+        }
+        for slot in 0..self.conns.capacity_slots() as u32 {
+            let Some(conn) = self.conns.at_mut(slot) else {
+                continue;
+            };
+            // A lingering connection ends by itself well within the drain deadline.
+            if !conn.send_armed
+                && conn.partial_since_ms.is_none()
+                && conn.gate == 0
+                && conn.linger.is_none()
+            {
+                self.close(slot);
+            }
+        }
+        // Connections queued after the stop are dropped unserved.
+        self.take_inbox();
+    }
+}
