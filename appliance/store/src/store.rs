@@ -1,0 +1,439 @@
+//! The `Store`: its state, construction, the data-device hooks, locking, flush_all, the
+//! reaper and counters. Reads are in `store/read.rs`, writes in `store/write.rs`.
+
+use super::*;
+
+mod read;
+mod write;
+
+/// The keyspace. `Sync`: shared by every worker behind an `Arc`.
+pub struct Store {
+    shards: Box<[Mutex<Shard>]>,
+    shared: Shared,
+    /// Next CAS unique is this plus one.
+    cas: AtomicU64,
+    /// Pending or last flush_all: epoch in the high 32 bits (0 = none), `at` in the low 32.
+    flush: AtomicU64,
+    flush_lock: Mutex<()>,
+    reap_next: AtomicUsize,
+    config: StoreConfig,
+    backing: Backing,
+    arena_bytes: u64,
+    hugepage_bytes: u64,
+    /// Set once when a data device is attached; every mutation is staged there first.
+    journal: OnceLock<Arc<dyn Journal>>,
+    /// Set once when a data device is attached; RAM misses are read through it.
+    backfill: OnceLock<Arc<dyn Backfill>>,
+    /// Counters of external items ([`StoreStats::external_reads`], [`StoreStats::external_lost`]).
+    external_reads: AtomicU64,
+    external_lost: AtomicU64,
+}
+
+/// An item found under its shard lock: where it is and, for an external item, its value
+/// as read from the device (kept alive while the caller looks at the item).
+struct Found {
+    loc: shard::Loc,
+    device: Option<Vec<u8>>,
+}
+
+impl Found {
+    /// The item's header and value: the RAM bytes, or the device's for an external item.
+    fn view<'a>(&'a self, shard: &'a Shard) -> (&'a [u8], Header, &'a [u8]) {
+        let b = shard.bytes(self.loc);
+        let h = Header::read(b);
+        let value = match &self.device {
+            Some(v) => &v[..],
+            None => &b[h.value_start()..h.len()],
+        };
+        (b, h, value)
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("config", &self.config)
+            .field("backing", &self.backing)
+            .field("shards", &self.shards.len())
+            .field("segment_size", &self.shared.seg_size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Smallest segment; larger when `item_size_max` or the number of segments needs it.
+const SEGMENT_MIN: usize = 1 << 20;
+/// Average segments per shard stay under this so slot numbers (16 bits) never run out.
+const SEGMENTS_PER_SHARD_MAX: usize = 16 * 1024;
+/// A shard is only worth having with this many segments to rotate.
+const SEGMENTS_PER_SHARD_MIN: usize = 8;
+
+impl Store {
+    /// Allocates the arena (bind the calling thread to the NUMA node first) and an empty index.
+    pub fn new(config: StoreConfig) -> Result<Store, StoreError> {
+        if config.item_size_max == 0 || config.item_size_max > ITEM_SIZE_MAX_LIMIT {
+            return Err(StoreError::Config(format!(
+                "item_size_max {} must be between 1 and {ITEM_SIZE_MAX_LIMIT}",
+                config.item_size_max
+            )));
+        }
+        if config.shards == 0 || !config.shards.is_power_of_two() {
+            return Err(StoreError::Config(format!(
+                "shards {} must be a power of two",
+                config.shards
+            )));
+        }
+        let seg_size = (item::HEADER_MAX + KEY_LEN_MAX + config.item_size_max)
+            .max(SEGMENT_MIN)
+            .max(config.memory_bytes / (config.shards * SEGMENTS_PER_SHARD_MAX))
+            .next_multiple_of(4096);
+        let segments = config.memory_bytes / seg_size;
+        if segments < pool::MIN_HELD {
+            return Err(StoreError::Config(format!(
+                "memory_bytes {} holds fewer than {} segments of {seg_size} bytes (item_size_max {})",
+                config.memory_bytes,
+                pool::MIN_HELD,
+                config.item_size_max
+            )));
+        }
+        let shard_count = prev_power_of_two(
+            config
+                .shards
+                .min((segments / SEGMENTS_PER_SHARD_MIN).max(1)),
+        );
+        let segs = arena::allocate(segments, seg_size, config.huge_pages)
+            .map_err(|e| StoreError::Config(format!("cannot map the arena: {e}")))?;
+        let hugepage_bytes = segs
+            .iter()
+            .filter(|s| s.backing == Backing::HugeTlb)
+            .count()
+            * seg_size;
+        let backing = segs
+            .iter()
+            .map(|s| s.backing)
+            .min_by_key(|b| backing_rank(*b))
+            .unwrap_or(Backing::Normal);
+        let pool = pool::Pool::new(segs, seg_size, config.memory_bytes, shard_count);
+        Ok(Store {
+            shards: (0..shard_count).map(|_| Mutex::new(Shard::new())).collect(),
+            shared: Shared {
+                pool,
+                hasher: foldhash::fast::RandomState::default(),
+                seg_size,
+            },
+            cas: AtomicU64::new(0),
+            flush: AtomicU64::new(0),
+            flush_lock: Mutex::new(()),
+            reap_next: AtomicUsize::new(0),
+            arena_bytes: (segments * seg_size) as u64,
+            hugepage_bytes: hugepage_bytes as u64,
+            backing,
+            config,
+            journal: OnceLock::new(),
+            backfill: OnceLock::new(),
+            external_reads: AtomicU64::new(0),
+            external_lost: AtomicU64::new(0),
+        })
+    }
+
+    /// Logs every later mutation to `journal` before applying it (once; later calls are ignored).
+    pub fn attach_journal(&self, journal: Arc<dyn Journal>) {
+        let _ = self.journal.set(journal);
+    }
+
+    /// Reads RAM misses through `backfill` (once; later calls are ignored).
+    pub fn attach_backfill(&self, backfill: Arc<dyn Backfill>) {
+        let _ = self.backfill.set(backfill);
+    }
+
+    /// The attached journal, if any (sessions report reply spans to it).
+    pub fn journal(&self) -> Option<&dyn Journal> {
+        self.journal.get().map(|j| &**j)
+    }
+
+    /// The attached backfill, if any (large objects' chunks are read through it).
+    pub fn backfill(&self) -> Option<&dyn Backfill> {
+        self.backfill.get().map(|b| &**b)
+    }
+
+    /// CAS uniques handed out from now on are above `cas` (restored items keep theirs).
+    pub fn raise_cas_floor(&self, cas: u64) {
+        self.cas.fetch_max(cas, Ordering::Relaxed);
+    }
+
+    /// Puts an item recovered from the device into RAM, keeping its CAS; not journaled.
+    ///
+    /// A value of at least `external_threshold` bytes is kept as an external stub (key and
+    /// header only): attach the backfill before serving reads, or such items read as absent.
+    pub fn load(&self, key: &[u8], item: &Fetched, now: Time) -> Result<(), StoreError> {
+        if item.value.len() > self.config.item_size_max || key.len() > KEY_LEN_MAX {
+            return Err(StoreError::TooLarge);
+        }
+        let hash = self.shared.hasher.hash_one(key);
+        let mut shard = self.lock(hash, now);
+        let new = NewItem {
+            key,
+            value: &item.value,
+            flags: item.flags,
+            exptime: item.exptime,
+            cas: item.cas,
+            now,
+            large: item.large,
+            external: self.keeps_external(item.value.len(), item.large),
+        };
+        shard.store(&self.shared, hash, &new).map(|_| ())
+    }
+
+    /// Whether a value of `len` bytes read from (or written to) the device stays out of RAM.
+    fn keeps_external(&self, len: usize, large: bool) -> bool {
+        let t = self.config.external_threshold;
+        t > 0 && len >= t && !large
+    }
+
+    /// Drops the RAM copy of `key` if its CAS is still `cas` (a write whose logging failed);
+    /// not journaled, so the device's older value is what reads see next.
+    pub fn forget_if_cas(&self, key: &[u8], cas: u64, now: Time) {
+        if key.len() > KEY_LEN_MAX {
+            return;
+        }
+        let hash = self.shared.hasher.hash_one(key);
+        let mut shard = self.lock(hash, now);
+        if let Some(loc) = shard.lookup(&self.shared, hash, key, now) {
+            if Header::read(shard.bytes(loc)).cas == cas {
+                shard.delete(&self.shared, hash, loc);
+            }
+        }
+    }
+
+    /// Finds `key` in RAM, reading it through the backfill on a miss; an external item's
+    /// value is read from the device.
+    ///
+    /// An external item whose value the device no longer has under the same CAS unique is
+    /// dropped and reported absent: RAM is only a cache of the device, and a wrong value is
+    /// never served.
+    fn find(&self, shard: &mut Shard, hash: u64, key: &[u8], now: Time) -> Option<Found> {
+        if let Some(loc) = shard.lookup(&self.shared, hash, key, now) {
+            let h = Header::read(shard.bytes(loc));
+            if h.bits & item::EXTERNAL == 0 {
+                return Some(Found { loc, device: None });
+            }
+            let fetched = self.backfill.get().and_then(|b| b.fetch(key, now));
+            return match fetched {
+                Some(f) if f.cas == h.cas && f.value.len() == h.value_len && !f.large => {
+                    self.external_reads.fetch_add(1, Ordering::Relaxed);
+                    Some(Found {
+                        loc,
+                        device: Some(f.value),
+                    })
+                }
+                _ => {
+                    self.external_lost.fetch_add(1, Ordering::Relaxed);
+                    shard.delete(&self.shared, hash, loc);
+                    None
+                }
+            };
+        }
+        let backfill = self.backfill.get()?;
+        if key.len() > KEY_LEN_MAX {
+            return None;
+        }
+        let item = backfill.fetch(key, now)?;
+        let external = self.keeps_external(item.value.len(), item.large);
+        let new = NewItem {
+            key,
+            value: &item.value,
+            flags: item.flags,
+            exptime: item.exptime,
+            cas: item.cas,
+            now,
+            large: item.large,
+            external,
+        };
+        shard.store(&self.shared, hash, &new).ok()?;
+        let loc = shard.lookup(&self.shared, hash, key, now)?;
+        Some(Found {
+            loc,
+            device: external.then_some(item.value),
+        })
+    }
+
+    /// What backs the arena.
+    pub fn backing(&self) -> Backing {
+        self.backing
+    }
+
+    /// Number of lock shards in use (at most `StoreConfig::shards`, fewer for small budgets).
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Size of one arena segment; the largest item must fit in one.
+    pub fn segment_size(&self) -> usize {
+        self.shared.seg_size
+    }
+
+    fn next_cas(&self) -> u64 {
+        self.cas.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Locks the shard of `hash`, first applying a flush_all that has come due.
+    fn lock(&self, hash: u64, now: Time) -> MutexGuard<'_, Shard> {
+        let i = (hash >> 32) as usize & (self.shards.len() - 1);
+        let mut shard = self.shards[i].lock().unwrap_or_else(|e| e.into_inner());
+        self.apply_flush(&mut shard, now);
+        shard
+    }
+
+    fn lock_index(&self, i: usize, now: Time) -> MutexGuard<'_, Shard> {
+        let mut shard = self.shards[i].lock().unwrap_or_else(|e| e.into_inner());
+        self.apply_flush(&mut shard, now);
+        shard
+    }
+
+    /// A flush is applied to a shard by dropping everything in it the first time the shard
+    /// is used at or after the flush time; items written after that survive, so a set in
+    /// the same second right after `flush_all` is kept.
+    fn apply_flush(&self, shard: &mut Shard, now: Time) {
+        let v = self.flush.load(Ordering::Acquire);
+        let epoch = (v >> 32) as u32;
+        if epoch != shard.flush_epoch && now >= v as u32 {
+            shard.clear(&self.shared);
+            shard.flush_epoch = epoch;
+        }
+    }
+
+    /// `flush_all`: every item stored at or before `at` is invalid once `now >= at`.
+    ///
+    /// A later flush_all replaces a pending delayed one (as in memcached); one that has come
+    /// due is applied everywhere first. With `at <= now` every shard is emptied before
+    /// this returns.
+    pub fn flush_all(&self, now: Time, at: Time) {
+        let _serial = self.flush_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let v = self.flush.load(Ordering::Acquire);
+        if v >> 32 != 0 && now >= v as u32 {
+            for i in 0..self.shards.len() {
+                drop(self.lock_index(i, now));
+            }
+        }
+        let epoch = match (v >> 32) as u32 {
+            u32::MAX => 1,
+            e => e + 1,
+        };
+        self.flush
+            .store((u64::from(epoch) << 32) | u64::from(at), Ordering::Release);
+        if at <= now {
+            for i in 0..self.shards.len() {
+                drop(self.lock_index(i, now));
+            }
+        }
+    }
+
+    /// [`Store::flush_all`], logged to the journal first; an error means nothing was flushed.
+    pub fn flush_all_logged(&self, now: Time, at: Time) -> Result<(), StoreError> {
+        if let Some(journal) = self.journal.get() {
+            journal.record(Mutation::FlushAll { at })?;
+        }
+        self.flush_all(now, at);
+        Ok(())
+    }
+
+    /// Background reaper step: reclaims up to `max_items` expired items; returns how many.
+    ///
+    /// Walks the shards' segments from where the previous call stopped, examining at most
+    /// `4 * max_items + 1024` items, so each call is bounded work.
+    pub fn reclaim_expired(&self, now: Time, max_items: usize) -> usize {
+        let n = self.shards.len();
+        let start = self.reap_next.fetch_add(1, Ordering::Relaxed);
+        let mut reclaimed = 0;
+        let mut examine = max_items.saturating_mul(4).saturating_add(1024);
+        for i in 0..n {
+            if reclaimed >= max_items || examine == 0 {
+                break;
+            }
+            let mut shard = self.lock_index((start + i) % n, now);
+            let (r, e) = shard.reap(&self.shared, now, max_items - reclaimed, examine);
+            reclaimed += r;
+            examine -= e.min(examine);
+        }
+        reclaimed
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> StoreStats {
+        let mut st = StoreStats {
+            limit_maxbytes: self.config.memory_bytes as u64,
+            hugepage_bytes: self.hugepage_bytes,
+            arena_bytes: self.arena_bytes,
+            ..StoreStats::default()
+        };
+        for s in self.shards.iter() {
+            let shard = s.lock().unwrap_or_else(|e| e.into_inner());
+            let c = shard.counters;
+            let (items, bytes) = shard.usage();
+            st.curr_items += items;
+            st.bytes += bytes;
+            st.total_items += c.total_items;
+            st.evictions += c.evictions;
+            st.reclaimed += c.reclaimed;
+            st.expired_unfetched += c.expired_unfetched;
+            st.evicted_unfetched += c.evicted_unfetched;
+        }
+        st.segment_bytes = self.shared.pool.segment_bytes() as u64;
+        st.external_reads = self.external_reads.load(Ordering::Relaxed);
+        st.external_lost = self.external_lost.load(Ordering::Relaxed);
+        st.index_bytes = self.shared.pool.index_bytes() as u64;
+        st
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let mut segs = self.shared.pool.drain();
+        for s in self.shards.iter_mut() {
+            segs.extend(s.get_mut().unwrap_or_else(|e| e.into_inner()).drain());
+        }
+        arena::recycle(segs);
+    }
+}
+
+/// The item whose RAM bytes start at `b[0]`, shown with header `h` and `value` (its RAM
+/// value, or an external item's value read from the device).
+fn item_ref<'a>(b: &'a [u8], h: &Header, value: &'a [u8]) -> ItemRef<'a> {
+    ItemRef {
+        key: &b[h.key_start()..h.value_start()],
+        value,
+        flags: h.flags,
+        exptime: h.exptime,
+        cas: h.cas,
+        last_access: h.last_access,
+        fetched: h.bits & item::FETCHED != 0,
+        stale: h.bits & item::STALE != 0,
+        win_token_sent: h.bits & item::WIN != 0,
+        large: h.bits & item::LARGE != 0,
+    }
+}
+
+/// Worst backing first, so a store with any normal pages reports them.
+fn backing_rank(b: Backing) -> u8 {
+    match b {
+        Backing::Normal => 0,
+        Backing::TransparentHuge => 1,
+        Backing::HugeTlb => 2,
+    }
+}
+
+fn prev_power_of_two(n: usize) -> usize {
+    1 << (usize::BITS - 1 - n.max(1).leading_zeros())
+}
+
+/// Writes `v` in decimal at the end of `buf` and returns the digits.
+fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            return &buf[i..];
+        }
+    }
+}
