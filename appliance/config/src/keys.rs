@@ -1,7 +1,7 @@
 //! The one table of configuration keys: name, what values are allowed, how a value is applied.
 
-use crate::value::{parse_count, parse_endpoint, parse_networks, parse_size};
-use crate::{Config, NumaChoice, Placement};
+use crate::value::{parse_count, parse_endpoint, parse_networks, parse_size, parse_switch};
+use crate::{Config, IoUringSetup, NumaChoice, Placement};
 
 /// One configuration key.
 #[derive(Debug)]
@@ -246,6 +246,46 @@ pub static KEYS: &[KeyInfo] = &[
             };
             Ok(())
         },
+    },
+    KeyInfo {
+        name: "io-uring-setup",
+        expected: "full, coop or plain",
+        help: "io_uring setup flags tried first: full (SINGLE_ISSUER+DEFER_TASKRUN), coop (COOP_TASKRUN), plain (measurement only)",
+        endpoint: false,
+        hidden: true,
+        apply: |c, v| {
+            c.tuning.io_uring_setup = match v.trim() {
+                "full" => IoUringSetup::Full,
+                "coop" => IoUringSetup::Coop,
+                "plain" => IoUringSetup::Plain,
+                _ => return Err(()),
+            };
+            Ok(())
+        },
+    },
+    KeyInfo {
+        name: "buf-ring",
+        expected: "on or off",
+        help: "receive through a provided-buffer ring when the kernel has one; off: a buffer per connection (measurement, tests)",
+        endpoint: false,
+        hidden: true,
+        apply: |c, v| parse_switch(v).map(|on| c.tuning.buf_ring = on).ok_or(()),
+    },
+    KeyInfo {
+        name: "link-recv",
+        expected: "on or off",
+        help: "link each connection's next receive behind its send (measurement only)",
+        endpoint: false,
+        hidden: true,
+        apply: |c, v| parse_switch(v).map(|on| c.tuning.link_recv = on).ok_or(()),
+    },
+    KeyInfo {
+        name: "poll-first",
+        expected: "on or off",
+        help: "linked receives poll before they try (measurement only)",
+        endpoint: false,
+        hidden: true,
+        apply: |c, v| parse_switch(v).map(|on| c.tuning.poll_first = on).ok_or(()),
     },
 ];
 

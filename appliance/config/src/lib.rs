@@ -37,6 +37,43 @@ pub enum Placement {
     ReusePort,
 }
 
+/// `io-uring-setup` (hidden): which io_uring setup flags a worker tries first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoUringSetup {
+    /// SINGLE_ISSUER + DEFER_TASKRUN (+ COOP_TASKRUN), falling back to the others.
+    #[default]
+    Full,
+    /// COOP_TASKRUN, falling back to a plain ring.
+    Coop,
+    /// No optional setup flags.
+    Plain,
+}
+
+/// Data-plane switches that exist for measurement and for tests of the fallbacks (hidden keys;
+/// the defaults are what production runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    /// `io-uring-setup`.
+    pub io_uring_setup: IoUringSetup,
+    /// `buf-ring`: receive through a provided-buffer ring when the kernel has one.
+    pub buf_ring: bool,
+    /// `link-recv`: link each connection's next receive behind its send.
+    pub link_recv: bool,
+    /// `poll-first`: linked receives poll before they try.
+    pub poll_first: bool,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            io_uring_setup: IoUringSetup::Full,
+            buf_ring: true,
+            link_recv: true,
+            poll_first: true,
+        }
+    }
+}
+
 /// The whole configuration of a serving ringstore.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -75,6 +112,8 @@ pub struct Config {
     pub request_timeout_secs: u64,
     /// `placement` (hidden): connection placement mode, for measurement.
     pub placement: Placement,
+    /// Hidden data-plane switches.
+    pub tuning: Tuning,
 }
 
 /// `data-format`: how a data device that is neither blank nor ringstore's current format is treated.
@@ -106,6 +145,7 @@ impl Default for Config {
             idle_timeout_secs: 300,
             request_timeout_secs: 10,
             placement: Placement::Acceptor,
+            tuning: Tuning::default(),
         }
     }
 }

@@ -115,7 +115,14 @@ pub fn parse_networks(text: &str) -> Option<Vec<ipnet::IpNet>> {
 
 #[cfg(test)]
 mod network_tests {
-    use super::parse_networks;
+    use super::{parse_networks, parse_switch};
+
+    #[test]
+    fn switches_parse() {
+        assert_eq!(parse_switch(" off "), Some(false));
+        assert_eq!(parse_switch("ON"), Some(true));
+        assert_eq!(parse_switch("maybe"), None);
+    }
 
     #[test]
     fn networks_parse_and_reject_junk() {
@@ -127,5 +134,14 @@ mod network_tests {
         for bad in ["", "10.0.0.0/33", "nope", "10.0.0.0/8,", "1.2.3.4/8/9"] {
             assert_eq!(parse_networks(bad), None, "{bad:?}");
         }
+    }
+}
+
+/// Parses `on`/`off` (also `true`/`false`, `yes`/`no`, `1`/`0`).
+pub fn parse_switch(text: &str) -> Option<bool> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" => Some(true),
+        "off" | "false" | "no" | "0" => Some(false),
+        _ => None,
     }
 }

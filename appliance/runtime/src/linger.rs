@@ -157,7 +157,7 @@ mod plane_tests {
                 out_hard_cap: 8 << 20,
                 drain_deadline_ms: 5000,
                 tick_ms: 20,
-                allow_buf_ring: true,
+                tuning: ringstore_config::Tuning::default(),
             },
             clock: Clock::start(),
             tcp: vec![(Protocol::Memcache, vec![fd])],

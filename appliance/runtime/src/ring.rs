@@ -1,6 +1,7 @@
 //! Building a worker's io_uring with the best features this kernel offers, and recording which.
 
 use io_uring::{opcode, IoUring, Probe};
+use ringstore_config::IoUringSetup;
 
 /// The io_uring features a worker ended up using (logged once at start, see ADR-0004).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -47,17 +48,18 @@ const CQ_ENTRIES: u32 = 8192;
 
 /// Creates a ring on the calling thread (SINGLE_ISSUER binds it to this thread), trying
 /// SINGLE_ISSUER+DEFER_TASKRUN, then COOP_TASKRUN, then a plain ring.
-pub(crate) fn build() -> std::io::Result<(IoUring, Features)> {
+///
+/// `setup` (the hidden `io-uring-setup` key, for measurement) starts further down that list.
+pub(crate) fn build(setup: IoUringSetup) -> std::io::Result<(IoUring, Features)> {
     let attempts: [(bool, bool, bool); 3] = [
         (true, true, true),
         (false, false, true),
         (false, false, false),
     ];
-    // Measurement switch: RINGSTORE_IO_URING=coop|plain skips the newer setup flags.
-    let skip = match std::env::var("RINGSTORE_IO_URING").as_deref() {
-        Ok("coop") => 1,
-        Ok("plain") => 2,
-        _ => 0,
+    let skip = match setup {
+        IoUringSetup::Full => 0,
+        IoUringSetup::Coop => 1,
+        IoUringSetup::Plain => 2,
     };
     let mut last_err = None;
     for (single_issuer, defer_taskrun, coop_taskrun) in attempts.into_iter().skip(skip) {
@@ -114,9 +116,15 @@ mod tests {
 
     #[test]
     fn builds_a_ring_and_reports_features() {
-        let (ring, features) = build().expect("io_uring available");
+        let (ring, features) = build(IoUringSetup::Full).expect("io_uring available");
         assert!(supports_needed_ops(&ring));
         let text = features.to_string();
         assert!(text.starts_with("on=[") && text.contains("off=["), "{text}");
+    }
+
+    #[test]
+    fn a_plain_setup_asks_for_no_optional_flags() {
+        let (_, features) = build(IoUringSetup::Plain).expect("io_uring available");
+        assert!(!features.single_issuer && !features.defer_taskrun && !features.coop_taskrun);
     }
 }

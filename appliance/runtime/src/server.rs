@@ -12,7 +12,6 @@ use crate::handler::ServiceHandler;
 use crate::listeners::LocalAddrs;
 use crate::numa::{bind_memory, bind_thread_to_cpus, choose_node, worker_cpus, MemoryBinding};
 use crate::plane::{Plane, PlaneSetup};
-use crate::ring::Features;
 use crate::topology::{format_cpus, Topology};
 use crate::worker::Limits;
 use crate::RuntimeError;
@@ -128,7 +127,7 @@ impl Server {
             out_hard_cap: OUT_HARD_CAP_BASE + config.item_size_max,
             drain_deadline_ms: DRAIN_DEADLINE_MS,
             tick_ms: TICK_MS,
-            allow_buf_ring: std::env::var_os("RINGSTORE_NO_BUF_RING").is_none(),
+            tuning: config.tuning,
         };
         let handler = Arc::new(ServiceHandler(shared.clone()));
         let mut plane = Plane::start(PlaneSetup {
@@ -206,11 +205,6 @@ impl Server {
         self.memory_binding
     }
 
-    /// The io_uring features the workers use.
-    pub fn io_uring_features(&self) -> Features {
-        self.plane.features()
-    }
-
     /// Stops accepting, finishes in-flight requests and flushes replies (at most 5 s), joins every thread.
     pub fn shutdown(mut self) -> Result<(), RuntimeError> {
         let stopped = self.plane.stop();
@@ -224,12 +218,6 @@ impl Server {
             }
         }
         stopped
-    }
-
-    /// Blocks until SIGTERM or SIGINT (blocking them in the calling thread first); returns the signal.
-    /// Prefer [`crate::TerminationSignals::install`] before [`Server::start`] so no signal is missed.
-    pub fn wait_for_signal(&self) -> Result<i32, RuntimeError> {
-        crate::TerminationSignals::install()?.wait()
     }
 }
 

@@ -31,7 +31,7 @@ fn limits() -> Limits {
         out_hard_cap: 8 << 20,
         drain_deadline_ms: 2000,
         tick_ms: 20,
-        allow_buf_ring: true,
+        tuning: ringstore_config::Tuning::default(),
     }
 }
 
@@ -143,7 +143,10 @@ fn acceptor_placement_with_buffer_ring() {
 fn acceptor_placement_with_own_buffers() {
     let running = start(
         Limits {
-            allow_buf_ring: false,
+            tuning: ringstore_config::Tuning {
+                buf_ring: false,
+                ..Default::default()
+            },
             ..limits()
         },
         1,

@@ -57,8 +57,9 @@ pub(crate) struct Limits {
     /// How long a stopping worker lets in-flight requests finish.
     pub drain_deadline_ms: u64,
     pub tick_ms: u64,
-    /// Use provided-buffer rings when the kernel has them (tests turn it off to cover the fallback).
-    pub allow_buf_ring: bool,
+    /// Data-plane switches (hidden config keys): buffer rings, linked receives, poll-first,
+    /// io_uring setup flags. Tests turn buffer rings off to cover the fallback.
+    pub tuning: ringstore_config::Tuning,
 }
 
 /// Everything a worker thread is started with.
@@ -98,11 +99,11 @@ struct Worker<H: Handler> {
     accept_armed: Vec<bool>,
     accept_backoff_until: u64,
     last_reclaim_ms: u64,
-    /// Link each connection's next receive behind its send (off: RINGSTORE_NO_LINK, for measurement).
+    /// Link each connection's next receive behind its send (hidden key `link-recv`, for measurement).
     link_recv: bool,
     /// Most connections open at once on this worker (logged at stop: placement balance).
     peak_conns: usize,
-    /// Receives queued behind sends poll first (off: RINGSTORE_NO_POLL_FIRST, for measurement).
+    /// Receives queued behind sends poll first (hidden key `poll-first`, for measurement).
     poll_first: bool,
     /// This worker's region log, when a data device is on (None: RAM only, no extra work).
     disk: Option<DiskWorker>,
@@ -124,7 +125,8 @@ pub(crate) fn run<H: Handler>(
             return 0;
         }
     }
-    let (ring, mut features) = match crate::ring::build() {
+    let tuning = setup.limits.tuning;
+    let (ring, mut features) = match crate::ring::build(tuning.io_uring_setup) {
         Ok(built) => built,
         Err(err) => {
             let _ = ready.send(Err(format!(
@@ -141,7 +143,7 @@ pub(crate) fn run<H: Handler>(
         )));
         return 0;
     }
-    let bufs = if setup.limits.allow_buf_ring {
+    let bufs = if tuning.buf_ring {
         BufRing::register(&ring, BUF_COUNT, BUF_SIZE).ok()
     } else {
         None
@@ -180,9 +182,9 @@ pub(crate) fn run<H: Handler>(
         accept_armed: Vec::new(),
         accept_backoff_until: 0,
         last_reclaim_ms: now.mono_ms,
-        link_recv: std::env::var_os("RINGSTORE_NO_LINK").is_none(),
+        link_recv: tuning.link_recv,
         peak_conns: 0,
-        poll_first: std::env::var_os("RINGSTORE_NO_POLL_FIRST").is_none(),
+        poll_first: tuning.poll_first,
         disk,
     };
     let _ = ready.send(Ok(features));
