@@ -1,4 +1,4 @@
-//! One acceptor thread per endpoint (ADR-0001/ADR-0018): accepts in batches and hands each
+//! One acceptor thread per endpoint (ADR-0001): accepts in batches and hands each
 //! fd to the worker with the fewest active + queued connections; refuses cleanly beyond
 //! `--max-conns` and backs off when the process runs out of descriptors.
 

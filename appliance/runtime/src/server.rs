@@ -52,8 +52,9 @@ impl std::fmt::Debug for Server {
 impl Server {
     /// Starts serving `config`: returns once every endpoint listens and every worker runs.
     ///
-    /// Binds the calling thread to the chosen node's CPUs and memory (ADR-0018: before the
-    /// store is allocated; threads spawned afterwards inherit the policy).
+    /// Binds the calling thread to the chosen node's CPUs and memory before the store is
+    /// allocated, so the arena's pages come from the serving node; threads spawned afterwards
+    /// inherit the mask and the policy.
     pub fn start(config: &Config) -> Result<Server, RuntimeError> {
         crate::sys::ignore_sigpipe();
         crate::sys::return_freed_memory_promptly();

@@ -112,7 +112,8 @@ impl Topology {
         self.nodes.iter().find(|n| n.id == id)
     }
 
-    /// Up, physical Ethernet interfaces (what ADR-0018's automatic choice looks at).
+    /// Up, physical Ethernet interfaces: the ones whose NUMA locality `numa::choose_node`
+    /// looks at when `--numa auto` picks the serving node.
     pub fn serving_interfaces(&self) -> impl Iterator<Item = &Interface> {
         self.interfaces
             .iter()
