@@ -21,7 +21,7 @@ pub const CONFIG_FILE_MAX: u64 = 1 << 20;
 /// Which NUMA node to serve from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum NumaChoice {
-    /// From the locality of the up Ethernet interfaces (ADR-0018 rules).
+    /// From the locality of the up Ethernet interfaces (ARCHITECTURE.md, "NUMA placement").
     #[default]
     Auto,
     Node(u32),

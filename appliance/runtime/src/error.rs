@@ -12,7 +12,7 @@ pub enum RuntimeError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    /// The NUMA node could not be chosen (ADR-0018); the message lists every interface and the usable values.
+    /// The NUMA node could not be chosen (ARCHITECTURE.md, "NUMA placement"); the message lists every interface and the usable values.
     #[error("{0}")]
     Numa(String),
     /// `--cores` asks for more CPUs than the node has.

@@ -1,5 +1,5 @@
 //! A worker's inbox: accepted fds handed over by the acceptors through a bounded mutex queue,
-//! signalled by an eventfd the worker keeps a read armed on (ADR-0018 placement).
+//! signalled by an eventfd the worker keeps a read armed on (ADR-0001 placement).
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

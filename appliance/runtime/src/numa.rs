@@ -1,4 +1,4 @@
-//! ADR-0018 placement: which NUMA node serves, which CPUs the workers get, and binding the
+//! NUMA placement (docs/ARCHITECTURE.md, "NUMA placement"): which node serves, which CPUs the workers get, and binding the
 //! calling thread's CPUs and memory policy to that node before the store is allocated.
 
 use std::collections::BTreeSet;
