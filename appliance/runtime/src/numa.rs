@@ -1,5 +1,6 @@
-//! NUMA placement (docs/ARCHITECTURE.md, "NUMA placement"): which node serves, which CPUs the workers get, and binding the
-//! calling thread's CPUs and memory policy to that node before the store is allocated.
+//! NUMA placement: which node serves, which CPUs the workers get, and binding the calling
+//! thread's CPUs and memory policy to that node before the store is allocated (the rules are
+//! in docs/ARCHITECTURE.md, "NUMA placement").
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
