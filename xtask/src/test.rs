@@ -86,7 +86,7 @@ pub fn release_binary() -> Result<std::path::PathBuf> {
 }
 
 fn fuzz_smoke() -> Result<()> {
-    let fuzz_dir = root().join("appliance/proto/fuzz");
+    let fuzz_dir = root().join("fuzz");
     let list = Command::new("cargo")
         .args(["+nightly", "fuzz", "list"])
         .current_dir(&fuzz_dir)
