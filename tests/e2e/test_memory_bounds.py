@@ -5,6 +5,7 @@ memory goes back, and memcache over UDP cannot amplify past a fixed reply size.
 The README states the bound: RSS <= --memory + --conn-memory + a constant (per worker
 buffers and per connection allowances); these tests assert it with hostile clients."""
 
+import os
 import socket
 import time
 
@@ -233,3 +234,65 @@ def test_udp_answers_only_allowed_sources(server_factory):
     server, udp = udp_server(server_factory, "--udp-allow", "10.0.0.0/8,127.0.0.0/8")
     got = udp_request(udp, b"version\r\n")
     assert got and got[0][8:].startswith(b"VERSION ")
+
+
+def http_get_head(addr, key, timeout=10):
+    """Sends a GET and reads just its status line and head; returns (socket, status, rest)."""
+    s = socket.create_connection(addr, timeout=timeout)
+    s.sendall(b"GET /%s HTTP/1.1\r\nHost: x\r\n\r\n" % key)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(4096)
+        assert chunk, data
+        data += chunk
+    head, rest = data.split(b"\r\n\r\n", 1)
+    return s, int(head.split()[1]), head, rest
+
+
+def test_large_object_streams_reserve_their_chunk(server_factory, tmp_path):
+    # A large object's GET buffers one ~1 MiB chunk at a time for as long as it streams;
+    # with a 1 MiB budget only one stream fits, and a second GET is 503 before any byte.
+    shm = "/dev/shm"
+    where = shm if os.path.isdir(shm) else str(tmp_path)
+    path = os.path.join(where, f"ringstore-bounds-{os.getpid()}-{time.monotonic_ns()}.img")
+    with open(path, "wb") as f:
+        f.truncate(256 * MiB)
+    try:
+        check_stream_reservation(server_factory, path)
+    finally:
+        os.unlink(path)
+
+
+def check_stream_reservation(server_factory, path):
+    server = server_factory(
+        "--data", path, "--cores", "1", "--memory", "64MiB", "--conn-memory", "1MiB"
+    )
+    # Larger than the socket buffers can take, so the first stream really waits on its reader.
+    body = bytes(range(256)) * (40 * MiB // 256)
+    s = socket.create_connection(server.http, timeout=30)
+    s.sendall(b"PUT /big HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    assert s.recv(100).startswith(b"HTTP/1.1 201 ")
+    s.close()
+    slow, status, _, got = http_get_head(server.http, b"big")
+    assert status == 200
+    time.sleep(0.3)  # the first stream is paused on its unread output, holding its chunk
+    other, status, head, _ = http_get_head(server.http, b"big")
+    assert status == 503, head
+    other.close()
+    got = bytearray(got)
+    while len(got) < len(body):
+        chunk = slow.recv(1 << 20)
+        assert chunk, f"short body: {len(got)} of {len(body)}"
+        got += chunk
+    assert got == body
+    time.sleep(0.2)
+    again, status, _, got = http_get_head(server.http, b"big")
+    assert status == 200, "the reservation came back when the stream ended"
+    got = bytearray(got)
+    while len(got) < len(body):
+        chunk = again.recv(1 << 20)
+        assert chunk, f"short body: {len(got)} of {len(body)}"
+        got += chunk
+    assert got == body
+    slow.close()
+    again.close()

@@ -196,6 +196,7 @@ impl HttpSession {
         let body = match &self.state {
             State::PutLength { len, .. } => *len,
             State::PutLarge(_) => backend.large().map_or(0, |l| l.chunk_len),
+            State::Stream { stream, .. } => stream.manifest.chunk_len as usize,
             _ => 0,
         };
         let want = (self.pending.len().max(body) + self.chunked_body.len()).saturating_sub(IN_FREE);
@@ -411,6 +412,7 @@ impl HttpSession {
                     connection,
                     now,
                     out,
+                    &mut self.in_hold,
                     &mut self.out_hold,
                 );
                 backend.record(

@@ -10,7 +10,7 @@ use ringstore_durable::Manifest;
 
 use super::backend::{Backend, Object, PutOutcome};
 use super::PendingPut;
-use crate::budget::Hold;
+use crate::budget::{Hold, IN_FREE};
 use crate::Now;
 
 /// Room for a response head beside the body it announces.
@@ -28,7 +28,9 @@ pub struct Stream {
 /// body to stream after the head.
 ///
 /// A value copied into `out` past [`crate::budget::OUT_FREE`] of pending output is reserved
-/// in `out_hold` first; without room the answer is 503 (the value is not copied).
+/// in `out_hold` first, and a large object's stream reserves the chunk it buffers at a time
+/// in `stream_hold` (the session's input hold, idle during a GET); without room the answer is
+/// 503 and nothing of the value is copied.
 #[allow(clippy::too_many_arguments)] // one request's context; a struct would only rename it
 pub fn get<B: Backend>(
     backend: &B,
@@ -38,6 +40,7 @@ pub fn get<B: Backend>(
     connection: ConnectionField,
     now: Now,
     out: &mut Vec<u8>,
+    stream_hold: &mut Hold,
     out_hold: &mut Hold,
 ) -> (Status, Option<Stream>) {
     backend.read(key, now, |found| match found {
@@ -46,6 +49,17 @@ pub fn get<B: Backend>(
             (Status::NotFound, None)
         }
         Some(object) if object.large => match Manifest::decode(object.value) {
+            Some(manifest)
+                if with_body
+                    && backend.conn_memory().is_some_and(|budget| {
+                        // The stream buffers one chunk at a time for as long as it runs.
+                        let chunk = (manifest.chunk_len as usize).saturating_sub(IN_FREE);
+                        !stream_hold.set(budget, stream_hold.bytes().max(chunk))
+                    }) =>
+            {
+                write_empty(out, Status::ServiceUnavailable, connection);
+                (Status::ServiceUnavailable, None)
+            }
             Some(manifest) => {
                 let len = manifest.len;
                 let (status, range) = write_object(object, len, head, with_body, connection, out);
