@@ -10,6 +10,7 @@ mod netns;
 mod numa2;
 mod portscan;
 mod scan;
+mod serial;
 mod twonic;
 mod vm;
 

@@ -1,5 +1,6 @@
 //! The harness around one booted appliance: QEMU started on a profile, its serial console read
-//! into a bounded buffer, commands typed and answered up to the prompt, poweroff and power cut.
+//! into bounded buffers (as it came, and split into PID 1's output and the kernel's records:
+//! `serial.rs`), commands typed and answered up to the prompt, poweroff and power cut.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -10,12 +11,33 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use super::serial::{Splitter, Utf8Pieces};
 use super::{netns, COMMAND_LIMIT, PROMPT};
 use crate::image::{appliance_dir, Image};
 use crate::qemu::{self, Forward, Serial};
 
-/// Serial output kept per VM; older bytes are dropped past this.
+/// Serial output kept per VM and view; older bytes are dropped past this.
 const MAX_SERIAL: usize = 4 << 20;
+
+/// What the serial console printed, three ways.
+#[derive(Default)]
+struct Console {
+    /// Everything, as it came (`\r` dropped): for error messages.
+    raw: String,
+    /// PID 1's output with the kernel's records cut out, and those records.
+    split: Splitter,
+}
+
+/// Drops the older half of `text` once it passes [`MAX_SERIAL`].
+fn bound(text: &mut String) {
+    if text.len() > MAX_SERIAL {
+        let cut = text.len() - MAX_SERIAL / 2;
+        let cut = (cut..text.len())
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(text.len());
+        text.replace_range(..cut, "");
+    }
+}
 /// How long QEMU may take to end after `poweroff`.
 const POWEROFF_LIMIT: Duration = Duration::from_secs(30);
 
@@ -39,7 +61,7 @@ pub struct Vm {
     pub(super) name: String,
     qemu: Qemu,
     serial: UnixStream,
-    output: Arc<Mutex<String>>,
+    console: Arc<Mutex<Console>>,
     pub forwards: Vec<Forward>,
     /// When QEMU was started.
     pub(super) started: Instant,
@@ -130,47 +152,54 @@ impl Vm {
                 }
             }
         };
-        let output = Arc::new(Mutex::new(String::new()));
+        let console = Arc::new(Mutex::new(Console::default()));
         let mut reader = serial.try_clone()?;
-        let sink = Arc::clone(&output);
+        let sink = Arc::clone(&console);
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
+            let mut utf8 = Utf8Pieces::default();
             while let Ok(n) = reader.read(&mut buf) {
                 if n == 0 {
                     break;
                 }
                 let _ = log.write_all(&buf[..n]);
-                let mut out = sink.lock().unwrap_or_else(|p| p.into_inner());
-                out.push_str(&String::from_utf8_lossy(&buf[..n]).replace('\r', ""));
-                if out.len() > MAX_SERIAL {
-                    let cut = out.len() - MAX_SERIAL / 2;
-                    let cut = (cut..out.len())
-                        .find(|i| out.is_char_boundary(*i))
-                        .unwrap_or(out.len());
-                    out.replace_range(..cut, "");
-                }
+                let text = utf8.decode(&buf[..n]);
+                let mut console = sink.lock().unwrap_or_else(|p| p.into_inner());
+                console.raw.push_str(&text.replace('\r', ""));
+                console.split.feed(&text);
+                bound(&mut console.raw);
+                bound(&mut console.split.pid1);
+                bound(&mut console.split.kernel);
             }
         });
         Ok(Vm {
             name: name.to_string(),
             qemu,
             serial,
-            output,
+            console,
             forwards,
             started,
         })
     }
 
-    /// Everything the console printed so far.
-    pub fn output(&self) -> String {
-        self.output
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    fn console(&self) -> std::sync::MutexGuard<'_, Console> {
+        self.console.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// What PID 1 printed so far (its lines, the prompt, command output, the server's lines),
+    /// with the kernel's log records cut out wherever they landed. Waits and commands read this.
+    pub fn output(&self) -> String {
+        self.console().split.pid1.clone()
+    }
+
+    /// The kernel's log records so far, one whole line each.
+    pub fn kernel_log(&self) -> String {
+        self.console().split.kernel.clone()
+    }
+
+    /// The last lines of the console as it came, kernel lines included.
     pub(super) fn tail(&self) -> String {
-        let out = self.output();
+        let out = self.console().raw.clone();
         let lines: Vec<&str> = out.lines().collect();
         lines[lines.len().saturating_sub(25)..].join("\n")
     }
@@ -183,7 +212,7 @@ impl Vm {
             if let Some(at) = out.get(from.min(out.len())..).and_then(|s| s.find(needle)) {
                 return Ok(from + at + needle.len());
             }
-            if let Some(stall) = guest_stalled_before_init(&out) {
+            if let Some(stall) = guest_stalled_before_init(&self.kernel_log()) {
                 bail!(
                     "{}: {STALL_BEFORE_INIT} ({}) while waiting for {needle:?}; last lines:\n{}",
                     self.name,
@@ -259,9 +288,9 @@ impl Vm {
         Ok(())
     }
 
-    /// Kernel timestamp (seconds) of the first console line containing `needle`.
+    /// Kernel timestamp (seconds) of the first kernel log record containing `needle`.
     pub fn kernel_time_of(&self, needle: &str) -> Option<f64> {
-        self.output()
+        self.kernel_log()
             .lines()
             .find(|l| l.contains(needle))
             .and_then(|l| {
