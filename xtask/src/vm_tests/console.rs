@@ -80,6 +80,31 @@ pub(super) fn ready_line(pid1: &str) -> Option<String> {
     Some(rest[..end].trim_end().to_string())
 }
 
+/// Each PID 1 event is on the console once: exactly one ready line in PID 1's output, and no
+/// kernel record repeats a PID 1 line (`ringstore: ...`; the kernel's copy of /dev/kmsg lines,
+/// which used to be echoed and raced PID 1's own line). Call it after the ready line.
+pub(super) fn check_events_once(vm: &Vm) -> Result<()> {
+    check_console_events(&vm.output(), &vm.kernel_log())
+}
+
+fn check_console_events(pid1: &str, kernel: &str) -> Result<()> {
+    let ready = pid1.matches("ringstore: ready ").count();
+    anyhow::ensure!(
+        ready == 1,
+        "{ready} ready lines on the console, expected exactly 1:\n{pid1}"
+    );
+    let echoed: Vec<&str> = kernel
+        .lines()
+        .filter(|l| l.contains("] ringstore: "))
+        .collect();
+    anyhow::ensure!(
+        echoed.is_empty(),
+        "the kernel echoes PID 1's lines on the console:\n{}",
+        echoed.join("\n")
+    );
+    Ok(())
+}
+
 /// The uptime of the first line of the console's `log` (`[    3.250] info: TEXT`) containing
 /// `needle`.
 pub(super) fn uptime_of(log: &str, needle: &str) -> Option<f64> {
@@ -332,6 +357,23 @@ mod tests {
             "     1 init            capeff 000001ffffffffff capprm 000001ffffffffff nnp 0"
         )
         .is_empty());
+    }
+
+    #[test]
+    fn each_event_once() {
+        let pid1 = "ringstore: ringstore-init 0.1.0 starting\nringstore: ready memcache=0.0.0.0:11211 http=0.0.0.0:8080\nringstore> ";
+        let kernel = "[    2.300000] Run /init as init process\n[    2.400000] Kernel command line: console=ttyS0 ringstore.numa=1\n";
+        check_console_events(pid1, kernel).unwrap();
+        // Before: the kernel's copy of PID 1's kmsg lines.
+        let echo =
+            format!("{kernel}[    4.418821] ringstore: serving: ready memcache=0.0.0.0:11211\n");
+        assert!(check_console_events(pid1, &echo).is_err());
+        let twice = pid1.replace(
+            "ringstore> ",
+            "ringstore: ready memcache=0.0.0.0:11211 http=0.0.0.0:8080\n",
+        );
+        assert!(check_console_events(&twice, kernel).is_err());
+        assert!(check_console_events("ringstore> ", kernel).is_err());
     }
 
     #[test]

@@ -303,6 +303,7 @@ fn boot_ready(image: &Image, name: &str, append: &str, disks: &ScratchDisks) -> 
     let mut vm = Vm::boot_with_disks(image, name, DISK_PROFILE, append, &disks.files)?;
     let ready = vm.wait_for("ringstore: ready memcache=", 0, BOOT_LIMIT)?;
     vm.wait_for(PROMPT, ready, COMMAND_LIMIT)?;
+    super::console::check_events_once(&vm)?;
     Ok(vm)
 }
 

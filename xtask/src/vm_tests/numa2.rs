@@ -7,7 +7,8 @@ use anyhow::{Context, Result};
 
 use super::client::{http_put_get, memcache_set_get};
 use super::console::{
-    check_listening, check_thread_privileges, data_sockets, ready_line, stat, uptime_of,
+    check_events_once, check_listening, check_thread_privileges, data_sockets, ready_line, stat,
+    uptime_of,
 };
 use super::vm::Vm;
 use super::{BOOT_LIMIT, COMMAND_LIMIT, PROMPT};
@@ -33,6 +34,7 @@ pub fn numa2_serves(image: &Image) -> Result<BootReport> {
     let ready = vm.wait_for("ringstore: ready memcache=", 0, BOOT_LIMIT)?;
     let ready_wall = vm.started.elapsed();
     vm.wait_for(PROMPT, ready, COMMAND_LIMIT)?;
+    check_events_once(&vm)?;
     memcache_set_get(vm.port("memcache", 0)?)?;
     http_put_get(vm.port("http", 0)?)?;
     let stats = vm.command("stats")?;

@@ -18,6 +18,8 @@ use crate::qemu::{self, Forward, Serial};
 
 /// Serial output kept per VM and view; older bytes are dropped past this.
 const MAX_SERIAL: usize = 4 << 20;
+/// How long QEMU may take to end after `poweroff`.
+const POWEROFF_LIMIT: Duration = Duration::from_secs(30);
 
 /// What the serial console printed, three ways.
 #[derive(Default)]
@@ -38,8 +40,6 @@ fn bound(text: &mut String) {
         text.replace_range(..cut, "");
     }
 }
-/// How long QEMU may take to end after `poweroff`.
-const POWEROFF_LIMIT: Duration = Duration::from_secs(30);
 
 /// A QEMU process and its scratch directory: dropping it kills QEMU, waits for it and removes
 /// the directory, on every path out of a test (errors and panics included).
