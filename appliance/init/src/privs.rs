@@ -6,10 +6,11 @@
 //! | --- | --- | --- |
 //! | [`Role::Boot`] (PID 1's main thread until boot is done) | `SYS_ADMIN SYS_BOOT SYS_RESOURCE NET_ADMIN NET_RAW NET_BIND_SERVICE SETPCAP` | mounts and the printk sysctl; ctrl-alt-del; rlimits; links, addresses, routes; the DHCP threads it spawns need theirs; narrowing again |
 //! | [`Role::Console`] (PID 1's main thread afterwards, the signal thread) | `SYS_BOOT` | reboot(2) for `reboot`/`poweroff`, SIGTERM, ctrl-alt-del |
-//! | [`Role::DhcpOpen`] (a DHCP thread until its socket is bound) | `NET_ADMIN NET_RAW NET_BIND_SERVICE` | binding UDP port 68 |
+//! | [`Role::DhcpOpen`] (a DHCP thread until its socket is bound) | `NET_ADMIN NET_RAW NET_BIND_SERVICE SETPCAP` | binding UDP port 68; narrowing again |
 //! | [`Role::Dhcp`] (a DHCP thread afterwards) | `NET_ADMIN NET_RAW` | addresses and routes from each lease |
 //! | [`Role::Serving`] (the thread that starts the server, so every server thread) | none | |
 //!
+//! A role that narrows again later keeps CAP_SETPCAP: without it the bounding set cannot shrink.
 //! Nothing in PID 1 ever executes a program, so every role also sets no_new_privs.
 
 use caps::{CapSet, Capability, CapsHashSet};
@@ -39,7 +40,12 @@ impl Role {
                 CAP_SETPCAP,
             ],
             Role::Console => &[CAP_SYS_BOOT],
-            Role::DhcpOpen => &[CAP_NET_ADMIN, CAP_NET_RAW, CAP_NET_BIND_SERVICE],
+            Role::DhcpOpen => &[
+                CAP_NET_ADMIN,
+                CAP_NET_RAW,
+                CAP_NET_BIND_SERVICE,
+                CAP_SETPCAP,
+            ],
             Role::Dhcp => &[CAP_NET_ADMIN, CAP_NET_RAW],
             Role::Serving => &[],
         }
@@ -170,7 +176,11 @@ mod tests {
         // CAP_SYS_BOOT is 22, CAP_NET_ADMIN 12, CAP_NET_RAW 13 (linux/capability.h).
         assert_eq!(Role::Console.mask(), 0x40_0000);
         assert_eq!(Role::Dhcp.mask(), 0x3000);
-        assert_eq!(Role::DhcpOpen.mask(), 0x3400);
+        assert_eq!(Role::DhcpOpen.mask(), 0x3500);
+        // Roles that are narrowed again later keep CAP_SETPCAP (8) for the bounding set.
+        for (first, then) in [(Role::Boot, Role::Console), (Role::DhcpOpen, Role::Dhcp)] {
+            assert_ne!(first.mask() & (1 << 8), 0, "{first:?} before {then:?}");
+        }
         assert_eq!(Role::Serving.mask(), 0);
         for narrower in [Role::Console, Role::DhcpOpen, Role::Dhcp] {
             assert_eq!(
@@ -197,6 +207,43 @@ mod tests {
         // SAFETY: prctl(PR_GET_NO_NEW_PRIVS) takes no pointers; checked on this (untouched) thread.
         let no_new_privs = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) };
         assert_eq!(no_new_privs, 0, "the test thread itself is untouched");
+    }
+
+    #[test]
+    fn each_thread_narrows_in_steps_as_pid1_does() {
+        // PID 1: boot set, then a DHCP thread spawned from it narrows twice, and PID 1 itself
+        // narrows to the console set.
+        let before = own_sets();
+        let steps = std::thread::spawn(|| {
+            let boot = restrict_thread(Role::Boot).map_err(|e| e.to_string());
+            let dhcp = std::thread::spawn(|| {
+                let open = restrict_thread(Role::DhcpOpen).map_err(|e| e.to_string());
+                let bound = restrict_thread(Role::Dhcp).map_err(|e| e.to_string());
+                (open, bound, own_sets())
+            })
+            .join()
+            .unwrap();
+            let console = restrict_thread(Role::Console).map_err(|e| e.to_string());
+            (boot, dhcp, console, own_sets())
+        })
+        .join()
+        .unwrap();
+        let (boot, (open, bound, dhcp_sets), console, console_sets) = steps;
+        if before.2 & (1 << 8) == 0 {
+            // No CAP_SETPCAP to start with: nothing can narrow the bounding set.
+            assert!(boot.is_err());
+            return;
+        }
+        for step in [&boot, &open, &bound, &console] {
+            assert_eq!(step, &Ok(()));
+        }
+        let dhcp = before.2 & Role::Dhcp.mask();
+        assert_eq!(dhcp_sets, (before.0 & dhcp, before.1 & dhcp, dhcp));
+        let console = before.2 & Role::Console.mask();
+        assert_eq!(
+            console_sets,
+            (before.0 & console, before.1 & console, console)
+        );
     }
 
     #[test]
