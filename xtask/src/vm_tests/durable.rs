@@ -308,12 +308,13 @@ fn boot_ready(image: &Image, name: &str, append: &str, disks: &ScratchDisks) -> 
 }
 
 /// The console line containing `needle`, waiting up to 3 s for the serial reader to catch up
-/// (QEMU may already have exited).
+/// (QEMU may already have exited). A line the server printed while the prompt was waiting comes
+/// after it on the same console line: the prompt is left out.
 fn console_line_with(vm: &Vm, needle: &str) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
         if let Some(line) = vm.output().lines().find(|l| l.contains(needle)) {
-            return Ok(line.trim().to_string());
+            return Ok(line.trim_start_matches(PROMPT).trim().to_string());
         }
         if Instant::now() > deadline {
             bail!(
