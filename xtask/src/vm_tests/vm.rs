@@ -46,6 +46,8 @@ fn bound(text: &mut String) {
 struct Qemu {
     child: Child,
     dir: PathBuf,
+    /// QEMU's stderr (target/appliance/vm/NAME.qemu.stderr).
+    stderr: PathBuf,
 }
 
 impl Drop for Qemu {
@@ -119,7 +121,11 @@ impl Vm {
             &forwards,
             disks,
         );
-        let stderr = std::fs::File::create(dir.join("qemu.stderr"))?;
+        // Next to the console log, kept after the test: QEMU's own reason when it ends early.
+        let stderr_path = appliance_dir()
+            .join("vm")
+            .join(format!("{name}.qemu.stderr"));
+        let stderr = std::fs::File::create(&stderr_path)?;
         let mut command = match netns {
             Some(ns) => ns.command("qemu-system-x86_64"),
             None => Command::new("qemu-system-x86_64"),
@@ -134,7 +140,11 @@ impl Vm {
             .stderr(stderr)
             .spawn()
             .context("starting qemu-system-x86_64")?;
-        let mut qemu = Qemu { child, dir };
+        let mut qemu = Qemu {
+            child,
+            dir,
+            stderr: stderr_path,
+        };
         let deadline = Instant::now() + Duration::from_secs(15);
         let serial = loop {
             match UnixStream::connect(&socket) {
@@ -143,8 +153,7 @@ impl Vm {
                     std::thread::sleep(Duration::from_millis(50))
                 }
                 Err(err) => {
-                    let why =
-                        std::fs::read_to_string(qemu.dir.join("qemu.stderr")).unwrap_or_default();
+                    let why = std::fs::read_to_string(&qemu.stderr).unwrap_or_default();
                     bail!(
                         "QEMU serial socket {}: {err}; QEMU said: {why}",
                         socket.display()
@@ -221,9 +230,8 @@ impl Vm {
                 );
             }
             if let Some(status) = self.qemu.child.try_wait()? {
-                let stderr =
-                    std::fs::read_to_string(self.qemu.dir.join("qemu.stderr")).unwrap_or_default();
-                bail!("{}: QEMU exited ({status}) before {needle:?} appeared; QEMU said: {}; last lines:\n{}", self.name, stderr.trim(), self.tail());
+                let stderr = std::fs::read_to_string(&self.qemu.stderr).unwrap_or_default();
+                bail!("{}: QEMU exited ({status}) {:.1} s after it started, before {needle:?} appeared; QEMU said: {}; last lines:\n{}", self.name, self.started.elapsed().as_secs_f64(), stderr.trim(), self.tail());
             }
             if Instant::now() > deadline {
                 bail!(
