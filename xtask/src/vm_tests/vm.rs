@@ -231,6 +231,9 @@ impl Vm {
             }
             if let Some(status) = self.qemu.child.try_wait()? {
                 let stderr = std::fs::read_to_string(&self.qemu.stderr).unwrap_or_default();
+                if emulator_failed_before_init(status.success(), &self.kernel_log()) {
+                    bail!("{}: {EMULATOR_FAILED_BEFORE_INIT}: QEMU exited ({status}) {:.1} s after it started, while waiting for {needle:?}; QEMU said: {}; last lines:\n{}", self.name, self.started.elapsed().as_secs_f64(), stderr.trim(), self.tail());
+                }
                 bail!("{}: QEMU exited ({status}) {:.1} s after it started, before {needle:?} appeared; QEMU said: {}; last lines:\n{}", self.name, self.started.elapsed().as_secs_f64(), stderr.trim(), self.tail());
             }
             if Instant::now() > deadline {
@@ -310,6 +313,17 @@ impl Vm {
 
 /// What a wait reports when the emulated machine stalled before our code ran.
 pub const STALL_BEFORE_INIT: &str = "the guest kernel stalled before /init ran";
+/// What a wait reports when QEMU itself failed before our code ran.
+pub const EMULATOR_FAILED_BEFORE_INIT: &str = "QEMU failed before /init ran";
+
+/// QEMU ended with a failure (a signal, a non-zero status) before the guest kernel ran /init:
+/// seen under TCG on the shared box as a SIGSEGV of qemu-system-x86_64 3 s after its start
+/// (a NULL dereference, in the host's dmesg), and once as exit status 1 with nothing on its
+/// stderr, both with no guest output. Nothing of ringstore has run, so the test is worth one
+/// more boot. A kernel panic ends QEMU with status 0 (`-no-reboot`) and is not this.
+pub fn emulator_failed_before_init(exited_ok: bool, kernel_log: &str) -> bool {
+    !exited_ok && !kernel_log.contains("Run /init as init process")
+}
 
 /// A stall report of the guest kernel (RCU "detected stalls", or its timer never firing)
 /// printed before `Run /init`: seen under TCG right after the disks were probed, on an idle
@@ -335,5 +349,21 @@ mod stall_tests {
         let later = "[ 2.3] Run /init as init process\n[ 22.0] rcu: INFO: rcu_sched detected stalls on CPUs/tasks:\n";
         assert!(guest_stalled_before_init(later).is_none());
         assert!(guest_stalled_before_init("[ 1.0] booting\n").is_none());
+    }
+
+    #[test]
+    fn an_emulator_failure_counts_only_before_init() {
+        assert!(emulator_failed_before_init(false, ""));
+        assert!(emulator_failed_before_init(
+            false,
+            "[    0.000000] Linux version 6.12\n"
+        ));
+        // After /init ran, QEMU failing may be ours.
+        assert!(!emulator_failed_before_init(
+            false,
+            "[    2.300000] Run /init as init process\n"
+        ));
+        // A clean exit (poweroff, a kernel panic under -no-reboot) is never the emulator's.
+        assert!(!emulator_failed_before_init(true, ""));
     }
 }
