@@ -10,6 +10,7 @@ mod netns;
 mod numa2;
 mod portscan;
 mod scan;
+mod serial;
 mod twonic;
 mod vm;
 
@@ -99,8 +100,12 @@ pub fn run(filters: &[String]) -> Result<()> {
         let started = Instant::now();
         let mut outcome = test(&image);
         if let Err(err) = &outcome {
-            // A guest kernel stall before /init is the emulator's, not ours: boot it once more.
-            if format!("{err:#}").contains(vm::STALL_BEFORE_INIT) {
+            // A guest kernel stall or a QEMU crash before /init is the emulator's, not ours: run
+            // the test once more.
+            let text = format!("{err:#}");
+            if text.contains(vm::STALL_BEFORE_INIT)
+                || text.contains(vm::EMULATOR_FAILED_BEFORE_INIT)
+            {
                 eprintln!("vm test {name}: {err:#}\nvm test {name}: running it once more");
                 outcome = test(&image);
             }

@@ -19,7 +19,7 @@ const HELP: &[&str] = &[
     "stats     the memcache `stats` lines",
     "irq       IRQ -> CPU affinity of the NIC queues",
     "net       listening TCP/UDP sockets and interface addresses",
-    "threads   every thread with its effective/permitted capabilities and no_new_privs",
+    "threads   every thread with its effective/permitted/bounding capabilities and no_new_privs",
     "log       recent log lines",
     "reboot    stop serving, sync, reboot",
     "poweroff  stop serving, sync, power off",

@@ -1,9 +1,10 @@
 //! PID 1 of the appliance: mounts, configuration from the kernel command line, network, NUMA, console, shutdown.
 //!
-//! [`run`] is the whole of PID 1. Boot order: mounts → console and /dev/kmsg → signals →
-//! kernel command line → network → NUMA placement (ADR-0018) → huge pages on the serving node →
-//! IRQ affinity → the data device's node (never mounted: the server owns it) → the data plane on
-//! a privilege-less thread → the serial console, forever.
+//! [`run`] is the whole of PID 1. Boot order: mounts → console and /dev/kmsg → capabilities
+//! narrowed to the boot set → signals → kernel command line → network → NUMA placement
+//! (ADR-0018) → huge pages on the serving node → IRQ affinity → the data device's node (never
+//! mounted: the server owns it) → the data plane on a privilege-less thread → capabilities
+//! narrowed to CAP_SYS_BOOT → the serial console, forever (ADR-0015 for the capability sets).
 //! Nothing here exits or panics out: every stage runs under `catch_unwind`, and a fatal error
 //! reboots after a delay (or stays at the console with `ringstore.on_fatal=halt`). A data device
 //! that is configured but missing, refused or unrecoverable is fatal: the box was told to be
@@ -49,6 +50,9 @@ pub fn run() -> ! {
         Ok(Err(Fatal(what))) => power::fatal(on_fatal, &what),
         Err(_) => power::fatal(on_fatal, "panic during boot"),
     }
+    // From here on PID 1's main thread only runs the console: reboot(2) is all it needs. Before
+    // the first prompt, so whoever sees the prompt sees the narrowed sets in `threads`.
+    privs::restrict_thread_or_log(privs::Role::Console);
     loop {
         // run_loop never returns; a panic escaping it restarts it.
         let _ = catch_unwind(|| console::run_loop());
@@ -58,15 +62,20 @@ pub fn run() -> ! {
 fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     let skipped = mounts::mount_all().map_err(|e| Fatal(e.to_string()))?;
     ensure_console_fds();
-    log::attach_kmsg();
+    let no_kmsg = log::attach_kmsg();
     info!(
         "ringstore-init {} starting (kernel {})",
         env!("CARGO_PKG_VERSION"),
         sysinfo::kernel_release()
     );
+    if let Some(why) = no_kmsg {
+        info!("{why}");
+    }
     for skip in skipped {
         warn!("{skip} (optional)");
     }
+    // Before any thread starts: every thread PID 1 spawns inherits at most the boot set.
+    privs::restrict_thread_or_log(privs::Role::Boot);
     signals::spawn_waiter();
     power::disable_ctrl_alt_del();
     raise_limits();
@@ -171,8 +180,8 @@ fn serve(config: &ringstore_config::Config) -> Result<(), Fatal> {
     match started {
         Ok(server) => {
             let ready = server.ready_line();
-            log::console_line(&format!("ringstore: {ready}"));
-            info!("serving: {ready}");
+            // `ringstore: ready memcache=IP:PORT http=IP:PORT`, once, on the console and in `log`.
+            info!("{ready}");
             let mut state = state::lock();
             state.ready_line = Some(ready);
             state.server = Some(server);
@@ -186,11 +195,10 @@ fn serve(config: &ringstore_config::Config) -> Result<(), Fatal> {
     Ok(())
 }
 
-/// A data device that cannot be used: one line on the console, nothing serves, and the caller
-/// follows `ringstore.on_fatal`.
+/// A data device that cannot be used: nothing serves, and the caller follows
+/// `ringstore.on_fatal`, which logs the one console line (`ringstore: fatal: data device ...`).
 fn data_device_fatal(why: &str) -> Fatal {
     let line = datadev::appliance_message(why);
-    log::console_line(&format!("ringstore: {line}"));
     not_serving(line.clone());
     Fatal(line)
 }

@@ -1,6 +1,14 @@
-//! PID 1's log: every line goes to /dev/kmsg with its level (the kernel echoes it on the
-//! serial console with a timestamp) and into a bounded ring buffer for the console's `log`.
-//! Before /dev/kmsg exists, lines are written straight to the console.
+//! PID 1's log. PID 1 owns the console: each line is written there by PID 1 itself, once, whole,
+//! in one write(2) (`ringstore: TEXT`), and kept in a bounded ring buffer for the console's `log`.
+//! A copy goes to /dev/kmsg at debug level, which the console does not print at the default
+//! console log level, so the kernel's ring has PID 1's events without the console showing them
+//! twice; when the console would print debug records (`loglevel=8`, `ignore_loglevel`) the kmsg
+//! copy is left out instead (ADR-0015).
+//!
+//! Every console writer serialises on the process's stderr lock, which `eprintln!` in the server's
+//! threads takes too, so PID 1's lines, the prompt, command output and the server's lines never
+//! interleave with each other. Kernel log records can still land in the middle of any of them
+//! (the kernel writes them to the UART directly); readers strip them by their timestamp.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -12,7 +20,8 @@ pub const RING_LINES: usize = 256;
 /// Longest logged line; longer ones are cut (kmsg itself refuses records over ~1 KiB).
 pub const MAX_LINE: usize = 480;
 
-/// Syslog levels as /dev/kmsg takes them (`<N>` prefix).
+/// Syslog levels (`<N>`); the kmsg copy is sent at [`KMSG_LEVEL`] whatever the level, and the
+/// level's name is in its text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
     Error = 3,
@@ -49,6 +58,10 @@ impl Ring {
     }
 }
 
+/// KERN_DEBUG: the console prints a record only when its level is below the console log level
+/// (7 by default), so debug records stay off the console.
+pub const KMSG_LEVEL: u8 = 7;
+
 struct Sinks {
     kmsg: Option<File>,
     ring: Ring,
@@ -60,14 +73,43 @@ static SINKS: Mutex<Sinks> = Mutex::new(Sinks {
         lines: VecDeque::new(),
     },
 });
-/// Serialises whole lines on the console between threads (log echo, command output, prompt).
-static CONSOLE: Mutex<()> = Mutex::new(());
-
-/// Opens /dev/kmsg once devtmpfs is mounted; until then lines go to the console directly.
-pub fn attach_kmsg() {
-    if let Ok(file) = OpenOptions::new().write(true).open("/dev/kmsg") {
-        lock_sinks().kmsg = Some(file);
+/// Opens /dev/kmsg once devtmpfs and /proc are mounted, unless the console would print PID 1's
+/// debug-level copies (then the kernel's ring goes without them). Returns why it did not attach.
+pub fn attach_kmsg() -> Option<String> {
+    let printk = std::fs::read_to_string("/proc/sys/kernel/printk").unwrap_or_default();
+    let ignore = std::fs::read_to_string("/sys/module/printk/parameters/ignore_loglevel").ok();
+    if let Err(why) = kmsg_copy_stays_off_console(&printk, ignore.as_deref()) {
+        return Some(format!("no /dev/kmsg copy of this log: {why}"));
     }
+    match OpenOptions::new().write(true).open("/dev/kmsg") {
+        Ok(file) => {
+            lock_sinks().kmsg = Some(file);
+            None
+        }
+        Err(err) => Some(format!("/dev/kmsg: {err}")),
+    }
+}
+
+/// Whether the console leaves out records of [`KMSG_LEVEL`], from /proc/sys/kernel/printk (its
+/// first field is the console log level) and the printk `ignore_loglevel` parameter (`Y`/`N`).
+pub fn kmsg_copy_stays_off_console(
+    printk: &str,
+    ignore_loglevel: Option<&str>,
+) -> Result<(), String> {
+    if ignore_loglevel.map(str::trim) == Some("Y") {
+        return Err("the console prints every level (ignore_loglevel)".into());
+    }
+    let console_level: u8 = printk
+        .split_whitespace()
+        .next()
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| format!("unreadable console log level {printk:?}"))?;
+    if console_level > KMSG_LEVEL {
+        return Err(format!(
+            "the console prints debug records (console log level {console_level})"
+        ));
+    }
+    Ok(())
 }
 
 fn lock_sinks() -> std::sync::MutexGuard<'static, Sinks> {
@@ -89,40 +131,41 @@ pub fn clean_line(text: &str, max: usize) -> String {
     out
 }
 
-/// Logs one line at `level`.
-pub fn log(level: Level, text: &str) {
-    let line = clean_line(text, MAX_LINE);
-    let mut sinks = lock_sinks();
-    let uptime = crate::sysinfo::uptime_secs();
-    sinks
-        .ring
-        .push(format!("[{uptime:9.3}] {}: {line}", level.name()));
-    let written = match sinks.kmsg.as_mut() {
-        Some(kmsg) => kmsg
-            .write_all(format!("<{}>ringstore: {line}\n", level as u8).as_bytes())
-            .is_ok(),
-        None => false,
-    };
-    drop(sinks);
-    if !written {
-        console_line(&format!("ringstore: {line}"));
-    }
+/// The kmsg record of one logged line: debug level, the level's name in the text.
+pub fn kmsg_record(level: Level, line: &str) -> String {
+    format!("<{KMSG_LEVEL}>ringstore: {}: {line}\n", level.name())
 }
 
-/// Writes one line to the console (fd 1), whole.
+/// Logs one line at `level`: the console (`ringstore: TEXT`), the ring and the kmsg copy.
+pub fn log(level: Level, text: &str) {
+    let line = clean_line(text, MAX_LINE);
+    {
+        let mut sinks = lock_sinks();
+        let uptime = crate::sysinfo::uptime_secs();
+        sinks
+            .ring
+            .push(format!("[{uptime:9.3}] {}: {line}", level.name()));
+        if let Some(kmsg) = sinks.kmsg.as_mut() {
+            // One write(2) is one record; a refused record is still on the console and in the ring.
+            let _ = kmsg.write(kmsg_record(level, &line).as_bytes());
+        }
+    }
+    console_line(&format!("ringstore: {line}"));
+}
+
+/// Writes one line to the console, whole.
 pub fn console_line(line: &str) {
     console_write(&format!("{line}\n"));
 }
 
-/// Writes text to the console (fd 1) without interleaving with other console writers.
+/// Writes text to the console in one write(2) (more only if the kernel takes part of it), holding
+/// the stderr lock that every other console writer of the process holds too.
 pub fn console_write(text: &str) {
-    let _guard = CONSOLE
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let mut out = std::io::stdout().lock();
+    // fds 1 and 2 of PID 1 are both /dev/console; the unbuffered stderr handle passes the whole
+    // text to one write(2).
+    let mut out = std::io::stderr().lock();
     // A console write error has nowhere to be reported; the line is still in the ring.
     let _ = out.write_all(text.as_bytes());
-    let _ = out.flush();
 }
 
 /// The ring buffer's lines, oldest first.
@@ -151,6 +194,28 @@ mod tests {
         assert_eq!(lines.len(), RING_LINES);
         assert_eq!(lines[0], "10");
         assert_eq!(lines.last().unwrap(), &(RING_LINES + 9).to_string());
+    }
+
+    #[test]
+    fn the_kmsg_copy_stays_off_the_console() {
+        // Default console log level 7: records of level 7 are not printed.
+        assert_eq!(
+            kmsg_copy_stays_off_console("7\t4\t1\t7\n", Some("N\n")),
+            Ok(())
+        );
+        assert_eq!(kmsg_copy_stays_off_console("4 4 1 7", None), Ok(()));
+        // `loglevel=8` or `debug`... and `ignore_loglevel` would echo it: no copy then.
+        assert!(kmsg_copy_stays_off_console("8\t4\t1\t7\n", Some("N"))
+            .unwrap_err()
+            .contains("level 8"));
+        assert!(kmsg_copy_stays_off_console("7 4 1 7", Some("Y\n")).is_err());
+        assert!(kmsg_copy_stays_off_console("", None).is_err());
+        assert_eq!(
+            kmsg_record(Level::Warn, "x y"),
+            "<7>ringstore: warn: x y\n",
+            "debug level whatever the line's level"
+        );
+        assert_eq!(KMSG_LEVEL, 7);
     }
 
     #[test]

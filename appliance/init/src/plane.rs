@@ -161,7 +161,7 @@ pub fn start(config: &Config) -> Result<Box<dyn Serving>, StartError> {
     let spawned = std::thread::Builder::new()
         .name("serve-start".into())
         .spawn(move || -> Result<Box<dyn Serving>, StartError> {
-            crate::privs::drop_thread_privileges().map_err(StartError::Other)?;
+            crate::privs::drop_thread_privileges().map_err(|e| StartError::Other(e.to_string()))?;
             start_here(&config)
         });
     let handle =

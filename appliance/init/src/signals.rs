@@ -43,11 +43,18 @@ pub fn block() {
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
 }
 
-/// Starts the thread that waits for the signals.
+/// How long [`spawn_waiter`] waits for the new thread to narrow its capabilities.
+const NARROW_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Starts the thread that waits for the signals; it keeps only CAP_SYS_BOOT (reboot(2)), and
+/// this returns once it has narrowed its sets.
 pub fn spawn_waiter() {
+    let (narrowed, wait) = std::sync::mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("signals".into())
-        .spawn(|| {
+        .spawn(move || {
+            crate::privs::restrict_thread_or_log(crate::privs::Role::Console);
+            let _ = narrowed.send(());
             let set = handled_set();
             loop {
                 let mut sig: libc::c_int = 0;
@@ -69,8 +76,16 @@ pub fn spawn_waiter() {
                 }
             }
         });
-    if let Err(err) = spawned {
-        warn!("cannot start the signal thread: {err}");
+    match spawned {
+        Ok(_) => {
+            if wait.recv_timeout(NARROW_WAIT).is_err() {
+                warn!(
+                    "the signal thread has not started within {} s",
+                    NARROW_WAIT.as_secs()
+                );
+            }
+        }
+        Err(err) => warn!("cannot start the signal thread: {err}"),
     }
 }
 

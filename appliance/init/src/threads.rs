@@ -1,5 +1,6 @@
 //! Every thread of PID 1 with its capabilities, from /proc/self/task/*/status, for the
-//! console's `threads`: shows that the serving threads run with none (ADR-0008).
+//! console's `threads`: shows that the serving threads run with none and PID 1's own threads
+//! with only their role's (ADR-0008, ADR-0015).
 
 /// Most threads listed; the appliance runs a few per CPU.
 const MAX_THREADS: usize = 1024;
@@ -12,6 +13,8 @@ pub struct ThreadPrivs {
     pub name: String,
     pub cap_eff: String,
     pub cap_prm: String,
+    /// The bounding set: what the thread and its later children can ever hold.
+    pub cap_bnd: String,
     pub no_new_privs: String,
 }
 
@@ -29,6 +32,7 @@ pub fn parse_status(tid: u32, text: &str) -> Option<ThreadPrivs> {
         name: field("Name")?,
         cap_eff: field("CapEff")?,
         cap_prm: field("CapPrm")?,
+        cap_bnd: field("CapBnd")?,
         no_new_privs: field("NoNewPrivs")?,
     })
 }
@@ -52,16 +56,16 @@ pub fn all() -> Vec<ThreadPrivs> {
     out
 }
 
-/// `TID NAME capeff HEX capprm HEX nnp 0|1` lines, a header first.
+/// `TID NAME capeff HEX capprm HEX capbnd HEX nnp 0|1` lines, a header first.
 pub fn lines() -> Vec<String> {
     let mut out = vec![format!(
-        "{:>6} {:<15} {:<23} {:<23} nnp",
-        "tid", "name", "capeff", "capprm"
+        "{:>6} {:<15} {:<23} {:<23} {:<23} nnp",
+        "tid", "name", "capeff", "capprm", "capbnd"
     )];
     out.extend(all().into_iter().map(|t| {
         format!(
-            "{:>6} {:<15} capeff {} capprm {} nnp {}",
-            t.tid, t.name, t.cap_eff, t.cap_prm, t.no_new_privs
+            "{:>6} {:<15} capeff {} capprm {} capbnd {} nnp {}",
+            t.tid, t.name, t.cap_eff, t.cap_prm, t.cap_bnd, t.no_new_privs
         )
     }));
     out
@@ -73,7 +77,7 @@ mod tests {
 
     #[test]
     fn status_fields_are_read() {
-        let text = "Name:\tringstore-w0\nUmask:\t0022\nState:\tS (sleeping)\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\n";
+        let text = "Name:\tringstore-w0\nUmask:\t0022\nState:\tS (sleeping)\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000400000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\n";
         let t = parse_status(7, text).unwrap();
         assert_eq!(
             t,
@@ -82,6 +86,7 @@ mod tests {
                 name: "ringstore-w0".into(),
                 cap_eff: "0000000000000000".into(),
                 cap_prm: "0000000000000000".into(),
+                cap_bnd: "0000000000400000".into(),
                 no_new_privs: "1".into()
             }
         );
@@ -102,6 +107,16 @@ mod tests {
         assert!(threads.windows(2).all(|w| w[0].tid < w[1].tid));
         assert!(lines()[1..]
             .iter()
-            .all(|l| l.contains("capeff ") && l.contains(" nnp ")));
+            .all(|l| l.contains("capeff ") && l.contains(" capbnd ") && l.contains(" nnp ")));
+        let own = threads
+            .iter()
+            .find(|t| t.tid == std::process::id())
+            .unwrap();
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        assert!(
+            status.contains(&format!("CapBnd:\t{}", own.cap_bnd)),
+            "CapBnd {} is not the kernel's:\n{status}",
+            own.cap_bnd
+        );
     }
 }

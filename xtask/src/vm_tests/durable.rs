@@ -303,16 +303,18 @@ fn boot_ready(image: &Image, name: &str, append: &str, disks: &ScratchDisks) -> 
     let mut vm = Vm::boot_with_disks(image, name, DISK_PROFILE, append, &disks.files)?;
     let ready = vm.wait_for("ringstore: ready memcache=", 0, BOOT_LIMIT)?;
     vm.wait_for(PROMPT, ready, COMMAND_LIMIT)?;
+    super::console::check_events_once(&vm)?;
     Ok(vm)
 }
 
 /// The console line containing `needle`, waiting up to 3 s for the serial reader to catch up
-/// (QEMU may already have exited).
+/// (QEMU may already have exited). A line the server printed while the prompt was waiting comes
+/// after it on the same console line: the prompt is left out.
 fn console_line_with(vm: &Vm, needle: &str) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
         if let Some(line) = vm.output().lines().find(|l| l.contains(needle)) {
-            return Ok(line.trim().to_string());
+            return Ok(line.trim_start_matches(PROMPT).trim().to_string());
         }
         if Instant::now() > deadline {
             bail!(
@@ -469,8 +471,8 @@ pub fn foreign_data_device_is_refused(image: &Image) -> Result<String> {
         "ringstore.on_fatal=halt",
         &disks.files,
     )?;
-    // PID 1's own console line (the kernel's log lines start with a timestamp).
-    let at = vm.wait_for("\nringstore: data device /dev/vda:", 0, BOOT_LIMIT)?;
+    // PID 1's one line for it (the console view has the kernel's records cut out).
+    let at = vm.wait_for("\nringstore: fatal: data device /dev/vda:", 0, BOOT_LIMIT)?;
     let line_end = vm.wait_for("\n", at, COMMAND_LIMIT)?;
     let out = vm.output();
     let line = out[out[..at].rfind('\n').map_or(0, |i| i + 1)..line_end]
@@ -480,10 +482,16 @@ pub fn foreign_data_device_is_refused(image: &Image) -> Result<String> {
         line.contains("ext2/3/4") && line.contains("ringstore.data_format=force"),
         "the refusal does not name the signature and the key: {line}"
     );
-    // The kernel's copy of PID 1's log (`[ t] ringstore: fatal: ...`) and PID 1's own console
-    // line race on the serial port: the fatal line may come before or after `at`.
-    let fatal = vm.wait_for("fatal: data device /dev/vda", 0, COMMAND_LIMIT)?;
-    vm.wait_for(PROMPT, fatal, COMMAND_LIMIT)?;
+    anyhow::ensure!(
+        vm.output()
+            .lines()
+            .filter(|l| l.contains("ext2/3/4"))
+            .count()
+            == 1,
+        "the refusal is not on the console exactly once:\n{}",
+        vm.output()
+    );
+    vm.wait_for(PROMPT, line_end, COMMAND_LIMIT)?;
     anyhow::ensure!(
         !vm.output().contains("ringstore: ready"),
         "served although the data device was refused"

@@ -22,7 +22,7 @@ pub fn kernel_panic_fails_the_wait(image: &Image) -> Result<()> {
         Ok(_) => bail!("booted without an init?"),
         Err(err) if err.to_string().contains("QEMU exited") => {
             anyhow::ensure!(
-                vm.output().contains("Kernel panic"),
+                vm.kernel_log().contains("Kernel panic"),
                 "QEMU exited without a kernel panic"
             );
             anyhow::ensure!(

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::console::{check_listening, data_sockets, line_starting, link_local, tcp_ports};
+use super::console::{check_listening, data_sockets, link_local, ready_line, tcp_ports};
 use super::vm::Vm;
 use super::{netns, portscan, BOOT_LIMIT, COMMAND_LIMIT, PROMPT};
 use crate::image::Image;
@@ -50,7 +50,7 @@ pub fn scan_finds_only_data_ports(image: &Image) -> Result<ScanReport> {
         status.contains(&address) && status.contains("numa_node 1"),
         "status lacks {address:?} or numa_node 1:\n{status}"
     );
-    let ready_line = line_starting(&vm, "ringstore: ready ").context("no ready line")?;
+    let ready_line = ready_line(&vm.output()).context("no ready line")?;
     let data = data_sockets(&ready_line);
     let data_ports = tcp_ports(&data, false);
     anyhow::ensure!(data_ports == [8080, 11211], "the ready line's IPv4 TCP ports are {data_ports:?}, not the defaults 8080 and 11211: {ready_line}");

@@ -4,7 +4,7 @@
 use anyhow::Result;
 
 use super::client::{memcache_closed, memcache_set_get};
-use super::console::stat;
+use super::console::{check_thread_privileges, stat};
 use super::vm::Vm;
 use super::{BOOT_LIMIT, COMMAND_LIMIT, PROMPT};
 use crate::image::Image;
@@ -44,6 +44,9 @@ pub fn twonic_serves_with_numa1(image: &Image) -> Result<()> {
         stat(&stats, "numa_node") == Some("1"),
         "stats numa_node is not 1:\n{stats}"
     );
+    // DHCP on both NICs: two lease keepers, each with only its own capabilities.
+    let workers = stat(&stats, "worker_cpus").unwrap_or("").split(',').count();
+    check_thread_privileges(&mut vm, workers, 2)?;
     vm.poweroff()?;
     Ok(())
 }

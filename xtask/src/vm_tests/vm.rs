@@ -1,5 +1,6 @@
 //! The harness around one booted appliance: QEMU started on a profile, its serial console read
-//! into a bounded buffer, commands typed and answered up to the prompt, poweroff and power cut.
+//! into bounded buffers (as it came, and split into PID 1's output and the kernel's records:
+//! `serial.rs`), commands typed and answered up to the prompt, poweroff and power cut.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -10,20 +11,43 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use super::serial::{Splitter, Utf8Pieces};
 use super::{netns, COMMAND_LIMIT, PROMPT};
 use crate::image::{appliance_dir, Image};
 use crate::qemu::{self, Forward, Serial};
 
-/// Serial output kept per VM; older bytes are dropped past this.
+/// Serial output kept per VM and view; older bytes are dropped past this.
 const MAX_SERIAL: usize = 4 << 20;
 /// How long QEMU may take to end after `poweroff`.
 const POWEROFF_LIMIT: Duration = Duration::from_secs(30);
+
+/// What the serial console printed, three ways.
+#[derive(Default)]
+struct Console {
+    /// Everything, as it came (`\r` dropped): for error messages.
+    raw: String,
+    /// PID 1's output with the kernel's records cut out, and those records.
+    split: Splitter,
+}
+
+/// Drops the older half of `text` once it passes [`MAX_SERIAL`].
+fn bound(text: &mut String) {
+    if text.len() > MAX_SERIAL {
+        let cut = text.len() - MAX_SERIAL / 2;
+        let cut = (cut..text.len())
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(text.len());
+        text.replace_range(..cut, "");
+    }
+}
 
 /// A QEMU process and its scratch directory: dropping it kills QEMU, waits for it and removes
 /// the directory, on every path out of a test (errors and panics included).
 struct Qemu {
     child: Child,
     dir: PathBuf,
+    /// QEMU's stderr (target/appliance/vm/NAME.qemu.stderr).
+    stderr: PathBuf,
 }
 
 impl Drop for Qemu {
@@ -39,7 +63,7 @@ pub struct Vm {
     pub(super) name: String,
     qemu: Qemu,
     serial: UnixStream,
-    output: Arc<Mutex<String>>,
+    console: Arc<Mutex<Console>>,
     pub forwards: Vec<Forward>,
     /// When QEMU was started.
     pub(super) started: Instant,
@@ -97,7 +121,11 @@ impl Vm {
             &forwards,
             disks,
         );
-        let stderr = std::fs::File::create(dir.join("qemu.stderr"))?;
+        // Next to the console log, kept after the test: QEMU's own reason when it ends early.
+        let stderr_path = appliance_dir()
+            .join("vm")
+            .join(format!("{name}.qemu.stderr"));
+        let stderr = std::fs::File::create(&stderr_path)?;
         let mut command = match netns {
             Some(ns) => ns.command("qemu-system-x86_64"),
             None => Command::new("qemu-system-x86_64"),
@@ -112,7 +140,11 @@ impl Vm {
             .stderr(stderr)
             .spawn()
             .context("starting qemu-system-x86_64")?;
-        let mut qemu = Qemu { child, dir };
+        let mut qemu = Qemu {
+            child,
+            dir,
+            stderr: stderr_path,
+        };
         let deadline = Instant::now() + Duration::from_secs(15);
         let serial = loop {
             match UnixStream::connect(&socket) {
@@ -121,8 +153,7 @@ impl Vm {
                     std::thread::sleep(Duration::from_millis(50))
                 }
                 Err(err) => {
-                    let why =
-                        std::fs::read_to_string(qemu.dir.join("qemu.stderr")).unwrap_or_default();
+                    let why = std::fs::read_to_string(&qemu.stderr).unwrap_or_default();
                     bail!(
                         "QEMU serial socket {}: {err}; QEMU said: {why}",
                         socket.display()
@@ -130,47 +161,54 @@ impl Vm {
                 }
             }
         };
-        let output = Arc::new(Mutex::new(String::new()));
+        let console = Arc::new(Mutex::new(Console::default()));
         let mut reader = serial.try_clone()?;
-        let sink = Arc::clone(&output);
+        let sink = Arc::clone(&console);
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
+            let mut utf8 = Utf8Pieces::default();
             while let Ok(n) = reader.read(&mut buf) {
                 if n == 0 {
                     break;
                 }
                 let _ = log.write_all(&buf[..n]);
-                let mut out = sink.lock().unwrap_or_else(|p| p.into_inner());
-                out.push_str(&String::from_utf8_lossy(&buf[..n]).replace('\r', ""));
-                if out.len() > MAX_SERIAL {
-                    let cut = out.len() - MAX_SERIAL / 2;
-                    let cut = (cut..out.len())
-                        .find(|i| out.is_char_boundary(*i))
-                        .unwrap_or(out.len());
-                    out.replace_range(..cut, "");
-                }
+                let text = utf8.decode(&buf[..n]);
+                let mut console = sink.lock().unwrap_or_else(|p| p.into_inner());
+                console.raw.push_str(&text.replace('\r', ""));
+                console.split.feed(&text);
+                bound(&mut console.raw);
+                bound(&mut console.split.pid1);
+                bound(&mut console.split.kernel);
             }
         });
         Ok(Vm {
             name: name.to_string(),
             qemu,
             serial,
-            output,
+            console,
             forwards,
             started,
         })
     }
 
-    /// Everything the console printed so far.
-    pub fn output(&self) -> String {
-        self.output
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    fn console(&self) -> std::sync::MutexGuard<'_, Console> {
+        self.console.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// What PID 1 printed so far (its lines, the prompt, command output, the server's lines),
+    /// with the kernel's log records cut out wherever they landed. Waits and commands read this.
+    pub fn output(&self) -> String {
+        self.console().split.pid1.clone()
+    }
+
+    /// The kernel's log records so far, one whole line each.
+    pub fn kernel_log(&self) -> String {
+        self.console().split.kernel.clone()
+    }
+
+    /// The last lines of the console as it came, kernel lines included.
     pub(super) fn tail(&self) -> String {
-        let out = self.output();
+        let out = self.console().raw.clone();
         let lines: Vec<&str> = out.lines().collect();
         lines[lines.len().saturating_sub(25)..].join("\n")
     }
@@ -183,7 +221,7 @@ impl Vm {
             if let Some(at) = out.get(from.min(out.len())..).and_then(|s| s.find(needle)) {
                 return Ok(from + at + needle.len());
             }
-            if let Some(stall) = guest_stalled_before_init(&out) {
+            if let Some(stall) = guest_stalled_before_init(&self.kernel_log()) {
                 bail!(
                     "{}: {STALL_BEFORE_INIT} ({}) while waiting for {needle:?}; last lines:\n{}",
                     self.name,
@@ -192,9 +230,11 @@ impl Vm {
                 );
             }
             if let Some(status) = self.qemu.child.try_wait()? {
-                let stderr =
-                    std::fs::read_to_string(self.qemu.dir.join("qemu.stderr")).unwrap_or_default();
-                bail!("{}: QEMU exited ({status}) before {needle:?} appeared; QEMU said: {}; last lines:\n{}", self.name, stderr.trim(), self.tail());
+                let stderr = std::fs::read_to_string(&self.qemu.stderr).unwrap_or_default();
+                if emulator_failed_before_init(status.success(), &self.kernel_log()) {
+                    bail!("{}: {EMULATOR_FAILED_BEFORE_INIT}: QEMU exited ({status}) {:.1} s after it started, while waiting for {needle:?}; QEMU said: {}; last lines:\n{}", self.name, self.started.elapsed().as_secs_f64(), stderr.trim(), self.tail());
+                }
+                bail!("{}: QEMU exited ({status}) {:.1} s after it started, before {needle:?} appeared; QEMU said: {}; last lines:\n{}", self.name, self.started.elapsed().as_secs_f64(), stderr.trim(), self.tail());
             }
             if Instant::now() > deadline {
                 bail!(
@@ -259,9 +299,9 @@ impl Vm {
         Ok(())
     }
 
-    /// Kernel timestamp (seconds) of the first console line containing `needle`.
+    /// Kernel timestamp (seconds) of the first kernel log record containing `needle`.
     pub fn kernel_time_of(&self, needle: &str) -> Option<f64> {
-        self.output()
+        self.kernel_log()
             .lines()
             .find(|l| l.contains(needle))
             .and_then(|l| {
@@ -273,6 +313,17 @@ impl Vm {
 
 /// What a wait reports when the emulated machine stalled before our code ran.
 pub const STALL_BEFORE_INIT: &str = "the guest kernel stalled before /init ran";
+/// What a wait reports when QEMU itself failed before our code ran.
+pub const EMULATOR_FAILED_BEFORE_INIT: &str = "QEMU failed before /init ran";
+
+/// QEMU ended with a failure (a signal, a non-zero status) before the guest kernel ran /init:
+/// seen under TCG on the shared box as a SIGSEGV of qemu-system-x86_64 3 s after its start
+/// (a NULL dereference, in the host's dmesg), and once as exit status 1 with nothing on its
+/// stderr, both with no guest output. Nothing of ringstore has run, so the test is worth one
+/// more boot. A kernel panic ends QEMU with status 0 (`-no-reboot`) and is not this.
+pub fn emulator_failed_before_init(exited_ok: bool, kernel_log: &str) -> bool {
+    !exited_ok && !kernel_log.contains("Run /init as init process")
+}
 
 /// A stall report of the guest kernel (RCU "detected stalls", or its timer never firing)
 /// printed before `Run /init`: seen under TCG right after the disks were probed, on an idle
@@ -298,5 +349,21 @@ mod stall_tests {
         let later = "[ 2.3] Run /init as init process\n[ 22.0] rcu: INFO: rcu_sched detected stalls on CPUs/tasks:\n";
         assert!(guest_stalled_before_init(later).is_none());
         assert!(guest_stalled_before_init("[ 1.0] booting\n").is_none());
+    }
+
+    #[test]
+    fn an_emulator_failure_counts_only_before_init() {
+        assert!(emulator_failed_before_init(false, ""));
+        assert!(emulator_failed_before_init(
+            false,
+            "[    0.000000] Linux version 6.12\n"
+        ));
+        // After /init ran, QEMU failing may be ours.
+        assert!(!emulator_failed_before_init(
+            false,
+            "[    2.300000] Run /init as init process\n"
+        ));
+        // A clean exit (poweroff, a kernel panic under -no-reboot) is never the emulator's.
+        assert!(!emulator_failed_before_init(true, ""));
     }
 }

@@ -165,8 +165,13 @@ fn dhcp_all(interfaces: &[String]) -> Vec<Configured> {
 }
 
 /// Acquires a lease, reports it on `first`, then keeps it renewed for the life of the machine.
+/// The thread holds CAP_NET_ADMIN and CAP_NET_RAW (addresses and routes from the lease), and
+/// CAP_NET_BIND_SERVICE only until its socket is bound to port 68.
 fn lease_keeper(interface: String, mac: [u8; 6], first: mpsc::Sender<Option<Configured>>) {
-    let mut client = match dhcp::Client::open(&interface, mac) {
+    crate::privs::restrict_thread_or_log(crate::privs::Role::DhcpOpen);
+    let opened = dhcp::Client::open(&interface, mac);
+    crate::privs::restrict_thread_or_log(crate::privs::Role::Dhcp);
+    let mut client = match opened {
         Ok(client) => client,
         Err(err) => {
             error!("{err}");
