@@ -36,6 +36,22 @@ impl SegmentHeader {
         (b, crc)
     }
 
+    /// The tag every record written in this use of the segment carries in its
+    /// [`crate::record::Stamp`]: 16 bits of a crc of uuid, region, segment and open sequence,
+    /// never 0 (0 marks records from before stamps).
+    pub fn tag(&self) -> u16 {
+        let mut b = [0u8; 32];
+        b[..16].copy_from_slice(&self.uuid);
+        b[16..20].copy_from_slice(&self.region.to_le_bytes());
+        b[20..24].copy_from_slice(&self.segment.to_le_bytes());
+        b[24..32].copy_from_slice(&self.open_seq.to_le_bytes());
+        let c = crc32c::crc32c(&b);
+        match (c ^ (c >> 16)) as u16 {
+            0 => 1,
+            t => t,
+        }
+    }
+
     /// Decode a header; `None` for a free segment or anything damaged. Returns the chain seed too.
     pub fn decode(b: &[u8]) -> Option<(SegmentHeader, u32)> {
         if b.len() < BODY + 4 || &b[0..8] != SEGMENT_MAGIC {
