@@ -134,6 +134,9 @@ pub(crate) fn attach(
             refused += 1;
         }
     });
+    for _ in 0..bad {
+        serving.note_corrupt();
+    }
     store.raise_cas_floor(serving.max_cas());
     store.attach_backfill(Arc::new(DeviceBackfill {
         serving: serving.clone(),
