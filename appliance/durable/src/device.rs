@@ -144,24 +144,37 @@ impl BlockDevice for FileDevice {
     }
 }
 
-/// Takes the exclusive lock, or says who holds it.
+/// How long an open waits for a lock whose holder is gone: a process killed with `kill -9`
+/// keeps its lock until the kernel has torn down its io_uring, which holds the file, a few
+/// milliseconds after the process is reaped.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Takes the exclusive lock, or says who holds it. A live holder is refused at once; a holder
+/// that is no longer a live process (or cannot be named) is waited for up to [`LOCK_WAIT`].
 fn lock(file: &File) -> io::Result<()> {
-    match file.try_lock() {
-        Ok(()) => Ok(()),
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let holder = file
-                .metadata()
-                .ok()
-                .and_then(|m| lock_holder(&std::fs::read_to_string("/proc/locks").ok()?, &m));
-            let who = holder.map_or("another process".to_string(), |pid| {
-                format!("process {pid}")
-            });
-            Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!("in use: {who} holds its lock (one server per data device)"),
-            ))
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let holder = file
+                    .metadata()
+                    .ok()
+                    .and_then(|m| lock_holder(&std::fs::read_to_string("/proc/locks").ok()?, &m));
+                let alive = holder.is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+                if alive || std::time::Instant::now() >= deadline {
+                    let who = holder.map_or("another process".to_string(), |pid| {
+                        format!("process {pid}")
+                    });
+                    return Err(io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        format!("in use: {who} holds its lock (one server per data device)"),
+                    ));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
         }
-        Err(std::fs::TryLockError::Error(e)) => Err(e),
     }
 }
 
