@@ -60,6 +60,8 @@ pub struct RegionScan {
     pub damaged: Vec<Damage>,
     /// Verified records found past a damaged place (used only when salvaging).
     pub past_damage: Vec<ScannedRecord>,
+    /// The segment opened last (highest open sequence) and where its verified chain ends.
+    pub newest: Option<(u32, u64, u32)>,
 }
 
 /// Scan one region.
@@ -76,7 +78,15 @@ pub fn scan_region<D: BlockDevice + ?Sized>(
         records: Vec::new(),
         damaged: Vec::new(),
         past_damage: Vec::new(),
+        newest: None,
     };
+    // Per segment: (open_seq, end of the verified chain from its header) when in use.
+    let mut chain_ends: Vec<Option<(u64, u32)>> = vec![None; g.segments_per_region as usize];
+    // Headers naming the segment written before them, and whether their own segment has an
+    // acknowledged record (a stamp claiming some of it durable).
+    let mut claims: Vec<(crate::segment::PrevSegment, bool)> = Vec::new();
+    // Verified records past a break with no verdict yet, per segment (for salvage).
+    let mut unclaimed: Vec<(u32, Vec<ScannedRecord>)> = Vec::new();
     let mut buf = vec![0u8; g.segment_size as usize];
     for seg in 0..g.segments_per_region {
         let off = g.segment_offset(region, seg);
@@ -107,10 +117,16 @@ pub fn scan_region<D: BlockDevice + ?Sized>(
         };
         let records = &mut out.records;
         let mut prev = seed;
+        let mut acked = false;
         let (mut end, mut chain) = scan(&buf, block, seed, block, |pos, r| {
+            acked |= r.stamp.tag == tag && r.stamp.durable > 0;
             records.push(at(pos, r, prev));
             prev = r.crc;
         });
+        chain_ends[seg as usize] = Some((h.open_seq, end as u32));
+        if out.newest.is_none_or(|(_, o, _)| o < h.open_seq) {
+            out.newest = Some((seg, h.open_seq, end as u32));
+        }
         // Past the end of the chain: more of this segment's use?
         let mut later: Vec<(usize, Stamp, ScannedRecord)> = Vec::new();
         let mut breaks = Vec::new();
@@ -131,6 +147,12 @@ pub fn scan_region<D: BlockDevice + ?Sized>(
                     .any(|(pos, st, _)| *pos > b && st.tag == tag && st.durable as usize > b)
             })
             .collect();
+        acked |= later
+            .iter()
+            .any(|(_, st, _)| st.tag == tag && st.durable > 0);
+        if let Some(prev) = h.prev {
+            claims.push((prev, acked));
+        }
         if let Some(&first) = damaged.first() {
             out.damaged.extend(damaged.iter().map(|&b| Damage {
                 region,
@@ -143,6 +165,33 @@ pub fn scan_region<D: BlockDevice + ?Sized>(
                     .filter(|(pos, ..)| *pos > first)
                     .map(|(.., r)| r),
             );
+        } else if !later.is_empty() {
+            unclaimed.push((seg, later.into_iter().map(|(.., r)| r).collect()));
+        }
+    }
+    // Across segments: once a segment has an acknowledged record, the one its log wrote
+    // before it was durable up to the end its header names (ADR 0016).
+    for (prev, _) in claims.into_iter().filter(|(_, acked)| *acked) {
+        let Some(Some((open_seq, end))) = chain_ends.get(prev.segment as usize).copied() else {
+            continue;
+        };
+        let known = out.damaged.iter().any(|d| d.segment == prev.segment);
+        // A claim on a block boundary may be a padded batch end (a checkpoint's clean tail):
+        // the chain then only has to reach that block.
+        let reach = if prev.end.is_multiple_of(block as u32) {
+            end.div_ceil(block as u32) * block as u32
+        } else {
+            end
+        };
+        if open_seq == prev.open_seq && reach < prev.end && !known {
+            out.damaged.push(Damage {
+                region,
+                segment: prev.segment,
+                offset: end,
+            });
+            if let Some(at) = unclaimed.iter().position(|(s, _)| *s == prev.segment) {
+                out.past_damage.extend(unclaimed.swap_remove(at).1);
+            }
         }
     }
     Ok(out)

@@ -5,7 +5,7 @@ use crate::error::DurableError;
 use crate::group_commit::{Action, Completion, GroupCommit, Limits, OpId};
 use crate::index::Loc;
 use crate::record::{encode_into, encoded_len, RecordMeta, Stamp, KEY_LEN_MAX};
-use crate::segment::SegmentHeader;
+use crate::segment::{PrevSegment, SegmentHeader};
 use crate::superblock::Geometry;
 
 /// Free segments a region keeps back from client writes so compaction can always make progress.
@@ -67,6 +67,10 @@ pub struct RegionLog<T> {
     /// Stamp of the records appended to the active segment: its tag, and how many of its
     /// bytes are known durable (end of the last acknowledged record in it; ADR 0016).
     stamp: Stamp,
+    /// End of the last record staged into the active segment.
+    last_end: u32,
+    /// What the next segment's header says about the one before it (ADR 0016).
+    prev: Option<PrevSegment>,
     commit: GroupCommit<Staged<T>>,
     scratch: Vec<u8>,
 }
@@ -92,6 +96,8 @@ impl<T> RegionLog<T> {
             active: None,
             chain: 0,
             stamp: Stamp::default(),
+            last_end: 0,
+            prev: None,
             commit: GroupCommit::new(limits, geo.block_size, 0),
             scratch: Vec::new(),
         }
@@ -109,7 +115,9 @@ impl<T> RegionLog<T> {
                 region: self.region,
                 segment,
                 open_seq: self.open_seqs[segment as usize],
+                prev: None,
             };
+            self.last_end = u32::try_from(tail).unwrap_or(u32::MAX);
             // Everything before a checkpoint's clean tail is durable.
             self.stamp = Stamp {
                 tag: header.tag(),
@@ -259,12 +267,37 @@ impl<T> RegionLog<T> {
         let got = self.commit.push(Some(staged), &self.scratch)?;
         debug_assert_eq!(got, at);
         self.chain = crc;
+        self.last_end = loc.offset + loc.len;
         Ok(loc)
+    }
+
+    /// The segment opened after a restart will say that `segment` (opened as `open_seq`) was
+    /// found ending at `end`: recovery read it, and the first flush of the new segment makes
+    /// whatever of it was still only in the page cache durable too.
+    pub fn note_recovered_tail(&mut self, segment: u32, open_seq: u64, end: u32) {
+        if self.active.is_none() {
+            self.prev = Some(PrevSegment {
+                segment,
+                open_seq,
+                end,
+            });
+        }
     }
 
     fn seal_active(&mut self) {
         if let Some(seg) = self.active.take() {
             self.states[seg as usize] = SegState::Sealed;
+            // Broken: only what was durable in it is vouched for; otherwise all it holds.
+            let end = if self.commit.is_broken() {
+                self.stamp.durable
+            } else {
+                self.last_end
+            };
+            self.prev = Some(PrevSegment {
+                segment: seg,
+                open_seq: self.open_seqs[seg as usize],
+                end,
+            });
         }
     }
 
@@ -286,6 +319,7 @@ impl<T> RegionLog<T> {
             region: self.region,
             segment: seg,
             open_seq,
+            prev: self.prev.take(),
         };
         let (bytes, crc) = header.encode(self.geo.block_size as usize);
         self.commit
@@ -299,6 +333,7 @@ impl<T> RegionLog<T> {
             tag: header.tag(),
             durable: 0,
         };
+        self.last_end = 0;
         Ok(())
     }
 

@@ -58,19 +58,38 @@ struct Placed {
     stamp: Stamp,
 }
 
+/// A segment in use, its verified chain, and what its header says about the one before it.
+struct Seg {
+    region: u32,
+    segment: u32,
+    base: usize,
+    open_seq: u64,
+    /// (segment, end, open sequence) of the previous segment, from the header extension.
+    prev: Option<(u32, u32, u64)>,
+    recs: Vec<Placed>,
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
 /// Every segment in use and its verified chain, from the image.
-fn chains(img: &[u8], d: &Durable<SimDevice>) -> Vec<(usize, Vec<Placed>)> {
+fn chains(img: &[u8], d: &Durable<SimDevice>) -> Vec<Seg> {
     let g = d.superblock().geometry;
     let block = g.block_size as usize;
     let mut out = Vec::new();
-    for r in 0..g.regions {
-        for s in 0..g.segments_per_region {
-            let base = g.segment_offset(r, s) as usize;
+    for region in 0..g.regions {
+        for segment in 0..g.segments_per_region {
+            let base = g.segment_offset(region, segment) as usize;
             let seg = &img[base..base + g.segment_size as usize];
-            let stored = u32::from_le_bytes(seg[40..44].try_into().unwrap());
+            let stored = le32(seg, 40);
             if &seg[..8] != b"RSSEGMT1" || crc32c::crc32c(&seg[..40]) != stored {
                 continue;
             }
+            let prev = (crc32c::crc32c_append(stored, &seg[48..64]) == le32(seg, 64)).then(|| {
+                let open_seq = u64::from_le_bytes(seg[56..64].try_into().unwrap());
+                (le32(seg, 48), le32(seg, 52), open_seq)
+            });
             let mut recs = Vec::new();
             scan(seg, block, stored, block, |at, rec| {
                 recs.push(Placed {
@@ -79,7 +98,14 @@ fn chains(img: &[u8], d: &Durable<SimDevice>) -> Vec<(usize, Vec<Placed>)> {
                     stamp: rec.stamp,
                 })
             });
-            out.push((base, recs));
+            out.push(Seg {
+                region,
+                segment,
+                base,
+                open_seq: u64::from_le_bytes(seg[32..40].try_into().unwrap()),
+                prev,
+                recs,
+            });
         }
     }
     out
@@ -196,13 +222,27 @@ fn run_seed(seed: u64, t: &mut Tally) {
     let segs = chains(&img, &d);
     let mut vouched = Vec::new(); // (first byte, bytes, flip?) choices recovery must catch
     let mut unvouched = Vec::new();
-    for (base, recs) in &segs {
+    for sg in &segs {
+        // The header of the segment written after this one, once that one has an
+        // acknowledged record, vouches for this one up to the end it names.
+        let cross = segs
+            .iter()
+            .filter(|t| t.region == sg.region && t.recs.iter().any(|r| r.stamp.durable > 0))
+            .filter_map(|t| t.prev)
+            .filter(|&(seg, _, open_seq)| seg == sg.segment && open_seq == sg.open_seq)
+            .map(|(_, end, _)| end as usize)
+            .max();
+        let recs = &sg.recs;
         for (i, x) in recs.iter().enumerate() {
             let claim = recs[i + 1..].iter().map(|r| r.stamp.durable).max();
-            if claim.is_some_and(|c| c as usize > x.at) {
-                vouched.push((base + x.at, x.len, true));
-            } else if claim.is_some() || x.stamp.durable > 0 {
-                unvouched.push((base + x.at, x.len));
+            let across = cross.is_some_and(|end| {
+                // A claim on a block boundary needs only the block before it reached.
+                x.at < end && (end % 512 != 0 || x.at.div_ceil(512) * 512 < end)
+            });
+            if claim.is_some_and(|c| c as usize > x.at) || across {
+                vouched.push((sg.base + x.at, x.len, true));
+            } else {
+                unvouched.push((sg.base + x.at, x.len));
             }
             // A lost sector starting in this record: caught when a record that is not the
             // first one wholly after the sector claims the segment durable past this record.
@@ -212,7 +252,7 @@ fn run_seed(seed: u64, t: &mut Tally) {
                 && after.len() >= 2
                 && after[1..].iter().any(|r| r.stamp.durable as usize > x.at)
             {
-                vouched.push((base + sector, 512, false));
+                vouched.push((sg.base + sector, 512, false));
             }
         }
     }
