@@ -78,7 +78,7 @@ pub enum DurableError {
     /// a lost write in a region's log: a later record says the place was durable). Starting
     /// would serve older values of keys whose newest record is there, so the device is refused
     /// (ADR 0016) and left as it is.
-    #[error("data device is corrupt: a record in acknowledged history does not verify at offset {offset} (region {region}, segment {segment}; {places} damaged places); refusing to start, which could serve older values; the device is left untouched")]
+    #[error("corrupt: a record in acknowledged history does not verify at offset {offset} (region {region}, segment {segment}; {places} damaged places); refusing to start, which could serve older values; the device is left untouched")]
     CorruptHistory {
         /// Region of the first damaged place.
         region: u32,
