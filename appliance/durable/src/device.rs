@@ -1,7 +1,7 @@
 //! The storage backend seam: positional reads and writes plus flush, and the real file/block-device backend.
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 /// A device addressed by byte offset. Writes are durable only after a successful [`BlockDevice::flush`].
@@ -25,6 +25,13 @@ pub trait BlockDevice: Send + Sync {
 
 /// A regular file or block device used through pread/pwrite and `sync_data`.
 ///
+/// One process at a time: opening takes an exclusive `flock` on the file (held as long as
+/// any handle from [`FileDevice::try_clone`] is open, released by the kernel when the process
+/// dies), and a block device is also opened with `O_EXCL`, which the kernel refuses while it
+/// is mounted or opened exclusively elsewhere. A second opener gets
+/// [`io::ErrorKind::WouldBlock`] (or `EBUSY`) with a message naming the holder's pid when
+/// `/proc/locks` shows it.
+///
 /// O_DIRECT is not used yet; every write the log emits is block-aligned in offset and
 /// length so switching to O_DIRECT (or io_uring with registered buffers) needs no format change.
 #[derive(Debug)]
@@ -34,9 +41,27 @@ pub struct FileDevice {
 }
 
 impl FileDevice {
-    /// Open an existing file or block device read-write. Its current length is the device length.
+    /// Open an existing file or block device read-write, exclusively (see the type's
+    /// documentation). Its current length is the device length.
     pub fn open(path: &Path) -> io::Result<Self> {
-        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        let block = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+        let mut opts = OpenOptions::new();
+        opts.read(true).write(true);
+        if block {
+            // Without O_CREAT, O_EXCL on a block device means "nobody else has it exclusively".
+            opts.custom_flags(libc::O_EXCL);
+        }
+        let file = opts.open(path).map_err(|e| {
+            if e.raw_os_error() == Some(libc::EBUSY) {
+                io::Error::new(
+                    e.kind(),
+                    "the block device is in use (mounted, or opened exclusively by another process)",
+                )
+            } else {
+                e
+            }
+        })?;
+        lock(&file)?;
         Self::from_file(file)
     }
 
@@ -48,6 +73,7 @@ impl FileDevice {
             .create(true)
             .truncate(false)
             .open(path)?;
+        lock(&file)?;
         if file.metadata()?.len() < len {
             file.set_len(len)?;
         }
@@ -118,6 +144,55 @@ impl BlockDevice for FileDevice {
     }
 }
 
+/// How long an open waits for a lock whose holder is gone: a process killed with `kill -9`
+/// keeps its lock until the kernel has torn down its io_uring, which holds the file, a few
+/// milliseconds after the process is reaped.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Takes the exclusive lock, or says who holds it. A live holder is refused at once; a holder
+/// that is no longer a live process (or cannot be named) is waited for up to [`LOCK_WAIT`].
+fn lock(file: &File) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let holder = file
+                    .metadata()
+                    .ok()
+                    .and_then(|m| lock_holder(&std::fs::read_to_string("/proc/locks").ok()?, &m));
+                let alive = holder.is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+                if alive || std::time::Instant::now() >= deadline {
+                    let who = holder.map_or("another process".to_string(), |pid| {
+                        format!("process {pid}")
+                    });
+                    return Err(io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        format!("in use: {who} holds its lock (one server per data device)"),
+                    ));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+    }
+}
+
+/// The pid `/proc/locks` (`text`) names for a lock on the file of `meta`: lines like
+/// `1: FLOCK  ADVISORY  WRITE 4242 00:2f:1234567 0 EOF`, device numbers in hex.
+fn lock_holder(text: &str, meta: &std::fs::Metadata) -> Option<u32> {
+    let dev = meta.dev();
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let want = format!("{major:02x}:{minor:02x}:{}", meta.ino());
+    text.lines().find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let at = f.iter().position(|x| *x == want)?;
+        (f.get(1) == Some(&"FLOCK")).then_some(())?;
+        f.get(at.checked_sub(1)?)?.parse().ok()
+    })
+}
+
 /// Reject an access outside `0..len` (a device never grows).
 pub(crate) fn check_range(offset: u64, n: usize, len: u64) -> io::Result<()> {
     match offset.checked_add(n as u64) {
@@ -145,7 +220,48 @@ mod tests {
         assert_eq!(&buf, b"hello");
         assert!(dev.write_at(8190, b"abc").is_err());
         assert!(dev.read_at(u64::MAX - 1, &mut buf).is_err());
+        drop(dev);
         let reopened = FileDevice::open(&dir.path().join("dev")).unwrap();
         assert_eq!(reopened.len(), 8192);
+    }
+
+    #[test]
+    fn a_second_open_is_refused_and_names_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        let dev = FileDevice::create(&path, 8192).unwrap();
+        let clone = dev.try_clone().unwrap();
+        let err = FileDevice::open(&path).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!("process {}", std::process::id())),
+            "{msg}"
+        );
+        assert!(FileDevice::create(&path, 8192).is_err());
+        drop(dev);
+        assert!(FileDevice::open(&path).is_err(), "a clone keeps the lock");
+        drop(clone);
+        FileDevice::open(&path).unwrap();
+    }
+
+    #[test]
+    fn proc_locks_lines_are_matched_by_device_and_inode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        std::fs::write(&path, b"x").unwrap();
+        let m = std::fs::metadata(&path).unwrap();
+        let dev = m.dev();
+        let (major, minor) = (
+            ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff),
+            (dev & 0xff) | ((dev >> 12) & !0xff),
+        );
+        let id = format!("{major:02x}:{minor:02x}:{}", m.ino());
+        let text = format!(
+            "1: POSIX  ADVISORY  WRITE 11 {id} 0 EOF\n2: FLOCK  ADVISORY  WRITE 22 00:01:{} 0 EOF\n3: FLOCK  ADVISORY  WRITE 33 {id} 0 EOF\n",
+            m.ino() + 1
+        );
+        assert_eq!(lock_holder(&text, &m), Some(33));
+        assert_eq!(lock_holder("", &m), None);
     }
 }

@@ -74,6 +74,21 @@ pub enum DurableError {
         /// Device offset of the record.
         offset: u64,
     },
+    /// Recovery found a record in acknowledged history that does not verify (a flipped bit or
+    /// a lost write in a region's log: a later record says the place was durable). Starting
+    /// would serve older values of keys whose newest record is there, so the device is refused
+    /// (ADR 0016) and left as it is.
+    #[error("corrupt: a record in acknowledged history does not verify at offset {offset} (region {region}, segment {segment}; {places} damaged places); refusing to start, which could serve older values; the device is left untouched")]
+    CorruptHistory {
+        /// Region of the first damaged place.
+        region: u32,
+        /// Segment of the first damaged place.
+        segment: u32,
+        /// Device offset where the verified log ends.
+        offset: u64,
+        /// Damaged places found on the whole device.
+        places: usize,
+    },
     /// A chunk of a large object is not on the device (never written, swept, or its object
     /// was replaced). HTTP: 500; the object is unreadable.
     #[error("chunk {index} of large object {object} is missing")]

@@ -75,11 +75,9 @@ pub(crate) fn chunk_header_matches(
         && meta.kind == RecordKind::Value
         && le32(head, 0) == RECORD_MAGIC
         && head[8] == RecordKind::Value.byte()
-        && head[9] == 0
         && u16::from_le_bytes([head[10], head[11]]) as usize == CHUNK_KEY_LEN
         && le32(head, 12) as usize == value_len
         && le32(head, 16) == meta.flags
-        && le32(head, 20) == 0
         && le64(head, 24) == meta.exptime
         && le64(head, 32) == meta.cas
         && le64(head, 40) == meta.seq

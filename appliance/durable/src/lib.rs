@@ -48,5 +48,6 @@ pub use group_commit::{Action, Completion, GroupCommit, Limits, OpId};
 pub use index::{Entry, Index, Loc};
 pub use large::{chunk_key, parse_chunk_key, Manifest, CHUNK_KEY_LEN, MANIFEST_HEAD_MAX};
 pub use record::{RecordKind, RecordMeta};
+pub use recovery::Damage;
 pub use region::{Purpose, RegionLog, SegState, Staged, COMPACTION_RESERVE};
 pub use serving::{Change, Relocation, Serving, Settled, FLUSH_KEY};

@@ -1,8 +1,12 @@
 //! The log record: a 48-byte header, key and value, 8-byte aligned, chained by crc32c.
 //!
 //! Layout (little endian):
-//! `0 magic "RSR1" | 4 crc32c | 8 kind u8 (1 value, 2 tombstone, 3 manifest) | 9 zero u8 | 10 key_len u16 | 12 value_len u32 |
-//!  16 flags u32 | 20 zero u32 | 24 exptime u64 | 32 cas u64 | 40 seq u64 | 48 key | value | zero pad to 8`.
+//! `0 magic "RSR1" | 4 crc32c | 8 kind u8 (1 value, 2 tombstone, 3 manifest) | 9 stamp tag high u8 | 10 key_len u16 |
+//!  12 value_len u32 | 16 flags u32 | 20 stamp u32 (tag low u8 << 24 | durable bytes / 8) | 24 exptime u64 | 32 cas u64 |
+//!  40 seq u64 | 48 key | value | zero pad to 8`.
+//! The [`Stamp`] (ADR 0016) names the segment use the record was written in and how much of
+//! that segment was durable when it was encoded; recovery uses it to tell a torn tail from a
+//! damaged record in acknowledged history. Records written before stamps carry zeros there.
 //! The crc covers the header (crc field as zero), key and value, seeded with the previous
 //! record's crc (the segment header's crc for the first record), so a stale record from an
 //! earlier use of the segment, or one after a hole left by a torn batch, never decodes.
@@ -54,6 +58,47 @@ impl RecordKind {
     }
 }
 
+/// What a record says about the log it was written into (bytes 9 and 20..24, covered by the
+/// crc; not part of [`RecordMeta`], so the index and the read paths never compare it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stamp {
+    /// 16 bits naming the segment's current use ([`crate::segment::SegmentHeader::tag`]);
+    /// 0 only in records written before stamps existed. A record left from an earlier use of
+    /// the segment carries another tag (2^-16 chance of the same one).
+    pub tag: u16,
+    /// Bytes of the segment, from its start, that were durable (covered by a completed flush)
+    /// when the record was encoded: every record starting below this offset was acknowledged
+    /// or is a durable compaction copy. 0: no claim. A multiple of 8; claims are capped at
+    /// [`STAMP_DURABLE_MAX`] (a smaller claim is always true).
+    pub durable: u32,
+}
+
+/// Largest durable offset a stamp can carry (24 bits of 8-byte units, just under 128 MiB).
+pub const STAMP_DURABLE_MAX: u32 = 0xFF_FFFF * 8;
+
+impl Stamp {
+    fn encode(self) -> (u8, u32) {
+        let units = (self.durable.min(STAMP_DURABLE_MAX) / 8) & 0xFF_FFFF;
+        (
+            (self.tag >> 8) as u8,
+            (u32::from(self.tag as u8) << 24) | units,
+        )
+    }
+
+    fn decode(b9: u8, w20: u32) -> Stamp {
+        Stamp {
+            tag: (u16::from(b9) << 8) | (w20 >> 24) as u16,
+            durable: (w20 & 0xFF_FFFF) * 8,
+        }
+    }
+
+    /// The stamp bytes of whatever lies at the start of `buf`, unverified (a cheap filter
+    /// before checking a record's crc); `None` when `buf` is shorter than a header.
+    pub fn peek(buf: &[u8]) -> Option<Stamp> {
+        (buf.len() >= HEADER_LEN).then(|| Stamp::decode(buf[9], le32(buf, 20)))
+    }
+}
+
 /// Everything in a record except the key and value bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordMeta {
@@ -80,20 +125,22 @@ pub fn encode_into(
     out: &mut Vec<u8>,
     prev_crc: u32,
     meta: &RecordMeta,
+    stamp: Stamp,
     key: &[u8],
     value: &[u8],
 ) -> u32 {
     let start = out.len();
+    let (b9, w20) = stamp.encode();
     let total = encoded_len(key.len(), value.len());
     out.reserve(total);
     out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
     out.extend_from_slice(&[0; 4]);
     out.push(meta.kind.byte());
-    out.push(0);
+    out.push(b9);
     out.extend_from_slice(&(key.len() as u16).to_le_bytes());
     out.extend_from_slice(&(value.len() as u32).to_le_bytes());
     out.extend_from_slice(&meta.flags.to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&w20.to_le_bytes());
     out.extend_from_slice(&meta.exptime.to_le_bytes());
     out.extend_from_slice(&meta.cas.to_le_bytes());
     out.extend_from_slice(&meta.seq.to_le_bytes());
@@ -113,11 +160,35 @@ fn record_crc(prev_crc: u32, header: &[u8], key: &[u8], value: &[u8]) -> u32 {
     crc32c::crc32c_append(crc, value)
 }
 
+/// The crc the record at the start of `buf` would have if it chained after `prev_crc`,
+/// computed from its declared lengths whatever its stored crc says (recovery uses it to step
+/// over a record whose crc field is the damaged part). `None` when the lengths run past `buf`.
+pub fn recompute_crc(buf: &[u8], prev_crc: u32) -> Option<u32> {
+    if buf.len() < HEADER_LEN {
+        return None;
+    }
+    let key_len = usize::from(u16::from_le_bytes([buf[10], buf[11]]));
+    let value_len = le32(buf, 12) as usize;
+    let end = HEADER_LEN.checked_add(key_len)?.checked_add(value_len)?;
+    if end > buf.len() {
+        return None;
+    }
+    let key = &buf[HEADER_LEN..HEADER_LEN + key_len];
+    Some(record_crc(
+        prev_crc,
+        &buf[..HEADER_LEN],
+        key,
+        &buf[HEADER_LEN + key_len..end],
+    ))
+}
+
 /// A record decoded in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordView<'a> {
     /// Header fields.
     pub meta: RecordMeta,
+    /// What the record says about its segment.
+    pub stamp: Stamp,
     /// Key bytes.
     pub key: &'a [u8],
     /// Value bytes (empty for a tombstone).
@@ -131,7 +202,7 @@ pub struct RecordView<'a> {
 /// Decode the record at the start of `buf`, which must chain after `prev_crc`.
 /// `None` for anything else: wrong magic, impossible lengths, truncation, bad crc. Never panics.
 pub fn decode(buf: &[u8], prev_crc: u32) -> Option<RecordView<'_>> {
-    if buf.len() < HEADER_LEN || le32(buf, 0) != RECORD_MAGIC || buf[9] != 0 || le32(buf, 20) != 0 {
+    if buf.len() < HEADER_LEN || le32(buf, 0) != RECORD_MAGIC {
         return None;
     }
     let kind = RecordKind::from_byte(buf[8])?;
@@ -159,6 +230,7 @@ pub fn decode(buf: &[u8], prev_crc: u32) -> Option<RecordView<'_>> {
     };
     Some(RecordView {
         meta,
+        stamp: Stamp::decode(buf[9], le32(buf, 20)),
         key,
         value,
         len,
@@ -202,6 +274,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    const STAMP: Stamp = Stamp {
+        tag: 0xA55A,
+        durable: 4096,
+    };
+
     fn meta(seq: u64) -> RecordMeta {
         RecordMeta {
             kind: RecordKind::Value,
@@ -215,7 +292,7 @@ mod tests {
     #[test]
     fn chain_rejects_wrong_seed_and_flipped_bits() {
         let mut buf = Vec::new();
-        let c = encode_into(&mut buf, 5, &meta(1), b"key", b"value");
+        let c = encode_into(&mut buf, 5, &meta(1), STAMP, b"key", b"value");
         let r = decode(&buf, 5).unwrap();
         assert_eq!(
             (r.key, r.value, r.crc, r.len),
@@ -234,10 +311,10 @@ mod tests {
     fn scan_skips_padding_and_stops_at_hole() {
         let block = 512;
         let mut seg = Vec::new();
-        let c1 = encode_into(&mut seg, 1, &meta(1), b"a", b"x");
+        let c1 = encode_into(&mut seg, 1, &meta(1), STAMP, b"a", b"x");
         seg.resize(512, 0); // batch padding
-        let c2 = encode_into(&mut seg, c1, &meta(2), b"b", b"y");
-        let _c3 = encode_into(&mut seg, c2, &meta(3), b"c", b"z");
+        let c2 = encode_into(&mut seg, c1, &meta(2), STAMP, b"b", b"y");
+        let _c3 = encode_into(&mut seg, c2, &meta(3), STAMP, b"c", b"z");
         seg.resize(2048, 0);
         let mut seen = Vec::new();
         let (end, crc) = scan(&seg, 0, 1, block, |off, r| seen.push((off, r.meta.seq)));
@@ -255,16 +332,19 @@ mod tests {
         #[test]
         fn roundtrip(key in proptest::collection::vec(any::<u8>(), 0..300),
                      value in proptest::collection::vec(any::<u8>(), 0..3000),
-                     flags: u32, exptime: u64, cas: u64, seq: u64, seed: u32, kind in 1u8..=3) {
+                     flags: u32, exptime: u64, cas: u64, seq: u64, seed: u32, kind in 1u8..=3,
+                     tag: u16, durable in 0u32..STAMP_DURABLE_MAX) {
             let kind = RecordKind::from_byte(kind).unwrap();
             let tomb = kind == RecordKind::Tombstone;
             let value = if tomb { Vec::new() } else { value };
             let m = RecordMeta { kind, flags, exptime, cas, seq };
             let mut buf = vec![9u8; 3];
-            let crc = encode_into(&mut buf, seed, &m, &key, &value);
+            let stamp = Stamp { tag, durable: durable / 8 * 8 };
+            let crc = encode_into(&mut buf, seed, &m, stamp, &key, &value);
             prop_assert_eq!(buf.len() - 3, encoded_len(key.len(), value.len()));
             let r = decode(&buf[3..], seed).unwrap();
             prop_assert_eq!(r.meta, m);
+            prop_assert_eq!(r.stamp, stamp);
             prop_assert_eq!(r.key, &key[..]);
             prop_assert_eq!(r.value, &value[..]);
             prop_assert_eq!(r.crc, crc);

@@ -4,8 +4,8 @@
 use crate::error::DurableError;
 use crate::group_commit::{Action, Completion, GroupCommit, Limits, OpId};
 use crate::index::Loc;
-use crate::record::{encode_into, encoded_len, RecordMeta, KEY_LEN_MAX};
-use crate::segment::SegmentHeader;
+use crate::record::{encode_into, encoded_len, RecordMeta, Stamp, KEY_LEN_MAX};
+use crate::segment::{PrevSegment, SegmentHeader};
 use crate::superblock::Geometry;
 
 /// Free segments a region keeps back from client writes so compaction can always make progress.
@@ -64,6 +64,13 @@ pub struct RegionLog<T> {
     next_open_seq: u64,
     active: Option<u32>,
     chain: u32,
+    /// Stamp of the records appended to the active segment: its tag, and how many of its
+    /// bytes are known durable (end of the last acknowledged record in it; ADR 0016).
+    stamp: Stamp,
+    /// End of the last record staged into the active segment.
+    last_end: u32,
+    /// What the next segment's header says about the one before it (ADR 0016).
+    prev: Option<PrevSegment>,
     commit: GroupCommit<Staged<T>>,
     scratch: Vec<u8>,
 }
@@ -88,6 +95,9 @@ impl<T> RegionLog<T> {
             next_open_seq,
             active: None,
             chain: 0,
+            stamp: Stamp::default(),
+            last_end: 0,
+            prev: None,
             commit: GroupCommit::new(limits, geo.block_size, 0),
             scratch: Vec::new(),
         }
@@ -100,6 +110,19 @@ impl<T> RegionLog<T> {
             *s = SegState::Active;
             self.active = Some(segment);
             self.chain = chain;
+            let header = SegmentHeader {
+                uuid: self.uuid,
+                region: self.region,
+                segment,
+                open_seq: self.open_seqs[segment as usize],
+                prev: None,
+            };
+            self.last_end = u32::try_from(tail).unwrap_or(u32::MAX);
+            // Everything before a checkpoint's clean tail is durable.
+            self.stamp = Stamp {
+                tag: header.tag(),
+                durable: u32::try_from(tail).unwrap_or(u32::MAX),
+            };
             self.commit
                 .relocate(self.geo.segment_offset(self.region, segment) + tail);
         }
@@ -224,7 +247,7 @@ impl<T> RegionLog<T> {
         let seg = self.active.ok_or(DurableError::NoSpace)?;
         self.scratch.clear();
         let seed = self.chain;
-        let crc = encode_into(&mut self.scratch, seed, &meta, key, value);
+        let crc = encode_into(&mut self.scratch, seed, &meta, self.stamp, key, value);
         let start = self.geo.segment_offset(self.region, seg);
         let at = self.commit.place(len);
         let loc = Loc {
@@ -244,12 +267,37 @@ impl<T> RegionLog<T> {
         let got = self.commit.push(Some(staged), &self.scratch)?;
         debug_assert_eq!(got, at);
         self.chain = crc;
+        self.last_end = loc.offset + loc.len;
         Ok(loc)
+    }
+
+    /// The segment opened after a restart will say that `segment` (opened as `open_seq`) was
+    /// found ending at `end`: recovery read it, and the first flush of the new segment makes
+    /// whatever of it was still only in the page cache durable too.
+    pub fn note_recovered_tail(&mut self, segment: u32, open_seq: u64, end: u32) {
+        if self.active.is_none() {
+            self.prev = Some(PrevSegment {
+                segment,
+                open_seq,
+                end,
+            });
+        }
     }
 
     fn seal_active(&mut self) {
         if let Some(seg) = self.active.take() {
             self.states[seg as usize] = SegState::Sealed;
+            // Broken: only what was durable in it is vouched for; otherwise all it holds.
+            let end = if self.commit.is_broken() {
+                self.stamp.durable
+            } else {
+                self.last_end
+            };
+            self.prev = Some(PrevSegment {
+                segment: seg,
+                open_seq: self.open_seqs[seg as usize],
+                end,
+            });
         }
     }
 
@@ -271,6 +319,7 @@ impl<T> RegionLog<T> {
             region: self.region,
             segment: seg,
             open_seq,
+            prev: self.prev.take(),
         };
         let (bytes, crc) = header.encode(self.geo.block_size as usize);
         self.commit
@@ -280,6 +329,11 @@ impl<T> RegionLog<T> {
         self.open_seqs[seg as usize] = open_seq;
         self.active = Some(seg);
         self.chain = crc;
+        self.stamp = Stamp {
+            tag: header.tag(),
+            durable: 0,
+        };
+        self.last_end = 0;
         Ok(())
     }
 
@@ -316,7 +370,9 @@ impl<T> RegionLog<T> {
         id: OpId,
         ok: bool,
     ) -> Result<Completion<Staged<T>>, DurableError> {
-        self.commit.on_write_complete(id, ok)
+        let done = self.commit.on_write_complete(id, ok)?;
+        self.note_durable(&done);
+        Ok(done)
     }
 
     /// Completion of a flush.
@@ -325,7 +381,24 @@ impl<T> RegionLog<T> {
         id: OpId,
         ok: bool,
     ) -> Result<Completion<Staged<T>>, DurableError> {
-        self.commit.on_flush_complete(id, ok)
+        let done = self.commit.on_flush_complete(id, ok)?;
+        self.note_durable(&done);
+        Ok(done)
+    }
+
+    /// Acknowledged records are the durable prefix of the log: the active segment is durable
+    /// up to the end of the last of them in it. Later records stamp that claim.
+    fn note_durable(&mut self, done: &Completion<Staged<T>>) {
+        let Some(seg) = self.active else { return };
+        for s in done.acked.iter().filter(|s| s.loc.segment == seg) {
+            let end = s.loc.offset.saturating_add(s.loc.len);
+            self.stamp.durable = self.stamp.durable.max(end);
+        }
+    }
+
+    /// The stamp the next record appended to the active segment carries.
+    pub fn stamp(&self) -> Stamp {
+        self.stamp
     }
 }
 

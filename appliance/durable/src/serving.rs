@@ -145,6 +145,8 @@ pub struct Serving<D: BlockDevice> {
     objects: Mutex<LargeObjects>,
     /// Chunk entries removed from the index by the start-up sweep.
     swept: usize,
+    /// Records read back that did not verify, as counted by [`Serving::note_corrupt`].
+    corrupt: AtomicU64,
 }
 
 /// (object id, chunk count).
@@ -156,6 +158,9 @@ struct LargeObjects {
     live: HashMap<Box<[u8]>, ObjectRef>,
     /// Sequence of a staged, unsettled manifest → its object (`Staged` carries no value bytes).
     staged: HashMap<u64, ObjectRef>,
+    /// Uploads in progress (chunks staged, no manifest yet) → device bytes of their chunks:
+    /// space held until the manifest is staged or the upload is abandoned.
+    uploading: HashMap<u64, u64>,
 }
 
 impl LargeObjects {
@@ -208,6 +213,7 @@ impl<D: BlockDevice> Serving<D> {
                 .collect(),
             objects: Mutex::new(LargeObjects::default()),
             swept: 0,
+            corrupt: AtomicU64::new(0),
         };
         let mark = me.read_index().get(FLUSH_KEY).copied();
         if let Some(e) = mark {
@@ -421,11 +427,29 @@ impl<D: BlockDevice> Serving<D> {
     /// (a chunk acked later would enter the index again). Returns how many were present.
     pub fn abandon_object(&self, object: u64, chunks: u32) -> usize {
         let mut index = self.write_index();
-        let objects = lock(&self.objects);
+        let mut objects = lock(&self.objects);
+        objects.uploading.remove(&object);
         if objects.staged.values().any(|(o, _)| *o == object) {
             return 0;
         }
         remove_chunks(&mut index, (object, chunks))
+    }
+
+    /// Large uploads in progress (chunks staged, no manifest staged yet, not abandoned) and
+    /// the device bytes their chunks hold: space a stalled upload keeps from everyone else.
+    pub fn uploads(&self) -> (usize, u64) {
+        let objects = lock(&self.objects);
+        (objects.uploading.len(), objects.uploading.values().sum())
+    }
+
+    /// Counts a record read back from the device that did not verify (reported in `stats`).
+    pub fn note_corrupt(&self) {
+        self.corrupt.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records read back that did not verify since start ([`Serving::note_corrupt`]).
+    pub fn corrupt_records(&self) -> u64 {
+        self.corrupt.load(Ordering::Relaxed)
     }
 
     /// Compaction dropped the manifest of `key` (expired, nothing older): its object's
@@ -603,11 +627,15 @@ impl<D: BlockDevice> Serving<D> {
             }
             return Ok(seq);
         }
-        if let Change::Chunk { .. } = change {
+        if let Change::Chunk { object, .. } = change {
+            let bytes = encoded_len(key.len(), value.len()) as u64;
+            *lock(&self.objects).uploading.entry(object).or_default() += bytes;
             return Ok(seq); // nobody reads a chunk before its manifest is durable
         }
         if let Some(obj) = large {
-            lock(&self.objects).staged.insert(seq, obj);
+            let mut objects = lock(&self.objects);
+            objects.uploading.remove(&obj.0);
+            objects.staged.insert(seq, obj);
         }
         let pending = match meta.kind {
             RecordKind::Value | RecordKind::Manifest => Pending::Value(Item {

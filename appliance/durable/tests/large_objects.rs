@@ -20,6 +20,7 @@ fn options() -> Options {
         block_size: 512,
         checkpoint_len: 64 * 1024,
         force: false,
+        salvage: false,
         limits: Limits {
             max_batch_bytes: 8192,
             max_pending_writes: 64,

@@ -19,6 +19,7 @@ fn options() -> Options {
         block_size: 512,
         checkpoint_len: 64 * 1024,
         force: false,
+        salvage: false,
         limits: Limits {
             max_batch_bytes: 4096,
             max_pending_writes: 48,

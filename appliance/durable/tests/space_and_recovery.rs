@@ -78,6 +78,7 @@ fn recovery_time_per_million_objects() {
         block_size: 4096,
         checkpoint_len,
         force: false,
+        salvage: false,
         limits: Limits {
             max_batch_bytes: 1 << 20,
             max_pending_writes: 16_384,

@@ -42,6 +42,7 @@ pub(crate) fn open(
         block_size: 4096,
         checkpoint_len: 0,
         force: config.data_format == DataFormat::Force,
+        salvage: false,
         limits: Limits {
             max_pending_writes: MAX_PENDING_WRITES,
             ..Limits::default()
@@ -52,7 +53,8 @@ pub(crate) fn open(
         | DurableError::NotBlank
         | DurableError::Version { .. }
         | DurableError::CorruptSuperblock(_)
-        | DurableError::TooSmall { .. } => RuntimeError::DataRefused(format!(
+        | DurableError::TooSmall { .. }
+        | DurableError::CorruptHistory { .. } => RuntimeError::DataRefused(format!(
             "data device {shown}: {}",
             e.to_string()
                 .replace("use force", "use --data-format=force")
@@ -132,6 +134,9 @@ pub(crate) fn attach(
             refused += 1;
         }
     });
+    for _ in 0..bad {
+        serving.note_corrupt();
+    }
     store.raise_cas_floor(serving.max_cas());
     store.attach_backfill(Arc::new(DeviceBackfill {
         serving: serving.clone(),

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use ringstore_durable::{
-    parse_chunk_key, Action, Change, Compactor, FileDevice, RegionLog, Serving, Step,
+    parse_chunk_key, Action, Change, Compactor, DurableError, FileDevice, RegionLog, Serving, Step,
 };
 use ringstore_service::{Fetched, Journal, Mutation, Protocol};
 use ringstore_store::{Backfill, StoreError, Time};
@@ -210,6 +210,13 @@ impl Journal for ThreadJournal {
         })
     }
 
+    fn device_stats(&self, out: &mut dyn FnMut(&'static str, u64)) {
+        let (uploads, reserved) = self.serving.uploads();
+        out("data_reserved_bytes", reserved);
+        out("data_uploads_in_progress", uploads as u64);
+        out("data_corrupt_records", self.serving.corrupt_records());
+    }
+
     fn staged(&self) -> u64 {
         LOG.with(|cell| {
             cell.try_borrow()
@@ -299,6 +306,9 @@ impl Backfill for DeviceBackfill {
             }),
             Ok(None) => None,
             Err(err) => {
+                if matches!(err, DurableError::Corrupt { .. }) {
+                    self.serving.note_corrupt();
+                }
                 eprintln!("ringstore: data device read failed: {err}");
                 None
             }
@@ -309,6 +319,9 @@ impl Backfill for DeviceBackfill {
         self.serving
             .read_chunk(object, index)
             .map_err(|err| {
+                if matches!(err, DurableError::Corrupt { .. }) {
+                    self.serving.note_corrupt();
+                }
                 eprintln!("ringstore: data device: chunk {index} of object {object}: {err}")
             })
             .ok()
@@ -323,6 +336,9 @@ impl Backfill for DeviceBackfill {
         self.serving
             .read_chunk_range(object, index, start, end)
             .map_err(|err| {
+                if matches!(err, DurableError::Corrupt { .. }) {
+                    self.serving.note_corrupt();
+                }
                 eprintln!(
                     "ringstore: data device: chunk {index} of object {object} \
                      bytes {start}..{end}: {err}"

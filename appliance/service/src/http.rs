@@ -150,13 +150,16 @@ impl HttpSession {
     /// True while part of a request (or unprocessed pipelined input) is buffered.
     ///
     /// A large PUT or GET in progress is not partial: it moves in chunk-sized steps and may
-    /// take longer than a request is allowed to; the idle timeout still ends a stalled one.
+    /// take longer than a request is allowed to; the idle timeout still ends a stalled GET. A
+    /// large PUT is partial while its body is short of its progress window
+    /// ([`large::LARGE_PUT_MIN_PROGRESS`]), so the request timeout cuts a stalled upload.
     pub fn has_partial_request(&self) -> bool {
         !self.pending.is_empty()
             || matches!(
                 self.state,
                 State::PutLength { .. } | State::PutChunked { .. } | State::Discard { .. }
             )
+            || matches!(&self.state, State::PutLarge(l) if l.short_of_progress())
     }
 
     /// [`HttpSession::on_bytes`] against any [`Backend`].

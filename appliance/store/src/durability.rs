@@ -58,6 +58,11 @@ pub trait Journal: Send + Sync {
     fn abandon_object(&self, object: u64, chunks: u32) {
         let _ = (object, chunks);
     }
+    /// Counters of the device for `stats`, as `(name, value)` calls to `out` (none by default).
+    fn device_stats(&self, out: &mut dyn FnMut(&'static str, u64)) {
+        let _ = out;
+    }
+
     /// Large objects: whether a staged chunk of `object` failed to reach the device (the
     /// answer is forgotten once it was true).
     fn object_failed(&self, object: u64) -> bool {

@@ -14,6 +14,11 @@ use super::backend::{Backend, Event, LargeLimits};
 use super::{reply, HttpSession, PendingPut, State, Step};
 use crate::Now;
 
+/// Body bytes a large PUT must move within each `--request-timeout` window (default 10 s,
+/// so at least 25.6 KiB/s): its chunks hold device space, so one that stalls is cut at the
+/// request timeout like a slow request head, not left for the idle timeout (ADR 0013).
+pub const LARGE_PUT_MIN_PROGRESS: u64 = 256 << 10;
+
 /// A PUT whose body is larger than `item_size_max`.
 pub(super) struct LargePut {
     put: PendingPut,
@@ -34,6 +39,8 @@ pub(super) struct LargePut {
     head: Vec<u8>,
     /// Every chunk is staged; the next call (after they are durable) publishes the manifest.
     committing: bool,
+    /// Body bytes read in the current progress window (see [`LARGE_PUT_MIN_PROGRESS`]).
+    window: u64,
 }
 
 impl LargePut {
@@ -54,7 +61,20 @@ impl LargePut {
             buf: Vec::new(),
             head: Vec::new(),
             committing: false,
+            window: 0,
         }
+    }
+
+    /// True while the body has moved fewer than [`LARGE_PUT_MIN_PROGRESS`] bytes since the
+    /// window began: the session then reports a partial request, so the runtime's request
+    /// timeout, counted from the first call that saw the window short, cuts a stalled upload
+    /// (and its chunks are abandoned on close). Each window that reaches the mark clears
+    /// the runtime's clock; the next call starts a new window.
+    pub(super) fn short_of_progress(&self) -> bool {
+        !self.committing
+            && self.left != Some(0)
+            && !self.decoder.as_ref().is_some_and(ChunkedDecoder::is_done)
+            && self.window < LARGE_PUT_MIN_PROGRESS
     }
 }
 
@@ -112,6 +132,10 @@ impl HttpSession {
             (None, None) => unreachable!("a large PUT has a length or a decoder"),
         };
         large.received += (large.buf.len() - before) as u64;
+        if large.window >= LARGE_PUT_MIN_PROGRESS {
+            large.window = 0;
+        }
+        large.window += used as u64;
         let chunk_len = large.limits.chunk_len;
         let mut staged = false;
         while large.buf.len() >= chunk_len || (done && !large.buf.is_empty()) {

@@ -422,3 +422,43 @@ fn a_range_inside_a_chunk_reads_only_that_range_and_a_whole_chunk_reads_whole() 
     assert!(head.contains("Content-Length: 101\r\n"), "{head}");
     assert!(got.is_empty());
 }
+
+#[test]
+fn a_large_put_is_a_partial_request_only_while_short_of_its_progress_window() {
+    let dev = Device::new();
+    let mut session = HttpSession::new(0);
+    let mut out = Vec::new();
+    let window = large::LARGE_PUT_MIN_PROGRESS as usize;
+    let req = put_request("slow", &body(3 * window + 10));
+    let head = req.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let mut feed = |session: &mut HttpSession, bytes: &[u8]| {
+        let mut flow = dev.call(session, bytes, &mut out);
+        while flow == Flow::Drain {
+            flow = dev.call(session, &[], &mut out);
+        }
+        flow
+    };
+    feed(&mut session, &req[..head + 10]);
+    assert!(session.has_partial_request(), "a body that barely started");
+    // A whole window's worth in small reads: partial until the mark, then not.
+    let mut at = head + 10;
+    while at < head + window - 100 {
+        feed(&mut session, &req[at..at + 100]);
+        at += 100;
+        assert!(session.has_partial_request(), "short of the window at {at}");
+    }
+    feed(&mut session, &req[at..head + window + 10]);
+    at = head + window + 10;
+    assert!(!session.has_partial_request(), "the window was reached");
+    // The next read starts a new window: a stall from here is cut by the request timeout.
+    feed(&mut session, &req[at..at + 1]);
+    at += 1;
+    assert!(session.has_partial_request());
+    feed(&mut session, &req[at..]);
+    assert!(!session.has_partial_request(), "the body is complete");
+    assert!(
+        out.starts_with(b"HTTP/1.1 201"),
+        "{:?}",
+        String::from_utf8_lossy(&out)
+    );
+}
