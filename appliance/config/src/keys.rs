@@ -135,6 +135,21 @@ pub static KEYS: &[KeyInfo] = &[
         },
     },
     KeyInfo {
+        name: "data-recover",
+        expected: "refuse or salvage",
+        help: "damage in acknowledged history found at start: refuse to start (default), or salvage: serve every record that verifies and report the damage (some keys may then answer older values)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| {
+            c.data_recover = match v.trim().to_ascii_lowercase().as_str() {
+                "refuse" => crate::DataRecover::Refuse,
+                "salvage" => crate::DataRecover::Salvage,
+                _ => return Err(()),
+            };
+            Ok(())
+        },
+    },
+    KeyInfo {
         name: "max-conns",
         expected: "a number of connections from 1 to 1048576",
         help: "open connections beyond which new ones are refused (default 4096)",

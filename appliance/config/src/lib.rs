@@ -94,6 +94,8 @@ pub struct Config {
     pub data: Option<std::path::PathBuf>,
     /// `data-format`: what to do with a data device holding something else.
     pub data_format: DataFormat,
+    /// `data-recover`: what to do when recovery finds damage in acknowledged history.
+    pub data_recover: DataRecover,
     /// `max-conns`.
     pub max_conns: usize,
     /// `conn-memory`: bytes of requests and replies in flight, across all connections,
@@ -114,6 +116,17 @@ pub struct Config {
     pub placement: Placement,
     /// Hidden data-plane switches.
     pub tuning: Tuning,
+}
+
+/// `data-recover`: what a start does when recovery finds a record in acknowledged history that
+/// does not verify (ADR 0016).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataRecover {
+    /// Refuse to start and leave the device untouched: starting could serve older values.
+    Refuse,
+    /// Start with every record that verifies (also past the damage) and report the damage
+    /// loudly; keys whose newest record was damaged may answer an older value or be missing.
+    Salvage,
 }
 
 /// `data-format`: how a data device that is neither blank nor ringstore's current format is treated.
@@ -137,6 +150,7 @@ impl Default for Config {
             memory: 64 << 20,
             data: None,
             data_format: DataFormat::Auto,
+            data_recover: DataRecover::Refuse,
             max_conns: 4096,
             conn_memory: 64 << 20,
             item_size_max: 1 << 20,

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ringstore_config::{Config, DataFormat};
+use ringstore_config::{Config, DataFormat, DataRecover};
 use ringstore_durable::{Durable, DurableError, FileDevice, Limits, Options, Serving};
 use ringstore_store::{Fetched, Store};
 
@@ -42,7 +42,7 @@ pub(crate) fn open(
         block_size: 4096,
         checkpoint_len: 0,
         force: config.data_format == DataFormat::Force,
-        salvage: false,
+        salvage: config.data_recover == DataRecover::Salvage,
         limits: Limits {
             max_pending_writes: MAX_PENDING_WRITES,
             ..Limits::default()
@@ -58,9 +58,19 @@ pub(crate) fn open(
             "data device {shown}: {}",
             e.to_string()
                 .replace("use force", "use --data-format=force")
+                .replace(
+                    "the device is left untouched",
+                    "the device is left untouched (--data-recover=salvage starts with what verifies)"
+                )
         )),
         other => RuntimeError::Data(format!("data device {shown}: {other}")),
     })?;
+    for damage in &report.damaged {
+        eprintln!(
+            "ringstore: data device {shown}: SALVAGED past damage in acknowledged history at region {}, segment {}, byte {}: keys whose newest record was there may answer an older value or be missing",
+            damage.region, damage.segment, damage.offset
+        );
+    }
     let g = durable.superblock().geometry;
     if (g.regions as usize) < cpus.len() {
         eprintln!(
