@@ -1,6 +1,6 @@
 //! Tests of large objects through [`Serving`]: chunks and manifests staged, settled, read,
 //! replaced, swept at restart, and moved by background compaction.
-use crate::background::{run_to_idle, Compactor};
+use crate::compactor::{run_to_idle, Compactor};
 use crate::device::BlockDevice;
 use crate::engine::{Durable, Options};
 use crate::error::DurableError;

@@ -20,9 +20,8 @@
 //!   [`RegionLog`] itself and shares the rest.
 #![forbid(unsafe_code)]
 
-pub mod background;
 mod checkpoint;
-mod compaction;
+pub mod compactor;
 mod device;
 mod engine;
 mod error;
@@ -31,6 +30,7 @@ mod index;
 pub mod large;
 #[cfg(test)]
 mod large_tests;
+mod maintain;
 pub mod record;
 mod recovery;
 mod region;
@@ -39,14 +39,14 @@ pub mod serving;
 pub mod sim;
 pub mod superblock;
 
-pub use background::{Compactor, CompactorStats, Step};
-pub use compaction::{CompactReport, SpaceUsage, SPACE_FACTOR};
+pub use compactor::{Compactor, CompactorStats, Step};
 pub use device::{BlockDevice, FileDevice};
 pub use engine::{Ack, Durable, Item, OpenReport, Options};
 pub use error::DurableError;
 pub use group_commit::{Action, Completion, GroupCommit, Limits, OpId};
 pub use index::{Entry, Index, Loc};
 pub use large::{chunk_key, parse_chunk_key, Manifest, CHUNK_KEY_LEN, MANIFEST_HEAD_MAX};
+pub use maintain::{CompactReport, SpaceUsage, SPACE_FACTOR};
 pub use record::{RecordKind, RecordMeta};
 pub use recovery::Damage;
 pub use region::{Purpose, RegionLog, SegState, Staged, COMPACTION_RESERVE};

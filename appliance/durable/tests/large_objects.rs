@@ -6,7 +6,7 @@
 //! `RINGSTORE_LARGE_SEEDS=N` runs N seeds (default 300).
 use std::collections::HashMap;
 
-use ringstore_durable::background::{run_to_idle, Compactor};
+use ringstore_durable::compactor::{run_to_idle, Compactor};
 use ringstore_durable::serving::drive_sync;
 use ringstore_durable::sim::{SimDevice, SimRng};
 use ringstore_durable::{Change, Durable, Limits, Manifest, Options, RegionLog, Serving};

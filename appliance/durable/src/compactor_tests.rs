@@ -1,0 +1,366 @@
+//! Tests of the serving-time compactor: bounded steps, live records moved, space given back.
+
+use super::*;
+use crate::engine::{Durable, Options};
+use crate::serving::{drive_sync, Change};
+use crate::sim::{SimDevice, SimRng};
+
+fn opts() -> Options {
+    Options {
+        regions: 1,
+        segment_size: 16 * 1024,
+        block_size: 512,
+        ..Options::default()
+    }
+}
+
+fn used(log: &RegionLog<u64>, seg: u64) -> u64 {
+    log.segments()
+        .filter(|(_, st, _)| *st != SegState::Free)
+        .count() as u64
+        * seg
+}
+
+#[test]
+fn overwrites_far_beyond_the_device_stay_within_the_space_bound() {
+    let s = Serving::new(
+        Durable::open(SimDevice::new(512 * 1024), &opts())
+            .unwrap()
+            .0,
+    );
+    let g = s.superblock().geometry;
+    let mut log = s.take_log(0).unwrap();
+    let mut c = Compactor::new(g.block_size);
+    let value = |k: u64, round: u64| vec![(k + round) as u8; 200 + (k as usize % 7)];
+    let mut written = 0u64;
+    let mut token = 0;
+    for round in 0..600u64 {
+        for k in 0..32u64 {
+            token += 1;
+            let key = format!("key{k}");
+            let v = value(k, round);
+            s.stage(
+                &mut log,
+                Change::Put {
+                    key: key.as_bytes(),
+                    value: &v,
+                    flags: 0,
+                    exptime: 0,
+                    cas: token,
+                    large: false,
+                },
+                token,
+            )
+            .unwrap_or_else(|e| panic!("round {round} key {k}: {e}"));
+            written += v.len() as u64;
+        }
+        // Deleting and re-creating a key leaves tombstones to forget.
+        token += 1;
+        s.stage(&mut log, Change::Delete { key: b"gone" }, token)
+            .unwrap();
+        token += 1;
+        s.stage(
+            &mut log,
+            Change::Put {
+                key: b"gone",
+                value: b"back",
+                flags: 0,
+                exptime: 0,
+                cas: token,
+                large: false,
+            },
+            token,
+        )
+        .unwrap();
+        let got = drive_sync(&s, &mut log, |_| {}).unwrap();
+        assert!(got.failed.is_empty());
+        run_to_idle(&mut c, &s, &mut log, 0, 10_000).unwrap();
+        let live = s.read_index().total_live();
+        assert!(
+            used(&log, g.segment_size) <= SPACE_FACTOR * live + 2 * g.segment_size,
+            "round {round}: used {} live {live}",
+            used(&log, g.segment_size)
+        );
+    }
+    let device_bytes = u64::from(g.segments_per_region) * g.segment_size;
+    assert!(
+        written > 8 * device_bytes,
+        "wrote {written} through a {device_bytes} byte region"
+    );
+    let st = c.stats();
+    assert!(st.freed > 100 && st.aborted == 0, "{st:?}");
+    for k in 0..32u64 {
+        assert_eq!(
+            s.lookup(format!("key{k}").as_bytes(), 0)
+                .unwrap()
+                .unwrap()
+                .value,
+            value(k, 599)
+        );
+    }
+    // Everything survives a crash: the erased segments left nothing that recovery resurrects.
+    let img = s.device().crash_image(&mut SimRng::new(5));
+    let (d, _) = Durable::open(SimDevice::from_image(img), &opts()).unwrap();
+    for k in 0..32u64 {
+        assert_eq!(
+            d.get(format!("key{k}").as_bytes()).unwrap().unwrap().value,
+            value(k, 599)
+        );
+    }
+    assert_eq!(d.get(b"gone").unwrap().unwrap().value, b"back");
+}
+
+#[test]
+fn deleted_keys_stay_deleted_after_their_tombstones_are_compacted() {
+    let s = Serving::new(
+        Durable::open(SimDevice::new(512 * 1024), &opts())
+            .unwrap()
+            .0,
+    );
+    let g = s.superblock().geometry;
+    let mut log = s.take_log(0).unwrap();
+    let mut c = Compactor::new(g.block_size);
+    let big = vec![9u8; 1000];
+    let mut token = 0;
+    for i in 0..200u64 {
+        token += 1;
+        s.stage(
+            &mut log,
+            Change::Put {
+                key: format!("d{i}").as_bytes(),
+                value: &big,
+                flags: 0,
+                exptime: 0,
+                cas: token,
+                large: false,
+            },
+            token,
+        )
+        .unwrap();
+        drive_sync(&s, &mut log, |_| {}).unwrap();
+        run_to_idle(&mut c, &s, &mut log, 0, 10_000).unwrap();
+        if i >= 10 {
+            token += 1;
+            s.stage(
+                &mut log,
+                Change::Delete {
+                    key: format!("d{}", i - 10).as_bytes(),
+                },
+                token,
+            )
+            .unwrap();
+        }
+    }
+    drive_sync(&s, &mut log, |_| {}).unwrap();
+    for _ in 0..4 {
+        log.seal();
+        run_to_idle(&mut c, &s, &mut log, 0, 10_000).unwrap();
+    }
+    assert!(
+        s.read_index().len() < 150,
+        "tombstones forgotten: {}",
+        s.read_index().len()
+    );
+    let img = s.device().crash_image(&mut SimRng::new(9));
+    let (d, _) = Durable::open(SimDevice::from_image(img), &opts()).unwrap();
+    for i in 0..190u64 {
+        assert_eq!(
+            d.get(format!("d{i}").as_bytes()).unwrap(),
+            None,
+            "d{i} came back"
+        );
+    }
+    for i in 190..200u64 {
+        assert_eq!(
+            d.get(format!("d{i}").as_bytes()).unwrap().unwrap().value,
+            big
+        );
+    }
+}
+
+#[test]
+fn segments_with_records_in_flight_are_not_compacted() {
+    let s = Serving::new(
+        Durable::open(SimDevice::new(512 * 1024), &opts())
+            .unwrap()
+            .0,
+    );
+    let g = s.superblock().geometry;
+    let mut log = s.take_log(0).unwrap();
+    let mut c = Compactor::new(g.block_size);
+    let v = vec![3u8; 900];
+    // Fill several segments without letting any write complete: sealed segments whose
+    // records are not in the index yet look dead, and must not be erased.
+    for i in 0..100u64 {
+        s.stage(
+            &mut log,
+            Change::Put {
+                key: format!("f{i}").as_bytes(),
+                value: &v,
+                flags: 0,
+                exptime: 0,
+                cas: i + 1,
+                large: false,
+            },
+            i + 1,
+        )
+        .unwrap();
+    }
+    assert!(
+        log.segments()
+            .filter(|(_, st, _)| *st == SegState::Sealed)
+            .count()
+            >= 3
+    );
+    for _ in 0..100 {
+        match c.step(&s, &mut log, 0, 0, true) {
+            Step::Read { offset, .. } => c.read_sync(s.device(), offset, 0),
+            Step::Erase { offset } => {
+                s.device().write_at(offset, c.erase_block()).unwrap();
+                c.on_erased(&s, &mut log, true, 0);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(c.stats().freed, 0);
+    let got = drive_sync(&s, &mut log, |r| c.on_relocated(r)).unwrap();
+    assert_eq!(got.acked.len(), 100);
+    for i in 0..100u64 {
+        assert_eq!(
+            s.lookup(format!("f{i}").as_bytes(), 0)
+                .unwrap()
+                .unwrap()
+                .value,
+            v,
+            "f{i}"
+        );
+    }
+}
+
+#[test]
+fn reads_are_requested_and_a_failed_or_short_read_gives_up_until_the_retry() {
+    let o = Options {
+        segment_size: 2 * READ_CHUNK as u64,
+        ..opts()
+    };
+    let s = Serving::new(
+        Durable::open(SimDevice::new(32 * READ_CHUNK), &o)
+            .unwrap()
+            .0,
+    );
+    let g = s.superblock().geometry;
+    assert!(g.segment_size as usize > READ_CHUNK, "two reads per victim");
+    let mut log = s.take_log(0).unwrap();
+    let mut c = Compactor::new(g.block_size);
+    let value = |k: u64, round: u64| vec![(k * 7 + round) as u8; 12_000 + k as usize];
+    let (mut token, mut round) = (0, 0);
+    // Overwrite until a victim is worth compacting: its first read is asked for.
+    let (offset, len) = loop {
+        assert!(round < 100, "no compaction started");
+        for k in 0..64u64 {
+            token += 1;
+            let v = value(k, round);
+            let key = format!("r{k}");
+            let change = Change::Put {
+                key: key.as_bytes(),
+                value: &v,
+                flags: 0,
+                exptime: 0,
+                cas: token,
+                large: false,
+            };
+            s.stage(&mut log, change, token).unwrap();
+        }
+        assert!(drive_sync(&s, &mut log, |_| {}).unwrap().failed.is_empty());
+        round += 1;
+        match c.step(&s, &mut log, 0, 0, true) {
+            Step::Idle => continue,
+            Step::Busy => {} // picked a victim
+            other => panic!("round {round}: {other:?}"),
+        }
+        match c.step(&s, &mut log, 0, 0, true) {
+            Step::Read { offset, len } => break (offset, len),
+            other => panic!("round {round}: {other:?}"),
+        }
+    };
+    let last = round - 1;
+    let check = |s: &Serving<SimDevice>, ctx: &str| {
+        for k in 0..64u64 {
+            let got = s.lookup(format!("r{k}").as_bytes(), 0).unwrap();
+            assert_eq!(got.unwrap().value, value(k, last), "{ctx}: r{k}");
+        }
+    };
+    assert_eq!(len, READ_CHUNK);
+    assert_eq!((offset - g.segment_offset(0, 0)) % g.segment_size, 0);
+    assert_eq!(c.read_buf().len(), len);
+    // One read at a time: while it is in flight there is nothing to step.
+    assert_eq!(c.step(&s, &mut log, 0, 0, true), Step::Waiting);
+    assert!(!c.is_idle());
+
+    // A failed read: given up, retried only after RETRY_MS.
+    c.on_read(Err(()), 10);
+    assert!(c.is_idle());
+    assert_eq!(c.stats().aborted, 1);
+    assert!(c.read_buf().is_empty());
+    assert_eq!(c.step(&s, &mut log, 0, 10 + RETRY_MS - 1, true), Step::Idle);
+    let now = 10 + RETRY_MS;
+    assert_eq!(c.step(&s, &mut log, 0, now, true), Step::Busy);
+    assert_eq!(
+        c.step(&s, &mut log, 0, now, true),
+        Step::Read { offset, len },
+        "retried from the start"
+    );
+    // The first chunk arrives, the second is asked for and comes back short.
+    c.read_sync(s.device(), offset, now);
+    assert_eq!(c.stats().aborted, 1);
+    let second = c.step(&s, &mut log, 0, now, true);
+    let rest = g.segment_size as usize - READ_CHUNK;
+    assert_eq!(
+        second,
+        Step::Read {
+            offset: offset + READ_CHUNK as u64,
+            len: rest.min(READ_CHUNK)
+        }
+    );
+    c.on_read(Ok(rest.min(READ_CHUNK) - 1), now);
+    assert!(c.is_idle());
+    assert_eq!(c.stats().aborted, 2);
+    assert_eq!(c.stats().copied, 0);
+    // A completion nobody asked for is ignored.
+    c.on_read(Ok(len), now);
+    assert!(c.is_idle());
+    check(&s, "after the aborts");
+
+    // The retry succeeds, driven by hand like the worker: reads, copies, erase.
+    let now = now + RETRY_MS;
+    let mut reads = 0;
+    for _ in 0..10_000 {
+        match c.step(&s, &mut log, 0, now, true) {
+            Step::Idle => break,
+            Step::Busy | Step::Waiting => {}
+            Step::Read { offset, len } => {
+                reads += 1;
+                let buf = c.read_buf();
+                assert_eq!(buf.len(), len);
+                s.device().read_at(offset, buf).unwrap();
+                c.on_read(Ok(len), now);
+            }
+            Step::Erase { offset } => {
+                s.device().write_at(offset, c.erase_block()).unwrap();
+                s.device().flush().unwrap();
+                c.on_erased(&s, &mut log, true, now);
+            }
+        }
+        drive_sync(&s, &mut log, |r| c.on_relocated(r)).unwrap();
+    }
+    let st = c.stats();
+    assert!(st.freed >= 1 && st.aborted == 2, "{st:?}");
+    assert!(reads >= 2, "{reads} reads");
+    check(&s, "after the compaction");
+    let img = s.device().crash_image(&mut SimRng::new(3));
+    let (d, _) = Durable::open(SimDevice::from_image(img), &o).unwrap();
+    for k in 0..64u64 {
+        let got = d.get(format!("r{k}").as_bytes()).unwrap();
+        assert_eq!(got.unwrap().value, value(k, last), "after a crash: r{k}");
+    }
+}
