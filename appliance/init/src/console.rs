@@ -9,9 +9,9 @@ use crate::power::{self, Action};
 
 pub const PROMPT: &str = "ringstore> ";
 /// Longest command line; the rest of a longer line is discarded.
-pub const MAX_COMMAND: usize = 256;
+pub const COMMAND_MAX: usize = 256;
 /// Most bytes of memcache `stats` output the console shows.
-const MAX_STATS: usize = 64 << 10;
+const STATS_MAX: usize = 64 << 10;
 
 const HELP: &[&str] = &[
     "help      this list",
@@ -51,7 +51,7 @@ impl LineReader {
                 }
                 self.pending.clear();
                 self.discarding = false;
-            } else if self.pending.len() >= MAX_COMMAND {
+            } else if self.pending.len() >= COMMAND_MAX {
                 self.discarding = true;
             } else {
                 self.pending.push(b);
@@ -79,7 +79,7 @@ pub fn run_loop() -> ! {
         }
         for line in reader.feed(&buf[..n]) {
             match line {
-                None => console_line(&format!("error: command longer than {MAX_COMMAND} bytes")),
+                None => console_line(&format!("error: command longer than {COMMAND_MAX} bytes")),
                 Some(line) => {
                     let outcome = std::panic::catch_unwind(|| execute(line.trim()));
                     match outcome {
@@ -242,7 +242,7 @@ fn memcache_stats(addr: SocketAddr) -> std::io::Result<Vec<String>> {
     stream.write_all(b"stats\r\n")?;
     let mut text = Vec::new();
     let mut buf = [0u8; 4096];
-    while text.len() < MAX_STATS && !text.ends_with(b"END\r\n") && !text.ends_with(b"ERROR\r\n") {
+    while text.len() < STATS_MAX && !text.ends_with(b"END\r\n") && !text.ends_with(b"ERROR\r\n") {
         let n = stream.read(&mut buf)?;
         if n == 0 {
             break;
@@ -301,7 +301,7 @@ mod tests {
         assert_eq!(reader.feed(b"hel"), vec![]);
         assert_eq!(reader.feed(b"p\r\nstat"), vec![Some("help".to_string())]);
         assert_eq!(reader.feed(b"us\n"), vec![Some("status".to_string())]);
-        let long = vec![b'x'; MAX_COMMAND + 10];
+        let long = vec![b'x'; COMMAND_MAX + 10];
         assert_eq!(reader.feed(&long), vec![]);
         assert_eq!(reader.feed(b"\nlog\n"), vec![None, Some("log".to_string())]);
         assert_eq!(

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 /// Lines kept for the console's `log` command.
 pub const RING_LINES: usize = 256;
 /// Longest logged line; longer ones are cut (kmsg itself refuses records over ~1 KiB).
-pub const MAX_LINE: usize = 480;
+pub const LINE_MAX: usize = 480;
 
 /// Syslog levels (`<N>`); the kmsg copy is sent at [`KMSG_LEVEL`] whatever the level, and the
 /// level's name is in its text.
@@ -138,7 +138,7 @@ pub fn kmsg_record(level: Level, line: &str) -> String {
 
 /// Logs one line at `level`: the console (`ringstore: TEXT`), the ring and the kmsg copy.
 pub fn log(level: Level, text: &str) {
-    let line = clean_line(text, MAX_LINE);
+    let line = clean_line(text, LINE_MAX);
     {
         let mut sinks = lock_sinks();
         let uptime = crate::sysinfo::uptime_secs();
@@ -222,6 +222,6 @@ mod tests {
     fn lines_are_cut_and_cleaned() {
         assert_eq!(clean_line("a\nb\x1bc", 100), "a b c");
         assert_eq!(clean_line("ééé", 5), "éé");
-        assert_eq!(clean_line(&"x".repeat(1000), MAX_LINE).len(), MAX_LINE);
+        assert_eq!(clean_line(&"x".repeat(1000), LINE_MAX).len(), LINE_MAX);
     }
 }

@@ -82,7 +82,7 @@ pub enum PrivError {
 
 /// Highest capability number the bounding set is probed for; the kernel answers EINVAL past its
 /// last one (40 in 6.12), so capabilities newer than the `caps` crate are dropped too.
-const MAX_CAP: u32 = 63;
+const CAP_MAX: u32 = 63;
 
 /// Sets no_new_privs and narrows the calling thread's bounding, permitted and effective sets to
 /// `role`'s capabilities; inheritable and ambient end empty. Threads spawned afterwards inherit
@@ -95,7 +95,7 @@ pub fn restrict_thread(role: Role) -> Result<(), PrivError> {
     }
     let keep = role.mask();
     // The bounding set can only shrink while CAP_SETPCAP is still effective, so it goes first.
-    for cap in 0..=MAX_CAP {
+    for cap in 0..=CAP_MAX {
         if keep & (1 << cap) != 0 {
             continue;
         }

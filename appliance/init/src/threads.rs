@@ -3,7 +3,7 @@
 //! with only their role's (ADR-0008, ADR-0015).
 
 /// Most threads listed; the appliance runs a few per CPU.
-const MAX_THREADS: usize = 1024;
+const THREADS_MAX: usize = 1024;
 
 /// One thread's privileges as the kernel reports them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +44,7 @@ pub fn all() -> Vec<ThreadPrivs> {
     };
     let mut out: Vec<ThreadPrivs> = dir
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .take(MAX_THREADS)
+        .take(THREADS_MAX)
         .filter_map(|tid| {
             parse_status(
                 tid,

@@ -17,7 +17,7 @@ pub use head::{
     parse_head, skip_empty_lines, BodyFraming, HeadError, HeadScanner, Limits, Method, RequestHead,
     Scan, Version,
 };
-pub use key::{decode_key, KeyBuf, KeyError, KEY_MAX};
+pub use key::{decode_key, KeyBuf, KeyError, KEY_LEN_MAX};
 pub use range::{resolve_range, RangeOutcome};
 pub use response::{write_empty, ConnectionField, HeadWriter, Status, CONTINUE};
 

@@ -37,8 +37,8 @@ pub use key::{KeyBuf, MetaKey};
 pub use meta::{MetaArith, MetaDelete, MetaFlag, MetaFlags, MetaGet, MetaKeyed, MetaSet};
 pub use storage::{StoreKind, StoreRequest};
 
-/// Longest key memcached accepts (`KEY_MAX_LENGTH`).
-pub const KEY_MAX_LENGTH: usize = 250;
+/// Longest key memcached accepts (its `KEY_MAX_LENGTH`).
+pub const KEY_LEN_MAX: usize = 250;
 
 /// memcached's default line limit: a line longer than this without `\n` closes the
 /// connection unless it is a `get`/`gets` (multi-gets may be long).

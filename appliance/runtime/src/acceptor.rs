@@ -19,7 +19,7 @@ pub(crate) const HTTP_REFUSAL: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n";
 
 /// Refused connections kept open briefly so the refusal is read rather than reset.
-const MAX_LINGERING: usize = 64;
+const LINGERING_MAX: usize = 64;
 const LINGER: Duration = Duration::from_millis(500);
 /// Pause after EMFILE/ENFILE before accepting again (the pending connection stays queued).
 const FD_BACKOFF: Duration = Duration::from_millis(100);
@@ -124,7 +124,7 @@ impl<H: Handler> Acceptor<H> {
             self.open.fetch_sub(1, Ordering::AcqRel);
             self.handler.conn_refused();
             refuse_now(&fd, self.protocol);
-            if lingering.len() < MAX_LINGERING {
+            if lingering.len() < LINGERING_MAX {
                 lingering.push((fd, Instant::now() + LINGER));
             }
         }

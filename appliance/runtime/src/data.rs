@@ -9,7 +9,7 @@ use ringstore_durable::{Durable, DurableError, FileDevice, Limits, Options, Serv
 use ringstore_store::{Fetched, Store};
 
 use crate::clock::Clock;
-use crate::durable::{DeviceBackfill, ThreadJournal, MAX_PENDING_WRITES};
+use crate::durable::{DeviceBackfill, ThreadJournal, PENDING_WRITES_MAX};
 use crate::RuntimeError;
 
 /// Segment size for a new device: about 16 segments per region, between 256 KiB and 8 MiB,
@@ -44,7 +44,7 @@ pub(crate) fn open(
         force: config.data_format == DataFormat::Force,
         salvage: config.data_recover == DataRecover::Salvage,
         limits: Limits {
-            max_pending_writes: MAX_PENDING_WRITES,
+            max_pending_writes: PENDING_WRITES_MAX,
             ..Limits::default()
         },
     };

@@ -80,7 +80,7 @@ fn inject_fault(op: u64, res: i32) -> i32 {
 }
 
 /// Writes a region log may have accepted and not yet settled (more is "out of memory").
-pub(crate) const MAX_PENDING_WRITES: usize = 1 << 16;
+pub(crate) const PENDING_WRITES_MAX: usize = 1 << 16;
 
 /// One staged record on its way to the device.
 struct Rec {

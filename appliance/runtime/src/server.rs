@@ -26,7 +26,7 @@ const OUT_HARD_CAP_BASE: usize = 4 << 20;
 /// The service stops parsing a connection's input above this much pending output.
 const OUT_HIGH_WATER: usize = 256 << 10;
 /// Longest memcache command line.
-const MAX_LINE: usize = 8 << 10;
+const LINE_MAX: usize = 8 << 10;
 
 /// A serving ringstore: workers and acceptors running over one shared keyspace.
 pub struct Server {
@@ -97,7 +97,7 @@ impl Server {
         let clock = Clock::start();
         let service_config = ServiceConfig {
             item_size_max: config.item_size_max,
-            max_line: MAX_LINE,
+            max_line: LINE_MAX,
             out_high_water: OUT_HIGH_WATER,
             max_conns: config.max_conns,
             object_size_max: if config.data.is_some() {

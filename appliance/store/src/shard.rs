@@ -38,7 +38,7 @@ impl Loc {
 }
 
 /// Most segments one shard can hold (slot numbers are 16 bits).
-const MAX_SLOTS: usize = u16::MAX as usize;
+const SLOTS_MAX: usize = u16::MAX as usize;
 
 /// A segment held by a shard and its accounting.
 struct SegSlot {
@@ -308,7 +308,7 @@ impl Shard {
                 self.active = None;
                 self.fifo.push_back(a as u16);
             }
-            if self.free_slots.len() + (MAX_SLOTS - self.slots.len()) > 0 {
+            if self.free_slots.len() + (SLOTS_MAX - self.slots.len()) > 0 {
                 if let Some(seg) = sh.pool.take(self.held) {
                     let g = self.gen();
                     let fresh = SegSlot {

@@ -26,7 +26,7 @@ const FILL_CONNS: usize = 8;
 /// Sparse data files: only written blocks take space, on disk and on tmpfs alike.
 const DATA_FILE_BYTES: u64 = 2 << 30;
 /// Longest measured load per server.
-pub const MAX_LOAD: Duration = Duration::from_secs(10);
+pub const LOAD_MAX: Duration = Duration::from_secs(10);
 /// RAM budget of every server here: 1M objects of 100 B must stay resident.
 const MEMORY_MIB: u64 = 1024;
 /// Bound on a start (recovery included) and on a SIGTERM shutdown (checkpoint included).
@@ -124,7 +124,7 @@ pub fn start_ram_only(binary: &Path) -> Result<Config> {
 
 /// SET 100 B, depth 1, `CONNS` connections against every config in alternating slices.
 pub fn measure_sets(configs: &[Config], seconds: u64, warmup: Duration) -> Result<Vec<LoadResult>> {
-    let measure = Duration::from_secs(seconds).min(MAX_LOAD);
+    let measure = Duration::from_secs(seconds).min(LOAD_MAX);
     let specs: Vec<LoadSpec> = configs
         .iter()
         .map(|c| LoadSpec {

@@ -51,7 +51,7 @@ pub(super) fn durable_part(
             None => c.server.command.clone(),
         });
     }
-    let seconds = o.seconds.min(durable::MAX_LOAD.as_secs());
+    let seconds = o.seconds.min(durable::LOAD_MAX.as_secs());
     eprintln!(
         "bench: durable: SET {} B, depth 1, {} connections: {} in alternating slices",
         durable::VALUE_LEN,

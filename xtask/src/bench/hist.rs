@@ -5,8 +5,8 @@
 const SUB_BITS: u32 = 5;
 const SUB: u64 = 1 << SUB_BITS;
 /// Values up to 2^40 ns (about 18 minutes) are kept exactly to bucket precision; larger clamp.
-const MAX_EXP: u32 = 40;
-const BUCKETS: usize = ((MAX_EXP - SUB_BITS + 2) as usize) * SUB as usize;
+const EXP_MAX: u32 = 40;
+const BUCKETS: usize = ((EXP_MAX - SUB_BITS + 2) as usize) * SUB as usize;
 
 /// Counts of nanosecond latencies.
 #[derive(Clone)]
@@ -25,7 +25,7 @@ impl Default for Histogram {
 }
 
 fn index_of(value: u64) -> usize {
-    let value = value.min((1u64 << MAX_EXP) - 1);
+    let value = value.min((1u64 << EXP_MAX) - 1);
     if value < SUB {
         return value as usize;
     }

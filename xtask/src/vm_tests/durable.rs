@@ -36,11 +36,11 @@ const LOAD_LIMIT: Duration = Duration::from_secs(45);
 /// Keys one writer sends at most (bounds the model's memory if the cut never comes).
 const PER_WRITER_MAX: usize = 20_000;
 /// Largest value written; values of 1..=this bytes cross the device's 4 KiB blocks.
-const MAX_VALUE: usize = 6000;
+const VALUE_MAX: usize = 6000;
 /// Keys per `get` when checking.
 const GET_BATCH: usize = 50;
 /// Largest `get` answer read back.
-const MAX_ANSWER: usize = 8 << 20;
+const ANSWER_MAX: usize = 8 << 20;
 
 /// One value of a `get` answer: key, flags, data.
 type Value = (String, u32, Vec<u8>);
@@ -88,11 +88,11 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// The flags and value written for `key` in `generation`: 1..=MAX_VALUE bytes that name both,
+/// The flags and value written for `key` in `generation`: 1..=VALUE_MAX bytes that name both,
 /// so a value from another key or an older generation never compares equal.
 fn value_of(key: &str, generation: u32) -> (u32, Vec<u8>) {
     let h = fnv1a(format!("{key}#{generation}").as_bytes());
-    let len = 1 + (h % MAX_VALUE as u64) as usize;
+    let len = 1 + (h % VALUE_MAX as u64) as usize;
     let pattern = format!("{key}/{generation};");
     let value = pattern.bytes().cycle().take(len).collect();
     ((h >> 32) as u32 & 0xffff, value)
@@ -169,8 +169,8 @@ impl Conn {
                     .map(|values| values.into_iter().map(|(k, f, v)| (k, (f, v))).collect());
             }
             anyhow::ensure!(
-                answer.len() < MAX_ANSWER,
-                "get answer longer than {MAX_ANSWER} bytes"
+                answer.len() < ANSWER_MAX,
+                "get answer longer than {ANSWER_MAX} bytes"
             );
             let buf = self.reader.fill_buf()?;
             anyhow::ensure!(
@@ -531,7 +531,7 @@ mod tests {
     fn values_are_deterministic_and_differ_by_key_and_generation() {
         let (flags, value) = value_of("cut-w0-1", 0);
         assert_eq!(value_of("cut-w0-1", 0), (flags, value.clone()));
-        assert!(!value.is_empty() && value.len() <= MAX_VALUE);
+        assert!(!value.is_empty() && value.len() <= VALUE_MAX);
         assert!(value.starts_with(b"cut-w0-1/0;") || value.len() < 11);
         assert_ne!(value_of("cut-w0-1", 1).1, value);
         assert_ne!(value_of("cut-w0-2", 0).1, value);

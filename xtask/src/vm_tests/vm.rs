@@ -17,7 +17,7 @@ use crate::image::{appliance_dir, Image};
 use crate::qemu::{self, Forward, Serial};
 
 /// Serial output kept per VM and view; older bytes are dropped past this.
-const MAX_SERIAL: usize = 4 << 20;
+const SERIAL_MAX: usize = 4 << 20;
 /// How long QEMU may take to end after `poweroff`.
 const POWEROFF_LIMIT: Duration = Duration::from_secs(30);
 
@@ -30,10 +30,10 @@ struct Console {
     split: Splitter,
 }
 
-/// Drops the older half of `text` once it passes [`MAX_SERIAL`].
+/// Drops the older half of `text` once it passes [`SERIAL_MAX`].
 fn bound(text: &mut String) {
-    if text.len() > MAX_SERIAL {
-        let cut = text.len() - MAX_SERIAL / 2;
+    if text.len() > SERIAL_MAX {
+        let cut = text.len() - SERIAL_MAX / 2;
         let cut = (cut..text.len())
             .find(|i| text.is_char_boundary(*i))
             .unwrap_or(text.len());

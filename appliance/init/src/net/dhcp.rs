@@ -11,7 +11,7 @@ use dhcproto::v4::{self, DhcpOption, Message, MessageType, OptionCode};
 use dhcproto::{Decodable, Decoder, Encodable, Encoder};
 
 /// Largest DHCP datagram we read; anything longer is truncated and fails to parse.
-const MAX_PACKET: usize = 1500;
+const PACKET_MAX: usize = 1500;
 /// Lease used when the server gives none (RFC 2131 does not allow that, but be safe).
 const DEFAULT_LEASE_SECS: u32 = 3600;
 
@@ -222,7 +222,7 @@ impl Client {
     ) -> Result<T, DhcpError> {
         let deadline = Instant::now() + total;
         let mut wait = Duration::from_millis(500);
-        let mut buf = [0u8; MAX_PACKET];
+        let mut buf = [0u8; PACKET_MAX];
         while Instant::now() < deadline {
             self.socket
                 .send_to(packet, SocketAddrV4::new(to, 67))

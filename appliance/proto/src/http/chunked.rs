@@ -3,9 +3,9 @@
 //! and the decoded body at most the caller's limit.
 
 /// Longest chunk extension text on one size line.
-pub const MAX_EXTENSION: usize = 1024;
+pub const EXTENSION_MAX: usize = 1024;
 /// Largest trailer section.
-pub const MAX_TRAILERS: usize = 16 * 1024;
+pub const TRAILERS_MAX: usize = 16 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ChunkError {
@@ -128,7 +128,7 @@ impl ChunkedDecoder {
                     b'\r' => State::SizeLf { value },
                     b'\n' => self.size_line_done(value, max_body)?,
                     _ if b == b'\t' || b >= b' ' && b != 0x7f => {
-                        if len == MAX_EXTENSION {
+                        if len == EXTENSION_MAX {
                             return Err(ChunkError::Malformed);
                         }
                         State::Extension {
@@ -156,7 +156,7 @@ impl ChunkedDecoder {
                     b'\n' => trailer_line_done(line),
                     _ if b == b'\t' || b >= b' ' && b != 0x7f => {
                         self.trailer_bytes += 1;
-                        if self.trailer_bytes > MAX_TRAILERS {
+                        if self.trailer_bytes > TRAILERS_MAX {
                             return Err(ChunkError::Malformed);
                         }
                         State::Trailer { line: line + 1 }
@@ -269,7 +269,7 @@ mod tests {
             );
         }
         let mut dec = ChunkedDecoder::new();
-        let long_ext = [b"1;".as_slice(), &[b'x'; MAX_EXTENSION]].concat();
+        let long_ext = [b"1;".as_slice(), &[b'x'; EXTENSION_MAX]].concat();
         assert_eq!(dec.decode(&long_ext, None, 10), Err(ChunkError::Malformed));
     }
 
@@ -277,7 +277,7 @@ mod tests {
     fn trailer_limit() {
         let mut dec = ChunkedDecoder::new();
         let mut input = b"0\r\n".to_vec();
-        for _ in 0..(MAX_TRAILERS / 9 + 1) {
+        for _ in 0..(TRAILERS_MAX / 9 + 1) {
             input.extend_from_slice(b"X-A: 1234\r\n");
         }
         assert_eq!(dec.decode(&input, None, 10), Err(ChunkError::Malformed));

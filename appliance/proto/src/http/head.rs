@@ -35,7 +35,7 @@ impl Default for Limits {
 /// Longest method token accepted as a method at all. A first token that is longer, or holds a
 /// byte no method can hold, is refused at once, so garbage (a TLS hello, a binary protocol)
 /// gets its 400 on its first bytes instead of after 8 KiB.
-pub const MAX_METHOD: usize = 32;
+pub const METHOD_MAX: usize = 32;
 
 /// Why a head was refused; each maps to one status via [`HeadError::status`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -444,7 +444,7 @@ fn parse_request_line(line: &[u8]) -> Result<(Method, &[u8], Version), HeadError
         .ok_or(HeadError::Malformed)?;
     let method_bytes = &line[..sp];
     if method_bytes.is_empty()
-        || method_bytes.len() > MAX_METHOD
+        || method_bytes.len() > METHOD_MAX
         || !method_bytes.iter().all(|&b| is_tchar(b))
     {
         return Err(HeadError::Malformed);
@@ -552,9 +552,9 @@ fn valid_ip_literal(inner: &[u8]) -> bool {
             .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
 }
 
-/// Refuses a request whose first bytes cannot begin a method (see [`MAX_METHOD`]).
+/// Refuses a request whose first bytes cannot begin a method (see [`METHOD_MAX`]).
 fn check_method_prefix(buf: &[u8]) -> Result<(), HeadError> {
-    for (i, &b) in buf.iter().enumerate().take(MAX_METHOD + 1) {
+    for (i, &b) in buf.iter().enumerate().take(METHOD_MAX + 1) {
         if b == b' ' {
             return if i == 0 {
                 Err(HeadError::Malformed)
@@ -566,7 +566,7 @@ fn check_method_prefix(buf: &[u8]) -> Result<(), HeadError> {
             return Err(HeadError::Malformed);
         }
     }
-    if buf.len() > MAX_METHOD {
+    if buf.len() > METHOD_MAX {
         return Err(HeadError::Malformed);
     }
     Ok(())

@@ -2,7 +2,7 @@
 //! held to memcache's key rules so both protocols name the same items.
 
 /// Longest key, in bytes after decoding (memcache's limit).
-pub const KEY_MAX: usize = 250;
+pub const KEY_LEN_MAX: usize = 250;
 
 /// Why a target does not name a key (all answered with 400).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -22,14 +22,14 @@ pub enum KeyError {
 /// A decoded key in a fixed buffer (no allocation per request).
 #[derive(Clone)]
 pub struct KeyBuf {
-    bytes: [u8; KEY_MAX],
+    bytes: [u8; KEY_LEN_MAX],
     len: usize,
 }
 
 impl Default for KeyBuf {
     fn default() -> Self {
         KeyBuf {
-            bytes: [0; KEY_MAX],
+            bytes: [0; KEY_LEN_MAX],
             len: 0,
         }
     }
@@ -78,7 +78,7 @@ pub fn decode_key(target: &[u8], key: &mut KeyBuf) -> Result<(), KeyError> {
         if byte <= b' ' || byte == 0x7f {
             return Err(KeyError::BadByte);
         }
-        if len == KEY_MAX {
+        if len == KEY_LEN_MAX {
             return Err(KeyError::TooLong);
         }
         key.bytes[len] = byte;
@@ -165,13 +165,13 @@ mod tests {
 
     #[test]
     fn length_limit_counts_decoded_bytes() {
-        let max = format!("/{}", "k".repeat(KEY_MAX));
-        assert_eq!(key(&max).unwrap().len(), KEY_MAX);
+        let max = format!("/{}", "k".repeat(KEY_LEN_MAX));
+        assert_eq!(key(&max).unwrap().len(), KEY_LEN_MAX);
         assert_eq!(
-            key(&format!("/{}", "k".repeat(KEY_MAX + 1))),
+            key(&format!("/{}", "k".repeat(KEY_LEN_MAX + 1))),
             Err(KeyError::TooLong)
         );
-        let encoded = format!("/{}", "%41".repeat(KEY_MAX));
-        assert_eq!(key(&encoded).unwrap(), vec![b'A'; KEY_MAX]);
+        let encoded = format!("/{}", "%41".repeat(KEY_LEN_MAX));
+        assert_eq!(key(&encoded).unwrap(), vec![b'A'; KEY_LEN_MAX]);
     }
 }

@@ -1,24 +1,24 @@
 //! Key rules (length, control characters) and the base64 keys of meta commands (`b` flag).
 
-use super::KEY_MAX_LENGTH;
+use super::KEY_LEN_MAX;
 
 /// A text-protocol key is 1..=250 bytes with no control characters (spaces cannot occur:
 /// they separate tokens). memcached itself accepts control bytes; ringstore refuses them
 /// because the same keys are served over HTTP and shown on the console.
 pub fn valid_text_key(key: &[u8]) -> bool {
-    !key.is_empty() && key.len() <= KEY_MAX_LENGTH && !key.iter().any(|&b| b < 0x20 || b == 0x7f)
+    !key.is_empty() && key.len() <= KEY_LEN_MAX && !key.iter().any(|&b| b < 0x20 || b == 0x7f)
 }
 
 /// Largest decoded length of a base64 key of at most 250 characters.
-pub const MAX_BINARY_KEY: usize = KEY_MAX_LENGTH / 4 * 3;
+pub const BINARY_KEY_MAX: usize = KEY_LEN_MAX / 4 * 3;
 
 /// Scratch space for a decoded binary key; lives on the caller's stack.
 #[derive(Debug, Clone, Copy)]
-pub struct KeyBuf([u8; MAX_BINARY_KEY]);
+pub struct KeyBuf([u8; BINARY_KEY_MAX]);
 
 impl Default for KeyBuf {
     fn default() -> KeyBuf {
-        KeyBuf([0; MAX_BINARY_KEY])
+        KeyBuf([0; BINARY_KEY_MAX])
     }
 }
 

@@ -9,13 +9,13 @@
 use super::key::KeyBuf;
 use super::key::{valid_text_key, MetaKey};
 use super::tokens::{strtol32, strtoul32, strtoull, Tokens};
-use super::{Request, BAD_FORMAT, KEY_MAX_LENGTH};
+use super::{Request, BAD_FORMAT, KEY_LEN_MAX};
 
 /// memcached's `MFLAG_MAX_OPT_LENGTH`: a meta line has at most 19 tokens plus the terminal.
-pub const MAX_OPT_TOKENS: usize = 20;
+pub const OPT_TOKENS_MAX: usize = 20;
 /// memcached's `MFLAG_MAX_OPAQUE_LENGTH` (the `O` included).
-pub const MAX_OPAQUE_LENGTH: usize = 32;
-/// Reply to an `O` token over [`MAX_OPAQUE_LENGTH`].
+pub const OPAQUE_LENGTH_MAX: usize = 32;
+/// Reply to an `O` token over [`OPAQUE_LENGTH_MAX`].
 pub const OPAQUE_TOO_LONG: &str = "CLIENT_ERROR opaque token too long";
 
 /// One flag token as written (first byte is the flag letter).
@@ -172,7 +172,7 @@ impl<'a> MetaFlags<'a> {
 
     fn opaque_too_long(&self) -> bool {
         self.tokens()
-            .any(|t| t[0] == b'O' && t.len() > MAX_OPAQUE_LENGTH)
+            .any(|t| t[0] == b'O' && t.len() > OPAQUE_LENGTH_MAX)
     }
 }
 
@@ -188,10 +188,10 @@ pub(crate) fn parse_head<'a>(
         return Err(super::ERROR);
     }
     let raw = toks.at(1);
-    if raw.len() > KEY_MAX_LENGTH {
+    if raw.len() > KEY_LEN_MAX {
         return Err(BAD_FORMAT);
     }
-    if toks.ntokens() > MAX_OPT_TOKENS {
+    if toks.ntokens() > OPT_TOKENS_MAX {
         return Err(too_many);
     }
     let mut key = MetaKey::text(raw);
@@ -254,7 +254,7 @@ pub(crate) fn opaque_too_long(flags: &MetaFlags<'_>) -> bool {
 /// `me <key> [b]`.
 pub(crate) fn parse_me<'a>(toks: &Tokens<'a>) -> Request<'a> {
     let raw = toks.at(1);
-    if toks.ntokens() < 3 || raw.len() > KEY_MAX_LENGTH {
+    if toks.ntokens() < 3 || raw.len() > KEY_LEN_MAX {
         return Request::reply(BAD_FORMAT);
     }
     if toks.ntokens() >= 4 && toks.at(2) == b"b" {

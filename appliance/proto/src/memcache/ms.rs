@@ -1,10 +1,10 @@
 //! `ms <key> <datalen> <flags>*` and its data block: meta set.
 
 use super::key::{valid_text_key, MetaKey};
-use super::meta::{opaque_too_long, parse_ms_flags, MetaSet, MAX_OPT_TOKENS, OPAQUE_TOO_LONG};
+use super::meta::{opaque_too_long, parse_ms_flags, MetaSet, OPAQUE_TOO_LONG, OPT_TOKENS_MAX};
 use super::tokens::Tokens;
 use super::{
-    value_len, with_value, Limits, Parse, Request, ValueHead, BAD_FORMAT, ERROR, KEY_MAX_LENGTH,
+    value_len, with_value, Limits, Parse, Request, ValueHead, BAD_FORMAT, ERROR, KEY_LEN_MAX,
 };
 
 pub(crate) fn parse<'a>(
@@ -22,10 +22,10 @@ pub(crate) fn parse<'a>(
         return line_only(Request::reply(ERROR));
     }
     let raw = toks.at(1);
-    if raw.len() > KEY_MAX_LENGTH || toks.ntokens() == 3 {
+    if raw.len() > KEY_LEN_MAX || toks.ntokens() == 3 {
         return line_only(Request::reply(BAD_FORMAT));
     }
-    if toks.ntokens() > MAX_OPT_TOKENS {
+    if toks.ntokens() > OPT_TOKENS_MAX {
         return line_only(Request::reply("CLIENT_ERROR options flags too long"));
     }
     let Some(vlen) = value_len(toks.at(2)) else {

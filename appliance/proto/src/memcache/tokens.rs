@@ -5,23 +5,23 @@
 //! in `safe_strto*`. Clients depend on the corner cases (`+5` is a number, `-1` is not a
 //! flags value, `4294967296` wraps to 0 as flags), so they are reproduced here.
 
-/// memcached's `MAX_TOKENS`: 23 real tokens and the terminal.
-pub const MAX_TOKENS: usize = 24;
+/// memcached's `TOKENS_MAX`: 23 real tokens and the terminal.
+pub const TOKENS_MAX: usize = 24;
 
 /// The tokens of one command line, borrowed from it.
 #[derive(Debug, Clone, Copy)]
 pub struct Tokens<'a> {
-    toks: [&'a [u8]; MAX_TOKENS - 1],
+    toks: [&'a [u8]; TOKENS_MAX - 1],
     len: usize,
 }
 
 impl<'a> Tokens<'a> {
     /// Splits `line` like memcached's `tokenize_command` (at most 23 tokens are kept).
     pub fn new(line: &'a [u8]) -> Tokens<'a> {
-        let mut toks: [&'a [u8]; MAX_TOKENS - 1] = [&[]; MAX_TOKENS - 1];
+        let mut toks: [&'a [u8]; TOKENS_MAX - 1] = [&[]; TOKENS_MAX - 1];
         let mut len = 0;
         for tok in line.split(|&b| b == b' ').filter(|t| !t.is_empty()) {
-            if len == MAX_TOKENS - 1 {
+            if len == TOKENS_MAX - 1 {
                 break;
             }
             toks[len] = tok;
