@@ -356,16 +356,16 @@ pub fn recv_from(fd: RawFd, buf: &mut [u8]) -> Option<(usize, libc::sockaddr_sto
 pub fn peer_ip(peer: &libc::sockaddr_storage) -> Option<std::net::IpAddr> {
     match peer.ss_family as libc::c_int {
         libc::AF_INET => {
+            let ptr = (peer as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>();
             // SAFETY: ss_family says the storage holds a sockaddr_in; sockaddr_storage is
             // larger than and aligned for every sockaddr type.
-            let v4 =
-                unsafe { &*(peer as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let v4 = unsafe { &*ptr };
             Some(std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr)).into())
         }
         libc::AF_INET6 => {
+            let ptr = (peer as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
             // SAFETY: as above, for sockaddr_in6.
-            let v6 =
-                unsafe { &*(peer as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let v6 = unsafe { &*ptr };
             let ip = std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr);
             Some(ip.to_ipv4_mapped().map_or(ip.into(), Into::into))
         }
