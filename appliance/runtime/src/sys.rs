@@ -357,8 +357,8 @@ pub fn peer_ip(peer: &libc::sockaddr_storage) -> Option<std::net::IpAddr> {
     match peer.ss_family as libc::c_int {
         libc::AF_INET => {
             let ptr = (peer as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>();
-            // SAFETY: ss_family says the storage holds a sockaddr_in; sockaddr_storage is
-            // larger than and aligned for every sockaddr type.
+            // sockaddr_storage is larger than and aligned for every sockaddr type.
+            // SAFETY: ss_family says the storage holds a sockaddr_in (see above).
             let v4 = unsafe { &*ptr };
             Some(std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr)).into())
         }
