@@ -1,6 +1,7 @@
 """End-to-end durability with `--data FILE`: kill -9 under write load loses no acknowledged
 write, SIGTERM checkpoints, a full device answers "out of memory" / 507 and keeps serving
-reads, and a device carrying another filesystem is refused unless --data-format=force."""
+reads, a device returning EIO (tests/e2e/faultdev.py) fails only the affected requests, and a
+device carrying another filesystem is refused unless --data-format=force."""
 
 import os
 import signal
@@ -11,7 +12,10 @@ import time
 import urllib.error
 import urllib.request
 
+import pytest
+
 from conftest import BIN, raw
+from faultdev import FaultDevice
 
 WRITERS = 4
 CYCLES = 20
@@ -252,19 +256,43 @@ def test_overwrites_beyond_the_device_size_are_compacted_while_serving(server_fa
     c.close()
 
 
-def test_failed_device_write_fails_only_its_request(server_factory, tmp_path, monkeypatch):
-    """Test-only hook (ADR 0011): the 3rd batch write and, on a second server, the 3rd flush
-    report EIO through the real io_uring path."""
-    for var in ("RINGSTORE_TEST_FAIL_DATA_WRITE", "RINGSTORE_TEST_FAIL_DATA_FLUSH"):
-        path = tmp_path / (var + ".img")
-        make_file(path, 32 << 20)
-        monkeypatch.setenv(var, "3")
-        s = serve(server_factory, path, "--cores", "1")
-        monkeypatch.delenv(var)
+@pytest.fixture
+def fault_device(tmp_path):
+    """Mounts FaultDevice (faultdev.py) over a backing file; every one is unmounted at teardown,
+    also when the test failed. Ask for it before server_factory so the servers go first."""
+    devices = []
+
+    def mount(backing):
+        dev = FaultDevice(backing, tmp_path / f"mnt{len(devices)}")
+        devices.append(dev)
+        dev.start()
+        return dev
+
+    yield mount
+    for dev in devices:
+        dev.close()
+    errors = [dev.error for dev in devices if dev.error is not None]
+    assert not errors, f"the fault device's daemon failed: {errors!r}"
+
+
+WRITE_FAILED = b"SERVER_ERROR data device write failed"
+
+
+def test_failed_device_write_fails_only_its_request(fault_device, server_factory, tmp_path):
+    """The fault device fails the 3rd batch write and, on a second server, the 3rd flush: a real
+    EIO from the kernel through the server's real io_uring write / fdatasync."""
+    for kind, counter in (("write", "failed_writes"), ("flush", "failed_flushes")):
+        backing = tmp_path / f"{kind}.img"
+        make_file(backing, 32 << 20)
+        dev = fault_device(backing)
+        s = serve(server_factory, dev.path, "--cores", "1")
+        dev.wait_quiet()  # the startup writes (superblock, format) are not counted
+        (dev.fail_write if kind == "write" else dev.fail_flush)(3)
         c = Conn(s.mc)
         assert c.set(b"k", b"v1") == b"STORED"
         assert c.set(b"k", b"v2") == b"STORED"
-        assert c.set(b"k", b"bad") == b"SERVER_ERROR data device write failed", var
+        assert c.set(b"k", b"bad") == WRITE_FAILED, (kind, dev.stats())
+        assert dev.stats()[counter] == 1, dev.stats()
         assert c.get_many([b"k"]) == {b"k": b"v2"}, "the failed value must not be served"
         assert c.set(b"k2", b"after") == b"STORED"
         assert c.set(b"k", b"v3") == b"STORED"
@@ -272,11 +300,73 @@ def test_failed_device_write_fails_only_its_request(server_factory, tmp_path, mo
         assert s.alive()
         assert s.stop(signal.SIGTERM) == 0
         assert "failing the affected requests" in s.stderr_text()
-        s2 = serve(server_factory, path, "--cores", "1")
+        # The restart opens the backing file itself: what it serves reached the real file.
+        s2 = serve(server_factory, backing, "--cores", "1")
         c2 = Conn(s2.mc)
         assert c2.get_many([b"k", b"k2"]) == {b"k": b"v3", b"k2": b"after"}
         c2.close()
         c.close()
+        assert s2.stop() == 0
+        assert dev.error is None, dev.error
+
+
+def pipelined_sets(conn, keys, one_write=True):
+    """Sends one set per key without waiting (in one write, or one write per set), then reads
+    every reply, each bounded by the socket timeout: a reply that never comes fails the test."""
+    sets = [b"set %s 0 0 %d\r\n%s\r\n" % (k, len(k) + 2, b"v-" + k) for k in keys]
+    if one_write:
+        conn.s.sendall(b"".join(sets))
+    else:
+        for one in sets:
+            conn.s.sendall(one)
+    return {k: conn.line() for k in keys}
+
+
+def test_dead_disk_fails_pipelined_writes_and_recovers(fault_device, server_factory, tmp_path):
+    """A dying disk: every write and flush returns EIO while a client pipelines 100 sets, then the
+    disk comes back flaky (its next 3 writes fail) under 10 pipelines of 10. Every reply is STORED
+    or the device error and none hangs; the server stays up; exactly the STORED values are served,
+    also after a restart."""
+    backing = tmp_path / "dead.img"
+    make_file(backing, 64 << 20)
+    dev = fault_device(backing)
+    s = serve(server_factory, dev.path, "--cores", "1")
+    dev.wait_quiet()
+    c = Conn(s.mc)
+    dev.fail_write(1, count=None)
+    dev.fail_flush(1, count=None)
+    dead = pipelined_sets(c, [b"dead%d" % i for i in range(100)], one_write=False)
+    # Nothing can be durable on a disk that fails every write and flush.
+    assert set(dead.values()) == {WRITE_FAILED}, (set(dead.values()), dev.stats())
+    assert dev.stats()["failed_writes"] > 0
+    assert s.alive()
+    dev.heal()
+    dev.fail_write(1, count=3)
+    flaky = {}
+    spoiled = 0
+    for chunk in range(10):
+        replies = pipelined_sets(c, [b"flaky%d-%d" % (chunk, i) for i in range(10)])
+        assert set(replies.values()) <= {b"STORED", WRITE_FAILED}, (replies, dev.stats())
+        spoiled += WRITE_FAILED in replies.values()
+        flaky.update(replies)
+    # Each failed write fails requests of one pipeline at most (the next waits for its replies).
+    assert 1 <= spoiled <= 3, (spoiled, dev.stats())
+    dev.heal()
+    assert c.set(b"after", b"healthy") == b"STORED"
+    stored = {k: b"v-" + k for k, r in {**dead, **flaky}.items() if r == b"STORED"}
+    stored[b"after"] = b"healthy"
+    everything = [*dead, *flaky, b"after"]
+    assert c.get_many(everything) == stored, "exactly the STORED values are served"
+    assert s.alive()
+    assert s.stop() == 0
+    assert "failing the affected requests" in s.stderr_text()
+    # The restart opens the backing file itself.
+    s2 = serve(server_factory, backing, "--cores", "1")
+    c2 = Conn(s2.mc)
+    assert c2.get_many(everything) == stored
+    c2.close()
+    c.close()
+    assert dev.error is None, dev.error
 
 
 def test_foreign_filesystem_is_refused_unless_forced(server_factory, tmp_path):
