@@ -2,7 +2,7 @@
 
 use std::os::fd::OwnedFd;
 
-use ringstore_service::{Flow, Protocol};
+use ringstore_service::Flow;
 
 use crate::linger::Linger;
 
@@ -43,9 +43,9 @@ pub(crate) struct Conn<S> {
     pub partial_since_ms: Option<u64>,
     /// Receive buffer when the kernel has no provided-buffer rings.
     pub own_buf: Option<Box<[u8]>>,
-    pub protocol: Protocol,
-    /// Data-device token the pending output waits for (0: none; output may go).
-    pub gate: u64,
+    /// The session holds a reply until the data device settles its records: nothing is
+    /// sent or read until [`crate::handler::Handler::on_durable`] released it.
+    pub awaits_device: bool,
     /// Set once the last reply is sent and the write side shut: reading only to discard.
     pub linger: Option<Linger>,
     /// Flushes in a row that used at most a quarter of `out`'s capacity.
@@ -55,7 +55,6 @@ pub(crate) struct Conn<S> {
 impl<S> Conn<S> {
     pub(crate) fn new(
         fd: OwnedFd,
-        protocol: Protocol,
         session: S,
         now_ms: u64,
         own_buf: Option<Box<[u8]>>,
@@ -72,8 +71,7 @@ impl<S> Conn<S> {
             last_active_ms: now_ms,
             partial_since_ms: None,
             own_buf,
-            protocol,
-            gate: 0,
+            awaits_device: false,
             linger: None,
             small_flushes: 0,
         }
@@ -180,7 +178,6 @@ mod tests {
     fn conn() -> Conn<()> {
         Conn::new(
             crate::sys::eventfd().unwrap(),
-            Protocol::Memcache,
             (),
             0,
             None,

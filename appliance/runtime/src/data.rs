@@ -9,7 +9,7 @@ use ringstore_durable::{Durable, DurableError, FileDevice, Limits, Options, Serv
 use ringstore_store::{Fetched, Store};
 
 use crate::clock::Clock;
-use crate::durable::{DeviceBackfill, ThreadJournal, PENDING_WRITES_MAX};
+use crate::durable::{DeviceBackfill, PENDING_WRITES_MAX};
 use crate::RuntimeError;
 
 /// Segment size for a new device: about 16 segments per region, between 256 KiB and 8 MiB,
@@ -152,10 +152,9 @@ pub(crate) fn attach(
         serving: serving.clone(),
         unix_start,
     }));
-    store.attach_journal(Arc::new(ThreadJournal {
-        serving: serving.clone(),
-        unix_start,
-    }));
+    // Every write now goes through a worker's device handle; one without (memcache over
+    // UDP) is refused rather than kept in RAM alone.
+    store.require_journal();
     let st = store.stats();
     eprintln!(
         "ringstore: data device: loaded {delivered} objects into RAM in {} ms ({} resident, {refused} refused, {bad} unreadable); misses read through",

@@ -3,19 +3,31 @@
 
 use std::sync::Arc;
 
-use ringstore_service::{Flow, Now, Protocol, Session, Shared};
+use ringstore_service::{Device, Flow, Now, Protocol, Session, Shared};
 
 /// What a worker calls for each connection. Monomorphised: no dynamic dispatch per request.
 pub(crate) trait Handler: Send + Sync + 'static {
     type Session;
     fn open(&self, protocol: Protocol, worker: usize) -> Self::Session;
+    /// `device`: the worker's data device for this connection, when one is attached.
     fn on_bytes(
         &self,
         session: &mut Self::Session,
         input: &[u8],
         now: Now,
+        device: Option<&dyn Device>,
         out: &mut Vec<u8>,
     ) -> Flow;
+    /// The data device settled `token`, a record `session` staged (durable when `ok`).
+    fn on_durable(&self, session: &mut Self::Session, token: u64, ok: bool, out: &mut Vec<u8>) {
+        let _ = (session, token, ok, out);
+    }
+    /// True while `session` holds a reply until the data device settles its records; the
+    /// worker then feeds it no input and sends nothing until [`Handler::on_durable`] released it.
+    fn awaits_durable(&self, session: &Self::Session) -> bool {
+        let _ = session;
+        false
+    }
     fn has_partial_request(&self, session: &Self::Session) -> bool;
     /// Every output byte of `session` has been sent.
     fn output_flushed(&self, session: &mut Self::Session) {
@@ -24,8 +36,8 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn conn_opened(&self, worker: usize);
     fn conn_closed(&self, worker: usize);
     /// The connection of `session` is gone (before [`Handler::conn_closed`]).
-    fn session_closed(&self, session: &mut Self::Session) {
-        let _ = session;
+    fn session_closed(&self, session: &mut Self::Session, device: Option<&dyn Device>) {
+        let _ = (session, device);
     }
     fn conn_refused(&self);
     /// Background expiry step, called about once a second by one worker.
@@ -48,8 +60,21 @@ impl Handler for ServiceHandler {
         Session::new(protocol, worker)
     }
     #[inline]
-    fn on_bytes(&self, session: &mut Session, input: &[u8], now: Now, out: &mut Vec<u8>) -> Flow {
-        session.on_bytes(input, now, &self.0, out)
+    fn on_bytes(
+        &self,
+        session: &mut Session,
+        input: &[u8],
+        now: Now,
+        device: Option<&dyn Device>,
+        out: &mut Vec<u8>,
+    ) -> Flow {
+        session.on_bytes(input, now, &self.0, device, out)
+    }
+    fn on_durable(&self, session: &mut Session, token: u64, ok: bool, out: &mut Vec<u8>) {
+        session.on_durable(token, ok, &self.0, out)
+    }
+    fn awaits_durable(&self, session: &Session) -> bool {
+        session.awaits_durable()
     }
     fn has_partial_request(&self, session: &Session) -> bool {
         session.has_partial_request()
@@ -63,8 +88,8 @@ impl Handler for ServiceHandler {
     fn conn_closed(&self, worker: usize) {
         self.0.conn_closed(worker)
     }
-    fn session_closed(&self, session: &mut Session) {
-        session.on_close(&self.0);
+    fn session_closed(&self, session: &mut Session, device: Option<&dyn Device>) {
+        session.on_close(&self.0, device);
     }
     fn conn_refused(&self) {
         self.0.conn_refused()
@@ -107,7 +132,14 @@ pub(crate) mod echo {
                 pending_big: 0,
             }
         }
-        fn on_bytes(&self, s: &mut EchoSession, input: &[u8], _: Now, out: &mut Vec<u8>) -> Flow {
+        fn on_bytes(
+            &self,
+            s: &mut EchoSession,
+            input: &[u8],
+            _: Now,
+            _: Option<&dyn Device>,
+            out: &mut Vec<u8>,
+        ) -> Flow {
             s.partial.extend_from_slice(input);
             loop {
                 while s.pending_big > 0 {

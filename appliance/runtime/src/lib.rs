@@ -20,6 +20,7 @@ mod inbox;
 mod linger;
 mod listeners;
 pub mod numa;
+mod op;
 mod plane;
 mod ring;
 mod server;

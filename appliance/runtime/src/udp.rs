@@ -76,7 +76,7 @@ pub(crate) fn answer(
     let mut input = input;
     let mut flow;
     loop {
-        flow = session.on_bytes(input, clock.now(), shared, out);
+        flow = session.on_bytes(input, clock.now(), shared, None, out);
         input = &[];
         if flow != ringstore_service::Flow::Drain || out.len() > REPLY_MAX {
             break;

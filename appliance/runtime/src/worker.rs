@@ -7,43 +7,29 @@
 //! writing alternate per connection: while replies are in flight the connection does not
 //! read, which is the backpressure `Flow::Drain` asks for and keeps output bounded.
 
-use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
-use ringstore_service::{Flow, Now, Protocol};
+use ringstore_service::{Device, Flow, Now, Protocol};
 
 use crate::bufring::BufRing;
 use crate::clock::Clock;
-use crate::conn::{Conn, Slab, GEN_MASK};
-use crate::durable::{
-    DiskWorker, OP_DISK_COMPACT_READ, OP_DISK_ERASE, OP_DISK_ERASE_FLUSH, OP_DISK_FLUSH,
-    OP_DISK_WRITE, OP_WAKE,
-};
+use crate::conn::{Conn, Slab};
+use crate::durable::DiskWorker;
+use crate::op::Op;
 use crate::handler::Handler;
 use crate::inbox::Inbox;
 use crate::linger::{Linger, Next};
 use crate::ring::Features;
-
-const OP_RECV: u64 = 1;
-const OP_SEND: u64 = 2;
-const OP_TICK: u64 = 3;
-const OP_INBOX: u64 = 4;
-const OP_ACCEPT: u64 = 5;
-const OP_CANCEL: u64 = 6;
 
 /// Provided receive buffers per worker and their size.
 const BUF_COUNT: u16 = 256;
 /// IORING_RECVSEND_POLL_FIRST (recv/send ioprio flag, Linux 5.19).
 const RECVSEND_POLL_FIRST: u16 = 1;
 const BUF_SIZE: usize = 16 << 10;
-
-fn user_data(slot: u32, generation: u32, op: u64) -> u64 {
-    ((slot as u64) << 32) | (((generation & GEN_MASK) as u64) << 8) | op
-}
 
 /// Limits every worker enforces.
 #[derive(Debug, Clone, Copy)]
@@ -151,7 +137,7 @@ pub(crate) fn run<H: Handler>(
     features.buf_ring = bufs.is_some();
     let now = setup.clock.now();
     let disk = match &setup.data {
-        Some(serving) => match DiskWorker::install(serving.clone(), setup.index) {
+        Some(serving) => match DiskWorker::install(serving.clone(), setup.index, setup.clock.unix_start()) {
             Some(disk) => Some(disk),
             None => {
                 let _ = ready.send(Err(format!(
@@ -189,7 +175,7 @@ pub(crate) fn run<H: Handler>(
     };
     let _ = ready.send(Ok(features));
     worker.serve();
-    if let Some(disk) = &worker.disk {
+    if let Some(disk) = worker.disk.take() {
         disk.uninstall();
     }
     worker.peak_conns
@@ -226,7 +212,7 @@ impl<H: Handler> Worker<H> {
                     may_start,
                 ) {
                     self.pending
-                        .push(opcode::Nop::new().build().user_data(OP_WAKE));
+                        .push(opcode::Nop::new().build().user_data(Op::Wake.encode()));
                 }
                 // Group commit: everything staged this iteration goes out as one write + one flush.
                 disk.pump(&mut self.pending);
@@ -298,27 +284,27 @@ impl<H: Handler> Worker<H> {
                 .map(|c| (c.user_data(), c.result(), c.flags())),
         );
         for &(data, res, flags) in &completions {
-            let slot = (data >> 32) as u32;
-            let generation = ((data >> 8) as u32) & GEN_MASK;
-            match data & 0xFF {
-                OP_RECV => self.on_recv(slot, generation, res, flags),
-                OP_SEND => self.on_send(slot, generation, res),
-                OP_TICK => self.on_tick(),
-                OP_INBOX => self.on_inbox(),
-                OP_ACCEPT => self.on_accept(slot as usize, res),
-                op @ (OP_DISK_WRITE | OP_DISK_FLUSH) => self.on_disk(op, data >> 8, res),
-                op @ (OP_DISK_ERASE | OP_DISK_ERASE_FLUSH) => {
+            let Some(op) = Op::decode(data) else { continue };
+            match op {
+                Op::Recv { slot, generation } => self.on_recv(slot, generation, res, flags),
+                Op::Send { slot, generation } => self.on_send(slot, generation, res),
+                Op::Tick => self.on_tick(),
+                Op::Inbox => self.on_inbox(),
+                Op::Accept { index } => self.on_accept(index as usize, res),
+                Op::DiskWrite { id } => self.on_disk(false, id, res),
+                Op::DiskFlush { id } => self.on_disk(true, id, res),
+                Op::DiskErase { .. } | Op::DiskEraseFlush { .. } => {
                     if let Some(disk) = &mut self.disk {
-                        disk.erase_complete(op, res, self.now.mono_ms);
+                        let flush = matches!(op, Op::DiskEraseFlush { .. });
+                        disk.erase_complete(flush, res, self.now.mono_ms);
                     }
                 }
-                OP_DISK_COMPACT_READ => {
+                Op::DiskCompactRead { id } => {
                     if let Some(disk) = &mut self.disk {
-                        disk.read_complete(data >> 8, res, self.now.mono_ms);
+                        disk.read_complete(id, res, self.now.mono_ms);
                     }
                 }
-                OP_WAKE => {}
-                _ => {}
+                Op::Wake | Op::Cancel => {}
             }
         }
         completions.clear();

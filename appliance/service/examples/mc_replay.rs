@@ -32,9 +32,9 @@ fn main() -> std::io::Result<()> {
     };
     let mut session = Session::new(Protocol::Memcache, 0);
     let mut out = Vec::new();
-    let mut flow = session.on_bytes(&input, now, &shared, &mut out);
+    let mut flow = session.on_bytes(&input, now, &shared, None, &mut out);
     while flow == Flow::Drain {
-        flow = session.on_bytes(&[], now, &shared, &mut out);
+        flow = session.on_bytes(&[], now, &shared, None, &mut out);
     }
     if flow == Flow::Close {
         out.extend_from_slice(b"<CLOSED>");

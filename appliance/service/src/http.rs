@@ -47,6 +47,8 @@ use ringstore_proto::http::{
     KeyBuf, Limits, Method, RequestHead, Scan, Status, Version, CONTINUE,
 };
 
+use crate::device::Device;
+use crate::held::HeldReplies;
 use crate::budget::{Hold, IN_FREE, OUT_FREE};
 use crate::{Flow, Now, Shared};
 
@@ -68,6 +70,8 @@ pub struct HttpSession {
     in_hold: Hold,
     /// Connection-memory reservation for pending output beyond [`crate::budget::OUT_FREE`].
     out_hold: Hold,
+    /// Responses waiting for the data device.
+    held: HeldReplies,
 }
 
 /// A PUT whose head was accepted and whose body is being read.
@@ -122,7 +126,26 @@ impl HttpSession {
             chunked_body: Vec::new(),
             in_hold: Hold::default(),
             out_hold: Hold::default(),
+            held: HeldReplies::default(),
         }
+    }
+
+    /// True while a response waits for the data device.
+    pub fn awaits_durable(&self) -> bool {
+        self.held.is_holding()
+    }
+
+    /// The runtime settled `token`, one this session staged: a large upload in progress
+    /// learns whether its chunk reached the device; responses now complete go to `out`.
+    /// Returns the bytes added to `out`.
+    pub fn on_durable(&mut self, token: u64, ok: bool, out: &mut Vec<u8>) -> usize {
+        if !ok {
+            if let State::PutLarge(large) = &mut self.state {
+                large.on_chunk_failed(token);
+            }
+        }
+        let failure = crate::durable_failure_reply(crate::Protocol::Http);
+        self.held.on_durable(token, ok, out, failure)
     }
 
     /// Every pending output byte was sent: the output reservation goes back.
@@ -136,8 +159,15 @@ impl HttpSession {
     }
 
     /// Consumes `input` (empty to resume after [`Flow::Drain`]), appends responses to `out`.
-    pub fn on_bytes(&mut self, input: &[u8], now: Now, shared: &Shared, out: &mut Vec<u8>) -> Flow {
-        let backend = StoreBackend::of(shared, self.worker);
+    pub fn on_bytes(
+        &mut self,
+        input: &[u8],
+        now: Now,
+        shared: &Shared,
+        device: Option<&dyn Device>,
+        out: &mut Vec<u8>,
+    ) -> Flow {
+        let backend = StoreBackend::of(shared, self.worker, device);
         let out_start = out.len();
         let flow = self.on_bytes_with(input, now, &backend, out);
         if let Some(stats) = backend.stats {
@@ -211,7 +241,9 @@ impl HttpSession {
         self.chunked_body = Vec::new();
         self.state = State::Closed;
         backend.record(self.worker, Event::Response(Status::ServiceUnavailable));
-        write_empty(out, Status::ServiceUnavailable, ConnectionField::Close);
+        self.held.write(out, |out| {
+            write_empty(out, Status::ServiceUnavailable, ConnectionField::Close)
+        });
         Flow::Close
     }
 
@@ -258,11 +290,32 @@ impl HttpSession {
         backend: &B,
         out: &mut Vec<u8>,
     ) -> (usize, Flow) {
+        let mut held = std::mem::take(&mut self.held);
+        let done = self.process_held(data, now, backend, out, &mut held);
+        self.held = held;
+        done
+    }
+
+    /// [`HttpSession::process`], with the held responses taken out of the session so each
+    /// step can write into them.
+    fn process_held<B: Backend>(
+        &mut self,
+        data: &[u8],
+        now: Now,
+        backend: &B,
+        real_out: &mut Vec<u8>,
+        held: &mut HeldReplies,
+    ) -> (usize, Flow) {
         let mut pos = 0;
-        let journal = backend.journal();
+        let staged = || backend.device().map_or(0, |d| d.staged());
         loop {
-            // With a data device, each response's bytes are noted so a failed write can be answered 500.
-            let mark = journal.map(|j| (j.staged(), out.len()));
+            // A response to a request that staged records waits for the device, and every
+            // later one waits behind it.
+            let mark = held.begin(real_out, staged());
+            if real_out.len() + held.len() > backend.out_high_water() && mark.held {
+                return (pos, Flow::Drain);
+            }
+            let out = if mark.held { held.buf() } else { &mut *real_out };
             let step = match &mut self.state {
                 State::Closed => Step::Close,
                 State::Head => self.next_head(data, pos, now, backend, out),
@@ -295,8 +348,8 @@ impl HttpSession {
                 State::PutLarge(_) => self.feed_large(data, pos, now, backend, out),
                 State::Stream { .. } => self.stream_step(pos, backend, out),
                 State::PutChunked { decoder, .. } => {
-                    let large = backend.large();
-                    let max = large.map_or(backend.item_size_max() as u64, |l| l.object_size_max);
+                    let large = backend.large().zip(backend.device());
+                    let max = large.map_or(backend.item_size_max() as u64, |(l, _)| l.object_size_max);
                     match decoder.decode(&data[pos..], Some(&mut self.chunked_body), max) {
                         Err(e) => {
                             let status = match e {
@@ -311,8 +364,8 @@ impl HttpSession {
                             if large.is_some()
                                 && self.chunked_body.len() > backend.item_size_max() =>
                         {
-                            let limits = large.expect("checked above");
-                            self.go_large_chunked(limits, backend);
+                            let (limits, device) = large.expect("checked above");
+                            self.go_large_chunked(limits, device);
                             Step::Next(pos + used)
                         }
                         Ok(used) if decoder.is_done() => {
@@ -334,9 +387,7 @@ impl HttpSession {
                     }
                 }
             };
-            if let (Some(j), Some((since, start))) = (journal, mark) {
-                j.reply_span(since, start, out.len());
-            }
+            held.end(mark, real_out, staged());
             match step {
                 Step::Next(at) => pos = at,
                 Step::Wait(at) => return (at, Flow::Continue),
@@ -491,10 +542,10 @@ impl HttpSession {
         };
         self.state = match head.body {
             BodyFraming::None => return self.fail(backend, out, Status::LengthRequired),
-            BodyFraming::Length(n) => match (usize::try_from(n), backend.large()) {
+            BodyFraming::Length(n) => match (usize::try_from(n), backend.large().zip(backend.device())) {
                 (Ok(len), _) if len <= max => State::PutLength { put, len },
-                (_, Some(limits)) if n <= limits.object_size_max => State::PutLarge(Box::new(
-                    large::LargePut::new(put, backend.new_object_id(), limits, Some(n)),
+                (_, Some((limits, device))) if n <= limits.object_size_max => State::PutLarge(Box::new(
+                    large::LargePut::new(put, device, limits, Some(n)),
                 )),
                 _ => return self.fail(backend, out, Status::PayloadTooLarge),
             },

@@ -8,10 +8,13 @@
 use std::sync::Arc;
 
 pub mod budget;
+pub mod device;
+mod held;
 pub mod http;
 pub mod memcache;
 mod stats;
 
+pub use device::Device;
 pub use ringstore_store::{Backfill, Fetched, Journal, Mutation, Store, StoreConfig, StoreStats};
 pub use stats::{Counter, StatsTotals, WorkerStats};
 
@@ -209,8 +212,8 @@ impl Shared {
     }
 }
 
-/// The reply that replaces a reply to a write whose data-device write or flush failed: the
-/// request was not made durable and its RAM copy was dropped.
+/// The reply a session sends instead of its reply to a write whose data-device write or
+/// flush failed: the request was not made durable and its RAM copy was dropped.
 pub fn durable_failure_reply(protocol: Protocol) -> &'static [u8] {
     match protocol {
         Protocol::Memcache => b"SERVER_ERROR data device write failed\r\n",
@@ -251,18 +254,52 @@ impl Session {
 
     /// Consumes `input` (possibly empty, to resume after [`Flow::Drain`]), appends replies to
     /// `out`, and keeps at most a bounded remainder of an incomplete request.
-    pub fn on_bytes(&mut self, input: &[u8], now: Now, shared: &Shared, out: &mut Vec<u8>) -> Flow {
+    ///
+    /// `device` is the worker's data device, when one is attached. A reply to a request
+    /// that staged records on it is held by the session until the runtime reports those
+    /// records settled ([`Session::on_durable`]); while [`Session::awaits_durable`], the
+    /// runtime feeds no more input.
+    pub fn on_bytes(
+        &mut self,
+        input: &[u8],
+        now: Now,
+        shared: &Shared,
+        device: Option<&dyn Device>,
+        out: &mut Vec<u8>,
+    ) -> Flow {
         match &mut self.inner {
-            SessionKind::Memcache(s) => s.on_bytes(input, now, shared, out),
-            SessionKind::Http(s) => s.on_bytes(input, now, shared, out),
+            SessionKind::Memcache(s) => s.on_bytes(input, now, shared, device, out),
+            SessionKind::Http(s) => s.on_bytes(input, now, shared, device, out),
+        }
+    }
+
+    /// The runtime settled `token`, a record this session staged (tokens are reported in
+    /// increasing order): made durable when `ok`, failed (and its RAM copy dropped) when
+    /// not. The replies it completes are appended to `out`: their own, or the protocol's
+    /// failure reply ([`durable_failure_reply`]).
+    pub fn on_durable(&mut self, token: u64, ok: bool, shared: &Shared, out: &mut Vec<u8>) {
+        match &mut self.inner {
+            SessionKind::Memcache(s) => s.on_durable(token, ok, shared, out),
+            SessionKind::Http(s) => {
+                let n = s.on_durable(token, ok, out);
+                shared.stats(s.worker()).bytes_written.add(n as u64);
+            }
+        }
+    }
+
+    /// True while a reply waits for the data device.
+    pub fn awaits_durable(&self) -> bool {
+        match &self.inner {
+            SessionKind::Memcache(s) => s.awaits_durable(),
+            SessionKind::Http(s) => s.awaits_durable(),
         }
     }
 
     /// The connection is gone: give up what a request in progress holds (a large upload's
     /// chunks on the data device).
-    pub fn on_close(&mut self, shared: &Shared) {
+    pub fn on_close(&mut self, shared: &Shared, device: Option<&dyn Device>) {
         if let SessionKind::Http(s) = &mut self.inner {
-            s.on_close(&http::StoreBackend::of(shared, s.worker()));
+            s.on_close(&http::StoreBackend::of(shared, s.worker(), device));
         }
     }
 

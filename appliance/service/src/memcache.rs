@@ -24,8 +24,12 @@ mod tests;
 
 use ringstore_proto::memcache::{parse, reply, Limits, Parse, Request, OUT_OF_MEMORY, TOO_LARGE};
 
+use ringstore_store::Journaled;
+
 use crate::budget::{Hold, IN_FREE, OUT_FREE};
-use crate::{Flow, Now, Shared, WorkerStats};
+use crate::device::Device;
+use crate::held::HeldReplies;
+use crate::{durable_failure_reply, Flow, Now, Protocol, Shared, WorkerStats};
 
 /// memcached's answer when it cannot grow a connection's read buffer (then it closes).
 const OUT_OF_MEMORY_READING: &str = "SERVER_ERROR out of memory reading request";
@@ -43,6 +47,22 @@ pub(crate) struct Ctx<'s> {
     pub shared: &'s Shared,
     pub stats: &'s WorkerStats,
     pub now: Now,
+    /// The worker's data device, when one is attached.
+    pub device: Option<&'s dyn Device>,
+}
+
+impl<'s> Ctx<'s> {
+    /// The store, with writes logged to the data device first.
+    pub fn store(&self) -> Journaled<'s> {
+        self.shared
+            .store
+            .journaled(self.device.map(|d| d as &dyn ringstore_store::Journal))
+    }
+
+    /// The device's newest token (0 without a device).
+    pub fn staged(&self) -> u64 {
+        self.device.map_or(0, |d| d.staged())
+    }
 }
 
 /// One memcache connection's protocol state. Sans-IO.
@@ -61,6 +81,8 @@ pub struct MemcacheSession {
     in_hold: Hold,
     /// Connection-memory reservation for pending output beyond [`OUT_FREE`].
     out_hold: Hold,
+    /// Replies waiting for the data device.
+    held: HeldReplies,
 }
 
 impl MemcacheSession {
@@ -73,7 +95,20 @@ impl MemcacheSession {
             awaiting: 0,
             in_hold: Hold::default(),
             out_hold: Hold::default(),
+            held: HeldReplies::default(),
         }
+    }
+
+    /// True while a reply waits for the data device ([`MemcacheSession::on_durable`]).
+    pub fn awaits_durable(&self) -> bool {
+        self.held.is_holding()
+    }
+
+    /// The runtime settled `token`, one this session staged: replies now complete go to `out`.
+    pub fn on_durable(&mut self, token: u64, ok: bool, shared: &Shared, out: &mut Vec<u8>) {
+        let failure = durable_failure_reply(Protocol::Memcache);
+        let n = self.held.on_durable(token, ok, out, failure);
+        shared.stats(self.worker).bytes_written.add(n as u64);
     }
 
     /// The runtime sent every pending output byte: the output reservation goes back.
@@ -82,7 +117,14 @@ impl MemcacheSession {
     }
 
     /// See [`crate::Session::on_bytes`].
-    pub fn on_bytes(&mut self, input: &[u8], now: Now, shared: &Shared, out: &mut Vec<u8>) -> Flow {
+    pub fn on_bytes(
+        &mut self,
+        input: &[u8],
+        now: Now,
+        shared: &Shared,
+        device: Option<&dyn Device>,
+        out: &mut Vec<u8>,
+    ) -> Flow {
         let stats = shared.stats(self.worker);
         stats.bytes_read.add(input.len() as u64);
         let out_start = out.len();
@@ -93,7 +135,12 @@ impl MemcacheSession {
                 .bytes()
                 .min(out.len().saturating_sub(OUT_FREE)),
         );
-        let ctx = Ctx { shared, stats, now };
+        let ctx = Ctx {
+            shared,
+            stats,
+            now,
+            device,
+        };
         let mut flow = if self.pending.is_empty() {
             let (used, flow) = self.run(input, &ctx, out);
             if flow != Flow::Close {
@@ -142,7 +189,7 @@ impl MemcacheSession {
             return flow;
         }
         self.pending.clear();
-        reply::line(out, OUT_OF_MEMORY_READING);
+        self.held.write(out, |out| reply::line(out, OUT_OF_MEMORY_READING));
         Flow::Close
     }
 
@@ -157,6 +204,21 @@ impl MemcacheSession {
 
     /// Parses and executes requests from `buf`; returns the bytes used and the next step.
     fn run(&mut self, buf: &[u8], ctx: &Ctx<'_>, out: &mut Vec<u8>) -> (usize, Flow) {
+        let mut held = std::mem::take(&mut self.held);
+        let done = self.run_held(buf, ctx, out, &mut held);
+        self.held = held;
+        done
+    }
+
+    /// [`MemcacheSession::run`], with the held replies taken out of the session so the
+    /// commands can write into them.
+    fn run_held(
+        &mut self,
+        buf: &[u8],
+        ctx: &Ctx<'_>,
+        out: &mut Vec<u8>,
+        held: &mut HeldReplies,
+    ) -> (usize, Flow) {
         let limits = Limits {
             item_size_max: ctx.shared.config.item_size_max,
             max_line: ctx.shared.config.max_line,
@@ -176,7 +238,7 @@ impl MemcacheSession {
             if pos == buf.len() {
                 return (pos, Flow::Continue);
             }
-            if out.len() > high_water {
+            if out.len() + held.len() > high_water {
                 return (pos, Flow::Drain);
             }
             match parse(&buf[pos..], &limits) {
@@ -194,24 +256,26 @@ impl MemcacheSession {
                         return (pos, Flow::Continue);
                     }
                     // No room to buffer the block: refuse it before reading it, and swallow it.
-                    storage::refuse_value(ctx, out, key, remove_old, noreply, OUT_OF_MEMORY);
+                    let mark = held.begin(out, ctx.staged());
+                    let target = if mark.held { held.buf() } else { &mut *out };
+                    storage::refuse_value(ctx, target, key, remove_old, noreply, OUT_OF_MEMORY);
+                    held.end(mark, out, ctx.staged());
                     pos += line_len;
                     self.swallow = request_len - line_len;
                 }
                 Parse::Close { reply: line } => {
                     if let Some(line) = line {
-                        reply::line(out, line);
+                        held.write(out, |out| reply::line(out, line));
                     }
                     return (buf.len(), Flow::Close);
                 }
                 Parse::Done { request, consumed } => {
-                    // With a data device, each reply's bytes are noted so a failed write can be answered with an error.
-                    let journal = ctx.shared.store.journal();
-                    let mark = journal.map(|j| (j.staged(), out.len()));
-                    let flow = self.execute(request, ctx, out);
-                    if let (Some(j), Some((since, start))) = (journal, mark) {
-                        j.reply_span(since, start, out.len());
-                    }
+                    // A reply to a request that staged records waits for the device, and
+                    // every later one waits behind it.
+                    let mark = held.begin(out, ctx.staged());
+                    let target = if mark.held { held.buf() } else { &mut *out };
+                    let flow = self.execute(request, ctx, target);
+                    held.end(mark, out, ctx.staged());
                     match flow {
                         Flow::Close => return (buf.len(), Flow::Close),
                         // A paused get: it stays unconsumed at the head of the input.

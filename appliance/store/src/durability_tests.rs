@@ -35,10 +35,6 @@ impl Journal for Recorder {
         self.log.lock().unwrap().push(line);
         Ok(())
     }
-    fn staged(&self) -> u64 {
-        self.log.lock().unwrap().len() as u64
-    }
-    fn reply_span(&self, _: u64, _: usize, _: usize) {}
 }
 
 struct Disk(HashMap<Vec<u8>, Fetched>);
@@ -72,7 +68,8 @@ fn meta() -> NewMeta {
 fn every_mutation_is_journaled_with_its_full_new_state() {
     let s = store();
     let j = Arc::new(Recorder::default());
-    s.attach_journal(j.clone());
+    s.require_journal();
+    let s = s.journaled(Some(&*j));
     s.update(b"k", 1, |_| {
         (
             Write::Put {
@@ -123,7 +120,7 @@ fn every_mutation_is_journaled_with_its_full_new_state() {
     assert_eq!(s.get(b"k", 1, touch, |i| i.map(|i| i.exptime)), Some(60));
     s.update(b"k", 1, |_| (Write::Delete, ())).unwrap();
     s.update(b"absent", 1, |_| (Write::Delete, ())).unwrap();
-    s.flush_all_logged(1, 1).unwrap();
+    s.flush_all(1, 1).unwrap();
     let log = j.log.lock().unwrap().clone();
     assert_eq!(log.len(), 7, "{log:?}");
     assert!(log[0].starts_with("put k ab e0 c1"), "{log:?}");
@@ -139,7 +136,8 @@ fn every_mutation_is_journaled_with_its_full_new_state() {
 fn a_refused_journal_write_leaves_ram_unchanged() {
     let s = store();
     let j = Arc::new(Recorder::default());
-    s.attach_journal(j.clone());
+    s.require_journal();
+    let s = s.journaled(Some(&*j));
     s.update(b"k", 1, |_| {
         (
             Write::Put {
@@ -162,7 +160,7 @@ fn a_refused_journal_write_leaves_ram_unchanged() {
     });
     assert_eq!(err.unwrap_err(), StoreError::OutOfMemory);
     assert!(s.update(b"k", 1, |_| (Write::Delete, ())).is_err());
-    assert!(s.flush_all_logged(1, 1).is_err());
+    assert!(s.flush_all(1, 1).is_err());
     let v = s.get(b"k", 1, ReadOpts::default(), |i| {
         i.map(|i| i.value.to_vec())
     });
@@ -173,7 +171,8 @@ fn a_refused_journal_write_leaves_ram_unchanged() {
 fn a_refused_touch_is_reported_and_leaves_the_expiry_unchanged() {
     let s = store();
     let j = Arc::new(Recorder::default());
-    s.attach_journal(j.clone());
+    s.require_journal();
+    let s = s.journaled(Some(&*j));
     s.update(b"k", 1, |_| {
         (
             Write::Put {
@@ -289,7 +288,7 @@ fn misses_are_read_through_and_cas_floor_and_forget_work() {
 #[test]
 fn large_objects_need_a_journal_and_are_hidden_from_memcache_reads() {
     let s = store();
-    let put_large = |s: &Store| {
+    let put_large = |s: Journaled<'_>| {
         s.update(b"big", 1, |_| {
             (
                 Write::PutLarge {
@@ -301,13 +300,14 @@ fn large_objects_need_a_journal_and_are_hidden_from_memcache_reads() {
         })
     };
     assert_eq!(
-        put_large(&s),
+        put_large(s.journaled(None)),
         Err(StoreError::TooLarge),
         "no device, no large object"
     );
     let j = Arc::new(Recorder::default());
-    s.attach_journal(j.clone());
-    let cas = put_large(&s).unwrap().cas.unwrap();
+    s.require_journal();
+    let s = s.journaled(Some(&*j));
+    let cas = put_large(s).unwrap().cas.unwrap();
     let memcache = ReadOpts::default();
     let http = ReadOpts {
         see_large: true,
@@ -366,7 +366,7 @@ fn large_objects_need_a_journal_and_are_hidden_from_memcache_reads() {
         ]
     );
     // A large object read back from the device comes back large.
-    s.load(
+    s.store().load(
         b"loaded",
         &Fetched {
             value: b"M2".to_vec(),

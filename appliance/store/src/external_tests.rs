@@ -51,10 +51,6 @@ impl Journal for Device {
         }
         Ok(())
     }
-    fn staged(&self) -> u64 {
-        self.puts.lock().unwrap().len() as u64
-    }
-    fn reply_span(&self, _: u64, _: usize, _: usize) {}
 }
 
 impl Backfill for Device {
@@ -88,7 +84,7 @@ fn store_with(memory: usize, threshold: usize) -> (Store, Arc<Device>) {
     })
     .unwrap();
     let d = Arc::new(Device::default());
-    s.attach_journal(d.clone());
+    s.require_journal();
     s.attach_backfill(d.clone());
     (s, d)
 }
@@ -105,14 +101,14 @@ fn meta(flags: u32, exptime: Time) -> NewMeta {
     }
 }
 
-fn set(s: &Store, key: &[u8], value: &[u8], m: NewMeta) -> u64 {
+fn set(s: &Journaled<'_>, key: &[u8], value: &[u8], m: NewMeta) -> u64 {
     s.update(key, 1, |_| (Write::Put { value, meta: m }, ()))
         .unwrap()
         .cas
         .unwrap()
 }
 
-fn value(s: &Store, key: &[u8]) -> Option<Vec<u8>> {
+fn value(s: &Journaled<'_>, key: &[u8]) -> Option<Vec<u8>> {
     s.get(key, 1, ReadOpts::default(), |i| i.map(|i| i.value.to_vec()))
 }
 
@@ -126,6 +122,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 #[test]
 fn a_big_value_is_journaled_whole_and_only_its_stub_stays_in_ram() {
     let (s, d) = store();
+    let s = s.journaled(Some(&*d));
     let big = pattern(64 << 10, 1);
     let cas = set(&s, b"big", &big, meta(7, 100));
     assert_eq!(
@@ -133,7 +130,7 @@ fn a_big_value_is_journaled_whole_and_only_its_stub_stays_in_ram() {
         Some(&big[..]),
         "journaled whole"
     );
-    let st = s.stats();
+    let st = s.store().stats();
     assert_eq!(st.curr_items, 1);
     assert_eq!(
         st.bytes,
@@ -144,10 +141,10 @@ fn a_big_value_is_journaled_whole_and_only_its_stub_stays_in_ram() {
         i.map(|i| (i.key.to_vec(), i.value.to_vec(), i.flags, i.exptime, i.cas))
     });
     assert_eq!(got, Some((b"big".to_vec(), big.clone(), 7, 100, cas)));
-    assert_eq!(s.stats().external_reads, 1);
+    assert_eq!(s.store().stats().external_reads, 1);
     // The value is still exact after the read (nothing was cached into RAM).
     assert_eq!(value(&s, b"big").as_deref(), Some(&big[..]));
-    assert_eq!(s.stats().bytes, st.bytes);
+    assert_eq!(s.store().stats().bytes, st.bytes);
     // update() sees the whole value too.
     let seen = s
         .update(b"big", 1, |cur| {
@@ -158,20 +155,21 @@ fn a_big_value_is_journaled_whole_and_only_its_stub_stays_in_ram() {
     assert_eq!(seen.as_deref(), Some(&big[..]));
     // Overwriting with a small value brings the value back into RAM.
     set(&s, b"big", b"small", meta(0, 0));
-    assert_eq!(s.stats().bytes, item::item_len(3, 5, 0) as u64);
+    assert_eq!(s.store().stats().bytes, item::item_len(3, 5, 0) as u64);
     assert_eq!(value(&s, b"big").as_deref(), Some(&b"small"[..]));
 }
 
 #[test]
 fn below_the_threshold_or_without_a_backfill_values_stay_in_ram() {
     let (s, d) = store();
+    let s = s.journaled(Some(&*d));
     let v = pattern(THRESHOLD - 1, 2);
     set(&s, b"k", &v, meta(0, 0));
-    assert_eq!(s.stats().bytes, item::item_len(1, v.len(), 0) as u64);
+    assert_eq!(s.store().stats().bytes, item::item_len(1, v.len(), 0) as u64);
     let fetches = d.fetches.load(Ordering::Relaxed);
     assert_eq!(value(&s, b"k"), Some(v));
     assert_eq!(d.fetches.load(Ordering::Relaxed), fetches, "read from RAM");
-    assert_eq!(s.stats().external_reads, 0);
+    assert_eq!(s.store().stats().external_reads, 0);
 
     // A journal without a backfill could never read a stub back: values stay in RAM.
     let s = Store::new(StoreConfig {
@@ -182,22 +180,26 @@ fn below_the_threshold_or_without_a_backfill_values_stay_in_ram() {
         external_threshold: THRESHOLD,
     })
     .unwrap();
-    s.attach_journal(Arc::new(Device::default()));
+    s.require_journal();
+    let device = Device::default();
+    let s = s.journaled(Some(&device));
     let big = pattern(THRESHOLD, 3);
     set(&s, b"k", &big, meta(0, 0));
-    assert_eq!(s.stats().bytes, item::item_len(1, big.len(), 0) as u64);
+    assert_eq!(s.store().stats().bytes, item::item_len(1, big.len(), 0) as u64);
     assert_eq!(value(&s, b"k"), Some(big));
 
     // Threshold 0 is off.
-    let (s, _) = store_with(64 << 20, 0);
+    let (s, d) = store_with(64 << 20, 0);
+    let s = s.journaled(Some(&*d));
     let big = pattern(64 << 10, 4);
     set(&s, b"k", &big, meta(0, 0));
-    assert_eq!(s.stats().bytes, item::item_len(1, big.len(), 0) as u64);
+    assert_eq!(s.store().stats().bytes, item::item_len(1, big.len(), 0) as u64);
 }
 
 #[test]
 fn append_prepend_touch_and_meta_journal_the_full_new_state() {
     let (s, d) = store();
+    let s = s.journaled(Some(&*d));
     let base = pattern(THRESHOLD, 5);
     let cas = set(&s, b"k", &base, meta(3, 0));
     let grow = |w: Write<'static>| s.update(b"k", 1, move |_| (w, ())).unwrap().cas.unwrap();
@@ -217,7 +219,7 @@ fn append_prepend_touch_and_meta_journal_the_full_new_state() {
     assert_eq!(d.last_put(), (b"k".to_vec(), want.len(), 0, c3));
     assert_eq!(value(&s, b"k").as_deref(), Some(&want[..]));
     assert_eq!(
-        s.stats().bytes,
+        s.store().stats().bytes,
         (item::HEADER_MAX + 1) as u64,
         "still a stub"
     );
@@ -274,7 +276,7 @@ fn append_prepend_touch_and_meta_journal_the_full_new_state() {
     assert_eq!(value(&s, b"s").as_deref(), Some(&want_s[..]));
     assert_eq!(d.value(b"s").as_deref(), Some(&want_s[..]));
     assert_eq!(
-        s.stats().bytes,
+        s.store().stats().bytes,
         (item::HEADER_MAX + 1 + item::HEADER + 1) as u64,
         "two stubs (one with flags)"
     );
@@ -288,6 +290,7 @@ fn append_prepend_touch_and_meta_journal_the_full_new_state() {
 #[test]
 fn a_stub_the_device_no_longer_backs_reads_as_a_miss_and_is_dropped() {
     let (s, d) = store();
+    let s = s.journaled(Some(&*d));
     let big = pattern(THRESHOLD * 2, 7);
     let cas = set(&s, b"k", &big, meta(0, 0));
     // The device has another CAS unique for the key (it must never be mixed up).
@@ -297,7 +300,7 @@ fn a_stub_the_device_no_longer_backs_reads_as_a_miss_and_is_dropped() {
         .unwrap()
         .result;
     assert!(!seen, "a stub with the wrong CAS is absent");
-    let st = s.stats();
+    let st = s.store().stats();
     assert_eq!((st.curr_items, st.bytes, st.external_lost), (0, 0, 1));
     // RAM is a cache: the next read goes to the device and finds what it has.
     assert_eq!(
@@ -309,7 +312,7 @@ fn a_stub_the_device_no_longer_backs_reads_as_a_miss_and_is_dropped() {
     assert!(cas > 0);
     d.map.lock().unwrap().remove(b"gone".as_slice());
     assert_eq!(value(&s, b"gone"), None);
-    assert_eq!(s.stats().external_lost, 2);
+    assert_eq!(s.store().stats().external_lost, 2);
     // Without a backfill a stub can never be read: absent too.
     let bare = Store::new(StoreConfig {
         memory_bytes: 64 << 20,
@@ -331,13 +334,14 @@ fn a_stub_the_device_no_longer_backs_reads_as_a_miss_and_is_dropped() {
         1,
     )
     .unwrap();
-    assert_eq!(value(&bare, b"x"), None);
+    assert_eq!(value(&bare.journaled(None), b"x"), None);
     assert_eq!(bare.stats().curr_items, 0);
 }
 
 #[test]
 fn load_and_read_through_keep_big_values_as_stubs() {
     let (s, d) = store();
+    let s = s.journaled(Some(&*d));
     let big = pattern(100_000, 8);
     let item = Fetched {
         value: big.clone(),
@@ -348,8 +352,8 @@ fn load_and_read_through_keep_big_values_as_stubs() {
     };
     d.map.lock().unwrap().insert(b"a".to_vec(), item.clone());
     d.map.lock().unwrap().insert(b"b".to_vec(), item.clone());
-    s.load(b"a", &item, 1).unwrap();
-    assert_eq!(s.stats().bytes, (item::HEADER_MAX + 1) as u64);
+    s.store().load(b"a", &item, 1).unwrap();
+    assert_eq!(s.store().stats().bytes, (item::HEADER_MAX + 1) as u64);
     let got = s.get(b"a", 1, ReadOpts::default(), |i| {
         i.map(|i| (i.value.to_vec(), i.flags, i.cas))
     });
@@ -362,7 +366,7 @@ fn load_and_read_through_keep_big_values_as_stubs() {
         before + 1,
         "one device read"
     );
-    let st = s.stats();
+    let st = s.store().stats();
     assert_eq!(
         (st.curr_items, st.bytes),
         (2, 2 * (item::HEADER_MAX + 1) as u64)
@@ -372,7 +376,7 @@ fn load_and_read_through_keep_big_values_as_stubs() {
         large: true,
         ..item
     };
-    s.load(b"m", &manifest, 1).unwrap();
+    s.store().load(b"m", &manifest, 1).unwrap();
     let http = ReadOpts {
         see_large: true,
         ..ReadOpts::default()
@@ -381,7 +385,7 @@ fn load_and_read_through_keep_big_values_as_stubs() {
         s.get(b"m", 1, http, |i| i.map(|i| (i.large, i.value.len()))),
         Some((true, big.len()))
     );
-    assert!(s.stats().bytes > big.len() as u64);
+    assert!(s.store().stats().bytes > big.len() as u64);
 }
 
 #[test]
@@ -389,6 +393,7 @@ fn more_external_data_than_ram_stays_resident_and_exact() {
     let value_len = 256 << 10;
     let n = 200; // 50 MiB of values in a 16 MiB store
     let (s, d) = store_with(16 << 20, THRESHOLD);
+    let s = s.journaled(Some(&*d));
     for i in 0..n {
         set(
             &s,
@@ -397,18 +402,19 @@ fn more_external_data_than_ram_stays_resident_and_exact() {
             meta(0, 0),
         );
     }
-    let st = s.stats();
+    let st = s.store().stats();
     assert_eq!(st.curr_items, n as u64, "every stub fits");
     assert_eq!(st.evictions, 0);
     for i in 0..n {
         let got = value(&s, format!("k{i}").as_bytes()).unwrap();
         assert!(got == pattern(value_len, i as u8), "k{i} wrong");
     }
-    assert_eq!(s.stats().external_reads, n as u64);
+    assert_eq!(s.store().stats().external_reads, n as u64);
     assert!(d.fetches.load(Ordering::Relaxed) >= n as u64);
 
     // The same load with external values off evicts, and reads go through the device.
-    let (s, _) = store_with(16 << 20, 0);
+    let (s, d) = store_with(16 << 20, 0);
+    let s = s.journaled(Some(&*d));
     for i in 0..n {
         set(
             &s,
@@ -417,7 +423,7 @@ fn more_external_data_than_ram_stays_resident_and_exact() {
             meta(0, 0),
         );
     }
-    let st = s.stats();
+    let st = s.store().stats();
     assert!(st.curr_items < n as u64 && st.evictions > 0, "{st:?}");
     for i in (0..n).step_by(7) {
         let got = value(&s, format!("k{i}").as_bytes()).unwrap();
@@ -428,6 +434,7 @@ fn more_external_data_than_ram_stays_resident_and_exact() {
 #[test]
 fn stubs_survive_compaction_and_eviction_keeps_working() {
     let (s, d) = store_with(16 << 20, THRESHOLD);
+    let s = s.journaled(Some(&*d));
     let big = |i: usize| pattern(THRESHOLD + i, i as u8);
     for i in 0..50 {
         set(&s, format!("ext{i}").as_bytes(), &big(i), meta(i as u32, 0));
@@ -436,7 +443,7 @@ fn stubs_survive_compaction_and_eviction_keeps_working() {
     for i in 0..50 {
         assert_eq!(value(&s, format!("ext{i}").as_bytes()), Some(big(i)));
     }
-    let reads = s.stats().external_reads;
+    let reads = s.store().stats().external_reads;
     assert_eq!(reads, 50);
     // 40 MiB of small values through a 16 MiB store: segments are compacted and evicted.
     let small = pattern(2000, 9);
@@ -459,7 +466,7 @@ fn stubs_survive_compaction_and_eviction_keeps_working() {
             }
         }
     }
-    let st = s.stats();
+    let st = s.store().stats();
     assert!(st.evictions > 0, "{st:?}");
     assert!(
         st.segment_bytes + st.index_bytes <= st.limit_maxbytes,
@@ -474,7 +481,7 @@ fn stubs_survive_compaction_and_eviction_keeps_working() {
         });
         assert_eq!(got, Some((big(i), i as u32)), "{key}");
     }
-    let st = s.stats();
+    let st = s.store().stats();
     assert_eq!(st.external_lost, 0);
     assert!(
         st.external_reads > reads + 50 * 9,

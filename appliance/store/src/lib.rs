@@ -15,14 +15,14 @@ mod shard;
 mod store;
 
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 pub use durability::{Backfill, Fetched, Journal, Mutation};
 
 use item::{Header, NewItem};
 use shard::{Shard, Shared};
-pub use store::Store;
+pub use store::{Journaled, Store};
 
 /// Longest key the store accepts, in bytes (keys are stored with an 8-bit length; memcache
 /// and HTTP keys are at most 250). Longer keys are never found and writing one is

@@ -3,8 +3,11 @@
 
 use super::*;
 
+mod journaled;
 mod read;
 mod write;
+
+pub use journaled::Journaled;
 
 /// The keyspace. `Sync`: shared by every worker behind an `Arc`.
 pub struct Store {
@@ -20,8 +23,9 @@ pub struct Store {
     backing: Backing,
     arena_bytes: u64,
     hugepage_bytes: u64,
-    /// Set once when a data device is attached; every mutation is staged there first.
-    journal: OnceLock<Arc<dyn Journal>>,
+    /// Set once when a data device is attached: a write must then come with the journal
+    /// that stages it ([`Store::journaled`]); one without is refused.
+    journal_required: AtomicBool,
     /// Set once when a data device is attached; RAM misses are read through it.
     backfill: OnceLock<Arc<dyn Backfill>>,
     /// Counters of external items ([`StoreStats::external_reads`], [`StoreStats::external_lost`]).
@@ -128,31 +132,39 @@ impl Store {
             hugepage_bytes: hugepage_bytes as u64,
             backing,
             config,
-            journal: OnceLock::new(),
+            journal_required: AtomicBool::new(false),
             backfill: OnceLock::new(),
             external_reads: AtomicU64::new(0),
             external_lost: AtomicU64::new(0),
         })
     }
 
-    /// Logs every later mutation to `journal` before applying it (once; later calls are ignored).
-    pub fn attach_journal(&self, journal: Arc<dyn Journal>) {
-        let _ = self.journal.set(journal);
+    /// From now on every write must be logged: one made without a journal is refused with
+    /// [`StoreError::OutOfMemory`] (a path with no device handle, e.g. memcache over UDP,
+    /// must not change RAM behind the device's back).
+    pub fn require_journal(&self) {
+        self.journal_required.store(true, Ordering::Release);
+    }
+
+    /// See [`Store::require_journal`].
+    pub(crate) fn journal_required(&self) -> bool {
+        self.journal_required.load(Ordering::Acquire)
+    }
+
+    /// The journal a write logs to; `Err` when one is required and none was given.
+    pub(crate) fn journal_for_write<'j>(
+        &self,
+        journal: Option<&'j dyn Journal>,
+    ) -> Result<Option<&'j dyn Journal>, StoreError> {
+        match journal {
+            None if self.journal_required() => Err(StoreError::OutOfMemory),
+            j => Ok(j),
+        }
     }
 
     /// Reads RAM misses through `backfill` (once; later calls are ignored).
     pub fn attach_backfill(&self, backfill: Arc<dyn Backfill>) {
         let _ = self.backfill.set(backfill);
-    }
-
-    /// The attached journal, if any (sessions report reply spans to it).
-    pub fn journal(&self) -> Option<&dyn Journal> {
-        self.journal.get().map(|j| &**j)
-    }
-
-    /// The attached backfill, if any (large objects' chunks are read through it).
-    pub fn backfill(&self) -> Option<&dyn Backfill> {
-        self.backfill.get().map(|b| &**b)
     }
 
     /// CAS uniques handed out from now on are above `cas` (restored items keep theirs).
@@ -327,9 +339,14 @@ impl Store {
         }
     }
 
-    /// [`Store::flush_all`], logged to the journal first; an error means nothing was flushed.
-    pub fn flush_all_logged(&self, now: Time, at: Time) -> Result<(), StoreError> {
-        if let Some(journal) = self.journal.get() {
+    /// [`Store::flush_all`], logged to `journal` first; an error means nothing was flushed.
+    pub(crate) fn flush_all_logged(
+        &self,
+        now: Time,
+        at: Time,
+        journal: Option<&dyn Journal>,
+    ) -> Result<(), StoreError> {
+        if let Some(journal) = self.journal_for_write(journal)? {
             journal.record(Mutation::FlushAll { at })?;
         }
         self.flush_all(now, at);

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 use ringstore_store::{
-    Backfill, Fetched, Journal, Mutation, NewMeta, ReadOpts, Store, StoreConfig, StoreError, Time,
+    Backfill, Fetched, Journal, Journaled, Mutation, NewMeta, ReadOpts, Store, StoreConfig, StoreError, Time,
     Write, NEVER,
 };
 
@@ -64,10 +64,6 @@ impl Journal for Device {
         }
         Ok(())
     }
-    fn staged(&self) -> u64 {
-        0
-    }
-    fn reply_span(&self, _: u64, _: usize, _: usize) {}
 }
 
 impl Backfill for Device {
@@ -94,7 +90,7 @@ fn new_store(
     .expect("store");
     let device = external_threshold.map(|_| {
         let d = Arc::new(Device::default());
-        s.attach_journal(d.clone());
+        s.require_journal();
         s.attach_backfill(d.clone());
         d
     });
@@ -196,7 +192,7 @@ fn cmd() -> impl Strategy<Value = Cmd> {
 
 /// Stores `value` when `cond` (seeing the current item's CAS) allows; returns the new CAS.
 fn store_if(
-    s: &Store,
+    s: &Journaled<'_>,
     k: &[u8],
     now: Time,
     value: &[u8],
@@ -223,6 +219,7 @@ fn parse_number(v: &[u8]) -> Option<u64> {
 
 fn run(cmds: Vec<Cmd>, external_threshold: Option<usize>) -> Result<(), TestCaseError> {
     let (s, device) = new_store(16 << 20, external_threshold);
+    let s = s.journaled(device.as_deref().map(|d| d as &dyn Journal));
     let mut m = Model {
         now: 1,
         ..Model::default()
@@ -440,7 +437,7 @@ fn run(cmds: Vec<Cmd>, external_threshold: Option<usize>) -> Result<(), TestCase
             }
             Cmd::Flush(delay) => {
                 let at = now + Time::from(delay);
-                s.flush_all_logged(now, at).expect("flush");
+                s.flush_all(now, at).expect("flush");
                 m.flush_at = Some(at);
                 m.tick();
                 if let Some(d) = &device {
@@ -449,7 +446,7 @@ fn run(cmds: Vec<Cmd>, external_threshold: Option<usize>) -> Result<(), TestCase
             }
             Cmd::Advance(secs) => m.now += Time::from(secs),
             Cmd::Reap(n) => {
-                s.reclaim_expired(now, usize::from(n) * 3);
+                s.store().reclaim_expired(now, usize::from(n) * 3);
             }
         }
     }
@@ -468,7 +465,7 @@ fn run(cmds: Vec<Cmd>, external_threshold: Option<usize>) -> Result<(), TestCase
         });
         prop_assert_eq!(got.as_ref(), m.items.get(&key(k)));
     }
-    let st = s.stats();
+    let st = s.store().stats();
     prop_assert_eq!(st.evictions, 0);
     prop_assert!(
         st.curr_items >= m.items.len() as u64,
@@ -505,6 +502,7 @@ fn small_cmd() -> impl Strategy<Value = SmallCmd> {
 
 fn run_small(cmds: Vec<SmallCmd>, external_threshold: Option<usize>) -> Result<(), TestCaseError> {
     let (s, device) = new_store(4 << 20, external_threshold);
+    let s = s.journaled(device.as_deref().map(|d| d as &dyn Journal));
     // With the device every value is found (RAM is only its cache).
     let complete = device.is_some();
     let mut latest: BTreeMap<u8, Vec<u8>> = BTreeMap::new();
@@ -562,7 +560,7 @@ fn run_small(cmds: Vec<SmallCmd>, external_threshold: Option<usize>) -> Result<(
                 }
             }
         }
-        let st = s.stats();
+        let st = s.store().stats();
         prop_assert!(
             st.segment_bytes + st.index_bytes <= st.limit_maxbytes,
             "over budget: {:?}",

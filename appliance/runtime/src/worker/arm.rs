@@ -6,7 +6,7 @@ impl<H: Handler> Worker<H> {
     pub(super) fn arm_tick(&mut self) {
         let entry = opcode::Timeout::new(&*self.tick as *const types::Timespec)
             .build()
-            .user_data(OP_TICK);
+            .user_data(Op::Tick.encode());
         self.pending.push(entry);
     }
 
@@ -17,7 +17,7 @@ impl<H: Handler> Worker<H> {
             8,
         )
         .build()
-        .user_data(OP_INBOX);
+        .user_data(Op::Inbox.encode());
         self.pending.push(entry);
     }
 
@@ -26,7 +26,7 @@ impl<H: Handler> Worker<H> {
         let entry = opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut())
             .flags(libc::SOCK_CLOEXEC)
             .build()
-            .user_data(user_data(index as u32, 0, OP_ACCEPT));
+            .user_data(Op::Accept { index: index as u32 }.encode());
         self.pending.push(entry);
         self.accept_armed[index] = true;
     }
@@ -59,7 +59,7 @@ impl<H: Handler> Worker<H> {
         };
         conn.recv_armed = true;
         self.pending
-            .push(entry.user_data(user_data(slot, generation, OP_RECV)));
+            .push(entry.user_data(Op::Recv { slot, generation }.encode()));
     }
 
     /// Sends the rest of `out`. When the connection will read next (`Flow::Continue`), the
@@ -80,7 +80,7 @@ impl<H: Handler> Worker<H> {
         let mut entry = opcode::Send::new(types::Fd(conn.fd.as_raw_fd()), rest.as_ptr(), len)
             .flags(libc::MSG_NOSIGNAL)
             .build()
-            .user_data(user_data(slot, generation, OP_SEND));
+            .user_data(Op::Send { slot, generation }.encode());
         if link_recv {
             entry = entry.flags(squeue::Flags::IO_LINK);
         }

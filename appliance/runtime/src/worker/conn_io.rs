@@ -19,7 +19,7 @@ impl<H: Handler> Worker<H> {
         let session = self.setup.handler.open(protocol, self.setup.index);
         let (slot, _) =
             self.conns
-                .insert(Conn::new(fd, protocol, session, self.now.mono_ms, own_buf));
+                .insert(Conn::new(fd, session, self.now.mono_ms, own_buf));
         self.setup.handler.conn_opened(self.setup.index);
         self.peak_conns = self.peak_conns.max(self.conns.live());
         self.arm_recv(slot);
@@ -49,6 +49,7 @@ impl<H: Handler> Worker<H> {
     /// still sends, within bounds, so the reply is not lost to a reset (see `linger.rs`).
     pub(super) fn linger(&mut self, slot: u32) {
         let now = self.now.mono_ms;
+        let generation = self.conns.generation(slot);
         let Some(conn) = self.conns.at_mut(slot) else {
             return;
         };
@@ -56,16 +57,23 @@ impl<H: Handler> Worker<H> {
         conn.linger = Some(Linger::start(now));
         conn.partial_since_ms = None;
         // The session is over: let it give back what it holds now, not when the socket closes.
-        self.setup.handler.session_closed(&mut conn.session);
+        let device = self.disk.as_ref().map(|d| d.for_conn(slot, generation));
+        self.setup
+            .handler
+            .session_closed(&mut conn.session, device.as_ref().map(|d| d as &dyn Device));
         if !conn.recv_armed {
             self.arm_recv(slot);
         }
     }
 
     pub(super) fn finish_close(&mut self, slot: u32) {
+        let generation = self.conns.generation(slot);
         if let Some(mut conn) = self.conns.remove(slot) {
             if conn.linger.is_none() {
-                self.setup.handler.session_closed(&mut conn.session);
+                let device = self.disk.as_ref().map(|d| d.for_conn(slot, generation));
+                self.setup
+                    .handler
+                    .session_closed(&mut conn.session, device.as_ref().map(|d| d as &dyn Device));
             }
             self.setup.handler.conn_closed(self.setup.index);
             self.forget_connection();
@@ -177,8 +185,8 @@ impl<H: Handler> Worker<H> {
                 return;
             }
             conn.after_send = flow;
-            if conn.gate != 0 {
-                return; // released by the flush that covers its records (on_disk)
+            if conn.awaits_device {
+                return; // released once its records are settled (on_disk)
             }
             if !conn.out.is_empty() {
                 self.arm_send(slot);
@@ -200,7 +208,7 @@ impl<H: Handler> Worker<H> {
                         &[],
                         self.now,
                     );
-                    if flow == Flow::Drain && conn.out.is_empty() && conn.gate == 0 {
+                    if flow == Flow::Drain && conn.out.is_empty() && !conn.awaits_device {
                         flow = Flow::Continue; // nothing to drain: a session bug must not spin the worker
                     }
                     self.note_partial(slot);
@@ -263,9 +271,9 @@ impl<H: Handler> Worker<H> {
 
 /// One call into a connection's session (new input, or none to resume after a drain).
 ///
-/// With a data device the call is bracketed: records the session stages are attributed to
-/// this connection, and if it staged any, the connection's output is held (`gate`) until the
-/// flush that covers them completes.
+/// With a data device the session gets the worker's log on behalf of this connection; if it
+/// then holds a reply until its records are settled, the connection waits (`awaits_device`)
+/// and [`Worker::on_disk`] resumes it.
 fn call_session<H: Handler>(
     handler: &H,
     disk: Option<&mut DiskWorker>,
@@ -274,12 +282,9 @@ fn call_session<H: Handler>(
     input: &[u8],
     now: Now,
 ) -> Flow {
-    if disk.is_some() {
-        DiskWorker::begin_call((slot, generation, conn.protocol));
-    }
-    let flow = handler.on_bytes(&mut conn.session, input, now, &mut conn.out);
-    if let Some(disk) = disk {
-        super::disk::hold(disk, conn, slot, generation);
-    }
+    let device = disk.as_deref().map(|d| d.for_conn(slot, generation));
+    let device = device.as_ref().map(|d| d as &dyn Device);
+    let flow = handler.on_bytes(&mut conn.session, input, now, device, &mut conn.out);
+    conn.awaits_device = device.is_some() && handler.awaits_durable(&conn.session);
     flow
 }

@@ -53,11 +53,11 @@ impl<H: Handler> Worker<H> {
     pub(super) fn begin_stop(&mut self) {
         self.stopping_deadline = Some(self.now.mono_ms + self.setup.limits.drain_deadline_ms);
         for i in 0..self.setup.listeners.len() {
-            let target = user_data(i as u32, 0, OP_ACCEPT);
+            let target = Op::Accept { index: i as u32 }.encode();
             self.pending.push(
                 opcode::AsyncCancel::new(target)
                     .build()
-                    .user_data(OP_CANCEL),
+                    .user_data(Op::Cancel.encode()),
             );
         }
         for slot in 0..self.conns.capacity_slots() as u32 {
@@ -67,7 +67,7 @@ impl<H: Handler> Worker<H> {
             // A lingering connection ends by itself well within the drain deadline.
             if !conn.send_armed
                 && conn.partial_since_ms.is_none()
-                && conn.gate == 0
+                && !conn.awaits_device
                 && conn.linger.is_none()
             {
                 self.close(slot);

@@ -2,7 +2,9 @@
 //! [`Shared`] in production, an in-memory map in the session's unit tests.
 
 use ringstore_proto::http::Status;
-use ringstore_store::{ItemRef, Journal, NewMeta, ReadOpts, Store, StoreError, Write};
+use ringstore_store::{ItemRef, Journal, Journaled, NewMeta, ReadOpts, Store, StoreError, Write};
+
+use crate::device::Device;
 
 use crate::memcache::expiry::{expiry, Expiry};
 use crate::{Now, Shared, WorkerStats};
@@ -83,54 +85,18 @@ pub trait Backend {
     fn put(&self, key: &[u8], value: &[u8], flags: u32, ttl: i64, now: Now) -> PutOutcome;
     /// Removes `key`; false when no live item had it.
     fn delete(&self, key: &[u8], now: Now) -> bool;
-    /// The data device's journal, when one is attached (responses to logged writes are noted).
-    fn journal(&self) -> Option<&dyn Journal> {
+    /// The worker's data device, when one is attached (large objects' chunks go through it).
+    fn device(&self) -> Option<&dyn Device> {
         None
     }
     /// Large objects: `None` without a data device (bodies over `item_size_max` get 413).
     fn large(&self) -> Option<LargeLimits> {
         None
     }
-    /// Large objects: a fresh object id.
-    fn new_object_id(&self) -> u64 {
-        0
-    }
-    /// Large objects: stage one chunk (durable once the runtime releases the connection).
-    fn stage_chunk(&self, object: u64, index: u32, bytes: &[u8]) -> bool {
-        let _ = (object, index, bytes);
-        false
-    }
-    /// Large objects: whether a staged chunk of `object` failed to reach the device.
-    fn object_failed(&self, object: u64) -> bool {
-        let _ = object;
-        false
-    }
-    /// Large objects: the upload of `object` ended without a manifest; chunks `0..chunks`
-    /// (those staged) are garbage.
-    fn abandon_object(&self, object: u64, chunks: u32) {
-        let _ = (object, chunks);
-    }
     /// Large objects: publish `manifest` under `key` (every chunk is durable).
     fn put_large(&self, key: &[u8], manifest: &[u8], flags: u32, ttl: i64, now: Now) -> PutOutcome {
         let _ = (key, manifest, flags, ttl, now);
         PutOutcome::TooLarge
-    }
-    /// Large objects: the verified bytes of one chunk, read from the device.
-    fn read_chunk(&self, object: u64, index: u32) -> Option<Vec<u8>> {
-        let _ = (object, index);
-        None
-    }
-    /// Large objects: bytes `start..end` of one chunk, read and verified piece by piece
-    /// (only the pieces covering the range).
-    fn read_chunk_range(
-        &self,
-        object: u64,
-        index: u32,
-        start: usize,
-        end: usize,
-    ) -> Option<Vec<u8>> {
-        let _ = (object, index, start, end);
-        None
     }
 }
 
@@ -146,10 +112,16 @@ pub struct StoreBackend<'a> {
     pub object_size_max: u64,
     /// Where request bodies are reserved.
     pub conn_memory: Option<&'a std::sync::Arc<crate::budget::ConnMemory>>,
+    /// The worker's data device, when one is attached.
+    pub device: Option<&'a dyn Device>,
 }
 
 impl<'a> StoreBackend<'a> {
-    pub fn of(shared: &'a Shared, worker: usize) -> StoreBackend<'a> {
+    pub fn of(
+        shared: &'a Shared,
+        worker: usize,
+        device: Option<&'a dyn Device>,
+    ) -> StoreBackend<'a> {
         StoreBackend {
             store: &shared.store,
             stats: Some(shared.stats(worker)),
@@ -157,7 +129,14 @@ impl<'a> StoreBackend<'a> {
             out_high_water: shared.config.out_high_water,
             object_size_max: shared.config.object_size_max,
             conn_memory: Some(&shared.conn_memory),
+            device,
         }
+    }
+
+    /// The store, with writes logged to the data device first.
+    fn logged(&self) -> Journaled<'a> {
+        self.store
+            .journaled(self.device.map(|d| d as &dyn Journal))
     }
 }
 
@@ -210,7 +189,7 @@ impl Backend for StoreBackend<'_> {
             touch: None,
             see_large: true,
         };
-        self.store
+        self.logged()
             .get(key, now.store, opts, |item| f(item.map(Object::from)))
     }
 
@@ -219,59 +198,23 @@ impl Backend for StoreBackend<'_> {
     }
 
     fn large(&self) -> Option<LargeLimits> {
-        let chunk_len = self.store.journal()?.chunk_len();
+        let chunk_len = self.device?.chunk_len();
         (chunk_len > 0 && self.object_size_max > self.item_size_max as u64).then_some(LargeLimits {
             object_size_max: self.object_size_max,
             chunk_len,
         })
     }
 
-    fn new_object_id(&self) -> u64 {
-        self.store.journal().map_or(0, |j| j.new_object_id())
-    }
-
-    fn stage_chunk(&self, object: u64, index: u32, bytes: &[u8]) -> bool {
-        self.store
-            .journal()
-            .is_some_and(|j| j.stage_chunk(object, index, bytes).is_ok())
-    }
-
-    fn object_failed(&self, object: u64) -> bool {
-        self.store.journal().is_none_or(|j| j.object_failed(object))
-    }
-
-    fn abandon_object(&self, object: u64, chunks: u32) {
-        if let Some(j) = self.store.journal() {
-            j.abandon_object(object, chunks);
-        }
+    fn device(&self) -> Option<&dyn Device> {
+        self.device
     }
 
     fn put_large(&self, key: &[u8], manifest: &[u8], flags: u32, ttl: i64, now: Now) -> PutOutcome {
         self.store_value(key, manifest, true, flags, ttl, now)
     }
 
-    fn read_chunk(&self, object: u64, index: u32) -> Option<Vec<u8>> {
-        self.store.backfill()?.read_chunk(object, index)
-    }
-
-    fn read_chunk_range(
-        &self,
-        object: u64,
-        index: u32,
-        start: usize,
-        end: usize,
-    ) -> Option<Vec<u8>> {
-        self.store
-            .backfill()?
-            .read_chunk_range(object, index, start, end)
-    }
-
-    fn journal(&self) -> Option<&dyn Journal> {
-        self.store.journal()
-    }
-
     fn delete(&self, key: &[u8], now: Now) -> bool {
-        let deleted = self.store.update(key, now.store, |current| match current {
+        let deleted = self.logged().update(key, now.store, |current| match current {
             Some(_) => (Write::Delete, true),
             None => (Write::Nothing, false),
         });
@@ -294,7 +237,7 @@ impl StoreBackend<'_> {
             Expiry::At(at) => Some(at),
             Expiry::Expired => None,
         };
-        let updated = self.store.update(key, now.store, |current| {
+        let updated = self.logged().update(key, now.store, |current| {
             let created = current.is_none();
             let write = match expires {
                 Some(exptime) => {

@@ -2,17 +2,27 @@
 //! body streamed back from it, each with at most about one chunk of the object in RAM.
 //!
 //! Order on the device (why a torn object is never served): the chunks are staged one after
-//! another, and the runtime holds the connection after each call that staged one until the
-//! flush covering it completed; the manifest, which is what makes the object visible, is
-//! staged only in a later call, after the last chunk is durable and none failed. A crash
-//! before the manifest is durable leaves only unreferenced chunks, which recovery drops.
+//! another, each a record with its own token; the session waits after each call that staged
+//! one until the runtime reported its tokens settled ([`crate::Session::on_durable`], which
+//! also says whether each was made durable); the manifest, which is what makes the object
+//! visible, is staged only in a later call, after the last chunk is durable and none failed.
+//! A crash before the manifest is durable leaves only unreferenced chunks, which recovery
+//! drops.
 
 use ringstore_durable::{Manifest, MANIFEST_HEAD_MAX};
 use ringstore_proto::http::{write_empty, ChunkError, ChunkedDecoder, ConnectionField, Status};
 
 use super::backend::{Backend, Event, LargeLimits};
 use super::{reply, HttpSession, PendingPut, State, Step};
+use crate::device::Device;
 use crate::Now;
+
+/// The upload `large` ended without a manifest: its staged chunks are garbage.
+fn abandon<B: Backend>(backend: &B, large: &LargePut) {
+    if let Some(device) = backend.device() {
+        device.abandon_object(large.object, large.next_index);
+    }
+}
 
 /// Body bytes a large PUT must move within each `--request-timeout` window (default 10 s,
 /// so at least 25.6 KiB/s): its chunks hold device space, so one that stalls is cut at the
@@ -41,18 +51,26 @@ pub(super) struct LargePut {
     committing: bool,
     /// Body bytes read in the current progress window (see [`LARGE_PUT_MIN_PROGRESS`]).
     window: u64,
+    /// The device's newest token when the upload began: later ones of this connection
+    /// settled while it runs are its chunks.
+    tokens_after: u64,
+    /// A chunk failed to reach the device: the PUT is answered 500 and nothing is published.
+    chunk_failed: bool,
 }
 
 impl LargePut {
+    /// A large PUT on `device` (the backend's, which every large upload has).
     pub(super) fn new(
         put: PendingPut,
-        object: u64,
+        device: &dyn Device,
         limits: LargeLimits,
         content_length: Option<u64>,
     ) -> LargePut {
         LargePut {
             put,
-            object,
+            object: device.new_object_id(),
+            tokens_after: device.staged(),
+            chunk_failed: false,
             limits,
             left: content_length,
             decoder: None,
@@ -62,6 +80,13 @@ impl LargePut {
             head: Vec::new(),
             committing: false,
             window: 0,
+        }
+    }
+
+    /// The runtime reported `token` failed (its write or flush did not reach the device).
+    pub(super) fn on_chunk_failed(&mut self, token: u64) {
+        if token > self.tokens_after {
+            self.chunk_failed = true;
         }
     }
 
@@ -80,12 +105,12 @@ impl LargePut {
 
 impl HttpSession {
     /// A chunked PUT body just grew past `item_size_max`: continue it as a large object.
-    pub(super) fn go_large_chunked<B: Backend>(&mut self, limits: LargeLimits, backend: &B) {
+    pub(super) fn go_large_chunked(&mut self, limits: LargeLimits, device: &dyn Device) {
         let State::PutChunked { put, decoder } = std::mem::replace(&mut self.state, State::Head)
         else {
             unreachable!("called in the PutChunked state")
         };
-        let mut large = LargePut::new(put, backend.new_object_id(), limits, None);
+        let mut large = LargePut::new(put, device, limits, None);
         large.received = self.chunked_body.len() as u64;
         large.buf = std::mem::take(&mut self.chunked_body);
         large.decoder = Some(decoder);
@@ -114,7 +139,7 @@ impl HttpSession {
                 match decoder.decode(avail, Some(&mut large.buf), large.limits.object_size_max) {
                     Ok(used) => (used, decoder.is_done()),
                     Err(e) => {
-                        backend.abandon_object(large.object, large.next_index);
+                        abandon(backend, large);
                         let status = match e {
                             ChunkError::TooLarge => Status::PayloadTooLarge,
                             ChunkError::Malformed => Status::BadRequest,
@@ -143,9 +168,13 @@ impl HttpSession {
             if large.next_index == 0 {
                 large.head = large.buf[..n.min(MANIFEST_HEAD_MAX)].to_vec();
             }
-            if !backend.stage_chunk(large.object, large.next_index, &large.buf[..n]) {
+            let accepted = backend.device().is_some_and(|d| {
+                d.stage_chunk(large.object, large.next_index, &large.buf[..n])
+                    .is_ok()
+            });
+            if !accepted {
                 // Device full (or refused): the rest of the body is not worth reading.
-                backend.abandon_object(large.object, large.next_index);
+                abandon(backend, large);
                 return self.fail(backend, out, Status::InsufficientStorage);
             }
             large.buf.drain(..n);
@@ -178,8 +207,8 @@ impl HttpSession {
             unreachable!("called in the PutLarge state")
         };
         let connection = large.put.connection;
-        let status = if backend.object_failed(large.object) {
-            backend.abandon_object(large.object, large.next_index);
+        let status = if large.chunk_failed {
+            abandon(backend, &large);
             write_empty(out, Status::InternalError, connection);
             Status::InternalError
         } else {
@@ -210,7 +239,7 @@ impl HttpSession {
     /// The connection is gone: an upload in progress will never get its manifest.
     pub fn on_close<B: Backend>(&mut self, backend: &B) {
         if let State::PutLarge(large) = &self.state {
-            backend.abandon_object(large.object, large.next_index);
+            abandon(backend, large);
         }
         self.state = State::Closed;
     }
@@ -247,11 +276,13 @@ impl HttpSession {
             // each verified by its own crc.
             let part = if stream.next == start && to == stop {
                 backend
-                    .read_chunk(m.object, index)
+                    .device()
+                    .and_then(|d| d.read_chunk(m.object, index))
                     .filter(|c| c.len() as u64 == stop - start)
             } else {
                 backend
-                    .read_chunk_range(m.object, index, from, upto)
+                    .device()
+                    .and_then(|d| d.read_chunk_range(m.object, index, from, upto))
                     .filter(|c| c.len() == upto - from)
             };
             let Some(part) = part else {

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashSet};
 use ringstore_durable::Manifest;
 
 use super::*;
+use crate::device::Device as DeviceApi;
 
 const CHUNK: usize = 1000;
 const ITEM_MAX: usize = 100;
@@ -33,6 +34,10 @@ struct Device {
     lose_chunk: Cell<Option<u32>>,
     abandoned: RefCell<Vec<(u64, u32)>>,
     out_high_water: usize,
+    /// The object of each staged chunk, by token - 1.
+    token_objects: RefCell<Vec<u64>>,
+    /// Tokens reported settled so far.
+    settled: Cell<u64>,
     /// Whole-chunk reads and range reads made.
     whole_reads: Cell<usize>,
     range_reads: Cell<usize>,
@@ -66,28 +71,8 @@ impl Backend for Device {
             chunk_len: CHUNK,
         })
     }
-    fn new_object_id(&self) -> u64 {
-        self.next_id.set(self.next_id.get() + 1);
-        self.next_id.get()
-    }
-    fn stage_chunk(&self, object: u64, index: u32, bytes: &[u8]) -> bool {
-        assert!(bytes.len() <= CHUNK && !bytes.is_empty());
-        if self.refuse_chunk.get() == Some(index) {
-            return false;
-        }
-        self.staged_in_call.set(self.staged_in_call.get() + 1);
-        let fresh = self
-            .chunks
-            .borrow_mut()
-            .insert((object, index), (bytes.to_vec(), self.call.get()));
-        assert!(fresh.is_none(), "chunk {index} staged twice");
-        true
-    }
-    fn object_failed(&self, object: u64) -> bool {
-        self.fail_objects.borrow_mut().remove(&object)
-    }
-    fn abandon_object(&self, object: u64, chunks: u32) {
-        self.abandoned.borrow_mut().push((object, chunks));
+    fn device(&self) -> Option<&dyn DeviceApi> {
+        Some(self)
     }
     fn put_large(&self, key: &[u8], manifest: &[u8], _: u32, _: i64, _: Now) -> PutOutcome {
         let m = Manifest::decode(manifest).expect("a valid manifest");
@@ -101,6 +86,47 @@ impl Backend for Device {
         }
         drop(chunks);
         self.store(key, manifest, true)
+    }
+}
+
+impl ringstore_store::Journal for Device {
+    fn record(&self, _: ringstore_store::Mutation<'_>) -> Result<(), ringstore_store::StoreError> {
+        Ok(()) // small values go through `Backend::put`, which this keyspace models directly
+    }
+}
+
+impl DeviceApi for Device {
+    fn staged(&self) -> u64 {
+        self.token_objects.borrow().len() as u64
+    }
+    fn chunk_len(&self) -> usize {
+        CHUNK
+    }
+    fn new_object_id(&self) -> u64 {
+        self.next_id.set(self.next_id.get() + 1);
+        self.next_id.get()
+    }
+    fn stage_chunk(
+        &self,
+        object: u64,
+        index: u32,
+        bytes: &[u8],
+    ) -> Result<(), ringstore_store::StoreError> {
+        assert!(bytes.len() <= CHUNK && !bytes.is_empty());
+        if self.refuse_chunk.get() == Some(index) {
+            return Err(ringstore_store::StoreError::OutOfMemory);
+        }
+        self.staged_in_call.set(self.staged_in_call.get() + 1);
+        let fresh = self
+            .chunks
+            .borrow_mut()
+            .insert((object, index), (bytes.to_vec(), self.call.get()));
+        assert!(fresh.is_none(), "chunk {index} staged twice");
+        self.token_objects.borrow_mut().push(object);
+        Ok(())
+    }
+    fn abandon_object(&self, object: u64, chunks: u32) {
+        self.abandoned.borrow_mut().push((object, chunks));
     }
     fn read_chunk(&self, object: u64, index: u32) -> Option<Vec<u8>> {
         self.whole_reads.set(self.whole_reads.get() + 1);
@@ -129,6 +155,7 @@ impl Backend for Device {
         assert!(start < end, "an empty range is never asked for");
         bytes.get(start..end).map(<[u8]>::to_vec)
     }
+    fn stats(&self, _: &mut dyn FnMut(&'static str, u64)) {}
 }
 
 impl Device {
@@ -152,13 +179,22 @@ impl Device {
         }
     }
 
-    /// One session call, as the runtime makes it.
+    /// One session call, as the runtime makes it, and then the flush that settles what it
+    /// staged (a chunk of an object in `fail_objects` fails).
     fn call(&self, session: &mut HttpSession, input: &[u8], out: &mut Vec<u8>) -> Flow {
         self.call.set(self.call.get() + 1);
         self.staged_in_call.set(0);
         let flow = session.on_bytes_with(input, NOW, self, out);
         self.max_staged_in_call
             .set(self.max_staged_in_call.get().max(self.staged_in_call.get()));
+        while self.settled.get() < self.staged() {
+            let token = self.settled.get() + 1;
+            self.settled.set(token);
+            let object = self.token_objects.borrow()[token as usize - 1];
+            let ok = !self.fail_objects.borrow().contains(&object);
+            session.on_durable(token, ok, out);
+        }
+        assert!(!session.awaits_durable(), "every token is settled");
         flow
     }
 

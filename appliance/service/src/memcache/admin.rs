@@ -8,10 +8,7 @@ use super::storage::store_error;
 use super::Ctx;
 
 pub(crate) fn delete(ctx: &Ctx<'_>, out: &mut Vec<u8>, key: &[u8], noreply: bool) {
-    let deleted = ctx
-        .shared
-        .store
-        .update(key, ctx.now.store, |item| match item {
+    let deleted = ctx.store().update(key, ctx.now.store, |item| match item {
             Some(_) => (Write::Delete, true),
             None => (Write::Nothing, false),
         })
@@ -28,7 +25,7 @@ pub(crate) fn delete(ctx: &Ctx<'_>, out: &mut Vec<u8>, key: &[u8], noreply: bool
 }
 
 pub(crate) fn touch(ctx: &Ctx<'_>, out: &mut Vec<u8>, key: &[u8], exptime: i32, noreply: bool) {
-    let store = &ctx.shared.store;
+    let store = ctx.store();
     let now = ctx.now.store;
     let done = match expiry(i64::from(exptime), ctx.now) {
         Expiry::At(t) => store.try_get(
@@ -77,7 +74,7 @@ pub(crate) fn flush_all(ctx: &Ctx<'_>, out: &mut Vec<u8>, delay: i32, noreply: b
     } else {
         now
     };
-    match ctx.shared.store.flush_all_logged(now, at) {
+    match ctx.store().flush_all(now, at) {
         Ok(()) if !noreply => reply::line(out, "OK"),
         Ok(()) => {}
         Err(_) => reply::line(out, "SERVER_ERROR cannot log flush_all to the data device"),

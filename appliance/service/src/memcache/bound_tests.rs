@@ -42,7 +42,7 @@ fn set(shared: &Shared, key: &str, value: &[u8]) {
     let mut input = format!("set {key} 0 0 {}\r\n", value.len()).into_bytes();
     input.extend_from_slice(value);
     input.extend_from_slice(b"\r\n");
-    assert_eq!(s.on_bytes(&input, NOW, shared, &mut out), Flow::Continue);
+    assert_eq!(s.on_bytes(&input, NOW, shared, None, &mut out), Flow::Continue);
     assert_eq!(out, b"STORED\r\n");
 }
 
@@ -53,7 +53,7 @@ fn drain_all(shared: &Shared, s: &mut Session, input: &[u8]) -> (Vec<u8>, usize)
     let mut out = Vec::new();
     let mut sent = Vec::new();
     let mut most = 0;
-    let mut flow = s.on_bytes(input, NOW, shared, &mut out);
+    let mut flow = s.on_bytes(input, NOW, shared, None, &mut out);
     loop {
         most = most.max(out.len());
         sent.append(&mut out);
@@ -61,7 +61,7 @@ fn drain_all(shared: &Shared, s: &mut Session, input: &[u8]) -> (Vec<u8>, usize)
         if flow != Flow::Drain {
             return (sent, most);
         }
-        flow = s.on_bytes(&[], NOW, shared, &mut out);
+        flow = s.on_bytes(&[], NOW, shared, None, &mut out);
     }
 }
 
@@ -121,7 +121,7 @@ fn a_paused_get_resumes_in_order_with_pipelined_requests_behind_it() {
     }
     let mut whole = Vec::new();
     let mut s2 = Session::new(Protocol::Memcache, 0);
-    assert_eq!(s2.on_bytes(line, NOW, &roomy, &mut whole), Flow::Continue);
+    assert_eq!(s2.on_bytes(line, NOW, &roomy, None, &mut whole), Flow::Continue);
     assert!(paused == whole, "a paused get changed the reply");
     // Fed a byte at a time, with drains in between, it is still the same.
     let mut s3 = Session::new(Protocol::Memcache, 0);
@@ -144,7 +144,7 @@ fn a_value_that_does_not_fit_the_budget_is_refused_before_it_is_read_and_swallow
     let mut outs = vec![Vec::new(); 3];
     for (s, out) in sessions.iter_mut().zip(outs.iter_mut()) {
         assert_eq!(
-            s.on_bytes(header.as_bytes(), NOW, &shared, out),
+            s.on_bytes(header.as_bytes(), NOW, &shared, None, out),
             Flow::Continue
         );
     }
@@ -160,14 +160,14 @@ fn a_value_that_does_not_fit_the_budget_is_refused_before_it_is_read_and_swallow
     rest.extend_from_slice(b"\r\nversion\r\n");
     let mut out = Vec::new();
     assert_eq!(
-        sessions[2].on_bytes(&rest, NOW, &shared, &mut out),
+        sessions[2].on_bytes(&rest, NOW, &shared, None, &mut out),
         Flow::Continue
     );
     assert_eq!(out, b"VERSION 1.6.18\r\n");
     // An accepted one completes and gives its reservation back.
     out.clear();
     assert_eq!(
-        sessions[0].on_bytes(&rest, NOW, &shared, &mut out),
+        sessions[0].on_bytes(&rest, NOW, &shared, None, &mut out),
         Flow::Continue
     );
     assert_eq!(out, b"STORED\r\nVERSION 1.6.18\r\n");
@@ -188,7 +188,7 @@ fn a_set_refused_for_room_removes_the_old_value_as_memcached_does() {
     let mut hog = Session::new(Protocol::Memcache, 0);
     let mut out = Vec::new();
     assert_eq!(
-        hog.on_bytes(b"set h 0 0 500000\r\n", NOW, &shared, &mut out),
+        hog.on_bytes(b"set h 0 0 500000\r\n", NOW, &shared, None, &mut out),
         Flow::Continue
     );
     assert!(out.is_empty());
@@ -211,7 +211,7 @@ fn a_get_line_growing_without_room_is_answered_and_closed() {
     let mut hog = Session::new(Protocol::Memcache, 0);
     let mut out = Vec::new();
     assert_eq!(
-        hog.on_bytes(b"set h 0 0 500000\r\n", NOW, &shared, &mut out),
+        hog.on_bytes(b"set h 0 0 500000\r\n", NOW, &shared, None, &mut out),
         Flow::Continue
     );
     let mut line = b"get".to_vec();
@@ -221,7 +221,7 @@ fn a_get_line_growing_without_room_is_answered_and_closed() {
     let mut s = Session::new(Protocol::Memcache, 0);
     let mut flow = Flow::Continue;
     for piece in line.chunks(16 << 10) {
-        flow = s.on_bytes(piece, NOW, &shared, &mut out);
+        flow = s.on_bytes(piece, NOW, &shared, None, &mut out);
         if flow == Flow::Close {
             break;
         }
@@ -240,7 +240,7 @@ fn a_get_whose_values_do_not_fit_the_budget_ends_with_memcacheds_error() {
     let mut hog = Session::new(Protocol::Memcache, 0);
     let mut out = Vec::new();
     assert_eq!(
-        hog.on_bytes(b"set h 0 0 500000\r\n", NOW, &shared, &mut out),
+        hog.on_bytes(b"set h 0 0 500000\r\n", NOW, &shared, None, &mut out),
         Flow::Continue
     );
     let mut s = Session::new(Protocol::Memcache, 0);

@@ -39,7 +39,7 @@ pub(crate) fn get(
     g: GetRequest<'_>,
     cursor: usize,
 ) -> Progress {
-    let store = &ctx.shared.store;
+    let store = ctx.store();
     let budget = &ctx.shared.conn_memory;
     let high_water = ctx.shared.config.out_high_water;
     let now = ctx.now.store;

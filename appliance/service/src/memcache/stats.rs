@@ -106,9 +106,9 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
         reply::push_u64(out, *cpu as u64);
     }
     out.extend_from_slice(b"\r\n");
-    if let Some(journal) = shared.store.journal() {
+    if let Some(device) = ctx.device {
         // With a data device: space held by large uploads in progress, damaged records read.
-        journal.device_stats(&mut |name, value| stat(out, name, value));
+        device.stats(&mut |name, value| stat(out, name, value));
     }
     stat(out, "hugepage_bytes", store.hugepage_bytes);
     stat(out, "arena_bytes", store.arena_bytes);

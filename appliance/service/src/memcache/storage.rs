@@ -33,10 +33,7 @@ pub(crate) fn put<'v>(value: &'v [u8], flags: u32, exp: Expiry, cas: Option<u64>
 pub(crate) fn store(ctx: &Ctx<'_>, out: &mut Vec<u8>, s: &StoreRequest<'_>) {
     ctx.stats.cmd_set.inc();
     let exp = expiry(i64::from(s.exptime), ctx.now);
-    let result = ctx
-        .shared
-        .store
-        .update(s.key, ctx.now.store, |item| match (s.kind, item) {
+    let result = ctx.store().update(s.key, ctx.now.store, |item| match (s.kind, item) {
             (StoreKind::Set, _) => (put(s.data, s.flags, exp, None), Outcome::Stored),
             (StoreKind::Add, Some(_)) | (StoreKind::Replace, None) => {
                 (Write::Nothing, Outcome::NotStored)
@@ -123,7 +120,7 @@ pub(crate) fn refuse_value(
 ) {
     ctx.stats.cmd_set.inc();
     if remove_old {
-        let _ = ctx.shared.store.update(key, ctx.now.store, |item| {
+        let _ = ctx.store().update(key, ctx.now.store, |item| {
             (
                 if item.is_some() {
                     Write::Delete

@@ -51,9 +51,9 @@ fn feed(shared: &Shared, chunks: &[&[u8]]) -> (Vec<u8>, Flow) {
     let mut out = Vec::new();
     let mut flow = Flow::Continue;
     for c in chunks {
-        flow = s.on_bytes(c, NOW, shared, &mut out);
+        flow = s.on_bytes(c, NOW, shared, None, &mut out);
         while flow == Flow::Drain {
-            flow = s.on_bytes(&[], NOW, shared, &mut out);
+            flow = s.on_bytes(&[], NOW, shared, None, &mut out);
         }
         if flow == Flow::Close {
             break;
@@ -531,9 +531,9 @@ fn overlong_lines() {
     let shared = shared();
     let mut s = Session::new(Protocol::Memcache, 0);
     let mut out = Vec::new();
-    assert_eq!(s.on_bytes(&get, NOW, &shared, &mut out), Flow::Continue);
+    assert_eq!(s.on_bytes(&get, NOW, &shared, None, &mut out), Flow::Continue);
     assert!(s.has_partial_request());
-    assert_eq!(s.on_bytes(b"\r\n", NOW, &shared, &mut out), Flow::Continue);
+    assert_eq!(s.on_bytes(b"\r\n", NOW, &shared, None, &mut out), Flow::Continue);
     assert_eq!(out, b"END\r\n");
     assert!(!s.has_partial_request());
     // ... up to the hard bound, then it is refused and the connection closed.
@@ -575,14 +575,14 @@ fn backpressure_drains_and_keeps_order() {
     }
     let mut s = Session::new(Protocol::Memcache, 0);
     let mut out = Vec::new();
-    let mut flow = s.on_bytes(&input, NOW, &shared, &mut out);
+    let mut flow = s.on_bytes(&input, NOW, &shared, None, &mut out);
     let mut sent = Vec::new();
     let mut drains = 0;
     while flow == Flow::Drain {
         drains += 1;
         assert!(s.has_partial_request());
         sent.append(&mut out); // the runtime sends and empties the buffer
-        flow = s.on_bytes(&[], NOW, &shared, &mut out);
+        flow = s.on_bytes(&[], NOW, &shared, None, &mut out);
     }
     sent.append(&mut out);
     assert!(drains >= 2, "drained {drains} times");
@@ -701,41 +701,124 @@ mod split_proptest {
     }
 }
 
-/// A journal that accepts until `refuse` is set, then refuses like a full data device.
+/// A data device for session tests: each record gets the next token; while `refuse` is set
+/// it refuses like a full device.
 #[derive(Default)]
-struct FullDevice {
+struct TestDevice {
     refuse: std::sync::atomic::AtomicBool,
+    staged: std::sync::atomic::AtomicU64,
 }
 
-impl ringstore_store::Journal for FullDevice {
+impl ringstore_store::Journal for TestDevice {
     fn record(&self, _: ringstore_store::Mutation<'_>) -> Result<(), ringstore_store::StoreError> {
         if self.refuse.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(ringstore_store::StoreError::OutOfMemory);
         }
+        self.staged.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
+}
+
+impl crate::Device for TestDevice {
     fn staged(&self) -> u64 {
+        self.staged.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    fn chunk_len(&self) -> usize {
         0
     }
-    fn reply_span(&self, _: u64, _: usize, _: usize) {}
+    fn new_object_id(&self) -> u64 {
+        0
+    }
+    fn stage_chunk(&self, _: u64, _: u32, _: &[u8]) -> Result<(), ringstore_store::StoreError> {
+        Err(ringstore_store::StoreError::OutOfMemory)
+    }
+    fn abandon_object(&self, _: u64, _: u32) {}
+    fn read_chunk(&self, _: u64, _: u32) -> Option<Vec<u8>> {
+        None
+    }
+    fn read_chunk_range(&self, _: u64, _: u32, _: usize, _: usize) -> Option<Vec<u8>> {
+        None
+    }
+    fn stats(&self, _: &mut dyn FnMut(&'static str, u64)) {}
+}
+
+/// [`feed`] with a data device: after each call every staged token is settled, as failed
+/// when it is in `fail`.
+fn feed_device(
+    shared: &Shared,
+    device: &TestDevice,
+    fail: &[u64],
+    chunks: &[&[u8]],
+) -> (Vec<u8>, Flow) {
+    use crate::Device;
+    let mut s = Session::new(Protocol::Memcache, 0);
+    let mut out = Vec::new();
+    let mut flow = Flow::Continue;
+    let mut settled = device.staged();
+    for c in chunks {
+        flow = s.on_bytes(c, NOW, shared, Some(device), &mut out);
+        loop {
+            while settled < device.staged() {
+                settled += 1;
+                s.on_durable(settled, !fail.contains(&settled), shared, &mut out);
+            }
+            assert!(!s.awaits_durable(), "every token is settled");
+            if flow != Flow::Drain {
+                break;
+            }
+            flow = s.on_bytes(&[], NOW, shared, Some(device), &mut out);
+        }
+        if flow == Flow::Close {
+            break;
+        }
+    }
+    (out, flow)
+}
+
+#[test]
+fn a_reply_waits_for_its_records_and_a_failed_one_is_the_error_in_its_place() {
+    use crate::Device;
+    let shared = shared();
+    let device = TestDevice::default();
+    let mut s = Session::new(Protocol::Memcache, 0);
+    let mut out = Vec::new();
+    let input = b"get a\r\nset a 0 0 1\r\nx\r\nget a\r\nset b 0 0 1 noreply\r\ny\r\nset c 0 0 1\r\nz\r\nget zz\r\n";
+    assert_eq!(s.on_bytes(input, NOW, &shared, Some(&device), &mut out), Flow::Continue);
+    assert_eq!(out, b"END\r\n", "everything after the first set waits for token 1");
+    assert!(s.awaits_durable());
+    assert_eq!(device.staged(), 3);
+    s.on_durable(1, true, &shared, &mut out);
+    assert_eq!(out, b"END\r\nSTORED\r\nVALUE a 0 1\r\nx\r\nEND\r\n");
+    s.on_durable(2, false, &shared, &mut out);
+    assert_eq!(out.len(), 34, "a failed noreply set answers nothing; c still waits");
+    s.on_durable(3, false, &shared, &mut out);
+    assert_eq!(
+        String::from_utf8_lossy(&out[34..]),
+        "SERVER_ERROR data device write failed\r\nEND\r\n"
+    );
+    assert!(!s.awaits_durable());
 }
 
 #[test]
 fn refused_touches_answer_the_error_and_change_nothing() {
     let shared = shared();
-    let journal = Arc::new(FullDevice::default());
-    shared.store.attach_journal(journal.clone());
-    let (out, _) = feed(
+    let device = TestDevice::default();
+    shared.store.require_journal();
+    let (out, _) = feed_device(
         &shared,
+        &device,
+        &[],
         &[b"set a 0 0 1\r\nx\r\nset b 0 0 1\r\ny\r\nmg b T0\r\n"],
     );
     assert_eq!(out, b"STORED\r\nSTORED\r\nHD\r\n");
-    journal
+    device
         .refuse
         .store(true, std::sync::atomic::Ordering::Relaxed);
     let oom = "SERVER_ERROR out of memory storing object\r\n";
-    let (out, _) = feed(
+    let (out, _) = feed_device(
         &shared,
+        &device,
+        &[],
         &[b"touch a 10\r\ngat 10 a\r\ngats 10 zz a\r\ngat -1 a\r\ntouch a -1\r\nmg a T10 v\r\nmg a T10 q\r\nmg b T10 N30 v\r\ntouch a 10 noreply\r\ntouch zz 10\r\nget a\r\nmg a t v\r\n"],
     );
     let expected = format!(

@@ -3,19 +3,16 @@
 use super::*;
 
 impl Store {
-    /// Looks `key` up and calls `f` with the live item (expired and flushed items are `None`)
-    /// while the shard lock is held: `f` must be short (copy the value out).
-    ///
-    /// A touch the journal refuses is dropped and the read still answers; a caller that
-    /// reports the touch (memcache touch, gat, mg T) uses [`Store::try_get`] instead.
-    pub fn get<R>(
+    /// [`Journaled::get`] with the journal passed in.
+    pub(crate) fn get_logged<R>(
         &self,
         key: &[u8],
         now: Time,
         opts: ReadOpts,
+        journal: Option<&dyn Journal>,
         f: impl FnOnce(Option<ItemRef<'_>>) -> R,
     ) -> R {
-        match self.read(key, now, opts, f) {
+        match self.read(key, now, opts, journal, f) {
             Ok(r) => r,
             Err((_, f)) => {
                 let untouched = ReadOpts {
@@ -23,22 +20,22 @@ impl Store {
                     ..opts
                 };
                 // Without a touch nothing is journaled, so this read cannot be refused.
-                self.read(key, now, untouched, f)
+                self.read(key, now, untouched, None, f)
                     .unwrap_or_else(|(_, f)| f(None))
             }
         }
     }
 
-    /// [`Store::get`], except that a touch the journal refuses refuses the whole read: the
-    /// error is returned, `f` is not called and RAM is unchanged.
-    pub fn try_get<R>(
+    /// [`Journaled::try_get`] with the journal passed in.
+    pub(crate) fn try_get_logged<R>(
         &self,
         key: &[u8],
         now: Time,
         opts: ReadOpts,
+        journal: Option<&dyn Journal>,
         f: impl FnOnce(Option<ItemRef<'_>>) -> R,
     ) -> Result<R, StoreError> {
-        self.read(key, now, opts, f).map_err(|(e, _)| e)
+        self.read(key, now, opts, journal, f).map_err(|(e, _)| e)
     }
 
     /// The read behind `get` and `try_get`; a refused touch hands `f` back uncalled.
@@ -47,6 +44,7 @@ impl Store {
         key: &[u8],
         now: Time,
         opts: ReadOpts,
+        journal: Option<&dyn Journal>,
         f: F,
     ) -> Result<R, (StoreError, F)> {
         let hash = self.shared.hasher.hash_one(key);
@@ -60,7 +58,10 @@ impl Store {
             return Ok(f(None));
         }
         let mut shown = h;
-        if let (Some(t), Some(journal)) = (opts.touch, self.journal.get()) {
+        if opts.touch.is_some() && journal.is_none() && self.journal_required() {
+            return Err((StoreError::OutOfMemory, f)); // a touch that cannot be logged
+        }
+        if let (Some(t), Some(journal)) = (opts.touch, journal) {
             let (_, _, value) = found.view(&shard);
             let touched = Mutation::Put {
                 key,

@@ -3,19 +3,15 @@
 use super::*;
 
 impl Store {
-    /// Read-decide-write under the shard lock: `f` sees the live item (or `None`) and returns
-    /// the write to perform and a result for the caller.
-    ///
-    /// `Append`/`Prepend`/`Meta` on an absent item do nothing (`cas: None`): the store never
-    /// creates an item from them. `Append`/`Prepend` write the item with the given `meta`.
-    /// A `TooLarge` write leaves any existing item as it was (memcached unlinks it on a
-    /// too-large `set`; do that with a separate `Delete` if wanted).
-    pub fn update<'v, R>(
+    /// [`Journaled::update`] with the journal passed in.
+    pub(crate) fn update_logged<'v, R>(
         &self,
         key: &[u8],
         now: Time,
+        journal: Option<&dyn Journal>,
         f: impl FnOnce(Option<ItemRef<'_>>) -> (Write<'v>, R),
     ) -> Result<Updated<R>, StoreError> {
+        let journal = self.journal_for_write(journal)?;
         let hash = self.shared.hasher.hash_one(key);
         let mut shard = self.lock(hash, now);
         let found = if key.len() <= KEY_LEN_MAX {
@@ -33,18 +29,18 @@ impl Store {
         let cas = match write {
             Write::Nothing => None,
             Write::Put { value, meta } => {
-                Some(self.put(&mut shard, hash, key, value, meta, now, false)?)
+                Some(self.put(&mut shard, hash, key, value, meta, now, false, journal)?)
             }
             Write::PutLarge { manifest, meta } => {
-                if self.journal.get().is_none() {
+                if journal.is_none() {
                     return Err(StoreError::TooLarge); // no device to hold the rest
                 }
-                Some(self.put(&mut shard, hash, key, manifest, meta, now, true)?)
+                Some(self.put(&mut shard, hash, key, manifest, meta, now, true, journal)?)
             }
             Write::PutNumber { value, meta } => {
                 let mut buf = [0u8; 20];
                 let digits = decimal(value, &mut buf);
-                Some(self.put(&mut shard, hash, key, digits, meta, now, false)?)
+                Some(self.put(&mut shard, hash, key, digits, meta, now, false, journal)?)
             }
             Write::Append {
                 suffix: extra,
@@ -71,7 +67,7 @@ impl Store {
                         joined.extend_from_slice(extra);
                         joined.extend_from_slice(old);
                     }
-                    Some(self.put(&mut shard, hash, key, &joined, meta, now, false)?)
+                    Some(self.put(&mut shard, hash, key, &joined, meta, now, false, journal)?)
                 }
             },
             Write::Meta {
@@ -92,7 +88,7 @@ impl Store {
                         bits |= item::WIN;
                     }
                     let cas = if new_cas { self.next_cas() } else { h.cas };
-                    if let Some(journal) = self.journal.get() {
+                    if let Some(journal) = journal {
                         journal.record(Mutation::Put {
                             key,
                             value,
@@ -111,7 +107,7 @@ impl Store {
             },
             Write::Delete => {
                 if let Some(found) = found {
-                    if let Some(journal) = self.journal.get() {
+                    if let Some(journal) = journal {
                         journal.record(Mutation::Delete { key })?;
                     }
                     shard.delete(&self.shared, hash, found.loc);
@@ -132,12 +128,12 @@ impl Store {
         meta: NewMeta,
         now: Time,
         large: bool,
+        journal: Option<&dyn Journal>,
     ) -> Result<u64, StoreError> {
         if value.len() > self.config.item_size_max || key.len() > KEY_LEN_MAX {
             return Err(StoreError::TooLarge);
         }
         let cas = meta.cas.unwrap_or_else(|| self.next_cas());
-        let journal = self.journal.get();
         if let Some(journal) = journal {
             journal.record(Mutation::Put {
                 key,

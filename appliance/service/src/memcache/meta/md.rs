@@ -7,10 +7,7 @@ pub(crate) fn md(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaDelete<'_>) {
     let key = m.key.bytes(&mut kb);
     let f = &m.flags;
     let ttl = flag_expiry(f.ttl, ctx);
-    let result = ctx
-        .shared
-        .store
-        .update(key, ctx.now.store, |item| match item {
+    let result = ctx.store().update(key, ctx.now.store, |item| match item {
             None => (Write::Nothing, &b"NF"[..]),
             Some(it) if f.cas.is_some_and(|c| c != it.cas) => (Write::Nothing, &b"EX"[..]),
             Some(it) if f.invalidate => {

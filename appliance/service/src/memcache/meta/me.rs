@@ -9,7 +9,7 @@ pub(crate) fn me(ctx: &Ctx<'_>, out: &mut Vec<u8>, mkey: &MetaKey<'_>) {
     let mut kb = KeyBuf::default();
     let key = mkey.bytes(&mut kb);
     let now = ctx.now.store;
-    let found = ctx.shared.store.get(key, now, ReadOpts::default(), |item| {
+    let found = ctx.store().get(key, now, ReadOpts::default(), |item| {
         let Some(it) = item else { return false };
         out.extend_from_slice(b"ME ");
         if mkey.is_binary() {

@@ -77,7 +77,7 @@ pub(crate) fn mg(ctx: &Ctx<'_>, out: &mut Vec<u8>, out_hold: &mut Hold, m: &Meta
     let key = m.key.bytes(&mut kb);
     let f = &m.flags;
     let ttl = flag_expiry(f.ttl, ctx);
-    let store = &ctx.shared.store;
+    let store = ctx.store();
     let now = ctx.now.store;
     let start = out.len();
     let mut got = Got::NeedsWrite;
@@ -139,7 +139,7 @@ fn mg_decide(
     ttl: Option<Expiry>,
 ) -> Got {
     let f = &m.flags;
-    let store = &ctx.shared.store;
+    let store = ctx.store();
     let now = ctx.now.store;
     let start = out.len();
     let vivify = flag_expiry(f.vivify, ctx);
