@@ -8,7 +8,7 @@ use crate::device::BlockDevice;
 use crate::error::DurableError;
 use crate::group_commit::{Action, Completion, Limits};
 use crate::index::Index;
-use crate::record::{decode, RecordKind, RecordMeta};
+use crate::record::{RecordKind, RecordMeta};
 use crate::recovery::{scan_all, Damage};
 use crate::region::{Purpose, RegionLog, SegState, Staged};
 use crate::superblock::{probe, round_up, Geometry, Probe, Superblock, PROBE_LEN, SUPERBLOCK_LEN};
@@ -320,13 +320,7 @@ impl<D: BlockDevice> Durable<D> {
 
     /// Queue a delete of `key` (a tombstone record). Acked like [`Durable::set`].
     pub fn delete(&mut self, region: usize, key: &[u8], token: u64) -> Result<u64, DurableError> {
-        let meta = RecordMeta {
-            kind: RecordKind::Tombstone,
-            flags: 0,
-            exptime: 0,
-            cas: 0,
-            seq: self.next_seq,
-        };
+        let meta = RecordMeta::bare(RecordKind::Tombstone, self.next_seq);
         self.stage(region, key, &[], meta, token)
     }
 
@@ -423,29 +417,10 @@ impl<D: BlockDevice> Durable<D> {
     /// Read `key` back from the device, verifying its checksum. Tombstones read as `None`.
     /// Expiry is the caller's business (`exptime` is returned).
     pub fn get(&self, key: &[u8]) -> Result<Option<Item>, DurableError> {
-        let Some(e) = self.index.get(key) else {
-            return Ok(None);
-        };
-        if !e.meta.kind.has_value() {
-            return Ok(None);
+        match self.index.get(key) {
+            Some(e) => crate::readback::read_entry(&self.dev, &self.sb.geometry, key, e),
+            None => Ok(None),
         }
-        let offset =
-            self.sb.geometry.segment_offset(e.loc.region, e.loc.segment) + u64::from(e.loc.offset);
-        let mut buf = vec![0u8; e.loc.len as usize];
-        self.dev
-            .read_at(offset, &mut buf)
-            .map_err(|err| DurableError::io(offset, &err))?;
-        let rec = decode(&buf, e.seed)
-            .filter(|r| r.key == key && r.meta == e.meta)
-            .ok_or(DurableError::Corrupt { offset })?;
-        Ok(Some(Item {
-            flags: rec.meta.flags,
-            exptime: rec.meta.exptime,
-            cas: rec.meta.cas,
-            seq: rec.meta.seq,
-            value: rec.value.to_vec(),
-            large: rec.meta.kind == RecordKind::Manifest,
-        }))
     }
 
     /// Flush everything and write a checkpoint so the next open skips the scan. Returns the

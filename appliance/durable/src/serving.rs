@@ -29,7 +29,8 @@ use crate::large::{
     chunk_data, chunk_data_len, chunk_header_matches, chunk_key, encode_chunk_value,
     parse_chunk_key, piece_table_len, Manifest, CHUNK_KEY_LEN, PIECE_LEN,
 };
-use crate::record::{decode, encoded_len, RecordKind, RecordMeta, RecordView, HEADER_LEN};
+use crate::readback::{read_entry, record_offset, verify};
+use crate::record::{encoded_len, RecordKind, RecordMeta, RecordView, HEADER_LEN};
 use crate::region::{Purpose, RegionLog, Staged, COMPACTION_RESERVE, DELETE_RESERVE};
 use crate::superblock::le32;
 use crate::superblock::Superblock;
@@ -340,22 +341,8 @@ impl<D: BlockDevice> Serving<D> {
     ) -> Result<Vec<u8>, DurableError> {
         let key = chunk_key(object, index);
         let missing = || DurableError::MissingChunk { object, index };
-        let Some(e) = self.read_index().get(&key).copied() else {
-            return Err(missing());
-        };
-        let got = match self.read_entry_range(&key, &e, start, end) {
-            Err(DurableError::Corrupt { offset }) => {
-                let Some(again) = self.read_index().get(&key).copied() else {
-                    return Err(missing());
-                };
-                if again == e {
-                    return Err(DurableError::Corrupt { offset });
-                }
-                self.read_entry_range(&key, &again, start, end)
-            }
-            other => other,
-        };
-        got?.ok_or_else(missing)
+        self.read_moving(&key, |e| self.read_entry_range(&key, e, start, end))?
+            .ok_or_else(missing)
     }
 
     /// [`Serving::read_chunk_range`] against one index entry; `None` for a tombstone.
@@ -419,7 +406,7 @@ impl<D: BlockDevice> Serving<D> {
 
     /// Device offset of the record `e` points at.
     fn entry_offset(&self, e: &Entry) -> u64 {
-        self.sb.geometry.segment_offset(e.loc.region, e.loc.segment) + u64::from(e.loc.offset)
+        record_offset(&self.sb.geometry, &e.loc)
     }
 
     /// Removes the chunks `0..chunks` of `object` from the index: for an upload given up
@@ -580,38 +567,20 @@ impl<D: BlockDevice> Serving<D> {
                 (
                     &chunk[..],
                     &chunk_value[..],
-                    RecordMeta {
-                        kind: RecordKind::Value,
-                        flags: 0,
-                        exptime: 0,
-                        cas: 0,
-                        seq,
-                    },
+                    RecordMeta::bare(RecordKind::Value, seq),
                 )
             }
             Change::Delete { key } => (
                 key,
                 &[][..],
-                RecordMeta {
-                    kind: RecordKind::Tombstone,
-                    flags: 0,
-                    exptime: 0,
-                    cas: 0,
-                    seq,
-                },
+                RecordMeta::bare(RecordKind::Tombstone, seq),
             ),
             Change::FlushAll { at } => {
                 at_bytes = at.to_le_bytes();
                 (
                     FLUSH_KEY,
                     &at_bytes[..],
-                    RecordMeta {
-                        kind: RecordKind::Value,
-                        flags: 0,
-                        exptime: 0,
-                        cas: 0,
-                        seq,
-                    },
+                    RecordMeta::bare(RecordKind::Value, seq),
                 )
             }
         };
@@ -638,14 +607,9 @@ impl<D: BlockDevice> Serving<D> {
             objects.staged.insert(seq, obj);
         }
         let pending = match meta.kind {
-            RecordKind::Value | RecordKind::Manifest => Pending::Value(Item {
-                flags: meta.flags,
-                exptime: meta.exptime,
-                cas: meta.cas,
-                seq,
-                value: value.to_vec(),
-                large: meta.kind == RecordKind::Manifest,
-            }),
+            RecordKind::Value | RecordKind::Manifest => {
+                Pending::Value(Item::new(&meta, value.to_vec()))
+            }
             RecordKind::Tombstone => Pending::Deleted(seq),
         };
         let mut shard = self.overlay_shard(key);
@@ -776,14 +740,24 @@ impl<D: BlockDevice> Serving<D> {
         Ok(Some(item))
     }
 
-    /// The key's durable value. Background compaction may move the record and erase (and
-    /// reuse) its segment between the index look-up and the read: a record that no longer
-    /// verifies is looked up again once if the index moved it meanwhile.
+    /// The key's durable value.
     fn read_durable(&self, key: &[u8]) -> Result<Option<Item>, DurableError> {
+        self.read_moving(key, |e| self.read_entry(key, e))
+    }
+
+    /// Looks `key` up in the index and reads its record with `read`; `None` when the index has
+    /// no entry (or `read` found no value). Background compaction may move the record and erase
+    /// (and reuse) its segment between the look-up and the read: a record that no longer
+    /// verifies is looked up again once if the index moved it meanwhile.
+    fn read_moving<T>(
+        &self,
+        key: &[u8],
+        read: impl Fn(&Entry) -> Result<Option<T>, DurableError>,
+    ) -> Result<Option<T>, DurableError> {
         let Some(e) = self.read_index().get(key).copied() else {
             return Ok(None);
         };
-        match self.read_entry(key, &e) {
+        match read(&e) {
             Err(DurableError::Corrupt { offset }) => {
                 let Some(again) = self.read_index().get(key).copied() else {
                     return Ok(None);
@@ -791,33 +765,14 @@ impl<D: BlockDevice> Serving<D> {
                 if again == e {
                     return Err(DurableError::Corrupt { offset });
                 }
-                self.read_entry(key, &again)
+                read(&again)
             }
             other => other,
         }
     }
 
     fn read_entry(&self, key: &[u8], e: &Entry) -> Result<Option<Item>, DurableError> {
-        if !e.meta.kind.has_value() {
-            return Ok(None);
-        }
-        let g = self.sb.geometry;
-        let offset = g.segment_offset(e.loc.region, e.loc.segment) + u64::from(e.loc.offset);
-        let mut buf = vec![0u8; e.loc.len as usize];
-        self.dev
-            .read_at(offset, &mut buf)
-            .map_err(|err| DurableError::io(offset, &err))?;
-        let rec = decode(&buf, e.seed)
-            .filter(|r| r.key == key && r.meta == e.meta)
-            .ok_or(DurableError::Corrupt { offset })?;
-        Ok(Some(Item {
-            flags: rec.meta.flags,
-            exptime: rec.meta.exptime,
-            cas: rec.meta.cas,
-            seq: rec.meta.seq,
-            value: rec.value.to_vec(),
-            large: rec.meta.kind == RecordKind::Manifest,
-        }))
+        read_entry(&*self.dev, &self.sb.geometry, key, e)
     }
 
     /// Calls `f` with every value live at `now_unix` (for warming RAM at start), reading the
@@ -844,17 +799,7 @@ impl<D: BlockDevice> Serving<D> {
         bad += self.read_each(&entries, |key, rec| match rec {
             Some(r) => {
                 delivered += 1;
-                f(
-                    key,
-                    Item {
-                        flags: r.meta.flags,
-                        exptime: r.meta.exptime,
-                        cas: r.meta.cas,
-                        seq: r.meta.seq,
-                        value: r.value.to_vec(),
-                        large: r.meta.kind == RecordKind::Manifest,
-                    },
-                );
+                f(key, Item::from_record(&r));
             }
             None => bad += 1,
         });
@@ -900,10 +845,7 @@ impl<D: BlockDevice> Serving<D> {
             }
             for (key, e) in &entries[i..j] {
                 let at = (u64::from(e.loc.offset) - lo) as usize;
-                let rec = buf
-                    .get(at..)
-                    .and_then(|b| decode(b, e.seed))
-                    .filter(|r| r.key == &key[..] && r.meta == e.meta);
+                let rec = buf.get(at..).and_then(|b| verify(b, key, e));
                 f(key, rec);
             }
             i = j;
