@@ -59,7 +59,7 @@ pub enum Change<'a> {
         exptime: u64,
         /// CAS unique.
         cas: u64,
-        /// The value is a large object's manifest (record kind [`RecordKind::Manifest`]).
+        /// The value is a large object's manifest (record kind [`crate::RecordKind::Manifest`]).
         /// Stage it only after every chunk of its object is durable.
         large: bool,
     },

@@ -10,8 +10,8 @@ use crate::device::BlockDevice;
 use crate::error::DurableError;
 use crate::index::{Entry, Index};
 use crate::large::{
-    chunk_data, chunk_data_len, chunk_header_matches, chunk_key, parse_chunk_key,
-    piece_table_len, Manifest, CHUNK_KEY_LEN, PIECE_LEN,
+    chunk_data, chunk_data_len, chunk_header_matches, chunk_key, parse_chunk_key, piece_table_len,
+    Manifest, CHUNK_KEY_LEN, PIECE_LEN,
 };
 use crate::readback::record_offset;
 use crate::record::{encoded_len, RecordKind, HEADER_LEN};

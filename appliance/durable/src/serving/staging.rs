@@ -98,11 +98,7 @@ impl<D: BlockDevice> Serving<D> {
                     RecordMeta::bare(RecordKind::Value, seq),
                 )
             }
-            Change::Delete { key } => (
-                key,
-                &[][..],
-                RecordMeta::bare(RecordKind::Tombstone, seq),
-            ),
+            Change::Delete { key } => (key, &[][..], RecordMeta::bare(RecordKind::Tombstone, seq)),
             Change::FlushAll { at } => {
                 at_bytes = at.to_le_bytes();
                 (
