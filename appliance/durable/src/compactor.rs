@@ -5,25 +5,27 @@
 //! One compaction: pick the region's sealed segment with the fewest live bytes, read it
 //! ([`READ_CHUNK`] per request: [`Step::Read`] asks the worker to read into the compactor's
 //! buffer through its ring and report with [`Compactor::on_read`]), copy its live records
-//! into the region's log as [`Purpose::Relocate`] records ([`COPY_BUDGET`] bytes per step; they
-//! share group commit with client writes), wait until every copy has settled, then ask the
-//! worker to erase the victim's header and flush ([`Step::Erase`]); when that flush completes,
-//! the segment is free and the index forgets what the erase made unreachable.
+//! into the region's log as [`crate::Purpose::Relocate`] records ([`COPY_BUDGET`] bytes per
+//! step; they share group commit with client writes), wait until every copy has settled, then
+//! ask the worker to erase the victim's header and flush ([`Step::Erase`]); when that flush
+//! completes, the segment is free and the index forgets what the erase made unreachable.
 //!
 //! Dropping instead of copying: a live tombstone or expired value with no older value of its
 //! key left on the device (`older == 0`), checked again just before the erase, and only if its
 //! sequence is below every region's oldest unsettled client write (an older write of the key
 //! still in flight elsewhere could otherwise land after the tombstone is gone).
-use std::collections::HashSet;
-
+//!
+//! The phases and the completions are driven here; choosing the victim and each record's
+//! fate (copy, drop, dead) is in `compactor/victim.rs`.
 use crate::device::BlockDevice;
 use crate::error::DurableError;
-use crate::index::Loc;
-use crate::record::{decode, scan, RecordKind, RecordMeta};
-use crate::region::{Purpose, RegionLog, SegState, COMPACTION_RESERVE, DELETE_RESERVE};
-use crate::segment::SegmentHeader;
+use crate::record::RecordKind;
+use crate::region::RegionLog;
 use crate::serving::{Relocation, Serving};
-use crate::SPACE_FACTOR;
+
+mod victim;
+
+use victim::Work;
 
 /// Bytes of the victim read per [`Step::Read`]. The read runs on the worker's ring, so this
 /// bounds one request, not a stall; each request costs a completion round trip (through the
@@ -75,24 +77,6 @@ pub struct CompactorStats {
     pub aborted: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Plan {
-    /// Not live when scanned (or when its turn to be copied came).
-    Dead,
-    Copy,
-    /// Live tombstone / expired value with nothing older: dropped at the erase if still so.
-    Drop,
-}
-
-#[derive(Debug)]
-struct Found {
-    key: Box<[u8]>,
-    meta: RecordMeta,
-    loc: Loc,
-    seed: u32,
-    plan: Plan,
-}
-
 #[derive(Debug)]
 enum Phase {
     Idle,
@@ -109,16 +93,6 @@ enum Phase {
     },
     Copying(Work),
     Erasing(Work),
-}
-
-#[derive(Debug)]
-struct Work {
-    seg: u32,
-    recs: Vec<Found>,
-    next: usize,
-    outstanding: usize,
-    moved: HashSet<Loc>,
-    failed: bool,
 }
 
 /// One region's background compaction (owned by the worker driving the region's log).
@@ -196,46 +170,6 @@ impl Compactor {
         &self.zero
     }
 
-    /// The sealed segment to compact next, if the region needs it: its sealed bytes exceed
-    /// `SPACE_FACTOR ×` their live bytes plus one segment (then any gain will do), or fewer
-    /// than three segments are free beyond the reserves (then it must be at most 7/8 live);
-    /// and its live bytes fit in the room left.
-    fn pick<D: BlockDevice>(s: &Serving<D>, log: &RegionLog<u64>) -> Option<u32> {
-        let g = s.superblock().geometry;
-        let payload = g.segment_size - u64::from(g.block_size);
-        let index = s.read_index();
-        let (mut sealed, mut sealed_live) = (0u64, 0u64);
-        let mut best: Option<(u64, u64, u32)> = None;
-        // Records in flight are not in the index yet: their segments would look dead.
-        let in_flight_from = log.unsettled_since().unwrap_or(u64::MAX);
-        for (seg, state, open_seq) in log.segments() {
-            if state != SegState::Sealed {
-                continue;
-            }
-            let live = index.live_bytes(log.region(), seg);
-            sealed += g.segment_size;
-            sealed_live += live;
-            if open_seq >= in_flight_from {
-                continue;
-            }
-            if best.is_none_or(|(l, o, _)| (live, open_seq) < (l, o)) {
-                best = Some((live, open_seq, seg));
-            }
-        }
-        let (live, _, seg) = best?;
-        let over_bound = sealed > SPACE_FACTOR * sealed_live + g.segment_size;
-        let pressed = log.free_count() < COMPACTION_RESERVE + DELETE_RESERVE + 3;
-        // Under pressure alone, a victim must free at least 1/8 segment: otherwise a device
-        // full of live values would be recopied forever for the slack at segment ends.
-        let gains = if over_bound {
-            live < payload
-        } else {
-            live <= payload - payload / 8
-        };
-        let fits = live + u64::from(g.block_size) * 2 <= log.room(0);
-        (gains && fits && (over_bound || pressed)).then_some(seg)
-    }
-
     /// Does one bounded piece of work. `may_start`: false while stopping (a compaction in
     /// progress still finishes). `now_unix` decides expiry; `now_ms` paces retries.
     pub fn step<D: BlockDevice>(
@@ -300,111 +234,6 @@ impl Compactor {
                 Step::Waiting
             }
         }
-    }
-
-    /// Scans the victim (now in `buf`) and decides, per record, copy / drop / dead.
-    fn plan<D: BlockDevice>(&self, s: &Serving<D>, region: u32, seg: u32, now_unix: u64) -> Work {
-        let block = s.superblock().geometry.block_size as usize;
-        let mut recs = Vec::new();
-        if let Some((_, seed)) = SegmentHeader::decode(&self.buf[..block]) {
-            let index = s.read_index();
-            let mut prev = seed;
-            scan(&self.buf, block, seed, block, |pos, rec| {
-                let loc = Loc {
-                    region,
-                    segment: seg,
-                    offset: pos as u32,
-                    len: rec.len as u32,
-                };
-                let plan = match index.get(rec.key) {
-                    Some(e) if e.loc == loc && loc.len > 0 => {
-                        let expired = rec.meta.exptime != 0 && rec.meta.exptime <= now_unix;
-                        let droppable = rec.meta.kind == RecordKind::Tombstone || expired;
-                        if droppable && e.older == 0 && !rec.key.is_empty() {
-                            Plan::Drop
-                        } else {
-                            Plan::Copy
-                        }
-                    }
-                    _ => Plan::Dead,
-                };
-                recs.push(Found {
-                    key: rec.key.into(),
-                    meta: rec.meta,
-                    loc,
-                    seed: prev,
-                    plan,
-                });
-                prev = rec.crc;
-            });
-        }
-        Work {
-            seg,
-            recs,
-            next: 0,
-            outstanding: 0,
-            moved: HashSet::new(),
-            failed: false,
-        }
-    }
-
-    /// Stages copies of the next live records, up to [`COPY_BUDGET`] bytes.
-    fn copy_some<D: BlockDevice>(
-        &mut self,
-        s: &Serving<D>,
-        log: &mut RegionLog<u64>,
-        w: &mut Work,
-    ) {
-        let mut budget = COPY_BUDGET;
-        while w.next < w.recs.len() && budget > 0 && !w.failed {
-            let f = &mut w.recs[w.next];
-            w.next += 1;
-            if f.plan != Plan::Copy {
-                continue;
-            }
-            if !s.read_index().is_live(&f.key, &f.loc) {
-                f.plan = Plan::Dead; // overwritten or deleted since the scan
-                continue;
-            }
-            let at = f.loc.offset as usize;
-            let Some(rec) = self.buf.get(at..).and_then(|b| decode(b, f.seed)) else {
-                w.failed = true;
-                break;
-            };
-            match log.stage_keeping(rec.key, rec.value, rec.meta, Purpose::Relocate(f.loc), 0) {
-                Ok(_) => {
-                    w.outstanding += 1;
-                    budget = budget.saturating_sub(rec.len);
-                    self.stats.copied += 1;
-                    self.stats.copied_bytes += rec.len as u64;
-                }
-                Err(_) => w.failed = true,
-            }
-        }
-    }
-
-    /// Just before the erase: a record planned to be dropped that gained an older value, or
-    /// whose sequence is not below every unsettled client write, is copied instead.
-    /// True when it added copies.
-    fn recheck_drops<D: BlockDevice>(&self, s: &Serving<D>, w: &mut Work) -> bool {
-        let floor = s.min_pending_seq();
-        let index = s.read_index();
-        let mut first = None;
-        for (i, f) in w.recs.iter_mut().enumerate() {
-            if f.plan != Plan::Drop || !index.is_live(&f.key, &f.loc) {
-                continue;
-            }
-            let older = index.get(&f.key).map_or(0, |e| e.older);
-            if older > 0 || f.meta.seq >= floor {
-                f.plan = Plan::Copy;
-                first.get_or_insert(i);
-            }
-        }
-        if let Some(i) = first {
-            w.next = w.next.min(i);
-            return true;
-        }
-        false
     }
 
     /// Copies settled (from [`Serving::settle`] of this region's completions).

@@ -2,8 +2,10 @@
 
 use super::*;
 use crate::engine::{Durable, Options};
+use crate::region::SegState;
 use crate::serving::{drive_sync, Change};
 use crate::sim::{SimDevice, SimRng};
+use crate::SPACE_FACTOR;
 
 fn opts() -> Options {
     Options {

@@ -31,6 +31,7 @@ pub mod large;
 #[cfg(test)]
 mod large_tests;
 mod maintain;
+mod readback;
 pub mod record;
 mod recovery;
 mod region;

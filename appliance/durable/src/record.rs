@@ -114,6 +114,19 @@ pub struct RecordMeta {
     pub seq: u64,
 }
 
+impl RecordMeta {
+    /// A header with no flags, expiry or CAS: tombstones, chunks and the flush_all mark.
+    pub(crate) fn bare(kind: RecordKind, seq: u64) -> RecordMeta {
+        RecordMeta {
+            kind,
+            flags: 0,
+            exptime: 0,
+            cas: 0,
+            seq,
+        }
+    }
+}
+
 /// Bytes a record with these lengths occupies in the log.
 pub fn encoded_len(key_len: usize, value_len: usize) -> usize {
     (HEADER_LEN + key_len + value_len).div_ceil(8) * 8

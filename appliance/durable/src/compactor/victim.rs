@@ -1,0 +1,194 @@
+//! What one compaction works on: the victim segment [`Compactor`] picks in a region, and per
+//! record of it found by the scan, whether it is dead, copied into the log (within
+//! [`COPY_BUDGET`] a step) or dropped at the erase (checked again just before it).
+use std::collections::HashSet;
+
+use super::{Compactor, COPY_BUDGET};
+use crate::device::BlockDevice;
+use crate::index::Loc;
+use crate::record::{decode, scan, RecordKind, RecordMeta};
+use crate::region::{Purpose, RegionLog, SegState, COMPACTION_RESERVE, DELETE_RESERVE};
+use crate::segment::SegmentHeader;
+use crate::serving::Serving;
+use crate::SPACE_FACTOR;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Plan {
+    /// Not live when scanned (or when its turn to be copied came).
+    Dead,
+    Copy,
+    /// Live tombstone / expired value with nothing older: dropped at the erase if still so.
+    Drop,
+}
+
+#[derive(Debug)]
+pub(super) struct Found {
+    pub(super) key: Box<[u8]>,
+    pub(super) meta: RecordMeta,
+    pub(super) loc: Loc,
+    pub(super) seed: u32,
+    pub(super) plan: Plan,
+}
+
+#[derive(Debug)]
+pub(super) struct Work {
+    pub(super) seg: u32,
+    pub(super) recs: Vec<Found>,
+    pub(super) next: usize,
+    pub(super) outstanding: usize,
+    pub(super) moved: HashSet<Loc>,
+    pub(super) failed: bool,
+}
+
+impl Compactor {
+    /// The sealed segment to compact next, if the region needs it: its sealed bytes exceed
+    /// `SPACE_FACTOR ×` their live bytes plus one segment (then any gain will do), or fewer
+    /// than three segments are free beyond the reserves (then it must be at most 7/8 live);
+    /// and its live bytes fit in the room left.
+    pub(super) fn pick<D: BlockDevice>(s: &Serving<D>, log: &RegionLog<u64>) -> Option<u32> {
+        let g = s.superblock().geometry;
+        let payload = g.segment_size - u64::from(g.block_size);
+        let index = s.read_index();
+        let (mut sealed, mut sealed_live) = (0u64, 0u64);
+        let mut best: Option<(u64, u64, u32)> = None;
+        // Records in flight are not in the index yet: their segments would look dead.
+        let in_flight_from = log.unsettled_since().unwrap_or(u64::MAX);
+        for (seg, state, open_seq) in log.segments() {
+            if state != SegState::Sealed {
+                continue;
+            }
+            let live = index.live_bytes(log.region(), seg);
+            sealed += g.segment_size;
+            sealed_live += live;
+            if open_seq >= in_flight_from {
+                continue;
+            }
+            if best.is_none_or(|(l, o, _)| (live, open_seq) < (l, o)) {
+                best = Some((live, open_seq, seg));
+            }
+        }
+        let (live, _, seg) = best?;
+        let over_bound = sealed > SPACE_FACTOR * sealed_live + g.segment_size;
+        let pressed = log.free_count() < COMPACTION_RESERVE + DELETE_RESERVE + 3;
+        // Under pressure alone, a victim must free at least 1/8 segment: otherwise a device
+        // full of live values would be recopied forever for the slack at segment ends.
+        let gains = if over_bound {
+            live < payload
+        } else {
+            live <= payload - payload / 8
+        };
+        let fits = live + u64::from(g.block_size) * 2 <= log.room(0);
+        (gains && fits && (over_bound || pressed)).then_some(seg)
+    }
+
+    /// Scans the victim (now in `buf`) and decides, per record, copy / drop / dead.
+    pub(super) fn plan<D: BlockDevice>(
+        &self,
+        s: &Serving<D>,
+        region: u32,
+        seg: u32,
+        now_unix: u64,
+    ) -> Work {
+        let block = s.superblock().geometry.block_size as usize;
+        let mut recs = Vec::new();
+        if let Some((_, seed)) = SegmentHeader::decode(&self.buf[..block]) {
+            let index = s.read_index();
+            let mut prev = seed;
+            scan(&self.buf, block, seed, block, |pos, rec| {
+                let loc = Loc {
+                    region,
+                    segment: seg,
+                    offset: pos as u32,
+                    len: rec.len as u32,
+                };
+                let plan = match index.get(rec.key) {
+                    Some(e) if e.loc == loc && loc.len > 0 => {
+                        let expired = rec.meta.exptime != 0 && rec.meta.exptime <= now_unix;
+                        let droppable = rec.meta.kind == RecordKind::Tombstone || expired;
+                        if droppable && e.older == 0 && !rec.key.is_empty() {
+                            Plan::Drop
+                        } else {
+                            Plan::Copy
+                        }
+                    }
+                    _ => Plan::Dead,
+                };
+                recs.push(Found {
+                    key: rec.key.into(),
+                    meta: rec.meta,
+                    loc,
+                    seed: prev,
+                    plan,
+                });
+                prev = rec.crc;
+            });
+        }
+        Work {
+            seg,
+            recs,
+            next: 0,
+            outstanding: 0,
+            moved: HashSet::new(),
+            failed: false,
+        }
+    }
+
+    /// Stages copies of the next live records, up to [`COPY_BUDGET`] bytes.
+    pub(super) fn copy_some<D: BlockDevice>(
+        &mut self,
+        s: &Serving<D>,
+        log: &mut RegionLog<u64>,
+        w: &mut Work,
+    ) {
+        let mut budget = COPY_BUDGET;
+        while w.next < w.recs.len() && budget > 0 && !w.failed {
+            let f = &mut w.recs[w.next];
+            w.next += 1;
+            if f.plan != Plan::Copy {
+                continue;
+            }
+            if !s.read_index().is_live(&f.key, &f.loc) {
+                f.plan = Plan::Dead; // overwritten or deleted since the scan
+                continue;
+            }
+            let at = f.loc.offset as usize;
+            let Some(rec) = self.buf.get(at..).and_then(|b| decode(b, f.seed)) else {
+                w.failed = true;
+                break;
+            };
+            match log.stage_keeping(rec.key, rec.value, rec.meta, Purpose::Relocate(f.loc), 0) {
+                Ok(_) => {
+                    w.outstanding += 1;
+                    budget = budget.saturating_sub(rec.len);
+                    self.stats.copied += 1;
+                    self.stats.copied_bytes += rec.len as u64;
+                }
+                Err(_) => w.failed = true,
+            }
+        }
+    }
+
+    /// Just before the erase: a record planned to be dropped that gained an older value, or
+    /// whose sequence is not below every unsettled client write, is copied instead.
+    /// True when it added copies.
+    pub(super) fn recheck_drops<D: BlockDevice>(&self, s: &Serving<D>, w: &mut Work) -> bool {
+        let floor = s.min_pending_seq();
+        let index = s.read_index();
+        let mut first = None;
+        for (i, f) in w.recs.iter_mut().enumerate() {
+            if f.plan != Plan::Drop || !index.is_live(&f.key, &f.loc) {
+                continue;
+            }
+            let older = index.get(&f.key).map_or(0, |e| e.older);
+            if older > 0 || f.meta.seq >= floor {
+                f.plan = Plan::Copy;
+                first.get_or_insert(i);
+            }
+        }
+        if let Some(i) = first {
+            w.next = w.next.min(i);
+            return true;
+        }
+        false
+    }
+}

@@ -1,0 +1,252 @@
+//! Opening and closing a [`Durable`]: probe the device (format a blank one, refuse foreign or
+//! other-version content unless forced), recover the index and region logs from the
+//! clean-shutdown checkpoint or by scanning every region, and at shutdown write the checkpoint
+//! the next open starts from (ADR 0010).
+use std::time::{Duration, Instant};
+
+use super::{Ack, Durable, OpenReport, Options};
+use crate::checkpoint::{self, RegionState, BODY_OFFSET};
+use crate::device::BlockDevice;
+use crate::error::DurableError;
+use crate::group_commit::Limits;
+use crate::index::Index;
+use crate::recovery::{scan_all, Damage};
+use crate::region::{RegionLog, SegState};
+use crate::superblock::{probe, round_up, Geometry, Probe, Superblock, PROBE_LEN, SUPERBLOCK_LEN};
+
+impl<D: BlockDevice> Durable<D> {
+    /// Open `dev`: format it if blank, refuse foreign or other-version content unless `force`,
+    /// then recover from the checkpoint (if the last shutdown was clean) or by scanning.
+    pub fn open(dev: D, opts: &Options) -> Result<(Self, OpenReport), DurableError> {
+        let started = Instant::now();
+        let len = dev.len();
+        let mut head = vec![0u8; (PROBE_LEN as u64).min(len) as usize];
+        dev.read_at(0, &mut head)
+            .map_err(|e| DurableError::io(0, &e))?;
+        let existing = match probe(&head) {
+            Probe::Blank => None,
+            Probe::Ringstore => match Superblock::decode(&head, len) {
+                Ok(sb) => Some(sb),
+                Err(e) if !opts.force => return Err(e),
+                Err(_) => None,
+            },
+            Probe::Foreign(_) | Probe::Unknown if opts.force => None,
+            Probe::Foreign(name) => return Err(DurableError::ForeignSignature(name)),
+            Probe::Unknown => return Err(DurableError::NotBlank),
+        };
+        let (sb, formatted) = match existing {
+            Some(sb) => (sb, false),
+            None => (format(&dev, opts)?, true),
+        };
+        let mut me = Durable {
+            dev,
+            sb,
+            regions: Vec::new(),
+            index: Index::new(sb.geometry.regions, sb.geometry.segments_per_region),
+            next_seq: 1,
+            acks: Vec::new(),
+            relocate_failures: 0,
+        };
+        let mut report = OpenReport {
+            formatted,
+            from_checkpoint: false,
+            records_scanned: 0,
+            live_objects: 0,
+            damaged: Vec::new(),
+            elapsed: Duration::ZERO,
+        };
+        if !formatted && me.load_checkpoint(opts.limits)? {
+            report.from_checkpoint = true;
+        } else {
+            let (records, damaged) = me.load_by_scan(opts.limits, opts.salvage)?;
+            report.records_scanned = records;
+            report.damaged = damaged;
+        }
+        me.next_seq = me.index.max_seq() + 1;
+        report.live_objects = me
+            .index
+            .iter()
+            .filter(|(k, e)| e.meta.kind.has_value() && crate::large::parse_chunk_key(k).is_none())
+            .count();
+        report.elapsed = started.elapsed();
+        Ok((me, report))
+    }
+
+    /// Scans every region. Damage in acknowledged history refuses the device unless
+    /// `salvage`, which also applies the verified records found past it.
+    fn load_by_scan(
+        &mut self,
+        limits: Limits,
+        salvage: bool,
+    ) -> Result<(usize, Vec<Damage>), DurableError> {
+        let g = self.sb.geometry;
+        let scans = scan_all(&self.dev, &self.sb)?;
+        let damaged: Vec<Damage> = scans.iter().flat_map(|s| s.damaged.clone()).collect();
+        if let (Some(first), false) = (damaged.first(), salvage) {
+            return Err(DurableError::CorruptHistory {
+                region: first.region,
+                segment: first.segment,
+                offset: g.segment_offset(first.region, first.segment) + u64::from(first.offset),
+                places: damaged.len(),
+            });
+        }
+        self.index
+            .reserve(scans.iter().map(|s| s.records.len()).sum());
+        let mut records = 0;
+        for (r, scan) in scans.into_iter().enumerate() {
+            records += scan.records.len() + scan.past_damage.len();
+            for rec in scan.records.into_iter().chain(scan.past_damage) {
+                self.index
+                    .apply(&rec.key, rec.meta, rec.loc, rec.value_len, rec.seed);
+            }
+            // After a crash the end of every log may be torn: new writes go to fresh segments.
+            let mut log = RegionLog::new(
+                r as u32,
+                g,
+                self.sb.uuid,
+                limits,
+                scan.states,
+                scan.next_open_seq,
+            );
+            if let Some((segment, open_seq, end)) = scan.newest {
+                log.note_recovered_tail(segment, open_seq, end);
+            }
+            self.regions.push(log);
+        }
+        Ok((records, damaged))
+    }
+
+    fn load_checkpoint(&mut self, limits: Limits) -> Result<bool, DurableError> {
+        let g = self.sb.geometry;
+        let block = g.block_size as usize;
+        let mut h = vec![0u8; block];
+        self.dev
+            .read_at(g.checkpoint_offset, &mut h)
+            .map_err(|e| DurableError::io(g.checkpoint_offset, &e))?;
+        let Some((body_len, body_crc)) = checkpoint::decode_header(&h, &self.sb.uuid) else {
+            return Ok(false);
+        };
+        if body_len > g.checkpoint_len.saturating_sub(BODY_OFFSET) {
+            return Ok(false);
+        }
+        let mut body = vec![0u8; body_len as usize];
+        let at = g.checkpoint_offset + BODY_OFFSET;
+        if self.dev.read_at(at, &mut body).is_err() || crc32c::crc32c(&body) != body_crc {
+            return Ok(false);
+        }
+        let Some(ck) = checkpoint::decode_body(&body, g.regions, g.segments_per_region) else {
+            return Ok(false);
+        };
+        drop(body);
+        // Erase the header before anything new is written: the snapshot describes this instant only.
+        self.dev
+            .write_at(g.checkpoint_offset, &vec![0u8; block])
+            .map_err(|e| DurableError::io(g.checkpoint_offset, &e))?;
+        self.dev
+            .flush()
+            .map_err(|e| DurableError::io(g.checkpoint_offset, &e))?;
+        self.index.raise_floors(ck.max_seq, ck.max_cas);
+        self.index.reserve(ck.entries.len());
+        for (key, e) in ck.entries {
+            self.index.restore(key, e);
+        }
+        for (r, st) in ck.regions.into_iter().enumerate() {
+            let segments = st
+                .segments
+                .iter()
+                .map(|&(s, o)| {
+                    (
+                        if s == SegState::Active {
+                            SegState::Sealed
+                        } else {
+                            s
+                        },
+                        o,
+                    )
+                })
+                .collect();
+            let mut log = RegionLog::new(
+                r as u32,
+                g,
+                self.sb.uuid,
+                limits,
+                segments,
+                st.next_open_seq,
+            );
+            if let Some((seg, used, chain)) = st.tail {
+                if used.is_multiple_of(u64::from(g.block_size)) && used < g.segment_size {
+                    log.resume(seg, used, chain);
+                }
+            }
+            self.regions.push(log);
+        }
+        Ok(true)
+    }
+
+    /// Flush everything and write a checkpoint so the next open skips the scan. Returns the
+    /// device and whether a checkpoint was written (false when the snapshot does not fit its area).
+    pub fn shutdown(mut self) -> Result<(D, bool), DurableError> {
+        let pending: Vec<Ack> = self.sync();
+        if let Some(Ack { result: Err(e), .. }) = pending.into_iter().find(|a| a.result.is_err()) {
+            return Err(e);
+        }
+        let g = self.sb.geometry;
+        let states: Vec<RegionState> = self
+            .regions
+            .iter()
+            .map(|r| RegionState {
+                next_open_seq: r.next_open_seq(),
+                tail: r.tail(),
+                segments: r.segments().map(|(_, s, o)| (s, o)).collect(),
+            })
+            .collect();
+        let mut body = checkpoint::encode_body(
+            &states,
+            self.next_seq - 1,
+            self.index.max_cas(),
+            self.index.iter().collect::<Vec<_>>().into_iter(),
+        );
+        if body.len() as u64 > g.checkpoint_len - BODY_OFFSET {
+            return Ok((self.dev, false));
+        }
+        let header = checkpoint::encode_header(&self.sb.uuid, &body, g.block_size as usize);
+        body.resize(
+            round_up(body.len() as u64, u64::from(g.block_size)) as usize,
+            0,
+        );
+        let at = g.checkpoint_offset + BODY_OFFSET;
+        let io = |e: std::io::Error| DurableError::io(at, &e);
+        self.dev.write_at(at, &body).map_err(io)?;
+        self.dev.flush().map_err(io)?;
+        self.dev
+            .write_at(g.checkpoint_offset, &header)
+            .map_err(io)?;
+        self.dev.flush().map_err(io)?;
+        Ok((self.dev, true))
+    }
+}
+
+/// Write a fresh superblock (new uuid) and wipe the signature area and checkpoint header.
+fn format<D: BlockDevice>(dev: &D, opts: &Options) -> Result<Superblock, DurableError> {
+    let len = dev.len();
+    let geometry = Geometry::plan(
+        len,
+        opts.regions,
+        opts.segment_size,
+        opts.block_size,
+        opts.checkpoint_len,
+    )?;
+    let sb = Superblock {
+        uuid: crate::superblock::new_uuid(),
+        device_len: len,
+        geometry,
+    };
+    // Everything up to the first region: stale signatures (btrfs at 64 KiB) and any old checkpoint.
+    let wipe = (geometry.data_offset - SUPERBLOCK_LEN).min(round_up(PROBE_LEN as u64, 4096));
+    let io = |e: std::io::Error| DurableError::io(0, &e);
+    dev.write_at(SUPERBLOCK_LEN, &vec![0u8; wipe as usize])
+        .map_err(io)?;
+    dev.write_at(0, &sb.encode()).map_err(io)?;
+    dev.flush().map_err(io)?;
+    Ok(sb)
+}

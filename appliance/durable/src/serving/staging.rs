@@ -1,0 +1,238 @@
+//! Staging and settling: a worker encodes a [`Change`] into its region log ([`Serving::stage`]),
+//! the write is visible through the overlay of staged-but-not-durable writes until its
+//! completion is applied ([`Serving::settle`]): durable records enter the index (and the
+//! large-object bookkeeping), failed ones are reported; both leave the overlay.
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+
+use super::objects::{remove_chunks, ObjectRef};
+use super::{lock, Change, Relocation, Serving, Settled, FLUSH_KEY, OVERLAY_SHARDS};
+use crate::device::BlockDevice;
+use crate::engine::Item;
+use crate::error::DurableError;
+use crate::group_commit::Completion;
+use crate::large::{chunk_key, encode_chunk_value, parse_chunk_key, Manifest};
+use crate::record::{encoded_len, RecordKind, RecordMeta};
+use crate::region::{Purpose, RegionLog, Staged, COMPACTION_RESERVE, DELETE_RESERVE};
+
+#[derive(Debug)]
+pub(super) enum Pending {
+    Value(Item),
+    Deleted(u64),
+}
+
+impl Pending {
+    fn seq(&self) -> u64 {
+        match self {
+            Pending::Value(i) => i.seq,
+            Pending::Deleted(s) => *s,
+        }
+    }
+}
+
+/// Staged-but-not-durable writes of the keys hashing to one shard: key → newest pending state.
+pub(super) type OverlayShard = HashMap<Box<[u8]>, Pending>;
+
+impl<D: BlockDevice> Serving<D> {
+    pub(super) fn overlay_shard(&self, key: &[u8]) -> MutexGuard<'_, OverlayShard> {
+        lock(&self.overlay[self.hasher.hash_one(key) as usize % OVERLAY_SHARDS])
+    }
+
+    /// Encode `change` into `log` with ack `token`; returns its sequence. Call under the
+    /// store's shard lock for the key, so sequence order is write order. Errors: `NoSpace`,
+    /// `Backpressure`, `TooLarge`. Values keep [`DELETE_RESERVE`] free segments back for deletes.
+    pub fn stage(
+        &self,
+        log: &mut RegionLog<u64>,
+        change: Change<'_>,
+        token: u64,
+    ) -> Result<u64, DurableError> {
+        let large = match change {
+            Change::Put {
+                large: true, value, ..
+            } => {
+                let m = Manifest::decode(value).ok_or(DurableError::BadManifest)?;
+                Some((m.object, m.chunks()))
+            }
+            _ => None,
+        };
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let at_bytes;
+        let chunk;
+        let chunk_value;
+        let (key, value, meta) = match change {
+            Change::Put {
+                key,
+                value,
+                flags,
+                exptime,
+                cas,
+                large,
+            } => (
+                key,
+                value,
+                RecordMeta {
+                    kind: if large {
+                        RecordKind::Manifest
+                    } else {
+                        RecordKind::Value
+                    },
+                    flags,
+                    exptime,
+                    cas,
+                    seq,
+                },
+            ),
+            Change::Chunk {
+                object,
+                index,
+                bytes,
+            } => {
+                chunk = chunk_key(object, index);
+                chunk_value = encode_chunk_value(bytes);
+                (
+                    &chunk[..],
+                    &chunk_value[..],
+                    RecordMeta::bare(RecordKind::Value, seq),
+                )
+            }
+            Change::Delete { key } => (key, &[][..], RecordMeta::bare(RecordKind::Tombstone, seq)),
+            Change::FlushAll { at } => {
+                at_bytes = at.to_le_bytes();
+                (
+                    FLUSH_KEY,
+                    &at_bytes[..],
+                    RecordMeta::bare(RecordKind::Value, seq),
+                )
+            }
+        };
+        let keep = match change {
+            Change::Put { .. } | Change::Chunk { .. } => COMPACTION_RESERVE + DELETE_RESERVE,
+            Change::Delete { .. } | Change::FlushAll { .. } => COMPACTION_RESERVE,
+        };
+        log.stage_keeping(key, value, meta, Purpose::Client(token), keep)?;
+        if let Change::FlushAll { at } = change {
+            let mut f = lock(&self.flush);
+            if f.is_none_or(|(s, _)| s < seq) {
+                *f = Some((seq, at));
+            }
+            return Ok(seq);
+        }
+        if let Change::Chunk { object, .. } = change {
+            let bytes = encoded_len(key.len(), value.len()) as u64;
+            *lock(&self.objects).uploading.entry(object).or_default() += bytes;
+            return Ok(seq); // nobody reads a chunk before its manifest is durable
+        }
+        if let Some(obj) = large {
+            let mut objects = lock(&self.objects);
+            objects.uploading.remove(&obj.0);
+            objects.staged.insert(seq, obj);
+        }
+        let pending = match meta.kind {
+            RecordKind::Value | RecordKind::Manifest => {
+                Pending::Value(Item::new(&meta, value.to_vec()))
+            }
+            RecordKind::Tombstone => Pending::Deleted(seq),
+        };
+        let mut shard = self.overlay_shard(key);
+        match shard.get_mut(key) {
+            Some(p) if p.seq() > seq => {}
+            Some(p) => *p = pending,
+            None => {
+                shard.insert(key.into(), pending);
+            }
+        }
+        Ok(seq)
+    }
+
+    /// Apply a completion of a worker's log: durable records enter the index, failed ones are
+    /// noted (they may or may not be on the device); both leave the overlay.
+    pub fn settle(&self, done: Completion<Staged<u64>>) -> Settled {
+        let mut out = Settled::default();
+        if done.acked.is_empty() && done.failed.is_empty() {
+            return out;
+        }
+        {
+            let mut index = self.write_index();
+            let mut objects = lock(&self.objects);
+            // (user key, object) whose chunks may have become garbage.
+            let mut garbage: Vec<(&[u8], ObjectRef)> = Vec::new();
+            for s in &done.acked {
+                match s.purpose {
+                    Purpose::Client(_) => {
+                        index.apply(&s.key, s.meta, s.loc, s.value_len, s.seed);
+                        if s.key.is_empty() || parse_chunk_key(&s.key).is_some() {
+                            continue;
+                        }
+                        let mine = if s.meta.kind == RecordKind::Manifest {
+                            objects.staged.remove(&s.meta.seq)
+                        } else {
+                            None
+                        };
+                        let newest = index.get(&s.key).is_some_and(|e| e.meta.seq == s.meta.seq);
+                        if newest {
+                            let prev = match mine {
+                                Some(obj) => objects.live.insert(s.key.clone(), obj),
+                                None => objects.live.remove(&s.key),
+                            };
+                            if let Some(prev) = prev {
+                                garbage.push((&s.key, prev));
+                            }
+                        } else if let Some(obj) = mine {
+                            garbage.push((&s.key, obj)); // superseded before it settled
+                        }
+                    }
+                    Purpose::Relocate(from) => {
+                        let moved = index.relocate(&s.key, s.meta, from, s.loc, s.seed);
+                        out.relocated.push(if moved {
+                            Relocation::Moved(from)
+                        } else {
+                            Relocation::Superseded(from)
+                        });
+                    }
+                }
+            }
+            for s in &done.failed {
+                index.note_unapplied(&s.key, s.meta, s.loc);
+                match s.purpose {
+                    Purpose::Relocate(from) => out.relocated.push(Relocation::Failed(from)),
+                    Purpose::Client(_) if s.meta.kind == RecordKind::Manifest => {
+                        // Its chunks stay: a failed write may still be on the device (a
+                        // failed flush, a later flush persisting it) and come back after a
+                        // crash; the start-up sweep removes them if it does not.
+                        objects.staged.remove(&s.meta.seq);
+                    }
+                    Purpose::Client(_) => {}
+                }
+            }
+            for (key, obj) in garbage {
+                if !objects.needed(key, obj.0) {
+                    remove_chunks(&mut index, obj);
+                }
+            }
+        }
+        // Index first, overlay second: a reader that misses the overlay finds the index current.
+        for s in done.acked.iter().chain(&done.failed) {
+            if matches!(s.purpose, Purpose::Relocate(_)) || parse_chunk_key(&s.key).is_some() {
+                continue; // copies and chunks never enter the overlay
+            }
+            let mut shard = self.overlay_shard(&s.key);
+            if shard.get(&s.key).is_some_and(|p| p.seq() == s.meta.seq) {
+                shard.remove(&s.key);
+            }
+        }
+        for s in done.acked {
+            if let Purpose::Client(t) = s.purpose {
+                out.acked.push(t);
+            }
+        }
+        for s in done.failed {
+            if let Purpose::Client(t) = s.purpose {
+                out.failed.push((t, s.key, s.meta.cas));
+            }
+        }
+        out
+    }
+}

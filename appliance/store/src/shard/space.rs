@@ -1,0 +1,174 @@
+//! Making room in a shard: taking segments from the pool, growing the index within the
+//! budget, and compacting a segment in place, which reclaims garbage from overwrites and
+//! deletes and evicts what the second chance does not keep (docs/adr/0003-eviction.md).
+use std::hash::BuildHasher;
+
+use super::{key_at, Loc, SegSlot, Shard, Shared, Why, SLOTS_MAX};
+use crate::item::{self, Header};
+use crate::StoreError;
+
+/// How many of the oldest segments are looked at for one that is mostly garbage.
+const DEAD_SCAN: usize = 8;
+
+/// Which live items a compaction keeps.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// Every live item (reclaiming garbage only).
+    All,
+    /// Items read since they were written or last kept (second chance).
+    Accessed,
+}
+
+impl Shard {
+    /// Grows the index before it would grow on its own, and gives segments back until
+    /// segments plus index fit the budget again.
+    pub(super) fn ensure_index_room(&mut self, sh: &Shared, now: u32) {
+        if self.index.len() < self.index.capacity() {
+            return;
+        }
+        let before = self.index.allocation_size();
+        let slots = &self.slots;
+        self.index
+            .reserve(1, |l| sh.hasher.hash_one(key_at(slots, *l)));
+        sh.pool.index_grew(before, self.index.allocation_size());
+        while sh.pool.over_budget() {
+            let Some(victim) = self.fifo.pop_front() else {
+                break;
+            };
+            self.compact(sh, usize::from(victim), 0, Keep::Accessed, now);
+            if self.slots[usize::from(victim)].is_some() {
+                self.release(sh, usize::from(victim));
+            }
+        }
+    }
+
+    /// Finds `len` bytes in the active segment, taking a segment from the pool or
+    /// reclaiming the oldest one when it is full.
+    pub(super) fn alloc(
+        &mut self,
+        sh: &Shared,
+        len: usize,
+        now: u32,
+    ) -> Result<(usize, usize), StoreError> {
+        debug_assert!(len <= sh.seg_size);
+        loop {
+            if let Some(a) = self.active {
+                let a = usize::from(a);
+                let seg_size = sh.seg_size;
+                let s = self.slot_mut(a);
+                if s.write + len <= seg_size {
+                    let off = s.write;
+                    s.write += len;
+                    return Ok((a, off));
+                }
+                if s.live_items == 0 {
+                    // Nothing live in the full active segment: start it over.
+                    s.write = 0;
+                    let g = self.gen();
+                    self.slot_mut(a).gen = g;
+                    continue;
+                }
+                self.active = None;
+                self.fifo.push_back(a as u16);
+            }
+            if self.free_slots.len() + (SLOTS_MAX - self.slots.len()) > 0 {
+                if let Some(seg) = sh.pool.take(self.held) {
+                    let g = self.gen();
+                    let fresh = SegSlot {
+                        seg,
+                        write: 0,
+                        live_bytes: 0,
+                        live_items: 0,
+                        gen: g,
+                    };
+                    let slot = match self.free_slots.pop() {
+                        Some(i) => {
+                            self.slots[usize::from(i)] = Some(fresh);
+                            i
+                        }
+                        None => {
+                            self.slots.push(Some(fresh));
+                            (self.slots.len() - 1) as u16
+                        }
+                    };
+                    self.held += 1;
+                    self.active = Some(slot);
+                    continue;
+                }
+            }
+            if let Some(pos) = self.mostly_dead(sh.seg_size, len) {
+                // Garbage from overwrites and deletes is reclaimed without evicting anything.
+                let victim = self.fifo.remove(pos).expect("position from the FIFO");
+                self.compact(sh, usize::from(victim), sh.seg_size, Keep::All, now);
+                self.active = Some(victim);
+                continue;
+            }
+            let Some(victim) = self.fifo.pop_front() else {
+                return Err(StoreError::OutOfMemory);
+            };
+            let keep = (sh.seg_size / 2).min(sh.seg_size - len);
+            self.compact(sh, usize::from(victim), keep, Keep::Accessed, now);
+            self.active = Some(victim);
+        }
+    }
+
+    /// Among the oldest [`DEAD_SCAN`] segments, the one with the fewest live bytes if at
+    /// most half of it is live and compacting it leaves room for `len` more bytes.
+    fn mostly_dead(&self, seg_size: usize, len: usize) -> Option<usize> {
+        let (pos, live) = self
+            .fifo
+            .iter()
+            .take(DEAD_SCAN)
+            .map(|&f| self.slot(usize::from(f)).live_bytes)
+            .enumerate()
+            .min_by_key(|&(_, live)| live)?;
+        (live <= seg_size / 2 && live + len <= seg_size).then_some(pos)
+    }
+
+    /// Compacts segment `slot` in place: keeps live items (all, or those accessed since they
+    /// were written or last copied, clearing that bit) while they fit in `keep` bytes, and
+    /// drops the rest (expired ones as reclaimed, others as evicted).
+    fn compact(&mut self, sh: &Shared, slot: usize, keep: usize, which: Keep, now: u32) {
+        let mut rd = 0;
+        let mut wr = 0;
+        let mut kept_items = 0;
+        let end = self.slot(slot).write;
+        while rd < end {
+            let h = Header::read(&self.slot(slot).seg.bytes[rd..]);
+            let len = h.len();
+            if h.bits & item::DEAD == 0 {
+                let key_range = rd + h.key_start()..rd + h.value_start();
+                let hash = sh.hasher.hash_one(&self.slot(slot).seg.bytes[key_range]);
+                let old = Loc::new(slot as u16, rd as u32);
+                let expired = h.expired(now);
+                let wanted = which == Keep::All || h.bits & item::ACCESSED != 0;
+                if !expired && wanted && wr + len <= keep {
+                    let s = self.slot_mut(slot);
+                    s.seg.bytes.copy_within(rd..rd + len, wr);
+                    if which == Keep::Accessed {
+                        item::set_bits(&mut s.seg.bytes[wr..], h.bits & !item::ACCESSED);
+                    }
+                    let new = Loc::new(slot as u16, wr as u32);
+                    if let Some(l) = self.index.find_mut(hash, |l| *l == old) {
+                        *l = new;
+                    }
+                    wr += len;
+                    kept_items += 1;
+                } else {
+                    let why = if expired { Why::Expired } else { Why::Evicted };
+                    if let Ok(e) = self.index.find_entry(hash, |l| *l == old) {
+                        e.remove();
+                    }
+                    self.count_drop(why, h.bits);
+                }
+            }
+            rd += len;
+        }
+        let g = self.gen();
+        let s = self.slot_mut(slot);
+        s.write = wr;
+        s.live_bytes = wr;
+        s.live_items = kept_items;
+        s.gen = g;
+    }
+}
