@@ -47,13 +47,13 @@ fuzz_target!(|data: &[u8]| {
         mono_ms: 0,
     };
     for piece in stream.chunks(chunk) {
-        let mut flow = session.on_bytes(piece, now, shared, &mut out);
+        let mut flow = session.on_bytes(piece, now, shared, None, &mut out);
         let mut drains = 0;
         while flow == Flow::Drain {
             out.clear();
             drains += 1;
             assert!(drains < 100_000);
-            flow = session.on_bytes(&[], now, shared, &mut out);
+            flow = session.on_bytes(&[], now, shared, None, &mut out);
         }
         out.clear();
         if flow == Flow::Close {
