@@ -3,7 +3,8 @@
 use super::*;
 use crate::engine::{Durable, Options};
 use crate::region::SegState;
-use crate::serving::{drive_sync, Change};
+use crate::serving::drive_sync;
+use crate::Mutation;
 use crate::sim::{SimDevice, SimRng};
 use crate::SPACE_FACTOR;
 
@@ -43,7 +44,7 @@ fn overwrites_far_beyond_the_device_stay_within_the_space_bound() {
             let v = value(k, round);
             s.stage(
                 &mut log,
-                Change::Put {
+                Mutation::Put {
                     key: key.as_bytes(),
                     value: &v,
                     flags: 0,
@@ -58,12 +59,12 @@ fn overwrites_far_beyond_the_device_stay_within_the_space_bound() {
         }
         // Deleting and re-creating a key leaves tombstones to forget.
         token += 1;
-        s.stage(&mut log, Change::Delete { key: b"gone" }, token)
+        s.stage(&mut log, Mutation::Delete { key: b"gone" }, token)
             .unwrap();
         token += 1;
         s.stage(
             &mut log,
-            Change::Put {
+            Mutation::Put {
                 key: b"gone",
                 value: b"back",
                 flags: 0,
@@ -128,7 +129,7 @@ fn deleted_keys_stay_deleted_after_their_tombstones_are_compacted() {
         token += 1;
         s.stage(
             &mut log,
-            Change::Put {
+            Mutation::Put {
                 key: format!("d{i}").as_bytes(),
                 value: &big,
                 flags: 0,
@@ -145,7 +146,7 @@ fn deleted_keys_stay_deleted_after_their_tombstones_are_compacted() {
             token += 1;
             s.stage(
                 &mut log,
-                Change::Delete {
+                Mutation::Delete {
                     key: format!("d{}", i - 10).as_bytes(),
                 },
                 token,
@@ -196,7 +197,7 @@ fn segments_with_records_in_flight_are_not_compacted() {
     for i in 0..100u64 {
         s.stage(
             &mut log,
-            Change::Put {
+            Mutation::Put {
                 key: format!("f{i}").as_bytes(),
                 value: &v,
                 flags: 0,
@@ -263,7 +264,7 @@ fn reads_are_requested_and_a_failed_or_short_read_gives_up_until_the_retry() {
             token += 1;
             let v = value(k, round);
             let key = format!("r{k}");
-            let change = Change::Put {
+            let change = Mutation::Put {
                 key: key.as_bytes(),
                 value: &v,
                 flags: 0,

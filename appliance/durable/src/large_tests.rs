@@ -10,7 +10,8 @@ use crate::large::{
 };
 use crate::record::{encoded_len, RecordKind, HEADER_LEN};
 use crate::region::RegionLog;
-use crate::serving::{drive_sync, Change, Serving, Settled};
+use crate::serving::{drive_sync, Serving, Settled};
+use crate::Mutation;
 use crate::sim::{SimDevice, SimRng};
 
 fn opts(regions: u32) -> Options {
@@ -71,16 +72,8 @@ fn stage_chunks(
     for i in 0..m.chunks() {
         let (a, b) = m.chunk_range(i);
         *token += 1;
-        s.stage(
-            log,
-            Change::Chunk {
-                object: m.object,
-                index: i,
-                bytes: &bytes[a as usize..b as usize],
-            },
-            *token,
-        )
-        .unwrap();
+        s.stage_chunk(log, m.object, i, &bytes[a as usize..b as usize], *token)
+            .unwrap();
     }
     m
 }
@@ -95,7 +88,7 @@ fn stage_manifest(
     *token += 1;
     s.stage(
         log,
-        Change::Put {
+        Mutation::Put {
             key,
             value: &m.encode(),
             flags: 3,
@@ -118,7 +111,7 @@ fn put_plain(
     *token += 1;
     s.stage(
         log,
-        Change::Put {
+        Mutation::Put {
             key,
             value: v,
             flags: 0,
@@ -291,7 +284,7 @@ fn manifest_and_chunks_are_staged_settled_and_read_back() {
     assert!(matches!(
         s.stage(
             &mut log,
-            Change::Put {
+            Mutation::Put {
                 key: b"bad",
                 value: b"not a manifest",
                 flags: 0,
@@ -344,7 +337,7 @@ fn replacing_deleting_or_failing_a_large_object_frees_its_chunks() {
 
     // Delete.
     token += 1;
-    s.stage(&mut log, Change::Delete { key: b"k" }, token)
+    s.stage(&mut log, Mutation::Delete { key: b"k" }, token)
         .unwrap();
     drive(&s, &mut log);
     assert_gone(&s, &c);
@@ -567,12 +560,8 @@ fn background_compaction_moves_chunks_and_reclaims_replaced_objects() {
     for i in 0..kept.chunks() {
         let (a, b) = kept.chunk_range(i);
         token += 1;
-        let chunk = Change::Chunk {
-            object: kept.object,
-            index: i,
-            bytes: &bytes[a as usize..b as usize],
-        };
-        s.stage(&mut log, chunk, token).unwrap();
+        let chunk = &bytes[a as usize..b as usize];
+        s.stage_chunk(&mut log, kept.object, i, chunk, token).unwrap();
         for k in 0..8u64 {
             put_plain(
                 &s,
@@ -652,7 +641,7 @@ fn an_expired_manifest_dropped_by_compaction_takes_its_chunks() {
     token += 1;
     s.stage(
         &mut log,
-        Change::Put {
+        Mutation::Put {
             key: b"exp",
             value: &m.encode(),
             flags: 0,

@@ -5,9 +5,9 @@
 //! worker is driving. Sans-IO except [`Serving::lookup`] and [`Serving::for_each_value`], which
 //! read the device synchronously (the read-through path; see ADR 0011).
 //!
-//! Large objects (see [`crate::large`]): chunks are staged with [`Change::Chunk`] and never
-//! enter the overlay; the manifest is staged (with [`Change::Put`] `large: true`) only after
-//! every chunk of its object is durable. Chunks belong to the manifest currently durable for
+//! Large objects (see [`crate::large`]): chunks are staged with [`Serving::stage_chunk`] and
+//! never enter the overlay; the manifest is staged (a [`crate::Mutation::Put`] with `large: true`)
+//! only after every chunk of its object is durable. Chunks belong to the manifest currently durable for
 //! their user key: when a settled write replaces it (or a large put is superseded before it
 //! settles), the old object's chunks leave the index and become dead bytes that compaction
 //! reclaims. A failed large put keeps its chunks until the next start (its manifest may still
@@ -43,49 +43,6 @@ use staging::{OverlayShard, Pending};
 pub const FLUSH_KEY: &[u8] = b"";
 
 const OVERLAY_SHARDS: usize = 64;
-
-/// A change to log, in device terms (absolute Unix expiry).
-#[derive(Debug, Clone, Copy)]
-pub enum Change<'a> {
-    /// The key holds this value.
-    Put {
-        /// Key.
-        key: &'a [u8],
-        /// Value; with `large`, an encoded [`crate::Manifest`].
-        value: &'a [u8],
-        /// Client flags.
-        flags: u32,
-        /// Absolute Unix seconds, 0 = never.
-        exptime: u64,
-        /// CAS unique.
-        cas: u64,
-        /// The value is a large object's manifest (record kind [`crate::RecordKind::Manifest`]).
-        /// Stage it only after every chunk of its object is durable.
-        large: bool,
-    },
-    /// One chunk of a large object, logged under [`crate::chunk_key`]`(object, index)` with its
-    /// piece table in front ([`crate::large::encode_chunk_value`]). Settled like a client
-    /// write (its token is acked or failed; a failed one is reported with the chunk key and
-    /// cas 0); never visible to [`Serving::lookup`].
-    Chunk {
-        /// Object id from [`Serving::next_object_id`].
-        object: u64,
-        /// Chunk number.
-        index: u32,
-        /// The chunk's bytes (at most [`Serving::chunk_len`]).
-        bytes: &'a [u8],
-    },
-    /// The key is gone.
-    Delete {
-        /// Key.
-        key: &'a [u8],
-    },
-    /// Everything logged before is invalid from Unix time `at` on.
-    FlushAll {
-        /// Absolute Unix seconds.
-        at: u64,
-    },
-}
 
 /// What became of a compaction copy, by the location of the original it copied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +89,8 @@ pub struct Serving<D: BlockDevice> {
     swept: usize,
     /// Records read back that did not verify, as counted by [`Serving::note_corrupt`].
     corrupt: AtomicU64,
+    /// Unix seconds of store time 0: a staged [`Mutation`]'s times are store times.
+    unix_start: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -139,6 +98,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<D: BlockDevice> Serving<D> {
+    /// Store time 0 is Unix second `unix_start` (0 by default: store times are Unix times).
+    pub fn with_unix_start(mut self, unix_start: u64) -> Self {
+        self.unix_start = unix_start;
+        self
+    }
+
     /// Takes over an opened (recovered) device.
     pub fn new(d: Durable<D>) -> Self {
         let Durable {
@@ -166,6 +131,7 @@ impl<D: BlockDevice> Serving<D> {
             objects: Mutex::new(LargeObjects::default()),
             swept: 0,
             corrupt: AtomicU64::new(0),
+            unix_start: 0,
         };
         let mark = me.read_index().get(FLUSH_KEY).copied();
         if let Some(e) = mark {

@@ -1,6 +1,7 @@
 //! Unit tests of [`super::Serving`]: staging, settling, look-ups, checkpoint and crash recovery.
 use super::*;
 use crate::engine::Options;
+use crate::Mutation;
 use crate::group_commit::Action;
 use crate::sim::{SimDevice, SimRng};
 
@@ -35,8 +36,8 @@ fn drive(s: &Serving<SimDevice>, log: &mut RegionLog<u64>) -> Settled {
     all
 }
 
-fn put<'a>(key: &'a [u8], value: &'a [u8], cas: u64) -> Change<'a> {
-    Change::Put {
+fn put<'a>(key: &'a [u8], value: &'a [u8], cas: u64) -> Mutation<'a> {
+    Mutation::Put {
         key,
         value,
         flags: 1,
@@ -52,12 +53,12 @@ fn staged_writes_are_visible_before_and_after_their_flush() {
     let mut log = s.take_log(0).unwrap();
     assert!(s.take_log(0).is_none(), "a log is driven by one worker");
     s.stage(&mut log, put(b"a", b"1", 5), 1).unwrap();
-    s.stage(&mut log, Change::Delete { key: b"b" }, 2).unwrap();
+    s.stage(&mut log, Mutation::Delete { key: b"b" }, 2).unwrap();
     assert_eq!(s.lookup(b"a", 0).unwrap().unwrap().value, b"1", "overlay");
     let got = drive(&s, &mut log);
     assert_eq!(got.acked, vec![1, 2]);
     assert_eq!(s.lookup(b"a", 0).unwrap().unwrap().cas, 5, "index");
-    s.stage(&mut log, Change::Delete { key: b"a" }, 3).unwrap();
+    s.stage(&mut log, Mutation::Delete { key: b"a" }, 3).unwrap();
     assert_eq!(
         s.lookup(b"a", 0).unwrap(),
         None,
@@ -66,7 +67,7 @@ fn staged_writes_are_visible_before_and_after_their_flush() {
     drive(&s, &mut log);
     assert_eq!(s.lookup(b"a", 0).unwrap(), None);
     s.stage(&mut log, put(b"x", b"old", 6), 4).unwrap();
-    s.stage(&mut log, Change::FlushAll { at: 100 }, 5).unwrap();
+    s.stage(&mut log, Mutation::FlushAll { at: 100 }, 5).unwrap();
     s.stage(&mut log, put(b"y", b"new", 7), 6).unwrap();
     drive(&s, &mut log);
     assert!(s.lookup(b"x", 99).unwrap().is_some(), "flush not due yet");
@@ -91,7 +92,7 @@ fn checkpoint_and_crash_recovery_keep_values_and_the_flush_mark() {
         )
         .unwrap();
     }
-    s.stage(&mut log, Change::FlushAll { at: 1 }, 99).unwrap();
+    s.stage(&mut log, Mutation::FlushAll { at: 1 }, 99).unwrap();
     s.stage(&mut log, put(b"after", b"v", 500), 100).unwrap();
     assert_eq!(drive(&s, &mut log).acked.len(), 52);
     let img = s.device().crash_image(&mut SimRng::new(1));

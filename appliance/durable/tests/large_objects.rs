@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use ringstore_durable::compactor::{run_to_idle, Compactor};
 use ringstore_durable::serving::drive_sync;
 use ringstore_durable::sim::{SimDevice, SimRng};
-use ringstore_durable::{Change, Durable, Limits, Manifest, Options, RegionLog, Serving};
+use ringstore_durable::{Mutation, Durable, Limits, Manifest, Options, RegionLog, Serving};
 
 const KEYS: u64 = 8;
 
@@ -191,12 +191,8 @@ fn run_seed(seed: u64) -> (usize, usize) {
                     for i in 0..manifest.chunks() {
                         let (a, b) = manifest.chunk_range(i);
                         let t = model.token();
-                        let change = Change::Chunk {
-                            object,
-                            index: i,
-                            bytes: &bytes[a as usize..b as usize],
-                        };
-                        if s.stage(&mut logs[r], change, t).is_ok() {
+                        let chunk = &bytes[a as usize..b as usize];
+                        if s.stage_chunk(&mut logs[r], object, i, chunk, t).is_ok() {
                             model.chunks.insert(t, None);
                             tokens.push(t);
                         }
@@ -217,9 +213,9 @@ fn run_seed(seed: u64) -> (usize, usize) {
                         .into_bytes()
                         .repeat(1 + rng.below(50) as usize);
                     let change = if rng.chance(1, 5) {
-                        Change::Delete { key: &key_name(k) }
+                        Mutation::Delete { key: &key_name(k) }
                     } else {
-                        Change::Put {
+                        Mutation::Put {
                             key: &key_name(k),
                             value: &value,
                             flags: 0,
@@ -229,7 +225,7 @@ fn run_seed(seed: u64) -> (usize, usize) {
                         }
                     };
                     let what = match change {
-                        Change::Delete { .. } => What::Deleted,
+                        Mutation::Delete { .. } => What::Deleted,
                         _ => What::Plain(value.clone()),
                     };
                     if s.stage(&mut logs[r], change, t).is_ok() {
@@ -259,7 +255,7 @@ fn run_seed(seed: u64) -> (usize, usize) {
                         let t = model.token();
                         let key = key_name(u.key);
                         let value = u.manifest.encode();
-                        let change = Change::Put {
+                        let change = Mutation::Put {
                             key: &key,
                             value: &value,
                             flags: 0,

@@ -107,15 +107,16 @@ pub(crate) fn open(
 }
 
 /// Loads the device's live values into RAM (as many as fit; the rest are read through on
-/// demand), raises the CAS counter above every recovered value, and attaches the journal and
-/// the read-through to the store.
+/// demand), raises the CAS counter above every recovered value, attaches the read-through
+/// to the store and makes it refuse writes that come without a worker's device handle.
 pub(crate) fn attach(
     durable: Durable<FileDevice>,
     store: &Store,
     clock: Clock,
 ) -> Arc<Serving<FileDevice>> {
     let started = Instant::now();
-    let serving = Arc::new(Serving::new(durable));
+    // Store times of staged mutations are seconds since the clock started.
+    let serving = Arc::new(Serving::new(durable).with_unix_start(clock.unix_start()));
     if serving.swept_chunks() > 0 {
         eprintln!(
             "ringstore: data device: dropped {} chunks of large objects no manifest names (uploads cut short)",

@@ -17,11 +17,16 @@ use std::sync::Arc;
 
 use io_uring::{opcode, squeue, types};
 
-use ringstore_durable::{Action, Change, Compactor, FileDevice, RegionLog, Serving, Step};
+use ringstore_durable::{Action, Compactor, DurableError, FileDevice, RegionLog, Serving, Step};
 use ringstore_service::{Device, Fetched, Journal, Mutation};
 use ringstore_store::{Backfill, StoreError, Time};
 
 use crate::op::Op;
+
+mod compaction;
+mod device;
+
+pub(crate) use device::{ConnDevice, DeviceBackfill};
 
 /// Writes a region log may have accepted and not yet settled (more is "out of memory").
 pub(crate) const PENDING_WRITES_MAX: usize = 1 << 16;
@@ -58,160 +63,6 @@ impl WorkerLog {
     }
 }
 
-fn to_unix(unix_start: u64, t: Time) -> u64 {
-    if t == 0 {
-        0
-    } else {
-        unix_start + u64::from(t)
-    }
-}
-
-/// The data device for one session call: the worker's log, on behalf of one connection.
-pub(crate) struct ConnDevice<'a> {
-    disk: &'a DiskWorker,
-    conn: (u32, u32),
-}
-
-impl Journal for ConnDevice<'_> {
-    fn record(&self, m: Mutation<'_>) -> Result<(), StoreError> {
-        let unix_start = self.disk.unix_start;
-        let change = match m {
-            Mutation::Put {
-                key,
-                value,
-                flags,
-                exptime,
-                cas,
-                large,
-            } => Change::Put {
-                key,
-                value,
-                flags,
-                exptime: to_unix(unix_start, exptime),
-                cas,
-                large,
-            },
-            Mutation::Delete { key } => Change::Delete { key },
-            Mutation::FlushAll { at } => Change::FlushAll {
-                at: unix_start + u64::from(at),
-            },
-        };
-        self.disk.stage(change, Some(self.conn))
-    }
-}
-
-impl Device for ConnDevice<'_> {
-    fn staged(&self) -> u64 {
-        self.disk.log.borrow().staged
-    }
-
-    fn chunk_len(&self) -> usize {
-        self.disk.serving.chunk_len()
-    }
-
-    fn new_object_id(&self) -> u64 {
-        self.disk.serving.next_object_id()
-    }
-
-    fn stage_chunk(&self, object: u64, index: u32, bytes: &[u8]) -> Result<(), StoreError> {
-        let change = Change::Chunk {
-            object,
-            index,
-            bytes,
-        };
-        self.disk.stage(change, Some(self.conn))
-    }
-
-    fn abandon_object(&self, object: u64, chunks: u32) {
-        let mut w = self.disk.log.borrow_mut();
-        if w.recs.is_empty() {
-            self.disk.serving.abandon_object(object, chunks);
-        } else {
-            let token = w.staged;
-            w.abandoned.push_back((token, object, chunks));
-        }
-    }
-
-    fn read_chunk(&self, object: u64, index: u32) -> Option<Vec<u8>> {
-        let serving = &self.disk.serving;
-        serving
-            .read_chunk(object, index)
-            .map_err(|err| {
-                note_read_error(serving, &err);
-                eprintln!("ringstore: data device: chunk {index} of object {object}: {err}")
-            })
-            .ok()
-    }
-
-    fn read_chunk_range(
-        &self,
-        object: u64,
-        index: u32,
-        start: usize,
-        end: usize,
-    ) -> Option<Vec<u8>> {
-        let serving = &self.disk.serving;
-        serving
-            .read_chunk_range(object, index, start, end)
-            .map_err(|err| {
-                note_read_error(serving, &err);
-                eprintln!(
-                    "ringstore: data device: chunk {index} of object {object} \
-                     bytes {start}..{end}: {err}"
-                )
-            })
-            .ok()
-    }
-
-    fn stats(&self, out: &mut dyn FnMut(&'static str, u64)) {
-        let serving = &self.disk.serving;
-        let (uploads, reserved) = serving.uploads();
-        out("data_reserved_bytes", reserved);
-        out("data_uploads_in_progress", uploads as u64);
-        out("data_corrupt_records", serving.corrupt_records());
-    }
-}
-
-/// Counts a damaged record read (`stats data_corrupt_records`).
-fn note_read_error(serving: &Serving<FileDevice>, err: &ringstore_durable::DurableError) {
-    if matches!(err, ringstore_durable::DurableError::Corrupt { .. }) {
-        serving.note_corrupt();
-    }
-}
-
-/// Reads RAM misses from the device (synchronous pread on the calling worker; see ADR 0011).
-pub(crate) struct DeviceBackfill {
-    pub serving: Arc<Serving<FileDevice>>,
-    pub unix_start: u64,
-}
-
-impl Backfill for DeviceBackfill {
-    fn fetch(&self, key: &[u8], now: Time) -> Option<Fetched> {
-        let now_unix = self.unix_start + u64::from(now);
-        match self.serving.lookup(key, now_unix) {
-            Ok(Some(item)) => Some(Fetched {
-                value: item.value,
-                flags: item.flags,
-                exptime: if item.exptime == 0 {
-                    0
-                } else {
-                    item.exptime
-                        .saturating_sub(self.unix_start)
-                        .clamp(1, u64::from(u32::MAX)) as Time
-                },
-                cas: item.cas,
-                large: item.large,
-            }),
-            Ok(None) => None,
-            Err(err) => {
-                note_read_error(&self.serving, &err);
-                eprintln!("ringstore: data device read failed: {err}");
-                None
-            }
-        }
-    }
-}
-
 /// What a completion changed for the worker.
 #[derive(Default)]
 pub(crate) struct Outcome {
@@ -224,8 +75,6 @@ pub(crate) struct Outcome {
 /// A worker's side of the data device.
 pub(crate) struct DiskWorker {
     serving: Arc<Serving<FileDevice>>,
-    /// Unix time of store time 0.
-    unix_start: u64,
     fd: RawFd,
     region: usize,
     /// The region's log. A `RefCell` because the store stages into it through the
@@ -250,14 +99,12 @@ impl DiskWorker {
     pub(crate) fn install(
         serving: Arc<Serving<FileDevice>>,
         region: usize,
-        unix_start: u64,
     ) -> Option<DiskWorker> {
         let log = serving.take_log(region)?;
         let fd = serving.device().as_raw_fd();
         let compactor = Compactor::new(serving.superblock().geometry.block_size);
         Some(DiskWorker {
             serving,
-            unix_start,
             fd,
             region,
             log: RefCell::new(WorkerLog {
@@ -284,15 +131,17 @@ impl DiskWorker {
         }
     }
 
-    /// Stages `change` into the log for `conn`; its token is the new [`WorkerLog::staged`].
-    fn stage(&self, change: Change<'_>, conn: Option<(u32, u32)>) -> Result<(), StoreError> {
+    /// Stages one record into the log for `conn` with `encode` (given the log and the
+    /// record's token, the new [`WorkerLog::staged`]; it returns the record's sequence).
+    fn stage(
+        &self,
+        conn: Option<(u32, u32)>,
+        encode: impl FnOnce(&mut RegionLog<u64>, u64) -> Result<u64, DurableError>,
+    ) -> Result<(), StoreError> {
         let mut guard = self.log.borrow_mut();
         let w = &mut *guard;
         let token = w.staged + 1;
-        let seq = self
-            .serving
-            .stage(&mut w.log, change, token)
-            .map_err(|_| StoreError::OutOfMemory)?;
+        let seq = encode(&mut w.log, token).map_err(|_| StoreError::OutOfMemory)?;
         w.staged = token;
         if w.recs.is_empty() {
             // Still under the key's shard lock: compaction elsewhere sees this write as pending.
@@ -338,104 +187,6 @@ impl DiskWorker {
             && self.inflight.is_empty()
             && self.flushing == 0
             && self.log.borrow().log.is_idle()
-    }
-
-    /// One bounded step of background compaction (before [`DiskWorker::pump`], so its copies
-    /// join this iteration's batch). Returns true when the loop should not sleep.
-    pub(crate) fn compact_step(
-        &mut self,
-        sqes: &mut Vec<squeue::Entry>,
-        now_unix: u64,
-        now_ms: u64,
-        may_start: bool,
-    ) -> bool {
-        if self.erasing.is_some() || self.reading.is_some() {
-            return false;
-        }
-        let log = &mut self.log.get_mut().log;
-        let step = self
-            .compactor
-            .step(&self.serving, log, now_unix, now_ms, may_start);
-        match step {
-            Step::Idle | Step::Waiting => false,
-            Step::Busy => true,
-            Step::Read { offset, len } => {
-                let id = self.next_compaction_op;
-                self.next_compaction_op += 1;
-                let buf = self.compactor.read_buf();
-                debug_assert_eq!(buf.len(), len);
-                // The buffer lives in the compactor, unmoved and untouched, until `on_read`
-                // (fed by `read_complete`); the loop sleeps until the completion.
-                sqes.push(
-                    opcode::Read::new(types::Fd(self.fd), buf.as_mut_ptr(), buf.len() as u32)
-                        .offset(offset)
-                        .build()
-                        .user_data(Op::DiskCompactRead { id }.encode()),
-                );
-                self.reading = Some(id);
-                false
-            }
-            Step::Erase { offset } => {
-                let id = self.next_compaction_op;
-                self.next_compaction_op += 1;
-                let block = self.compactor.erase_block();
-                // The write and its flush are linked: the flush runs only after the write, and a
-                // failed write cancels it. The block lives in the compactor until `on_erased`.
-                sqes.push(
-                    opcode::Write::new(types::Fd(self.fd), block.as_ptr(), block.len() as u32)
-                        .offset(offset)
-                        .build()
-                        .flags(squeue::Flags::IO_LINK)
-                        .user_data(Op::DiskErase { id }.encode()),
-                );
-                sqes.push(
-                    opcode::Fsync::new(types::Fd(self.fd))
-                        .flags(types::FsyncFlags::DATASYNC)
-                        .build()
-                        .user_data(Op::DiskEraseFlush { id }.encode()),
-                );
-                self.erasing = Some(None);
-                false
-            }
-        }
-    }
-
-    /// An erase write (`flush` false) or its flush completed.
-    pub(crate) fn erase_complete(&mut self, flush: bool, res: i32, now_ms: u64) {
-        let want = self.compactor.erase_block().len();
-        if !flush {
-            self.erasing = Some(Some(res >= 0 && res as usize == want));
-            return;
-        }
-        let ok = matches!(self.erasing, Some(Some(true))) && res >= 0;
-        self.erasing = None;
-        if !ok {
-            eprintln!("ringstore: data device: freeing a compacted segment failed in region {}; will retry", self.region);
-        }
-        let log = &mut self.log.get_mut().log;
-        self.compactor.on_erased(&self.serving, log, ok, now_ms);
-    }
-
-    /// The compaction read `id` completed with `res` (bytes read or -errno).
-    pub(crate) fn read_complete(&mut self, id: u64, res: i32, now_ms: u64) {
-        if self.reading != Some(id) {
-            return;
-        }
-        self.reading = None;
-        let want = self.compactor.read_buf().len();
-        if res < 0 || res as usize != want {
-            let err = if res < 0 {
-                std::io::Error::from_raw_os_error(-res).to_string()
-            } else {
-                format!("short read ({res} of {want} bytes)")
-            };
-            eprintln!(
-                "ringstore: data device: compaction read failed in region {}: {err}; will retry",
-                self.region
-            );
-        }
-        self.compactor
-            .on_read(usize::try_from(res).map_err(|_| ()), now_ms);
     }
 
     /// Queues what the log wants done as SQEs.

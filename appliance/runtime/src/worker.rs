@@ -137,7 +137,7 @@ pub(crate) fn run<H: Handler>(
     features.buf_ring = bufs.is_some();
     let now = setup.clock.now();
     let disk = match &setup.data {
-        Some(serving) => match DiskWorker::install(serving.clone(), setup.index, setup.clock.unix_start()) {
+        Some(serving) => match DiskWorker::install(serving.clone(), setup.index) {
             Some(disk) => Some(disk),
             None => {
                 let _ = ready.send(Err(format!(

@@ -1,4 +1,5 @@
-//! Staging and settling: a worker encodes a [`Change`] into its region log ([`Serving::stage`]),
+//! Staging and settling: a worker encodes a store [`Mutation`] or a large object's chunk into
+//! its region log ([`Serving::stage`], [`Serving::stage_chunk`]),
 //! the write is visible through the overlay of staged-but-not-durable writes until its
 //! completion is applied ([`Serving::settle`]): durable records enter the index (and the
 //! large-object bookkeeping), failed ones are reported; both leave the overlay.
@@ -8,7 +9,9 @@ use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
 use super::objects::{remove_chunks, ObjectRef};
-use super::{lock, Change, Relocation, Serving, Settled, FLUSH_KEY, OVERLAY_SHARDS};
+use ringstore_store::Mutation;
+
+use super::{lock, Relocation, Serving, Settled, FLUSH_KEY, OVERLAY_SHARDS};
 use crate::device::BlockDevice;
 use crate::engine::Item;
 use crate::error::DurableError;
@@ -40,17 +43,18 @@ impl<D: BlockDevice> Serving<D> {
         lock(&self.overlay[self.hasher.hash_one(key) as usize % OVERLAY_SHARDS])
     }
 
-    /// Encode `change` into `log` with ack `token`; returns its sequence. Call under the
-    /// store's shard lock for the key, so sequence order is write order. Errors: `NoSpace`,
-    /// `Backpressure`, `TooLarge`. Values keep [`DELETE_RESERVE`] free segments back for deletes.
+    /// Encodes the store's mutation `m` into `log` with ack `token`; returns its sequence.
+    /// Call under the store's shard lock for the key, so sequence order is write order.
+    /// Errors: `NoSpace`, `Backpressure`, `TooLarge`, `BadManifest`. Values keep
+    /// [`DELETE_RESERVE`] free segments back for deletes.
     pub fn stage(
         &self,
         log: &mut RegionLog<u64>,
-        change: Change<'_>,
+        m: Mutation<'_>,
         token: u64,
     ) -> Result<u64, DurableError> {
-        let large = match change {
-            Change::Put {
+        let object = match m {
+            Mutation::Put {
                 large: true, value, ..
             } => {
                 let m = Manifest::decode(value).ok_or(DurableError::BadManifest)?;
@@ -59,83 +63,91 @@ impl<D: BlockDevice> Serving<D> {
             _ => None,
         };
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        let at_bytes;
-        let chunk;
-        let chunk_value;
-        let (key, value, meta) = match change {
-            Change::Put {
+        match m {
+            Mutation::Put {
                 key,
                 value,
                 flags,
                 exptime,
                 cas,
                 large,
-            } => (
-                key,
-                value,
-                RecordMeta {
+            } => {
+                let meta = RecordMeta {
                     kind: if large {
                         RecordKind::Manifest
                     } else {
                         RecordKind::Value
                     },
                     flags,
-                    exptime,
+                    exptime: self.to_unix(exptime),
                     cas,
                     seq,
-                },
-            ),
-            Change::Chunk {
-                object,
-                index,
-                bytes,
-            } => {
-                chunk = chunk_key(object, index);
-                chunk_value = encode_chunk_value(bytes);
-                (
-                    &chunk[..],
-                    &chunk_value[..],
-                    RecordMeta::bare(RecordKind::Value, seq),
-                )
+                };
+                let keep = COMPACTION_RESERVE + DELETE_RESERVE;
+                log.stage_keeping(key, value, meta, Purpose::Client(token), keep)?;
+                if let Some(obj) = object {
+                    let mut objects = lock(&self.objects);
+                    objects.uploading.remove(&obj.0);
+                    objects.staged.insert(seq, obj);
+                }
+                self.overlay_put(key, Pending::Value(Item::new(&meta, value.to_vec())));
             }
-            Change::Delete { key } => (key, &[][..], RecordMeta::bare(RecordKind::Tombstone, seq)),
-            Change::FlushAll { at } => {
-                at_bytes = at.to_le_bytes();
-                (
-                    FLUSH_KEY,
-                    &at_bytes[..],
-                    RecordMeta::bare(RecordKind::Value, seq),
-                )
+            Mutation::Delete { key } => {
+                let meta = RecordMeta::bare(RecordKind::Tombstone, seq);
+                log.stage_keeping(key, &[], meta, Purpose::Client(token), COMPACTION_RESERVE)?;
+                self.overlay_put(key, Pending::Deleted(seq));
             }
-        };
-        let keep = match change {
-            Change::Put { .. } | Change::Chunk { .. } => COMPACTION_RESERVE + DELETE_RESERVE,
-            Change::Delete { .. } | Change::FlushAll { .. } => COMPACTION_RESERVE,
-        };
-        log.stage_keeping(key, value, meta, Purpose::Client(token), keep)?;
-        if let Change::FlushAll { at } = change {
-            let mut f = lock(&self.flush);
-            if f.is_none_or(|(s, _)| s < seq) {
-                *f = Some((seq, at));
+            Mutation::FlushAll { at } => {
+                let at = self.unix_start + u64::from(at);
+                let meta = RecordMeta::bare(RecordKind::Value, seq);
+                let value = at.to_le_bytes();
+                let client = Purpose::Client(token);
+                log.stage_keeping(FLUSH_KEY, &value, meta, client, COMPACTION_RESERVE)?;
+                let mut f = lock(&self.flush);
+                if f.is_none_or(|(s, _)| s < seq) {
+                    *f = Some((seq, at));
+                }
             }
-            return Ok(seq);
         }
-        if let Change::Chunk { object, .. } = change {
-            let bytes = encoded_len(key.len(), value.len()) as u64;
-            *lock(&self.objects).uploading.entry(object).or_default() += bytes;
-            return Ok(seq); // nobody reads a chunk before its manifest is durable
+        Ok(seq)
+    }
+
+    /// Encodes chunk `index` of large object `object` into `log` with ack `token`: logged
+    /// under [`chunk_key`]`(object, index)` with its piece table in front
+    /// ([`encode_chunk_value`]), settled like a client write (a failed one is reported with
+    /// the chunk key and cas 0), never visible to [`Serving::lookup`]. `bytes` is at most
+    /// [`Serving::chunk_len`]; returns the record's sequence.
+    pub fn stage_chunk(
+        &self,
+        log: &mut RegionLog<u64>,
+        object: u64,
+        index: u32,
+        bytes: &[u8],
+        token: u64,
+    ) -> Result<u64, DurableError> {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let key = chunk_key(object, index);
+        let value = encode_chunk_value(bytes);
+        let meta = RecordMeta::bare(RecordKind::Value, seq);
+        let keep = COMPACTION_RESERVE + DELETE_RESERVE;
+        log.stage_keeping(&key, &value, meta, Purpose::Client(token), keep)?;
+        let len = encoded_len(key.len(), value.len()) as u64;
+        *lock(&self.objects).uploading.entry(object).or_default() += len;
+        Ok(seq) // nobody reads a chunk before its manifest is durable
+    }
+
+    /// A store time as Unix seconds (0, never, stays 0).
+    fn to_unix(&self, t: ringstore_store::Time) -> u64 {
+        if t == 0 {
+            0
+        } else {
+            self.unix_start + u64::from(t)
         }
-        if let Some(obj) = large {
-            let mut objects = lock(&self.objects);
-            objects.uploading.remove(&obj.0);
-            objects.staged.insert(seq, obj);
-        }
-        let pending = match meta.kind {
-            RecordKind::Value | RecordKind::Manifest => {
-                Pending::Value(Item::new(&meta, value.to_vec()))
-            }
-            RecordKind::Tombstone => Pending::Deleted(seq),
-        };
+    }
+
+    /// Makes `pending` the key's newest staged state, unless a newer one is there already.
+    fn overlay_put(&self, key: &[u8], pending: Pending) {
+        let seq = pending.seq();
         let mut shard = self.overlay_shard(key);
         match shard.get_mut(key) {
             Some(p) if p.seq() > seq => {}
@@ -144,7 +156,6 @@ impl<D: BlockDevice> Serving<D> {
                 shard.insert(key.into(), pending);
             }
         }
-        Ok(seq)
     }
 
     /// Apply a completion of a worker's log: durable records enter the index, failed ones are

@@ -1,0 +1,130 @@
+//! The data device as the service sees it: [`ConnDevice`], a worker's log on behalf of one
+//! connection for one session call (the store's journal, large-object chunks, chunk reads),
+//! and [`DeviceBackfill`], the store's reads of keys RAM does not hold.
+
+use super::*;
+
+/// The data device for one session call: the worker's log, on behalf of one connection.
+pub(crate) struct ConnDevice<'a> {
+    pub(super) disk: &'a DiskWorker,
+    pub(super) conn: (u32, u32),
+}
+
+impl Journal for ConnDevice<'_> {
+    fn record(&self, m: Mutation<'_>) -> Result<(), StoreError> {
+        let serving = &self.disk.serving;
+        self.disk
+            .stage(Some(self.conn), |log, token| serving.stage(log, m, token))
+    }
+}
+
+impl Device for ConnDevice<'_> {
+    fn staged(&self) -> u64 {
+        self.disk.log.borrow().staged
+    }
+
+    fn chunk_len(&self) -> usize {
+        self.disk.serving.chunk_len()
+    }
+
+    fn new_object_id(&self) -> u64 {
+        self.disk.serving.next_object_id()
+    }
+
+    fn stage_chunk(&self, object: u64, index: u32, bytes: &[u8]) -> Result<(), StoreError> {
+        let serving = &self.disk.serving;
+        self.disk.stage(Some(self.conn), |log, token| {
+            serving.stage_chunk(log, object, index, bytes, token)
+        })
+    }
+
+    fn abandon_object(&self, object: u64, chunks: u32) {
+        let mut w = self.disk.log.borrow_mut();
+        if w.recs.is_empty() {
+            self.disk.serving.abandon_object(object, chunks);
+        } else {
+            let token = w.staged;
+            w.abandoned.push_back((token, object, chunks));
+        }
+    }
+
+    fn read_chunk(&self, object: u64, index: u32) -> Option<Vec<u8>> {
+        let serving = &self.disk.serving;
+        serving
+            .read_chunk(object, index)
+            .map_err(|err| {
+                note_read_error(serving, &err);
+                eprintln!("ringstore: data device: chunk {index} of object {object}: {err}")
+            })
+            .ok()
+    }
+
+    fn read_chunk_range(
+        &self,
+        object: u64,
+        index: u32,
+        start: usize,
+        end: usize,
+    ) -> Option<Vec<u8>> {
+        let serving = &self.disk.serving;
+        serving
+            .read_chunk_range(object, index, start, end)
+            .map_err(|err| {
+                note_read_error(serving, &err);
+                eprintln!(
+                    "ringstore: data device: chunk {index} of object {object} \
+                     bytes {start}..{end}: {err}"
+                )
+            })
+            .ok()
+    }
+
+    fn stats(&self, out: &mut dyn FnMut(&'static str, u64)) {
+        let serving = &self.disk.serving;
+        let (uploads, reserved) = serving.uploads();
+        out("data_reserved_bytes", reserved);
+        out("data_uploads_in_progress", uploads as u64);
+        out("data_corrupt_records", serving.corrupt_records());
+    }
+}
+
+/// Counts a damaged record read (`stats data_corrupt_records`).
+fn note_read_error(serving: &Serving<FileDevice>, err: &ringstore_durable::DurableError) {
+    if matches!(err, ringstore_durable::DurableError::Corrupt { .. }) {
+        serving.note_corrupt();
+    }
+}
+
+/// Reads RAM misses from the device (synchronous pread on the calling worker; see ADR 0011).
+pub(crate) struct DeviceBackfill {
+    pub serving: Arc<Serving<FileDevice>>,
+    pub unix_start: u64,
+}
+
+impl Backfill for DeviceBackfill {
+    fn fetch(&self, key: &[u8], now: Time) -> Option<Fetched> {
+        let now_unix = self.unix_start + u64::from(now);
+        match self.serving.lookup(key, now_unix) {
+            Ok(Some(item)) => Some(Fetched {
+                value: item.value,
+                flags: item.flags,
+                exptime: if item.exptime == 0 {
+                    0
+                } else {
+                    item.exptime
+                        .saturating_sub(self.unix_start)
+                        .clamp(1, u64::from(u32::MAX)) as Time
+                },
+                cas: item.cas,
+                large: item.large,
+            }),
+            Ok(None) => None,
+            Err(err) => {
+                note_read_error(&self.serving, &err);
+                eprintln!("ringstore: data device read failed: {err}");
+                None
+            }
+        }
+    }
+}
+
