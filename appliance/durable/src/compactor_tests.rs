@@ -4,8 +4,8 @@ use super::*;
 use crate::engine::{Durable, Options};
 use crate::region::SegState;
 use crate::serving::drive_sync;
-use crate::Mutation;
 use crate::sim::{SimDevice, SimRng};
+use crate::Mutation;
 use crate::SPACE_FACTOR;
 
 fn opts() -> Options {

@@ -11,8 +11,8 @@ use crate::large::{
 use crate::record::{encoded_len, RecordKind, HEADER_LEN};
 use crate::region::RegionLog;
 use crate::serving::{drive_sync, Serving, Settled};
-use crate::Mutation;
 use crate::sim::{SimDevice, SimRng};
+use crate::Mutation;
 
 fn opts(regions: u32) -> Options {
     Options {
@@ -561,7 +561,8 @@ fn background_compaction_moves_chunks_and_reclaims_replaced_objects() {
         let (a, b) = kept.chunk_range(i);
         token += 1;
         let chunk = &bytes[a as usize..b as usize];
-        s.stage_chunk(&mut log, kept.object, i, chunk, token).unwrap();
+        s.stage_chunk(&mut log, kept.object, i, chunk, token)
+            .unwrap();
         for k in 0..8u64 {
             put_plain(
                 &s,

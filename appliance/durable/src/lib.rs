@@ -51,6 +51,6 @@ pub use maintain::{CompactReport, SpaceUsage, SPACE_FACTOR};
 pub use record::{RecordKind, RecordMeta};
 pub use recovery::Damage;
 pub use region::{Purpose, RegionLog, SegState, Staged, COMPACTION_RESERVE};
-pub use serving::{Relocation, Serving, Settled, FLUSH_KEY};
 /// What the store logs: the one mutation type, staged with [`Serving::stage`].
 pub use ringstore_store::Mutation;
+pub use serving::{Relocation, Serving, Settled, FLUSH_KEY};

@@ -1,9 +1,9 @@
 //! Unit tests of [`super::Serving`]: staging, settling, look-ups, checkpoint and crash recovery.
 use super::*;
 use crate::engine::Options;
-use crate::Mutation;
 use crate::group_commit::Action;
 use crate::sim::{SimDevice, SimRng};
+use crate::Mutation;
 
 fn open(dev: SimDevice) -> Serving<SimDevice> {
     let opts = Options {
@@ -53,12 +53,14 @@ fn staged_writes_are_visible_before_and_after_their_flush() {
     let mut log = s.take_log(0).unwrap();
     assert!(s.take_log(0).is_none(), "a log is driven by one worker");
     s.stage(&mut log, put(b"a", b"1", 5), 1).unwrap();
-    s.stage(&mut log, Mutation::Delete { key: b"b" }, 2).unwrap();
+    s.stage(&mut log, Mutation::Delete { key: b"b" }, 2)
+        .unwrap();
     assert_eq!(s.lookup(b"a", 0).unwrap().unwrap().value, b"1", "overlay");
     let got = drive(&s, &mut log);
     assert_eq!(got.acked, vec![1, 2]);
     assert_eq!(s.lookup(b"a", 0).unwrap().unwrap().cas, 5, "index");
-    s.stage(&mut log, Mutation::Delete { key: b"a" }, 3).unwrap();
+    s.stage(&mut log, Mutation::Delete { key: b"a" }, 3)
+        .unwrap();
     assert_eq!(
         s.lookup(b"a", 0).unwrap(),
         None,
@@ -67,7 +69,8 @@ fn staged_writes_are_visible_before_and_after_their_flush() {
     drive(&s, &mut log);
     assert_eq!(s.lookup(b"a", 0).unwrap(), None);
     s.stage(&mut log, put(b"x", b"old", 6), 4).unwrap();
-    s.stage(&mut log, Mutation::FlushAll { at: 100 }, 5).unwrap();
+    s.stage(&mut log, Mutation::FlushAll { at: 100 }, 5)
+        .unwrap();
     s.stage(&mut log, put(b"y", b"new", 7), 6).unwrap();
     drive(&s, &mut log);
     assert!(s.lookup(b"x", 99).unwrap().is_some(), "flush not due yet");

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use ringstore_durable::compactor::{run_to_idle, Compactor};
 use ringstore_durable::serving::drive_sync;
 use ringstore_durable::sim::{SimDevice, SimRng};
-use ringstore_durable::{Mutation, Durable, Limits, Manifest, Options, RegionLog, Serving};
+use ringstore_durable::{Durable, Limits, Manifest, Mutation, Options, RegionLog, Serving};
 
 const KEYS: u64 = 8;
 

@@ -53,12 +53,7 @@ pub(crate) struct Conn<S> {
 }
 
 impl<S> Conn<S> {
-    pub(crate) fn new(
-        fd: OwnedFd,
-        session: S,
-        now_ms: u64,
-        own_buf: Option<Box<[u8]>>,
-    ) -> Conn<S> {
+    pub(crate) fn new(fd: OwnedFd, session: S, now_ms: u64, own_buf: Option<Box<[u8]>>) -> Conn<S> {
         Conn {
             fd,
             session,
@@ -176,12 +171,7 @@ mod tests {
     use super::*;
 
     fn conn() -> Conn<()> {
-        Conn::new(
-            crate::sys::eventfd().unwrap(),
-            (),
-            0,
-            None,
-        )
+        Conn::new(crate::sys::eventfd().unwrap(), (), 0, None)
     }
 
     #[test]

@@ -96,10 +96,7 @@ pub(crate) struct DiskWorker {
 
 impl DiskWorker {
     /// Takes region `region`'s log for this worker.
-    pub(crate) fn install(
-        serving: Arc<Serving<FileDevice>>,
-        region: usize,
-    ) -> Option<DiskWorker> {
+    pub(crate) fn install(serving: Arc<Serving<FileDevice>>, region: usize) -> Option<DiskWorker> {
         let log = serving.take_log(region)?;
         let fd = serving.device().as_raw_fd();
         let compactor = Compactor::new(serving.superblock().geometry.block_size);

@@ -19,10 +19,10 @@ use crate::bufring::BufRing;
 use crate::clock::Clock;
 use crate::conn::{Conn, Slab};
 use crate::durable::DiskWorker;
-use crate::op::Op;
 use crate::handler::Handler;
 use crate::inbox::Inbox;
 use crate::linger::{Linger, Next};
+use crate::op::Op;
 use crate::ring::Features;
 
 /// Provided receive buffers per worker and their size.

@@ -32,8 +32,13 @@ pub trait Device: Journal {
     /// Large objects: bytes `start..end` of chunk `index` of `object`, read and verified
     /// piece by piece (only the pieces covering the range). `None`: missing, unreadable, or
     /// out of range.
-    fn read_chunk_range(&self, object: u64, index: u32, start: usize, end: usize)
-        -> Option<Vec<u8>>;
+    fn read_chunk_range(
+        &self,
+        object: u64,
+        index: u32,
+        start: usize,
+        end: usize,
+    ) -> Option<Vec<u8>>;
     /// Counters of the device for `stats`, as `(name, value)` calls to `out`.
     fn stats(&self, out: &mut dyn FnMut(&'static str, u64));
 }

@@ -127,7 +127,9 @@ impl HeldReplies {
         self.settled = self.settled.max(token);
         if !ok {
             for r in self.replies.iter_mut() {
-                if r.tokens.is_some_and(|(first, last)| (first..=last).contains(&token)) {
+                if r.tokens
+                    .is_some_and(|(first, last)| (first..=last).contains(&token))
+                {
                     r.failed = true;
                 }
             }

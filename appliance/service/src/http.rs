@@ -48,9 +48,9 @@ use ringstore_proto::http::{
     KeyBuf, Limits, Method, RequestHead, Scan, Status, Version, CONTINUE,
 };
 
+use crate::budget::{Hold, IN_FREE, OUT_FREE};
 use crate::device::Device;
 use crate::held::HeldReplies;
-use crate::budget::{Hold, IN_FREE, OUT_FREE};
 use crate::{Flow, Now, Shared};
 
 /// Capacity kept by an idle session's buffers; larger ones are released after use so a
@@ -316,7 +316,11 @@ impl HttpSession {
             if real_out.len() + held.len() > backend.out_high_water() && mark.held {
                 return (pos, Flow::Drain);
             }
-            let out = if mark.held { held.buf() } else { &mut *real_out };
+            let out = if mark.held {
+                held.buf()
+            } else {
+                &mut *real_out
+            };
             let step = match &mut self.state {
                 State::Closed => Step::Close,
                 State::Head => self.next_head(data, pos, now, backend, out),
@@ -350,7 +354,8 @@ impl HttpSession {
                 State::Stream { .. } => self.stream_step(pos, backend, out),
                 State::PutChunked { decoder, .. } => {
                     let large = backend.large().zip(backend.device());
-                    let max = large.map_or(backend.item_size_max() as u64, |(l, _)| l.object_size_max);
+                    let max =
+                        large.map_or(backend.item_size_max() as u64, |(l, _)| l.object_size_max);
                     match decoder.decode(&data[pos..], Some(&mut self.chunked_body), max) {
                         Err(e) => {
                             let status = match e {

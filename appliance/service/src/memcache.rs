@@ -189,7 +189,8 @@ impl MemcacheSession {
             return flow;
         }
         self.pending.clear();
-        self.held.write(out, |out| reply::line(out, OUT_OF_MEMORY_READING));
+        self.held
+            .write(out, |out| reply::line(out, OUT_OF_MEMORY_READING));
         Flow::Close
     }
 

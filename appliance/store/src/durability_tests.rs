@@ -366,18 +366,19 @@ fn large_objects_need_a_journal_and_are_hidden_from_memcache_reads() {
         ]
     );
     // A large object read back from the device comes back large.
-    s.store().load(
-        b"loaded",
-        &Fetched {
-            value: b"M2".to_vec(),
-            flags: 1,
-            exptime: 0,
-            cas: 3,
-            large: true,
-        },
-        1,
-    )
-    .unwrap();
+    s.store()
+        .load(
+            b"loaded",
+            &Fetched {
+                value: b"M2".to_vec(),
+                flags: 1,
+                exptime: 0,
+                cas: 3,
+                large: true,
+            },
+            1,
+        )
+        .unwrap();
     assert!(s.get(b"loaded", 1, memcache, |i| i.is_none()));
     assert!(s.get(b"loaded", 1, http, |i| i
         .is_some_and(|i| i.large && i.flags == 1)));

@@ -165,7 +165,10 @@ fn below_the_threshold_or_without_a_backfill_values_stay_in_ram() {
     let s = s.journaled(Some(&*d));
     let v = pattern(THRESHOLD - 1, 2);
     set(&s, b"k", &v, meta(0, 0));
-    assert_eq!(s.store().stats().bytes, item::item_len(1, v.len(), 0) as u64);
+    assert_eq!(
+        s.store().stats().bytes,
+        item::item_len(1, v.len(), 0) as u64
+    );
     let fetches = d.fetches.load(Ordering::Relaxed);
     assert_eq!(value(&s, b"k"), Some(v));
     assert_eq!(d.fetches.load(Ordering::Relaxed), fetches, "read from RAM");
@@ -185,7 +188,10 @@ fn below_the_threshold_or_without_a_backfill_values_stay_in_ram() {
     let s = s.journaled(Some(&device));
     let big = pattern(THRESHOLD, 3);
     set(&s, b"k", &big, meta(0, 0));
-    assert_eq!(s.store().stats().bytes, item::item_len(1, big.len(), 0) as u64);
+    assert_eq!(
+        s.store().stats().bytes,
+        item::item_len(1, big.len(), 0) as u64
+    );
     assert_eq!(value(&s, b"k"), Some(big));
 
     // Threshold 0 is off.
@@ -193,7 +199,10 @@ fn below_the_threshold_or_without_a_backfill_values_stay_in_ram() {
     let s = s.journaled(Some(&*d));
     let big = pattern(64 << 10, 4);
     set(&s, b"k", &big, meta(0, 0));
-    assert_eq!(s.store().stats().bytes, item::item_len(1, big.len(), 0) as u64);
+    assert_eq!(
+        s.store().stats().bytes,
+        item::item_len(1, big.len(), 0) as u64
+    );
 }
 
 #[test]

@@ -182,16 +182,12 @@ impl Store {
         }
         let hash = self.shared.hasher.hash_one(key);
         let mut shard = self.lock(hash, now);
-        let new = NewItem {
+        let new = fetched_item(
             key,
-            value: &item.value,
-            flags: item.flags,
-            exptime: item.exptime,
-            cas: item.cas,
+            item,
             now,
-            large: item.large,
-            external: self.keeps_external(item.value.len(), item.large),
-        };
+            self.keeps_external(item.value.len(), item.large),
+        );
         shard.store(&self.shared, hash, &new).map(|_| ())
     }
 
@@ -250,16 +246,7 @@ impl Store {
         }
         let item = backfill.fetch(key, now)?;
         let external = self.keeps_external(item.value.len(), item.large);
-        let new = NewItem {
-            key,
-            value: &item.value,
-            flags: item.flags,
-            exptime: item.exptime,
-            cas: item.cas,
-            now,
-            large: item.large,
-            external,
-        };
+        let new = fetched_item(key, &item, now, external);
         shard.store(&self.shared, hash, &new).ok()?;
         let loc = shard.lookup(&self.shared, hash, key, now)?;
         Some(Found {
@@ -452,5 +439,19 @@ fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
         if v == 0 {
             return &buf[i..];
         }
+    }
+}
+
+/// The RAM item for `item` read from the device under `key` (kept as a stub when `external`).
+fn fetched_item<'a>(key: &'a [u8], item: &'a Fetched, now: Time, external: bool) -> NewItem<'a> {
+    NewItem {
+        key,
+        value: &item.value,
+        flags: item.flags,
+        exptime: item.exptime,
+        cas: item.cas,
+        now,
+        large: item.large,
+        external,
     }
 }

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 use ringstore_store::{
-    Backfill, Fetched, Journal, Journaled, Mutation, NewMeta, ReadOpts, Store, StoreConfig, StoreError, Time,
-    Write, NEVER,
+    Backfill, Fetched, Journal, Journaled, Mutation, NewMeta, ReadOpts, Store, StoreConfig,
+    StoreError, Time, Write, NEVER,
 };
 
 /// A fake data device: each key's newest journaled state; a flush_all empties it when its

@@ -127,4 +127,3 @@ impl Backfill for DeviceBackfill {
         }
     }
 }
-

@@ -26,7 +26,12 @@ impl<H: Handler> Worker<H> {
         let entry = opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut())
             .flags(libc::SOCK_CLOEXEC)
             .build()
-            .user_data(Op::Accept { index: index as u32 }.encode());
+            .user_data(
+                Op::Accept {
+                    index: index as u32,
+                }
+                .encode(),
+            );
         self.pending.push(entry);
         self.accept_armed[index] = true;
     }

@@ -17,9 +17,9 @@ impl<H: Handler> Worker<H> {
             None
         };
         let session = self.setup.handler.open(protocol, self.setup.index);
-        let (slot, _) =
-            self.conns
-                .insert(Conn::new(fd, session, self.now.mono_ms, own_buf));
+        let (slot, _) = self
+            .conns
+            .insert(Conn::new(fd, session, self.now.mono_ms, own_buf));
         self.setup.handler.conn_opened(self.setup.index);
         self.peak_conns = self.peak_conns.max(self.conns.live());
         self.arm_recv(slot);

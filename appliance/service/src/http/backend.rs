@@ -135,8 +135,7 @@ impl<'a> StoreBackend<'a> {
 
     /// The store, with writes logged to the data device first.
     fn logged(&self) -> Journaled<'a> {
-        self.store
-            .journaled(self.device.map(|d| d as &dyn Journal))
+        self.store.journaled(self.device.map(|d| d as &dyn Journal))
     }
 }
 
@@ -214,10 +213,12 @@ impl Backend for StoreBackend<'_> {
     }
 
     fn delete(&self, key: &[u8], now: Now) -> bool {
-        let deleted = self.logged().update(key, now.store, |current| match current {
-            Some(_) => (Write::Delete, true),
-            None => (Write::Nothing, false),
-        });
+        let deleted = self
+            .logged()
+            .update(key, now.store, |current| match current {
+                Some(_) => (Write::Delete, true),
+                None => (Write::Nothing, false),
+            });
         matches!(deleted, Ok(done) if done.result)
     }
 }

@@ -146,13 +146,15 @@ impl HttpSession {
         };
         self.state = match head.body {
             BodyFraming::None => return self.fail(backend, out, Status::LengthRequired),
-            BodyFraming::Length(n) => match (usize::try_from(n), backend.large().zip(backend.device())) {
-                (Ok(len), _) if len <= max => State::PutLength { put, len },
-                (_, Some((limits, device))) if n <= limits.object_size_max => State::PutLarge(Box::new(
-                    large::LargePut::new(put, device, limits, Some(n)),
-                )),
-                _ => return self.fail(backend, out, Status::PayloadTooLarge),
-            },
+            BodyFraming::Length(n) => {
+                match (usize::try_from(n), backend.large().zip(backend.device())) {
+                    (Ok(len), _) if len <= max => State::PutLength { put, len },
+                    (_, Some((limits, device))) if n <= limits.object_size_max => State::PutLarge(
+                        Box::new(large::LargePut::new(put, device, limits, Some(n))),
+                    ),
+                    _ => return self.fail(backend, out, Status::PayloadTooLarge),
+                }
+            }
             BodyFraming::Chunked => State::PutChunked {
                 put,
                 decoder: ChunkedDecoder::new(),

@@ -202,7 +202,10 @@ fn shared_path_counts_requests() {
     let mut session = HttpSession::new(1);
     let mut out = Vec::new();
     let input = b"PUT /c HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nxGET /c HTTP/1.1\r\nHost: h\r\n\r\nGET /d HTTP/1.1\r\nHost: h\r\n\r\nDELETE /d HTTP/1.1\r\nHost: h\r\n\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n";
-    assert_eq!(session.on_bytes(input, NOW, &shared, None, &mut out), Flow::Close);
+    assert_eq!(
+        session.on_bytes(input, NOW, &shared, None, &mut out),
+        Flow::Close
+    );
     let stats = shared.stats(1);
     let counts = [
         stats.cmd_set.get(),

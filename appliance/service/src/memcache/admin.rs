@@ -8,7 +8,9 @@ use super::storage::store_error;
 use super::Ctx;
 
 pub(crate) fn delete(ctx: &Ctx<'_>, out: &mut Vec<u8>, key: &[u8], noreply: bool) {
-    let deleted = ctx.store().update(key, ctx.now.store, |item| match item {
+    let deleted = ctx
+        .store()
+        .update(key, ctx.now.store, |item| match item {
             Some(_) => (Write::Delete, true),
             None => (Write::Nothing, false),
         })

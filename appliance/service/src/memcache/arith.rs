@@ -49,7 +49,9 @@ pub(crate) fn arith(
 ) {
     let mut scratch = [b' '; PAD_MAX];
     let scratch = &mut scratch;
-    let result = ctx.store().update(key, ctx.now.store, move |item| match item {
+    let result = ctx
+        .store()
+        .update(key, ctx.now.store, move |item| match item {
             None => (Write::Nothing, Outcome::Missing),
             Some(it) => match apply(it.value, incr, delta) {
                 None => (Write::Nothing, Outcome::NonNumeric),

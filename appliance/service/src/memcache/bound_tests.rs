@@ -42,7 +42,10 @@ fn set(shared: &Shared, key: &str, value: &[u8]) {
     let mut input = format!("set {key} 0 0 {}\r\n", value.len()).into_bytes();
     input.extend_from_slice(value);
     input.extend_from_slice(b"\r\n");
-    assert_eq!(s.on_bytes(&input, NOW, shared, None, &mut out), Flow::Continue);
+    assert_eq!(
+        s.on_bytes(&input, NOW, shared, None, &mut out),
+        Flow::Continue
+    );
     assert_eq!(out, b"STORED\r\n");
 }
 
@@ -121,7 +124,10 @@ fn a_paused_get_resumes_in_order_with_pipelined_requests_behind_it() {
     }
     let mut whole = Vec::new();
     let mut s2 = Session::new(Protocol::Memcache, 0);
-    assert_eq!(s2.on_bytes(line, NOW, &roomy, None, &mut whole), Flow::Continue);
+    assert_eq!(
+        s2.on_bytes(line, NOW, &roomy, None, &mut whole),
+        Flow::Continue
+    );
     assert!(paused == whole, "a paused get changed the reply");
     // Fed a byte at a time, with drains in between, it is still the same.
     let mut s3 = Session::new(Protocol::Memcache, 0);

@@ -33,7 +33,9 @@ pub(crate) fn put<'v>(value: &'v [u8], flags: u32, exp: Expiry, cas: Option<u64>
 pub(crate) fn store(ctx: &Ctx<'_>, out: &mut Vec<u8>, s: &StoreRequest<'_>) {
     ctx.stats.cmd_set.inc();
     let exp = expiry(i64::from(s.exptime), ctx.now);
-    let result = ctx.store().update(s.key, ctx.now.store, |item| match (s.kind, item) {
+    let result = ctx
+        .store()
+        .update(s.key, ctx.now.store, |item| match (s.kind, item) {
             (StoreKind::Set, _) => (put(s.data, s.flags, exp, None), Outcome::Stored),
             (StoreKind::Add, Some(_)) | (StoreKind::Replace, None) => {
                 (Write::Nothing, Outcome::NotStored)

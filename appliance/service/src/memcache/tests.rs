@@ -531,9 +531,15 @@ fn overlong_lines() {
     let shared = shared();
     let mut s = Session::new(Protocol::Memcache, 0);
     let mut out = Vec::new();
-    assert_eq!(s.on_bytes(&get, NOW, &shared, None, &mut out), Flow::Continue);
+    assert_eq!(
+        s.on_bytes(&get, NOW, &shared, None, &mut out),
+        Flow::Continue
+    );
     assert!(s.has_partial_request());
-    assert_eq!(s.on_bytes(b"\r\n", NOW, &shared, None, &mut out), Flow::Continue);
+    assert_eq!(
+        s.on_bytes(b"\r\n", NOW, &shared, None, &mut out),
+        Flow::Continue
+    );
     assert_eq!(out, b"END\r\n");
     assert!(!s.has_partial_request());
     // ... up to the hard bound, then it is refused and the connection closed.
@@ -714,7 +720,8 @@ impl ringstore_store::Journal for TestDevice {
         if self.refuse.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(ringstore_store::StoreError::OutOfMemory);
         }
-        self.staged.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.staged
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 }
@@ -783,14 +790,24 @@ fn a_reply_waits_for_its_records_and_a_failed_one_is_the_error_in_its_place() {
     let mut s = Session::new(Protocol::Memcache, 0);
     let mut out = Vec::new();
     let input = b"get a\r\nset a 0 0 1\r\nx\r\nget a\r\nset b 0 0 1 noreply\r\ny\r\nset c 0 0 1\r\nz\r\nget zz\r\n";
-    assert_eq!(s.on_bytes(input, NOW, &shared, Some(&device), &mut out), Flow::Continue);
-    assert_eq!(out, b"END\r\n", "everything after the first set waits for token 1");
+    assert_eq!(
+        s.on_bytes(input, NOW, &shared, Some(&device), &mut out),
+        Flow::Continue
+    );
+    assert_eq!(
+        out, b"END\r\n",
+        "everything after the first set waits for token 1"
+    );
     assert!(s.awaits_durable());
     assert_eq!(device.staged(), 3);
     s.on_durable(1, true, &shared, &mut out);
     assert_eq!(out, b"END\r\nSTORED\r\nVALUE a 0 1\r\nx\r\nEND\r\n");
     s.on_durable(2, false, &shared, &mut out);
-    assert_eq!(out.len(), 34, "a failed noreply set answers nothing; c still waits");
+    assert_eq!(
+        out.len(),
+        34,
+        "a failed noreply set answers nothing; c still waits"
+    );
     s.on_durable(3, false, &shared, &mut out);
     assert_eq!(
         String::from_utf8_lossy(&out[34..]),

@@ -25,7 +25,9 @@ pub(crate) fn ma(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaArith<'_>) {
     };
     let mut scratch = [b' '; 64];
     let scratch = &mut scratch;
-    let result = ctx.store().update(key, ctx.now.store, move |item| match item {
+    let result = ctx
+        .store()
+        .update(key, ctx.now.store, move |item| match item {
             None => match vivify {
                 Some(v) => {
                     let exptime = to_time(ttl.unwrap_or(v));

@@ -8,26 +8,26 @@ pub(crate) fn md(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaDelete<'_>) {
     let f = &m.flags;
     let ttl = flag_expiry(f.ttl, ctx);
     let result = ctx.store().update(key, ctx.now.store, |item| match item {
-            None => (Write::Nothing, &b"NF"[..]),
-            Some(it) if f.cas.is_some_and(|c| c != it.cas) => (Write::Nothing, &b"EX"[..]),
-            Some(it) if f.invalidate => {
-                let exptime = match ttl {
-                    Some(Expiry::At(t)) => t,
-                    Some(Expiry::Expired) => expired_at(ctx),
-                    None => it.exptime,
-                };
-                (
-                    Write::Meta {
-                        exptime,
-                        stale: true,
-                        win_token_sent: false,
-                        new_cas: true,
-                    },
-                    &b"HD"[..],
-                )
-            }
-            Some(_) => (Write::Delete, &b"HD"[..]),
-        });
+        None => (Write::Nothing, &b"NF"[..]),
+        Some(it) if f.cas.is_some_and(|c| c != it.cas) => (Write::Nothing, &b"EX"[..]),
+        Some(it) if f.invalidate => {
+            let exptime = match ttl {
+                Some(Expiry::At(t)) => t,
+                Some(Expiry::Expired) => expired_at(ctx),
+                None => it.exptime,
+            };
+            (
+                Write::Meta {
+                    exptime,
+                    stale: true,
+                    win_token_sent: false,
+                    new_cas: true,
+                },
+                &b"HD"[..],
+            )
+        }
+        Some(_) => (Write::Delete, &b"HD"[..]),
+    });
     let code = match result {
         Ok(d) => d.result,
         Err(e) => {

@@ -18,7 +18,9 @@ pub(crate) fn ms(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaSet<'_>) {
     let exp = flag_expiry(f.ttl, ctx).unwrap_or(Expiry::At(NEVER));
     let data = m.data;
     let new = || put(data, f.client_flags, exp, f.explicit_cas);
-    let result = ctx.store().update(key, ctx.now.store, |item| match (m.mode, item) {
+    let result = ctx
+        .store()
+        .update(key, ctx.now.store, |item| match (m.mode, item) {
             (b'E', Some(_)) => (Write::Nothing, SetOutcome::NotStored),
             (b'E', None) => (new(), SetOutcome::Stored),
             (b'A' | b'P', None) => (Write::Nothing, SetOutcome::NotStored),
