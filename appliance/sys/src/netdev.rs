@@ -10,7 +10,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 
 /// The longest interface name the kernel takes (IFNAMSIZ less the NUL).
-pub const IFNAME_LEN_MAX: usize = libc::IFNAMSIZ - 1;
+const IFNAME_LEN_MAX: usize = libc::IFNAMSIZ - 1;
 
 fn control_socket() -> io::Result<OwnedFd> {
     Ok(rustix::net::socket_with(
@@ -90,9 +90,8 @@ pub fn set_up(name: &str) -> io::Result<()> {
     )
 }
 
-/// Gives `name` the IPv4 address `addr` with `netmask` (replacing its primary address);
-/// `prefix_len` is for the error message.
-pub fn set_ipv4(name: &str, addr: Ipv4Addr, netmask: Ipv4Addr, prefix_len: u8) -> io::Result<()> {
+/// Gives `name` the IPv4 address `addr` with `netmask` (replacing its primary address).
+pub fn set_ipv4(name: &str, addr: Ipv4Addr, netmask: Ipv4Addr) -> io::Result<()> {
     let fd = control_socket()?;
     let mut req = ifreq_for(name)?;
     req.ifr_ifru.ifru_addr = sockaddr_in(addr);
@@ -108,7 +107,7 @@ pub fn set_ipv4(name: &str, addr: Ipv4Addr, netmask: Ipv4Addr, prefix_len: u8) -
         &fd,
         libc::SIOCSIFNETMASK as libc::Ioctl,
         &mut req,
-        &format!("set netmask /{prefix_len} on {name}"),
+        &format!("set netmask {netmask} on {name}"),
     )
 }
 

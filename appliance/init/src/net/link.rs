@@ -49,12 +49,7 @@ pub use ringstore_sys::{add_default_route, set_up};
 
 /// Gives `name` the IPv4 address `addr/prefix_len` (replacing its primary address).
 pub fn set_ipv4(name: &str, addr: Ipv4Addr, prefix_len: u8) -> std::io::Result<()> {
-    ringstore_sys::set_ipv4(
-        name,
-        addr,
-        crate::cmdline::prefix_netmask(prefix_len),
-        prefix_len,
-    )
+    ringstore_sys::set_ipv4(name, addr, crate::cmdline::prefix_netmask(prefix_len))
 }
 
 #[cfg(test)]
