@@ -14,6 +14,7 @@ mod fill;
 mod hist;
 mod http;
 mod http_part;
+#[allow(unsafe_code)] // io_uring SQEs pointing into connection buffers (see main.rs)
 mod loadgen;
 mod machine;
 mod mcwire;

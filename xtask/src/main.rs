@@ -3,6 +3,11 @@
 //! One command per thing a developer or CI does; each installs what it needs on a fresh
 //! Debian/Ubuntu machine (apt when root, otherwise it prints the command).
 
+// `unsafe` only where the load generator pushes io_uring SQEs (bench/loadgen.rs): the buffers
+// they point into outlive the operations, which only that code can show. The rest calls the
+// kernel through ringstore-sys and rustix.
+#![deny(unsafe_code)]
+
 mod bench;
 mod deps;
 mod image;

@@ -190,6 +190,16 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// The IPs the TCP and UDP endpoints bind, in the order memcache, HTTP, UDP (those that
+    /// are on): what the NUMA choice looks at, for the server and PID 1 alike.
+    pub fn listen_ips(&self) -> Vec<std::net::IpAddr> {
+        [self.memcache, self.http, self.udp]
+            .into_iter()
+            .flatten()
+            .map(|a| a.ip())
+            .collect()
+    }
+
     /// Sets one key from its text form; `key` may be spelled with dashes or underscores.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         let canonical = key.replace('_', "-");

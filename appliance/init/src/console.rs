@@ -125,11 +125,11 @@ fn status() -> Vec<String> {
             out.push(format!("numa_node {}", p.node));
             out.push(format!(
                 "worker_cpus {}",
-                crate::irq::ringstore_cpulist(&p.workers)
+                ringstore_sys::format_cpus(&p.workers)
             ));
             out.push(format!(
                 "housekeeping_cpus {}",
-                crate::irq::ringstore_cpulist(&p.housekeeping)
+                ringstore_sys::format_cpus(&p.housekeeping)
             ));
             let free = crate::hugepages::count(p.node, "free_hugepages").unwrap_or(0);
             out.push(format!(
@@ -140,7 +140,7 @@ fn status() -> Vec<String> {
         None => out.push("numa_node none".into()),
     }
     if let Some(isolated) =
-        crate::sysinfo::read_trim("/sys/devices/system/cpu/isolated").filter(|s| !s.is_empty())
+        ringstore_sys::read_trim("/sys/devices/system/cpu/isolated").filter(|s| !s.is_empty())
     {
         out.push(format!("isolated_cpus {isolated}"));
     }
@@ -190,10 +190,7 @@ fn init_stats() -> Vec<(String, String)> {
     let mut out = Vec::new();
     if let Some(p) = &state.placement {
         out.push(("numa_node".into(), p.node.to_string()));
-        out.push((
-            "worker_cpus".into(),
-            crate::irq::ringstore_cpulist(&p.workers),
-        ));
+        out.push(("worker_cpus".into(), ringstore_sys::format_cpus(&p.workers)));
         out.push((
             "hugepage_bytes".into(),
             (state.hugepages * crate::hugepages::HUGEPAGE_BYTES).to_string(),
@@ -280,7 +277,7 @@ fn net() -> Vec<String> {
     );
     out.push("addresses:".into());
     out.extend(
-        crate::net::addrs::interface_addresses()
+        ringstore_sys::interface_addresses()
             .into_iter()
             .map(|(name, ip)| format!("  {name} {ip}")),
     );

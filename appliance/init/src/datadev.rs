@@ -38,7 +38,7 @@ fn describe(path: &Path, meta: &std::fs::Metadata) -> String {
     if meta.file_type().is_block_device() {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         // /sys/class/block/NAME/size counts 512-byte sectors whatever the logical block size.
-        let bytes = crate::sysinfo::read_trim(&format!("/sys/class/block/{name}/size"))
+        let bytes = ringstore_sys::read_trim(format!("/sys/class/block/{name}/size"))
             .and_then(|s| s.parse::<u64>().ok())
             .map(|s| s * 512);
         match bytes {

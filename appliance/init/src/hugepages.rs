@@ -23,7 +23,7 @@ pub fn reserve(node: u32, pages: u64) -> std::io::Result<u64> {
 
 /// A node's `nr_hugepages` or `free_hugepages`.
 pub fn count(node: u32, file: &str) -> Option<u64> {
-    crate::sysinfo::read_trim(&node_file(node, file))?
+    ringstore_sys::read_trim(node_file(node, file))?
         .parse()
         .ok()
 }

@@ -97,21 +97,13 @@ pub fn apply(plan: &[(u32, Vec<usize>)]) -> (usize, usize) {
     for (irq, cpus) in plan {
         match fs::write(
             format!("/proc/irq/{irq}/smp_affinity_list"),
-            ringstore_cpulist(cpus),
+            ringstore_sys::format_cpus(cpus),
         ) {
             Ok(()) => applied += 1,
             Err(_) => refused += 1,
         }
     }
     (applied, refused)
-}
-
-/// The kernel's list syntax for a set of CPUs ("2,3").
-pub fn ringstore_cpulist(cpus: &[usize]) -> String {
-    cpus.iter()
-        .map(|c| c.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// The console's `irq` table: IRQ, CPUs asked, CPUs in effect, description.
@@ -122,7 +114,7 @@ pub fn table(irqs: &[u32], interrupts: &[IrqLine]) -> Vec<String> {
     )];
     for irq in irqs {
         let read = |file: &str| {
-            crate::sysinfo::read_trim(&format!("/proc/irq/{irq}/{file}"))
+            ringstore_sys::read_trim(format!("/proc/irq/{irq}/{file}"))
                 .unwrap_or_else(|| "-".into())
         };
         let description = interrupts

@@ -2,13 +2,17 @@
 //!
 //! [`run`] is the whole of PID 1. Boot order: mounts → console and /dev/kmsg → capabilities
 //! narrowed to the boot set → signals → kernel command line → network → NUMA placement
-//! (ADR-0018) → huge pages on the serving node → IRQ affinity → the data device's node (never
+//! (the serving node chosen as `ringstore serve` chooses it, docs/ARCHITECTURE.md "NUMA
+//! placement") → huge pages on the serving node → IRQ affinity → the data device's node (never
 //! mounted: the server owns it) → the data plane on a privilege-less thread → capabilities
 //! narrowed to CAP_SYS_BOOT → the serial console, forever (ADR-0015 for the capability sets).
 //! Nothing here exits or panics out: every stage runs under `catch_unwind`, and a fatal error
 //! reboots after a delay (or stays at the console with `ringstore.on_fatal=halt`). A data device
 //! that is configured but missing, refused or unrecoverable is fatal: the box was told to be
 //! durable and must not serve from RAM alone.
+//!
+//! No `unsafe` here: every syscall goes through `ringstore_sys` (ADR-0017).
+#![forbid(unsafe_code)]
 
 pub mod cmdline;
 pub mod console;
@@ -61,7 +65,9 @@ pub fn run() -> ! {
 
 fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     let skipped = mounts::mount_all().map_err(|e| Fatal(e.to_string()))?;
-    ensure_console_fds();
+    // The kernel opens /dev/console as fds 0-2 when the initramfs has that node; if it did not,
+    // open it now that devtmpfs is mounted.
+    ringstore_sys::ensure_console_fds();
     let no_kmsg = log::attach_kmsg();
     info!(
         "ringstore-init {} starting (kernel {})",
@@ -133,8 +139,8 @@ fn serve(config: &ringstore_config::Config) -> Result<(), Fatal> {
     info!(
         "NUMA node {}: workers on CPUs {}, housekeeping on CPUs {}",
         placement.node,
-        irq::ringstore_cpulist(&placement.workers),
-        irq::ringstore_cpulist(&placement.housekeeping)
+        ringstore_sys::format_cpus(&placement.workers),
+        ringstore_sys::format_cpus(&placement.housekeeping)
     );
     let wanted = hugepages::pages_for(config.memory);
     let got = match hugepages::reserve(placement.node, wanted) {
@@ -219,7 +225,7 @@ fn place_irqs(placement: &plane::Placement) {
     if !placement.housekeeping.is_empty() {
         let _ = std::fs::write(
             "/proc/irq/default_smp_affinity",
-            cpumask_hex(&placement.housekeeping),
+            ringstore_sys::cpumask_hex(&placement.housekeeping),
         );
     }
     info!(
@@ -229,85 +235,18 @@ fn place_irqs(placement: &plane::Placement) {
     state::lock().nic_irqs = by_nic;
 }
 
-/// A CPU set as the kernel's hex mask (`3` for CPUs 0-1), comma-grouped per 32 bits.
-fn cpumask_hex(cpus: &[usize]) -> String {
-    let words = cpus.iter().max().map_or(1, |m| m / 32 + 1);
-    let mut mask = vec![0u32; words];
-    for cpu in cpus {
-        mask[cpu / 32] |= 1 << (cpu % 32);
-    }
-    mask.iter()
-        .rev()
-        .map(|w| format!("{w:08x}"))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 fn set_affinity(cpus: &[usize]) {
-    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET initialise it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for cpu in cpus {
-        if *cpu < libc::CPU_SETSIZE as usize {
-            // SAFETY: cpu is below CPU_SETSIZE, so the bit lies inside `set`.
-            unsafe { libc::CPU_SET(*cpu, &mut set) };
-        }
-    }
-    // SAFETY: set is a valid cpu_set_t of the size passed; 0 = the calling thread.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        warn!(
-            "cannot move PID 1 to the housekeeping CPUs: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
-/// The kernel opens /dev/console as fds 0-2 for init when the initramfs has that node; if it
-/// did not, open it now that devtmpfs is mounted.
-fn ensure_console_fds() {
-    // SAFETY: fcntl(F_GETFD) on a small integer only queries the descriptor table.
-    if unsafe { libc::fcntl(0, libc::F_GETFD) } >= 0 {
-        return;
-    }
-    // SAFETY: the path is a NUL-terminated literal.
-    let fd = unsafe { libc::open(c"/dev/console".as_ptr(), libc::O_RDWR | libc::O_NOCTTY) };
-    if fd < 0 {
-        return;
-    }
-    for target in 0..3 {
-        if fd != target {
-            // SAFETY: fd is open; dup2 onto 0..2 replaces nothing we hold.
-            unsafe { libc::dup2(fd, target) };
-        }
-    }
-    if fd > 2 {
-        // SAFETY: fd is ours and no longer needed after dup2.
-        unsafe { libc::close(fd) };
+    if let Err(err) = ringstore_sys::set_affinity(cpus) {
+        warn!("cannot move PID 1 to the housekeeping CPUs: {err}");
     }
 }
 
 /// The store locks huge pages and io_uring buffers; connections need descriptors.
 fn raise_limits() {
-    for (resource, value) in [
-        (libc::RLIMIT_MEMLOCK, libc::RLIM_INFINITY),
-        (libc::RLIMIT_NOFILE, 1 << 20),
-    ] {
-        let limit = libc::rlimit {
-            rlim_cur: value,
-            rlim_max: value,
-        };
-        // SAFETY: limit is a valid rlimit for the call's duration.
-        if unsafe { libc::setrlimit(resource, &limit) } != 0 {
-            warn!("setrlimit({resource}): {}", std::io::Error::last_os_error());
-        }
+    if let Err(err) = ringstore_sys::set_memlock_unlimited() {
+        warn!("setrlimit(RLIMIT_MEMLOCK): {err}");
     }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn cpumasks() {
-        assert_eq!(super::cpumask_hex(&[0, 1]), "00000003");
-        assert_eq!(super::cpumask_hex(&[2, 3]), "0000000c");
-        assert_eq!(super::cpumask_hex(&[0, 33]), "00000002,00000001");
+    if let Err(err) = ringstore_sys::set_nofile_limit(1 << 20) {
+        warn!("setrlimit(RLIMIT_NOFILE): {err}");
     }
 }

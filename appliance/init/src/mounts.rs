@@ -1,7 +1,8 @@
 //! The filesystems PID 1 mounts before anything else runs.
 
-use std::ffi::CString;
 use std::io;
+
+use ringstore_sys::MountFlags;
 
 /// One mount PID 1 makes: `source` of `fstype` on `target` with `data` options.
 #[derive(Debug, Clone, Copy)]
@@ -9,12 +10,14 @@ pub struct Mount {
     pub target: &'static str,
     pub fstype: &'static str,
     pub data: &'static str,
-    pub flags: libc::c_ulong,
+    pub flags: MountFlags,
     /// A missing optional filesystem (no kernel support) is logged, not fatal.
     pub required: bool,
 }
 
-const NOSUID_NODEV_NOEXEC: libc::c_ulong = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+const NOSUID_NODEV_NOEXEC: MountFlags = MountFlags::NOSUID
+    .union(MountFlags::NODEV)
+    .union(MountFlags::NOEXEC);
 
 /// In order: later targets live inside earlier ones (/dev/hugepages in devtmpfs, /sys/fs/bpf in sysfs).
 pub const MOUNTS: &[Mount] = &[
@@ -36,14 +39,14 @@ pub const MOUNTS: &[Mount] = &[
         target: "/dev",
         fstype: "devtmpfs",
         data: "mode=0755",
-        flags: libc::MS_NOSUID | libc::MS_NOEXEC,
+        flags: MountFlags::NOSUID.union(MountFlags::NOEXEC),
         required: true,
     },
     Mount {
         target: "/tmp",
         fstype: "tmpfs",
         data: "mode=1777,size=64m",
-        flags: libc::MS_NOSUID | libc::MS_NODEV,
+        flags: MountFlags::NOSUID.union(MountFlags::NODEV),
         required: true,
     },
     Mount {
@@ -57,7 +60,7 @@ pub const MOUNTS: &[Mount] = &[
         target: "/dev/hugepages",
         fstype: "hugetlbfs",
         data: "mode=1770",
-        flags: libc::MS_NOSUID | libc::MS_NODEV,
+        flags: MountFlags::NOSUID.union(MountFlags::NODEV),
         required: false,
     },
     Mount {
@@ -107,27 +110,10 @@ fn mount_one(m: &Mount) -> io::Result<()> {
             return Err(err);
         }
     }
-    let to_c = |s: &str| CString::new(s).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
-    let (source, target, fstype, data) = (
-        to_c(m.fstype)?,
-        to_c(m.target)?,
-        to_c(m.fstype)?,
-        to_c(m.data)?,
-    );
-    // SAFETY: every pointer is a NUL-terminated CString that outlives the call.
-    let rc = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            m.flags,
-            data.as_ptr().cast(),
-        )
-    };
-    if rc == 0 {
+    // The source of a virtual filesystem is its type's name, as mount(8) shows it.
+    let Err(err) = ringstore_sys::mount(m.fstype, m.target, m.fstype, m.flags, m.data) else {
         return Ok(());
-    }
-    let err = io::Error::last_os_error();
+    };
     // The kernel may have mounted devtmpfs already (CONFIG_DEVTMPFS_MOUNT with a root fs).
     if err.raw_os_error() == Some(libc::EBUSY) {
         return Ok(());

@@ -1,5 +1,6 @@
-//! The data plane as PID 1 sees it: which NUMA node and CPUs serve (ADR-0018, decided by
-//! `ringstore_runtime::numa` when the `runtime` feature is on), and starting/stopping the server.
+//! The data plane as PID 1 sees it: which NUMA node and CPUs serve (decided by
+//! `ringstore_runtime::numa` when the `runtime` feature is on, exactly as `ringstore serve`
+//! decides: docs/ARCHITECTURE.md "NUMA placement"), and starting/stopping the server.
 //! Without the feature a stub reports that nothing serves, so the rest of PID 1 can be tested.
 
 use ringstore_config::Config;
@@ -22,17 +23,9 @@ pub trait Serving: Send {
 }
 
 fn online_cpus() -> Vec<usize> {
-    crate::sysinfo::read_trim("/sys/devices/system/cpu/online")
-        .map(|s| crate::sysinfo::parse_cpulist(&s))
+    ringstore_sys::read_trim("/sys/devices/system/cpu/online")
+        .map(|s| ringstore_sys::parse_cpulist(&s))
         .unwrap_or_default()
-}
-
-fn listen_ips(config: &Config) -> Vec<std::net::IpAddr> {
-    [config.memcache, config.http, config.udp]
-        .into_iter()
-        .flatten()
-        .map(|a| a.ip())
-        .collect()
 }
 
 /// Chooses the node and worker CPUs exactly as the server will.
@@ -41,7 +34,7 @@ pub fn place(config: &Config) -> Result<Placement, String> {
     use ringstore_runtime::{numa, topology::Topology};
     let topology =
         Topology::read().map_err(|e| format!("cannot read the machine topology: {e}"))?;
-    let node = numa::choose_node(&topology, config.numa, &listen_ips(config))
+    let node = numa::choose_node(&topology, config.numa, &config.listen_ips())
         .map_err(|e| e.to_string())?;
     let online = online_cpus();
     // The same CPU set the server will see: it starts on a thread spawned from this one.
@@ -63,10 +56,9 @@ pub fn place(config: &Config) -> Result<Placement, String> {
 #[cfg(not(feature = "runtime"))]
 pub fn place(config: &Config) -> Result<Placement, String> {
     use ringstore_config::NumaChoice;
-    let _ = listen_ips(config);
     let node_cpus = |node: u32| {
-        crate::sysinfo::read_trim(&format!("/sys/devices/system/node/node{node}/cpulist"))
-            .map(|s| crate::sysinfo::parse_cpulist(&s))
+        ringstore_sys::read_trim(format!("/sys/devices/system/node/node{node}/cpulist"))
+            .map(|s| ringstore_sys::parse_cpulist(&s))
     };
     let node = match config.numa {
         NumaChoice::Node(n) => n,
@@ -74,12 +66,12 @@ pub fn place(config: &Config) -> Result<Placement, String> {
             let mut nics: Vec<(String, Option<u32>)> = crate::net::link::ethernet_nics()
                 .into_iter()
                 .filter(|n| {
-                    crate::sysinfo::read_trim(&format!("/sys/class/net/{n}/carrier")).as_deref()
+                    ringstore_sys::read_trim(format!("/sys/class/net/{n}/carrier")).as_deref()
                         == Some("1")
                 })
                 .map(|n| {
                     let node =
-                        crate::sysinfo::read_trim(&format!("/sys/class/net/{n}/device/numa_node"))
+                        ringstore_sys::read_trim(format!("/sys/class/net/{n}/device/numa_node"))
                             .and_then(|s| s.parse::<u32>().ok());
                     (n, node)
                 })

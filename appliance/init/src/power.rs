@@ -50,11 +50,10 @@ pub fn shutdown(action: Action) -> ! {
             );
         }
     }
-    // SAFETY: sync(2) takes no arguments.
-    unsafe { libc::sync() };
+    ringstore_sys::sync();
     let cmd = match action {
-        Action::PowerOff => libc::RB_POWER_OFF,
-        Action::Reboot => libc::RB_AUTOBOOT,
+        Action::PowerOff => ringstore_sys::RebootCommand::PowerOff,
+        Action::Reboot => ringstore_sys::RebootCommand::Restart,
     };
     info!(
         "synced; {}",
@@ -64,9 +63,10 @@ pub fn shutdown(action: Action) -> ! {
             "rebooting"
         }
     );
-    // SAFETY: reboot(2) with a valid command; it only returns on failure.
-    unsafe { libc::reboot(cmd) };
-    error!("reboot(2) failed: {}", std::io::Error::last_os_error());
+    // reboot(2) only returns on failure.
+    if let Err(err) = ringstore_sys::reboot(cmd) {
+        error!("reboot(2) failed: {err}");
+    }
     park_forever()
 }
 
@@ -97,6 +97,6 @@ pub fn fatal(on_fatal: OnFatal, what: &str) {
 
 /// Makes ctrl-alt-del send SIGINT to PID 1 instead of rebooting at once.
 pub fn disable_ctrl_alt_del() {
-    // SAFETY: reboot(2) with RB_DISABLE_CAD only changes the kernel's ctrl-alt-del behaviour.
-    unsafe { libc::reboot(libc::RB_DISABLE_CAD) };
+    // Best effort, as before: without it ctrl-alt-del reboots at once.
+    let _ = ringstore_sys::disable_ctrl_alt_del();
 }

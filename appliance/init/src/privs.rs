@@ -89,30 +89,21 @@ const CAP_MAX: u32 = 63;
 /// the narrowed sets. Sets can only shrink: a role wider than what the thread holds keeps only
 /// what it holds.
 pub fn restrict_thread(role: Role) -> Result<(), PrivError> {
-    // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) takes no pointers.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(PrivError::NoNewPrivs(std::io::Error::last_os_error()));
-    }
+    ringstore_sys::set_no_new_privs().map_err(PrivError::NoNewPrivs)?;
     let keep = role.mask();
     // The bounding set can only shrink while CAP_SETPCAP is still effective, so it goes first.
     for cap in 0..=CAP_MAX {
         if keep & (1 << cap) != 0 {
             continue;
         }
-        // SAFETY: prctl(PR_CAPBSET_READ, cap) takes no pointers; it returns 1, 0 or -1.
-        match unsafe { libc::prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0, 0, 0) } {
-            1 => {}
-            0 => continue,
+        match ringstore_sys::bounding_set_has(cap) {
+            Ok(true) => {}
+            Ok(false) => continue,
             // EINVAL: past the kernel's last capability.
-            _ => break,
+            Err(_) => break,
         }
-        // SAFETY: prctl(PR_CAPBSET_DROP, cap) takes no pointers and affects this thread only.
-        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) } != 0 {
-            return Err(PrivError::Bounding {
-                cap,
-                source: std::io::Error::last_os_error(),
-            });
-        }
+        ringstore_sys::bounding_set_drop(cap)
+            .map_err(|source| PrivError::Bounding { cap, source })?;
     }
     let set_error = |set: CapSet| {
         move |e: caps::errors::CapsError| PrivError::Set {
@@ -204,9 +195,9 @@ mod tests {
         if dropped {
             assert_eq!((eff, prm, bnd), (0, 0, 0));
         }
-        // SAFETY: prctl(PR_GET_NO_NEW_PRIVS) takes no pointers; checked on this (untouched) thread.
-        let no_new_privs = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) };
-        assert_eq!(no_new_privs, 0, "the test thread itself is untouched");
+        // Checked on this (untouched) thread.
+        let no_new_privs = ringstore_sys::no_new_privs().unwrap();
+        assert!(!no_new_privs, "the test thread itself is untouched");
     }
 
     #[test]

@@ -13,34 +13,15 @@ const HANDLED: [libc::c_int; 5] = [
     libc::SIGHUP,
 ];
 
-extern "C" fn ignore(_: libc::c_int) {}
-
 fn handled_set() -> libc::sigset_t {
-    // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: set is a valid sigset_t.
-    unsafe { libc::sigemptyset(&mut set) };
-    for sig in HANDLED {
-        // SAFETY: set is a valid sigset_t and sig a valid signal number.
-        unsafe { libc::sigaddset(&mut set, sig) };
-    }
-    set
+    ringstore_sys::signal_set(&HANDLED)
 }
 
 /// Installs the handlers and blocks the signals in the calling thread. Call it before any
 /// other thread starts, so every thread inherits the mask.
 pub fn block() {
-    for sig in HANDLED {
-        // SAFETY: sigaction is plain data; zeroed is a valid initial value.
-        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-        action.sa_sigaction = ignore as extern "C" fn(libc::c_int) as usize;
-        action.sa_flags = libc::SA_RESTART;
-        // SAFETY: action is initialised; `ignore` is async-signal-safe (it does nothing).
-        unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) };
-    }
-    let set = handled_set();
-    // SAFETY: set is a valid sigset_t; the old mask is not needed.
-    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    ringstore_sys::install_noop_handlers(&HANDLED);
+    ringstore_sys::block_signals(&handled_set());
 }
 
 /// How long [`spawn_waiter`] waits for the new thread to narrow its capabilities.
@@ -57,11 +38,9 @@ pub fn spawn_waiter() {
             let _ = narrowed.send(());
             let set = handled_set();
             loop {
-                let mut sig: libc::c_int = 0;
-                // SAFETY: set is a valid sigset_t and sig a valid out pointer.
-                if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+                let Some(sig) = ringstore_sys::wait_signal(&set) else {
                     continue;
-                }
+                };
                 match sig {
                     libc::SIGCHLD => reap(),
                     libc::SIGTERM | libc::SIGPWR => {
@@ -91,12 +70,5 @@ pub fn spawn_waiter() {
 
 /// Collects every exited child (orphans re-parented to PID 1 included).
 pub fn reap() {
-    loop {
-        let mut status = 0;
-        // SAFETY: waitpid with a valid out pointer and WNOHANG never blocks.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        if pid <= 0 {
-            return;
-        }
-    }
+    ringstore_sys::reap_children();
 }

@@ -1,4 +1,5 @@
-//! Small readers of /proc and /sys facts that the console and the log show.
+//! Small readers of /proc facts that the console and the log show (the sysfs/procfs line
+//! reader and the CPU-list syntax are `ringstore_sys`'s).
 
 use std::fs;
 
@@ -31,32 +32,9 @@ pub fn parse_meminfo(text: &str, field: &str) -> Option<u64> {
     })
 }
 
-/// Reads a sysfs/procfs file as one trimmed line.
-pub fn read_trim(path: &str) -> Option<String> {
-    fs::read_to_string(path).ok().map(|s| s.trim().to_string())
-}
-
 /// The running kernel's release (`uname -r`).
 pub fn kernel_release() -> String {
-    read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".to_string())
-}
-
-/// The kernel's CPU list syntax (`0-3,8`); malformed parts are skipped.
-pub fn parse_cpulist(text: &str) -> Vec<usize> {
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((lo, hi)) => {
-                if let (Ok(lo), Ok(hi)) = (lo.parse::<usize>(), hi.parse::<usize>()) {
-                    cpus.extend((lo..=hi).take(65536));
-                }
-            }
-            None => cpus.extend(part.parse::<usize>().ok()),
-        }
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    cpus
+    ringstore_sys::read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "unknown".to_string())
 }
 
 #[cfg(test)]
@@ -70,7 +48,5 @@ mod tests {
         assert_eq!(parse_meminfo(text, "MemTotal"), Some(2_048_000));
         assert_eq!(parse_meminfo(text, "HugePages_Total"), Some(32));
         assert_eq!(parse_meminfo(text, "Missing"), None);
-        assert_eq!(parse_cpulist("0-2,5\n"), vec![0, 1, 2, 5]);
-        assert_eq!(parse_cpulist("x,3"), vec![3]);
     }
 }

@@ -1,5 +1,7 @@
 //! The `ringstore` binary: dispatches to `serve` (a host process) or `init` (PID 1 of the appliance).
 
+#![forbid(unsafe_code)]
+
 use std::io::{ErrorKind, Write};
 use std::process::ExitCode;
 

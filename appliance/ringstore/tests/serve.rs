@@ -1,6 +1,8 @@
 //! `ringstore serve` as a user runs it: the ready line, memcache and HTTP traffic, refusals,
 //! timeouts, signals and exit codes.
 
+#![forbid(unsafe_code)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -117,8 +119,7 @@ fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
 }
 
 fn signal(child: &Child, sig: i32) {
-    // SAFETY: sends a signal to our own child process by pid.
-    unsafe { libc::kill(child.id() as i32, sig) };
+    let _ = ringstore_sys::kill(child.id(), sig);
 }
 
 fn wait_exit(child: &mut Child) -> i32 {

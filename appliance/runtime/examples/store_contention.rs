@@ -4,6 +4,8 @@
 //!
 //! `cargo run --release -p ringstore-runtime --example store_contention -- [secs]`
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
@@ -50,21 +52,13 @@ fn next(n: u64) -> u64 {
 }
 
 fn pin(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data and cpu < CPU_SETSIZE; pins the calling thread only.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
+    // Best effort, as before: an unpinned run still measures.
+    let _ = ringstore_sys::set_affinity(&[cpu]);
 }
 
 /// CPU seconds the calling thread has used.
 fn thread_cpu() -> f64 {
-    // SAFETY: timespec is plain data; clock_gettime writes it.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out-pointer; CLOCK_THREAD_CPUTIME_ID needs no other argument.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+    ringstore_sys::thread_cpu_time().as_secs_f64()
 }
 
 /// (ops per wall second, ops per CPU second) with `threads` threads on one shared store.

@@ -7,8 +7,16 @@
 //! - [`Server::shutdown`] stops accepting, drains in-flight requests and joins the workers;
 //! - [`TerminationSignals`] turns SIGTERM/SIGINT into a readable fd;
 //! - [`topology`] and [`numa`] read the machine and choose the node (PID 1 uses them too).
+//!
+//! `unsafe` is denied here except in the io_uring ring and buffer code (`bufring`, `worker`),
+//! which hands the kernel raw pointers into memory whose lifetime only that code knows;
+//! every syscall wrapper is in `ringstore-sys`, imported as `sys` (ADR-0017).
+
+#![deny(unsafe_code)]
 
 mod acceptor;
+// The provided-buffer ring: an mmap shared with the kernel, written through raw pointers.
+#[allow(unsafe_code)]
 mod bufring;
 mod clock;
 mod conn;
@@ -25,9 +33,12 @@ mod plane;
 mod ring;
 mod server;
 mod signals;
-mod sys;
+pub(crate) use ringstore_sys as sys;
 pub mod topology;
 mod udp;
+// Pushes SQEs whose buffer pointers must outlive their completions, and takes ownership of
+// the descriptors accept completions return.
+#[allow(unsafe_code)]
 mod worker;
 
 #[cfg(test)]

@@ -7,7 +7,8 @@ use std::net::IpAddr;
 
 use ringstore_config::NumaChoice;
 
-use crate::topology::{format_cpus, Topology};
+use crate::sys::format_cpus;
+use crate::topology::Topology;
 use crate::RuntimeError;
 
 /// Chooses the serving node. `listen_ips` are the IPs the TCP/UDP endpoints bind; a wildcard

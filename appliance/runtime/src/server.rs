@@ -1,7 +1,6 @@
 //! `Server`: binds the endpoints, chooses the NUMA node and CPUs, binds memory, builds the
 //! store and the shared service state, and starts the workers and acceptors.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use ringstore_config::Config;
@@ -12,7 +11,8 @@ use crate::handler::ServiceHandler;
 use crate::listeners::LocalAddrs;
 use crate::numa::{bind_memory, bind_thread_to_cpus, choose_node, worker_cpus, MemoryBinding};
 use crate::plane::{Plane, PlaneSetup};
-use crate::topology::{format_cpus, Topology};
+use crate::sys::format_cpus;
+use crate::topology::Topology;
 use crate::worker::Limits;
 use crate::RuntimeError;
 use ringstore_durable::{FileDevice, Serving};
@@ -61,12 +61,7 @@ impl Server {
         crate::sys::raise_nofile_limit();
         let topology =
             Topology::read().map_err(|e| RuntimeError::io("reading /sys topology", e))?;
-        let listen_ips: Vec<IpAddr> = [config.memcache, config.http, config.udp]
-            .into_iter()
-            .flatten()
-            .map(|a| a.ip())
-            .collect();
-        let node = choose_node(&topology, config.numa, &listen_ips)?;
+        let node = choose_node(&topology, config.numa, &config.listen_ips())?;
         let mut cpus = worker_cpus(&topology, node, config.cores, &crate::sys::affinity())?;
         // The device is opened (formatted, or refused) before anything listens.
         let durable = match &config.data {

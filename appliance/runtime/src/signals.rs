@@ -43,8 +43,8 @@ mod tests {
         // Runs on its own thread so the block does not leak into other tests' threads.
         std::thread::spawn(|| {
             let signals = TerminationSignals::install().unwrap();
-            // SAFETY: sends SIGTERM to this very thread, where it is blocked (pending for the signalfd).
-            unsafe { libc::pthread_kill(libc::pthread_self(), libc::SIGTERM) };
+            // SIGTERM is blocked in this very thread: it stays pending for the signalfd.
+            crate::sys::signal_this_thread(libc::SIGTERM).unwrap();
             assert_eq!(signals.wait().unwrap(), libc::SIGTERM);
         })
         .join()

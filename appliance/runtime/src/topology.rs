@@ -1,9 +1,12 @@
 //! What the machine looks like: NUMA nodes and their CPUs, isolated CPUs, network interfaces
 //! and their NUMA locality, read from sysfs. Also used by PID 1 (node choice, huge pages, IRQs).
+//! The CPU-list syntax and the sysfs reader are `ringstore-sys`'s.
 
 use std::fs;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+
+use crate::sys::{parse_cpulist, read_trim};
 
 /// One NUMA node and its CPUs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +70,7 @@ impl Topology {
                 else {
                     continue;
                 };
-                let cpus = read_trim(&entry.path().join("cpulist"))
+                let cpus = read_trim(entry.path().join("cpulist"))
                     .map(|s| parse_cpulist(&s))
                     .unwrap_or_default();
                 if !cpus.is_empty() {
@@ -77,7 +80,7 @@ impl Topology {
         }
         nodes.sort_by_key(|n| n.id);
         if nodes.is_empty() {
-            let online = read_trim(&sys.join("devices/system/cpu/online"))
+            let online = read_trim(sys.join("devices/system/cpu/online"))
                 .map(|s| parse_cpulist(&s))
                 .unwrap_or_default();
             let cpus = if online.is_empty() {
@@ -87,7 +90,7 @@ impl Topology {
             };
             nodes.push(NumaNode { id: 0, cpus });
         }
-        let isolated = read_trim(&sys.join("devices/system/cpu/isolated"))
+        let isolated = read_trim(sys.join("devices/system/cpu/isolated"))
             .map(|s| parse_cpulist(&s))
             .unwrap_or_default();
         let mut interfaces = Vec::new();
@@ -122,15 +125,15 @@ impl Topology {
 }
 
 fn read_interface(dir: &Path, name: String) -> Interface {
-    let operstate = read_trim(&dir.join("operstate")).unwrap_or_default();
-    let carrier = read_trim(&dir.join("carrier")).is_some_and(|c| c == "1");
+    let operstate = read_trim(dir.join("operstate")).unwrap_or_default();
+    let carrier = read_trim(dir.join("carrier")).is_some_and(|c| c == "1");
     let up = operstate == "up" || (operstate == "unknown" && carrier);
-    let ethernet = read_trim(&dir.join("type")).is_some_and(|t| t == "1");
+    let ethernet = read_trim(dir.join("type")).is_some_and(|t| t == "1");
     let device: PathBuf = dir.join("device");
     let physical = device.exists();
     // A virtio NIC's `device` is the virtio device; its PCI function (the parent) has numa_node.
-    let numa_node = read_trim(&device.join("numa_node"))
-        .or_else(|| read_trim(&device.join("../numa_node")))
+    let numa_node = read_trim(device.join("numa_node"))
+        .or_else(|| read_trim(device.join("../numa_node")))
         .and_then(|n| n.parse::<i64>().ok())
         .and_then(|n| u32::try_from(n).ok());
     Interface {
@@ -143,59 +146,9 @@ fn read_interface(dir: &Path, name: String) -> Interface {
     }
 }
 
-fn read_trim(path: &Path) -> Option<String> {
-    fs::read_to_string(path).ok().map(|s| s.trim().to_string())
-}
-
-/// Parses the kernel's CPU list syntax (`0-3,8,10-11`); malformed parts are skipped.
-pub fn parse_cpulist(text: &str) -> Vec<usize> {
-    let mut cpus = Vec::new();
-    for part in text
-        .trim()
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-    {
-        match part.split_once('-') {
-            Some((lo, hi)) => {
-                if let (Ok(lo), Ok(hi)) = (lo.parse::<usize>(), hi.parse::<usize>()) {
-                    if lo <= hi && hi - lo < 65536 {
-                        cpus.extend(lo..=hi);
-                    }
-                }
-            }
-            None => {
-                if let Ok(cpu) = part.parse() {
-                    cpus.push(cpu);
-                }
-            }
-        }
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    cpus
-}
-
-/// Formats CPUs as a comma list (`0,1,2`), as `stats worker_cpus` shows them.
-pub fn format_cpus(cpus: &[usize]) -> String {
-    cpus.iter()
-        .map(|c| c.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpulists() {
-        assert_eq!(parse_cpulist("0-3,8,10-11\n"), vec![0, 1, 2, 3, 8, 10, 11]);
-        assert_eq!(parse_cpulist(""), Vec::<usize>::new());
-        assert_eq!(parse_cpulist("3,1,1"), vec![1, 3]);
-        assert_eq!(parse_cpulist("5-2,x,7"), vec![7]);
-        assert_eq!(format_cpus(&[0, 2, 5]), "0,2,5");
-    }
 
     #[test]
     fn reads_a_fake_sysfs() {

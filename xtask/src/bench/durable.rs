@@ -52,15 +52,12 @@ impl DataFile {
     /// Drops the file's clean pages from the page cache, so the next start reads the device
     /// (as after a reboot). Everything acknowledged was fdatasync'ed, so every page is clean.
     pub fn evict_page_cache(&self) -> Result<()> {
-        use std::os::fd::AsRawFd;
         let file = std::fs::File::open(&self.path)?;
         file.sync_all()?;
-        // Offset 0 and length 0 name the whole file; the call only drops cached pages.
-        // SAFETY: the descriptor is open for the duration of the call and no pointer is passed.
-        let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        if rc != 0 {
-            bail!("posix_fadvise on {}: error {rc}", self.path.display());
-        }
+        // Offset 0 and no length name the whole file; the call only drops cached pages.
+        rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed)
+            .map_err(std::io::Error::from)
+            .with_context(|| format!("posix_fadvise on {}", self.path.display()))?;
         Ok(())
     }
 }
@@ -73,18 +70,11 @@ impl Drop for DataFile {
 
 /// The filesystem type of the directory holding `path`, from statfs(2).
 pub fn filesystem_name(path: &Path) -> String {
-    use std::os::unix::ffi::OsStrExt;
     let dir = path.parent().unwrap_or(path);
-    let Ok(c_path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+    let Ok(st) = rustix::fs::statfs(dir) else {
         return "unknown".into();
     };
-    // SAFETY: statfs is a plain struct for which all-zero is a valid value.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c_path is NUL-terminated and outlives the call; st is a valid statfs to fill.
-    if unsafe { libc::statfs(c_path.as_ptr(), &mut st) } != 0 {
-        return "unknown".into();
-    }
-    match st.f_type as i64 {
+    match st.f_type {
         0xEF53 => "ext4".into(),
         0x0102_1994 => "tmpfs".into(),
         0x5846_5342 => "xfs".into(),
@@ -333,12 +323,9 @@ pub fn measure_recovery(binary: &Path, data: &DataFile) -> Result<Recovery> {
     eprintln!("bench: durable: killed with SIGKILL; restarting");
     let (mut server, after_kill) = restart_and_check(binary, data)?;
     out.after_kill = after_kill;
-    let pid = libc::pid_t::try_from(server.child.id()).context("pid")?;
     let term = Instant::now();
-    // SAFETY: kill takes plain integers; pid is our own child, not yet reaped (still owned).
-    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
-        bail!("SIGTERM: {}", std::io::Error::last_os_error());
-    }
+    // Our own child, not yet reaped (still owned).
+    ringstore_sys::kill(server.child.id(), libc::SIGTERM).context("SIGTERM")?;
     loop {
         if let Some(status) = server.child.try_wait()? {
             if !status.success() {

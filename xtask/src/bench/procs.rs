@@ -193,8 +193,7 @@ pub fn start_nginx(conf: &Path, prefix: &Path, port: u16) -> Result<Pinned> {
 
 /// Clock ticks per second of the /proc CPU times.
 pub fn ticks_per_second() -> f64 {
-    // SAFETY: sysconf only reads a constant of the running system; no memory is passed.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = rustix::param::clock_ticks_per_second();
     if ticks > 0 {
         ticks as f64
     } else {
@@ -331,19 +330,19 @@ pub fn raise_priority(pid: u32) {
         if let Some(tid) = task
             .file_name()
             .to_str()
-            .and_then(|t| t.parse::<libc::id_t>().ok())
+            .and_then(|t| t.parse::<i32>().ok())
+            .and_then(rustix::process::Pid::from_raw)
         {
             // On Linux PRIO_PROCESS with a thread id changes that one thread.
-            // SAFETY: setpriority takes plain integers and no pointer.
-            unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, BENCH_NICE) };
+            let _ = rustix::process::setpriority_process(Some(tid), BENCH_NICE);
         }
     }
 }
 
 /// Gives the calling thread the benchmark's nice value (best effort).
 pub fn raise_own_priority() {
-    // SAFETY: who = 0 names the calling thread; no memory is passed.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, BENCH_NICE) };
+    // None names the calling thread.
+    let _ = rustix::process::setpriority_process(None, BENCH_NICE);
 }
 
 /// `nice -n BENCH_NICE taskset -c CPU program`.
@@ -362,16 +361,7 @@ pub fn pinned_client(program: &str) -> Command {
 
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> Result<()> {
-    // SAFETY: cpu_set_t is a plain bitmask for which all-zero is a valid (empty) value.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET writes one bit inside `set`, which lives on this stack frame.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: pid 0 names the calling thread; `set` is a valid cpu_set_t of the size passed.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc != 0 {
-        bail!("pinning to CPU {cpu}: {}", std::io::Error::last_os_error());
-    }
-    Ok(())
+    ringstore_sys::set_affinity(&[cpu]).with_context(|| format!("pinning to CPU {cpu}"))
 }
 
 #[cfg(test)]

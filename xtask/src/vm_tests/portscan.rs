@@ -6,7 +6,7 @@
 use std::fs::File;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, TcpStream};
 use std::ops::RangeInclusive;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -74,11 +74,12 @@ fn enter(netns: Option<&Path>) -> Result<()> {
     let Some(netns) = netns else { return Ok(()) };
     let file = File::open(netns).with_context(|| format!("opening {}", netns.display()))?;
     // It changes only the calling thread's network namespace, which this scanning thread owns.
-    // SAFETY: setns takes an fd that `file` keeps open for the call and a namespace type.
-    if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("setns {}", netns.display()));
-    }
+    rustix::thread::move_into_link_name_space(
+        file.as_fd(),
+        Some(rustix::thread::LinkNameSpaceType::Network),
+    )
+    .map_err(std::io::Error::from)
+    .with_context(|| format!("setns {}", netns.display()))?;
     Ok(())
 }
 

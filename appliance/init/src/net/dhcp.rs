@@ -4,7 +4,6 @@
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::os::fd::FromRawFd;
 use std::time::{Duration, Instant};
 
 use dhcproto::v4::{self, DhcpOption, Message, MessageType, OptionCode};
@@ -177,9 +176,11 @@ pub struct Client {
 
 impl Client {
     pub fn open(interface: &str, mac: [u8; 6]) -> Result<Client, DhcpError> {
-        let socket = bound_socket(interface).map_err(|source| DhcpError::Socket {
-            interface: interface.to_string(),
-            source,
+        let socket = ringstore_sys::bind_udp_to_device(interface, 68).map_err(|source| {
+            DhcpError::Socket {
+                interface: interface.to_string(),
+                source,
+            }
         })?;
         // The xid only has to differ between our own transactions and other clients' ones.
         let nanos = std::time::SystemTime::now()
@@ -308,60 +309,6 @@ impl Client {
             _ => None,
         })
     }
-}
-
-fn bound_socket(interface: &str) -> io::Result<UdpSocket> {
-    // SAFETY: socket(2) with constant arguments; checked below.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh descriptor we own; UdpSocket closes it on drop.
-    let socket = unsafe { UdpSocket::from_raw_fd(fd) };
-    let one: libc::c_int = 1;
-    let set = |level, name, value: *const libc::c_void, len: usize| -> io::Result<()> {
-        // SAFETY: value points to `len` readable bytes for the duration of the call.
-        if unsafe { libc::setsockopt(fd, level, name, value, len as libc::socklen_t) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    };
-    set(
-        libc::SOL_SOCKET,
-        libc::SO_REUSEADDR,
-        (&one as *const libc::c_int).cast(),
-        std::mem::size_of::<libc::c_int>(),
-    )?;
-    set(
-        libc::SOL_SOCKET,
-        libc::SO_BROADCAST,
-        (&one as *const libc::c_int).cast(),
-        std::mem::size_of::<libc::c_int>(),
-    )?;
-    set(
-        libc::SOL_SOCKET,
-        libc::SO_BINDTODEVICE,
-        interface.as_ptr().cast(),
-        interface.len(),
-    )?;
-    let addr = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: 68u16.to_be(),
-        sin_addr: libc::in_addr { s_addr: 0 },
-        sin_zero: [0; 8],
-    };
-    // SAFETY: addr is a valid sockaddr_in and the length matches it.
-    if unsafe {
-        libc::bind(
-            fd,
-            (&addr as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    } < 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(socket)
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
 //! Network bring-up: loopback and every NIC up, then DHCP (default) or the static `ip=` address,
 //! and the default route. One lease-keeper thread per DHCP interface renews at T1.
 
-pub mod addrs;
 pub mod dhcp;
 pub mod link;
 
@@ -90,7 +89,7 @@ fn wait_for_carrier(nics: &[String]) {
     let deadline = Instant::now() + CARRIER_WAIT;
     while Instant::now() < deadline {
         let all = nics.iter().all(|nic| {
-            crate::sysinfo::read_trim(&format!("/sys/class/net/{nic}/carrier")).as_deref()
+            ringstore_sys::read_trim(format!("/sys/class/net/{nic}/carrier")).as_deref()
                 == Some("1")
         });
         if all {

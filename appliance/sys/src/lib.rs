@@ -1,0 +1,41 @@
+//! The operating-system boundary of ringstore: every syscall wrapper, sysfs/procfs reader and
+//! the CPU-list code, in one crate, so "`unsafe` only in sys" is a crate boundary (ADR-0017).
+//!
+//! Where [`rustix`] has a safe wrapper it is used (affinity, sockets and their options, poll,
+//! eventfd, mounts, reboot, rlimits, no_new_privs, the capability bounding set, waitpid,
+//! kill, stdio dup2). Raw `libc` calls remain only where rustix has none: each says so, and
+//! each `unsafe` block carries a `// SAFETY:` comment with the bound it relies on.
+//!
+//! Everything is re-exported at the crate root; the runtime imports the crate as `sys`.
+
+mod cpus;
+mod fs;
+mod mounts;
+mod net;
+mod netdev;
+mod power;
+mod process;
+mod signals;
+
+pub use cpus::{
+    affinity, cpumask_hex, format_cpus, parse_cpulist, set_affinity, set_mempolicy_bind,
+    CPULIST_LEN_MAX, CPULIST_SPAN_MAX,
+};
+pub use fs::read_trim;
+pub use mounts::{mount, MountFlags};
+pub use net::{
+    accept, bind_socket, bind_udp_to_device, eventfd, eventfd_signal, interface_addresses,
+    local_addr, peer_ip, poll_readable, recv_discard, recv_from, send_nosignal, send_to,
+    set_nodelay, shutdown,
+};
+pub use netdev::{add_default_route, set_ipv4, set_up};
+pub use power::{disable_ctrl_alt_del, reboot, sync, RebootCommand};
+pub use process::{
+    bounding_set_drop, bounding_set_has, ensure_console_fds, no_new_privs, raise_nofile_limit,
+    return_freed_memory_promptly, set_memlock_unlimited, set_no_new_privs, set_nofile_limit,
+    thread_cpu_time, MALLOC_MMAP_THRESHOLD,
+};
+pub use signals::{
+    block_signals, ignore_sigpipe, install_noop_handlers, kill, read_signal, reap_children,
+    set_signal_mask, signal_set, signal_this_thread, signalfd, termination_set, wait_signal,
+};
