@@ -22,6 +22,21 @@ pub trait Serving: Send {
     fn shutdown(self: Box<Self>);
 }
 
+impl Placement {
+    /// Workers on `workers`; housekeeping on the rest of the `online` CPUs.
+    fn new(node: u32, workers: Vec<usize>, online: Vec<usize>) -> Placement {
+        let housekeeping = online
+            .into_iter()
+            .filter(|c| !workers.contains(c))
+            .collect();
+        Placement {
+            node,
+            workers,
+            housekeeping,
+        }
+    }
+}
+
 fn online_cpus() -> Vec<usize> {
     ringstore_sys::read_trim("/sys/devices/system/cpu/online")
         .map(|s| ringstore_sys::parse_cpulist(&s))
@@ -40,15 +55,7 @@ pub fn place(config: &Config) -> Result<Placement, String> {
     // The same CPU set the server will see: it starts on a thread spawned from this one.
     let workers = numa::worker_cpus(&topology, node, config.cores, &numa::current_affinity())
         .map_err(|e| e.to_string())?;
-    let housekeeping = online
-        .into_iter()
-        .filter(|c| !workers.contains(c))
-        .collect();
-    Ok(Placement {
-        node,
-        workers,
-        housekeeping,
-    })
+    Ok(Placement::new(node, workers, online))
 }
 
 /// Stub until the runtime is wired: the explicit node, or the single node of the NICs that are
@@ -102,15 +109,7 @@ pub fn place(config: &Config) -> Result<Placement, String> {
     } else {
         workers.into_iter().take(config.cores).collect()
     };
-    let housekeeping = online
-        .into_iter()
-        .filter(|c| !workers.contains(c))
-        .collect();
-    Ok(Placement {
-        node,
-        workers,
-        housekeeping,
-    })
+    Ok(Placement::new(node, workers, online))
 }
 
 #[cfg(feature = "runtime")]

@@ -2,6 +2,8 @@
 //! a size line holds at most 16 hex digits and 1 KiB of extensions, trailers at most 16 KiB,
 //! and the decoded body at most the caller's limit.
 
+use super::key::hex;
+
 /// Longest chunk extension text on one size line.
 pub const EXTENSION_MAX: usize = 1024;
 /// Largest trailer section.
@@ -191,15 +193,6 @@ fn trailer_line_done(line: usize) -> State {
         State::Done
     } else {
         State::Trailer { line: 0 }
-    }
-}
-
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
     }
 }
 

@@ -120,7 +120,8 @@ fn strip_scheme(target: &[u8]) -> Option<&[u8]> {
     None
 }
 
-fn hex(b: u8) -> Option<u8> {
+/// The value of one hex digit (either case), shared with the chunked-size parser.
+pub(crate) fn hex(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
         b'a'..=b'f' => Some(b - b'a' + 10),
