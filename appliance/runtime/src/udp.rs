@@ -1,12 +1,14 @@
 //! memcache over UDP (off by default): each datagram carries memcached's 8-byte frame header
 //! (request id, sequence, datagram count, reserved) and one whole request; replies are split
-//! into datagrams of at most 1400 bytes, each with its header.
+//! into datagrams of at most 1400 bytes, each with its header (the format is
+//! `ringstore_proto::wire::frame`).
 
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use ringstore_proto::wire::frame;
 use ringstore_service::{Protocol, Session, Shared};
 
 use ipnet::IpNet;
@@ -14,8 +16,6 @@ use ipnet::IpNet;
 use crate::clock::Clock;
 use crate::RuntimeError;
 
-const HEADER: usize = 8;
-const DATAGRAM: usize = 1400;
 /// Largest request datagram accepted.
 const REQUEST_MAX: usize = 64 << 10;
 /// Reply bytes one request datagram may produce (47 datagrams). memcache over UDP is an
@@ -24,25 +24,6 @@ const REQUEST_MAX: usize = 64 << 10;
 pub(crate) const REPLY_MAX: usize = 64 << 10;
 /// What a request whose reply would pass [`REPLY_MAX`] gets instead.
 const REPLY_TOO_LARGE: &[u8] = b"SERVER_ERROR reply too large for UDP\r\n";
-
-/// Splits `reply` into framed datagrams for request `id`; `None` if it needs more than 65535.
-pub(crate) fn frame_reply(id: u16, reply: &[u8]) -> Option<Vec<Vec<u8>>> {
-    let chunk = DATAGRAM - HEADER;
-    let total = reply.len().div_ceil(chunk).max(1);
-    let total16 = u16::try_from(total).ok()?;
-    let mut out = Vec::with_capacity(total);
-    for seq in 0..total {
-        let part = &reply[(seq * chunk).min(reply.len())..((seq + 1) * chunk).min(reply.len())];
-        let mut datagram = Vec::with_capacity(HEADER + part.len());
-        datagram.extend_from_slice(&id.to_be_bytes());
-        datagram.extend_from_slice(&(seq as u16).to_be_bytes());
-        datagram.extend_from_slice(&total16.to_be_bytes());
-        datagram.extend_from_slice(&[0, 0]);
-        datagram.extend_from_slice(part);
-        out.push(datagram);
-    }
-    Some(out)
-}
 
 /// Starts the UDP thread; it ends once `stop_fd` is readable.
 pub(crate) fn spawn(
@@ -97,6 +78,7 @@ fn serve(socket: OwnedFd, shared: Arc<Shared>, clock: Clock, stop_fd: RawFd, all
     let fd = socket.as_raw_fd();
     let mut buf = vec![0u8; REQUEST_MAX];
     let mut out = Vec::new();
+    let mut datagram = Vec::with_capacity(frame::DATAGRAM_MAX);
     // The spare counter slot: worker 0's slot is written only by worker 0's thread.
     let mut session = Session::new(Protocol::Memcache, shared.aux_slot());
     loop {
@@ -108,43 +90,28 @@ fn serve(socket: OwnedFd, shared: Arc<Shared>, clock: Clock, stop_fd: RawFd, all
             continue;
         }
         while let Some((len, peer)) = crate::sys::recv_from(fd, &mut buf) {
-            if len < HEADER {
+            // Short and multi-datagram requests are dropped, as memcached does.
+            let Ok((frame, request)) = frame::parse_request(&buf[..len]) else {
                 continue;
-            }
-            let id = u16::from_be_bytes([buf[0], buf[1]]);
-            let total = u16::from_be_bytes([buf[4], buf[5]]);
-            if total != 1 {
-                continue; // multi-datagram requests are not supported (as in memcached)
-            }
+            };
             if !allowed(allow, crate::sys::peer_ip(&peer)) {
                 continue;
             }
-            answer(&mut session, &buf[HEADER..len], &clock, &shared, &mut out);
-            if let Some(datagrams) = frame_reply(id, &out) {
-                for datagram in datagrams.iter().filter(|_| !out.is_empty()) {
-                    crate::sys::send_to(fd, datagram, &peer);
-                }
+            answer(&mut session, request, &clock, &shared, &mut out);
+            if out.is_empty() {
+                continue; // noreply
+            }
+            let Some(frames) = frame::ReplyFrames::new(frame, out.len(), frame::DATAGRAM_MAX)
+            else {
+                continue;
+            };
+            for seq in 0..frames.count() {
+                let (header, part) = frames.datagram(seq);
+                datagram.clear();
+                datagram.extend_from_slice(&header);
+                datagram.extend_from_slice(&out[part]);
+                crate::sys::send_to(fd, &datagram, &peer);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn replies_are_framed_and_split() {
-        let reply = vec![b'v'; 3000];
-        let datagrams = frame_reply(7, &reply).unwrap();
-        assert_eq!(datagrams.len(), 3);
-        assert_eq!(&datagrams[0][..8], &[0, 7, 0, 0, 0, 3, 0, 0]);
-        assert_eq!(&datagrams[2][..8], &[0, 7, 0, 2, 0, 3, 0, 0]);
-        assert!(datagrams.iter().all(|d| d.len() <= DATAGRAM));
-        assert_eq!(
-            datagrams.iter().map(|d| d.len() - HEADER).sum::<usize>(),
-            3000
-        );
-        assert!(frame_reply(1, &vec![0; 70_000 * 1400]).is_none());
     }
 }
