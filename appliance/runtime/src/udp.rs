@@ -73,6 +73,9 @@ pub(crate) fn answer(
     out: &mut Vec<u8>,
 ) {
     out.clear();
+    // Each datagram picks its protocol by its first byte (text, or binary after 0x80), as
+    // memcached's UDP does: nothing of an earlier datagram's carries over.
+    *session = Session::new(Protocol::Memcache, shared.aux_slot());
     let mut input = input;
     let mut flow;
     loop {
@@ -85,10 +88,6 @@ pub(crate) fn answer(
     if out.len() > REPLY_MAX {
         out.clear();
         out.extend_from_slice(REPLY_TOO_LARGE);
-    }
-    if flow != ringstore_service::Flow::Continue || session.has_partial_request() {
-        // A datagram is a whole request: nothing carries over to the next one.
-        *session = Session::new(Protocol::Memcache, shared.aux_slot());
     }
     session.on_output_flushed();
 }

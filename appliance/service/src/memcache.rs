@@ -8,10 +8,12 @@
 //!
 //! Execution lives in one file per command family: [`get`], [`storage`], [`arith`],
 //! [`admin`] (delete, touch, flush_all, verbosity), [`stats`], [`meta`] (mg ms md ma me),
-//! with the exptime rules in [`expiry`].
+//! with the exptime rules in [`expiry`]. A connection whose first byte is the binary
+//! protocol's request magic (0x80) speaks it from then on, as with memcached: [`binary`].
 
 mod admin;
 mod arith;
+mod binary;
 #[cfg(test)]
 mod bound_tests;
 pub mod expiry;
@@ -22,6 +24,7 @@ mod storage;
 #[cfg(test)]
 mod tests;
 
+use ringstore_proto::memcache::binary::{response, Head, Status, REQUEST_MAGIC};
 use ringstore_proto::memcache::{parse, reply, Limits, Parse, Request, OUT_OF_MEMORY, TOO_LARGE};
 
 use ringstore_store::Journaled;
@@ -83,6 +86,19 @@ pub struct MemcacheSession {
     out_hold: Hold,
     /// Replies waiting for the data device.
     held: HeldReplies,
+    /// Which protocol the connection speaks, decided by its first byte.
+    mode: Mode,
+}
+
+/// The protocol of a memcache connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// No byte seen yet.
+    Undecided,
+    /// Text and meta commands.
+    Text,
+    /// The binary protocol (first byte 0x80).
+    Binary,
 }
 
 impl MemcacheSession {
@@ -96,6 +112,7 @@ impl MemcacheSession {
             in_hold: Hold::default(),
             out_hold: Hold::default(),
             held: HeldReplies::default(),
+            mode: Mode::Undecided,
         }
     }
 
@@ -188,9 +205,12 @@ impl MemcacheSession {
         if self.in_hold.set(&shared.conn_memory, want) {
             return flow;
         }
+        let binary_head = (self.mode == Mode::Binary).then(|| binary_head(&self.pending));
         self.pending.clear();
-        self.held
-            .write(out, |out| reply::line(out, OUT_OF_MEMORY_READING));
+        self.held.write(out, |out| match binary_head {
+            Some(head) => response::error(out, head, Status::OutOfMemory),
+            None => reply::line(out, OUT_OF_MEMORY_READING),
+        });
         Flow::Close
     }
 
@@ -224,19 +244,22 @@ impl MemcacheSession {
             item_size_max: ctx.shared.config.item_size_max,
             max_line: ctx.shared.config.max_line,
         };
+        if self.mode == Mode::Undecided {
+            match buf.first() {
+                None => return (0, Flow::Continue),
+                Some(&REQUEST_MAGIC) => self.mode = Mode::Binary,
+                Some(_) => self.mode = Mode::Text,
+            }
+        }
+        if self.mode == Mode::Binary {
+            return self.run_binary(buf, ctx, out, held);
+        }
         let high_water = ctx.shared.config.out_high_water;
         let mut pos = 0;
         self.awaiting = 0;
         loop {
-            if self.swallow > 0 {
-                let n = self.swallow.min(buf.len() - pos);
-                pos += n;
-                self.swallow -= n;
-                if self.swallow > 0 {
-                    return (pos, Flow::Continue);
-                }
-            }
-            if pos == buf.len() {
+            pos += self.swallowed(buf.len() - pos);
+            if self.swallow > 0 || pos == buf.len() {
                 return (pos, Flow::Continue);
             }
             if out.len() + held.len() > high_water {
@@ -286,6 +309,13 @@ impl MemcacheSession {
                 }
             }
         }
+    }
+
+    /// Discards up to `available` bytes of a refused value still to swallow; returns how many.
+    fn swallowed(&mut self, available: usize) -> usize {
+        let n = self.swallow.min(available);
+        self.swallow -= n;
+        n
     }
 
     fn execute(&mut self, request: Request<'_>, ctx: &Ctx<'_>, out: &mut Vec<u8>) -> Flow {
@@ -349,5 +379,20 @@ impl MemcacheSession {
             }
         }
         Flow::Continue
+    }
+}
+
+/// The opcode and opaque of the binary request at the head of `pending` (zeros while its
+/// header is incomplete), for an error that answers it.
+fn binary_head(pending: &[u8]) -> Head {
+    match pending.get(..16) {
+        Some(h) => Head {
+            opcode: h[1],
+            opaque: u32::from_be_bytes([h[12], h[13], h[14], h[15]]),
+        },
+        None => Head {
+            opcode: 0,
+            opaque: 0,
+        },
     }
 }
