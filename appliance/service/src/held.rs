@@ -120,6 +120,25 @@ impl HeldReplies {
         });
     }
 
+    /// Runs one request whose reply `f` writes into the buffer it is given: the output, or
+    /// behind what is held. `staged` reads the device's newest token, before and after.
+    pub(crate) fn around<R>(
+        &mut self,
+        out: &mut Vec<u8>,
+        staged: impl Fn() -> u64,
+        failure: Failure,
+        f: impl FnOnce(&mut Vec<u8>) -> R,
+    ) -> R {
+        let mark = self.begin(out, staged());
+        let result = f(if mark.held {
+            &mut self.bytes
+        } else {
+            &mut *out
+        });
+        self.end_as(mark, out, staged(), failure);
+        result
+    }
+
     /// Writes a reply that stages nothing (an error before a close, say) with `f`: to the
     /// output, or behind what is held.
     pub(crate) fn write(&mut self, out: &mut Vec<u8>, f: impl FnOnce(&mut Vec<u8>)) {

@@ -31,7 +31,7 @@ use ringstore_store::Journaled;
 
 use crate::budget::{Hold, IN_FREE, OUT_FREE};
 use crate::device::Device;
-use crate::held::HeldReplies;
+use crate::held::{Failure, HeldReplies};
 use crate::{durable_failure_reply, Flow, Now, Protocol, Shared, WorkerStats};
 
 /// memcached's answer when it cannot grow a connection's read buffer (then it closes).
@@ -254,16 +254,13 @@ impl MemcacheSession {
         if self.mode == Mode::Binary {
             return self.run_binary(buf, ctx, out, held);
         }
-        let high_water = ctx.shared.config.out_high_water;
         let mut pos = 0;
         self.awaiting = 0;
         loop {
-            pos += self.swallowed(buf.len() - pos);
-            if self.swallow > 0 || pos == buf.len() {
-                return (pos, Flow::Continue);
-            }
-            if out.len() + held.len() > high_water {
-                return (pos, Flow::Drain);
+            if let Some(flow) =
+                self.before_request(ctx, buf.len(), &mut pos, out.len() + held.len())
+            {
+                return (pos, flow);
             }
             match parse(&buf[pos..], &limits) {
                 Parse::Incomplete => return (pos, Flow::Continue),
@@ -274,16 +271,25 @@ impl MemcacheSession {
                     remove_old,
                     noreply,
                 } => {
-                    let room = request_len.max(buf.len() - pos).saturating_sub(IN_FREE);
-                    if self.in_hold.set(&ctx.shared.conn_memory, room) {
-                        self.awaiting = request_len;
+                    if self.reserve_value(ctx, request_len, buf.len() - pos) {
                         return (pos, Flow::Continue);
                     }
                     // No room to buffer the block: refuse it before reading it, and swallow it.
-                    let mark = held.begin(out, ctx.staged());
-                    let target = if mark.held { held.buf() } else { &mut *out };
-                    storage::refuse_value(ctx, target, key, remove_old, noreply, OUT_OF_MEMORY);
-                    held.end(mark, out, ctx.staged());
+                    held.around(
+                        out,
+                        || ctx.staged(),
+                        Failure::Fixed,
+                        |target| {
+                            storage::refuse_value(
+                                ctx,
+                                target,
+                                key,
+                                remove_old,
+                                noreply,
+                                OUT_OF_MEMORY,
+                            )
+                        },
+                    );
                     pos += line_len;
                     self.swallow = request_len - line_len;
                 }
@@ -296,10 +302,12 @@ impl MemcacheSession {
                 Parse::Done { request, consumed } => {
                     // A reply to a request that staged records waits for the device, and
                     // every later one waits behind it.
-                    let mark = held.begin(out, ctx.staged());
-                    let target = if mark.held { held.buf() } else { &mut *out };
-                    let flow = self.execute(request, ctx, target);
-                    held.end(mark, out, ctx.staged());
+                    let flow = held.around(
+                        out,
+                        || ctx.staged(),
+                        Failure::Fixed,
+                        |target| self.execute(request, ctx, target),
+                    );
                     match flow {
                         Flow::Close => return (buf.len(), Flow::Close),
                         // A paused get: it stays unconsumed at the head of the input.
@@ -311,11 +319,34 @@ impl MemcacheSession {
         }
     }
 
-    /// Discards up to `available` bytes of a refused value still to swallow; returns how many.
-    fn swallowed(&mut self, available: usize) -> usize {
-        let n = self.swallow.min(available);
+    /// Before each request of a run over `len` bytes, at `pos`: skips what is left of a
+    /// refused value, and says when to stop: input used up (or swallowed), or the output
+    /// (`pending` bytes, held ones included) over the high-water mark.
+    fn before_request(
+        &mut self,
+        ctx: &Ctx<'_>,
+        len: usize,
+        pos: &mut usize,
+        pending: usize,
+    ) -> Option<Flow> {
+        let n = self.swallow.min(len - *pos);
         self.swallow -= n;
-        n
+        *pos += n;
+        if self.swallow > 0 || *pos == len {
+            return Some(Flow::Continue);
+        }
+        (pending > ctx.shared.config.out_high_water).then_some(Flow::Drain)
+    }
+
+    /// Reserves room for a storage request of `request_len` bytes whose value is arriving
+    /// (`buffered` bytes of input from its start are here): true when it may be buffered.
+    fn reserve_value(&mut self, ctx: &Ctx<'_>, request_len: usize, buffered: usize) -> bool {
+        let room = request_len.max(buffered).saturating_sub(IN_FREE);
+        if !self.in_hold.set(&ctx.shared.conn_memory, room) {
+            return false;
+        }
+        self.awaiting = request_len;
+        true
     }
 
     fn execute(&mut self, request: Request<'_>, ctx: &Ctx<'_>, out: &mut Vec<u8>) -> Flow {

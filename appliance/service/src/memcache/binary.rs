@@ -24,7 +24,7 @@ use super::arith::{self, Outcome as ArithOutcome};
 use super::expiry::{expiry, Expiry};
 use super::storage::{self, Outcome, Value};
 use super::{admin, get, stats, Ctx, MemcacheSession, COMPAT_VERSION};
-use crate::budget::{Hold, IN_FREE};
+use crate::budget::Hold;
 use crate::held::{Failure, HeldReplies};
 use crate::Flow;
 
@@ -42,16 +42,13 @@ impl MemcacheSession {
             item_size_max: ctx.shared.config.item_size_max,
             max_line: ctx.shared.config.max_line,
         };
-        let high_water = ctx.shared.config.out_high_water;
         let mut pos = 0;
         self.awaiting = 0;
         loop {
-            pos += self.swallowed(buf.len() - pos);
-            if self.swallow > 0 || pos == buf.len() {
-                return (pos, Flow::Continue);
-            }
-            if out.len() + held.len() > high_water {
-                return (pos, Flow::Drain);
+            if let Some(flow) =
+                self.before_request(ctx, buf.len(), &mut pos, out.len() + held.len())
+            {
+                return (pos, flow);
             }
             match binary::parse(&buf[pos..], &limits) {
                 Parse::Incomplete => return (pos, Flow::Continue),
@@ -63,17 +60,19 @@ impl MemcacheSession {
                     key,
                     remove_old,
                 } => {
-                    let room = request_len.max(buf.len() - pos).saturating_sub(IN_FREE);
-                    if self.in_hold.set(&ctx.shared.conn_memory, room) {
-                        self.awaiting = request_len;
+                    if self.reserve_value(ctx, request_len, buf.len() - pos) {
                         return (pos, Flow::Continue);
                     }
                     // No room to buffer the value: refuse it before reading it, and swallow it.
-                    let mark = held.begin(out, ctx.staged());
-                    let target = if mark.held { held.buf() } else { &mut *out };
-                    storage::refused(ctx, key, remove_old);
-                    response::error(target, head, Status::OutOfMemory);
-                    held.end_as(mark, out, ctx.staged(), Failure::Binary(head));
+                    held.around(
+                        out,
+                        || ctx.staged(),
+                        Failure::Binary(head),
+                        |target| {
+                            storage::refused(ctx, key, remove_old);
+                            response::error(target, head, Status::OutOfMemory);
+                        },
+                    );
                     pos += head_len;
                     self.swallow = request_len - head_len;
                 }
@@ -82,10 +81,12 @@ impl MemcacheSession {
                     request,
                     consumed,
                 } => {
-                    let mark = held.begin(out, ctx.staged());
-                    let target = if mark.held { held.buf() } else { &mut *out };
-                    let flow = self.execute_binary(head, request, ctx, target);
-                    held.end_as(mark, out, ctx.staged(), Failure::Binary(head));
+                    let flow = held.around(
+                        out,
+                        || ctx.staged(),
+                        Failure::Binary(head),
+                        |target| self.execute_binary(head, request, ctx, target),
+                    );
                     if flow == Flow::Close {
                         return (buf.len(), Flow::Close);
                     }
