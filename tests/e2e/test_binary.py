@@ -4,14 +4,13 @@ Raw frames go to both servers over a socket (and over UDP); the responses must b
 bytes, except CAS uniques, which each server counts its own way: they are compared by the
 order they first appear in (the same item must carry the same CAS in both)."""
 
-import os
-import shutil
 import socket
 import struct
-import subprocess
 import time
 
 import pytest
+
+from conftest import Server, real_memcached
 
 REQ = ">BBHBBHIIQ"
 # opcodes
@@ -109,43 +108,14 @@ def exchange(addr, payload, wait=1.5):
         s.close()
 
 
-def free_port():
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
-    return port
-
-
 @pytest.fixture(scope="module")
 def memcached():
-    path = shutil.which("memcached")
-    if path is None:
-        pytest.skip("memcached is not installed")
-    port = free_port()
-    args = [path, "-U", str(port), "-l", "127.0.0.1", "-p", str(port)]
-    if os.geteuid() == 0:
-        args += ["-u", "nobody"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "memcached did not start"
-                time.sleep(0.05)
-        yield ("127.0.0.1", port)
-    finally:
-        proc.kill()
-        proc.wait()
+    with real_memcached(udp=True) as addr:
+        yield addr
 
 
 @pytest.fixture(scope="module")
 def ringstore():
-    from conftest import Server
-
     s = Server("--memory", "64MiB", "--udp", "127.0.0.1:0")
     yield s
     s.stop()
