@@ -340,3 +340,10 @@ def test_binary_over_udp_like_memcached(memcached, ringstore):
     assert (fields[1], fields[5], fields[7], body) == (GETK, 0, 9, b"\0\0\0\1udpkval")
     # The next datagram may be text again.
     assert udp_exchange(ours, b"version\r\n", 5)[8:] == b"VERSION 1.6.18\r\n"
+
+
+def test_a_udp_reply_over_the_bound_is_a_binary_too_large(ringstore):
+    exchange(ringstore.mc, sset(b"udpbig", b"v" * (100 << 10)) + end_marker())
+    got = udp_exchange(udp_addr(ringstore), req(GETKQ, b"udpbig", opaque=21), 6)
+    (fields, body), = frames(got[8:])[0]
+    assert (fields[1], fields[5], fields[7], body) == (GETKQ, 3, 21, b"Too large.")

@@ -413,6 +413,17 @@ impl MemcacheSession {
     }
 }
 
+/// The reply to `request` (one whole request) when the transport cannot carry its real one
+/// (memcache over UDP past its bound): `text` for a text request, a "Too large." frame
+/// echoing a binary request's opcode and opaque.
+pub fn reply_too_large(request: &[u8], text: &[u8], out: &mut Vec<u8>) {
+    if request.first() == Some(&REQUEST_MAGIC) {
+        response::error(out, binary_head(request), Status::TooLarge);
+    } else {
+        out.extend_from_slice(text);
+    }
+}
+
 /// The opcode and opaque of the binary request at the head of `pending` (zeros while its
 /// header is incomplete), for an error that answers it.
 fn binary_head(pending: &[u8]) -> Head {

@@ -581,3 +581,13 @@ fn replies_wait_for_the_device_and_a_failure_is_an_error_frame() {
     assert_eq!(out, failed);
     assert!(!s.awaits_durable());
 }
+
+#[test]
+fn a_reply_the_transport_cannot_carry_is_answered_in_the_request_protocol() {
+    let mut out = Vec::new();
+    super::super::reply_too_large(b"get k\r\n", b"TEXT\r\n", &mut out);
+    assert_eq!(out, b"TEXT\r\n");
+    out.clear();
+    super::super::reply_too_large(&req(GETKQ, b"k", b"", b"", 9, 0), b"TEXT\r\n", &mut out);
+    assert_eq!(out, res(GETKQ, 3, b"", b"", b"Too large.", 9, 0));
+}
