@@ -11,6 +11,7 @@ import time
 import pytest
 
 from conftest import Server, real_memcached
+from test_durable import fault_device, make_file, serve  # noqa: F401 (fault_device: a fixture)
 
 REQ = ">BBHBBHIIQ"
 # opcodes
@@ -347,3 +348,24 @@ def test_a_udp_reply_over_the_bound_is_a_binary_too_large(ringstore):
     got = udp_exchange(udp_addr(ringstore), req(GETKQ, b"udpbig", opaque=21), 6)
     (fields, body), = frames(got[8:])[0]
     assert (fields[1], fields[5], fields[7], body) == (GETKQ, 3, 21, b"Too large.")
+
+
+def test_a_failed_device_write_is_an_internal_error_frame(fault_device, server_factory, tmp_path):
+    """With --data, a binary write whose record the device fails (a real EIO through the fault
+    device) is answered status 0x84 with its own opcode and opaque, also a quiet one; the
+    failed value is not served, and the writes around it are."""
+    backing = tmp_path / "bin.img"
+    make_file(backing, 32 << 20)
+    dev = fault_device(backing)
+    s = serve(server_factory, dev.path, "--cores", "1")
+    dev.wait_quiet()
+    dev.fail_write(2)
+    data, _ = exchange(s.mc, sset(b"k", b"v1", opaque=1) + end_marker())
+    assert frames(data)[0][0][0][5] == 0
+    data, _ = exchange(s.mc, sset(b"k", b"bad", op=SETQ, opaque=2) + end_marker())
+    (fields, body), _noop = frames(data)[0]
+    assert (fields[1], fields[5], fields[7], body) == (SETQ, 0x84, 2, b"Data device write failed")
+    data, _ = exchange(s.mc, req(GET, b"k", opaque=3) + end_marker())
+    (fields, body), _noop = frames(data)[0]
+    assert (fields[5], body) == (0, b"\0\0\0\0v1")
+    assert s.alive()
