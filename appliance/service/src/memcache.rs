@@ -62,6 +62,14 @@ impl<'s> Ctx<'s> {
             .journaled(self.device.map(|d| d as &dyn ringstore_store::Journal))
     }
 
+    /// The parser's bounds, from the configuration.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            item_size_max: self.shared.config.item_size_max,
+            max_line: self.shared.config.max_line,
+        }
+    }
+
     /// The device's newest token (0 without a device).
     pub fn staged(&self) -> u64 {
         self.device.map_or(0, |d| d.staged())
@@ -240,10 +248,6 @@ impl MemcacheSession {
         out: &mut Vec<u8>,
         held: &mut HeldReplies,
     ) -> (usize, Flow) {
-        let limits = Limits {
-            item_size_max: ctx.shared.config.item_size_max,
-            max_line: ctx.shared.config.max_line,
-        };
         if self.mode == Mode::Undecided {
             match buf.first() {
                 None => return (0, Flow::Continue),
@@ -254,6 +258,7 @@ impl MemcacheSession {
         if self.mode == Mode::Binary {
             return self.run_binary(buf, ctx, out, held);
         }
+        let limits = ctx.limits();
         let mut pos = 0;
         self.awaiting = 0;
         loop {

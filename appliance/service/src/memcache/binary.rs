@@ -17,7 +17,7 @@ use ringstore_proto::memcache::binary::{
     HEADER_LEN, NO_CREATE,
 };
 use ringstore_proto::memcache::misc::StatsRequest;
-use ringstore_proto::memcache::{Limits, StoreKind};
+use ringstore_proto::memcache::StoreKind;
 use ringstore_store::{ReadOpts, StoreError, Write};
 
 use super::arith::{self, Outcome as ArithOutcome};
@@ -38,10 +38,7 @@ impl MemcacheSession {
         out: &mut Vec<u8>,
         held: &mut HeldReplies,
     ) -> (usize, Flow) {
-        let limits = Limits {
-            item_size_max: ctx.shared.config.item_size_max,
-            max_line: ctx.shared.config.max_line,
-        };
+        let limits = ctx.limits();
         let mut pos = 0;
         self.awaiting = 0;
         loop {
