@@ -3,39 +3,13 @@
 //! binary session against a small real store, fed in arbitrary chunks.
 #![no_main]
 
-use std::sync::{Arc, OnceLock};
+#[path = "common/session.rs"]
+mod session;
 
 use libfuzzer_sys::fuzz_target;
 use ringstore_proto::memcache::binary::{max_buffered, parse, Parse, Request, HEADER_LEN};
 use ringstore_proto::memcache::{Limits, KEY_LEN_MAX};
-use ringstore_service::{Flow, Now, Protocol, ServiceConfig, Session, Shared, Topology};
-use ringstore_store::{Store, StoreConfig};
-
-const ITEM_MAX: usize = 4096;
-
-fn shared() -> &'static Arc<Shared> {
-    static SHARED: OnceLock<Arc<Shared>> = OnceLock::new();
-    SHARED.get_or_init(|| {
-        let store = Store::new(StoreConfig {
-            memory_bytes: 16 << 20,
-            item_size_max: ITEM_MAX,
-            shards: 4,
-            huge_pages: false,
-            external_threshold: 0,
-        })
-        .expect("store");
-        let config = ServiceConfig {
-            item_size_max: ITEM_MAX,
-            max_line: 512,
-            out_high_water: 8192,
-            max_conns: 4,
-            object_size_max: 0,
-            // Small, so fuzzed inputs reach the refusals too.
-            conn_memory: 1 << 20,
-        };
-        Shared::new(store, config, Topology::default(), 1, 1, 0)
-    })
-}
+use session::{HIGH_WATER, ITEM_MAX};
 
 fn check_parser(data: &[u8]) {
     let limits = Limits {
@@ -88,30 +62,9 @@ fuzz_target!(|data: &[u8]| {
     noop[0] = 0x80;
     noop[1] = 0x0a;
     let input: Vec<u8> = noop.iter().chain(stream).copied().collect();
-    let shared = shared();
-    let mut session = Session::new(Protocol::Memcache, 0);
-    let mut out = Vec::new();
-    let now = Now {
-        store: 10,
-        unix: 1_700_000_000,
-        mono_ms: 0,
-    };
-    for piece in input.chunks(chunk) {
-        let mut flow = session.on_bytes(piece, now, shared, None, &mut out);
-        let mut drains = 0;
-        while flow == Flow::Drain {
-            assert!(out.len() <= 8192 + ITEM_MAX + 512);
-            out.clear();
-            session.on_output_flushed();
-            drains += 1;
-            assert!(drains < 100_000);
-            flow = session.on_bytes(&[], now, shared, None, &mut out);
-        }
+    session::feed(&input, chunk, |out| {
+        // One value past the high-water mark at most, and binary frames only.
+        assert!(out.len() <= HIGH_WATER + ITEM_MAX + 512);
         assert!(out.is_empty() || out[0] == 0x81, "binary replies only");
-        out.clear();
-        session.on_output_flushed();
-        if flow == Flow::Close {
-            break;
-        }
-    }
+    });
 });
