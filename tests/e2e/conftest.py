@@ -1,6 +1,8 @@
 """Fixtures for the end-to-end tests: a real `ringstore serve` process on loopback."""
 
+import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -109,3 +111,33 @@ def raw(addr, payload, expect_close=False, timeout=5.0, read_until=None):
         return data
     finally:
         s.close()
+
+
+@contextlib.contextmanager
+def real_memcached(udp=False):
+    """A real memcached on a free loopback port (also on UDP, same port, when `udp`);
+    yields its address. Skips the test when memcached is not installed."""
+    path = shutil.which("memcached")
+    if path is None:
+        pytest.skip("memcached is not installed")
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    args = [path, "-U", str(port) if udp else "0", "-l", "127.0.0.1", "-p", str(port)]
+    if os.geteuid() == 0:
+        args += ["-u", "nobody"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "memcached did not start"
+                time.sleep(0.05)
+        yield ("127.0.0.1", port)
+    finally:
+        proc.kill()
+        proc.wait()

@@ -9,9 +9,11 @@
 //! One file per command family, pelikan-style: [`tokens`] (line splitting, memcached's
 //! number rules), [`key`] (key rules, base64), [`get`], [`storage`], [`arith`], [`delete`],
 //! [`touch`], [`flush`], [`misc`] (stats, version, verbosity, quit), [`meta`] (meta flag
-//! parsing shared by mg/ms/md/ma), [`mg`], [`ms`], [`md`], [`ma`], and [`reply`].
+//! parsing shared by mg/ms/md/ma), [`mg`], [`ms`], [`md`], [`ma`], and [`reply`]. The binary
+//! protocol is [`binary`]: its own header, requests and response frames.
 
 pub mod arith;
+pub mod binary;
 pub mod delete;
 pub mod flush;
 pub mod get;

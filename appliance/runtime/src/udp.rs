@@ -54,22 +54,21 @@ pub(crate) fn answer(
     out: &mut Vec<u8>,
 ) {
     out.clear();
-    let mut input = input;
+    // Each datagram picks its protocol by its first byte (text, or binary after 0x80), as
+    // memcached's UDP does: nothing of an earlier datagram's carries over.
+    *session = Session::new(Protocol::Memcache, shared.aux_slot());
+    let mut next = input;
     let mut flow;
     loop {
-        flow = session.on_bytes(input, clock.now(), shared, None, out);
-        input = &[];
+        flow = session.on_bytes(next, clock.now(), shared, None, out);
+        next = &[];
         if flow != ringstore_service::Flow::Drain || out.len() > REPLY_MAX {
             break;
         }
     }
     if out.len() > REPLY_MAX {
         out.clear();
-        out.extend_from_slice(REPLY_TOO_LARGE);
-    }
-    if flow != ringstore_service::Flow::Continue || session.has_partial_request() {
-        // A datagram is a whole request: nothing carries over to the next one.
-        *session = Session::new(Protocol::Memcache, shared.aux_slot());
+        ringstore_service::memcache::reply_too_large(input, REPLY_TOO_LARGE, out);
     }
     session.on_output_flushed();
 }

@@ -33,6 +33,19 @@ struct Held {
     after: u64,
     /// One of its tokens failed: the failure reply goes out instead of its bytes.
     failed: bool,
+    /// What goes out instead when it failed.
+    failure: Failure,
+}
+
+/// The reply that stands in for a held reply whose record failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The protocol's one failure reply (given to [`HeldReplies::on_durable`]); nothing for
+    /// a request that had no reply (`noreply`).
+    Fixed,
+    /// A memcache binary request's: an error frame echoing its opcode and opaque, sent even
+    /// for a quiet request (the binary protocol answers errors to those too).
+    Binary(ringstore_proto::memcache::binary::Head),
 }
 
 /// Where a request's reply is being written: see [`HeldReplies::begin`].
@@ -75,6 +88,11 @@ impl HeldReplies {
     /// After the request: `staged` is the device's newest token now. A reply to a request
     /// that staged records, or one behind a held reply, is held.
     pub(crate) fn end(&mut self, mark: Mark, out: &mut Vec<u8>, staged: u64) {
+        self.end_as(mark, out, staged, Failure::Fixed);
+    }
+
+    /// [`HeldReplies::end`], with `failure` standing in for the reply if its records fail.
+    pub(crate) fn end_as(&mut self, mark: Mark, out: &mut Vec<u8>, staged: u64, failure: Failure) {
         let tokens = (staged > mark.staged).then_some((mark.staged + 1, staged));
         let len = if mark.held {
             self.bytes.len() - mark.start
@@ -98,7 +116,27 @@ impl HeldReplies {
             tokens,
             after,
             failed: false,
+            failure,
         });
+    }
+
+    /// Runs one request whose reply `f` writes into the buffer it is given: the output, or
+    /// behind what is held. `staged` reads the device's newest token, before and after.
+    pub(crate) fn around<R>(
+        &mut self,
+        out: &mut Vec<u8>,
+        staged: impl Fn() -> u64,
+        failure: Failure,
+        f: impl FnOnce(&mut Vec<u8>) -> R,
+    ) -> R {
+        let mark = self.begin(out, staged());
+        let result = f(if mark.held {
+            &mut self.bytes
+        } else {
+            &mut *out
+        });
+        self.end_as(mark, out, staged(), failure);
+        result
     }
 
     /// Writes a reply that stages nothing (an error before a close, say) with `f`: to the
@@ -142,10 +180,11 @@ impl HeldReplies {
             }
             let r = self.replies.pop_front().expect("front exists");
             let bytes = &self.bytes[used..used + r.len];
-            if !r.failed {
-                out.extend_from_slice(bytes);
-            } else if !bytes.is_empty() {
-                out.extend_from_slice(failure);
+            match (r.failed, r.failure) {
+                (false, _) => out.extend_from_slice(bytes),
+                (true, Failure::Fixed) if !bytes.is_empty() => out.extend_from_slice(failure),
+                (true, Failure::Fixed) => {}
+                (true, Failure::Binary(head)) => crate::durable_failure_reply_binary(head, out),
             }
             used += r.len;
         }
@@ -208,6 +247,22 @@ mod tests {
         request(&mut h, &mut out, &mut next, b"END\r\n", 0);
         h.on_durable(1, false, &mut out, FAIL);
         assert_eq!(out, b"END\r\n");
+    }
+
+    #[test]
+    fn a_failed_binary_write_answers_its_own_error_frame_even_when_quiet() {
+        use ringstore_proto::memcache::binary::{Head, Status};
+        let (mut h, mut out) = (HeldReplies::default(), Vec::new());
+        let head = Head {
+            opcode: 0x11,
+            opaque: 77,
+        };
+        let mark = h.begin(&out, 0);
+        h.end_as(mark, &mut out, 1, Failure::Binary(head));
+        h.on_durable(1, false, &mut out, FAIL);
+        let mut want = Vec::new();
+        ringstore_proto::memcache::binary::response::error(&mut want, head, Status::Internal);
+        assert_eq!(out, want);
     }
 
     #[test]

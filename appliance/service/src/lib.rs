@@ -213,12 +213,23 @@ impl Shared {
 }
 
 /// The reply a session sends instead of its reply to a write whose data-device write or
-/// flush failed: the request was not made durable and its RAM copy was dropped.
+/// flush failed: the request was not made durable and its RAM copy was dropped. A memcache
+/// connection speaking the binary protocol gets [`durable_failure_reply_binary`] instead.
 pub fn durable_failure_reply(protocol: Protocol) -> &'static [u8] {
     match protocol {
         Protocol::Memcache => b"SERVER_ERROR data device write failed\r\n",
         Protocol::Http => b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n",
     }
+}
+
+/// [`durable_failure_reply`] for a memcache binary-protocol request: an error frame
+/// (status 0x84, internal error) echoing the request's opcode and opaque, appended to `out`.
+pub fn durable_failure_reply_binary(
+    head: ringstore_proto::memcache::binary::Head,
+    out: &mut Vec<u8>,
+) {
+    use ringstore_proto::memcache::binary::{response, Status};
+    response::error(out, head, Status::Internal);
 }
 
 /// What the runtime should do after a session consumed bytes.

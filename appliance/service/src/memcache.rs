@@ -8,10 +8,12 @@
 //!
 //! Execution lives in one file per command family: [`get`], [`storage`], [`arith`],
 //! [`admin`] (delete, touch, flush_all, verbosity), [`stats`], [`meta`] (mg ms md ma me),
-//! with the exptime rules in [`expiry`].
+//! with the exptime rules in [`expiry`]. A connection whose first byte is the binary
+//! protocol's request magic (0x80) speaks it from then on, as with memcached: [`binary`].
 
 mod admin;
 mod arith;
+mod binary;
 #[cfg(test)]
 mod bound_tests;
 pub mod expiry;
@@ -22,13 +24,14 @@ mod storage;
 #[cfg(test)]
 mod tests;
 
+use ringstore_proto::memcache::binary::{response, Head, Status, REQUEST_MAGIC};
 use ringstore_proto::memcache::{parse, reply, Limits, Parse, Request, OUT_OF_MEMORY, TOO_LARGE};
 
 use ringstore_store::Journaled;
 
 use crate::budget::{Hold, IN_FREE, OUT_FREE};
 use crate::device::Device;
-use crate::held::HeldReplies;
+use crate::held::{Failure, HeldReplies};
 use crate::{durable_failure_reply, Flow, Now, Protocol, Shared, WorkerStats};
 
 /// memcached's answer when it cannot grow a connection's read buffer (then it closes).
@@ -59,6 +62,14 @@ impl<'s> Ctx<'s> {
             .journaled(self.device.map(|d| d as &dyn ringstore_store::Journal))
     }
 
+    /// The parser's bounds, from the configuration.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            item_size_max: self.shared.config.item_size_max,
+            max_line: self.shared.config.max_line,
+        }
+    }
+
     /// The device's newest token (0 without a device).
     pub fn staged(&self) -> u64 {
         self.device.map_or(0, |d| d.staged())
@@ -83,6 +94,19 @@ pub struct MemcacheSession {
     out_hold: Hold,
     /// Replies waiting for the data device.
     held: HeldReplies,
+    /// Which protocol the connection speaks, decided by its first byte.
+    mode: Mode,
+}
+
+/// The protocol of a memcache connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// No byte seen yet.
+    Undecided,
+    /// Text and meta commands.
+    Text,
+    /// The binary protocol (first byte 0x80).
+    Binary,
 }
 
 impl MemcacheSession {
@@ -96,6 +120,7 @@ impl MemcacheSession {
             in_hold: Hold::default(),
             out_hold: Hold::default(),
             held: HeldReplies::default(),
+            mode: Mode::Undecided,
         }
     }
 
@@ -188,9 +213,12 @@ impl MemcacheSession {
         if self.in_hold.set(&shared.conn_memory, want) {
             return flow;
         }
+        let binary_head = (self.mode == Mode::Binary).then(|| binary_head(&self.pending));
         self.pending.clear();
-        self.held
-            .write(out, |out| reply::line(out, OUT_OF_MEMORY_READING));
+        self.held.write(out, |out| match binary_head {
+            Some(head) => response::error(out, head, Status::OutOfMemory),
+            None => reply::line(out, OUT_OF_MEMORY_READING),
+        });
         Flow::Close
     }
 
@@ -220,27 +248,24 @@ impl MemcacheSession {
         out: &mut Vec<u8>,
         held: &mut HeldReplies,
     ) -> (usize, Flow) {
-        let limits = Limits {
-            item_size_max: ctx.shared.config.item_size_max,
-            max_line: ctx.shared.config.max_line,
-        };
-        let high_water = ctx.shared.config.out_high_water;
+        if self.mode == Mode::Undecided {
+            match buf.first() {
+                None => return (0, Flow::Continue),
+                Some(&REQUEST_MAGIC) => self.mode = Mode::Binary,
+                Some(_) => self.mode = Mode::Text,
+            }
+        }
+        if self.mode == Mode::Binary {
+            return self.run_binary(buf, ctx, out, held);
+        }
+        let limits = ctx.limits();
         let mut pos = 0;
         self.awaiting = 0;
         loop {
-            if self.swallow > 0 {
-                let n = self.swallow.min(buf.len() - pos);
-                pos += n;
-                self.swallow -= n;
-                if self.swallow > 0 {
-                    return (pos, Flow::Continue);
-                }
-            }
-            if pos == buf.len() {
-                return (pos, Flow::Continue);
-            }
-            if out.len() + held.len() > high_water {
-                return (pos, Flow::Drain);
+            if let Some(flow) =
+                self.before_request(ctx, buf.len(), &mut pos, out.len() + held.len())
+            {
+                return (pos, flow);
             }
             match parse(&buf[pos..], &limits) {
                 Parse::Incomplete => return (pos, Flow::Continue),
@@ -251,16 +276,25 @@ impl MemcacheSession {
                     remove_old,
                     noreply,
                 } => {
-                    let room = request_len.max(buf.len() - pos).saturating_sub(IN_FREE);
-                    if self.in_hold.set(&ctx.shared.conn_memory, room) {
-                        self.awaiting = request_len;
+                    if self.reserve_value(ctx, request_len, buf.len() - pos) {
                         return (pos, Flow::Continue);
                     }
                     // No room to buffer the block: refuse it before reading it, and swallow it.
-                    let mark = held.begin(out, ctx.staged());
-                    let target = if mark.held { held.buf() } else { &mut *out };
-                    storage::refuse_value(ctx, target, key, remove_old, noreply, OUT_OF_MEMORY);
-                    held.end(mark, out, ctx.staged());
+                    held.around(
+                        out,
+                        || ctx.staged(),
+                        Failure::Fixed,
+                        |target| {
+                            storage::refuse_value(
+                                ctx,
+                                target,
+                                key,
+                                remove_old,
+                                noreply,
+                                OUT_OF_MEMORY,
+                            )
+                        },
+                    );
                     pos += line_len;
                     self.swallow = request_len - line_len;
                 }
@@ -273,10 +307,12 @@ impl MemcacheSession {
                 Parse::Done { request, consumed } => {
                     // A reply to a request that staged records waits for the device, and
                     // every later one waits behind it.
-                    let mark = held.begin(out, ctx.staged());
-                    let target = if mark.held { held.buf() } else { &mut *out };
-                    let flow = self.execute(request, ctx, target);
-                    held.end(mark, out, ctx.staged());
+                    let flow = held.around(
+                        out,
+                        || ctx.staged(),
+                        Failure::Fixed,
+                        |target| self.execute(request, ctx, target),
+                    );
                     match flow {
                         Flow::Close => return (buf.len(), Flow::Close),
                         // A paused get: it stays unconsumed at the head of the input.
@@ -286,6 +322,36 @@ impl MemcacheSession {
                 }
             }
         }
+    }
+
+    /// Before each request of a run over `len` bytes, at `pos`: skips what is left of a
+    /// refused value, and says when to stop: input used up (or swallowed), or the output
+    /// (`pending` bytes, held ones included) over the high-water mark.
+    fn before_request(
+        &mut self,
+        ctx: &Ctx<'_>,
+        len: usize,
+        pos: &mut usize,
+        pending: usize,
+    ) -> Option<Flow> {
+        let n = self.swallow.min(len - *pos);
+        self.swallow -= n;
+        *pos += n;
+        if self.swallow > 0 || *pos == len {
+            return Some(Flow::Continue);
+        }
+        (pending > ctx.shared.config.out_high_water).then_some(Flow::Drain)
+    }
+
+    /// Reserves room for a storage request of `request_len` bytes whose value is arriving
+    /// (`buffered` bytes of input from its start are here): true when it may be buffered.
+    fn reserve_value(&mut self, ctx: &Ctx<'_>, request_len: usize, buffered: usize) -> bool {
+        let room = request_len.max(buffered).saturating_sub(IN_FREE);
+        if !self.in_hold.set(&ctx.shared.conn_memory, room) {
+            return false;
+        }
+        self.awaiting = request_len;
+        true
     }
 
     fn execute(&mut self, request: Request<'_>, ctx: &Ctx<'_>, out: &mut Vec<u8>) -> Flow {
@@ -349,5 +415,31 @@ impl MemcacheSession {
             }
         }
         Flow::Continue
+    }
+}
+
+/// The reply to `request` (one whole request) when the transport cannot carry its real one
+/// (memcache over UDP past its bound): `text` for a text request, a "Too large." frame
+/// echoing a binary request's opcode and opaque.
+pub fn reply_too_large(request: &[u8], text: &[u8], out: &mut Vec<u8>) {
+    if request.first() == Some(&REQUEST_MAGIC) {
+        response::error(out, binary_head(request), Status::TooLarge);
+    } else {
+        out.extend_from_slice(text);
+    }
+}
+
+/// The opcode and opaque of the binary request at the head of `pending` (zeros while its
+/// header is incomplete), for an error that answers it.
+fn binary_head(pending: &[u8]) -> Head {
+    match pending.get(..16) {
+        Some(h) => Head {
+            opcode: h[1],
+            opaque: u32::from_be_bytes([h[12], h[13], h[14], h[15]]),
+        },
+        None => Head {
+            opcode: 0,
+            opaque: 0,
+        },
     }
 }

@@ -1,15 +1,23 @@
 //! incr / decr: 64-bit wrap on incr, floor at 0 on decr, flags and TTL kept.
 
-use ringstore_proto::memcache::arith::{apply, NON_NUMERIC};
+use ringstore_proto::memcache::arith::{apply as apply_delta, NON_NUMERIC};
 use ringstore_proto::memcache::reply;
-use ringstore_store::{NewMeta, Write};
+use ringstore_store::{NewMeta, StoreError, Updated, Write};
+
+use super::expiry::Expiry;
 
 use super::Ctx;
 
-enum Outcome {
+/// How an incr/decr ended.
+pub(crate) enum Outcome {
+    /// The counter's new value.
     Value(u64),
+    /// The key was missing and the counter was created with this value (binary protocol).
+    Created(u64),
     Missing,
     NonNumeric,
+    /// The item's CAS unique was not the one asked for (binary protocol).
+    Exists,
 }
 
 /// Longest old value that is rewritten in place, padded with spaces.
@@ -47,13 +55,62 @@ pub(crate) fn arith(
     delta: u64,
     noreply: bool,
 ) {
+    let outcome = match apply(ctx, incr, key, delta, 0, None) {
+        Ok(done) => done.result,
+        Err(_) => {
+            if !noreply {
+                reply::line(out, "SERVER_ERROR out of memory");
+            }
+            return;
+        }
+    };
+    if noreply {
+        return;
+    }
+    match outcome {
+        Outcome::Value(v) | Outcome::Created(v) => {
+            reply::push_u64(out, v);
+            out.extend_from_slice(b"\r\n");
+        }
+        Outcome::Missing | Outcome::Exists => reply::line(out, "NOT_FOUND"),
+        Outcome::NonNumeric => reply::line(out, NON_NUMERIC),
+    }
+}
+
+/// One incr/decr, text or binary, under the shard lock, counted in the stats. `cas`
+/// non-zero: only over an item with that CAS unique. `create`: a missing counter is stored
+/// with this initial value and expiry instead (the binary protocol's).
+pub(crate) fn apply(
+    ctx: &Ctx<'_>,
+    incr: bool,
+    key: &[u8],
+    delta: u64,
+    cas: u64,
+    create: Option<(u64, Expiry)>,
+) -> Result<Updated<Outcome>, StoreError> {
     let mut scratch = [b' '; PAD_MAX];
     let scratch = &mut scratch;
     let result = ctx
         .store()
-        .update(key, ctx.now.store, move |item| match item {
-            None => (Write::Nothing, Outcome::Missing),
-            Some(it) => match apply(it.value, incr, delta) {
+        .update(key, ctx.now.store, move |item| match (item, create) {
+            (None, None) => (Write::Nothing, Outcome::Missing),
+            (None, Some((initial, Expiry::Expired))) => (Write::Nothing, Outcome::Created(initial)),
+            (None, Some((initial, Expiry::At(exptime)))) => {
+                let meta = NewMeta {
+                    flags: 0,
+                    exptime,
+                    cas: None,
+                };
+                (
+                    Write::PutNumber {
+                        value: initial,
+                        meta,
+                    },
+                    Outcome::Created(initial),
+                )
+            }
+            (Some(it), _) if cas != 0 && it.cas != cas => (Write::Nothing, Outcome::Exists),
+            (Some(it), _) => match apply_delta(it.value, incr, delta) {
                 None => (Write::Nothing, Outcome::NonNumeric),
                 Some(value) => {
                     let meta = NewMeta {
@@ -74,33 +131,10 @@ pub(crate) fn arith(
     } else {
         (&s.decr_hits, &s.decr_misses)
     };
-    let outcome = match result {
-        Ok(done) => done.result,
-        Err(_) => {
-            if !noreply {
-                reply::line(out, "SERVER_ERROR out of memory");
-            }
-            return;
-        }
-    };
-    match outcome {
-        Outcome::Value(v) => {
-            hits.inc();
-            if !noreply {
-                reply::push_u64(out, v);
-                out.extend_from_slice(b"\r\n");
-            }
-        }
-        Outcome::Missing => {
-            misses.inc();
-            if !noreply {
-                reply::line(out, "NOT_FOUND");
-            }
-        }
-        Outcome::NonNumeric => {
-            if !noreply {
-                reply::line(out, NON_NUMERIC);
-            }
-        }
+    match result.as_ref().map(|d| &d.result) {
+        Ok(Outcome::Value(_)) => hits.inc(),
+        Ok(Outcome::Missing) => misses.inc(),
+        _ => {}
     }
+    result
 }

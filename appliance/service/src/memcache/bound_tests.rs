@@ -16,7 +16,7 @@ const NOW: Now = Now {
 const ITEM_MAX: usize = 512 << 10;
 const HIGH_WATER: usize = 64 << 10;
 
-fn shared(conn_memory: usize) -> Arc<Shared> {
+pub(super) fn shared(conn_memory: usize) -> Arc<Shared> {
     let store = Store::new(StoreConfig {
         memory_bytes: 16 << 20,
         item_size_max: ITEM_MAX,
@@ -52,7 +52,7 @@ fn set(shared: &Shared, key: &str, value: &[u8]) {
 /// Feeds `input`, then plays the runtime: sends (takes) the output after every call and
 /// resumes while the session asks to drain. Returns everything sent and the largest output
 /// any one call left pending.
-fn drain_all(shared: &Shared, s: &mut Session, input: &[u8]) -> (Vec<u8>, usize) {
+pub(super) fn drain_all(shared: &Shared, s: &mut Session, input: &[u8]) -> (Vec<u8>, usize) {
     let mut out = Vec::new();
     let mut sent = Vec::new();
     let mut most = 0;

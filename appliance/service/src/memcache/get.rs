@@ -100,26 +100,31 @@ pub(crate) fn get(
                 return Progress::Done;
             }
         };
-        let s = ctx.stats;
-        match (touch.is_some(), hit) {
-            (true, true) => {
-                s.cmd_touch.inc();
-                s.touch_hits.inc();
-            }
-            (true, false) => {
-                s.cmd_touch.inc();
-                s.touch_misses.inc();
-            }
-            (false, true) => {
-                s.cmd_get.inc();
-                s.get_hits.inc();
-            }
-            (false, false) => {
-                s.cmd_get.inc();
-                s.get_misses.inc();
-            }
-        }
+        count(ctx, touch.is_some(), hit);
     }
     out.extend_from_slice(b"END\r\n");
     Progress::Done
+}
+
+/// Counts one key of a get, or of a gat or touch (`touch`), as a hit or a miss.
+pub(crate) fn count(ctx: &Ctx<'_>, touch: bool, hit: bool) {
+    let s = ctx.stats;
+    match (touch, hit) {
+        (true, true) => {
+            s.cmd_touch.inc();
+            s.touch_hits.inc();
+        }
+        (true, false) => {
+            s.cmd_touch.inc();
+            s.touch_misses.inc();
+        }
+        (false, true) => {
+            s.cmd_get.inc();
+            s.get_hits.inc();
+        }
+        (false, false) => {
+            s.cmd_get.inc();
+            s.get_misses.inc();
+        }
+    }
 }

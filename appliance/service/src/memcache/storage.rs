@@ -1,13 +1,14 @@
 //! set, add, replace, append, prepend, cas: one read-decide-write under the shard lock.
 
 use ringstore_proto::memcache::{reply, StoreKind, StoreRequest, OUT_OF_MEMORY, TOO_LARGE};
-use ringstore_store::{NewMeta, StoreError, Write};
+use ringstore_store::{ItemRef, NewMeta, StoreError, Updated, Write};
 
 use super::expiry::{expiry, Expiry};
 use super::Ctx;
 
+/// How a storage command ended.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Outcome {
+pub(crate) enum Outcome {
     Stored,
     NotStored,
     Exists,
@@ -31,74 +32,98 @@ pub(crate) fn put<'v>(value: &'v [u8], flags: u32, exp: Expiry, cas: Option<u64>
 }
 
 pub(crate) fn store(ctx: &Ctx<'_>, out: &mut Vec<u8>, s: &StoreRequest<'_>) {
-    ctx.stats.cmd_set.inc();
-    let exp = expiry(i64::from(s.exptime), ctx.now);
-    let result = ctx
-        .store()
-        .update(s.key, ctx.now.store, |item| match (s.kind, item) {
-            (StoreKind::Set, _) => (put(s.data, s.flags, exp, None), Outcome::Stored),
-            (StoreKind::Add, Some(_)) | (StoreKind::Replace, None) => {
-                (Write::Nothing, Outcome::NotStored)
-            }
-            (StoreKind::Add | StoreKind::Replace, _) => {
-                (put(s.data, s.flags, exp, None), Outcome::Stored)
-            }
-            (StoreKind::Append | StoreKind::Prepend, None) => (Write::Nothing, Outcome::NotStored),
-            (StoreKind::Append, Some(it)) => {
-                let meta = NewMeta {
-                    flags: it.flags,
-                    exptime: it.exptime,
-                    cas: None,
-                };
-                (
-                    Write::Append {
-                        suffix: s.data,
-                        meta,
-                    },
-                    Outcome::Stored,
-                )
-            }
-            (StoreKind::Prepend, Some(it)) => {
-                let meta = NewMeta {
-                    flags: it.flags,
-                    exptime: it.exptime,
-                    cas: None,
-                };
-                (
-                    Write::Prepend {
-                        prefix: s.data,
-                        meta,
-                    },
-                    Outcome::Stored,
-                )
-            }
-            (StoreKind::Cas, None) => (Write::Nothing, Outcome::NotFound),
-            (StoreKind::Cas, Some(it)) if it.cas == s.cas_unique => {
-                (put(s.data, s.flags, exp, None), Outcome::Stored)
-            }
-            (StoreKind::Cas, Some(_)) => (Write::Nothing, Outcome::Exists),
-        });
-    let line = match result {
-        Ok(done) => {
-            if s.kind == StoreKind::Cas {
-                match done.result {
-                    Outcome::NotFound => ctx.stats.cas_misses.inc(),
-                    Outcome::Exists => ctx.stats.cas_badval.inc(),
-                    _ => ctx.stats.cas_hits.inc(),
-                }
-            }
-            match done.result {
-                Outcome::Stored => "STORED",
-                Outcome::NotStored => "NOT_STORED",
-                Outcome::Exists => "EXISTS",
-                Outcome::NotFound => "NOT_FOUND",
-            }
-        }
+    let cas = if s.kind == StoreKind::Cas {
+        s.cas_unique
+    } else {
+        0
+    };
+    let value = Value {
+        flags: s.flags,
+        exptime: i64::from(s.exptime),
+        data: s.data,
+    };
+    let line = match apply(ctx, s.kind, s.key, value, cas) {
+        Ok(done) => match done.result {
+            Outcome::Stored => "STORED",
+            Outcome::NotStored => "NOT_STORED",
+            Outcome::Exists => "EXISTS",
+            Outcome::NotFound => "NOT_FOUND",
+        },
         Err(e) => store_error(&e),
     };
     if !s.noreply {
         reply::line(out, line);
     }
+}
+
+/// What a storage command stores.
+#[derive(Clone, Copy)]
+pub(crate) struct Value<'v> {
+    pub flags: u32,
+    /// memcached exptime as sent.
+    pub exptime: i64,
+    pub data: &'v [u8],
+}
+
+/// One storage command (text, or binary with its CAS): read, decide and write under the
+/// shard lock, counted in the stats. `cas` is the `cas` command's unique; non-zero on an
+/// append or prepend (the binary protocol's), the old item must carry it too.
+pub(crate) fn apply(
+    ctx: &Ctx<'_>,
+    kind: StoreKind,
+    key: &[u8],
+    v: Value<'_>,
+    cas: u64,
+) -> Result<Updated<Outcome>, StoreError> {
+    ctx.stats.cmd_set.inc();
+    let exp = expiry(v.exptime, ctx.now);
+    let keep = |it: &ItemRef<'_>| NewMeta {
+        flags: it.flags,
+        exptime: it.exptime,
+        cas: None,
+    };
+    let result = ctx
+        .store()
+        .update(key, ctx.now.store, |item| match (kind, item) {
+            (StoreKind::Set, _) => (put(v.data, v.flags, exp, None), Outcome::Stored),
+            (StoreKind::Add, Some(_)) | (StoreKind::Replace, None) => {
+                (Write::Nothing, Outcome::NotStored)
+            }
+            (StoreKind::Add | StoreKind::Replace, _) => {
+                (put(v.data, v.flags, exp, None), Outcome::Stored)
+            }
+            (StoreKind::Append | StoreKind::Prepend, None) => (Write::Nothing, Outcome::NotStored),
+            (StoreKind::Append | StoreKind::Prepend, Some(it)) if cas != 0 && it.cas != cas => {
+                (Write::Nothing, Outcome::Exists)
+            }
+            (StoreKind::Append, Some(it)) => (
+                Write::Append {
+                    suffix: v.data,
+                    meta: keep(&it),
+                },
+                Outcome::Stored,
+            ),
+            (StoreKind::Prepend, Some(it)) => (
+                Write::Prepend {
+                    prefix: v.data,
+                    meta: keep(&it),
+                },
+                Outcome::Stored,
+            ),
+            (StoreKind::Cas, None) => (Write::Nothing, Outcome::NotFound),
+            (StoreKind::Cas, Some(it)) if it.cas == cas => {
+                (put(v.data, v.flags, exp, None), Outcome::Stored)
+            }
+            (StoreKind::Cas, Some(_)) => (Write::Nothing, Outcome::Exists),
+        });
+    if let (StoreKind::Cas, Ok(done)) = (kind, &result) {
+        match done.result {
+            Outcome::NotFound => ctx.stats.cas_misses.inc(),
+            Outcome::Exists => ctx.stats.cas_badval.inc(),
+            _ => ctx.stats.cas_hits.inc(),
+        }
+    }
+    result
 }
 
 /// memcached's reply for a write the store refused.
@@ -120,6 +145,15 @@ pub(crate) fn refuse_value(
     noreply: bool,
     line: &str,
 ) {
+    refused(ctx, key, remove_old);
+    if !noreply {
+        reply::line(out, line);
+    }
+}
+
+/// A value refused before its data is read, in either protocol: counted as a set, and with
+/// `remove_old` (a set) the old value goes.
+pub(crate) fn refused(ctx: &Ctx<'_>, key: &[u8], remove_old: bool) {
     ctx.stats.cmd_set.inc();
     if remove_old {
         let _ = ctx.store().update(key, ctx.now.store, |item| {
@@ -132,8 +166,5 @@ pub(crate) fn refuse_value(
                 (),
             )
         });
-    }
-    if !noreply {
-        reply::line(out, line);
     }
 }

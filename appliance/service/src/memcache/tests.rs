@@ -15,7 +15,7 @@ const NOW: Now = Now {
 };
 const ITEM_MAX: usize = 1024;
 
-fn shared() -> Arc<Shared> {
+pub(super) fn shared() -> Arc<Shared> {
     let store = Store::new(StoreConfig {
         memory_bytes: 8 << 20,
         item_size_max: ITEM_MAX,
@@ -46,7 +46,7 @@ fn shared() -> Arc<Shared> {
 }
 
 /// Feeds `chunks` in order to a fresh session; returns all output and the last flow.
-fn feed(shared: &Shared, chunks: &[&[u8]]) -> (Vec<u8>, Flow) {
+pub(super) fn feed(shared: &Shared, chunks: &[&[u8]]) -> (Vec<u8>, Flow) {
     let mut s = Session::new(Protocol::Memcache, 0);
     let mut out = Vec::new();
     let mut flow = Flow::Continue;
@@ -710,7 +710,7 @@ mod split_proptest {
 /// A data device for session tests: each record gets the next token; while `refuse` is set
 /// it refuses like a full device.
 #[derive(Default)]
-struct TestDevice {
+pub(super) struct TestDevice {
     refuse: std::sync::atomic::AtomicBool,
     staged: std::sync::atomic::AtomicU64,
 }
