@@ -8,11 +8,11 @@ M/N") say how far ringstore is from the reference, and a hang fails within SCRIP
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 
 import pytest
+from test_conformance import memcached  # noqa: F401 (the fixture: a fresh memcached -U 0 on a free port)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 CLIENTS_DIR = os.path.join(ROOT, "tests/clients")
@@ -23,26 +23,12 @@ RUST_BIN = os.path.join(RUST_TARGET, "release/rust-memcache-ops")
 SCRIPT_TIMEOUT = 30
 
 
-def _dalli():
-    ruby = shutil.which("ruby")
-    if ruby is None or subprocess.run([ruby, "-e", "require 'dalli'"], capture_output=True).returncode:
-        pytest.skip("ruby with ruby-dalli is not installed (cargo xtask test installs it)")
-    return [ruby, os.path.join(CLIENTS_DIR, "dalli_ops.rb")]
-
-
-def _pylibmc():
-    # Debian's python3-pylibmc lives in the system interpreter, not in the test venv.
-    python = "/usr/bin/python3"
-    if not os.path.exists(python) or subprocess.run([python, "-c", "import pylibmc"], capture_output=True).returncode:
-        pytest.skip("python3-pylibmc is not installed (cargo xtask test installs it)")
-    return [python, os.path.join(CLIENTS_DIR, "pylibmc_ops.py")]
-
-
-def _php():
-    php = shutil.which("php")
-    if php is None or subprocess.run([php, "-r", "exit(class_exists('Memcached') ? 0 : 1);"], capture_output=True).returncode:
-        pytest.skip("php-cli with php-memcached is not installed (cargo xtask test installs it)")
-    return [php, os.path.join(CLIENTS_DIR, "php_memcached_ops.php")]
+def _interpreted(program, probe, script, package):
+    """The command that runs a client script, or a skip when the client is not installed."""
+    path = shutil.which(program)
+    if path is None or subprocess.run([path, *probe], capture_output=True).returncode:
+        pytest.skip(f"{package} is not installed (cargo xtask test installs it)")
+    return [path, os.path.join(CLIENTS_DIR, script)]
 
 
 def _rust():
@@ -59,41 +45,15 @@ def _rust():
     return [RUST_BIN]
 
 
-CLIENTS = {"dalli": _dalli, "pylibmc": _pylibmc, "php-memcached": _php, "rust-memcache": _rust}
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-@pytest.fixture
-def memcached():
-    """A fresh memcached on a free loopback port, UDP off."""
-    path = shutil.which("memcached")
-    if path is None:
-        pytest.skip("memcached is not installed")
-    port = free_port()
-    args = [path, "-U", "0", "-l", "127.0.0.1", "-p", str(port)]
-    if os.geteuid() == 0:
-        args += ["-u", "nobody"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "memcached did not start"
-                time.sleep(0.05)
-        yield ("127.0.0.1", port)
-    finally:
-        proc.kill()
-        proc.wait()
+CLIENTS = {
+    "dalli": lambda: _interpreted("ruby", ["-e", "require 'dalli'"], "dalli_ops.rb", "ruby with ruby-dalli"),
+    # Debian's python3-pylibmc lives in the system interpreter, not in the test venv.
+    "pylibmc": lambda: _interpreted("/usr/bin/python3", ["-c", "import pylibmc"], "pylibmc_ops.py", "python3-pylibmc"),
+    "php-memcached": lambda: _interpreted(
+        "php", ["-r", "exit(class_exists('Memcached') ? 0 : 1);"], "php_memcached_ops.php", "php-cli with php-memcached"
+    ),
+    "rust-memcache": _rust,
+}
 
 
 def parse(stdout):
