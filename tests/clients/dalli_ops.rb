@@ -147,7 +147,8 @@ op('set ttl 1', 'true') { cas_token?(dc.set('dl:ttl', 'short', 1)) }
 op('set ttl 100', 'true') { cas_token?(dc.set('dl:long', 'long', 100)) }
 op('touch to 1s', 'true') { dc.set('dl:touched', 't'); dc.touch('dl:touched', 1) }
 op('gat to 1s', '"g"') { dc.set('dl:gat', 'g'); dc.gat('dl:gat', 1) }
-op('get before expiry', '"short"') { dc.get('dl:ttl') }
+# TTL 1 may lapse at the server's next clock tick, even right away; TTL 2 lives past 1 s.
+op('get ttl 2 right away', '"two"') { dc.set('dl:ttl2', 'two', 2); dc.get('dl:ttl2') }
 sleep 2.0
 op('get expired', 'nil') { dc.get('dl:ttl') }
 op('get touched expired', 'nil') { dc.get('dl:touched') }
