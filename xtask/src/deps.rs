@@ -2,7 +2,8 @@
 //!
 //! apt packages when root (otherwise the command to run is printed), the musl target
 //! through rustup, cargo-fuzz from crates.io, and a Python virtual environment with the
-//! real memcache client used by the end-to-end tests.
+//! real memcache client used by the end-to-end tests; the binary-protocol clients of
+//! tests/e2e/test_binary_clients.py come from Debian (Dalli, pylibmc, php-memcached).
 
 use crate::util::{exec, have, is_root, root};
 use anyhow::{bail, Context, Result};
@@ -10,7 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// Debian packages: programs we test against or drive (memcached, memccapable, curl, wrk,
-/// nginx, QEMU) and what building the kernel needs.
+/// nginx, QEMU, the binary-protocol memcache clients) and what building the kernel needs.
 pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("memcached", "/usr/bin/memcached"),
     ("libmemcached-tools", "/usr/bin/memccapable"),
@@ -28,6 +29,19 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("cpio", "/usr/bin/cpio"),
     ("musl-tools", "/usr/bin/musl-gcc"),
     ("iproute2", "/usr/sbin/ip"),
+    // Binary-protocol clients: Dalli 3.0.6 (the package does not pull in ruby itself),
+    // pylibmc for the system python3, php-memcached for PHP 8.2 (Debian 12).
+    ("ruby", "/usr/bin/ruby"),
+    (
+        "ruby-dalli",
+        "/usr/share/rubygems-integration/all/gems/dalli-3.0.6/lib/dalli.rb",
+    ),
+    (
+        "python3-pylibmc",
+        "/usr/lib/python3/dist-packages/pylibmc/__init__.py",
+    ),
+    ("php-cli", "/usr/bin/php"),
+    ("php-memcached", "/etc/php/8.2/mods-available/memcached.ini"),
 ];
 
 /// Python packages for the end-to-end tests, pinned.
