@@ -1,6 +1,7 @@
 """Fixtures for the end-to-end tests: a real `ringstore serve` process on loopback."""
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -87,6 +88,35 @@ def server_factory():
 @pytest.fixture
 def server(server_factory):
     return server_factory("--memory", "64MiB")
+
+
+@pytest.fixture
+def memcached():
+    """A fresh real memcached (1.6.18 here) on a free loopback port, for side-by-side tests."""
+    path = shutil.which("memcached")
+    if path is None:
+        pytest.skip("memcached is not installed")
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    args = [path, "-U", "0", "-l", "127.0.0.1", "-p", str(port)]
+    if os.geteuid() == 0:
+        args += ["-u", "nobody"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "memcached did not start"
+                time.sleep(0.05)
+        yield ("127.0.0.1", port)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def raw(addr, payload, expect_close=False, timeout=5.0, read_until=None):

@@ -2,10 +2,7 @@
 still sending (lingering close), Host and version rules (RFC 9112 §3.2, RFC 9110 §2.5), and
 memcached's hang-up on HTTP-looking commands, compared with the real memcached."""
 
-import os
-import shutil
 import socket
-import subprocess
 import time
 
 import pytest
@@ -252,34 +249,6 @@ def exchange(addr, payload):
             data += chunk
     finally:
         s.close()
-
-
-@pytest.fixture
-def memcached():
-    path = shutil.which("memcached")
-    if path is None:
-        pytest.skip("memcached is not installed")
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
-    args = [path, "-U", "0", "-l", "127.0.0.1", "-p", str(port)]
-    if os.geteuid() == 0:
-        args += ["-u", "nobody"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "memcached did not start"
-                time.sleep(0.05)
-        yield ("127.0.0.1", port)
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 @pytest.mark.parametrize("line", MEMCACHE_LINES, ids=lambda l: l.split(b"\r\n")[0].decode())

@@ -148,6 +148,7 @@ impl Server {
                 config.udp_allow.clone(),
             )?);
         }
+        let _ = shared.rusage.set(process_cpu_time);
         // Every worker has started (Plane::start waits for them): publish the union of their
         // effective capability sets for `stats worker_capeff`.
         shared.worker_capeff.store(
@@ -224,6 +225,20 @@ impl Server {
 
 /// The union of `CapEff` over this process's serving threads (`ringstore-*` threads), read
 /// from `/proc/self/task/*/status`. 0 means no serving thread holds any capability.
+/// The process's CPU time, user and system, in microseconds (memcache `stats rusage_*`).
+fn process_cpu_time() -> (u64, u64) {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes one `struct rusage` through the pointer, which points at
+    // writable memory of that type and size.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } != 0 {
+        return (0, 0);
+    }
+    // SAFETY: zeroed is a valid `rusage` (plain integers), and getrusage filled it in.
+    let usage = unsafe { usage.assume_init() };
+    let us = |t: libc::timeval| (t.tv_sec.max(0) as u64) * 1_000_000 + t.tv_usec.max(0) as u64;
+    (us(usage.ru_utime), us(usage.ru_stime))
+}
+
 fn serving_threads_capeff() -> u64 {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return 0;

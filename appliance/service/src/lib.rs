@@ -102,6 +102,9 @@ pub struct Shared {
     refused: std::sync::atomic::AtomicU64,
     /// `stats reset` subtracts this snapshot instead of writing other workers' slots.
     baseline: std::sync::Mutex<StatsTotals>,
+    /// The process's CPU time so far, user and system, in microseconds (memcache
+    /// `rusage_user`, `rusage_system`); set by the runtime, which may make the syscall.
+    pub rusage: std::sync::OnceLock<fn() -> (u64, u64)>,
 }
 
 impl Shared {
@@ -127,6 +130,7 @@ impl Shared {
                 .collect(),
             refused: std::sync::atomic::AtomicU64::new(0),
             baseline: std::sync::Mutex::new(StatsTotals::default()),
+            rusage: std::sync::OnceLock::new(),
         })
     }
 
@@ -203,6 +207,9 @@ impl Shared {
         for s in self.slots.iter() {
             t.add(s);
         }
+        let store = self.store.stats();
+        t.get_expired = store.get_expired;
+        t.get_flushed = store.get_flushed;
         t
     }
 

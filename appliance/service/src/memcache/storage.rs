@@ -94,10 +94,21 @@ pub(crate) fn store(ctx: &Ctx<'_>, out: &mut Vec<u8>, s: &StoreRequest<'_>) {
                 Outcome::NotFound => "NOT_FOUND",
             }
         }
-        Err(e) => store_error(&e),
+        Err(e) => {
+            count_store_error(ctx, &e);
+            store_error(&e)
+        }
     };
     if !s.noreply {
         reply::line(out, line);
+    }
+}
+
+/// Counts a refused store as memcached does: `store_too_large` or `store_no_memory`.
+pub(crate) fn count_store_error(ctx: &Ctx<'_>, e: &StoreError) {
+    match e {
+        StoreError::TooLarge => ctx.stats.store_too_large.inc(),
+        StoreError::OutOfMemory | StoreError::Config(_) => ctx.stats.store_no_memory.inc(),
     }
 }
 
@@ -111,7 +122,8 @@ pub(crate) fn store_error(e: &StoreError) -> &'static str {
 
 /// A value refused before its data is read (over the item limit, or no room in the
 /// connection-memory budget): the error `line`, and for `set` the old value goes (memcached
-/// removes it so a failed set never leaves stale data behind).
+/// removes it so a failed set never leaves stale data behind). Not a `cmd_set`: memcached
+/// counts a set only once its item is allocated; `store_too_large` / `store_no_memory` it is.
 pub(crate) fn refuse_value(
     ctx: &Ctx<'_>,
     out: &mut Vec<u8>,
@@ -120,7 +132,11 @@ pub(crate) fn refuse_value(
     noreply: bool,
     line: &str,
 ) {
-    ctx.stats.cmd_set.inc();
+    if line == TOO_LARGE {
+        ctx.stats.store_too_large.inc();
+    } else {
+        ctx.stats.store_no_memory.inc();
+    }
     if remove_old {
         let _ = ctx.store().update(key, ctx.now.store, |item| {
             (

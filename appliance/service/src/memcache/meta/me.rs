@@ -1,13 +1,13 @@
 //! me: the debug line for a key.
 
 use super::*;
-
-/// Size memcached would report for an item (`me size=`): key, value and a header.
-const ITEM_HEADER_ESTIMATE: usize = 48;
+use crate::memcache::dump::memcached_item_size;
 
 pub(crate) fn me(ctx: &Ctx<'_>, out: &mut Vec<u8>, mkey: &MetaKey<'_>) {
     let mut kb = KeyBuf::default();
     let key = mkey.bytes(&mut kb);
+    // memcached 1.6.18 counts only `me` as `cmd_meta`.
+    ctx.stats.cmd_meta.inc();
     let now = ctx.now.store;
     let found = ctx.store().get(key, now, ReadOpts::default(), |item| {
         let Some(it) = item else { return false };
@@ -39,7 +39,7 @@ pub(crate) fn me(ctx: &Ctx<'_>, out: &mut Vec<u8>, mkey: &MetaKey<'_>) {
         out.extend_from_slice(b" cls=1 size=");
         push_u64(
             out,
-            (it.key.len() + it.value.len() + ITEM_HEADER_ESTIMATE) as u64,
+            memcached_item_size(it.key.len(), it.value.len(), it.flags),
         );
         out.extend_from_slice(b"\r\n");
         true
