@@ -71,32 +71,34 @@ fn push_uriencoded(out: &mut Vec<u8>, key: &[u8]) {
     }
 }
 
+/// ` cas=<n> fetch=<yes|no> cls=1 size=<n>`: the tail memcached's metadump and `me` lines
+/// share (one item class: 1).
+pub(crate) fn push_cas_fetch_size(out: &mut Vec<u8>, cas: u64, fetched: bool, size: u64) {
+    out.extend_from_slice(b" cas=");
+    push_u64(out, cas);
+    out.extend_from_slice(if fetched { b" fetch=yes" } else { b" fetch=no" });
+    out.extend_from_slice(b" cls=1 size=");
+    push_u64(out, size);
+}
+
+/// An expiry as absolute Unix time, or `never` for an item that does not expire.
+fn unix_exptime(exptime: Time, never: i64, now: Now) -> i64 {
+    if exptime == NEVER {
+        never
+    } else {
+        unix_time(exptime, now)
+    }
+}
+
 fn meta_line(out: &mut Vec<u8>, it: &DumpItem<'_>, now: Now) {
     out.extend_from_slice(b"key=");
     push_uriencoded(out, it.key);
     out.extend_from_slice(b" exp=");
-    push_i64(
-        out,
-        if it.exptime == NEVER {
-            -1
-        } else {
-            unix_time(it.exptime, now)
-        },
-    );
+    push_i64(out, unix_exptime(it.exptime, -1, now));
     out.extend_from_slice(b" la=");
     push_i64(out, unix_time(it.last_access, now));
-    out.extend_from_slice(b" cas=");
-    push_u64(out, it.cas);
-    out.extend_from_slice(if it.fetched {
-        b" fetch=yes"
-    } else {
-        b" fetch=no"
-    });
-    out.extend_from_slice(b" cls=1 size=");
-    push_u64(
-        out,
-        memcached_item_size(it.key.len(), it.value_len, it.flags),
-    );
+    let size = memcached_item_size(it.key.len(), it.value_len, it.flags);
+    push_cas_fetch_size(out, it.cas, it.fetched, size);
     // memcached ends these lines with a bare `\n` (only `END` has `\r\n`).
     out.push(b'\n');
 }
@@ -107,14 +109,7 @@ fn cachedump_line(out: &mut Vec<u8>, it: &DumpItem<'_>, now: Now) {
     out.extend_from_slice(b" [");
     push_u64(out, it.value_len as u64);
     out.extend_from_slice(b" b; ");
-    push_i64(
-        out,
-        if it.exptime == NEVER {
-            0
-        } else {
-            unix_time(it.exptime, now)
-        },
-    );
+    push_i64(out, unix_exptime(it.exptime, 0, now));
     out.extend_from_slice(b" s]\r\n");
 }
 

@@ -1,7 +1,7 @@
 //! me: the debug line for a key.
 
 use super::*;
-use crate::memcache::dump::memcached_item_size;
+use crate::memcache::dump::{memcached_item_size, push_cas_fetch_size};
 
 pub(crate) fn me(ctx: &Ctx<'_>, out: &mut Vec<u8>, mkey: &MetaKey<'_>) {
     let mut kb = KeyBuf::default();
@@ -29,18 +29,8 @@ pub(crate) fn me(ctx: &Ctx<'_>, out: &mut Vec<u8>, mkey: &MetaKey<'_>) {
         );
         out.extend_from_slice(b" la=");
         push_u64(out, u64::from(now.saturating_sub(it.last_access)));
-        out.extend_from_slice(b" cas=");
-        push_u64(out, it.cas);
-        out.extend_from_slice(if it.fetched {
-            b" fetch=yes"
-        } else {
-            b" fetch=no"
-        });
-        out.extend_from_slice(b" cls=1 size=");
-        push_u64(
-            out,
-            memcached_item_size(it.key.len(), it.value.len(), it.flags),
-        );
+        let size = memcached_item_size(it.key.len(), it.value.len(), it.flags);
+        push_cas_fetch_size(out, it.cas, it.fetched, size);
         out.extend_from_slice(b"\r\n");
         true
     });
