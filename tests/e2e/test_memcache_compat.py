@@ -308,3 +308,29 @@ def test_stats_settings_names_memcached_has(server_factory, memcached):
             b"auth_enabled_sasl", b"auth_enabled_ascii", b"item_size_max", b"maxconns_fast", b"lru_crawler",
             b"flush_enabled", b"dump_enabled", b"ssl_enabled", b"verbosity"]
     assert {k: ours.get(k) for k in same} == {k: theirs.get(k) for k in same}
+
+
+def test_key_dump_with_a_data_device_lists_ram_keys_and_external_values(server_factory, tmp_path):
+    path = tmp_path / "data.img"
+    with open(path, "wb") as f:
+        f.truncate(256 << 20)
+    args = ("--data", str(path), "--memory", "64MiB", "--cores", "1", "--external-value-min", "1KiB")
+    s = server_factory(*args)
+    c = Conn(s.mc)
+    try:
+        assert c.ask(b"set small 0 0 3\r\nabc\r\nset ext 0 0 8192\r\n" + b"e" * 8192 + b"\r\n") == b"STORED\r\nSTORED\r\n"
+        lines, _ = lines_sorted(c.dump(b"lru_crawler metadump all\r\n"))
+        # The external value is listed with its full size, as memcached lists extstore items.
+        assert [l.split(b" ")[0] for l in lines] == [b"", b"key=ext", b"key=small"], lines
+        assert lines[1].endswith(b" size=%d" % (48 + 3 + 1 + 8192 + 2 + 8)), lines
+    finally:
+        c.close()
+    assert s.stop() == 0
+    # After a restart the recovered keys are back in RAM, so they are listed again.
+    s = server_factory(*args)
+    c = Conn(s.mc)
+    try:
+        lines, _ = lines_sorted(c.dump(b"lru_crawler metadump all\r\n"))
+        assert [l.split(b" ")[0] for l in lines] == [b"", b"key=ext", b"key=small"], lines
+    finally:
+        c.close()
