@@ -191,23 +191,29 @@ impl Shared {
 
     /// Sum of every slot minus the last `stats reset` snapshot.
     pub fn totals(&self) -> StatsTotals {
-        let raw = self.raw_totals();
-        raw.since(&self.lock_baseline())
+        self.totals_and_store().0
+    }
+
+    /// [`Shared::totals`] and the store's counters, from one pass over the store's shards.
+    pub fn totals_and_store(&self) -> (StatsTotals, StoreStats) {
+        let store = self.store.stats();
+        let raw = self.raw_totals(&store);
+        (raw.since(&self.lock_baseline()), store)
     }
 
     /// `stats reset`: counters read as zero from now on (connections stay counted).
     pub fn reset_stats(&self) {
-        let mut raw = self.raw_totals();
+        let mut raw = self.raw_totals(&self.store.stats());
         raw.rejected_connections = self.refused.load(std::sync::atomic::Ordering::Relaxed);
         *self.lock_baseline() = raw;
     }
 
-    fn raw_totals(&self) -> StatsTotals {
+    /// The slots summed, with the counters the store keeps (`get_expired`, `get_flushed`).
+    fn raw_totals(&self, store: &StoreStats) -> StatsTotals {
         let mut t = StatsTotals::default();
         for s in self.slots.iter() {
             t.add(s);
         }
-        let store = self.store.stats();
         t.get_expired = store.get_expired;
         t.get_flushed = store.get_flushed;
         t

@@ -38,8 +38,7 @@ pub(crate) fn stats(ctx: &Ctx<'_>, out: &mut Vec<u8>, req: StatsRequest) {
 
 fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     let shared = ctx.shared;
-    let t = shared.totals();
-    let store = shared.store.stats();
+    let (t, store) = shared.totals_and_store();
     stat(out, "pid", u64::from(shared.pid()));
     stat(
         out,
