@@ -1,5 +1,7 @@
-//! `lru_crawler` (metadump, crawl and its settings) and `shutdown`, answered as memcached
+//! `lru_crawler` (metadump, mgdump, crawl and its settings) and `shutdown`, answered as memcached
 //! 1.6.18's `process_lru_crawler_command` and `process_shutdown_command` answer them.
+//!
+//! `mgdump` is memcached 1.6.19's; the rest is as 1.6.18 has it.
 //!
 //! ringstore has one item class (memcached's slab class 1 in every listing) and an expiry
 //! reaper that always runs: `metadump` of a class list that names 1 (or `all`, `hash`)
@@ -19,6 +21,10 @@ pub enum KeyDump {
     /// `stats cachedump 1 <limit>`: one `ITEM <key> [<bytes> b; <exptime> s]` line per
     /// item, at most `limit` of them (0: all), then `END`.
     CacheDump { limit: u32 },
+    /// `lru_crawler mgdump all|hash|<classes>` (memcached 1.6.19+, what dump-and-load tools
+    /// such as mcdumpload read): one `mg <key>` line per item (`mg <base64> b` for a key
+    /// that is not a text key), then `EN`.
+    Mg,
 }
 
 /// memcached's `MAX_NUMBER_OF_SLAB_CLASSES`: class ids are 1..=63.
@@ -60,15 +66,20 @@ pub(crate) fn parse_lru_crawler<'a>(toks: &Tokens<'a>) -> Request<'a> {
         return Request::reply(ERROR);
     }
     match (toks.at(1), n) {
-        (b"metadump", 4) => {
+        (b"metadump" | b"mgdump", 4) => {
+            let (dump, empty) = match toks.at(1) {
+                b"metadump" => (KeyDump::Meta, "END"),
+                _ => (KeyDump::Mg, "EN"),
+            };
             let list = toks.at(2);
-            match if list == b"hash" {
+            let named = if list == b"hash" {
                 Ok(true)
             } else {
                 classes(list)
-            } {
-                Ok(true) => Request::KeyDump(KeyDump::Meta),
-                Ok(false) => Request::reply("END"),
+            };
+            match named {
+                Ok(true) => Request::KeyDump(dump),
+                Ok(false) => Request::reply(empty),
                 Err(e) => Request::reply(e),
             }
         }
@@ -125,7 +136,18 @@ mod tests {
         assert_eq!(line(b"lru_crawler metadump ,\r\n"), NOTSTARTED);
         assert_eq!(line(b"lru_crawler metadump\r\n"), ERROR);
         assert_eq!(line(b"lru_crawler metadump all extra\r\n"), ERROR);
-        assert_eq!(line(b"lru_crawler mgdump all\r\n"), ERROR);
+        // mgdump is memcached 1.6.19's (1.6.18 answers ERROR).
+        assert_eq!(
+            req(b"lru_crawler mgdump all\r\n"),
+            Request::KeyDump(KeyDump::Mg)
+        );
+        assert_eq!(
+            req(b"lru_crawler mgdump 1,3\r\n"),
+            Request::KeyDump(KeyDump::Mg)
+        );
+        assert_eq!(line(b"lru_crawler mgdump 3\r\n"), "EN");
+        assert_eq!(line(b"lru_crawler mgdump 99\r\n"), BADCLASS);
+        assert_eq!(line(b"lru_crawler mgdump\r\n"), ERROR);
         assert_eq!(line(b"lru_crawler\r\n"), ERROR);
         assert_eq!(line(b"lru_crawler foo\r\n"), ERROR);
         assert_eq!(line(b"lru_crawler crawl all\r\n"), "OK");

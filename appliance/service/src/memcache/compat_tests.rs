@@ -89,6 +89,15 @@ key=k%2520 exp=-1 la=1700000100 cas=2 fetch=no cls=1 size=64\nEND\r\n",
     );
 }
 
+#[test]
+fn mgdump_lists_mg_lines_then_en() {
+    // memcached 1.6.19's format; a key a text command cannot carry comes base64-encoded.
+    check(
+        b"ms AAEC 1 b\r\ny\r\nset k1 0 0 1\r\nz\r\nlru_crawler mgdump all\r\nlru_crawler mgdump 2\r\n",
+        b"HD\r\nSTORED\r\nmg AAEC b\r\nmg k1\r\nEN\r\nEN\r\n",
+    );
+}
+
 fn small_high_water() -> std::sync::Arc<Shared> {
     let store = Store::new(StoreConfig {
         memory_bytes: 16 << 20,

@@ -1,7 +1,8 @@
 //! Key listings, produced as the client drains them: `lru_crawler metadump` (memcached's
 //! `key=… exp=… la=… cas=… fetch=… cls=… size=…` lines, each ended by a bare `\n` as
 //! memcached ends them) and `stats cachedump 1 N` (`ITEM <key> [<bytes> b; <exptime> s]`
-//! lines ended by `\r\n`); both end with `END\r\n`.
+//! lines ended by `\r\n`), both ended by `END\r\n`; and `lru_crawler mgdump` (memcached
+//! 1.6.19+: `mg <key>` lines, then `EN\r\n`).
 //!
 //! Like a multi-key get ([`super::get`]), the request stays at the head of the session's
 //! input while it is answered: each call walks the store in bounded steps
@@ -13,6 +14,7 @@
 //! device (not in RAM) and large objects are not listed; external items (value on the
 //! device) are, with their full size.
 
+use ringstore_proto::memcache::key::{base64_encode, valid_text_key};
 use ringstore_proto::memcache::reply::{self, push_i64, push_u64};
 use ringstore_proto::memcache::KeyDump;
 use ringstore_store::{DumpCursor, DumpItem, Time, NEVER};
@@ -103,6 +105,18 @@ fn meta_line(out: &mut Vec<u8>, it: &DumpItem<'_>, now: Now) {
     out.push(b'\n');
 }
 
+/// `mg <key>\r\n`, or `mg <base64> b\r\n` for a key a text command could not carry.
+fn mg_line(out: &mut Vec<u8>, it: &DumpItem<'_>) {
+    out.extend_from_slice(b"mg ");
+    if valid_text_key(it.key) && !it.key.contains(&b' ') {
+        out.extend_from_slice(it.key);
+    } else {
+        base64_encode(it.key, out);
+        out.extend_from_slice(b" b");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
 fn cachedump_line(out: &mut Vec<u8>, it: &DumpItem<'_>, now: Now) {
     out.extend_from_slice(b"ITEM ");
     out.extend_from_slice(it.key);
@@ -149,6 +163,7 @@ pub(crate) fn dump(
             match kind {
                 KeyDump::Meta => meta_line(out, &it, now),
                 KeyDump::CacheDump { .. } => cachedump_line(out, &it, now),
+                KeyDump::Mg => mg_line(out, &it),
             }
         });
         match next {
@@ -156,7 +171,7 @@ pub(crate) fn dump(
             None => break,
         }
     }
-    reply::line(out, "END");
+    reply::line(out, if kind == KeyDump::Mg { "EN" } else { "END" });
     Progress::Done
 }
 
