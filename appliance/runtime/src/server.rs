@@ -223,14 +223,13 @@ impl Server {
     }
 }
 
-/// The union of `CapEff` over this process's serving threads (`ringstore-*` threads), read
-/// from `/proc/self/task/*/status`. 0 means no serving thread holds any capability.
 /// The process's CPU time, user and system, in microseconds (memcache `stats rusage_*`).
 fn process_cpu_time() -> (u64, u64) {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage writes one `struct rusage` through the pointer, which points at
-    // writable memory of that type and size.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) } != 0 {
+    let ptr = usage.as_mut_ptr();
+    // SAFETY: getrusage writes one `struct rusage` through `ptr`, valid writable memory of it.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ptr) };
+    if rc != 0 {
         return (0, 0);
     }
     // SAFETY: zeroed is a valid `rusage` (plain integers), and getrusage filled it in.
@@ -239,6 +238,8 @@ fn process_cpu_time() -> (u64, u64) {
     (us(usage.ru_utime), us(usage.ru_stime))
 }
 
+/// The union of `CapEff` over this process's serving threads (`ringstore-*` threads), read
+/// from `/proc/self/task/*/status`. 0 means no serving thread holds any capability.
 fn serving_threads_capeff() -> u64 {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return 0;
