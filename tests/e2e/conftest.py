@@ -91,6 +91,13 @@ def server(server_factory):
     return server_factory("--memory", "64MiB")
 
 
+@pytest.fixture
+def memcached():
+    """A fresh real memcached (1.6.18 here) on a free loopback port, for side-by-side tests."""
+    with real_memcached() as addr:
+        yield addr
+
+
 def raw(addr, payload, expect_close=False, timeout=5.0, read_until=None):
     """Sends raw bytes and returns what the server answered (until close, timeout or marker)."""
     s = socket.create_connection(addr, timeout=timeout)

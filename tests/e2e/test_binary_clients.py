@@ -12,7 +12,6 @@ import subprocess
 import time
 
 import pytest
-from test_conformance import memcached  # noqa: F401 (the fixture: a fresh memcached -U 0 on a free port)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "../.."))
 CLIENTS_DIR = os.path.join(ROOT, "tests/clients")

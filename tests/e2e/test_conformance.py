@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import raw, real_memcached
+from conftest import raw
 
 TRIES = 30
 
@@ -249,12 +249,6 @@ def exchange(addr, payload):
             data += chunk
     finally:
         s.close()
-
-
-@pytest.fixture
-def memcached():
-    with real_memcached() as addr:
-        yield addr
 
 
 @pytest.mark.parametrize("line", MEMCACHE_LINES, ids=lambda l: l.split(b"\r\n")[0].decode())

@@ -8,12 +8,14 @@
 //!
 //! One file per command family, pelikan-style: [`tokens`] (line splitting, memcached's
 //! number rules), [`key`] (key rules, base64), [`get`], [`storage`], [`arith`], [`delete`],
-//! [`touch`], [`flush`], [`misc`] (stats, version, verbosity, quit), [`meta`] (meta flag
-//! parsing shared by mg/ms/md/ma), [`mg`], [`ms`], [`md`], [`ma`], and [`reply`]. The binary
-//! protocol is [`binary`]: its own header, requests and response frames.
+//! [`touch`], [`flush`], [`misc`] (stats, version, verbosity, quit), [`crawler`]
+//! (`lru_crawler` key dumps, `shutdown`), [`meta`] (meta flag parsing shared by
+//! mg/ms/md/ma), [`mg`], [`ms`], [`md`], [`ma`], and [`reply`]. The binary protocol is
+//! [`binary`]: its own header, requests and response frames.
 
 pub mod arith;
 pub mod binary;
+pub mod crawler;
 pub mod delete;
 pub mod flush;
 pub mod get;
@@ -34,6 +36,7 @@ mod proptests;
 #[cfg(test)]
 mod testing;
 
+pub use crawler::KeyDump;
 pub use get::{GetKeys, GetRequest};
 pub use key::{KeyBuf, MetaKey};
 pub use meta::{MetaArith, MetaDelete, MetaFlag, MetaFlags, MetaGet, MetaKeyed, MetaSet};
@@ -152,6 +155,8 @@ pub enum Request<'a> {
     MetaDelete(MetaDelete<'a>),
     /// `ma`.
     MetaArith(MetaArith<'a>),
+    /// A key listing (`lru_crawler metadump`, `stats cachedump 1`), streamed.
+    KeyDump(KeyDump),
     /// `mn`: answers `MN`.
     MetaNoop,
     /// `me <key> [b]`: debug line for a key.
@@ -292,6 +297,8 @@ fn dispatch<'a>(line: &'a [u8], line_end: usize, input: &'a [u8], limits: &Limit
         b"version" => done(Request::Version),
         b"quit" => done(Request::Quit),
         b"verbosity" => done(misc::parse_verbosity(&toks)),
+        b"lru_crawler" => done(crawler::parse_lru_crawler(&toks)),
+        b"shutdown" => done(Request::reply(crawler::SHUTDOWN_DISABLED)),
         _ if looks_like_http(&toks) => Parse::Close { reply: None },
         _ => done(Request::reply(ERROR)),
     }

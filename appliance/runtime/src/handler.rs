@@ -53,6 +53,11 @@ pub(crate) struct ServiceHandler(pub Arc<Shared>);
 
 /// Expired items reclaimed per reaper step (bounded so one tick never stalls a worker).
 const RECLAIM_BUDGET: usize = 1000;
+/// Seconds an item stays expired before the reaper takes it. A request in that window
+/// finds it expired and memcache `stats` counts it (`get_expired`), as memcached counts the
+/// expired items its LRU crawler has not reclaimed yet; no read ever sees such an item,
+/// and eviction takes it sooner when memory is needed.
+const REAP_GRACE_SECS: u32 = 60;
 
 impl Handler for ServiceHandler {
     type Session = Session;
@@ -95,7 +100,9 @@ impl Handler for ServiceHandler {
         self.0.conn_refused()
     }
     fn reclaim(&self, now: Now) {
-        self.0.store.reclaim_expired(now.store, RECLAIM_BUDGET);
+        self.0
+            .store
+            .reclaim_expired(now.store.saturating_sub(REAP_GRACE_SECS), RECLAIM_BUDGET);
     }
     fn forget_if_cas(&self, key: &[u8], cas: u64, now: Now) {
         self.0.store.forget_if_cas(key, cas, now.store);

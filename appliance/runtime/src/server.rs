@@ -143,6 +143,7 @@ impl Server {
                 config.udp_allow.clone(),
             )?);
         }
+        let _ = shared.rusage.set(crate::sys::process_cpu_time);
         // Every worker has started (Plane::start waits for them): publish the union of their
         // effective capability sets for `stats worker_capeff`.
         shared.worker_capeff.store(

@@ -102,6 +102,9 @@ pub struct Shared {
     refused: std::sync::atomic::AtomicU64,
     /// `stats reset` subtracts this snapshot instead of writing other workers' slots.
     baseline: std::sync::Mutex<StatsTotals>,
+    /// The process's CPU time so far, user and system, in microseconds (memcache
+    /// `rusage_user`, `rusage_system`); set by the runtime, which may make the syscall.
+    pub rusage: std::sync::OnceLock<fn() -> (u64, u64)>,
 }
 
 impl Shared {
@@ -127,6 +130,7 @@ impl Shared {
                 .collect(),
             refused: std::sync::atomic::AtomicU64::new(0),
             baseline: std::sync::Mutex::new(StatsTotals::default()),
+            rusage: std::sync::OnceLock::new(),
         })
     }
 
@@ -187,22 +191,31 @@ impl Shared {
 
     /// Sum of every slot minus the last `stats reset` snapshot.
     pub fn totals(&self) -> StatsTotals {
-        let raw = self.raw_totals();
-        raw.since(&self.lock_baseline())
+        self.totals_and_store().0
+    }
+
+    /// [`Shared::totals`] and the store's counters, from one pass over the store's shards.
+    pub fn totals_and_store(&self) -> (StatsTotals, StoreStats) {
+        let store = self.store.stats();
+        let raw = self.raw_totals(&store);
+        (raw.since(&self.lock_baseline()), store)
     }
 
     /// `stats reset`: counters read as zero from now on (connections stay counted).
     pub fn reset_stats(&self) {
-        let mut raw = self.raw_totals();
+        let mut raw = self.raw_totals(&self.store.stats());
         raw.rejected_connections = self.refused.load(std::sync::atomic::Ordering::Relaxed);
         *self.lock_baseline() = raw;
     }
 
-    fn raw_totals(&self) -> StatsTotals {
+    /// The slots summed, with the counters the store keeps (`get_expired`, `get_flushed`).
+    fn raw_totals(&self, store: &StoreStats) -> StatsTotals {
         let mut t = StatsTotals::default();
         for s in self.slots.iter() {
             t.add(s);
         }
+        t.get_expired = store.get_expired;
+        t.get_flushed = store.get_flushed;
         t
     }
 

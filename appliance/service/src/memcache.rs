@@ -8,14 +8,18 @@
 //!
 //! Execution lives in one file per command family: [`get`], [`storage`], [`arith`],
 //! [`admin`] (delete, touch, flush_all, verbosity), [`stats`], [`meta`] (mg ms md ma me),
-//! with the exptime rules in [`expiry`]. A connection whose first byte is the binary
-//! protocol's request magic (0x80) speaks it from then on, as with memcached: [`binary`].
+//! [`dump`] (key listings), with the exptime rules in [`expiry`]. A connection whose first
+//! byte is the binary protocol's request magic (0x80) speaks it from then on, as with
+//! memcached: [`binary`].
 
 mod admin;
 mod arith;
 mod binary;
 #[cfg(test)]
 mod bound_tests;
+#[cfg(test)]
+mod compat_tests;
+mod dump;
 pub mod expiry;
 mod get;
 mod meta;
@@ -86,6 +90,8 @@ pub struct MemcacheSession {
     swallow: usize,
     /// Keys of the get at the head of `pending` already answered (0: none paused).
     get_cursor: usize,
+    /// Where the key listing at the head of `pending` resumes (`None`: none paused).
+    dump: Option<dump::DumpState>,
     /// Length of the storage request whose data block is arriving (0: none).
     awaiting: usize,
     /// Connection-memory reservation for `pending` beyond [`IN_FREE`].
@@ -116,6 +122,7 @@ impl MemcacheSession {
             pending: Vec::new(),
             swallow: 0,
             get_cursor: 0,
+            dump: None,
             awaiting: 0,
             in_hold: Hold::default(),
             out_hold: Hold::default(),
@@ -188,6 +195,9 @@ impl MemcacheSession {
         if flow != Flow::Close {
             flow = self.hold_input(shared, out, flow);
         }
+        if flow == Flow::Drain {
+            stats.conn_yields.inc();
+        }
         if flow == Flow::Close
             || (self.pending.is_empty() && self.pending.capacity() > RETAINED_CAPACITY)
         {
@@ -228,7 +238,8 @@ impl MemcacheSession {
     /// reading, which the idle timeout bounds (every send that makes progress counts as
     /// activity, so a slow reader is served and one that never reads is cut).
     pub fn has_partial_request(&self) -> bool {
-        (!self.pending.is_empty() && self.get_cursor == 0) || self.swallow > 0
+        (!self.pending.is_empty() && self.get_cursor == 0 && self.dump.is_none())
+            || self.swallow > 0
     }
 
     /// Parses and executes requests from `buf`; returns the bytes used and the next step.
@@ -401,6 +412,15 @@ impl MemcacheSession {
             Request::MetaSet(m) => meta::ms(ctx, out, &m),
             Request::MetaDelete(m) => meta::md(ctx, out, &m),
             Request::MetaArith(m) => meta::ma(ctx, out, &m),
+            Request::KeyDump(kind) => {
+                match dump::dump(ctx, out, &mut self.out_hold, kind, self.dump.take()) {
+                    dump::Progress::Done => {}
+                    dump::Progress::Paused(state) => {
+                        self.dump = Some(state);
+                        return Flow::Drain;
+                    }
+                }
+            }
             Request::MetaNoop => reply::line(out, "MN"),
             Request::MetaDebug { key } => meta::me(ctx, out, &key),
             Request::Reply {

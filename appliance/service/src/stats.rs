@@ -45,6 +45,11 @@ macro_rules! counters {
             $($(#[$doc])* pub $name: u64,)*
             /// Connections refused at the limit (from [`crate::Shared::conn_refused`]).
             pub rejected_connections: u64,
+            /// Look-ups that found their item expired (the store counts them: it is what
+            /// finds an item expired; memcached `get_expired`).
+            pub get_expired: u64,
+            /// Look-ups of a key a flush_all removed (from the store; memcached `get_flushed`).
+            pub get_flushed: u64,
         }
 
         impl StatsTotals {
@@ -56,6 +61,8 @@ macro_rules! counters {
                 StatsTotals {
                     $($name: self.$name.wrapping_sub(base.$name),)*
                     rejected_connections: self.rejected_connections.wrapping_sub(base.rejected_connections),
+                    get_expired: self.get_expired.wrapping_sub(base.get_expired),
+                    get_flushed: self.get_flushed.wrapping_sub(base.get_flushed),
                 }
             }
         }
@@ -77,10 +84,6 @@ counters! {
     cmd_touch,
     get_hits,
     get_misses,
-    /// Misses because the item had expired (the store reports these as plain misses).
-    get_expired,
-    /// Misses because of flush_all (the store reports these as plain misses).
-    get_flushed,
     delete_misses,
     delete_hits,
     incr_misses,
@@ -92,6 +95,17 @@ counters! {
     cas_badval,
     touch_hits,
     touch_misses,
+    /// Writes refused because the value was over `--item-size-max` (memcached
+    /// `store_too_large`).
+    store_too_large,
+    /// Writes refused for want of memory: the store's, or the connection-memory budget's
+    /// (memcached `store_no_memory`).
+    store_no_memory,
+    /// Times a connection stopped reading requests to let its output drain (over the
+    /// output high-water mark), memcached's `conn_yields` for ringstore's scheduling.
+    conn_yields,
+    /// Meta commands (mg ms md ma mn me; memcached `cmd_meta`).
+    cmd_meta,
     /// Bytes received from clients (both protocols).
     bytes_read,
     /// Bytes of replies produced (both protocols).

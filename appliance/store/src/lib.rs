@@ -22,7 +22,7 @@ pub use durability::{Backfill, Fetched, Journal, Mutation};
 
 use item::{Header, NewItem};
 use shard::{Shard, Shared};
-pub use store::{Journaled, Store};
+pub use store::{DumpCursor, DumpItem, Journaled, Store};
 
 /// Longest key the store accepts, in bytes (keys are stored with an 8-bit length; memcache
 /// and HTTP keys are at most 250). Longer keys are never found and writing one is
@@ -136,6 +136,21 @@ pub enum Write<'v> {
         win_token_sent: bool,
         new_cas: bool,
     },
+    /// [`Write::Meta`] that gives the item the CAS unique `cas` (meta `E` flag, memcached
+    /// 1.6.21+).
+    MetaWithCas {
+        exptime: Time,
+        stale: bool,
+        win_token_sent: bool,
+        cas: u64,
+    },
+    /// Store `value` marked stale, keeping the win-token mark given (meta `ms I` with a
+    /// CAS older than the item's: memcached keeps the old TTL, marks the new value stale).
+    PutStale {
+        value: &'v [u8],
+        meta: NewMeta,
+        win_token_sent: bool,
+    },
     /// Remove the item.
     Delete,
 }
@@ -173,6 +188,11 @@ pub struct StoreStats {
     pub reclaimed: u64,
     pub expired_unfetched: u64,
     pub evicted_unfetched: u64,
+    /// Look-ups (reads and writes) that found their item expired (memcached `get_expired`).
+    pub get_expired: u64,
+    /// Look-ups of a key the last flush_all removed, for up to 8 keys per lock shard
+    /// (memcached `get_flushed`).
+    pub get_flushed: u64,
     /// Bytes of the arena backed by explicit huge pages.
     pub hugepage_bytes: u64,
     /// Bytes of the arena, whatever backs it.

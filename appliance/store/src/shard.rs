@@ -21,7 +21,10 @@ use crate::item::{self, Header, NewItem};
 use crate::pool::Pool;
 use crate::StoreError;
 
+mod dump;
 mod space;
+
+pub(crate) use dump::WalkPos;
 
 /// Where an item lives: slot of the segment in its shard and byte offset in it.
 /// Six bytes, align 1, so the index costs 7 bytes per bucket.
@@ -72,7 +75,17 @@ pub(crate) struct Counters {
     pub reclaimed: u64,
     pub expired_unfetched: u64,
     pub evicted_unfetched: u64,
+    /// Look-ups that found the item expired (memcached `get_expired`).
+    pub get_expired: u64,
+    /// Look-ups of a key the last flush_all removed (memcached `get_flushed`), as far as
+    /// [`FLUSHED_TRACKED`] remembers them.
+    pub get_flushed: u64,
 }
+
+/// Keys of one shard a flush_all removed whose hashes are kept, so a later look-up of one
+/// counts as `get_flushed` (memcached counts the flushed item it still finds; ringstore
+/// drops them at once and remembers this many per shard, inline, no allocation).
+pub(crate) const FLUSHED_TRACKED: usize = 8;
 
 #[derive(Debug, Default, Clone, Copy)]
 struct ReapCursor {
@@ -94,6 +107,10 @@ pub(crate) struct Shard {
     /// Epoch of the last flush_all applied to this shard.
     pub flush_epoch: u32,
     pub counters: Counters,
+    /// Hashes of up to [`FLUSHED_TRACKED`] keys the last flush removed (the first
+    /// `flushed_len`), each forgotten once looked up.
+    flushed: [u64; FLUSHED_TRACKED],
+    flushed_len: usize,
 }
 
 /// Why an item is dropped; decides which counter it lands in.
@@ -130,6 +147,8 @@ impl Shard {
             reap: ReapCursor::default(),
             flush_epoch: 0,
             counters: Counters::default(),
+            flushed: [0; FLUSHED_TRACKED],
+            flushed_len: 0,
         }
     }
 
@@ -154,12 +173,26 @@ impl Shard {
     /// Finds the live item under `key`; an expired one is reclaimed and reported absent.
     pub(crate) fn lookup(&mut self, sh: &Shared, hash: u64, key: &[u8], now: u32) -> Option<Loc> {
         let slots = &self.slots;
-        let loc = *self.index.find(hash, |l| key_at(slots, *l) == key)?;
+        let Some(&loc) = self.index.find(hash, |l| key_at(slots, *l) == key) else {
+            self.forget_flushed(hash);
+            return None;
+        };
         if Header::read(self.bytes(loc)).expired(now) {
+            self.counters.get_expired += 1;
             self.drop_item(sh, hash, loc, Why::Expired);
             return None;
         }
         Some(loc)
+    }
+
+    /// A look-up missed: if the last flush removed this key, count it once (`get_flushed`).
+    fn forget_flushed(&mut self, hash: u64) {
+        let tracked = &mut self.flushed[..self.flushed_len];
+        if let Some(i) = tracked.iter().position(|&h| h == hash) {
+            tracked.swap(i, self.flushed_len - 1);
+            self.flushed_len -= 1;
+            self.counters.get_flushed += 1;
+        }
     }
 
     /// Marks the item at `loc` dead, takes it out of the index and counts why.
@@ -262,6 +295,14 @@ impl Shard {
 
     /// Drops every item and returns every segment to the pool (flush_all).
     pub(crate) fn clear(&mut self, sh: &Shared) {
+        self.flushed_len = 0;
+        for loc in self.index.iter() {
+            if self.flushed_len == FLUSHED_TRACKED {
+                break;
+            }
+            self.flushed[self.flushed_len] = sh.hasher.hash_one(key_at(&self.slots, *loc));
+            self.flushed_len += 1;
+        }
         self.index.clear();
         self.fifo.clear();
         self.active = None;

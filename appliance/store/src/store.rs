@@ -3,10 +3,12 @@
 
 use super::*;
 
+mod dump;
 mod journaled;
 mod read;
 mod write;
 
+pub use dump::{DumpCursor, DumpItem};
 pub use journaled::Journaled;
 
 /// The keyspace. `Sync`: shared by every worker behind an `Arc`.
@@ -380,6 +382,8 @@ impl Store {
             st.reclaimed += c.reclaimed;
             st.expired_unfetched += c.expired_unfetched;
             st.evicted_unfetched += c.evicted_unfetched;
+            st.get_expired += c.get_expired;
+            st.get_flushed += c.get_flushed;
         }
         st.segment_bytes = self.shared.pool.segment_bytes() as u64;
         st.external_reads = self.external_reads.load(Ordering::Relaxed);

@@ -145,6 +145,22 @@ pub fn thread_cpu_time() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// The process's CPU time, user and system, in microseconds (memcache `stats rusage_*`).
+/// Raw libc: rustix has no getrusage.
+pub fn process_cpu_time() -> (u64, u64) {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    let ptr = usage.as_mut_ptr();
+    // SAFETY: getrusage writes one `struct rusage` through `ptr`, valid writable memory of it.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ptr) };
+    if rc != 0 {
+        return (0, 0);
+    }
+    // SAFETY: zeroed is a valid `rusage` (plain integers), and getrusage filled it in.
+    let usage = unsafe { usage.assume_init() };
+    let us = |t: libc::timeval| (t.tv_sec.max(0) as u64) * 1_000_000 + t.tv_usec.max(0) as u64;
+    (us(usage.ru_utime), us(usage.ru_stime))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,8 @@ pub enum StatsRequest {
     Sizes,
     /// `stats conns`
     Conns,
-    /// `stats detail dump` and `stats cachedump`: an empty listing (`END`).
+    /// `stats detail dump` (ringstore keeps no per-prefix stats) and `stats cachedump` of
+    /// a class other than 1: an empty listing (`END`).
     Empty,
 }
 
@@ -46,6 +47,7 @@ pub(crate) fn parse_stats<'a>(toks: &Tokens<'a>) -> Request<'a> {
             }
             match (strtoul32(toks.at(2)), strtoul32(toks.at(3))) {
                 (Some(id), Some(_)) if id >= 64 => Request::reply("CLIENT_ERROR Illegal slab id"),
+                (Some(1), Some(limit)) => Request::KeyDump(super::KeyDump::CacheDump { limit }),
                 (Some(_), Some(_)) => stats(StatsRequest::Empty),
                 _ => Request::reply(BAD_FORMAT),
             }

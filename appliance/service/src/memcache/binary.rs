@@ -66,7 +66,7 @@ impl MemcacheSession {
                         || ctx.staged(),
                         Failure::Binary(head),
                         |target| {
-                            storage::refused(ctx, key, remove_old);
+                            storage::refused(ctx, key, remove_old, false);
                             response::error(target, head, Status::OutOfMemory);
                         },
                     );
@@ -108,7 +108,7 @@ impl MemcacheSession {
                 remove_old,
                 swallow,
             } => {
-                storage::refused(ctx, key, remove_old);
+                storage::refused(ctx, key, remove_old, true);
                 response::error(out, head, Status::TooLarge);
                 self.swallow = swallow;
             }

@@ -17,7 +17,7 @@ use ringstore_store::{ItemRef, NewMeta, ReadOpts, StoreError, Time, Write, NEVER
 use super::arith::number_write;
 use super::expiry::{expiry, ttl_left, Expiry};
 use super::get::{OUT_OF_MEMORY_GET, VALUE_OVERHEAD};
-use super::storage::{put, store_error};
+use super::storage::{count_store_error, put, store_error};
 use super::Ctx;
 use crate::budget::Hold;
 

@@ -38,8 +38,7 @@ pub(crate) fn stats(ctx: &Ctx<'_>, out: &mut Vec<u8>, req: StatsRequest) {
 
 fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     let shared = ctx.shared;
-    let t = shared.totals();
-    let store = shared.store.stats();
+    let (t, store) = shared.totals_and_store();
     stat(out, "pid", u64::from(shared.pid()));
     stat(
         out,
@@ -50,10 +49,15 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat_str(out, "version", COMPAT_VERSION);
     stat_str(out, "ringstore_version", env!("CARGO_PKG_VERSION"));
     stat(out, "pointer_size", usize::BITS.into());
+    let (user_us, system_us) = shared.rusage.get().map_or((0, 0), |f| f());
+    seconds(out, "rusage_user", user_us);
+    seconds(out, "rusage_system", system_us);
     stat(out, "max_connections", shared.config.max_conns as u64);
     stat(out, "curr_connections", shared.curr_connections());
     stat(out, "total_connections", t.conns_opened);
     stat(out, "rejected_connections", shared.rejected_connections());
+    // One session per open connection, nothing pooled beyond them.
+    stat(out, "connection_structures", shared.curr_connections());
     // The connection-memory budget (`--conn-memory`): in-flight requests and replies.
     let budget = &shared.conn_memory;
     stat(out, "conn_memory_bytes", budget.used() as u64);
@@ -64,6 +68,7 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat(out, "cmd_set", t.cmd_set);
     stat(out, "cmd_flush", t.cmd_flush);
     stat(out, "cmd_touch", t.cmd_touch);
+    stat(out, "cmd_meta", t.cmd_meta);
     stat(out, "get_hits", t.get_hits);
     stat(out, "get_misses", t.get_misses);
     stat(out, "get_expired", t.get_expired);
@@ -79,10 +84,23 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat(out, "cas_badval", t.cas_badval);
     stat(out, "touch_hits", t.touch_hits);
     stat(out, "touch_misses", t.touch_misses);
+    stat(out, "store_too_large", t.store_too_large);
+    stat(out, "store_no_memory", t.store_no_memory);
+    // No SASL or ascii authentication.
+    stat(out, "auth_cmds", 0);
+    stat(out, "auth_errors", 0);
     stat(out, "bytes_read", t.bytes_read);
     stat(out, "bytes_written", t.bytes_written);
     stat(out, "limit_maxbytes", store.limit_maxbytes);
+    // ringstore never stops listening: past --max-conns it refuses each connection
+    // (`rejected_connections`), so listening is never disabled.
+    stat(out, "accepting_conns", 1);
+    stat(out, "listen_disabled_num", 0);
+    stat(out, "time_in_listen_disabled_us", 0);
     stat(out, "threads", shared.workers() as u64);
+    stat(out, "conn_yields", t.conn_yields);
+    stat(out, "hash_bytes", store.index_bytes);
+    stat(out, "hash_is_expanding", 0);
     stat(out, "bytes", store.bytes);
     stat(out, "curr_items", store.curr_items);
     stat(out, "total_items", store.total_items);
@@ -119,6 +137,17 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     );
 }
 
+/// `STAT <name> <s>.<µs>`, memcached's form for CPU times.
+fn seconds(out: &mut Vec<u8>, name: &str, us: u64) {
+    stat_str(
+        out,
+        name,
+        &format!("{}.{:06}", us / 1_000_000, us % 1_000_000),
+    );
+}
+
+/// memcached's `stats settings` names, for the settings ringstore has (in memcached's
+/// order); the ones about slabs, extstore, TLS and the LRU tuning have no counterpart.
 fn settings(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     let shared = ctx.shared;
     let store = shared.store.stats();
@@ -126,9 +155,21 @@ fn settings(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat(out, "maxconns", shared.config.max_conns as u64);
     stat(out, "verbosity", 0);
     stat_str(out, "evictions", "on");
+    stat_str(out, "shutdown_command", "no");
     stat(out, "num_threads", shared.workers() as u64);
+    stat_str(out, "detail_enabled", "no");
     stat_str(out, "cas_enabled", "yes");
-    stat_str(out, "binding_protocol", "ascii");
+    stat_str(out, "binding_protocol", "auto-negotiate"); // text or binary by the first byte
+    stat_str(out, "auth_enabled_sasl", "no");
+    stat_str(out, "auth_enabled_ascii", "no");
     stat(out, "item_size_max", shared.config.item_size_max as u64);
+    stat_str(out, "maxconns_fast", "yes");
+    stat_str(out, "lru_crawler", "yes");
     stat_str(out, "flush_enabled", "yes");
+    stat_str(out, "dump_enabled", "yes");
+    stat_str(out, "ssl_enabled", "no");
+    // ringstore's own: the per-connection output high-water mark and the
+    // connection-memory budget.
+    stat(out, "out_high_water", shared.config.out_high_water as u64);
+    stat(out, "conn_memory", shared.config.conn_memory as u64);
 }

@@ -116,6 +116,9 @@ pub(crate) fn apply(
             }
             (StoreKind::Cas, Some(_)) => (Write::Nothing, Outcome::Exists),
         });
+    if let Err(e) = &result {
+        count_store_error(ctx, e);
+    }
     if let (StoreKind::Cas, Ok(done)) = (kind, &result) {
         match done.result {
             Outcome::NotFound => ctx.stats.cas_misses.inc(),
@@ -124,6 +127,14 @@ pub(crate) fn apply(
         }
     }
     result
+}
+
+/// Counts a refused store as memcached does: `store_too_large` or `store_no_memory`.
+pub(crate) fn count_store_error(ctx: &Ctx<'_>, e: &StoreError) {
+    match e {
+        StoreError::TooLarge => ctx.stats.store_too_large.inc(),
+        StoreError::OutOfMemory | StoreError::Config(_) => ctx.stats.store_no_memory.inc(),
+    }
 }
 
 /// memcached's reply for a write the store refused.
@@ -136,7 +147,8 @@ pub(crate) fn store_error(e: &StoreError) -> &'static str {
 
 /// A value refused before its data is read (over the item limit, or no room in the
 /// connection-memory budget): the error `line`, and for `set` the old value goes (memcached
-/// removes it so a failed set never leaves stale data behind).
+/// removes it so a failed set never leaves stale data behind). Not a `cmd_set`: memcached
+/// counts a set only once its item is allocated; `store_too_large` / `store_no_memory` it is.
 pub(crate) fn refuse_value(
     ctx: &Ctx<'_>,
     out: &mut Vec<u8>,
@@ -145,16 +157,21 @@ pub(crate) fn refuse_value(
     noreply: bool,
     line: &str,
 ) {
-    refused(ctx, key, remove_old);
+    refused(ctx, key, remove_old, line == TOO_LARGE);
     if !noreply {
         reply::line(out, line);
     }
 }
 
-/// A value refused before its data is read, in either protocol: counted as a set, and with
-/// `remove_old` (a set) the old value goes.
-pub(crate) fn refused(ctx: &Ctx<'_>, key: &[u8], remove_old: bool) {
-    ctx.stats.cmd_set.inc();
+/// A value refused before its data is read, in either protocol: not a `cmd_set` (memcached
+/// counts a set only once its item is allocated) but `store_too_large` (`too_large`) or
+/// `store_no_memory`; with `remove_old` (a set) the old value goes.
+pub(crate) fn refused(ctx: &Ctx<'_>, key: &[u8], remove_old: bool, too_large: bool) {
+    if too_large {
+        ctx.stats.store_too_large.inc();
+    } else {
+        ctx.stats.store_no_memory.inc();
+    }
     if remove_old {
         let _ = ctx.store().update(key, ctx.now.store, |item| {
             (

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::{Flow, Now, Protocol, ServiceConfig, Session, Shared, Topology};
 use ringstore_store::{Store, StoreConfig};
 
-const NOW: Now = Now {
+pub(super) const NOW: Now = Now {
     store: 100,
     unix: 1_700_000_100,
     mono_ms: 0,
@@ -67,7 +67,7 @@ fn run(input: &[u8]) -> (Vec<u8>, Flow) {
 }
 
 /// Checks the reply to `input` byte for byte, whole and split every way.
-fn check(input: &[u8], expected: &[u8]) {
+pub(super) fn check(input: &[u8], expected: &[u8]) {
     let (whole, flow) = run(input);
     assert_eq!(
         String::from_utf8_lossy(&whole),
@@ -495,7 +495,7 @@ fn meta_vivify_and_tokens() {
 fn meta_debug() {
     check(
         b"ms foo 2 T30\r\nhi\r\nme foo\r\n",
-        b"HD\r\nME foo exp=-30 la=0 cas=1 fetch=no cls=1 size=53\r\n",
+        b"HD\r\nME foo exp=-30 la=0 cas=1 fetch=no cls=1 size=64\r\n",
     );
 }
 

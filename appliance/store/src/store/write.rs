@@ -31,6 +31,20 @@ impl Store {
             Write::Put { value, meta } => {
                 Some(self.put(&mut shard, hash, key, value, meta, now, false, journal)?)
             }
+            Write::PutStale {
+                value,
+                meta,
+                win_token_sent,
+            } => {
+                let cas = self.put(&mut shard, hash, key, value, meta, now, false, journal)?;
+                if let Some(loc) = shard.lookup(&self.shared, hash, key, now) {
+                    let b = shard.bytes_mut(loc);
+                    let bits = Header::read(b).bits;
+                    let win = if win_token_sent { item::WIN } else { 0 };
+                    item::set_bits(b, bits | item::STALE | win);
+                }
+                Some(cas)
+            }
             Write::PutLarge { manifest, meta } => {
                 if journal.is_none() {
                     return Err(StoreError::TooLarge); // no device to hold the rest
@@ -74,7 +88,13 @@ impl Store {
                 exptime,
                 stale,
                 win_token_sent,
-                new_cas,
+                ..
+            }
+            | Write::MetaWithCas {
+                exptime,
+                stale,
+                win_token_sent,
+                ..
             } => match &found {
                 None => None,
                 Some(found) => {
@@ -87,7 +107,11 @@ impl Store {
                     if win_token_sent {
                         bits |= item::WIN;
                     }
-                    let cas = if new_cas { self.next_cas() } else { h.cas };
+                    let cas = match write {
+                        Write::MetaWithCas { cas, .. } => cas,
+                        Write::Meta { new_cas: true, .. } => self.next_cas(),
+                        _ => h.cas,
+                    };
                     if let Some(journal) = journal {
                         journal.record(Mutation::Put {
                             key,

@@ -34,7 +34,7 @@ pub(crate) fn ma(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaArith<'_>) {
                     let meta = NewMeta {
                         flags: 0,
                         exptime,
-                        cas: None,
+                        cas: f.explicit_cas,
                     };
                     (
                         Write::PutNumber {
@@ -60,7 +60,7 @@ pub(crate) fn ma(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaArith<'_>) {
                     let meta = NewMeta {
                         flags: it.flags,
                         exptime,
-                        cas: None,
+                        cas: f.explicit_cas,
                     };
                     (
                         number_write(value, it.value.len(), meta, scratch),

@@ -16,15 +16,21 @@ pub(crate) fn md(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaDelete<'_>) {
                 Some(Expiry::Expired) => expired_at(ctx),
                 None => it.exptime,
             };
-            (
-                Write::Meta {
+            let write = match f.explicit_cas {
+                Some(cas) => Write::MetaWithCas {
+                    exptime,
+                    stale: true,
+                    win_token_sent: false,
+                    cas,
+                },
+                None => Write::Meta {
                     exptime,
                     stale: true,
                     win_token_sent: false,
                     new_cas: true,
                 },
-                &b"HD"[..],
-            )
+            };
+            (write, &b"HD"[..])
         }
         Some(_) => (Write::Delete, &b"HD"[..]),
     });

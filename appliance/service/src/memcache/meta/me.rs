@@ -1,13 +1,13 @@
 //! me: the debug line for a key.
 
 use super::*;
-
-/// Size memcached would report for an item (`me size=`): key, value and a header.
-const ITEM_HEADER_ESTIMATE: usize = 48;
+use crate::memcache::dump::{memcached_item_size, push_cas_fetch_size};
 
 pub(crate) fn me(ctx: &Ctx<'_>, out: &mut Vec<u8>, mkey: &MetaKey<'_>) {
     let mut kb = KeyBuf::default();
     let key = mkey.bytes(&mut kb);
+    // memcached 1.6.18 counts only `me` as `cmd_meta`.
+    ctx.stats.cmd_meta.inc();
     let now = ctx.now.store;
     let found = ctx.store().get(key, now, ReadOpts::default(), |item| {
         let Some(it) = item else { return false };
@@ -29,18 +29,8 @@ pub(crate) fn me(ctx: &Ctx<'_>, out: &mut Vec<u8>, mkey: &MetaKey<'_>) {
         );
         out.extend_from_slice(b" la=");
         push_u64(out, u64::from(now.saturating_sub(it.last_access)));
-        out.extend_from_slice(b" cas=");
-        push_u64(out, it.cas);
-        out.extend_from_slice(if it.fetched {
-            b" fetch=yes"
-        } else {
-            b" fetch=no"
-        });
-        out.extend_from_slice(b" cls=1 size=");
-        push_u64(
-            out,
-            (it.key.len() + it.value.len() + ITEM_HEADER_ESTIMATE) as u64,
-        );
+        let size = memcached_item_size(it.key.len(), it.value.len(), it.flags);
+        push_cas_fetch_size(out, it.cas, it.fetched, size);
         out.extend_from_slice(b"\r\n");
         true
     });

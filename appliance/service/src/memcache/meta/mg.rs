@@ -162,7 +162,7 @@ fn mg_decide(
                         meta: NewMeta {
                             flags: 0,
                             exptime,
-                            cas: None,
+                            cas: f.explicit_cas,
                         },
                     },
                     Step::Created,

@@ -42,6 +42,21 @@ pub(crate) fn ms(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaSet<'_>) {
             }
             // Set or replace with a CAS to compare: memcached's CAS mode.
             (_, None) if f.cas.is_some() => (Write::Nothing, SetOutcome::NotFound),
+            // `I` with a CAS older than the item's (0 is no CAS there): memcached stores the
+            // value anyway, marked stale, with the old TTL and the win-token mark kept.
+            (_, Some(it)) if f.invalidate && f.cas.is_some_and(|c| c != 0 && c < it.cas) => {
+                let meta = NewMeta {
+                    flags: f.client_flags,
+                    exptime: it.exptime,
+                    cas: f.explicit_cas,
+                };
+                let write = Write::PutStale {
+                    value: data,
+                    meta,
+                    win_token_sent: it.win_token_sent,
+                };
+                (write, SetOutcome::Stored)
+            }
             (_, Some(it)) if f.cas.is_some_and(|c| c != it.cas) => {
                 (Write::Nothing, SetOutcome::Exists)
             }
@@ -51,10 +66,20 @@ pub(crate) fn ms(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaSet<'_>) {
     let done = match result {
         Ok(done) => done,
         Err(e) => {
+            count_store_error(ctx, &e);
             reply::line(out, store_error(&e));
             return;
         }
     };
+    if f.cas.is_some() && matches!(m.mode, b'S' | b'R') {
+        let s = ctx.stats;
+        match done.result {
+            SetOutcome::Stored => s.cas_hits.inc(),
+            SetOutcome::Exists => s.cas_badval.inc(),
+            SetOutcome::NotFound => s.cas_misses.inc(),
+            SetOutcome::NotStored => {}
+        }
+    }
     let code: &[u8] = match done.result {
         SetOutcome::Stored if f.quiet => return,
         SetOutcome::Stored => b"HD",
