@@ -7,6 +7,11 @@ datagram; a reply may span several, each echoing the request id and the total co
     c = UdpClient(("127.0.0.1", port))
     c.request(b"get k\\r\\n")          # -> the reply bytes, datagrams joined in order
     c.datagrams(b"get k\\r\\n")        # -> the raw reply datagrams (headers included)
+
+memcached frames each response of a request separately (one per command, one per key of
+a multi-key get; a missed key that is not the last is a header-only datagram with count 0),
+each numbered from 0 with its own count, all with the request's id. `datagrams` and
+`request` read response after response until none follows within `settle` seconds.
     c.close()
 
 Also usable from another network namespace (pass `bind=("10.0.0.2", 0)`), and with a
@@ -69,41 +74,56 @@ class UdpClient:
         self.next_id += 1
         return rid
 
-    def datagrams(self, payload, request_id=None, timeout=None):
+    def datagrams(self, payload, request_id=None, timeout=None, settle=0.05):
         """Sends `payload` with a frame header; returns every reply datagram of that request
-        (headers included) once all `count` have arrived, in sequence order. Raises
-        TimeoutError when the reply does not complete in time; datagrams of other request
-        ids (late replies to earlier requests) are skipped."""
+        (headers included): each response in sequence order, responses in arrival order,
+        until one is complete and nothing follows within `settle` seconds. Raises
+        TimeoutError when nothing (or an incomplete response) arrived in time; datagrams of
+        other request ids (late replies to earlier requests) are skipped."""
         rid = self.new_id() if request_id is None else request_id
         self.send_raw(header(rid) + payload)
-        return self.collect(rid, timeout)
+        return self.collect(rid, timeout, settle)
 
-    def collect(self, request_id, timeout=None):
+    def collect(self, request_id, timeout=None, settle=0.05):
         """Reads the reply datagrams of `request_id` (see `datagrams`)."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        parts = {}
-        count = None
-        while count is None or len(parts) < count:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(
-                    f"request {request_id}: {len(parts)} of {count} datagrams arrived"
-                )
+        done = []  # complete responses' datagrams, in order
+        parts, count = {}, None  # the response being read
+        while True:
+            complete = count is not None and len(parts) >= count
+            if complete:
+                done.extend(parts[i] for i in sorted(parts))
+                parts, count = {}, None
+            if done and count is None:
+                left = settle
+            else:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"request {request_id}: {len(parts)} of {count} datagrams arrived"
+                    )
             self.sock.settimeout(left)
             try:
                 d = self.sock.recv(65536)
             except socket.timeout:
+                if done and count is None:
+                    return done
                 continue
             rid, seq, n = parse_header(d)
             if rid != request_id:
                 continue
+            if n == 0:  # an empty response: the header alone
+                done.append(d)
+                continue
+            if seq in parts:  # a new response started (memcached numbers each from 0)
+                done.extend(parts[i] for i in sorted(parts))
+                parts = {}
             count = n
             parts[seq] = d
-        return [parts[i] for i in sorted(parts)]
 
-    def request(self, payload, request_id=None, timeout=None):
+    def request(self, payload, request_id=None, timeout=None, settle=0.05):
         """Sends `payload`; returns the reply bytes (datagrams joined, headers stripped)."""
-        return b"".join(d[8:] for d in self.datagrams(payload, request_id, timeout))
+        return b"".join(d[8:] for d in self.datagrams(payload, request_id, timeout, settle))
 
     def silence(self, payload=None, wait=0.3, raw=None):
         """Sends `payload` (with a header) or `raw` (as is) and returns whatever arrives within
