@@ -105,7 +105,7 @@ class UdpClient:
             self.sock.settimeout(left)
             try:
                 d = self.sock.recv(65536)
-            except socket.timeout:
+            except (socket.timeout, BlockingIOError):  # BlockingIOError: settle 0
                 if done and count is None:
                     return done
                 continue
