@@ -55,6 +55,10 @@ pub use ringstore_service::memcache::ResponseMark;
 // A zeroed `libc::msghdr` (musl's has private padding fields, so no struct literal).
 #[allow(unsafe_code)]
 pub(crate) mod kernel_udp;
+// FFI to libexanic (each call's bound stated at the call).
+#[cfg(feature = "exanic")]
+#[allow(unsafe_code)]
+pub mod exanic;
 
 /// How a worker's memcache-UDP traffic is carried (shown in logs, `stats` and the console).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -448,4 +452,4 @@ pub fn poll_frames<B: FrameBackend + ?Sized>(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
