@@ -179,8 +179,8 @@ impl FrameBackend for Exanic {
                 break;
             };
             let buf = &mut self.rx_bufs[slot as usize];
-            // SAFETY: `self.rx` is live; `buf` is writable for FRAME_MAX bytes; a null
-            // timestamp pointer is allowed.
+            // A null timestamp pointer is allowed (libexanic then skips it).
+            // SAFETY: `self.rx` is live; `buf` is writable for FRAME_MAX bytes.
             let got = unsafe {
                 ffi::exanic_receive_frame(
                     self.rx,

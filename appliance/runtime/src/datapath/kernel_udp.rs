@@ -81,8 +81,8 @@ pub(crate) struct KernelUdp<S> {
 }
 
 fn zeroed_msghdr() -> libc::msghdr {
-    // SAFETY: msghdr is a plain C struct of integers and raw pointers; all-zero is valid
-    // (null pointers, zero lengths).
+    // All-zero is a valid msghdr: null pointers, zero lengths.
+    // SAFETY: msghdr is a plain C struct of integers and raw pointers (no references, no niches).
     unsafe { std::mem::zeroed() }
 }
 
