@@ -9,7 +9,7 @@ import socket
 import time
 
 from conftest import raw, real_memcached
-from test_durable import make_file
+from test_durable import fault_device, make_file  # noqa: F401 (fault_device: a fixture)
 from udpclient import UdpClient, header, udp_addr_of
 
 
@@ -185,3 +185,45 @@ def test_udp_writes_with_data_are_durable_across_kill9(server_factory, tmp_path)
         for key, value in acked.items():
             assert c.request(b"get %s\r\n" % key, settle=0) == b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (key, len(value), value)
         assert c.request(b"get u0 ctr both\r\n") == b"VALUE ctr 0 2\r\n12\r\nVALUE both 0 1\r\nb\r\nEND\r\n"
+
+
+def test_udp_writes_waiting_for_a_stalled_device_are_bounded(fault_device, server_factory, tmp_path):
+    """The held table (1024 requests per worker waiting for their group commit) is the bound:
+    past it a datagram is dropped unanswered and counted; the held ones are answered once the
+    device commits, and the server serves TCP reads throughout."""
+    backing = tmp_path / "backing.img"
+    make_file(backing, 64 << 20)
+    dev = fault_device(backing)
+    server, addr = udp_server(server_factory, "--data", dev.path, "--cores", "1")
+    dev.wait_quiet()
+    raw(server.mc, b"set before 0 0 1\r\nb\r\n", read_until=b"\r\n")
+    dev.stall_flush()
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    sender.bind(("127.0.0.1", 0))
+    sent = 1500
+    for i in range(sent):
+        sender.sendto(header(i) + b"set h%d 0 0 1\r\nx\r\n" % i, addr)
+        if i % 20 == 0:
+            time.sleep(0.001)  # paced, so the kernel's socket buffer does not drop them first
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        st = stats(server)  # TCP, no device needed: served while the device stalls
+        if int(st["udp_rx_datagrams"]) >= sent - 50:
+            break
+        time.sleep(0.05)
+    st = stats(server)
+    rx, held_full = int(st["udp_rx_datagrams"]), int(st["udp_held_full"])
+    assert held_full > 0 and rx - held_full <= 1024 + 1, st
+    assert raw(server.mc, b"get before\r\n", read_until=b"END\r\n") == b"VALUE before 0 1\r\nb\r\nEND\r\n"
+    dev.heal()
+    sender.settimeout(5)
+    replies = 0
+    try:
+        while replies < rx - held_full:
+            assert sender.recv(64)[8:] == b"STORED\r\n"
+            replies += 1
+    except socket.timeout:
+        pass
+    assert replies == rx - held_full, (replies, st)
+    sender.close()

@@ -243,16 +243,25 @@ pub fn responses(reply: &Reply) -> impl Iterator<Item = std::ops::Range<usize>> 
     })
 }
 
+/// Datagrams [`emit`] would send for `reply` (`usize::MAX`: it cannot be framed).
+pub fn datagrams_of(head: frame::Frame, reply: &Reply) -> usize {
+    let mut count = 0usize;
+    for r in responses(reply) {
+        match frame::ReplyFrames::new(head, r.len(), frame::DATAGRAM_MAX) {
+            Some(frames) => count += usize::from(frames.count()),
+            None => return usize::MAX,
+        }
+    }
+    count
+}
+
 /// Emits `reply` to the request with frame header `head` as datagrams into `sink`: each
 /// response framed on its own (sequence from 0, its own datagram count; an empty response is
 /// one header-only datagram with count 0, as memcached sends it). All or nothing.
 pub fn emit(head: frame::Frame, reply: &Reply, sink: &mut impl ReplySink) -> Served {
-    let mut count = 0usize;
-    for r in responses(reply) {
-        count += match frame::ReplyFrames::new(head, r.len(), frame::DATAGRAM_MAX) {
-            Some(frames) => usize::from(frames.count()),
-            None => return Served::Dropped(DropReason::NoRoom),
-        };
+    let count = datagrams_of(head, reply);
+    if count == usize::MAX {
+        return Served::Dropped(DropReason::NoRoom);
     }
     if count == 0 {
         return Served::NoReply;
