@@ -89,19 +89,7 @@ pub(crate) fn client() -> Udp4Addrs {
 
 /// A frame from `client()` to the server carrying `payload`.
 pub(crate) fn request_frame(payload: &[u8]) -> Vec<u8> {
-    let c = client();
-    let mirror = Udp4Addrs {
-        src_mac: c.dst_mac,
-        dst_mac: c.src_mac,
-        src_ip: c.dst_ip,
-        dst_ip: c.src_ip,
-        src_port: c.dst_port,
-        dst_port: c.src_port,
-    };
-    let mut buf = vec![0u8; udp4::HEADERS_LEN + payload.len()];
-    buf[udp4::HEADERS_LEN..].copy_from_slice(payload);
-    udp4::write_reply_headers(&mut buf, &mirror, payload.len(), 9).unwrap();
-    buf
+    udp4::frame_from(&client(), payload, 9).unwrap()
 }
 
 pub(crate) fn datagram(id: u16, seq: u16, count: u16, body: &[u8]) -> Vec<u8> {
