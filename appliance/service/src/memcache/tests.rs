@@ -38,6 +38,7 @@ pub(super) fn shared() -> Arc<Shared> {
         Topology {
             numa_node: 1,
             worker_cpus: vec![2, 3],
+            hostname: "cache-01".into(),
         },
         2,
         42,
@@ -598,6 +599,35 @@ fn backpressure_drains_and_keeps_order() {
 }
 
 #[test]
+fn stats_lists_no_hostname_when_none_is_known() {
+    let shared = shared();
+    let (out, _) = feed(&shared, &[b"stats\r\n"]);
+    assert!(String::from_utf8_lossy(&out).contains("STAT hostname cache-01\r\n"));
+    let store = Store::new(StoreConfig {
+        memory_bytes: 8 << 20,
+        item_size_max: ITEM_MAX,
+        shards: 2,
+        huge_pages: false,
+        external_threshold: 0,
+    })
+    .expect("store");
+    let unnamed = Shared::new(
+        store,
+        ServiceConfig::default(),
+        Topology::default(),
+        1,
+        1,
+        0,
+    );
+    let (out, _) = feed(&unnamed, &[b"stats\r\n"]);
+    let text = String::from_utf8_lossy(&out);
+    assert!(
+        text.ends_with("END\r\n") && !text.contains("hostname"),
+        "{text}"
+    );
+}
+
+#[test]
 fn stats_reports_counters_and_topology() {
     let shared = shared();
     let (out, _) = feed(
@@ -618,6 +648,7 @@ fn stats_reports_counters_and_topology() {
         "STAT threads 2\r\n",
         "STAT numa_node 1\r\n",
         "STAT worker_cpus 2,3\r\n",
+        "STAT hostname cache-01\r\n",
         "STAT hugepage_bytes 0\r\n",
         "STAT worker_capeff 0000000000000000\r\n",
         "STAT max_connections 10\r\n",
