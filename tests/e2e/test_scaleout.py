@@ -40,6 +40,25 @@ print(json.dumps(out))
 """
 
 
+# One port for all three backends, tried in order: the ring depends on the addresses and port,
+# and for these it was measured to split 10,000 keys within 10% of a third (43211: 3373, 3425,
+# 3202). With ephemeral ports the shares came out from 27% to 38%: inside the bound, but a
+# ring drawn at random would leave it now and then.
+PORTS = (43211, 45211, 41311)
+
+
+def bindable(port):
+    for n in (2, 3, 4):
+        with socket.socket() as s:
+            # As the server binds: a port left in TIME_WAIT by the previous run is usable.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((f"127.0.0.{n}", port))
+            except OSError:
+                return False
+    return True
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -86,10 +105,12 @@ def held_by(addr, keys):
 
 @pytest.fixture
 def pool(server_factory, tmp_path):
+    port = next((p for p in PORTS if bindable(p)), 0)
+    print(f"backends on port {port} of 127.0.0.2-4")
     backends = []
     for n in (2, 3, 4):
         backends.append(server_factory(
-            "--memcache", f"127.0.0.{n}:0", "--http", f"127.0.0.{n}:0",
+            "--memcache", f"127.0.0.{n}:{port}", "--http", f"127.0.0.{n}:0",
             "--memory", "64MiB", "--cores", "1", "--hostname", f"shard-{n}",
         ))
     proxy = ("127.0.0.1", free_port())
@@ -186,6 +207,7 @@ def test_three_backends_behind_nutcracker(pool):
             served += 1
     assert served == KEYS - len(lost), (served, len(lost))
     assert errors <= 2, f"{errors} errors: ejection should follow the first failure"
+    print(f"shares {shares}; after the kill: {served} served, {missed} missed, {errors} errors")
     # The ejected backend's keys hash to the survivors now: writes and multi-key gets work.
     orphan = sorted(lost)[:50]
     assert client.set_many({k: b"again" for k in orphan}, noreply=False) == []
