@@ -157,17 +157,52 @@ struct RawKeys {
     ringstore: toml::Table,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+impl RawKeys {
+    /// The named keys, as `ringstore.*` keys (`ip` is PID 1's, handled apart).
+    fn fields(&self) -> [(&'static str, Option<toml::Value>); 3] {
+        [
+            ("memory", self.memory.clone()),
+            ("cores", self.cores.clone()),
+            ("data", self.data.clone().map(toml::Value::String)),
+        ]
+    }
+}
+
+/// A `[[host]]`: its identity and the same keys as `[defaults]`.
+#[derive(Debug)]
 struct RawHost {
     mac: String,
     hostname: String,
-    ip: Option<String>,
-    memory: Option<toml::Value>,
-    cores: Option<toml::Value>,
-    data: Option<String>,
-    #[serde(default)]
-    ringstore: toml::Table,
+    keys: RawKeys,
+}
+
+impl RawHost {
+    /// Takes `mac` and `hostname` out of the table and reads the rest as [`RawKeys`], whose
+    /// `deny_unknown_fields` then refuses anything else (serde's `flatten` would not).
+    fn from_table(index: usize, mut table: toml::Table) -> Result<RawHost, InventoryError> {
+        let mut take = |field: &str| match table.remove(field) {
+            Some(toml::Value::String(s)) => Ok(s),
+            Some(other) => Err(InventoryError::Toml(format!(
+                "host {}: {field} = {other}: expected a string",
+                index + 1
+            ))),
+            None => Err(InventoryError::Toml(format!(
+                "host {}: missing field `{field}`",
+                index + 1
+            ))),
+        };
+        let (mac, hostname) = (take("mac")?, take("hostname")?);
+        let keys = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| {
+                InventoryError::Toml(format!("host {}: {}", index + 1, e.message()))
+            })?;
+        Ok(RawHost {
+            mac,
+            hostname,
+            keys,
+        })
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -232,7 +267,7 @@ struct RawInventory {
     #[serde(default)]
     defaults: RawKeys,
     #[serde(default)]
-    host: Vec<RawHost>,
+    host: Vec<toml::Table>,
 }
 
 /// One checked host.
@@ -328,9 +363,10 @@ impl Inventory {
         let mut hosts: Vec<Host> = Vec::with_capacity(raw.host.len());
         let mut by_mac: BTreeMap<Mac, String> = BTreeMap::new();
         let mut by_name: BTreeMap<String, String> = BTreeMap::new();
-        for (index, raw_host) in raw.host.iter().enumerate() {
+        for (index, table) in raw.host.into_iter().enumerate() {
+            let raw_host = RawHost::from_table(index, table)?;
             let label = Host::label(index, &raw_host.hostname);
-            let host = check_host(&label, raw_host, &raw.defaults)?;
+            let host = check_host(&label, &raw_host, &raw.defaults)?;
             if let Some(first) = by_mac.insert(host.mac, label.clone()) {
                 return Err(InventoryError::DuplicateMac {
                     mac: host.mac,
@@ -473,27 +509,11 @@ fn check_host(label: &str, raw: &RawHost, defaults: &RawKeys) -> Result<Host, In
             expected: "dot-separated labels of letters, digits and inner dashes, at most 64 bytes",
         }
     })?;
-    let string = |s: &Option<String>| s.clone().map(toml::Value::String);
-    let mut keys = level_keys(
-        "[defaults]",
-        [
-            ("memory", defaults.memory.clone()),
-            ("cores", defaults.cores.clone()),
-            ("data", string(&defaults.data)),
-        ],
-        &defaults.ringstore,
-    )?;
-    keys.extend(level_keys(
-        label,
-        [
-            ("memory", raw.memory.clone()),
-            ("cores", raw.cores.clone()),
-            ("data", string(&raw.data)),
-        ],
-        &raw.ringstore,
-    )?);
+    let mut keys = level_keys("[defaults]", defaults.fields(), &defaults.ringstore)?;
+    keys.extend(level_keys(label, raw.keys.fields(), &raw.keys.ringstore)?);
     keys.insert("hostname".into(), hostname.clone());
     let ip = raw
+        .keys
         .ip
         .clone()
         .or_else(|| defaults.ip.clone())

@@ -154,6 +154,22 @@ fn unknown_keys_are_refused_at_every_level() {
         other => panic!("{other}"),
     }
     assert!(matches!(err(""), InventoryError::NoHosts));
+    for (text, field) in [
+        ("[[host]]\nhostname = \"h1\"\n", "missing field `mac`"),
+        (
+            "[[host]]\nmac = \"52:54:00:00:00:01\"\n",
+            "missing field `hostname`",
+        ),
+        (
+            "[[host]]\nmac = 5\nhostname = \"h1\"\n",
+            "mac = 5: expected a string",
+        ),
+    ] {
+        assert!(
+            matches!(err(text), InventoryError::Toml(m) if m.contains(field)),
+            "{text}"
+        );
+    }
 }
 
 #[test]
