@@ -165,6 +165,8 @@ fn end_to_end() -> Result<()> {
         Command::new(python)
             .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/e2e"])
             .env("RINGSTORE_BIN", &binary)
+            // tests/e2e/test_scaleout.py runs `xtask scaleout` through the binary running now.
+            .env("XTASK_BIN", std::env::current_exe()?)
             .current_dir(root()),
     )
 }

@@ -119,6 +119,7 @@ fn status() -> Vec<String> {
             crate::sysinfo::kernel_release()
         ),
         format!("uptime {:.1} s", crate::sysinfo::uptime_secs()),
+        format!("hostname {}", crate::hostname::current()),
     ];
     match &state.placement {
         Some(p) => {

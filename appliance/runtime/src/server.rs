@@ -106,6 +106,11 @@ impl Server {
         let service_topology = ServiceTopology {
             numa_node: node,
             worker_cpus: cpus.clone(),
+            // Read once at start (PID 1 sets it before it starts the server); a system name that
+            // is not a valid host name (it could hold spaces or line ends) is not listed.
+            hostname: config.hostname.clone().unwrap_or_else(|| {
+                ringstore_config::parse_hostname(&crate::sys::hostname()).unwrap_or_default()
+            }),
         };
         let shared = Shared::new(
             store,

@@ -75,6 +75,8 @@ impl Default for ServiceConfig {
 pub struct Topology {
     pub numa_node: u32,
     pub worker_cpus: Vec<usize>,
+    /// The host name `stats` reports (`hostname`); not listed when empty.
+    pub hostname: String,
 }
 
 /// State shared by every worker: the store, counters, configuration.

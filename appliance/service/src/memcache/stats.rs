@@ -48,6 +48,9 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat(out, "time", ctx.now.unix);
     stat_str(out, "version", COMPAT_VERSION);
     stat_str(out, "ringstore_version", env!("CARGO_PKG_VERSION"));
+    if !shared.topology.hostname.is_empty() {
+        stat_str(out, "hostname", &shared.topology.hostname);
+    }
     stat(out, "pointer_size", usize::BITS.into());
     let (user_us, system_us) = shared.rusage.get().map_or((0, 0), |f| f());
     seconds(out, "rusage_user", user_us);

@@ -16,6 +16,15 @@ pub(super) const NOW: Now = Now {
 const ITEM_MAX: usize = 1024;
 
 pub(super) fn shared() -> Arc<Shared> {
+    shared_on(Topology {
+        numa_node: 1,
+        worker_cpus: vec![2, 3],
+        hostname: "cache-01".into(),
+    })
+}
+
+/// [`shared`] on another machine.
+fn shared_on(topology: Topology) -> Arc<Shared> {
     let store = Store::new(StoreConfig {
         memory_bytes: 8 << 20,
         item_size_max: ITEM_MAX,
@@ -32,17 +41,7 @@ pub(super) fn shared() -> Arc<Shared> {
         object_size_max: 0,
         conn_memory: 64 << 20,
     };
-    Shared::new(
-        store,
-        config,
-        Topology {
-            numa_node: 1,
-            worker_cpus: vec![2, 3],
-        },
-        2,
-        42,
-        1_700_000_000,
-    )
+    Shared::new(store, config, topology, 2, 42, 1_700_000_000)
 }
 
 /// Feeds `chunks` in order to a fresh session; returns all output and the last flow.
@@ -598,6 +597,20 @@ fn backpressure_drains_and_keeps_order() {
 }
 
 #[test]
+fn stats_lists_no_hostname_when_none_is_known() {
+    let shared = shared();
+    let (out, _) = feed(&shared, &[b"stats\r\n"]);
+    assert!(String::from_utf8_lossy(&out).contains("STAT hostname cache-01\r\n"));
+    let unnamed = shared_on(Topology::default());
+    let (out, _) = feed(&unnamed, &[b"stats\r\n"]);
+    let text = String::from_utf8_lossy(&out);
+    assert!(
+        text.ends_with("END\r\n") && !text.contains("hostname"),
+        "{text}"
+    );
+}
+
+#[test]
 fn stats_reports_counters_and_topology() {
     let shared = shared();
     let (out, _) = feed(
@@ -618,6 +631,7 @@ fn stats_reports_counters_and_topology() {
         "STAT threads 2\r\n",
         "STAT numa_node 1\r\n",
         "STAT worker_cpus 2,3\r\n",
+        "STAT hostname cache-01\r\n",
         "STAT hugepage_bytes 0\r\n",
         "STAT worker_capeff 0000000000000000\r\n",
         "STAT max_connections 10\r\n",
