@@ -29,6 +29,8 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("cpio", "/usr/bin/cpio"),
     ("musl-tools", "/usr/bin/musl-gcc"),
     ("iproute2", "/usr/sbin/ip"),
+    // The AF_XDP veth tests turn the sender's TX checksum offload off.
+    ("ethtool", "/usr/sbin/ethtool"),
     // Binary-protocol clients: Dalli 3.0.6 (the package does not pull in ruby itself),
     // pylibmc for the system python3, php-memcached for PHP 8.2 (Debian 12).
     ("ruby", "/usr/bin/ruby"),
