@@ -21,6 +21,7 @@ mod bufring;
 mod clock;
 mod conn;
 mod data;
+pub mod datapath;
 mod durable;
 mod error;
 mod handler;
