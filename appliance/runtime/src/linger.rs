@@ -162,6 +162,7 @@ mod plane_tests {
             clock: Clock::start(),
             tcp: vec![(Protocol::Memcache, vec![fd])],
             data: None,
+            xdp: Vec::new(),
         })
         .unwrap();
         (plane, addr)

@@ -34,6 +34,8 @@ pub(crate) enum Op {
     Wake,
     /// Background compaction: a read of the victim segment into the compactor's buffer.
     DiskCompactRead { id: u64 },
+    /// Readiness (multishot poll) of the worker's AF_XDP socket `index`.
+    XdpReady { index: u32 },
 }
 
 const RECV: u64 = 1;
@@ -48,6 +50,7 @@ const DISK_ERASE: u64 = 9;
 const DISK_ERASE_FLUSH: u64 = 10;
 const WAKE: u64 = 11;
 const DISK_COMPACT_READ: u64 = 12;
+const XDP_READY: u64 = 13;
 
 impl Op {
     /// The `user_data` of this op.
@@ -72,6 +75,7 @@ impl Op {
             Op::DiskEraseFlush { id } => disk(id, DISK_ERASE_FLUSH),
             Op::Wake => WAKE,
             Op::DiskCompactRead { id } => disk(id, DISK_COMPACT_READ),
+            Op::XdpReady { index } => conn(index, 0, XDP_READY),
         }
     }
 
@@ -93,6 +97,7 @@ impl Op {
             DISK_ERASE_FLUSH => Op::DiskEraseFlush { id },
             WAKE => Op::Wake,
             DISK_COMPACT_READ => Op::DiskCompactRead { id },
+            XDP_READY => Op::XdpReady { index: slot },
             _ => return None,
         })
     }
@@ -123,6 +128,7 @@ mod tests {
             Op::DiskEraseFlush { id: 3 },
             Op::Wake,
             Op::DiskCompactRead { id: 4 },
+            Op::XdpReady { index: 3 },
         ];
         for op in ops {
             assert_eq!(Op::decode(op.encode()), Some(op), "{op:?}");

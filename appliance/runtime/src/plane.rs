@@ -39,6 +39,8 @@ pub(crate) struct PlaneSetup<H: Handler> {
     pub tcp: Vec<(Protocol, Vec<OwnedFd>)>,
     /// The data device (`--data`); worker i drives region i.
     pub data: Option<Arc<ringstore_durable::Serving<ringstore_durable::FileDevice>>>,
+    /// Per worker (by index): its AF_XDP sockets; shorter than `cpus` (or empty) = none.
+    pub xdp: Vec<Option<crate::datapath::xdp::XdpWorker>>,
 }
 
 fn spawn_named<T: Send + 'static>(
@@ -95,6 +97,8 @@ impl Plane {
             }
         }
 
+        let mut xdp = setup.xdp;
+        xdp.resize_with(workers, || None);
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(workers);
         for (index, (cpu, listeners)) in setup.cpus.iter().copied().zip(per_worker).enumerate() {
             let worker_setup = WorkerSetup {
@@ -109,6 +113,7 @@ impl Plane {
                 listeners,
                 reaper: index == 0,
                 data: setup.data.clone(),
+                xdp: xdp[index].take(),
             };
             let ready = ready_tx.clone();
             plane

@@ -37,6 +37,9 @@ pub struct Server {
     cpus: Vec<usize>,
     memory_binding: MemoryBinding,
     data: Option<Arc<Serving<FileDevice>>>,
+    /// The XDP programs of `--xdp` (attached while these live) and the queue→worker lines.
+    xdp: Vec<crate::datapath::xdp::XdpAttachment>,
+    xdp_map: Vec<String>,
 }
 
 impl std::fmt::Debug for Server {
@@ -126,6 +129,32 @@ impl Server {
             tuning: config.tuning,
         };
         let handler = Arc::new(ServiceHandler(shared.clone()));
+        // AF_XDP: program, map and sockets are made here, before the workers start (and
+        // under PID 1 before their privileges drop); queue q is served by worker q mod n,
+        // the worker whose CPU PID 1 pinned that queue's IRQ to (irq.rs: round robin).
+        let xdp = match (config.xdp.is_empty(), config.udp) {
+            (false, Some(udp)) => {
+                let workers = cpus.len();
+                let plan = crate::datapath::xdp::XdpPlan {
+                    interfaces: &config.xdp,
+                    port: udp.port(),
+                    allow: config.udp_allow.clone(),
+                    workers,
+                    worker_cpus: &cpus,
+                    queue_worker: &|_, queue| queue as usize % workers,
+                };
+                let attached = crate::datapath::xdp::attach(&plan, &shared, clock)?;
+                let _ = shared
+                    .xdp_mode
+                    .set(crate::datapath::xdp::modes_line(&attached.attachments));
+                Some(attached)
+            }
+            _ => None,
+        };
+        let (xdp_attachments, xdp_map, xdp_workers) = match xdp {
+            Some(a) => (a.attachments, a.map, a.workers),
+            None => (Vec::new(), Vec::new(), Vec::new()),
+        };
         let mut plane = Plane::start(PlaneSetup {
             handler: handler.clone(),
             cpus: cpus.iter().map(|&c| Some(c)).collect(),
@@ -133,6 +162,7 @@ impl Server {
             clock,
             tcp: bound.tcp,
             data: data.clone(),
+            xdp: xdp_workers,
         })?;
         if let Some(udp) = bound.udp {
             plane.adopt(crate::udp::spawn(
@@ -169,7 +199,21 @@ impl Server {
             cpus,
             memory_binding,
             data,
+            xdp: xdp_attachments,
+            xdp_map,
         })
+    }
+
+    /// The AF_XDP state for the console and the log: per interface `IF: MODE, N queues`,
+    /// then per queue `IF queue Q -> worker W (cpu C)`; empty without `--xdp`.
+    pub fn xdp_lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .xdp
+            .iter()
+            .map(|a| format!("{}: {}, {} queue(s)", a.interface, a.mode, a.queues))
+            .collect();
+        lines.extend(self.xdp_map.iter().cloned());
+        lines
     }
 
     /// Exactly `ready memcache=IP:PORT http=IP:PORT` (plus ` udp=IP:PORT` when on).
@@ -205,6 +249,8 @@ impl Server {
     /// Stops accepting, finishes in-flight requests and flushes replies (at most 5 s), joins every thread.
     pub fn shutdown(mut self) -> Result<(), RuntimeError> {
         let stopped = self.plane.stop();
+        // The workers (and their sockets) are gone: detach the programs.
+        self.xdp.clear();
         if let Some(data) = &self.data {
             // Every worker drained its log and parked it: publish the checkpoint.
             let started = std::time::Instant::now();

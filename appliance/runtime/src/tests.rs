@@ -59,6 +59,7 @@ fn start(limits: Limits, workers: usize, reuseport: bool) -> Running {
         clock: Clock::start(),
         tcp,
         data: None,
+        xdp: Vec::new(),
     })
     .unwrap();
     Running {

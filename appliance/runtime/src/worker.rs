@@ -65,6 +65,8 @@ pub(crate) struct WorkerSetup<H: Handler> {
     pub reaper: bool,
     /// The data device, when `--data` is on: this worker drives region `index`.
     pub data: Option<Arc<ringstore_durable::Serving<ringstore_durable::FileDevice>>>,
+    /// The AF_XDP sockets of the receive queues pinned to this worker's CPU (`--xdp`).
+    pub xdp: Option<crate::datapath::xdp::XdpWorker>,
 }
 
 struct Worker<H: Handler> {
@@ -189,6 +191,10 @@ impl<H: Handler> Worker<H> {
         for i in 0..self.setup.listeners.len() {
             self.arm_accept(i);
         }
+        let xdp_fds = self.setup.xdp.as_ref().map(|x| x.fds()).unwrap_or_default();
+        for index in 0..xdp_fds.len() {
+            self.arm_xdp(index);
+        }
         loop {
             if let Err(err) = self.submit_and_wait() {
                 eprintln!(
@@ -199,6 +205,11 @@ impl<H: Handler> Worker<H> {
             }
             self.now = self.setup.clock.now();
             self.reap();
+            // AF_XDP: one bounded burst per socket; work left over means no blocking wait.
+            if self.setup.xdp.as_mut().is_some_and(|x| x.poll()) {
+                self.pending
+                    .push(opcode::Nop::new().build().user_data(Op::Wake.encode()));
+            }
             if self.stopping_deadline.is_none() && self.setup.stop.load(Ordering::Acquire) {
                 self.begin_stop();
             }
@@ -302,6 +313,12 @@ impl<H: Handler> Worker<H> {
                 Op::DiskCompactRead { id } => {
                     if let Some(disk) = &mut self.disk {
                         disk.read_complete(id, res, self.now.mono_ms);
+                    }
+                }
+                Op::XdpReady { index } => {
+                    // A multishot poll that ended (no MORE flag) is armed again.
+                    if !io_uring::cqueue::more(flags) {
+                        self.arm_xdp(index as usize);
                     }
                 }
                 Op::Wake | Op::Cancel => {}

@@ -116,6 +116,12 @@ counters! {
     http_responses_4xx,
     /// HTTP responses with a 5xx status.
     http_responses_5xx,
+    /// Frames the AF_XDP sockets received.
+    xdp_rx,
+    /// Reply frames the AF_XDP sockets queued for transmit.
+    xdp_tx,
+    /// AF_XDP frames dropped: not a memcache request, no TX room, a bad descriptor.
+    xdp_drop,
 }
 
 #[cfg(test)]

@@ -442,6 +442,17 @@ impl Xsk {
         unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.add(frame.addr as usize), len) }
     }
 
+    /// The bytes of `frame`, read-only.
+    pub fn data(&self, frame: &Frame) -> &[u8] {
+        assert_eq!(
+            frame.umem, self.umem.ptr as usize,
+            "a frame of another UMEM"
+        );
+        let len = (frame.len as usize).min(self.room(frame));
+        // SAFETY: as in `bytes`; the shared borrow of `self` excludes any `&mut` slice.
+        unsafe { std::slice::from_raw_parts(self.umem.ptr.add(frame.addr as usize), len) }
+    }
+
     /// Bytes from the frame's data start to the end of its chunk.
     fn room(&self, frame: &Frame) -> usize {
         let frame_size = u64::from(self.frame_size);
