@@ -132,7 +132,8 @@ impl Server {
         // AF_XDP: program, map and sockets are made here, before the workers start (and
         // under PID 1 before their privileges drop); queue q is served by worker q mod n,
         // the worker whose CPU PID 1 pinned that queue's IRQ to (irq.rs: round robin).
-        let xdp = match (config.xdp.is_empty(), config.udp) {
+        // The port steered is the bound one (`udp` may name port 0).
+        let xdp = match (config.xdp.is_empty(), bound.addrs.udp) {
             (false, Some(udp)) => {
                 let workers = cpus.len();
                 let plan = crate::datapath::xdp::XdpPlan {
