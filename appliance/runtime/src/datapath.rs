@@ -52,7 +52,7 @@ use std::net::SocketAddr;
 use ringstore_proto::wire::{frame, udp4};
 
 pub(crate) mod kernel_udp;
-pub(crate) mod xdp;
+pub mod xdp;
 
 /// How a worker's memcache-UDP traffic is carried (shown in logs, `stats` and the console).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

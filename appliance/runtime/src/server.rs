@@ -59,6 +59,15 @@ impl Server {
     /// allocated, so the arena's pages come from the serving node; threads spawned afterwards
     /// inherit the mask and the policy.
     pub fn start(config: &Config) -> Result<Server, RuntimeError> {
+        Server::start_prepared(config, None)
+    }
+
+    /// [`Server::start`] with the AF_XDP programs and sockets of `xdp` already made by
+    /// [`crate::prepare_xdp`] (PID 1 makes them while it still holds the privileges).
+    pub fn start_prepared(
+        config: &Config,
+        prepared: Option<crate::XdpPrepared>,
+    ) -> Result<Server, RuntimeError> {
         crate::sys::ignore_sigpipe();
         crate::sys::return_freed_memory_promptly();
         crate::sys::raise_nofile_limit();
@@ -129,29 +138,24 @@ impl Server {
             tuning: config.tuning,
         };
         let handler = Arc::new(ServiceHandler(shared.clone()));
-        // AF_XDP: program, map and sockets are made here, before the workers start (and
-        // under PID 1 before their privileges drop); queue q is served by worker q mod n,
-        // the worker whose CPU PID 1 pinned that queue's IRQ to (irq.rs: round robin).
-        // The port steered is the bound one (`udp` may name port 0).
-        let xdp = match (config.xdp.is_empty(), bound.addrs.udp) {
-            (false, Some(udp)) => {
-                let workers = cpus.len();
-                let plan = crate::datapath::xdp::XdpPlan {
-                    interfaces: &config.xdp,
-                    port: udp.port(),
-                    allow: config.udp_allow.clone(),
-                    workers,
-                    worker_cpus: &cpus,
-                    queue_worker: &|_, queue| queue as usize % workers,
-                };
-                let attached = crate::datapath::xdp::attach(&plan, &shared, clock)?;
-                let _ = shared
-                    .xdp_mode
-                    .set(crate::datapath::xdp::modes_line(&attached.attachments));
-                Some(attached)
+        // AF_XDP: program, map and sockets are made before the workers start (under PID 1
+        // before privileges drop: `prepared`); each queue goes to the worker on its IRQ's CPU.
+        let prepared = match (prepared, config.xdp.is_empty(), bound.addrs.udp) {
+            (Some(p), _, _) => Some(p),
+            // The port steered is the bound one (`udp` may name port 0).
+            (None, false, Some(udp)) => {
+                Some(crate::datapath::xdp::prepare(&config.xdp, udp.port())?)
             }
             _ => None,
         };
+        let xdp = prepared.map(|p| {
+            let attached =
+                crate::datapath::xdp::distribute(p, &cpus, &config.udp_allow, &shared, clock);
+            let _ = shared
+                .xdp_mode
+                .set(crate::datapath::xdp::modes_line(&attached.attachments));
+            attached
+        });
         let (xdp_attachments, xdp_map, xdp_workers) = match xdp {
             Some(a) => (a.attachments, a.map, a.workers),
             None => (Vec::new(), Vec::new(), Vec::new()),

@@ -245,7 +245,31 @@ pub fn modes_line(attachments: &[XdpAttachment]) -> String {
         .join(",")
 }
 
-/// What [`attach`] set up: the attachments (kept by the server) and each worker's sockets.
+/// Programs attached and sockets opened, not yet given to workers: what needs
+/// privileges (CAP_BPF, CAP_NET_ADMIN, CAP_NET_RAW), done before they are dropped.
+pub struct XdpPrepared {
+    attachments: Vec<XdpAttachment>,
+    queues: Vec<(String, u32, XdpQueue)>,
+    port: u16,
+}
+
+impl std::fmt::Debug for XdpPrepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpPrepared")
+            .field("attachments", &self.attachments)
+            .field("port", &self.port)
+            .finish()
+    }
+}
+
+impl XdpPrepared {
+    /// The UDP port the program steers.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+/// What [`distribute`] made: the attachments (kept by the server) and each worker's sockets.
 pub(crate) struct Attached {
     pub attachments: Vec<XdpAttachment>,
     pub workers: Vec<Option<XdpWorker>>,
@@ -253,40 +277,29 @@ pub(crate) struct Attached {
     pub map: Vec<String>,
 }
 
-/// Where each receive queue is served: `queue_worker(interface, queue)` names the worker.
-pub(crate) struct XdpPlan<'a> {
-    pub interfaces: &'a [String],
-    pub port: u16,
-    pub allow: Vec<ipnet::IpNet>,
-    pub workers: usize,
-    pub worker_cpus: &'a [usize],
-    pub queue_worker: &'a dyn Fn(&str, u32) -> usize,
-}
-
 fn xdp_err(what: String) -> impl FnOnce(String) -> RuntimeError {
     move |detail| RuntimeError::io(what, std::io::Error::other(detail))
 }
 
-/// Loads and attaches the program on every interface of `plan` and opens its sockets.
-pub(crate) fn attach(
-    plan: &XdpPlan<'_>,
-    shared: &Arc<Shared>,
-    clock: Clock,
-) -> Result<Attached, RuntimeError> {
-    let mut attached = Attached {
+/// Loads and attaches the program steering UDP to `port` on every interface of
+/// `interfaces` (native XDP, else generic) and opens one socket per receive queue
+/// (zero-copy, else copy), each in its queue's XSKMAP slot. Logs the mode once per
+/// interface.
+pub fn prepare(interfaces: &[String], port: u16) -> Result<XdpPrepared, RuntimeError> {
+    let mut prepared = XdpPrepared {
         attachments: Vec::new(),
-        workers: (0..plan.workers).map(|_| None).collect(),
-        map: Vec::new(),
+        queues: Vec::new(),
+        port,
     };
-    for name in plan.interfaces {
-        let fail = |what: &str| xdp_err(format!("--xdp {name}: {what}"));
+    for name in interfaces {
+        let fail = |what: &str| xdp_err(format!("xdp {name}: {what}"));
         let ifindex =
             crate::sys::ifindex(name).map_err(|e| fail("no such interface")(e.to_string()))?;
         let queues = crate::sys::rx_queue_count(name)
             .map_err(|e| fail("reading its queues")(e.to_string()))?
             .clamp(1, QUEUES_MAX);
         let map = crate::sys::xskmap_create(queues).map_err(|e| fail("XSKMAP")(e.to_string()))?;
-        let insns = crate::sys::steer_program(map.as_raw_fd(), plan.port);
+        let insns = crate::sys::steer_program(map.as_raw_fd(), port);
         let prog = crate::sys::prog_load_xdp(&insns, "ringstore_steer")
             .map_err(|e| fail("loading the XDP program")(e.to_string()))?;
         let (link, how) = crate::sys::xdp_link_attach(prog.as_fd(), ifindex, true)
@@ -307,41 +320,26 @@ pub(crate) fn attach(
                 (_, XskMode::ZeroCopy) => Mode::XdpZeroCopy,
                 (_, XskMode::Copy) => Mode::XdpCopy,
             };
-            mode = Some(mode.unwrap_or(queue_mode));
-            let worker = (plan.queue_worker)(name, queue).min(plan.workers - 1);
-            let cpu = plan
-                .worker_cpus
-                .get(worker)
-                .map_or_else(|| "-".to_string(), usize::to_string);
-            attached.map.push(format!(
-                "{name} queue {queue} -> worker {worker} (cpu {cpu})"
+            mode.get_or_insert(queue_mode);
+            prepared.queues.push((
+                name.clone(),
+                queue,
+                XdpQueue {
+                    xsk,
+                    mode: queue_mode,
+                    rx_slots: Vec::with_capacity(RX_BUDGET),
+                    tx_slots: Vec::new(),
+                    sending: Vec::new(),
+                    counters: Counters::default(),
+                },
             ));
-            let slot = attached.workers[worker].get_or_insert_with(|| XdpWorker {
-                queues: Vec::new(),
-                scratch: PollScratch::default(),
-                session: Session::new(Protocol::Memcache, worker),
-                shared: shared.clone(),
-                clock,
-                allow: plan.allow.clone(),
-                port: plan.port,
-                worker,
-                reported: Counters::default(),
-            });
-            slot.queues.push(XdpQueue {
-                xsk,
-                mode: queue_mode,
-                rx_slots: Vec::with_capacity(RX_BUDGET),
-                tx_slots: Vec::new(),
-                sending: Vec::new(),
-                counters: Counters::default(),
-            });
         }
         let mode = mode.unwrap_or(Mode::XdpCopy);
         eprintln!(
             "ringstore: xdp {name}: program attached {}, {queues} queue(s), mode {mode}",
             how.name()
         );
-        attached.attachments.push(XdpAttachment {
+        prepared.attachments.push(XdpAttachment {
             interface: name.clone(),
             mode,
             queues,
@@ -350,8 +348,75 @@ pub(crate) fn attach(
             _map: map,
         });
     }
-    for line in &attached.map {
+    Ok(prepared)
+}
+
+/// The CPU the IRQ of receive queue `queue` of `interface` is pinned to, from
+/// /proc/interrupts (action `IF-rx-Q`, `IF-TxRx-Q` or `virtioN-input.Q`) and
+/// /proc/irq/N/smp_affinity_list (its first CPU).
+fn queue_irq_cpu(interface: &str, queue: u32) -> Option<usize> {
+    let interrupts = std::fs::read_to_string("/proc/interrupts").ok()?;
+    let device = std::fs::read_link(format!("/sys/class/net/{interface}/device"))
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let mut names = vec![
+        format!("{interface}-rx-{queue}"),
+        format!("{interface}-TxRx-{queue}"),
+    ];
+    names.extend(device.map(|d| format!("{d}-input.{queue}")));
+    interrupts.lines().find_map(|line| {
+        let (irq, rest) = line.split_once(':')?;
+        let irq: u32 = irq.trim().parse().ok()?;
+        let action = rest.split_whitespace().last()?;
+        if !names.iter().any(|n| n == action) {
+            return None;
+        }
+        let list = std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity_list")).ok()?;
+        crate::sys::parse_cpulist(list.trim()).first().copied()
+    })
+}
+
+/// Gives each socket to the worker on the CPU its queue's IRQ is pinned to (PID 1 pins
+/// them, init/src/irq.rs); without such a pin, queue q goes to worker q mod n.
+pub(crate) fn distribute(
+    prepared: XdpPrepared,
+    worker_cpus: &[usize],
+    allow: &[ipnet::IpNet],
+    shared: &Arc<Shared>,
+    clock: Clock,
+) -> Attached {
+    let workers = worker_cpus.len().max(1);
+    let mut attached = Attached {
+        attachments: prepared.attachments,
+        workers: (0..workers).map(|_| None).collect(),
+        map: Vec::new(),
+    };
+    for (name, queue, xdp_queue) in prepared.queues {
+        let pinned = queue_irq_cpu(&name, queue).and_then(|cpu| {
+            worker_cpus
+                .iter()
+                .position(|&c| c == cpu)
+                .map(|w| (w, "irq"))
+        });
+        let (worker, why) = pinned.unwrap_or((queue as usize % workers, "round robin"));
+        let cpu = worker_cpus
+            .get(worker)
+            .map_or_else(|| "-".to_string(), usize::to_string);
+        let line = format!("{name} queue {queue} -> worker {worker} (cpu {cpu}, {why})");
         eprintln!("ringstore: xdp {line}");
+        attached.map.push(line);
+        let slot = attached.workers[worker].get_or_insert_with(|| XdpWorker {
+            queues: Vec::new(),
+            scratch: PollScratch::default(),
+            session: Session::new(Protocol::Memcache, worker),
+            shared: shared.clone(),
+            clock,
+            allow: allow.to_vec(),
+            port: prepared.port,
+            worker,
+            reported: Counters::default(),
+        });
+        slot.queues.push(xdp_queue);
     }
-    Ok(attached)
+    attached
 }
