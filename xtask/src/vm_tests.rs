@@ -13,6 +13,7 @@ mod scan;
 mod serial;
 mod twonic;
 mod vm;
+mod xdp;
 
 use std::time::{Duration, Instant};
 
@@ -84,6 +85,16 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
         }),
         ("large_object_survives_poweroff_and_power_cut", |i| {
             durable::large_object_survives_poweroff_and_power_cut(i)
+        }),
+        ("xdp_serves_udp_on_virtio_mq", |i| {
+            xdp::xdp_serves_udp_on_virtio_mq(i).map(|r| {
+                format!(
+                    "{:?}; UDP get round trip {:.1} ms; open TCP ports {:?}",
+                    r.xdp_lines,
+                    r.udp_round_trip.as_secs_f64() * 1e3,
+                    r.open
+                )
+            })
         }),
     ]
 }

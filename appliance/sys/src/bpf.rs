@@ -125,9 +125,8 @@ pub fn steer_program(map_fd: RawFd, port: u16) -> [Insn; STEER_PROGRAM_LEN] {
 
 /// bpf(2) with `attr` (a `union bpf_attr` prefix of `size` bytes).
 fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
-    // SAFETY: `attr` is a live, exclusively borrowed `#[repr(C)]` prefix of `union bpf_attr`
-    // for `cmd` of exactly `size_of::<T>()` bytes; the kernel reads (and for some commands
-    // writes) only that many bytes, and every pointer inside it is valid for the call.
+    // The kernel reads (for some commands writes) only `size_of::<T>()` bytes of `attr`.
+    // SAFETY: `attr` is a live, exclusive `#[repr(C)]` bpf_attr prefix; its pointers are valid.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_bpf,

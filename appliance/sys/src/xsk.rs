@@ -134,8 +134,7 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are exactly what mmap returned, and nothing borrows the mapping
-        // any more (its owner is being dropped).
+        // SAFETY: `ptr`/`len` are what mmap returned; nothing borrows the mapping any more.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
@@ -172,8 +171,8 @@ impl Ring {
     }
 
     fn index(&self, which: *const AtomicU32) -> &AtomicU32 {
-        // SAFETY: the pointer is 4-aligned inside the live mapping `self.map` (kernel offsets),
-        // and the kernel only ever accesses it atomically too.
+        // The kernel only ever accesses these indices atomically too.
+        // SAFETY: the pointer is 4-aligned inside the live mapping `self.map` (kernel offsets).
         unsafe { &*which }
     }
 
@@ -200,8 +199,7 @@ impl Ring {
     fn produce<T: Copy>(&self, items: &[T]) {
         let prod = self.index(self.producer).load(Ordering::Relaxed);
         for (i, item) in items.iter().enumerate() {
-            // SAFETY: entries between the producer and the consumer + size belong to us until
-            // the producer index is published below.
+            // SAFETY: entries from producer to consumer + size are ours until published below.
             unsafe { self.slot::<T>(prod.wrapping_add(i as u32)).write(*item) };
         }
         self.index(self.producer)
@@ -214,8 +212,7 @@ impl Ring {
         let prod = self.index(self.producer).load(Ordering::Acquire);
         let n = prod.wrapping_sub(cons).min(max);
         for i in 0..n {
-            // SAFETY: entries between the consumer and the producer were published by the
-            // kernel (Acquire above) and stay put until the consumer index moves past them.
+            // SAFETY: entries from consumer to producer are published (Acquire) and stay put.
             out(unsafe { self.slot::<T>(cons.wrapping_add(i)).read() });
         }
         self.index(self.consumer)
@@ -436,9 +433,9 @@ impl Xsk {
         );
         let room = self.room(frame);
         let len = (frame.len as usize).min(room);
-        // SAFETY: the frame's range lies inside the UMEM (checked at rx/alloc, `room`), the
-        // kernel does not touch a frame whose token is out (see the module comment), and the
-        // `&mut self` borrow keeps this the only slice of it.
+        // The range lies inside the UMEM (`room`); the kernel leaves a frame whose token is out
+        // alone (module comment); `&mut self` keeps this the only slice of it.
+        // SAFETY: in bounds, not shared with the kernel now, and exclusively borrowed.
         unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.add(frame.addr as usize), len) }
     }
 
