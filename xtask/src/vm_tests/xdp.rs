@@ -10,17 +10,12 @@ use anyhow::{bail, Context, Result};
 
 use super::console::{check_listening, data_sockets, ready_line, tcp_ports};
 use super::vm::Vm;
+use super::scan::SCAN_LIMITS;
 use super::{netns, portscan, BOOT_LIMIT, COMMAND_LIMIT, PROMPT};
 use crate::image::Image;
 
 const PEER: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 1);
 const GUEST: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 2);
-const SCAN_LIMITS: portscan::Limits = portscan::Limits {
-    threads: 64,
-    connect: Duration::from_secs(3),
-    retry_connect: Duration::from_secs(5),
-    total: Duration::from_secs(60),
-};
 
 /// What the test saw.
 #[derive(Debug, Clone)]
