@@ -50,8 +50,15 @@
 use std::net::SocketAddr;
 
 use ringstore_proto::wire::{frame, udp4};
+pub use ringstore_service::memcache::ResponseMark;
 
+// A zeroed `libc::msghdr` (musl's has private padding fields, so no struct literal).
+#[allow(unsafe_code)]
 pub(crate) mod kernel_udp;
+// FFI to libexanic (each call's bound stated at the call).
+#[cfg(feature = "exanic")]
+#[allow(unsafe_code)]
+pub mod exanic;
 pub mod xdp;
 
 /// How a worker's memcache-UDP traffic is carried (shown in logs, `stats` and the console).
@@ -161,16 +168,32 @@ pub enum Answer {
     HeldFull,
 }
 
+/// A request's reply: its bytes and where each of its responses ends (memcached frames
+/// every response separately: one per command, one per key of a multi-key get). No marks:
+/// the whole reply is one response.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub bytes: Vec<u8>,
+    pub marks: Vec<ResponseMark>,
+}
+
+impl Reply {
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.marks.clear();
+    }
+}
+
 /// The one per-request function of every backend: checks the frame header and the source,
-/// runs the request through `answer` (which leaves the reply in `out`), and emits the reply
-/// datagrams into `sink`. `out` is scratch owned by the caller (reused, bounded by
+/// runs the request through `answer` (which leaves the reply in `reply`), and emits the reply
+/// datagrams into `sink`. `reply` is scratch owned by the caller (reused, bounded by
 /// `REPLY_MAX` plus one reply line).
 pub fn serve_datagram(
     datagram: &[u8],
     peer: &Peer,
     allow: &[ipnet::IpNet],
-    out: &mut Vec<u8>,
-    answer: impl FnOnce(frame::Frame, &[u8], &mut Vec<u8>) -> Answer,
+    reply: &mut Reply,
+    answer: impl FnOnce(frame::Frame, &[u8], &mut Reply) -> Answer,
     sink: &mut impl ReplySink,
 ) -> Served {
     let (head, request) = match frame::parse_request(datagram) {
@@ -183,29 +206,76 @@ pub fn serve_datagram(
     if !crate::udp::allowed(allow, Some(peer.ip())) {
         return Served::Dropped(DropReason::NotAllowed);
     }
-    out.clear();
-    match answer(head, request, out) {
-        Answer::Now => emit(head, out, sink),
+    reply.clear();
+    match answer(head, request, reply) {
+        Answer::Now => emit(head, reply, sink),
         Answer::Held => Served::Held,
         Answer::HeldFull => Served::Dropped(DropReason::HeldFull),
     }
 }
 
-/// Emits `reply` to the request with frame header `head` as datagrams into `sink`.
-pub fn emit(head: frame::Frame, reply: &[u8], sink: &mut impl ReplySink) -> Served {
-    if reply.is_empty() {
+/// The responses of `reply` as ranges of its bytes, in order, as memcached 1.6 frames them:
+/// one per mark, then what follows the last mark. An empty response is skipped, except as
+/// the very first one when its mark keeps it (memcached sends the request's first response
+/// even when a missed key left it empty, and skips later empty ones). Marks out of order or
+/// past the end are ignored.
+pub fn responses(reply: &Reply) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+    let len = reply.bytes.len();
+    let mut prev = 0;
+    let mut marks = reply.marks.iter();
+    let mut tail_done = false;
+    let mut yielded = false;
+    std::iter::from_fn(move || {
+        for m in marks.by_ref() {
+            let first = prev == 0 && !yielded;
+            if m.end < prev || m.end > len || (m.end == prev && !(m.keep_empty && first)) {
+                continue;
+            }
+            yielded = true;
+            let range = prev..m.end;
+            prev = m.end;
+            return Some(range);
+        }
+        if !tail_done && prev < len {
+            tail_done = true;
+            return Some(prev..len);
+        }
+        None
+    })
+}
+
+/// Emits `reply` to the request with frame header `head` as datagrams into `sink`: each
+/// response framed on its own (sequence from 0, its own datagram count; an empty response is
+/// one header-only datagram with count 0, as memcached sends it). All or nothing.
+pub fn emit(head: frame::Frame, reply: &Reply, sink: &mut impl ReplySink) -> Served {
+    let mut count = 0usize;
+    for r in responses(reply) {
+        count += match frame::ReplyFrames::new(head, r.len(), frame::DATAGRAM_MAX) {
+            Some(frames) => usize::from(frames.count()),
+            None => return Served::Dropped(DropReason::NoRoom),
+        };
+    }
+    if count == 0 {
         return Served::NoReply;
     }
-    let Some(frames) = frame::ReplyFrames::new(head, reply.len(), frame::DATAGRAM_MAX) else {
-        return Served::Dropped(DropReason::NoRoom);
-    };
-    let count = usize::from(frames.count());
     if !sink.has_room(count) {
         return Served::Dropped(DropReason::NoRoom);
     }
-    for seq in 0..frames.count() {
-        let (header, part) = frames.datagram(seq);
-        sink.datagram(&header, &reply[part]);
+    for r in responses(reply) {
+        if r.is_empty() {
+            let mut header = [0u8; frame::HEADER_LEN];
+            header[0..2].copy_from_slice(&head.request_id.to_be_bytes());
+            sink.datagram(&header, &[]);
+            continue;
+        }
+        let part = &reply.bytes[r];
+        let Some(frames) = frame::ReplyFrames::new(head, part.len(), frame::DATAGRAM_MAX) else {
+            continue;
+        };
+        for seq in 0..frames.count() {
+            let (header, range) = frames.datagram(seq);
+            sink.datagram(&header, &part[range]);
+        }
     }
     Served::Replied(count)
 }
@@ -313,7 +383,7 @@ pub struct Polled {
 pub struct PollScratch {
     pub rx: Vec<RxDesc>,
     pub tx: Vec<TxDesc>,
-    pub out: Vec<u8>,
+    pub reply: Reply,
     pub ip_id: u16,
 }
 
@@ -329,7 +399,7 @@ pub fn poll_frames<B: FrameBackend + ?Sized>(
     budget: usize,
     tx_max: usize,
     scratch: &mut PollScratch,
-    mut answer: impl FnMut(frame::Frame, &[u8], &mut Vec<u8>) -> Answer,
+    mut answer: impl FnMut(frame::Frame, &[u8], &mut Reply) -> Answer,
 ) -> Polled {
     let mut polled = Polled::default();
     scratch.rx.clear();
@@ -364,7 +434,7 @@ pub fn poll_frames<B: FrameBackend + ?Sized>(
             &payload,
             &Peer::Frame(req),
             allow,
-            &mut scratch.out,
+            &mut scratch.reply,
             &mut answer,
             &mut sink,
         ) {
@@ -383,4 +453,4 @@ pub fn poll_frames<B: FrameBackend + ?Sized>(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

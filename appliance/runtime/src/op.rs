@@ -34,6 +34,10 @@ pub(crate) enum Op {
     Wake,
     /// Background compaction: a read of the victim segment into the compactor's buffer.
     DiskCompactRead { id: u64 },
+    /// The kernel-UDP backend's multishot recvmsg.
+    UdpRecv,
+    /// A kernel-UDP reply datagram in send slot `slot`.
+    UdpSend { slot: u32 },
     /// Readiness (multishot poll) of the worker's AF_XDP socket `index`.
     XdpReady { index: u32 },
 }
@@ -50,7 +54,9 @@ const DISK_ERASE: u64 = 9;
 const DISK_ERASE_FLUSH: u64 = 10;
 const WAKE: u64 = 11;
 const DISK_COMPACT_READ: u64 = 12;
-const XDP_READY: u64 = 13;
+const UDP_RECV: u64 = 13;
+const UDP_SEND: u64 = 14;
+const XDP_READY: u64 = 15;
 
 impl Op {
     /// The `user_data` of this op.
@@ -75,6 +81,8 @@ impl Op {
             Op::DiskEraseFlush { id } => disk(id, DISK_ERASE_FLUSH),
             Op::Wake => WAKE,
             Op::DiskCompactRead { id } => disk(id, DISK_COMPACT_READ),
+            Op::UdpRecv => UDP_RECV,
+            Op::UdpSend { slot } => conn(slot, 0, UDP_SEND),
             Op::XdpReady { index } => conn(index, 0, XDP_READY),
         }
     }
@@ -97,6 +105,8 @@ impl Op {
             DISK_ERASE_FLUSH => Op::DiskEraseFlush { id },
             WAKE => Op::Wake,
             DISK_COMPACT_READ => Op::DiskCompactRead { id },
+            UDP_RECV => Op::UdpRecv,
+            UDP_SEND => Op::UdpSend { slot },
             XDP_READY => Op::XdpReady { index: slot },
             _ => return None,
         })
@@ -128,6 +138,8 @@ mod tests {
             Op::DiskEraseFlush { id: 3 },
             Op::Wake,
             Op::DiskCompactRead { id: 4 },
+            Op::UdpRecv,
+            Op::UdpSend { slot: u32::MAX },
             Op::XdpReady { index: 3 },
         ];
         for op in ops {

@@ -39,6 +39,10 @@ pub(crate) struct PlaneSetup<H: Handler> {
     pub tcp: Vec<(Protocol, Vec<OwnedFd>)>,
     /// The data device (`--data`); worker i drives region i.
     pub data: Option<Arc<ringstore_durable::Serving<ringstore_durable::FileDevice>>>,
+    /// memcache UDP: one socket of the SO_REUSEPORT group per worker (empty: off).
+    pub udp: Vec<OwnedFd>,
+    /// `--udp-allow`.
+    pub udp_allow: Vec<ipnet::IpNet>,
     /// Per worker (by index): its AF_XDP sockets; shorter than `cpus` (or empty) = none.
     pub xdp: Vec<Option<crate::datapath::xdp::XdpWorker>>,
 }
@@ -97,6 +101,7 @@ impl Plane {
             }
         }
 
+        let mut udp = setup.udp.into_iter();
         let mut xdp = setup.xdp;
         xdp.resize_with(workers, || None);
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(workers);
@@ -113,6 +118,7 @@ impl Plane {
                 listeners,
                 reaper: index == 0,
                 data: setup.data.clone(),
+                udp: udp.next().map(|fd| (fd, setup.udp_allow.clone())),
                 xdp: xdp[index].take(),
             };
             let ready = ready_tx.clone();
@@ -155,16 +161,6 @@ impl Plane {
                 .push(spawn_named(name.to_string(), move || acceptor.run())?);
         }
         Ok(plane)
-    }
-
-    /// The fd that becomes readable when the plane stops (for helper threads' polls).
-    pub(crate) fn stop_fd(&self) -> std::os::fd::RawFd {
-        self.stop_fd.as_raw_fd()
-    }
-
-    /// Joins `handle` at stop, with the acceptors (it must watch [`Plane::stop_fd`]).
-    pub(crate) fn adopt(&mut self, handle: JoinHandle<()>) {
-        self.acceptors.push(handle);
     }
 
     pub(crate) fn features(&self) -> Features {

@@ -88,6 +88,7 @@ impl Server {
         let memory_binding = bind_memory(&topology, node)?;
 
         let bound = crate::listeners::bind(config, cpus.len())?;
+        let udp_sockets = bound.udp.len();
 
         let store = Store::new(StoreConfig {
             memory_bytes: usize::try_from(config.memory).unwrap_or(usize::MAX),
@@ -160,23 +161,22 @@ impl Server {
             Some(a) => (a.attachments, a.map, a.workers),
             None => (Vec::new(), Vec::new(), Vec::new()),
         };
-        let mut plane = Plane::start(PlaneSetup {
+        let plane = Plane::start(PlaneSetup {
             handler: handler.clone(),
             cpus: cpus.iter().map(|&c| Some(c)).collect(),
             limits,
             clock,
             tcp: bound.tcp,
             data: data.clone(),
+            udp: bound.udp,
+            udp_allow: config.udp_allow.clone(),
             xdp: xdp_workers,
         })?;
-        if let Some(udp) = bound.udp {
-            plane.adopt(crate::udp::spawn(
-                udp,
-                shared.clone(),
-                clock,
-                plane.stop_fd(),
-                config.udp_allow.clone(),
-            )?);
+        if udp_sockets > 0 {
+            eprintln!(
+                "ringstore: udp {} on {udp_sockets} workers (one SO_REUSEPORT socket each)",
+                crate::datapath::Mode::KernelUdp
+            );
         }
         let _ = shared.rusage.set(crate::sys::process_cpu_time);
         // Every worker has started (Plane::start waits for them): publish the union of their

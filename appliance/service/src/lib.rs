@@ -265,6 +265,9 @@ pub struct Session {
     inner: SessionKind,
 }
 
+// The memcache variant is the common one and stays inline (no pointer chase per request);
+// HTTP's larger state is boxed.
+#[allow(clippy::large_enum_variant)]
 enum SessionKind {
     Memcache(memcache::MemcacheSession),
     Http(Box<http::HttpSession>),
@@ -311,6 +314,22 @@ impl Session {
                 let n = s.on_durable(token, ok, out);
                 shared.stats(s.worker()).bytes_written.add(n as u64);
             }
+        }
+    }
+
+    /// memcache: note where each response ends in the output (for memcache over UDP, which
+    /// frames each response separately as memcached does). No effect on HTTP.
+    pub fn mark_responses(&mut self) {
+        if let SessionKind::Memcache(s) = &mut self.inner {
+            s.mark_responses();
+        }
+    }
+
+    /// The response ends noted since [`Session::mark_responses`] (emptied).
+    pub fn take_response_marks(&mut self) -> Vec<memcache::ResponseMark> {
+        match &mut self.inner {
+            SessionKind::Memcache(s) => s.take_response_marks(),
+            SessionKind::Http(_) => Vec::new(),
         }
     }
 

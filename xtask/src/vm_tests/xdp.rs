@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use super::console::{check_listening, data_sockets, ready_line, tcp_ports};
-use super::vm::Vm;
 use super::scan::SCAN_LIMITS;
+use super::vm::Vm;
 use super::{netns, portscan, BOOT_LIMIT, COMMAND_LIMIT, PROMPT};
 use crate::image::Image;
 

@@ -114,10 +114,10 @@ pub(crate) fn datagram(id: u16, seq: u16, count: u16, body: &[u8]) -> Vec<u8> {
 }
 
 /// An `answer` that echoes the request `n` times.
-fn echo(n: usize) -> impl FnMut(frame::Frame, &[u8], &mut Vec<u8>) -> Answer {
+fn echo(n: usize) -> impl FnMut(frame::Frame, &[u8], &mut Reply) -> Answer {
     move |_, req, out| {
         for _ in 0..n {
-            out.extend_from_slice(req);
+            out.bytes.extend_from_slice(req);
         }
         Answer::Now
     }
@@ -244,4 +244,78 @@ fn modes_have_stable_names() {
             "exanic"
         ]
     );
+}
+
+/// Collects what a reply emits.
+#[derive(Default)]
+struct Collect {
+    room: usize,
+    got: Vec<Vec<u8>>,
+}
+
+impl ReplySink for Collect {
+    fn has_room(&mut self, count: usize) -> bool {
+        count <= self.room
+    }
+    fn datagram(&mut self, header: &[u8; frame::HEADER_LEN], body: &[u8]) {
+        let mut d = header.to_vec();
+        d.extend_from_slice(body);
+        self.got.push(d);
+    }
+}
+
+fn mark(end: usize, keep_empty: bool) -> ResponseMark {
+    ResponseMark { end, keep_empty }
+}
+
+#[test]
+fn each_response_is_framed_on_its_own_as_memcached_does() {
+    // "get nothere k1 nothere k2": an empty first response for the first miss (header
+    // only), k1's value, nothing for the second miss, k2's value + END.
+    let mut bytes = b"VALUE k1 0 1\r\na\r\n".to_vec();
+    let first = bytes.len();
+    bytes.extend_from_slice(b"VALUE k2 0 1\r\nb\r\nEND\r\n");
+    let reply = Reply {
+        bytes,
+        marks: vec![
+            mark(0, true),
+            mark(first, true),
+            mark(first, true),
+            mark(0, false),       // out of order: ignored
+            mark(1 << 20, false), // past the end: ignored
+        ],
+    };
+    let mut sink = Collect {
+        room: 16,
+        ..Collect::default()
+    };
+    assert_eq!(
+        emit(frame::Frame { request_id: 5 }, &reply, &mut sink),
+        Served::Replied(3)
+    );
+    assert_eq!(sink.got[0], datagram(5, 0, 0, b""), "header only, count 0");
+    assert_eq!(sink.got[1], datagram(5, 0, 1, b"VALUE k1 0 1\r\na\r\n"));
+    assert_eq!(
+        sink.got[2],
+        datagram(5, 0, 1, b"VALUE k2 0 1\r\nb\r\nEND\r\n")
+    );
+    // A noreply command's empty response sends nothing; no response at all is NoReply.
+    let quiet = Reply {
+        bytes: Vec::new(),
+        marks: vec![mark(0, false)],
+    };
+    assert_eq!(
+        emit(frame::Frame { request_id: 1 }, &quiet, &mut sink),
+        Served::NoReply
+    );
+    // No room for all three: nothing at all.
+    let mut small = Collect {
+        room: 2,
+        ..Collect::default()
+    };
+    assert_eq!(
+        emit(frame::Frame { request_id: 5 }, &reply, &mut small),
+        Served::Dropped(DropReason::NoRoom)
+    );
+    assert!(small.got.is_empty());
 }

@@ -12,7 +12,7 @@
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
-use ringstore_service::{Protocol, Session, Shared};
+use ringstore_service::Shared;
 use ringstore_sys::{Frame, Xsk, XskConfig, XskMode};
 
 use super::{poll_frames, Answer, Counters, FrameBackend, Mode, PollScratch, RxDesc, TxDesc};
@@ -173,7 +173,6 @@ impl std::fmt::Debug for XdpAttachment {
 pub(crate) struct XdpWorker {
     queues: Vec<XdpQueue>,
     scratch: PollScratch,
-    session: Session,
     shared: Arc<Shared>,
     clock: Clock,
     allow: Vec<ipnet::IpNet>,
@@ -199,7 +198,7 @@ impl XdpWorker {
         for q in &mut self.queues {
             q.xsk.wake_rx();
             let tx_max = q.tx_max();
-            let (session, shared, clock) = (&mut self.session, &*self.shared, &self.clock);
+            let (shared, clock, worker) = (&*self.shared, &self.clock, self.worker);
             let polled = poll_frames(
                 q,
                 self.port,
@@ -207,12 +206,21 @@ impl XdpWorker {
                 RX_BUDGET,
                 tx_max,
                 &mut self.scratch,
-                |_, request, out| {
-                    crate::udp::answer(session, request, clock, shared, out);
+                |_, request, reply| {
+                    // No data device here: frame backends answer at once (ADR 0021).
+                    let held =
+                        crate::udp::answer(shared, worker, request, clock.now(), None, reply);
+                    debug_assert!(held.is_none(), "nothing is held without a device");
                     Answer::Now
                 },
             );
             q.counters.dropped += polled.dropped as u64;
+            // The datagram counters every memcache UDP backend keeps, beside the frame ones.
+            let slot = self.shared.stats(self.worker);
+            slot.udp_rx_datagrams
+                .add((polled.frames.saturating_sub(polled.dropped)) as u64);
+            slot.udp_tx_datagrams.add(polled.datagrams as u64);
+            slot.udp_dropped.add(polled.dropped as u64);
             busy |= q.busy();
         }
         self.report();
@@ -408,7 +416,6 @@ pub(crate) fn distribute(
         let slot = attached.workers[worker].get_or_insert_with(|| XdpWorker {
             queues: Vec::new(),
             scratch: PollScratch::default(),
-            session: Session::new(Protocol::Memcache, worker),
             shared: shared.clone(),
             clock,
             allow: allow.to_vec(),

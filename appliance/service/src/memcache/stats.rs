@@ -115,6 +115,10 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat(out, "http_requests", t.http_requests);
     stat(out, "http_responses_4xx", t.http_responses_4xx);
     stat(out, "http_responses_5xx", t.http_responses_5xx);
+    stat(out, "udp_rx_datagrams", t.udp_rx_datagrams);
+    stat(out, "udp_tx_datagrams", t.udp_tx_datagrams);
+    stat(out, "udp_dropped", t.udp_dropped);
+    stat(out, "udp_held_full", t.udp_held_full);
     let xdp_mode = shared.xdp_mode.get().map_or("off", String::as_str);
     stat_str(out, "xdp_mode", xdp_mode);
     stat(out, "xdp_rx", t.xdp_rx);
