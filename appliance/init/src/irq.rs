@@ -260,6 +260,9 @@ LOC:       1234       1234       1234       1234   Local timer interrupts
                 (4, vec![0, 1])
             ]
         );
-        assert_eq!(super::plan(&[0, 24], &[24], |_| None, &[2], &[]), vec![(24, vec![2])]);
+        assert_eq!(
+            super::plan(&[0, 24], &[24], |_| None, &[2], &[]),
+            vec![(24, vec![2])]
+        );
     }
 }

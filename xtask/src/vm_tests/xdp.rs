@@ -87,6 +87,13 @@ pub fn xdp_serves_udp_on_virtio_mq(image: &Image) -> Result<XdpReport> {
     if !mode_ok || !map_ok {
         bail!("`net` lacks the XDP mode or the queue map for eth0's two queues:\n{net}");
     }
+    // PID 1 pins queue q's IRQs to worker q mod 2, and each socket follows its IRQ.
+    for q in 0..2 {
+        let want = format!("eth0 queue {q} -> worker {q} (cpu {q}, irq)");
+        if !xdp_lines.contains(&want) {
+            bail!("`net` lacks {want:?}:\n{net}");
+        }
+    }
 
     // memcache UDP from the peer, on a thread inside the namespace.
     let to = SocketAddr::from((GUEST, 11211));
