@@ -32,6 +32,8 @@ pub(crate) struct XdpQueue {
     rx_slots: Vec<Option<Frame>>,
     tx_slots: Vec<Option<Frame>>,
     sending: Vec<Frame>,
+    /// Frames of the current receive burst (reused: no allocation per burst).
+    receiving: Vec<Frame>,
     counters: Counters,
 }
 
@@ -77,10 +79,10 @@ impl FrameBackend for XdpQueue {
 
     fn rx_burst(&mut self, burst: &mut Vec<RxDesc>, budget: usize) -> usize {
         self.reclaim_tx();
-        let mut frames = Vec::with_capacity(budget);
+        let mut frames = std::mem::take(&mut self.receiving);
         self.xsk.rx_burst(budget as u32, &mut frames);
         let n = frames.len();
-        for frame in frames {
+        for frame in frames.drain(..) {
             if frame.is_empty() {
                 // A descriptor outside its frame: count it, give the frame back.
                 self.counters.dropped += 1;
@@ -91,6 +93,7 @@ impl FrameBackend for XdpQueue {
             let id = park(&mut self.rx_slots, frame);
             burst.push(RxDesc { id, len });
         }
+        self.receiving = frames;
         self.counters.rx += n as u64;
         burst.len()
     }
@@ -338,6 +341,7 @@ pub fn prepare(interfaces: &[String], port: u16) -> Result<XdpPrepared, RuntimeE
                     rx_slots: Vec::with_capacity(RX_BUDGET),
                     tx_slots: Vec::new(),
                     sending: Vec::new(),
+                    receiving: Vec::with_capacity(RX_BUDGET),
                     counters: Counters::default(),
                 },
             ));
