@@ -127,6 +127,31 @@ fn udp_to_the_port_reaches_the_socket_and_other_udp_does_not() {
         got(&mut xsks, b"steered", 3000),
         "UDP to the port reaches the socket"
     );
+    // A burst never hands out more than asked, and the rest waits in the ring.
+    let script = format!(
+        "for i in $(seq 40); do printf burst > /dev/udp/{}/11299; done",
+        veth.peer_ip()
+    );
+    assert!(sh(&[
+        "ip", "netns", "exec", &veth.ns, "bash", "-c", &script
+    ]));
+    let (mut seen, mut max_burst) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while seen < 40 && Instant::now() < deadline {
+        for xsk in xsks.iter_mut() {
+            let mut frames = Vec::new();
+            let n = xsk.rx_burst(16, &mut frames);
+            assert_eq!(n as usize, frames.len());
+            max_burst = max_burst.max(frames.len());
+            for f in frames {
+                seen += usize::from(xsk.bytes(&f).ends_with(b"burst"));
+                xsk.recycle(f);
+            }
+        }
+    }
+    assert_eq!(seen, 40, "every datagram of the burst arrived");
+    // All 40 were queued before the first burst: it takes exactly the 16 asked for.
+    assert_eq!(max_burst, 16, "a burst takes at most what is asked");
     send_from_ns(&veth.ns, &veth.peer_ip(), 11298, "passed");
     assert!(
         !got(&mut xsks, b"passed", 300),
