@@ -633,6 +633,22 @@ mod tests {
                 && tap.contains("virtio-net-pci,netdev=n0,bus=rp0"),
             "{tap}"
         );
+        assert!(!tap.contains("mq=on"), "no multiqueue unless asked: {tap}");
+        let mq = machine_args(
+            &load_profile("xdp-mq").unwrap(),
+            &image(),
+            &Serial::Stdio,
+            "",
+            "tcg",
+            &[],
+            &[],
+        )
+        .join(" ");
+        assert!(
+            mq.contains("-netdev tap,id=n0,ifname=rsxdp0,script=no,downscript=no,queues=2,vhost=off")
+                && mq.contains("virtio-net-pci,mq=on,vectors=6,guest_tso4=off,guest_tso6=off,guest_ecn=off,guest_ufo=off,netdev=n0,bus=pcie.0"),
+            "{mq}"
+        );
         let single = machine_args(
             &load_profile("single").unwrap(),
             &image(),
