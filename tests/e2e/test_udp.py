@@ -9,7 +9,7 @@ import socket
 import time
 
 from conftest import raw, real_memcached
-from test_durable import make_file
+from test_durable import fault_device, make_file  # noqa: F401 (fault_device: a fixture)
 from udpclient import UdpClient, header, udp_addr_of
 
 
@@ -185,3 +185,46 @@ def test_udp_writes_with_data_are_durable_across_kill9(server_factory, tmp_path)
         for key, value in acked.items():
             assert c.request(b"get %s\r\n" % key, settle=0) == b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (key, len(value), value)
         assert c.request(b"get u0 ctr both\r\n") == b"VALUE ctr 0 2\r\n12\r\nVALUE both 0 1\r\nb\r\nEND\r\n"
+
+
+def test_udp_writes_waiting_for_a_stalled_device_are_bounded(fault_device, server_factory, tmp_path):
+    """The held table (1024 requests per worker waiting for their group commit) is the bound:
+    past it a datagram is dropped unanswered and counted; the held ones are answered once the
+    device commits, and the server serves TCP reads throughout."""
+    backing = tmp_path / "backing.img"
+    make_file(backing, 64 << 20)
+    dev = fault_device(backing)
+    server, addr = udp_server(server_factory, "--data", dev.path, "--cores", "1")
+    dev.wait_quiet()
+    raw(server.mc, b"set before 0 0 1\r\nb\r\n", read_until=b"\r\n")
+    dev.stall_flush()
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender.bind(("127.0.0.1", 0))
+    sent = 0
+    deadline = time.monotonic() + 20
+    # Writes until the table overflows (the kernel may drop some datagrams before the server).
+    while int(stats(server)["udp_held_full"]) == 0 and time.monotonic() < deadline:
+        for _ in range(500):
+            sender.sendto(header(sent & 0xFFFF) + b"set h%d 0 0 1\r\nx\r\n" % sent, addr)
+            sent += 1
+            if sent % 20 == 0:
+                time.sleep(0.001)  # paced, so the socket buffer does not drop them first
+        time.sleep(0.1)
+    st = stats(server)  # over TCP, no device needed: served while the device stalls
+    rx, held_full = int(st["udp_rx_datagrams"]), int(st["udp_held_full"])
+    assert held_full > 0, (sent, st)
+    held = rx - held_full
+    assert held <= 1024 + 1, st  # 1024 held (+1: the first write's commit may be through)
+    assert int(st["udp_tx_datagrams"]) == 0, st
+    assert raw(server.mc, b"get before\r\n", read_until=b"END\r\n") == b"VALUE before 0 1\r\nb\r\nEND\r\n"
+    dev.heal()
+    # Every held request is answered once the device commits (the server's count: the
+    # client's socket buffer may drop some of the burst).
+    deadline = time.monotonic() + 10
+    while int(stats(server)["udp_tx_datagrams"]) < held and time.monotonic() < deadline:
+        time.sleep(0.05)
+    st = stats(server)
+    assert int(st["udp_tx_datagrams"]) == held, st
+    sender.settimeout(1)
+    assert sender.recv(64)[8:] == b"STORED\r\n"
+    sender.close()

@@ -244,16 +244,25 @@ pub fn responses(reply: &Reply) -> impl Iterator<Item = std::ops::Range<usize>> 
     })
 }
 
+/// Datagrams [`emit`] would send for `reply` (`usize::MAX`: it cannot be framed).
+pub fn datagrams_of(head: frame::Frame, reply: &Reply) -> usize {
+    let mut count = 0usize;
+    for r in responses(reply) {
+        match frame::ReplyFrames::new(head, r.len(), frame::DATAGRAM_MAX) {
+            Some(frames) => count += usize::from(frames.count()),
+            None => return usize::MAX,
+        }
+    }
+    count
+}
+
 /// Emits `reply` to the request with frame header `head` as datagrams into `sink`: each
 /// response framed on its own (sequence from 0, its own datagram count; an empty response is
 /// one header-only datagram with count 0, as memcached sends it). All or nothing.
 pub fn emit(head: frame::Frame, reply: &Reply, sink: &mut impl ReplySink) -> Served {
-    let mut count = 0usize;
-    for r in responses(reply) {
-        count += match frame::ReplyFrames::new(head, r.len(), frame::DATAGRAM_MAX) {
-            Some(frames) => usize::from(frames.count()),
-            None => return Served::Dropped(DropReason::NoRoom),
-        };
+    let count = datagrams_of(head, reply);
+    if count == usize::MAX {
+        return Served::Dropped(DropReason::NoRoom);
     }
     if count == 0 {
         return Served::NoReply;
@@ -321,7 +330,8 @@ pub trait FrameBackend {
     /// The whole of TX buffer `tx` to build a frame in.
     fn tx_buf(&mut self, tx: TxDesc) -> &mut [u8];
     /// Queues built frames for transmission (their `len` set) and kicks the device; frames
-    /// it could not queue are freed and counted as dropped.
+    /// it could not queue are freed and counted as dropped. A frame of `len` 0 (one whose
+    /// build failed) is only freed.
     fn tx_burst(&mut self, burst: &[TxDesc]);
     /// What this backend saw so far.
     fn counters(&self) -> Counters;
@@ -350,17 +360,16 @@ impl<B: FrameBackend + ?Sized> ReplySink for FrameSink<'_, B> {
         };
         let buf = self.backend.tx_buf(tx);
         let payload = frame::HEADER_LEN + body.len();
-        if buf.len() < udp4::HEADERS_LEN + payload {
-            return;
+        tx.len = 0; // a buffer too small for the frame goes back unsent (len 0)
+        if buf.len() >= udp4::HEADERS_LEN + payload {
+            buf[udp4::HEADERS_LEN..udp4::HEADERS_LEN + frame::HEADER_LEN].copy_from_slice(header);
+            buf[udp4::HEADERS_LEN + frame::HEADER_LEN..udp4::HEADERS_LEN + payload]
+                .copy_from_slice(body);
+            if let Ok(len) = udp4::write_reply_headers(buf, &self.req, payload, *self.ip_id) {
+                *self.ip_id = self.ip_id.wrapping_add(1);
+                tx.len = len as u32;
+            }
         }
-        buf[udp4::HEADERS_LEN..udp4::HEADERS_LEN + frame::HEADER_LEN].copy_from_slice(header);
-        buf[udp4::HEADERS_LEN + frame::HEADER_LEN..udp4::HEADERS_LEN + payload]
-            .copy_from_slice(body);
-        let Ok(len) = udp4::write_reply_headers(buf, &self.req, payload, *self.ip_id) else {
-            return;
-        };
-        *self.ip_id = self.ip_id.wrapping_add(1);
-        tx.len = len as u32;
         self.burst.push(tx);
     }
 }

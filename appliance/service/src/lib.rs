@@ -82,8 +82,9 @@ pub struct Topology {
 /// Counting: each worker owns one cache-line padded [`WorkerStats`] slot, reached with
 /// [`Shared::stats`]`(worker)`; its pub [`Counter`] fields are bumped with `inc()`/`add(n)`
 /// (relaxed load + store, no read-modify-write, no contention) and only by the thread
-/// serving that worker. `stats` sums the slots. Threads that are not workers (the UDP
-/// thread) use [`Shared::aux_slot`], a spare slot after the workers'.
+/// serving that worker. `stats` sums the slots. Threads that are not workers use
+/// [`Shared::aux_slot`], a spare slot after the workers' (memcache UDP is served by the
+/// workers, on their own slots).
 ///
 /// `worker_capeff` is the effective capability set (`CapEff` from `/proc/self/status`) of
 /// the worker threads, set by the runtime after it drops privileges; `stats` prints it
@@ -142,7 +143,7 @@ impl Shared {
         &self.slots[worker.min(self.slots.len() - 1)]
     }
 
-    /// Index of the spare slot for threads that are not workers (the UDP thread).
+    /// Index of the spare slot for threads that are not workers.
     pub fn aux_slot(&self) -> usize {
         self.slots.len() - 1
     }

@@ -240,6 +240,13 @@ impl FrameBackend for Exanic {
             let slot = tx.id as usize % TX_SLOTS;
             let len = (tx.len as usize).min(FRAME_MAX);
             let frame = &self.tx_bufs[slot];
+            if len == 0 {
+                // A frame whose build failed: its buffer only goes back.
+                if !self.tx_free.contains(&(slot as u32)) {
+                    self.tx_free.push(slot as u32);
+                }
+                continue;
+            }
             // SAFETY: `self.tx` is live; `frame` is readable for `len` <= FRAME_MAX bytes.
             let rc = unsafe {
                 ffi::exanic_transmit_frame(self.tx, frame.as_ptr().cast::<c_char>(), len)

@@ -76,6 +76,9 @@ pub(crate) struct KernelUdp<S> {
     pub held_free: Vec<u32>,
     /// Per held index, its generation (22 bits): a settled record names index and generation.
     pub held_gen: Vec<u32>,
+    /// Held indices whose replies were released and wait for send slots, oldest first
+    /// (at most [`HELD_MAX`]: each is still in the table).
+    pub ready: std::collections::VecDeque<u32>,
     /// Reply scratch (reused).
     pub out: crate::datapath::Reply,
 }
@@ -118,6 +121,7 @@ impl<S> KernelUdp<S> {
             held: (0..HELD_MAX).map(|_| None).collect(),
             held_free: (0..HELD_MAX as u32).rev().collect(),
             held_gen: vec![0; HELD_MAX],
+            ready: std::collections::VecDeque::with_capacity(HELD_MAX),
             out: crate::datapath::Reply::default(),
         })
     }

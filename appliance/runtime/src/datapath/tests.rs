@@ -11,6 +11,8 @@ pub(crate) struct MemBackend {
     pub held: Vec<Option<Vec<u8>>>,
     pub tx_bufs: Vec<Vec<u8>>,
     pub tx_free: usize,
+    /// Bytes of each TX buffer.
+    pub tx_size: usize,
     pub sent: Vec<Vec<u8>>,
     pub counters: Counters,
 }
@@ -19,6 +21,7 @@ impl MemBackend {
     pub(crate) fn new(tx_free: usize) -> MemBackend {
         MemBackend {
             tx_free,
+            tx_size: 2048,
             ..MemBackend::default()
         }
     }
@@ -55,7 +58,7 @@ impl FrameBackend for MemBackend {
             return None;
         }
         self.tx_free -= 1;
-        self.tx_bufs.push(vec![0; 2048]);
+        self.tx_bufs.push(vec![0; self.tx_size]);
         Some(TxDesc {
             id: self.tx_bufs.len() as u64 - 1,
             len: 0,
@@ -65,11 +68,12 @@ impl FrameBackend for MemBackend {
         &mut self.tx_bufs[tx.id as usize]
     }
     fn tx_burst(&mut self, burst: &[TxDesc]) {
-        for tx in burst {
+        self.tx_free += burst.iter().filter(|tx| tx.len == 0).count();
+        for tx in burst.iter().filter(|tx| tx.len > 0) {
             let buf = &self.tx_bufs[tx.id as usize];
             self.sent.push(buf[..tx.len as usize].to_vec());
+            self.counters.tx += 1;
         }
-        self.counters.tx += burst.len() as u64;
     }
     fn counters(&self) -> Counters {
         self.counters
@@ -89,19 +93,7 @@ pub(crate) fn client() -> Udp4Addrs {
 
 /// A frame from `client()` to the server carrying `payload`.
 pub(crate) fn request_frame(payload: &[u8]) -> Vec<u8> {
-    let c = client();
-    let mirror = Udp4Addrs {
-        src_mac: c.dst_mac,
-        dst_mac: c.src_mac,
-        src_ip: c.dst_ip,
-        dst_ip: c.src_ip,
-        src_port: c.dst_port,
-        dst_port: c.src_port,
-    };
-    let mut buf = vec![0u8; udp4::HEADERS_LEN + payload.len()];
-    buf[udp4::HEADERS_LEN..].copy_from_slice(payload);
-    udp4::write_reply_headers(&mut buf, &mirror, payload.len(), 9).unwrap();
-    buf
+    udp4::frame_from(&client(), payload, 9).unwrap()
 }
 
 pub(crate) fn datagram(id: u16, seq: u16, count: u16, body: &[u8]) -> Vec<u8> {
@@ -318,4 +310,15 @@ fn each_response_is_framed_on_its_own_as_memcached_does() {
         Served::Dropped(DropReason::NoRoom)
     );
     assert!(small.got.is_empty());
+}
+
+#[test]
+fn a_tx_buffer_too_small_for_its_frame_goes_back_unsent() {
+    let mut b = MemBackend::new(8);
+    b.tx_size = 40; // smaller than the 42 bytes of headers alone
+    b.rx.push_back(request_frame(&datagram(1, 0, 1, b"get k\r\n")));
+    let mut scratch = PollScratch::default();
+    poll_frames(&mut b, 11_211, &[], 8, 8, &mut scratch, echo(1));
+    assert!(b.sent.is_empty());
+    assert_eq!(b.tx_free, 8, "the buffer came back");
 }

@@ -157,12 +157,14 @@ impl<H: Handler> Worker<H> {
             UdpEvent::Dropped
         };
         self.setup.handler.udp_count(self.setup.index, event);
+        if !udp.ready.is_empty() {
+            self.send_ready_udp();
+        }
     }
 
     /// The data device settled `token` of held UDP request `id`: its reply goes out once
     /// every record it waits for is settled.
     pub(super) fn on_udp_durable(&mut self, id: u32, token: u64, ok: bool) {
-        let worker = self.setup.index;
         let handler = &*self.setup.handler;
         let Some(udp) = self.udp.as_mut() else {
             return;
@@ -178,24 +180,49 @@ impl<H: Handler> Worker<H> {
         if handler.awaits_durable(&entry.session) {
             return;
         }
-        let Some(mut entry) = udp.held[index].take() else {
-            return;
-        };
-        udp.held_gen[index] = udp.held_gen[index].wrapping_add(1) & (u32::MAX >> 10);
-        udp.held_free.push(index as u32);
         handler.udp_bound_reply(&entry.request_head, &mut entry.out.bytes);
         handler.output_flushed(&mut entry.session);
         handler.session_closed(&mut entry.session, None);
-        let name = &entry.name[..entry.name_len as usize];
-        let mut sink = SendSink::new(
-            &mut udp.slots,
-            &mut udp.free,
-            &udp.fd,
-            name,
-            &mut self.pending,
-        );
-        let served = datapath::emit(entry.head, &entry.out, &mut sink);
-        count_served(handler, worker, served);
+        // Released: it leaves the table once its datagrams have send slots (one group commit
+        // may release the whole table at once; at most 256 datagrams are in flight).
+        udp.ready.push_back(index as u32);
+        self.send_ready_udp();
+    }
+
+    /// Sends released held replies, oldest first, while the send slots take each whole.
+    pub(super) fn send_ready_udp(&mut self) {
+        let worker = self.setup.index;
+        let handler = &*self.setup.handler;
+        let Some(udp) = self.udp.as_mut() else {
+            return;
+        };
+        while let Some(&index) = udp.ready.front() {
+            let index = index as usize;
+            let Some(entry) = udp.held[index].as_ref() else {
+                udp.ready.pop_front();
+                continue;
+            };
+            let needed = datapath::datagrams_of(entry.head, &entry.out);
+            if needed > udp.free.len() && udp.sends_in_flight() > 0 {
+                return; // retried as sends complete
+            }
+            udp.ready.pop_front();
+            let Some(entry) = udp.held[index].take() else {
+                continue;
+            };
+            udp.held_gen[index] = udp.held_gen[index].wrapping_add(1) & (u32::MAX >> 10);
+            udp.held_free.push(index as u32);
+            let name = &entry.name[..entry.name_len as usize];
+            let mut sink = SendSink::new(
+                &mut udp.slots,
+                &mut udp.free,
+                &udp.fd,
+                name,
+                &mut self.pending,
+            );
+            let served = datapath::emit(entry.head, &entry.out, &mut sink);
+            count_served(handler, worker, served);
+        }
     }
 
     /// At stop: the multishot receive is cancelled (held requests still get their replies).

@@ -843,3 +843,60 @@ fn refused_touches_answer_the_error_and_change_nothing() {
     );
     assert_eq!(String::from_utf8_lossy(&out), expected);
 }
+
+#[test]
+fn response_marks_split_the_output_as_memcached_frames_udp_replies() {
+    use crate::memcache::ResponseMark;
+    let shared = shared();
+    feed(&shared, &[b"set a 0 0 1\r\n1\r\nset b 0 0 1\r\n2\r\n"]);
+    let mut s = Session::new(Protocol::Memcache, 0);
+    s.mark_responses();
+    let mut out = Vec::new();
+    let flow = s.on_bytes(
+        b"get x a x b\r\nset q 0 0 1 noreply\r\nq\r\ndelete x\r\n",
+        NOW,
+        &shared,
+        None,
+        &mut out,
+    );
+    assert_eq!(flow, Flow::Continue);
+    let text = b"VALUE a 0 1\r\n1\r\nVALUE b 0 1\r\n2\r\nEND\r\nNOT_FOUND\r\n";
+    assert_eq!(out, text);
+    let a_end = b"VALUE a 0 1\r\n1\r\n".len();
+    let get_end = a_end + b"VALUE b 0 1\r\n2\r\nEND\r\n".len();
+    let keep = |end| ResponseMark {
+        end,
+        keep_empty: true,
+    };
+    let command = |end| ResponseMark {
+        end,
+        keep_empty: false,
+    };
+    // One per key but the last (misses included), one per command (noreply too).
+    assert_eq!(
+        s.take_response_marks(),
+        [
+            keep(0),
+            keep(a_end),
+            keep(a_end),
+            command(get_end),
+            command(get_end),
+            command(out.len())
+        ]
+    );
+    assert!(s.take_response_marks().is_empty(), "taken");
+    // A session not asked to mark notes nothing.
+    let mut plain = Session::new(Protocol::Memcache, 0);
+    plain.on_bytes(b"get a b\r\n", NOW, &shared, None, &mut Vec::new());
+    assert!(plain.take_response_marks().is_empty());
+    // The marks are bounded: 5000 commands in one input note at most RESPONSE_MARKS_MAX.
+    let mut many = Session::new(Protocol::Memcache, 0);
+    many.mark_responses();
+    let mut out = Vec::new();
+    many.on_bytes(&b"mn\r\n".repeat(5000), NOW, &shared, None, &mut out);
+    assert_eq!(out.len(), 5000 * 4);
+    assert_eq!(
+        many.take_response_marks().len(),
+        crate::memcache::RESPONSE_MARKS_MAX
+    );
+}
