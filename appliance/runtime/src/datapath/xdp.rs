@@ -131,7 +131,10 @@ impl FrameBackend for XdpQueue {
             else {
                 continue;
             };
-            if self.xsk.resize(&mut frame, tx.len as usize) {
+            if tx.len == 0 {
+                // A frame whose build failed: only freed (the interface's rule).
+                self.xsk.recycle(frame);
+            } else if self.xsk.resize(&mut frame, tx.len as usize) {
                 self.sending.push(frame);
             } else {
                 self.xsk.recycle(frame);
