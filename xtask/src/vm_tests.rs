@@ -6,7 +6,7 @@ mod client;
 mod console;
 mod durable;
 mod kernel_panic;
-mod netns;
+pub(crate) mod netns;
 mod numa2;
 mod portscan;
 mod scan;

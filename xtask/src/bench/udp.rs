@@ -20,6 +20,7 @@ use super::options::Options;
 use super::procs::{self, CoreTicks, SERVER_CPU};
 use super::subject::Subject;
 use super::WARMUP;
+use crate::vm_tests::netns::ip;
 
 /// Requests in flight from the client.
 const WINDOW: usize = 32;
@@ -28,21 +29,6 @@ const LOST_AFTER: Duration = Duration::from_millis(200);
 const VALUE_LEN: usize = 100;
 const SERVER_IP: &str = "10.79.250.1";
 const CLIENT_IP: &str = "10.79.250.2";
-
-fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
 
 /// The veth pair: `a` here (the servers), `b` in the namespace (the client); removed on drop.
 struct Veth {

@@ -17,7 +17,8 @@ pub struct Netns {
     tap: Option<String>,
 }
 
-fn ip(args: &[&str]) -> Result<()> {
+/// `ip ARGS...`; its stderr in the error when it fails.
+pub(crate) fn ip(args: &[&str]) -> Result<()> {
     let out = Command::new("ip")
         .args(args)
         .stdin(Stdio::null())
