@@ -369,6 +369,13 @@ impl Config {
                 "xdp serves memcache UDP: set udp (its port is the one steered) too".into(),
             ));
         }
+        if !self.xdp.is_empty() && self.data.is_some() {
+            // Frame backends answer at once (ADR 0021): a write through AF_XDP would be
+            // acknowledged before its group commit. Refused rather than half durable.
+            return Err(ConfigError::Inconsistent(
+                "xdp with data is not supported: UDP writes through AF_XDP would be acknowledged before they are durable".into(),
+            ));
+        }
         if self.item_size_max as u64 > self.memory {
             return Err(ConfigError::Inconsistent(format!(
                 "item-size-max ({}) is larger than memory ({})",
