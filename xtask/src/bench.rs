@@ -27,6 +27,7 @@ mod procs;
 mod report;
 mod saturation;
 mod subject;
+mod udp;
 
 use crate::util;
 use anyhow::Result;
@@ -74,6 +75,9 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if wants(Part::Durable) {
         durable_part(&o, &subject, &out_dir, &mut doc)?;
+    }
+    if wants(Part::Udp) {
+        udp::udp_part(&o, &subject, &mut doc)?;
     }
     let mut md = String::new();
     let _ = writeln!(md, "# ringstore benchmark results\n");

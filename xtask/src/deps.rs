@@ -33,6 +33,10 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     // without recommends here). Scale-out: twemproxy, the e2e test's proxy.
     ("ipxe-qemu", "/usr/lib/ipxe/qemu/pxe-virtio.rom"),
     ("nutcracker", "/usr/sbin/nutcracker"),
+    // The AF_XDP veth tests turn the sender's TX checksum offload off.
+    ("ethtool", "/usr/sbin/ethtool"),
+    // ...and check that ICMP still reaches the kernel with the program attached.
+    ("iputils-ping", "/usr/bin/ping"),
     // Binary-protocol clients: Dalli 3.0.6 (the package does not pull in ruby itself),
     // pylibmc for the system python3, php-memcached for PHP 8.2 (Debian 12).
     ("ruby", "/usr/bin/ruby"),

@@ -61,6 +61,10 @@ pub struct Nic {
     /// `NAME:GUEST_PORT` TCP ports forwarded from 127.0.0.1.
     #[serde(default)]
     pub forward: Vec<String>,
+    /// Queue pairs of a multiqueue virtio-net on a tap (`queues=N`, `mq=on`,
+    /// `vectors=2N+2`, guest offloads off so the guest driver attaches native XDP); the tap
+    /// must be a `multi_queue` one.
+    pub queues: Option<u32>,
 }
 
 /// The guest's name for the `index`-th virtio-blk disk (`vda`, `vdb`, ...).
@@ -295,6 +299,15 @@ pub fn machine_args(
                 f.host_port, f.guest_port
             ));
         }
+        // Multiqueue: QEMU's own datapath (no vhost), and the offloads native XDP refuses.
+        let mut model = nic.model.clone();
+        if let Some(n) = nic.queues {
+            netdev.push_str(&format!(",queues={n},vhost=off"));
+            model.push_str(&format!(
+                ",mq=on,vectors={},guest_tso4=off,guest_tso6=off,guest_ecn=off,guest_ufo=off",
+                2 * n + 2
+            ));
+        }
         push(&["-netdev", &netdev]);
         let mac = format!("52:54:00:12:34:{:02x}", 0x56 + k);
         match nic.node {
@@ -305,12 +318,12 @@ pub fn machine_args(
                 ]);
                 push(&[
                     "-device",
-                    &format!("{},netdev=n{k},bus=rp{k},mac={mac}", nic.model),
+                    &format!("{model},netdev=n{k},bus=rp{k},mac={mac}"),
                 ]);
             }
             None => push(&[
                 "-device",
-                &format!("{},netdev=n{k},bus=pcie.0,mac={mac}", nic.model),
+                &format!("{model},netdev=n{k},bus=pcie.0,mac={mac}"),
             ]),
         }
     }
@@ -466,7 +479,14 @@ mod tests {
 
     #[test]
     fn every_profile_parses() {
-        for name in ["numa2", "numa2-disk", "numa2-tap", "single", "twonic"] {
+        for name in [
+            "numa2",
+            "numa2-disk",
+            "numa2-tap",
+            "single",
+            "twonic",
+            "xdp-mq",
+        ] {
             load_profile(name).unwrap();
         }
         assert!(load_profile("nope").is_err());
@@ -612,6 +632,22 @@ mod tests {
             tap.contains("pxb-pcie,id=pxb1,bus_nr=128,numa_node=1")
                 && tap.contains("virtio-net-pci,netdev=n0,bus=rp0"),
             "{tap}"
+        );
+        assert!(!tap.contains("mq=on"), "no multiqueue unless asked: {tap}");
+        let mq = machine_args(
+            &load_profile("xdp-mq").unwrap(),
+            &image(),
+            &Serial::Stdio,
+            "",
+            "tcg",
+            &[],
+            &[],
+        )
+        .join(" ");
+        assert!(
+            mq.contains("-netdev tap,id=n0,ifname=rsxdp0,script=no,downscript=no,queues=2,vhost=off")
+                && mq.contains("virtio-net-pci,mq=on,vectors=6,guest_tso4=off,guest_tso6=off,guest_ecn=off,guest_ufo=off,netdev=n0,bus=pcie.0"),
+            "{mq}"
         );
         let single = machine_args(
             &load_profile("single").unwrap(),

@@ -6,7 +6,7 @@ mod client;
 mod console;
 mod durable;
 mod kernel_panic;
-mod netns;
+pub(crate) mod netns;
 mod numa2;
 mod portscan;
 mod pxe;
@@ -14,6 +14,7 @@ mod scan;
 mod serial;
 mod twonic;
 mod vm;
+mod xdp;
 
 use std::time::{Duration, Instant};
 
@@ -94,6 +95,16 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
                     .map(|(name, secs)| format!("{name} ready {secs:.1} s after QEMU started"))
                     .collect();
                 ready.join(", ")
+            })
+        }),
+        ("xdp_serves_udp_on_virtio_mq", |i| {
+            xdp::xdp_serves_udp_on_virtio_mq(i).map(|r| {
+                format!(
+                    "{:?}; UDP get round trip {:.1} ms; open TCP ports {:?}",
+                    r.xdp_lines,
+                    r.udp_round_trip.as_secs_f64() * 1e3,
+                    r.open
+                )
             })
         }),
     ]

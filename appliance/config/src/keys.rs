@@ -59,6 +59,14 @@ pub static KEYS: &[KeyInfo] = &[
         apply: |c, v| parse_networks(v).map(|n| c.udp_allow = n).ok_or(()),
     },
     KeyInfo {
+        name: "xdp",
+        expected: "a comma list of interface names like eth0,eth1 (or none)",
+        help: "serve memcache UDP through AF_XDP on these interfaces (needs udp; default none)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| parse_interfaces(v).map(|n| c.xdp = n).ok_or(()),
+    },
+    KeyInfo {
         name: "cores",
         expected: "a number of worker CPUs from 0 to 4096 (0 = every CPU of the chosen NUMA node)",
         help: "worker threads, one pinned per CPU (default 0 = all CPUs of the node)",
@@ -326,4 +334,46 @@ pub fn known_list() -> String {
         .map(|k| k.name)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Longest interface name Linux accepts (IFNAMSIZ - 1).
+const IFNAME_MAX: usize = 15;
+/// Most interfaces `xdp` may name.
+pub const XDP_INTERFACES_MAX: usize = 16;
+
+/// `eth0,eth1` (or `none`/empty): interface names, each 1-15 bytes of `[A-Za-z0-9._-]`.
+fn parse_interfaces(v: &str) -> Option<Vec<String>> {
+    let v = v.trim();
+    if v.is_empty() || v == "none" {
+        return Some(Vec::new());
+    }
+    let names: Vec<String> = v.split(',').map(|n| n.trim().to_string()).collect();
+    let ok = |n: &String| {
+        !n.is_empty()
+            && n.len() <= IFNAME_MAX
+            && n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+    };
+    (names.len() <= XDP_INTERFACES_MAX && names.iter().all(ok)).then_some(names)
+}
+
+#[cfg(test)]
+mod interface_tests {
+    use super::parse_interfaces;
+
+    #[test]
+    fn interface_lists_are_bounded_and_checked() {
+        assert_eq!(
+            parse_interfaces("eth0, veth1"),
+            Some(vec!["eth0".into(), "veth1".into()])
+        );
+        assert_eq!(parse_interfaces("none"), Some(vec![]));
+        assert_eq!(parse_interfaces(""), Some(vec![]));
+        assert_eq!(parse_interfaces("a,,b"), None);
+        assert_eq!(parse_interfaces("sixteen-chars-xx"), None);
+        assert_eq!(parse_interfaces("eth0/1"), None);
+        let many = vec!["e"; 17].join(",");
+        assert_eq!(parse_interfaces(&many), None);
+        assert!(parse_interfaces(&vec!["e"; 16].join(",")).is_some());
+    }
 }

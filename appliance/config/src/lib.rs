@@ -85,6 +85,8 @@ pub struct Config {
     pub udp: Option<SocketAddr>,
     /// `udp-allow`: source networks answered over UDP; empty = any.
     pub udp_allow: Vec<ipnet::IpNet>,
+    /// `xdp`: interfaces whose memcache UDP is served through AF_XDP; empty = none.
+    pub xdp: Vec<String>,
     /// `cores`: 0 = every CPU of the chosen node.
     pub cores: usize,
     pub numa: NumaChoice,
@@ -147,6 +149,7 @@ impl Default for Config {
             http: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
             udp: None,
             udp_allow: Vec::new(),
+            xdp: Vec::new(),
             cores: 0,
             numa: NumaChoice::Auto,
             memory: 64 << 20,
@@ -362,6 +365,18 @@ impl Config {
         if self.memcache.is_none() && self.http.is_none() && self.udp.is_none() {
             return Err(ConfigError::Inconsistent(
                 "every endpoint is off: enable memcache, http or udp".into(),
+            ));
+        }
+        if !self.xdp.is_empty() && self.udp.is_none() {
+            return Err(ConfigError::Inconsistent(
+                "xdp serves memcache UDP: set udp (its port is the one steered) too".into(),
+            ));
+        }
+        if !self.xdp.is_empty() && self.data.is_some() {
+            // Frame backends answer at once (ADR 0021): a write through AF_XDP would be
+            // acknowledged before its group commit. Refused rather than half durable.
+            return Err(ConfigError::Inconsistent(
+                "xdp with data is not supported: UDP writes through AF_XDP would be acknowledged before they are durable".into(),
             ));
         }
         if self.item_size_max as u64 > self.memory {

@@ -95,6 +95,24 @@ fn cross_key_rules() {
     ));
     assert!(Config::from_args(["--max-conns", "0"]).is_err());
     assert!(Config::from_args(["--request-timeout", "0"]).is_err());
+    // AF_XDP steers the UDP port, so it needs one; and it does not hold writes for the device.
+    assert!(matches!(
+        Config::from_args(["--xdp", "eth0"]),
+        Err(ConfigError::Inconsistent(_))
+    ));
+    assert!(matches!(
+        Config::from_args([
+            "--xdp",
+            "eth0",
+            "--udp",
+            "0.0.0.0:11211",
+            "--data",
+            "/dev/vda"
+        ]),
+        Err(ConfigError::Inconsistent(_))
+    ));
+    let ok = Config::from_args(["--xdp", "eth0,eth1", "--udp", "0.0.0.0:11211"]).unwrap();
+    assert_eq!(ok.xdp, ["eth0", "eth1"]);
 }
 
 #[test]

@@ -266,6 +266,7 @@ fn irq() -> Vec<String> {
         out.push(format!("{nic}:"));
         out.extend(crate::irq::table(&irqs, &interrupts));
     }
+    out.extend(crate::plane::xdp_lines());
     out
 }
 
@@ -282,6 +283,7 @@ fn net() -> Vec<String> {
             .into_iter()
             .map(|(name, ip)| format!("  {name} {ip}")),
     );
+    out.extend(crate::plane::xdp_lines());
     out
 }
 

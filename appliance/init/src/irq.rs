@@ -1,5 +1,6 @@
-//! NIC interrupt placement: the NIC's queue IRQs go to the worker CPUs (one CPU each, round
-//! robin), every other IRQ to the housekeeping CPUs. IRQs are found in
+//! NIC interrupt placement: the NIC's queue IRQs go to the worker CPUs (one CPU each; both
+//! IRQs of queue q to worker q mod n, others round robin), every other IRQ to the
+//! housekeeping CPUs. IRQs are found in
 //! /sys/class/net/IF/device/msi_irqs (or the PCI parent's, for virtio) and in /proc/interrupts
 //! lines naming the interface or its virtio device.
 
@@ -67,18 +68,42 @@ pub fn nic_irqs(interface: &str, interrupts: &[IrqLine], sys_class_net: &Path) -
     irqs
 }
 
-/// Where each IRQ should go: NIC IRQs round robin over `workers`, the rest to `housekeeping`
-/// (left alone when there are no housekeeping CPUs).
+/// The queue number in an IRQ's action name (`virtio0-input.1`, `virtio0-output.1`,
+/// `eth0-TxRx-1`, `eth0-rx-1`, `eth0-tx-1`), so both IRQs of a queue pair land together.
+pub fn queue_of(irq: u32, interrupts: &[IrqLine]) -> Option<u32> {
+    let line = interrupts.iter().find(|l| l.irq == irq)?;
+    let action = line.description.split_whitespace().last()?;
+    let (head, number) = action.rsplit_once(['.', '-'])?;
+    let queue_word = ["-input", "-output", "-TxRx", "-rx", "-tx"];
+    if !queue_word.iter().any(|w| head.ends_with(w)) {
+        return None;
+    }
+    number.parse().ok()
+}
+
+/// Where each IRQ should go: NIC IRQs of queue q (`queue`) to `workers[q mod n]`, the
+/// others round robin over `workers`; the rest to `housekeeping` (left alone when there are
+/// no housekeeping CPUs). So a queue's receive IRQ, its transmit IRQ and the AF_XDP
+/// socket of that queue (the runtime reads the IRQ's CPU back) share one worker.
 pub fn plan(
     all: &[u32],
     nic: &[u32],
+    queue: impl Fn(u32) -> Option<u32>,
     workers: &[usize],
     housekeeping: &[usize],
 ) -> Vec<(u32, Vec<usize>)> {
     let mut out = Vec::new();
     if !workers.is_empty() {
-        for (i, irq) in nic.iter().enumerate() {
-            out.push((*irq, vec![workers[i % workers.len()]]));
+        let mut other = 0;
+        for irq in nic {
+            let at = match queue(*irq) {
+                Some(q) => q as usize,
+                None => {
+                    other += 1;
+                    other - 1
+                }
+            };
+            out.push((*irq, vec![workers[at % workers.len()]]));
         }
     }
     if !housekeeping.is_empty() {
@@ -186,8 +211,45 @@ LOC:       1234       1234       1234       1234   Local timer interrupts
     }
 
     #[test]
+    fn both_irqs_of_a_queue_go_to_its_worker() {
+        let text = "           CPU0       CPU1\n\
+            24:  1  0  PCI-MSIX-0000:00:02.0   0-edge      virtio0-config\n\
+            25:  1  0  PCI-MSIX-0000:00:02.0   1-edge      virtio0-input.0\n\
+            26:  1  0  PCI-MSIX-0000:00:02.0   2-edge      virtio0-output.0\n\
+            27:  1  0  PCI-MSIX-0000:00:02.0   3-edge      virtio0-input.1\n\
+            28:  1  0  PCI-MSIX-0000:00:02.0   4-edge      virtio0-output.1\n\
+            29:  1  0  PCI-MSI  5-edge      eth1-TxRx-3\n\
+            30:  1  0  PCI-MSI  6-edge      eth1-rxbad\n";
+        let lines = parse_interrupts(text);
+        let q = |irq| queue_of(irq, &lines);
+        assert_eq!(
+            (q(24), q(25), q(26), q(27), q(28), q(29), q(30)),
+            (None, Some(0), Some(0), Some(1), Some(1), Some(3), None)
+        );
+        assert_eq!(q(99), None, "an IRQ not listed");
+        let nic = [24, 25, 26, 27, 28];
+        let got = plan(&nic, &nic, q, &[0, 1], &[]);
+        assert_eq!(
+            got,
+            vec![
+                (24, vec![0]),
+                (25, vec![0]),
+                (26, vec![0]),
+                (27, vec![1]),
+                (28, vec![1])
+            ]
+        );
+    }
+
+    #[test]
     fn nic_irqs_go_round_robin_to_workers_and_the_rest_to_housekeeping() {
-        let plan = plan(&[0, 4, 24, 25, 26], &[24, 25, 26], &[2, 3], &[0, 1]);
+        let plan = plan(
+            &[0, 4, 24, 25, 26],
+            &[24, 25, 26],
+            |_| None,
+            &[2, 3],
+            &[0, 1],
+        );
         assert_eq!(
             plan,
             vec![
@@ -198,6 +260,9 @@ LOC:       1234       1234       1234       1234   Local timer interrupts
                 (4, vec![0, 1])
             ]
         );
-        assert_eq!(super::plan(&[0, 24], &[24], &[2], &[]), vec![(24, vec![2])]);
+        assert_eq!(
+            super::plan(&[0, 24], &[24], |_| None, &[2], &[]),
+            vec![(24, vec![2])]
+        );
     }
 }

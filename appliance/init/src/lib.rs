@@ -223,7 +223,13 @@ fn place_irqs(placement: &plane::Placement) {
         nic_irqs.extend(irqs.iter().copied());
         by_nic.push((nic, irqs));
     }
-    let plan = irq::plan(&all, &nic_irqs, &placement.workers, &placement.housekeeping);
+    let plan = irq::plan(
+        &all,
+        &nic_irqs,
+        |irq| irq::queue_of(irq, &interrupts),
+        &placement.workers,
+        &placement.housekeeping,
+    );
     let (applied, refused) = irq::apply(&plan);
     if !placement.housekeeping.is_empty() {
         let _ = std::fs::write(

@@ -20,6 +20,26 @@ pub trait Serving: Send {
     fn ready_line(&self) -> String;
     /// Stops accepting, drains in-flight requests and joins the workers.
     fn shutdown(self: Box<Self>);
+    /// AF_XDP: the mode per interface and the queue→worker map (empty without `xdp`).
+    fn xdp_lines(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// The AF_XDP lines of the running server, for the console's `irq` and `net`.
+pub fn xdp_lines() -> Vec<String> {
+    let state = crate::state::lock();
+    let lines = state
+        .server
+        .as_ref()
+        .map(|s| s.xdp_lines())
+        .unwrap_or_default();
+    if lines.is_empty() {
+        return lines;
+    }
+    std::iter::once("xdp:".to_string())
+        .chain(lines.into_iter().map(|l| format!("  {l}")))
+        .collect()
 }
 
 impl Placement {
@@ -125,6 +145,9 @@ impl Serving for RuntimeServer {
             crate::warn!("shutdown: {err}");
         }
     }
+    fn xdp_lines(&self) -> Vec<String> {
+        self.0.xdp_lines()
+    }
 }
 
 /// Why the server did not start.
@@ -149,11 +172,14 @@ impl std::fmt::Display for StartError {
 /// server spawns inherit none.
 pub fn start(config: &Config) -> Result<Box<dyn Serving>, StartError> {
     let config = config.clone();
+    // AF_XDP programs and sockets need CAP_BPF/CAP_NET_ADMIN/CAP_NET_RAW: made here, with
+    // PID 1's privileges, and handed to the unprivileged start thread.
+    let xdp = prepare_xdp(&config)?;
     let spawned = std::thread::Builder::new()
         .name("serve-start".into())
         .spawn(move || -> Result<Box<dyn Serving>, StartError> {
             crate::privs::drop_thread_privileges().map_err(|e| StartError::Other(e.to_string()))?;
-            start_here(&config)
+            start_here(&config, xdp)
         });
     let handle =
         spawned.map_err(|e| StartError::Other(format!("cannot start the server thread: {e}")))?;
@@ -163,9 +189,33 @@ pub fn start(config: &Config) -> Result<Box<dyn Serving>, StartError> {
 }
 
 #[cfg(feature = "runtime")]
-fn start_here(config: &Config) -> Result<Box<dyn Serving>, StartError> {
+type Prepared = Option<ringstore_runtime::XdpPrepared>;
+#[cfg(not(feature = "runtime"))]
+type Prepared = Option<std::convert::Infallible>;
+
+/// Attaches the XDP program and opens the AF_XDP sockets of `config.xdp` (the UDP port must
+/// be fixed: the program is built before the socket is bound).
+#[cfg(feature = "runtime")]
+fn prepare_xdp(config: &Config) -> Result<Prepared, StartError> {
+    match config.udp {
+        Some(udp) if !config.xdp.is_empty() && udp.port() != 0 => {
+            ringstore_runtime::prepare_xdp(&config.xdp, udp.port())
+                .map(Some)
+                .map_err(|e| StartError::Other(e.to_string()))
+        }
+        _ => Ok(None),
+    }
+}
+
+#[cfg(not(feature = "runtime"))]
+fn prepare_xdp(_config: &Config) -> Result<Prepared, StartError> {
+    Ok(None)
+}
+
+#[cfg(feature = "runtime")]
+fn start_here(config: &Config, xdp: Prepared) -> Result<Box<dyn Serving>, StartError> {
     use ringstore_runtime::RuntimeError;
-    let server = ringstore_runtime::Server::start(config).map_err(|e| match e {
+    let server = ringstore_runtime::Server::start_prepared(config, xdp).map_err(|e| match e {
         RuntimeError::DataRefused(m) | RuntimeError::Data(m) => StartError::DataDevice(m),
         other => StartError::Other(other.to_string()),
     })?;
@@ -173,7 +223,7 @@ fn start_here(config: &Config) -> Result<Box<dyn Serving>, StartError> {
 }
 
 #[cfg(not(feature = "runtime"))]
-fn start_here(_config: &Config) -> Result<Box<dyn Serving>, StartError> {
+fn start_here(_config: &Config, _xdp: Prepared) -> Result<Box<dyn Serving>, StartError> {
     Err(StartError::Other(
         "this image was built without the data plane (ringstore-init feature `runtime`)"
             .to_string(),

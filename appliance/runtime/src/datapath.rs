@@ -59,6 +59,7 @@ pub(crate) mod kernel_udp;
 #[cfg(feature = "exanic")]
 #[allow(unsafe_code)]
 pub mod exanic;
+pub mod xdp;
 
 /// How a worker's memcache-UDP traffic is carried (shown in logs, `stats` and the console).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

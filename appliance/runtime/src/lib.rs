@@ -49,6 +49,7 @@ mod worker;
 #[cfg(test)]
 mod tests;
 
+pub use datapath::xdp::{prepare as prepare_xdp, XdpPrepared};
 pub use error::RuntimeError;
 pub use listeners::LocalAddrs;
 pub use ring::Features;

@@ -164,6 +164,7 @@ mod plane_tests {
             data: None,
             udp: Vec::new(),
             udp_allow: Vec::new(),
+            xdp: Vec::new(),
         })
         .unwrap();
         (plane, addr)

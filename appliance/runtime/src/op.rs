@@ -38,6 +38,8 @@ pub(crate) enum Op {
     UdpRecv,
     /// A kernel-UDP reply datagram in send slot `slot`.
     UdpSend { slot: u32 },
+    /// Readiness (multishot poll) of the worker's AF_XDP socket `index`.
+    XdpReady { index: u32 },
 }
 
 const RECV: u64 = 1;
@@ -54,6 +56,7 @@ const WAKE: u64 = 11;
 const DISK_COMPACT_READ: u64 = 12;
 const UDP_RECV: u64 = 13;
 const UDP_SEND: u64 = 14;
+const XDP_READY: u64 = 15;
 
 impl Op {
     /// The `user_data` of this op.
@@ -80,6 +83,7 @@ impl Op {
             Op::DiskCompactRead { id } => disk(id, DISK_COMPACT_READ),
             Op::UdpRecv => UDP_RECV,
             Op::UdpSend { slot } => conn(slot, 0, UDP_SEND),
+            Op::XdpReady { index } => conn(index, 0, XDP_READY),
         }
     }
 
@@ -103,6 +107,7 @@ impl Op {
             DISK_COMPACT_READ => Op::DiskCompactRead { id },
             UDP_RECV => Op::UdpRecv,
             UDP_SEND => Op::UdpSend { slot },
+            XDP_READY => Op::XdpReady { index: slot },
             _ => return None,
         })
     }
@@ -135,6 +140,7 @@ mod tests {
             Op::DiskCompactRead { id: 4 },
             Op::UdpRecv,
             Op::UdpSend { slot: u32::MAX },
+            Op::XdpReady { index: 3 },
         ];
         for op in ops {
             assert_eq!(Op::decode(op.encode()), Some(op), "{op:?}");

@@ -43,6 +43,8 @@ pub(crate) struct PlaneSetup<H: Handler> {
     pub udp: Vec<OwnedFd>,
     /// `--udp-allow`.
     pub udp_allow: Vec<ipnet::IpNet>,
+    /// Per worker (by index): its AF_XDP sockets; shorter than `cpus` (or empty) = none.
+    pub xdp: Vec<Option<crate::datapath::xdp::XdpWorker>>,
 }
 
 fn spawn_named<T: Send + 'static>(
@@ -100,6 +102,8 @@ impl Plane {
         }
 
         let mut udp = setup.udp.into_iter();
+        let mut xdp = setup.xdp;
+        xdp.resize_with(workers, || None);
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(workers);
         for (index, (cpu, listeners)) in setup.cpus.iter().copied().zip(per_worker).enumerate() {
             let worker_setup = WorkerSetup {
@@ -115,6 +119,7 @@ impl Plane {
                 reaper: index == 0,
                 data: setup.data.clone(),
                 udp: udp.next().map(|fd| (fd, setup.udp_allow.clone())),
+                xdp: xdp[index].take(),
             };
             let ready = ready_tx.clone();
             plane

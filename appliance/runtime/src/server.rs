@@ -37,6 +37,9 @@ pub struct Server {
     cpus: Vec<usize>,
     memory_binding: MemoryBinding,
     data: Option<Arc<Serving<FileDevice>>>,
+    /// The XDP programs of `--xdp` (attached while these live) and the queue→worker lines.
+    xdp: Vec<crate::datapath::xdp::XdpAttachment>,
+    xdp_map: Vec<String>,
 }
 
 impl std::fmt::Debug for Server {
@@ -56,6 +59,15 @@ impl Server {
     /// allocated, so the arena's pages come from the serving node; threads spawned afterwards
     /// inherit the mask and the policy.
     pub fn start(config: &Config) -> Result<Server, RuntimeError> {
+        Server::start_prepared(config, None)
+    }
+
+    /// [`Server::start`] with the AF_XDP programs and sockets of `xdp` already made by
+    /// [`crate::prepare_xdp`] (PID 1 makes them while it still holds the privileges).
+    pub fn start_prepared(
+        config: &Config,
+        prepared: Option<crate::XdpPrepared>,
+    ) -> Result<Server, RuntimeError> {
         crate::sys::ignore_sigpipe();
         crate::sys::return_freed_memory_promptly();
         crate::sys::raise_nofile_limit();
@@ -132,6 +144,28 @@ impl Server {
             tuning: config.tuning,
         };
         let handler = Arc::new(ServiceHandler(shared.clone()));
+        // AF_XDP: program, map and sockets are made before the workers start (under PID 1
+        // before privileges drop: `prepared`); each queue goes to the worker on its IRQ's CPU.
+        let prepared = match (prepared, config.xdp.is_empty(), bound.addrs.udp) {
+            (Some(p), _, _) => Some(p),
+            // The port steered is the bound one (`udp` may name port 0).
+            (None, false, Some(udp)) => {
+                Some(crate::datapath::xdp::prepare(&config.xdp, udp.port())?)
+            }
+            _ => None,
+        };
+        let xdp = prepared.map(|p| {
+            let attached =
+                crate::datapath::xdp::distribute(p, &cpus, &config.udp_allow, &shared, clock);
+            let _ = shared
+                .xdp_mode
+                .set(crate::datapath::xdp::modes_line(&attached.attachments));
+            attached
+        });
+        let (xdp_attachments, xdp_map, xdp_workers) = match xdp {
+            Some(a) => (a.attachments, a.map, a.workers),
+            None => (Vec::new(), Vec::new(), Vec::new()),
+        };
         let plane = Plane::start(PlaneSetup {
             handler: handler.clone(),
             cpus: cpus.iter().map(|&c| Some(c)).collect(),
@@ -141,6 +175,7 @@ impl Server {
             data: data.clone(),
             udp: bound.udp,
             udp_allow: config.udp_allow.clone(),
+            xdp: xdp_workers,
         })?;
         if udp_sockets > 0 {
             eprintln!(
@@ -174,7 +209,21 @@ impl Server {
             cpus,
             memory_binding,
             data,
+            xdp: xdp_attachments,
+            xdp_map,
         })
+    }
+
+    /// The AF_XDP state for the console and the log: per interface `IF: MODE, N queues`,
+    /// then per queue `IF queue Q -> worker W (cpu C)`; empty without `--xdp`.
+    pub fn xdp_lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .xdp
+            .iter()
+            .map(|a| format!("{}: {}, {} queue(s)", a.interface, a.mode, a.queues))
+            .collect();
+        lines.extend(self.xdp_map.iter().cloned());
+        lines
     }
 
     /// Exactly `ready memcache=IP:PORT http=IP:PORT` (plus ` udp=IP:PORT` when on).
@@ -210,6 +259,8 @@ impl Server {
     /// Stops accepting, finishes in-flight requests and flushes replies (at most 5 s), joins every thread.
     pub fn shutdown(mut self) -> Result<(), RuntimeError> {
         let stopped = self.plane.stop();
+        // The workers (and their sockets) are gone: detach the programs.
+        self.xdp.clear();
         if let Some(data) = &self.data {
             // Every worker drained its log and parked it: publish the checkpoint.
             let started = std::time::Instant::now();

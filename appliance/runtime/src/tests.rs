@@ -61,6 +61,7 @@ fn start(limits: Limits, workers: usize, reuseport: bool) -> Running {
         data: None,
         udp: Vec::new(),
         udp_allow: Vec::new(),
+        xdp: Vec::new(),
     })
     .unwrap();
     Running {
@@ -375,6 +376,7 @@ fn start_udp(workers: usize) -> (Plane, SocketAddr) {
         data: None,
         udp,
         udp_allow: Vec::new(),
+        xdp: Vec::new(),
     })
     .unwrap();
     (plane, addr)

@@ -68,6 +68,8 @@ pub(crate) struct WorkerSetup<H: Handler> {
     pub data: Option<Arc<ringstore_durable::Serving<ringstore_durable::FileDevice>>>,
     /// memcache UDP: this worker's socket of the SO_REUSEPORT group and `--udp-allow`.
     pub udp: Option<(OwnedFd, Vec<ipnet::IpNet>)>,
+    /// The AF_XDP sockets of the receive queues pinned to this worker's CPU (`--xdp`).
+    pub xdp: Option<crate::datapath::xdp::XdpWorker>,
 }
 
 struct Worker<H: Handler> {
@@ -212,6 +214,10 @@ impl<H: Handler> Worker<H> {
             self.arm_accept(i);
         }
         self.arm_udp();
+        let xdp_fds = self.setup.xdp.as_ref().map(|x| x.fds()).unwrap_or_default();
+        for index in 0..xdp_fds.len() {
+            self.arm_xdp(index);
+        }
         loop {
             if let Err(err) = self.submit_and_wait() {
                 eprintln!(
@@ -222,6 +228,11 @@ impl<H: Handler> Worker<H> {
             }
             self.now = self.setup.clock.now();
             self.reap();
+            // AF_XDP: one bounded burst per socket; work left over means no blocking wait.
+            if self.setup.xdp.as_mut().is_some_and(|x| x.poll()) {
+                self.pending
+                    .push(opcode::Nop::new().build().user_data(Op::Wake.encode()));
+            }
             if self.stopping_deadline.is_none() && self.setup.stop.load(Ordering::Acquire) {
                 self.begin_stop();
             }
@@ -339,6 +350,12 @@ impl<H: Handler> Worker<H> {
                 }
                 Op::UdpRecv => self.on_udp_recv(res, flags),
                 Op::UdpSend { slot } => self.on_udp_send(slot, res),
+                Op::XdpReady { index } => {
+                    // A multishot poll that ended (no MORE flag) is armed again.
+                    if !io_uring::cqueue::more(flags) {
+                        self.arm_xdp(index as usize);
+                    }
+                }
                 Op::Wake | Op::Cancel => {}
             }
         }

@@ -108,6 +108,8 @@ pub struct Shared {
     /// The process's CPU time so far, user and system, in microseconds (memcache
     /// `rusage_user`, `rusage_system`); set by the runtime, which may make the syscall.
     pub rusage: std::sync::OnceLock<fn() -> (u64, u64)>,
+    /// The AF_XDP mode per interface (`IF:MODE,...`, `stats xdp_mode`); unset: no XDP.
+    pub xdp_mode: std::sync::OnceLock<String>,
 }
 
 impl Shared {
@@ -134,6 +136,7 @@ impl Shared {
             refused: std::sync::atomic::AtomicU64::new(0),
             baseline: std::sync::Mutex::new(StatsTotals::default()),
             rusage: std::sync::OnceLock::new(),
+            xdp_mode: std::sync::OnceLock::new(),
         })
     }
 

@@ -126,6 +126,12 @@ counters! {
     /// Of those, requests dropped because the table of UDP requests waiting for the data
     /// device was full.
     udp_held_full,
+    /// Frames the AF_XDP sockets received.
+    xdp_rx,
+    /// Reply frames the AF_XDP sockets queued for transmit.
+    xdp_tx,
+    /// AF_XDP frames dropped: not a memcache request, no TX room, a bad descriptor.
+    xdp_drop,
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //!
 //! Everything is re-exported at the crate root; the runtime imports the crate as `sys`.
 
+mod bpf;
 mod cpus;
 mod fs;
 mod mounts;
@@ -16,7 +17,12 @@ mod netdev;
 mod power;
 mod process;
 mod signals;
+mod xsk;
 
+pub use bpf::{
+    prog_load_xdp, steer_program, xdp_link_attach, xskmap_clear, xskmap_create, xskmap_set,
+    BpfError, Insn, XdpAttach, STEER_PROGRAM_LEN,
+};
 pub use cpus::{
     affinity, cpumask_hex, format_cpus, parse_cpulist, set_affinity, set_mempolicy_bind,
     CPULIST_LEN_MAX, CPULIST_SPAN_MAX,
@@ -40,3 +46,4 @@ pub use signals::{
     block_signals, ignore_sigpipe, install_noop_handlers, kill, read_signal, reap_children,
     set_signal_mask, signal_set, signal_this_thread, signalfd, termination_set, wait_signal,
 };
+pub use xsk::{ifindex, rx_queue_count, Frame, Xsk, XskConfig, XskError, XskMode};

@@ -6,13 +6,14 @@ use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 
 const USAGE: &str =
-    "usage: cargo xtask bench [--seconds N] [--only memcache|http|memory|durable] [--binary PATH]
+    "usage: cargo xtask bench [--seconds N] [--only memcache|http|memory|durable|udp] [--binary PATH]
                          [--conns N] [--self-check] [--cells get-100-1,set-4096-16,...]
                          [--compare-binary PATH]
 
   --seconds N    measured seconds per cell, after 1 s of warm-up (default 5; durable: at most 10)
   --only PART    run one part: memcache (GET/SET vs memcached), http (GET vs nginx), memory,
-                 durable (SET with --data on disk and tmpfs vs RAM only; recovery of 1M objects)
+                 durable (SET with --data on disk and tmpfs vs RAM only; recovery of 1M objects),
+                 udp (UDP GET over veth: memcached -U, kernel UDP, AF_XDP; needs root)
   --binary PATH  the ringstore binary (default: cargo build --release -p ringstore)
   --conns N      connections per load generator (default 50)
   --self-check   measure memcached (and nginx) against themselves: every ratio should be ~1.0
@@ -28,6 +29,7 @@ pub(super) enum Part {
     Http,
     Memory,
     Durable,
+    Udp,
 }
 
 pub(super) struct Options {
@@ -69,7 +71,10 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
                     "http" => Part::Http,
                     "memory" => Part::Memory,
                     "durable" => Part::Durable,
-                    other => bail!("--only {other:?}: expected memcache, http, memory or durable"),
+                    "udp" => Part::Udp,
+                    other => {
+                        bail!("--only {other:?}: expected memcache, http, memory, durable or udp")
+                    }
                 })
             }
             "--self-check" => o.self_check = true,

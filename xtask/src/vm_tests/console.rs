@@ -14,7 +14,8 @@ pub(super) fn stat<'a>(stats: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// The sockets the console's `net` lists as listening (TCP LISTEN and bound UDP sockets from the
-/// guest kernel's /proc/net/{tcp,tcp6,udp,udp6}), as sorted `tcp 0.0.0.0:11211` strings.
+/// guest kernel's /proc/net/{tcp,tcp6,udp,udp6}), as sorted `tcp 0.0.0.0:11211` strings,
+/// each once: a SO_REUSEPORT group (memcache UDP has one socket per worker) is one endpoint.
 pub(super) fn listening_sockets(net: &str) -> Vec<String> {
     let mut out: Vec<String> = net
         .lines()
@@ -25,6 +26,7 @@ pub(super) fn listening_sockets(net: &str) -> Vec<String> {
         .filter(|l| !l.is_empty())
         .collect();
     out.sort();
+    out.dedup();
     out
 }
 

@@ -17,7 +17,8 @@ pub struct Netns {
     tap: Option<String>,
 }
 
-fn ip(args: &[&str]) -> Result<()> {
+/// `ip ARGS...`; its stderr in the error when it fails.
+pub(crate) fn ip(args: &[&str]) -> Result<()> {
     let out = Command::new("ip")
         .args(args)
         .stdin(Stdio::null())
@@ -66,7 +67,23 @@ impl Netns {
     /// (no duplicate address detection, so it is usable at once), up (no carrier until QEMU
     /// attaches). Returns the tap's interface index, the scope of IPv6 link-local addresses on it.
     pub fn add_tap(&mut self, tap: &str, peer: Ipv4Addr, prefix_len: u8) -> Result<u32> {
-        self.ip(&["tuntap", "add", "dev", tap, "mode", "tap"])?;
+        self.add_tap_with(tap, peer, prefix_len, false)
+    }
+
+    /// [`Netns::add_tap`], as a `multi_queue` tap when `multi_queue` (for a multiqueue
+    /// virtio-net, profile key `queues`).
+    pub fn add_tap_with(
+        &mut self,
+        tap: &str,
+        peer: Ipv4Addr,
+        prefix_len: u8,
+        multi_queue: bool,
+    ) -> Result<u32> {
+        let mut add = vec!["tuntap", "add", "dev", tap, "mode", "tap"];
+        if multi_queue {
+            add.push("multi_queue");
+        }
+        self.ip(&add)?;
         self.tap = Some(tap.to_string());
         self.ip(&["addr", "add", &format!("{peer}/{prefix_len}"), "dev", tap])?;
         self.ip(&["addr", "add", "fe80::1/64", "dev", tap, "nodad"])?;

@@ -70,7 +70,7 @@ fn probe(addr: SocketAddr, limit: Duration) -> Result<Outcome> {
 
 /// Moves the calling thread into the network namespace at `netns` (a /run/netns/NAME file);
 /// `None` stays where it is.
-fn enter(netns: Option<&Path>) -> Result<()> {
+pub(super) fn enter(netns: Option<&Path>) -> Result<()> {
     let Some(netns) = netns else { return Ok(()) };
     let file = File::open(netns).with_context(|| format!("opening {}", netns.display()))?;
     // It changes only the calling thread's network namespace, which this scanning thread owns.

@@ -14,7 +14,7 @@ use crate::image::Image;
 /// The peer's and the guest's address on the scan test's /30 link (inside its own namespace).
 const SCAN_PEER: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 const SCAN_GUEST: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
-const SCAN_LIMITS: portscan::Limits = portscan::Limits {
+pub(super) const SCAN_LIMITS: portscan::Limits = portscan::Limits {
     threads: 64,
     connect: Duration::from_secs(3),
     retry_connect: Duration::from_secs(5),

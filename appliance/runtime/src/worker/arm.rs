@@ -21,6 +21,29 @@ impl<H: Handler> Worker<H> {
         self.pending.push(entry);
     }
 
+    /// A multishot readiness poll on AF_XDP socket `index`: its completions only wake the
+    /// loop, which then polls every socket (the socket lives as long as the worker).
+    pub(super) fn arm_xdp(&mut self, index: usize) {
+        let Some(fd) = self
+            .setup
+            .xdp
+            .as_ref()
+            .and_then(|x| x.fds().get(index).copied())
+        else {
+            return;
+        };
+        let entry = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+            .multi(true)
+            .build()
+            .user_data(
+                Op::XdpReady {
+                    index: index as u32,
+                }
+                .encode(),
+            );
+        self.pending.push(entry);
+    }
+
     pub(super) fn arm_accept(&mut self, index: usize) {
         let fd = self.setup.listeners[index].0.as_raw_fd();
         let entry = opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut())

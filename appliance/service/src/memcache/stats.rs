@@ -122,6 +122,11 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat(out, "udp_tx_datagrams", t.udp_tx_datagrams);
     stat(out, "udp_dropped", t.udp_dropped);
     stat(out, "udp_held_full", t.udp_held_full);
+    let xdp_mode = shared.xdp_mode.get().map_or("off", String::as_str);
+    stat_str(out, "xdp_mode", xdp_mode);
+    stat(out, "xdp_rx", t.xdp_rx);
+    stat(out, "xdp_tx", t.xdp_tx);
+    stat(out, "xdp_drop", t.xdp_drop);
     stat(out, "numa_node", u64::from(shared.topology.numa_node));
     out.extend_from_slice(b"STAT worker_cpus ");
     for (i, cpu) in shared.topology.worker_cpus.iter().enumerate() {
