@@ -156,6 +156,7 @@ pub(super) fn memcache_part(
         procs::CLIENT_CPU, o.conns, WARMUP.as_secs(), o.seconds, o.seconds.clamp(1, 10)
     ));
 
+    doc.command("floor server (xtask/src/bench/floor.rs), one per cell, started before it and stopped after: taskset -c 0 target/debug/xtask bench-floor --port P --op get|set --value-len N");
     let mut table = Table::new(base_name, name);
     let mut floor_table = Table::new("floor", name);
     let mut cpu = String::from(CPU_TABLE_HEAD);
