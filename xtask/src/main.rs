@@ -47,6 +47,8 @@ fn main() -> Result<()> {
     match command.as_str() {
         "test" => test::run(rest),
         "bench" => bench::run(rest),
+        // The bench's floor server, started by `cargo xtask bench` (bench/floor.rs).
+        "bench-floor" => bench::floor::main(rest),
         "image" => image::build_image().map(|_| ()),
         "run" => qemu::run(rest),
         "pxe" => pxe::run(rest),

@@ -103,6 +103,25 @@ impl FileDevice {
     }
 }
 
+impl FileDevice {
+    /// A second open file description of the same file, read-only, for flushes on their own
+    /// lane (see `group_commit::Action::Flush`: Linux reports a writeback error once per open
+    /// file description). Reopened through `/proc/self/fd`, so it is the same inode whatever
+    /// happened to the path since; checked by device and inode number.
+    pub fn open_flush_lane(&self) -> io::Result<File> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        let lane = OpenOptions::new()
+            .read(true)
+            .open(format!("/proc/self/fd/{}", self.file.as_raw_fd()))?;
+        let (a, b) = (self.file.metadata()?, lane.metadata()?);
+        if (a.dev(), a.ino(), a.rdev()) != (b.dev(), b.ino(), b.rdev()) {
+            return Err(io::Error::other("the reopened data device is another file"));
+        }
+        Ok(lane)
+    }
+}
+
 impl std::os::fd::AsRawFd for FileDevice {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
         self.file.as_raw_fd()
@@ -207,6 +226,29 @@ pub(crate) fn check_range(offset: u64, n: usize, len: u64) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_flush_lane_is_the_same_file_on_its_own_description() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        let dev = FileDevice::create(&path, 8192).unwrap();
+        let lane = dev.open_flush_lane().unwrap();
+        // Renaming the path away does not change what the lane is.
+        std::fs::rename(&path, dir.path().join("moved")).unwrap();
+        std::fs::write(&path, b"another file").unwrap();
+        let (a, b) = (dev.file.metadata().unwrap(), lane.metadata().unwrap());
+        assert_eq!((a.dev(), a.ino()), (b.dev(), b.ino()));
+        dev.write_at(0, b"covered").unwrap();
+        lane.sync_data().unwrap();
+        // Reads through the lane see the device's writes: it is the same file.
+        use std::io::{Read, Seek};
+        let mut lane = lane;
+        lane.seek(io::SeekFrom::Start(0)).unwrap();
+        let mut head = [0u8; 7];
+        lane.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"covered");
+    }
 
     #[test]
     fn file_device_roundtrip_and_bounds() {

@@ -192,7 +192,7 @@ impl<D: BlockDevice> Durable<D> {
                     let kind = res.as_ref().err().map(|e| e.kind());
                     (self.regions[r].on_write_complete(id, res.is_ok()), kind)
                 }
-                Action::Flush { id } => {
+                Action::Flush { id, .. } => {
                     let res = self.dev.flush();
                     let kind = res.as_ref().err().map(|e| e.kind());
                     (self.regions[r].on_flush_complete(id, res.is_ok()), kind)

@@ -7,12 +7,21 @@
 //! only the flush makes the batch durable; and operation ids are never reused, so a stale
 //! completion cannot be credited to a newer batch: write ids are `batch << 1`, flush ids
 //! `(flush << 1) | 1`, and both counters only grow.
+//!
+//! Flushes are pipelined (up to [`Limits::max_inflight_flushes`]): a flush is issued as soon
+//! as a batch's write completes, even while an earlier flush is still in flight, so a write
+//! waits for about one flush instead of the rest of the running one plus its own. A flush
+//! covers every write completed before it was issued, so when it completes every batch of
+//! an earlier flush is durable too; tokens are still released in log order only.
 use std::collections::VecDeque;
 
 use crate::error::DurableError;
 
 /// Identifies one emitted operation; pass it back in the completion (io_uring `user_data`).
 pub type OpId = u64;
+
+/// Most flushes in flight at once, each on its own lane (open file description).
+pub const FLUSH_LANES: usize = 2;
 
 /// What the driver must do next.
 #[derive(Debug, PartialEq, Eq)]
@@ -30,6 +39,14 @@ pub enum Action {
     Flush {
         /// Completion id.
         id: OpId,
+        /// The open file description to flush through (0: the one writes use; below
+        /// [`FLUSH_LANES`]). A lane has at most one flush in flight. Linux reports a
+        /// writeback error once per open file description, so two flushes in flight on one
+        /// description could leave the error to the one whose batches were not lost while
+        /// the other reports success; on separate descriptions each flush sees every error
+        /// since the last flush on its lane, and any failed flush fails every batch not yet
+        /// durable.
+        lane: usize,
     },
 }
 
@@ -42,6 +59,9 @@ pub struct Limits {
     pub max_pending_writes: usize,
     /// Batch writes in flight at once.
     pub max_inflight_writes: usize,
+    /// Flushes in flight at once (1 to [`FLUSH_LANES`]). Two are enough on a journaling
+    /// filesystem: one commit runs while the next transaction collects.
+    pub max_inflight_flushes: usize,
 }
 
 impl Default for Limits {
@@ -50,6 +70,7 @@ impl Default for Limits {
             max_batch_bytes: 1 << 20,
             max_pending_writes: 4096,
             max_inflight_writes: 4,
+            max_inflight_flushes: 2,
         }
     }
 }
@@ -81,7 +102,8 @@ enum State {
     Queued,
     Writing,
     Written,
-    Flushing,
+    /// Covered by the flush with this sequence number, in flight.
+    Flushing(u64),
     Durable,
     Failed,
 }
@@ -106,7 +128,8 @@ pub struct GroupCommit<T> {
     batches: VecDeque<Batch<T>>,
     next_batch: u64,
     next_flush: u64,
-    flushing: Option<u64>,
+    /// (sequence number, lane) of the flushes in flight, oldest first.
+    flushing: VecDeque<(u64, usize)>,
     next_offset: u64,
     pending_writes: usize,
     writing: usize,
@@ -122,7 +145,7 @@ impl<T> GroupCommit<T> {
             batches: VecDeque::new(),
             next_batch: 1,
             next_flush: 1,
-            flushing: None,
+            flushing: VecDeque::new(),
             next_offset: offset,
             pending_writes: 0,
             writing: 0,
@@ -139,6 +162,11 @@ impl<T> GroupCommit<T> {
             Some(b) => b.offset + b.len as u64,
             None => self.next_offset,
         }
+    }
+
+    /// Caps the flushes in flight at `lanes` (the open file descriptions the driver has).
+    pub fn limit_flush_lanes(&mut self, lanes: usize) {
+        self.limits.max_inflight_flushes = self.limits.max_inflight_flushes.min(lanes.max(1));
     }
 
     /// Writes accepted and not yet acked or failed.
@@ -224,7 +252,13 @@ impl<T> GroupCommit<T> {
 
     /// The next operation to submit, if any. Call until `None` once per tick.
     pub fn poll_action(&mut self) -> Option<Action> {
-        if self.flushing.is_none() && self.batches.iter().any(|b| b.state == State::Written) {
+        let lanes = self.limits.max_inflight_flushes.clamp(1, FLUSH_LANES);
+        let free_lane = (0..lanes)
+            .find(|l| self.flushing.iter().all(|&(_, f)| f != *l))
+            .filter(|_| self.flushing.len() < lanes);
+        if let Some(lane) =
+            free_lane.filter(|_| self.batches.iter().any(|b| b.state == State::Written))
+        {
             let seq = self.next_flush;
             self.next_flush += 1;
             for b in self
@@ -232,10 +266,13 @@ impl<T> GroupCommit<T> {
                 .iter_mut()
                 .filter(|b| b.state == State::Written)
             {
-                b.state = State::Flushing;
+                b.state = State::Flushing(seq);
             }
-            self.flushing = Some(seq);
-            return Some(Action::Flush { id: (seq << 1) | 1 });
+            self.flushing.push_back((seq, lane));
+            return Some(Action::Flush {
+                id: (seq << 1) | 1,
+                lane,
+            });
         }
         if self.writing >= self.limits.max_inflight_writes {
             return None;
@@ -288,17 +325,21 @@ impl<T> GroupCommit<T> {
     /// returns the tokens of the durable prefix. An error fails every batch not yet durable:
     /// after a failed fdatasync nothing unflushed can be trusted.
     pub fn on_flush_complete(&mut self, id: OpId, ok: bool) -> Result<Completion<T>, DurableError> {
-        if id & 1 != 1 || self.flushing != Some(id >> 1) {
-            return Err(DurableError::UnexpectedCompletion(id));
-        }
-        self.flushing = None;
+        let seq = id >> 1;
+        let at = self
+            .flushing
+            .iter()
+            .position(|&(f, _)| f == seq)
+            .filter(|_| id & 1 == 1)
+            .ok_or(DurableError::UnexpectedCompletion(id))?;
+        self.flushing.remove(at);
         if ok {
-            for b in self
-                .batches
-                .iter_mut()
-                .filter(|b| b.state == State::Flushing)
-            {
-                b.state = State::Durable;
+            // Everything this flush covers, and what every earlier flush covers: those
+            // writes completed before it was issued.
+            for b in self.batches.iter_mut() {
+                if matches!(b.state, State::Flushing(f) if f <= seq) {
+                    b.state = State::Durable;
+                }
             }
             return Ok(self.drain_front());
         }

@@ -1,5 +1,5 @@
 //! Unit tests of [`super::GroupCommit`]: acks wait for the covering flush, ordering, id reuse,
-//! write and flush errors, backpressure and the in-flight write limit.
+//! write and flush errors, backpressure, the in-flight write limit and pipelined flushes.
 use super::*;
 
 fn gc(limits: Limits) -> GroupCommit<u32> {
@@ -15,7 +15,7 @@ fn write_id(a: Option<Action>) -> (OpId, u64, usize) {
 
 fn flush_id(a: Option<Action>) -> OpId {
     match a {
-        Some(Action::Flush { id }) => id,
+        Some(Action::Flush { id, .. }) => id,
         other => panic!("expected a flush, got {other:?}"),
     }
 }
@@ -167,4 +167,104 @@ fn inflight_write_limit_holds_batches_back() {
     g.on_write_complete(w2, true).unwrap();
     let f2 = flush_id(g.poll_action());
     assert_eq!(g.on_flush_complete(f2, true).unwrap().acked, vec![2]);
+}
+
+/// One batch written and completed, so the next poll would issue a flush.
+fn written(g: &mut GroupCommit<u32>, token: u32) {
+    g.push(Some(token), &[token as u8; 8]).unwrap();
+    let (w, _, _) = write_id(g.poll_action());
+    assert!(g.on_write_complete(w, true).unwrap().acked.is_empty());
+}
+
+#[test]
+fn a_second_flush_is_issued_while_the_first_is_in_flight() {
+    let mut g = gc(Limits::default());
+    written(&mut g, 1);
+    let f1 = flush_id(g.poll_action());
+    written(&mut g, 2);
+    let f2 = flush_id(g.poll_action());
+    written(&mut g, 3);
+    assert_eq!(g.poll_action(), None, "two flushes in flight is the limit");
+    assert_eq!(g.on_flush_complete(f1, true).unwrap().acked, vec![1]);
+    let f3 = flush_id(g.poll_action());
+    assert_eq!(g.on_flush_complete(f2, true).unwrap().acked, vec![2]);
+    assert_eq!(g.on_flush_complete(f3, true).unwrap().acked, vec![3]);
+    assert!(g.is_idle());
+}
+
+#[test]
+fn a_later_flush_completing_first_makes_the_earlier_batches_durable_in_order() {
+    let mut g = gc(Limits::default());
+    written(&mut g, 1);
+    let f1 = flush_id(g.poll_action());
+    written(&mut g, 2);
+    let f2 = flush_id(g.poll_action());
+    // fdatasync #2 was issued after batch 1's write completed: it covers batch 1 too.
+    assert_eq!(g.on_flush_complete(f2, true).unwrap().acked, vec![1, 2]);
+    // The earlier flush's completion still arrives; it releases nothing and is no error.
+    let late = g.on_flush_complete(f1, true).unwrap();
+    assert!(late.acked.is_empty() && late.failed.is_empty());
+    assert!(
+        g.on_flush_complete(f1, true).is_err(),
+        "each id completes once"
+    );
+    assert!(g.is_idle());
+}
+
+#[test]
+fn a_failed_flush_fails_what_the_flush_still_in_flight_covers() {
+    let mut g = gc(Limits::default());
+    written(&mut g, 1);
+    let f1 = flush_id(g.poll_action());
+    written(&mut g, 2);
+    let f2 = flush_id(g.poll_action());
+    let c = g.on_flush_complete(f1, false).unwrap();
+    assert_eq!(
+        c.failed,
+        vec![1, 2],
+        "nothing unflushed is trusted after a failed flush"
+    );
+    // The other flush succeeding afterwards must not resurrect a failed batch.
+    let late = g.on_flush_complete(f2, true).unwrap();
+    assert!(late.acked.is_empty() && late.failed.is_empty());
+    assert_eq!(g.pending_writes(), 0);
+    assert!(g.is_broken());
+}
+
+#[test]
+fn one_flush_in_flight_when_the_limit_says_so() {
+    let mut g = gc(Limits {
+        max_inflight_flushes: 1,
+        ..Limits::default()
+    });
+    written(&mut g, 1);
+    let f1 = flush_id(g.poll_action());
+    written(&mut g, 2);
+    assert_eq!(g.poll_action(), None);
+    assert_eq!(g.on_flush_complete(f1, true).unwrap().acked, vec![1]);
+    let f2 = flush_id(g.poll_action());
+    assert_eq!(g.on_flush_complete(f2, true).unwrap().acked, vec![2]);
+}
+
+#[test]
+fn flushes_in_flight_never_share_a_lane() {
+    let mut g = gc(Limits::default());
+    let lane = |a: Option<Action>| match a {
+        Some(Action::Flush { id, lane }) => (id, lane),
+        other => panic!("expected a flush, got {other:?}"),
+    };
+    written(&mut g, 1);
+    let (f1, l1) = lane(g.poll_action());
+    written(&mut g, 2);
+    let (f2, l2) = lane(g.poll_action());
+    assert_ne!(l1, l2);
+    // The second completes first; the next flush takes its lane, not the first's.
+    g.on_flush_complete(f2, true).unwrap();
+    written(&mut g, 3);
+    let (_, l3) = lane(g.poll_action());
+    assert_eq!(l3, l2);
+    g.on_flush_complete(f1, true).unwrap();
+    g.limit_flush_lanes(1);
+    written(&mut g, 4);
+    assert_eq!(g.poll_action(), None, "one lane, and it is busy");
 }

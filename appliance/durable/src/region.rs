@@ -359,6 +359,11 @@ impl<T> RegionLog<T> {
         }
     }
 
+    /// Caps the flushes in flight at the lanes (open file descriptions) the driver has.
+    pub fn limit_flush_lanes(&mut self, lanes: usize) {
+        self.commit.limit_flush_lanes(lanes);
+    }
+
     /// Next I/O to submit.
     pub fn poll_action(&mut self) -> Option<Action> {
         self.commit.poll_action()

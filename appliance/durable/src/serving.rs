@@ -258,7 +258,7 @@ pub fn drive_sync<D: BlockDevice>(
                 let ok = s.device().write_at(offset, &bytes).is_ok();
                 log.on_write_complete(id, ok)?
             }
-            crate::group_commit::Action::Flush { id } => {
+            crate::group_commit::Action::Flush { id, .. } => {
                 let ok = s.device().flush().is_ok();
                 log.on_flush_complete(id, ok)?
             }

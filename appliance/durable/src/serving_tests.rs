@@ -24,7 +24,7 @@ fn drive(s: &Serving<SimDevice>, log: &mut RegionLog<u64>) -> Settled {
                 let ok = s.device().write_at(offset, &bytes).is_ok();
                 log.on_write_complete(id, ok).unwrap()
             }
-            Action::Flush { id } => {
+            Action::Flush { id, .. } => {
                 let ok = s.device().flush().is_ok();
                 log.on_flush_complete(id, ok).unwrap()
             }

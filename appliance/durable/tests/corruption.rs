@@ -29,6 +29,7 @@ fn options(salvage: bool) -> Options {
             max_batch_bytes: 2048,
             max_pending_writes: 48,
             max_inflight_writes: 2,
+            max_inflight_flushes: 2,
         },
     }
 }

@@ -25,6 +25,7 @@ fn options() -> Options {
             max_batch_bytes: 8192,
             max_pending_writes: 64,
             max_inflight_writes: 2,
+            max_inflight_flushes: 2,
         },
     }
 }

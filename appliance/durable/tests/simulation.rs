@@ -24,6 +24,7 @@ fn options() -> Options {
             max_batch_bytes: 4096,
             max_pending_writes: 48,
             max_inflight_writes: 2,
+            max_inflight_flushes: 2,
         },
     }
 }

@@ -83,6 +83,7 @@ fn recovery_time_per_million_objects() {
             max_batch_bytes: 1 << 20,
             max_pending_writes: 16_384,
             max_inflight_writes: 4,
+            max_inflight_flushes: 2,
         },
     };
     let (mut d, _) = Durable::open(FileDevice::create(&path, len).unwrap(), &opts).unwrap();

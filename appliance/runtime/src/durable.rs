@@ -83,6 +83,10 @@ pub(crate) struct DiskWorker {
     log: RefCell<WorkerLog>,
     /// Batch bytes of writes in flight, by op id (the kernel reads them until the completion).
     inflight: HashMap<u64, Vec<u8>>,
+    /// The second flush lane: another open file description of the device, so the two
+    /// flushes the log keeps in flight each see every writeback error (ADR 0011, pipelined
+    /// flushes). None when it could not be opened; then one flush is in flight at a time.
+    flush_lane: Option<std::fs::File>,
     flushing: usize,
     /// This region's background compaction.
     compactor: Compactor,
@@ -97,8 +101,16 @@ pub(crate) struct DiskWorker {
 impl DiskWorker {
     /// Takes region `region`'s log for this worker.
     pub(crate) fn install(serving: Arc<Serving<FileDevice>>, region: usize) -> Option<DiskWorker> {
-        let log = serving.take_log(region)?;
+        let mut log = serving.take_log(region)?;
         let fd = serving.device().as_raw_fd();
+        let flush_lane = match serving.device().open_flush_lane() {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("ringstore: region {region}: one flush at a time ({e})");
+                log.limit_flush_lanes(1);
+                None
+            }
+        };
         let compactor = Compactor::new(serving.superblock().geometry.block_size);
         Some(DiskWorker {
             serving,
@@ -112,6 +124,7 @@ impl DiskWorker {
                 abandoned: VecDeque::new(),
             }),
             inflight: HashMap::new(),
+            flush_lane,
             flushing: 0,
             compactor,
             erasing: None,
@@ -201,10 +214,15 @@ impl DiskWorker {
                     self.inflight.insert(id, bytes);
                     sqes.push(entry);
                 }
-                Action::Flush { id } => {
+                Action::Flush { id, lane } => {
+                    let fd = match (&self.flush_lane, lane) {
+                        (Some(f), 1) => f.as_raw_fd(),
+                        _ => self.fd,
+                    };
+                    debug_assert!(lane == 0 || self.flush_lane.is_some());
                     self.flushing += 1;
                     sqes.push(
-                        opcode::Fsync::new(types::Fd(self.fd))
+                        opcode::Fsync::new(types::Fd(fd))
                             .flags(types::FsyncFlags::DATASYNC)
                             .build()
                             .user_data(Op::DiskFlush { id }.encode()),

@@ -36,8 +36,16 @@ fn cell_spec(
     }
 }
 
-/// Runs one cell against memcached and (when it is up) the subject in alternating slices.
-/// The subject failing costs only its own column: memcached is then measured alone.
+/// What one cell measured: the baseline, the subject and the floor server (when up).
+struct CellResults {
+    base: loadgen::LoadResult,
+    subject: Option<loadgen::LoadResult>,
+    floor: Option<loadgen::LoadResult>,
+}
+
+/// Runs one cell against memcached, the subject and the floor server (when they are up) in
+/// alternating slices. The subject failing costs only its own column: memcached is then
+/// measured alone.
 #[allow(clippy::too_many_arguments)]
 fn memcache_cell(
     o: &Options,
@@ -48,27 +56,35 @@ fn memcache_cell(
     value_len: usize,
     depth: usize,
     doc: &mut Doc,
-) -> Result<(loadgen::LoadResult, Option<loadgen::LoadResult>)> {
+) -> Result<CellResults> {
     let cell = cell_name(op, value_len, depth);
     base.check_alive()?;
     if let Some(s) = subj.as_mut() {
+        let floor = procs::start_floor(op, value_len)
+            .map_err(|e| doc.note(format!("{cell}: the floor server did not start: {e:#}")))
+            .ok();
         eprintln!(
-            "bench: {cell}: {base_name} and {} in alternating slices",
+            "bench: {cell}: {base_name}, {} and the floor in alternating slices",
             s.name
         );
-        let specs = [
+        let mut specs = vec![
             cell_spec(o, base, op, value_len, depth),
             cell_spec(o, s, op, value_len, depth),
         ];
+        specs.extend(floor.iter().map(|f| cell_spec(o, f, op, value_len, depth)));
         let outcome = loadgen::run(&specs).and_then(|results| {
             s.check_alive()?;
             Ok(results)
         });
         match outcome {
-            Ok(mut results) if results.len() == 2 && results.iter().all(|r| r.requests > 0) => {
-                let theirs = results.pop();
-                let ours = results.pop().context("two results")?;
-                return Ok((ours, theirs));
+            Ok(results) if results.len() >= 2 && results.iter().all(|r| r.requests > 0) => {
+                let mut results = results.into_iter();
+                let ours = results.next().context("three results")?;
+                return Ok(CellResults {
+                    base: ours,
+                    subject: results.next(),
+                    floor: results.next(),
+                });
             }
             Ok(_) => doc.note(format!("{cell}: no request completed")),
             Err(e) => doc.note(format!("{cell}: {} failed: {e:#}", s.name)),
@@ -85,7 +101,11 @@ fn memcache_cell(
     if ours.requests == 0 {
         bail!("{cell}: {base_name} completed no request");
     }
-    Ok((ours, None))
+    Ok(CellResults {
+        base: ours,
+        subject: None,
+        floor: None,
+    })
 }
 
 fn preload_all(server: &Pinned) -> Result<()> {
@@ -136,7 +156,9 @@ pub(super) fn memcache_part(
         procs::CLIENT_CPU, o.conns, WARMUP.as_secs(), o.seconds, o.seconds.clamp(1, 10)
     ));
 
+    doc.command("floor server (xtask/src/bench/floor.rs), one per cell, started before it and stopped after: taskset -c 0 target/debug/xtask bench-floor --port P --op get|set --value-len N");
     let mut table = Table::new(base_name, name);
+    let mut floor_table = Table::new("floor", name);
     let mut cpu = String::from(CPU_TABLE_HEAD);
     let mut first_cell = None;
     for op in [Op::Get, Op::Set] {
@@ -146,10 +168,37 @@ pub(super) fn memcache_part(
                     continue;
                 }
                 let cell = cell_name(op, value_len, depth);
-                let (b, s) = memcache_cell(
+                let CellResults {
+                    base: b,
+                    subject: s,
+                    floor: f,
+                } = memcache_cell(
                     o, base_name, &mut base, &mut subj, op, value_len, depth, doc,
                 )
                 .with_context(|| format!("{cell} against {base_name}"))?;
+                if let (Some(f), Some(s)) = (f.as_ref(), s.as_ref()) {
+                    floor_table.row(
+                        &format!("{cell}: throughput (req/s)"),
+                        f.throughput(),
+                        Some(s.throughput()),
+                        Better::Higher,
+                        0,
+                    );
+                    floor_table.row(
+                        &format!("{cell}: server CPU s / M req"),
+                        f.server_cpu_per_million(),
+                        Some(s.server_cpu_per_million()),
+                        Better::Lower,
+                        2,
+                    );
+                    if depth == 1 {
+                        let cost = s.server_cpu_per_million() / f.server_cpu_per_million();
+                        doc.targets.push(format!(
+                            "{cell}: server CPU per request {cost:.2}× the floor's (goal ≤ 1.15×) {}",
+                            mark(cost <= 1.15)
+                        ));
+                    }
+                }
                 for (who, r) in [(base_name, Some(&b)), (name, s.as_ref())] {
                     if let Some(r) = r.filter(|r| r.misses + r.errors > 0) {
                         doc.note(format!(
@@ -223,6 +272,10 @@ pub(super) fn memcache_part(
     section.push_str(&table.markdown());
     section.push('\n');
     section.push_str(&cpu);
+    section.push_str(&format!(
+        "\n### {name} against the floor (bench/floor.rs: an io_uring responder that answers each request with a fixed reply of the right size, no parsing, no store)\n\n"
+    ));
+    section.push_str(&floor_table.markdown());
     doc.sections.push(section);
     if o.cells.is_empty() && o.compare.is_none() {
         let saturation =

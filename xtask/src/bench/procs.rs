@@ -169,6 +169,35 @@ pub fn start_ringstore_with(binary: &Path, memory_mib: u64, more: &[&str]) -> Re
     Ok(server)
 }
 
+/// The floor server (bench/floor.rs) for one memcache cell, this xtask binary itself.
+pub fn start_floor(op: super::mcwire::Op, value_len: usize) -> Result<Pinned> {
+    let port = free_port()?;
+    let exe = std::env::current_exe().context("the xtask binary")?;
+    let mut cmd = pinned(SERVER_CPU, &exe.to_string_lossy());
+    let op_name = match op {
+        super::mcwire::Op::Get => "get",
+        super::mcwire::Op::Set => "set",
+    };
+    cmd.args(["bench-floor", "--port", &port.to_string(), "--op", op_name])
+        .args(["--value-len", &value_len.to_string()]);
+    let command = command_line(&cmd);
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting the floor server")?;
+    let mut server = Pinned {
+        name: "floor",
+        process: Process::Child(child),
+        port,
+        http_port: None,
+        command,
+    };
+    wait_for_port(&mut server, port)?;
+    raise_priority(server.pid());
+    Ok(server)
+}
+
 /// nginx in single-process mode (one process serves) with `conf`, on `SERVER_CPU`.
 pub fn start_nginx(conf: &Path, prefix: &Path, port: u16) -> Result<Pinned> {
     let mut cmd = pinned(SERVER_CPU, "nginx");
