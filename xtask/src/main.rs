@@ -25,7 +25,7 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   test [--quick] [--skip-vm]   every test: lint, unit, property, fuzz smoke, memccapable, end-to-end, QEMU
   bench [--seconds N]          ringstore vs memcached (and nginx for HTTP), side by side; writes target/bench/
-  image                        build target/appliance/{bzImage,initramfs.img}
+  image [--authorized-keys F]  build target/appliance/{bzImage,initramfs.img}; F: the console's SSH keys
   run                          build everything and boot the appliance in QEMU (numa2 profile)
 ";
 
@@ -38,7 +38,7 @@ fn main() -> Result<()> {
     match command.as_str() {
         "test" => test::run(rest),
         "bench" => bench::run(rest),
-        "image" => image::build_image().map(|_| ()),
+        "image" => image::image_command(rest),
         "run" => qemu::run(rest),
         "vm-test" => vm_tests::run(rest),
         "help" | "--help" | "-h" => {

@@ -8,6 +8,7 @@ mod durable;
 mod kernel_panic;
 mod netns;
 mod numa2;
+mod operator;
 mod portscan;
 mod scan;
 mod serial;
@@ -44,6 +45,7 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
                 r.poweroff.as_secs_f64()
             ))
         }),
+        ("console_login_and_json", operator::console_login_and_json),
         ("scan_finds_only_data_ports", |i| {
             scan_finds_only_data_ports(i).map(|r| {
                 format!(
