@@ -46,6 +46,10 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
             ))
         }),
         ("console_login_and_json", operator::console_login_and_json),
+        (
+            "tuning_names_each_difference",
+            operator::tuning_names_each_difference,
+        ),
         ("scan_finds_only_data_ports", |i| {
             scan_finds_only_data_ports(i).map(|r| {
                 format!(

@@ -30,6 +30,7 @@ pub mod signals;
 pub mod state;
 pub mod sysinfo;
 pub mod threads;
+pub mod tuning;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

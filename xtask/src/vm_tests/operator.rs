@@ -3,12 +3,14 @@
 //! login are refused, a wrong key is refused and backs off, the test key logs in, and every
 //! command's `--json` answer parses and carries its documented fields.
 
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use ringstore_console::client::{ClientError, Signer};
 use serde_json::Value;
 
+use super::client::{exchange, tcp};
 use super::vm::Vm;
 use super::{BOOT_LIMIT, COMMAND_LIMIT, PROMPT};
 use crate::image::Image;
@@ -36,6 +38,18 @@ pub(super) const DOCUMENTED: &[(&str, &[&str])] = &[
     ("net", &["listening", "addresses"]),
     ("threads", &["threads"]),
     ("log", &["lines"]),
+    ("config", &["settings"]),
+    ("data", &["device", "state"]),
+    (
+        "tuning",
+        &[
+            "clean",
+            "differences",
+            "checks",
+            "serving_node",
+            "worker_cpus",
+        ],
+    ),
 ];
 
 /// One answer object of `command`, checked for schema, name, ok and `fields`.
@@ -123,10 +137,148 @@ pub fn console_login_and_json(image: &Image) -> Result<String> {
             );
         }
     }
+    let config = answer(&mut vm, "config", &["settings"])?;
+    let origin = |key: &str| {
+        config["settings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["key"] == key)
+            .map(|s| (s["value"].to_string(), s["origin"].to_string()))
+    };
+    ensure!(
+        origin(CMDLINE_KEY.0)
+            == Some((
+                format!("\"{}\"", CMDLINE_KEY.1),
+                "\"kernel-cmdline\"".into()
+            ))
+            && origin("http").is_some_and(|(_, o)| o == "\"default\""),
+        "config does not show {CMDLINE_KEY:?} from the kernel command line: {config}"
+    );
+    let tuning = answer(&mut vm, "tuning", &["clean"])?;
+    ensure!(
+        tuning["clean"] == true,
+        "tuning on numa2 is not clean: {tuning}"
+    );
+    flush_asks_and_flushes(&mut vm)?;
+    let drained = drain_refuses_new_and_finishes_in_flight(&mut vm)?;
     let poweroff = vm.poweroff()?;
     Ok(format!(
-        "{} commands' JSON checked ({fields} fields), poweroff in {:.1} s",
+        "{} commands' JSON checked ({fields} fields), tuning clean, {drained}, poweroff in {:.1} s",
         DOCUMENTED.len(),
         poweroff.as_secs_f64()
     ))
+}
+
+/// `flush` without `--yes` asks and keeps the items; `flush --yes` drops them.
+fn flush_asks_and_flushes(vm: &mut Vm) -> Result<()> {
+    let port = vm.port("memcache", 0)?;
+    let mut conn = tcp(port)?;
+    let set = |conn: &mut std::net::TcpStream| {
+        exchange(conn, b"set fl 0 0 1\r\nx\r\n", |t| t.ends_with("\r\n"))
+    };
+    let get =
+        |conn: &mut std::net::TcpStream| exchange(conn, b"get fl\r\n", |t| t.ends_with("END\r\n"));
+    ensure!(set(&mut conn)? == "STORED\r\n");
+    let asked = vm.client().run("flush")?;
+    ensure!(
+        asked[0]["ok"] == false && asked[0]["confirm"] == "flush --yes",
+        "{asked:?}"
+    );
+    ensure!(
+        get(&mut conn)?.contains("VALUE fl"),
+        "flush without --yes flushed"
+    );
+    let flushed = answer(vm, "flush --yes", &["flushed"])?;
+    ensure!(flushed["flushed"] == true, "{flushed}");
+    let after = get(&mut conn)?;
+    ensure!(after == "END\r\n", "after flush --yes: {after:?}");
+    Ok(())
+}
+
+/// `drain`: a request in flight on an open connection completes, a new connection is refused,
+/// `drain` reports the open connection and then none once it closed; `undrain` accepts again.
+fn drain_refuses_new_and_finishes_in_flight(vm: &mut Vm) -> Result<String> {
+    let port = vm.port("memcache", 0)?;
+    let mut in_flight = tcp(port)?;
+    // Half a set: the server holds the request until its data arrives.
+    in_flight.write_all(b"set drainkey 0 0 10\r\n01234")?;
+    std::thread::sleep(Duration::from_millis(300));
+    let first = answer(
+        vm,
+        "drain --wait 0",
+        &["draining", "connections_open", "waited_s"],
+    )?;
+    ensure!(
+        first["connections_open"].as_u64() >= Some(1),
+        "drain sees no open connection: {first}"
+    );
+    let mut refused = tcp(port)?;
+    let answer_new =
+        exchange(&mut refused, b"get drainkey\r\n", |t| t.ends_with("\r\n")).unwrap_or_default();
+    ensure!(
+        answer_new.starts_with("ERROR Too many open connections"),
+        "a new connection while draining got {answer_new:?}"
+    );
+    let stored = exchange(&mut in_flight, b"56789\r\n", |t| t.ends_with("\r\n"))?;
+    ensure!(
+        stored == "STORED\r\n",
+        "the in-flight set while draining answered {stored:?}"
+    );
+    drop(in_flight);
+    drop(refused);
+    let second = answer(vm, "drain --wait 20", &["connections_open"])?;
+    ensure!(
+        second["connections_open"] == 0,
+        "connections left after they closed: {second}"
+    );
+    answer(vm, "undrain", &["draining"])?;
+    let mut again = tcp(port)?;
+    let got = exchange(&mut again, b"get drainkey\r\n", |t| t.ends_with("END\r\n"))?;
+    ensure!(
+        got.starts_with("VALUE drainkey 0 10\r\n0123456789"),
+        "after undrain: {got:?}"
+    );
+    Ok(format!(
+        "drained with {} open, then 0 in {} s",
+        first["connections_open"], second["waited_s"]
+    ))
+}
+
+/// numa2-mistuned (worker CPU 3 left out of isolcpus and nohz_full): `tuning` names both.
+pub fn tuning_names_each_difference(image: &Image) -> Result<String> {
+    let mut vm = Vm::boot(image, "tuning_mistuned", "numa2-mistuned", "")?;
+    let ready = vm.wait_for("ringstore: ready memcache=", 0, BOOT_LIMIT)?;
+    vm.wait_for(PROMPT, ready, COMMAND_LIMIT)?;
+    vm.login()?;
+    let tuning = answer(&mut vm, "tuning", &["clean", "differences", "checks"])?;
+    let named: Vec<String> = tuning["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["difference"] == true)
+        .map(|c| {
+            format!(
+                "{} {}",
+                c["check"].as_str().unwrap_or("?"),
+                c["note"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    ensure!(
+        tuning["clean"] == false,
+        "the mis-tuned profile is clean: {tuning}"
+    );
+    for check in ["isolated", "nohz_full"] {
+        ensure!(
+            named
+                .iter()
+                .any(|n| n.starts_with(check) && n.contains("worker CPUs 3 are not")),
+            "`tuning` does not name {check} of CPU 3: {named:?}"
+        );
+    }
+    let text = vm.command("tuning")?;
+    ensure!(text.contains("DIFF isolated"), "text form: {text}");
+    vm.poweroff()?;
+    Ok(named.join("; "))
 }

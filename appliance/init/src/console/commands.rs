@@ -301,6 +301,49 @@ pub fn data(_: &mut Ctx, _: &[&str]) -> Output {
     out
 }
 
+/// `tuning`: what the topology calls for, what is in effect, every difference (`tuning.rs`).
+pub fn tuning(_: &mut Ctx, _: &[&str]) -> Output {
+    let Some(facts) = crate::tuning::gather() else {
+        return Output::error("nothing was placed (see `status`)");
+    };
+    let checks = crate::tuning::verify(&facts);
+    let differences = checks.iter().filter(|c| c.difference).count();
+    let mut out = Output::new();
+    out.line(format!(
+        "serving node {}, workers on CPUs {}: {}",
+        facts.serving_node,
+        ringstore_sys::format_cpus(&facts.workers),
+        if differences == 0 {
+            "clean".to_string()
+        } else {
+            format!("{differences} differences")
+        }
+    ));
+    for c in &checks {
+        out.line(format!(
+            "{} {:<10} {:<16} wanted {}; in effect {}{}",
+            if c.difference { "DIFF" } else { "ok  " },
+            c.check,
+            c.subject,
+            c.wanted,
+            c.actual,
+            c.note
+                .as_ref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default()
+        ));
+    }
+    out.set("serving_node", facts.serving_node);
+    out.set("worker_cpus", json!(facts.workers));
+    out.set("clean", differences == 0);
+    out.set("differences", differences);
+    out.set(
+        "checks",
+        checks.iter().map(|c| c.json()).collect::<Vec<_>>(),
+    );
+    out
+}
+
 /// `config`: every key of the effective configuration and where its value came from.
 pub fn config(_: &mut Ctx, _: &[&str]) -> Output {
     let settings = crate::state::lock().settings.clone();

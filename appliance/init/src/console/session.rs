@@ -135,9 +135,14 @@ impl Session {
         }
     }
 
-    /// The prompt to print after an answer: `None` while a signature is being pasted.
+    /// The prompt to print after an answer: `signature: ` when a challenge was printed, none
+    /// while its lines are being pasted.
     pub fn prompt(&self) -> Option<&'static str> {
-        match self.phase {
+        match &self.phase {
+            // The signature prompt once, before the paste; none between its lines.
+            Phase::Signature { paste, .. } if paste.is_empty() => {
+                Some(ringstore_console::SIGNATURE_PROMPT)
+            }
             Phase::Signature { .. } => None,
             Phase::Password { .. } => Some(ringstore_console::PASSWORD_PROMPT),
             _ => Some(ringstore_console::PROMPT),
@@ -354,7 +359,15 @@ mod tests {
         let out = s.start_login(&[], true, t0);
         let challenge = out.fields["challenge"].as_str().unwrap().to_string();
         assert!(challenge.contains("host=box boot=boot-1 nonce="));
-        assert_eq!(s.prompt(), None);
+        assert_eq!(s.prompt(), Some(ringstore_console::SIGNATURE_PROMPT));
+        assert_eq!(
+            s.take_line("-----BEGIN SSH SIGNATURE-----", t0),
+            Some(vec![])
+        );
+        assert_eq!(s.prompt(), None, "no prompt between pasted lines");
+        assert!(s.take_line("cancel", t0).unwrap()[0].contains("cancelled"));
+        let out = s.start_login(&[], true, t0);
+        let challenge = out.fields["challenge"].as_str().unwrap().to_string();
         // The wrong key: refused, and a second login right away is refused by the back-off.
         let answer = paste(&mut s, &sign(WRONG_KEY, &challenge), t0);
         assert!(

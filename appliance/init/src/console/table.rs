@@ -48,6 +48,7 @@ pub static COMMANDS: &[Command] = &[
     Command { name: "drain", aliases: &[], usage: "[--wait SECS]", help: "refuse new connections, wait (default 30 s) for open ones to close, report what is left", access: LoggedIn, run: c::drain },
     Command { name: "undrain", aliases: &[], usage: "", help: "accept new connections again", access: LoggedIn, run: c::undrain },
     Command { name: "flush", aliases: &[], usage: "--yes", help: "memcache flush_all: drop every item (asks for --yes)", access: LoggedIn, run: c::flush },
+    Command { name: "tuning", aliases: &[], usage: "", help: "what the topology calls for vs what is in effect (NIC node, huge pages, isolated/nohz_full CPUs, IRQs, queues, XDP, RPS/XPS): every difference", access: LoggedIn, run: c::tuning },
     Command { name: "irq", aliases: &[], usage: "", help: "IRQ -> CPU affinity of the NIC queues", access: LoggedIn, run: c::irq },
     Command { name: "net", aliases: &[], usage: "", help: "listening TCP/UDP sockets and interface addresses", access: LoggedIn, run: c::net },
     Command { name: "threads", aliases: &[], usage: "", help: "every thread with its effective/permitted/bounding capabilities and no_new_privs", access: LoggedIn, run: c::threads },
