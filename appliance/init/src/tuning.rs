@@ -22,8 +22,29 @@ pub struct Interface {
     pub xps: Vec<Vec<usize>>,
     /// The XDP program's mode (`native`, `generic`, ...), `None` = not attached.
     pub xdp: Option<String>,
-    /// The interface's queue IRQs with the CPUs each is in effect on.
-    pub irqs: Vec<(u32, Vec<usize>)>,
+    /// The interface's queue IRQs (not its config/link IRQ).
+    pub irqs: Vec<QueueIrq>,
+}
+
+/// One NIC queue IRQ: where PID 1 placed it and where it is in effect.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueIrq {
+    pub irq: u32,
+    /// The worker CPU PID 1's plan gave it (`irq::plan`).
+    pub planned: Option<usize>,
+    /// Effective affinity (else the asked-for one).
+    pub on: Vec<usize>,
+}
+
+/// Whether an IRQ description names a queue (virtio `-input.N`/`-output.N`, drivers'
+/// `TxRx`/`rx`/`tx`), not a NIC's config or link interrupt.
+pub fn is_queue_irq(description: &str) -> bool {
+    let d = description.to_ascii_lowercase();
+    d.contains("input")
+        || d.contains("output")
+        || d.contains("txrx")
+        || d.contains("-rx")
+        || d.contains("-tx")
 }
 
 /// What the verifier compares.
@@ -157,8 +178,8 @@ pub fn verify(f: &Facts) -> Vec<Check> {
     out.push(cpu_set_check("isolated", &f.workers, &f.isolated));
     out.push(cpu_set_check("nohz_full", &f.workers, &f.nohz_full));
     for i in &up {
-        for (index, (irq, on)) in i.irqs.iter().enumerate() {
-            let planned = f.workers.get(index % f.workers.len().max(1)).copied();
+        for QueueIrq { irq, planned, on } in &i.irqs {
+            let planned = *planned;
             let off_workers = on.is_empty() || on.iter().any(|c| !f.workers.contains(c));
             let mut c = check(
                 "irq",
@@ -167,7 +188,7 @@ pub fn verify(f: &Facts) -> Vec<Check> {
                 cpus(on),
                 off_workers,
             );
-            if !off_workers && planned.is_some_and(|p| on != &[p]) {
+            if !off_workers && planned.is_some_and(|p| on[..] != [p]) {
                 c.note = Some("on another worker CPU than planned".into());
             }
             out.push(c);
@@ -299,6 +320,15 @@ pub fn gather() -> Option<Facts> {
             crate::hugepages::count(node, "nr_hugepages").unwrap_or(0),
         ));
     }
+    let interrupts = crate::irq::parse_interrupts(
+        &std::fs::read_to_string("/proc/interrupts").unwrap_or_default(),
+    );
+    // PID 1's plan, recomputed over the same NIC IRQ list in the same order (`place_irqs`).
+    let all_nic: Vec<u32> = nic_irqs
+        .iter()
+        .flat_map(|(_, irqs)| irqs.iter().copied())
+        .collect();
+    let plan = crate::irq::plan(&[], &all_nic, &placement.workers, &[]);
     let interfaces = crate::net::link::ethernet_nics()
         .into_iter()
         .map(|name| {
@@ -309,6 +339,11 @@ pub fn gather() -> Option<Facts> {
                 .map(|(_, irqs)| irqs.clone())
                 .unwrap_or_default()
                 .into_iter()
+                .filter(|irq| {
+                    interrupts
+                        .iter()
+                        .any(|l| l.irq == *irq && is_queue_irq(&l.description))
+                })
                 .map(|irq| {
                     let effective = read_cpus(&format!("/proc/irq/{irq}/effective_affinity_list"));
                     let on = if effective.is_empty() {
@@ -316,14 +351,20 @@ pub fn gather() -> Option<Facts> {
                     } else {
                         effective
                     };
-                    (irq, on)
+                    let planned = plan
+                        .iter()
+                        .find(|(i, _)| *i == irq)
+                        .and_then(|(_, c)| c.first().copied());
+                    QueueIrq { irq, planned, on }
                 })
                 .collect();
             let rps = queue_masks(&name, "rx-", "rps_cpus");
             let xps = queue_masks(&name, "tx-", "xps_cpus");
             Interface {
                 up: ringstore_sys::read_trim(format!("{base}/carrier")).as_deref() == Some("1"),
+                // A virtio NIC's `device` is the virtio device; its PCI function has the node.
                 node: ringstore_sys::read_trim(format!("{base}/device/numa_node"))
+                    .or_else(|| ringstore_sys::read_trim(format!("{base}/device/../numa_node")))
                     .and_then(|s| s.parse().ok()),
                 rx_queues: rps.len(),
                 tx_queues: xps.len(),
@@ -368,7 +409,18 @@ mod tests {
                 rps: vec![vec![]],
                 xps: vec![vec![2, 3]],
                 xdp: None,
-                irqs: vec![(24, vec![2]), (25, vec![3]), (26, vec![2])],
+                irqs: vec![
+                    QueueIrq {
+                        irq: 25,
+                        planned: Some(3),
+                        on: vec![3],
+                    },
+                    QueueIrq {
+                        irq: 26,
+                        planned: Some(2),
+                        on: vec![2],
+                    },
+                ],
             }],
         }
     }
@@ -407,7 +459,7 @@ mod tests {
         let mut f = numa2();
         f.interfaces[0].node = Some(0);
         f.hugepages = vec![(0, 4), (1, 10)];
-        f.interfaces[0].irqs[1].1 = vec![0];
+        f.interfaces[0].irqs[0].on = vec![0];
         f.interfaces[0].rps[0] = vec![0, 1];
         f.interfaces[0].xdp = Some("generic".into());
         assert_eq!(
@@ -430,6 +482,25 @@ mod tests {
         let mut f = numa2();
         f.interfaces[0].node = None;
         assert_eq!(differences(&f), []);
+    }
+
+    #[test]
+    fn only_queue_irqs_count() {
+        assert!(is_queue_irq(
+            "PCI-MSIX-0000:01:00.0   1-edge      virtio0-input.0"
+        ));
+        assert!(is_queue_irq("IR-PCI-MSI 524289-edge      eth0-TxRx-0"));
+        assert!(!is_queue_irq(
+            "PCI-MSIX-0000:01:00.0   0-edge      virtio0-config"
+        ));
+        // Another worker than planned is a note, not a difference.
+        let mut f = numa2();
+        f.interfaces[0].irqs[0].on = vec![2];
+        let c = verify(&f)
+            .into_iter()
+            .find(|c| c.subject == "eth0 irq 25")
+            .unwrap();
+        assert!(!c.difference && c.note.is_some(), "{c:?}");
     }
 
     #[test]
