@@ -188,7 +188,9 @@ pub fn verify(f: &Facts) -> Vec<Check> {
                 cpus(on),
                 off_workers,
             );
-            if !off_workers && planned.is_some_and(|p| on[..] != [p]) {
+            if off_workers {
+                c.note = Some("in effect on CPUs that do not serve".into());
+            } else if planned.is_some_and(|p| on[..] != [p]) {
                 c.note = Some("on another worker CPU than planned".into());
             }
             out.push(c);

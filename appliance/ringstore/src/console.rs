@@ -147,6 +147,76 @@ mod tests {
         s.iter().map(|s| s.to_string()).collect()
     }
 
+    /// A box on the other end of a socket pair: PID 1's real console code (login, table,
+    /// framing) answering each line, the prompt after each answer, and a kernel record thrown
+    /// into the middle of its output.
+    #[cfg(feature = "pid1")]
+    fn fake_box(mut stream: std::os::unix::net::UnixStream) {
+        use ringstore_init::console::{handle_line, session::Session, PROMPT};
+        use std::io::{BufRead, Write};
+        let public = include_str!("../../../tests/keys/test_ed25519.pub");
+        ringstore_init::console::session::add_authorized_key_lines("test", &[public.trim()])
+            .unwrap();
+        let mut session = Session::new("fake", "boot");
+        let reader = std::io::BufReader::new(stream.try_clone().unwrap());
+        stream.write_all(PROMPT.as_bytes()).unwrap();
+        for line in reader.lines() {
+            let Ok(line) = line else { break };
+            let answer = handle_line(&mut session, &line, std::time::Instant::now());
+            let mut text = String::new();
+            for l in answer {
+                text.push_str(&l);
+                text.push_str("\r\n");
+            }
+            // The kernel writes its records between any two bytes.
+            let mid = text.len() / 2;
+            if text.is_char_boundary(mid) {
+                text.insert_str(mid, "[    9.123456] virtio_net virtio0 eth0: link up\n");
+            }
+            if let Some(prompt) = session.prompt() {
+                text.push_str(prompt);
+            }
+            if stream.write_all(text.as_bytes()).is_err() {
+                break;
+            }
+        }
+    }
+
+    #[cfg(feature = "pid1")]
+    #[test]
+    fn the_client_logs_in_and_runs_one_command_against_pid1s_console() {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        std::thread::spawn(move || fake_box(theirs));
+        let key =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/keys/test_ed25519");
+        let args = parse(&strings(&[
+            "--socket",
+            "-",
+            "--key",
+            key.to_str().unwrap(),
+            "help",
+        ]))
+        .unwrap();
+        let signer = Signer::from_key_file(&key).unwrap();
+        let link = StreamLink::new(ours.try_clone().unwrap(), ours);
+        let answer = session(link, &args, &signer, "help").unwrap();
+        assert_eq!(answer.len(), 1);
+        assert_eq!(
+            (answer[0]["v"].as_u64(), answer[0]["cmd"].as_str()),
+            (Some(1), Some("help"))
+        );
+        assert!(answer[0]["commands"].as_array().unwrap().len() > 10);
+        // The wrong key is refused.
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        std::thread::spawn(move || fake_box(theirs));
+        let wrong = Signer::from_key_file(&key.with_file_name("wrong_ed25519")).unwrap();
+        let link = StreamLink::new(ours.try_clone().unwrap(), ours);
+        let err = session(link, &args, &wrong, "help")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("login refused"), "{err}");
+    }
+
     #[test]
     fn arguments() {
         let a = parse(&strings(&[
