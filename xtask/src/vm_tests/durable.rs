@@ -434,7 +434,7 @@ pub fn acknowledged_writes_survive_power_cut_and_poweroff(image: &Image) -> Resu
     )?;
     let live_keys = check_model(port_of(&vm)?, &model).context("after the poweroff")?;
     // The console's `data --json` (docs/CONSOLE.md) counts what the device holds.
-    let data = vm.client().run("data")?;
+    let data = vm.json("data")?;
     let state = data.first().map(|d| d["state"].clone()).unwrap_or_default();
     anyhow::ensure!(
         state["records"].as_u64() >= Some(live_keys as u64)

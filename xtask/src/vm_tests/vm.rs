@@ -252,6 +252,15 @@ impl Vm {
         Ok(who)
     }
 
+    /// Runs `command --json` through the client (logged in first); its answer objects.
+    pub fn json(&mut self, command: &str) -> Result<Vec<serde_json::Value>> {
+        self.ensure_login()?;
+        let name = self.name.clone();
+        self.client()
+            .run(command)
+            .with_context(|| format!("{name}: `{command} --json`"))
+    }
+
     fn ensure_login(&mut self) -> Result<()> {
         if !self.logged_in {
             self.login()?;
