@@ -443,3 +443,45 @@ pub fn login(ctx: &mut Ctx, args: &[&str]) -> Output {
 pub fn logout(ctx: &mut Ctx, _: &[&str]) -> Output {
     ctx.session.logout()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::console::session::Session;
+
+    fn run(f: fn(&mut Ctx, &[&str]) -> Output, args: &[&str]) -> Output {
+        let mut session = Session::new("h", "b");
+        let mut ctx = Ctx {
+            session: &mut session,
+            now: std::time::Instant::now(),
+            json: true,
+        };
+        f(&mut ctx, args)
+    }
+
+    #[test]
+    fn drain_wait_is_bounded_and_flush_asks_first() {
+        let over = (DRAIN_WAIT_MAX + 1).to_string();
+        let out = run(drain, &["--wait", &over]);
+        assert!(
+            !out.ok && out.text[0].contains("0 to 600 seconds"),
+            "{:?}",
+            out.text
+        );
+        assert!(!run(drain, &["--wait", "-1"]).ok);
+        assert!(!run(drain, &["now"]).ok);
+        // In range but nothing serves here: refused, not a wait.
+        let started = std::time::Instant::now();
+        assert_eq!(
+            run(drain, &["--wait", "600"]).fields["error"],
+            "not serving"
+        );
+        assert!(started.elapsed() < Duration::from_secs(1));
+        let asked = run(flush, &[]);
+        assert!(!asked.ok && asked.fields["confirm"] == "flush --yes");
+        assert!(!run(flush, &["--yes", "extra"]).ok);
+        assert_eq!(run(flush, &["--yes"]).fields["error"], "not serving");
+        assert_eq!(run(undrain, &[]).fields["error"], "not serving");
+        assert!(!run(config, &[]).ok, "nothing resolved in a unit test");
+    }
+}
