@@ -59,6 +59,8 @@ MS_NOSUID, MS_NODEV = 2, 4
 # Every wait in here is bounded: the serving loop polls so it can stop, and teardown aborts the
 # connection (closing /dev/fuse) so a request the server still has in flight fails, never hangs.
 POLL_S = 0.1
+# Longest a stalled flush waits for `heal` (the serving loop waits with it).
+STALL_MAX_S = 20.0
 JOIN_S = 5.0
 MOUNT_WAIT_S = 5.0
 
@@ -88,6 +90,8 @@ class FaultDevice:
         self.lock = threading.Lock()
         self.write_fault = None
         self.flush_fault = None
+        # Set: every fsync waits (the serving loop with it) until cleared by `heal` (bounded).
+        self.flush_stall = threading.Event()
         # Counters since mount (for test diagnostics): ops seen and faults injected.
         self.writes = 0
         self.flushes = 0
@@ -112,11 +116,17 @@ class FaultDevice:
         with self.lock:
             self.flush_fault = Fault(nth, count, errno_)
 
+    def stall_flush(self):
+        """Every fsync/fdatasync from now waits until `heal` (at most STALL_MAX_S each): a device
+        whose group commits take as long as the test wants."""
+        self.flush_stall.set()
+
     def heal(self):
-        """Disarm every fault."""
+        """Disarm every fault (and release a stalled flush)."""
         with self.lock:
             self.write_fault = None
             self.flush_fault = None
+        self.flush_stall.clear()
 
     def wait_quiet(self, quiet_s=0.2, timeout=5.0):
         """Waits (bounded) until no write or flush has arrived for `quiet_s`: the server's startup
@@ -351,6 +361,9 @@ class FaultDevice:
                     if fault is not None and fault.hit():
                         self.failed_flushes += 1
                         return self._reply(unique, fault.errno)
+                deadline = time.monotonic() + STALL_MAX_S
+                while self.flush_stall.is_set() and not self.stopping.is_set() and time.monotonic() < deadline:
+                    time.sleep(0.01)
                 try:
                     (os.fdatasync if flags & FSYNC_DATASYNC else os.fsync)(self.bfd)
                 except OSError as e:

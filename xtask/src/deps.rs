@@ -31,6 +31,10 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("cpio", "/usr/bin/cpio"),
     ("musl-tools", "/usr/bin/musl-gcc"),
     ("iproute2", "/usr/sbin/ip"),
+    // The PXE QEMU test: the NIC option ROMs with iPXE (QEMU recommends it; installed
+    // without recommends here). Scale-out: twemproxy, the e2e test's proxy.
+    ("ipxe-qemu", "/usr/lib/ipxe/qemu/pxe-virtio.rom"),
+    ("nutcracker", "/usr/sbin/nutcracker"),
     // Binary-protocol clients: Dalli 3.0.6 (the package does not pull in ruby itself),
     // pylibmc for the system python3, php-memcached for PHP 8.2 (Debian 12).
     ("ruby", "/usr/bin/ruby"),

@@ -12,8 +12,11 @@ mod bench;
 mod deps;
 mod image;
 mod initramfs;
+mod inventory;
 mod kernel;
+mod pxe;
 mod qemu;
+mod scaleout;
 mod test;
 mod util;
 mod vm_tests;
@@ -27,6 +30,12 @@ commands:
   bench [--seconds N]          ringstore vs memcached (and nginx for HTTP), side by side; writes target/bench/
   image [--authorized-keys F]  build target/appliance/{bzImage,initramfs.img}; F: the console's SSH keys
   run                          build everything and boot the appliance in QEMU (numa2 profile)
+  pxe --inventory FILE [--out DIR]
+                               build the image, write the PXE bundle (target/appliance/pxe: kernel,
+                               initramfs, boot.ipxe, one script per host) and its scaleout/ files
+  scaleout --inventory FILE [--out DIR]
+                               write only the twemproxy pool and the client server list
+                               (target/appliance/scaleout)
 ";
 
 fn main() -> Result<()> {
@@ -40,6 +49,8 @@ fn main() -> Result<()> {
         "bench" => bench::run(rest),
         "image" => image::image_command(rest),
         "run" => qemu::run(rest),
+        "pxe" => pxe::run(rest),
+        "scaleout" => scaleout::run(rest),
         "vm-test" => vm_tests::run(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");

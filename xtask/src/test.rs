@@ -49,6 +49,31 @@ fn run_steps(opts: &Options) -> Result<()> {
     step("unit, property and integration tests", &|| {
         exec(cargo().args(["test", "--workspace", "--release"]))
     })?;
+    // Not in the default build: the runtime's ExaNIC backend against its libexanic test
+    // double (ADR 0021), linted and tested with the feature on.
+    step("ExaNIC backend (feature exanic, test double)", &|| {
+        exec(cargo().args([
+            "clippy",
+            "-p",
+            "ringstore-runtime",
+            "--features",
+            "exanic",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+        exec(cargo().args([
+            "test",
+            "-p",
+            "ringstore-runtime",
+            "--release",
+            "--features",
+            "exanic",
+            "--lib",
+            "datapath",
+        ]))
+    })?;
     if !opts.quick {
         step("fuzz smoke", &fuzz_smoke)?;
     }
@@ -140,6 +165,8 @@ fn end_to_end() -> Result<()> {
         Command::new(python)
             .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/e2e"])
             .env("RINGSTORE_BIN", &binary)
+            // tests/e2e/test_scaleout.py runs `xtask scaleout` through the binary running now.
+            .env("XTASK_BIN", std::env::current_exe()?)
             .current_dir(root()),
     )
 }

@@ -10,6 +10,7 @@ mod netns;
 mod numa2;
 mod operator;
 mod portscan;
+mod pxe;
 mod scan;
 mod serial;
 mod twonic;
@@ -90,6 +91,16 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
         }),
         ("large_object_survives_poweroff_and_power_cut", |i| {
             durable::large_object_survives_poweroff_and_power_cut(i)
+        }),
+        ("pxe_boots_each_host_from_its_mac", |i| {
+            pxe::pxe_boots_each_host_from_its_mac(i).map(|r| {
+                let ready: Vec<String> = r
+                    .ready
+                    .iter()
+                    .map(|(name, secs)| format!("{name} ready {secs:.1} s after QEMU started"))
+                    .collect();
+                ready.join(", ")
+            })
         }),
     ]
 }

@@ -1,6 +1,8 @@
 //! The one table of configuration keys: name, what values are allowed, how a value is applied.
 
-use crate::value::{parse_count, parse_endpoint, parse_networks, parse_size, parse_switch};
+use crate::value::{
+    parse_count, parse_endpoint, parse_hostname, parse_networks, parse_size, parse_switch,
+};
 use crate::{Config, IoUringSetup, NumaChoice, Placement};
 
 /// One configuration key.
@@ -246,6 +248,14 @@ pub static KEYS: &[KeyInfo] = &[
             }
             _ => Err(()),
         },
+    },
+    KeyInfo {
+        name: "hostname",
+        expected: "a host name of at most 64 bytes: dot-separated labels of letters, digits and inner dashes, 63 bytes each",
+        help: "host name: PID 1 sets it (sethostname); memcache stats and the console report it (default: the system's)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| parse_hostname(v).map(|h| c.hostname = Some(h)).ok_or(()),
     },
     KeyInfo {
         name: "placement",

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 pub use keys::{KeyInfo, KEYS};
 pub use origin::{Layer, Origin, Resolved, Setting};
-pub use value::{parse_count, parse_endpoint, parse_size};
+pub use value::{parse_count, parse_endpoint, parse_hostname, parse_size, HOSTNAME_MAX};
 
 /// Largest `--config` file read (1 MiB); a larger one is refused before it is parsed, so a
 /// path like `/dev/zero` or a runaway file cannot make the process read without bound.
@@ -114,6 +114,8 @@ pub struct Config {
     pub idle_timeout_secs: u64,
     /// `request-timeout`: seconds a started request may take to arrive whole (slow clients).
     pub request_timeout_secs: u64,
+    /// `hostname`: the host name PID 1 sets and `stats` reports; `None` = the system's.
+    pub hostname: Option<String>,
     /// `placement` (hidden): connection placement mode, for measurement.
     pub placement: Placement,
     /// Hidden data-plane switches.
@@ -160,6 +162,7 @@ impl Default for Config {
             external_value_min: 64 << 10,
             idle_timeout_secs: 300,
             request_timeout_secs: 10,
+            hostname: None,
             placement: Placement::Acceptor,
             tuning: Tuning::default(),
         }

@@ -232,3 +232,31 @@ fn config_file_size_is_capped() {
     assert_eq!(err.to_string().lines().count(), 1, "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn hostname_is_rfc1123_and_at_most_64_bytes() {
+    let c = Config::from_kernel_cmdline("ringstore.hostname=cache-01.rack2").unwrap();
+    assert_eq!(c.hostname.as_deref(), Some("cache-01.rack2"));
+    assert_eq!(Config::default().hostname, None);
+    let longest = format!("{}.b", "a".repeat(62));
+    assert_eq!(longest.len(), HOSTNAME_MAX);
+    assert!(Config::from_kernel_cmdline(&format!("ringstore.hostname={longest}")).is_ok());
+    for bad in [
+        format!("{longest}x"),
+        "a".repeat(64),
+        "-lead".into(),
+        "trail-".into(),
+        "two..dots".into(),
+        "under_score".into(),
+        "sp ace".into(),
+        "semi;colon".into(),
+        "".into(),
+        ".".into(),
+    ] {
+        let err = Config::from_toml_str(&format!("hostname = {bad:?}")).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::InvalidValue { key, .. } if key == "hostname"),
+            "{bad:?}: {err}"
+        );
+    }
+}

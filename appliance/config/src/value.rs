@@ -34,6 +34,25 @@ pub fn parse_endpoint(text: &str) -> Option<Option<SocketAddr>> {
     text.parse::<SocketAddr>().ok().map(Some)
 }
 
+/// Longest host name Linux accepts (`HOST_NAME_MAX`).
+pub const HOSTNAME_MAX: usize = 64;
+
+/// Parses a host name (RFC 1123): 1 to [`HOSTNAME_MAX`] bytes of dot-separated labels, each
+/// 1 to 63 letters, digits and dashes, neither starting nor ending with a dash.
+pub fn parse_hostname(text: &str) -> Option<String> {
+    let text = text.trim();
+    if text.is_empty() || text.len() > HOSTNAME_MAX {
+        return None;
+    }
+    let label_ok = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    text.split('.').all(label_ok).then(|| text.to_string())
+}
+
 /// Parses a decimal count.
 pub fn parse_count(text: &str) -> Option<u64> {
     let text = text.trim();

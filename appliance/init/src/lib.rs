@@ -1,7 +1,7 @@
 //! PID 1 of the appliance: mounts, configuration from the kernel command line, network, NUMA, console, shutdown.
 //!
 //! [`run`] is the whole of PID 1. Boot order: mounts → console and /dev/kmsg → capabilities
-//! narrowed to the boot set → signals → kernel command line → network → NUMA placement
+//! narrowed to the boot set → signals → kernel command line → host name → network → NUMA placement
 //! (the serving node chosen as `ringstore serve` chooses it, docs/ARCHITECTURE.md "NUMA
 //! placement") → huge pages on the serving node → IRQ affinity → the data device's node (never
 //! mounted: the server owns it) → the data plane on a privilege-less thread → capabilities
@@ -17,6 +17,7 @@
 pub mod cmdline;
 pub mod console;
 pub mod datadev;
+pub mod hostname;
 pub mod hugepages;
 pub mod irq;
 pub mod log;
@@ -116,6 +117,8 @@ fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
         }
     };
 
+    // Before the network (a lease keeper may log it) and the server (its `stats` reads it).
+    hostname::apply(config.as_ref(), &options.ip);
     let configured = net::bring_up(&options.ip);
     state::lock().configured = configured;
 

@@ -43,7 +43,8 @@ impl Drop for Mapping {
     }
 }
 
-/// The provided-buffer ring of one worker (group id [`BufRing::GROUP`]).
+/// A provided-buffer ring of one worker: group [`BufRing::GROUP`] for TCP receives,
+/// [`BufRing::UDP_GROUP`] for the kernel-UDP backend's multishot `recvmsg`.
 pub(crate) struct BufRing {
     ring: Mapping,
     buffers: Mapping,
@@ -57,9 +58,20 @@ unsafe impl Send for BufRing {}
 
 impl BufRing {
     pub(crate) const GROUP: u16 = 0;
+    pub(crate) const UDP_GROUP: u16 = 1;
 
     /// Maps `entries` (a power of two) buffers of `buf_size` bytes and registers them with `ring`.
     pub(crate) fn register(ring: &IoUring, entries: u16, buf_size: usize) -> io::Result<BufRing> {
+        Self::register_group(ring, Self::GROUP, entries, buf_size)
+    }
+
+    /// [`BufRing::register`] as buffer group `group`.
+    pub(crate) fn register_group(
+        ring: &IoUring,
+        group: u16,
+        entries: u16,
+        buf_size: usize,
+    ) -> io::Result<BufRing> {
         assert!(entries.is_power_of_two());
         let ring_bytes =
             (entries as usize * std::mem::size_of::<BufRingEntry>()).next_multiple_of(4096);
@@ -68,12 +80,8 @@ impl BufRing {
         // The owner drops the io_uring (or unregisters) before dropping this BufRing.
         // SAFETY: the ring mapping is page aligned, holds `entries` entries and lives as long as this BufRing.
         unsafe {
-            ring.submitter().register_buf_ring_with_flags(
-                ring_map.ptr as u64,
-                entries,
-                Self::GROUP,
-                0,
-            )?
+            ring.submitter()
+                .register_buf_ring_with_flags(ring_map.ptr as u64, entries, group, 0)?
         };
         let mut pool = BufRing {
             ring: ring_map,

@@ -46,6 +46,43 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn forget_if_cas(&self, key: &[u8], cas: u64, now: Now) {
         let _ = (key, cas, now);
     }
+    /// One memcache request datagram (the frame header already taken off), served on
+    /// `worker`: the reply is left in `out`. `Some(session)` when the reply is held until the
+    /// data device settles the request's records: the caller keeps the session, reports
+    /// settled tokens with [`Handler::on_durable`] and sends its output once
+    /// [`Handler::awaits_durable`] is false. The default echoes the request (tests).
+    fn udp_request(
+        &self,
+        worker: usize,
+        request: &[u8],
+        now: Now,
+        device: Option<&dyn Device>,
+        out: &mut crate::datapath::Reply,
+    ) -> Option<Self::Session> {
+        let _ = (worker, now, device);
+        out.clear();
+        out.bytes.extend_from_slice(request);
+        None
+    }
+    /// Bounds a held UDP reply released by the data device (see [`Handler::udp_request`]).
+    fn udp_bound_reply(&self, request: &[u8], out: &mut Vec<u8>) {
+        let _ = (request, out);
+    }
+    /// Counts a memcache UDP event on `worker`'s slot.
+    fn udp_count(&self, worker: usize, event: UdpEvent) {
+        let _ = (worker, event);
+    }
+}
+
+/// What [`Handler::udp_count`] counts (memcache `stats`: `udp_rx_datagrams`,
+/// `udp_tx_datagrams`, `udp_dropped`, `udp_held_full`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UdpEvent {
+    Rx,
+    Tx,
+    Dropped,
+    /// Dropped because the held table was full (counted as `Dropped` too).
+    HeldFull,
 }
 
 /// The production handler: [`Session`]s executing against [`Shared`].
@@ -106,6 +143,31 @@ impl Handler for ServiceHandler {
     }
     fn forget_if_cas(&self, key: &[u8], cas: u64, now: Now) {
         self.0.store.forget_if_cas(key, cas, now.store);
+    }
+    fn udp_request(
+        &self,
+        worker: usize,
+        request: &[u8],
+        now: Now,
+        device: Option<&dyn Device>,
+        out: &mut crate::datapath::Reply,
+    ) -> Option<Session> {
+        crate::udp::answer(&self.0, worker, request, now, device, out)
+    }
+    fn udp_bound_reply(&self, request: &[u8], out: &mut Vec<u8>) {
+        crate::udp::bound_reply(request, out)
+    }
+    fn udp_count(&self, worker: usize, event: UdpEvent) {
+        let stats = self.0.stats(worker);
+        match event {
+            UdpEvent::Rx => stats.udp_rx_datagrams.inc(),
+            UdpEvent::Tx => stats.udp_tx_datagrams.inc(),
+            UdpEvent::Dropped => stats.udp_dropped.inc(),
+            UdpEvent::HeldFull => {
+                stats.udp_dropped.inc();
+                stats.udp_held_full.inc();
+            }
+        }
     }
 }
 

@@ -9,8 +9,12 @@
 //! - [`topology`] and [`numa`] read the machine and choose the node (PID 1 uses them too).
 //!
 //! `unsafe` is denied here except in the io_uring ring and buffer code (`bufring`, `worker`),
-//! which hands the kernel raw pointers into memory whose lifetime only that code knows;
-//! every syscall wrapper is in `ringstore-sys`, imported as `sys` (ADR-0017).
+//! which hands the kernel raw pointers into memory whose lifetime only that code knows, and
+//! in `datapath::kernel_udp` (a zeroed `msghdr`) and `datapath::exanic` (libexanic FFI,
+//! feature `exanic`; ADR 0021); every syscall wrapper is in `ringstore-sys`, imported as
+//! `sys` (ADR-0017).
+//!
+//! [`datapath`] is the datapath interface memcache-over-UDP backends implement.
 
 #![deny(unsafe_code)]
 
@@ -21,6 +25,7 @@ mod bufring;
 mod clock;
 mod conn;
 mod data;
+pub mod datapath;
 mod durable;
 mod error;
 mod handler;

@@ -162,6 +162,8 @@ mod plane_tests {
             clock: Clock::start(),
             tcp: vec![(Protocol::Memcache, vec![fd])],
             data: None,
+            udp: Vec::new(),
+            udp_allow: Vec::new(),
         })
         .unwrap();
         (plane, addr)

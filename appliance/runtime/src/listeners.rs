@@ -39,7 +39,8 @@ pub(crate) struct Bound {
     pub addrs: LocalAddrs,
     /// Per TCP endpoint: its listeners (1, or one per worker with reuseport).
     pub tcp: Vec<(Protocol, Vec<OwnedFd>)>,
-    pub udp: Option<OwnedFd>,
+    /// memcache UDP: one socket per worker, an SO_REUSEPORT group (empty: off).
+    pub udp: Vec<OwnedFd>,
 }
 
 fn bind_tcp(
@@ -74,7 +75,7 @@ pub(crate) fn bind(config: &Config, workers: usize) -> Result<Bound, RuntimeErro
     let mut bound = Bound {
         addrs: LocalAddrs::default(),
         tcp: Vec::new(),
-        udp: None,
+        udp: Vec::new(),
     };
     if let Some(addr) = config.memcache {
         let (local, fds) = bind_tcp("memcache", addr, copies)?;
@@ -92,9 +93,18 @@ pub(crate) fn bind(config: &Config, workers: usize) -> Result<Bound, RuntimeErro
             addr,
             source,
         };
-        let fd = crate::sys::bind_socket(addr, false, false, true).map_err(err)?;
-        bound.addrs.udp = Some(crate::sys::local_addr(fd.as_raw_fd()).map_err(err)?);
-        bound.udp = Some(fd);
+        // Always one per worker (whatever the TCP placement): the kernel spreads datagrams
+        // over the group by flow hash, and each worker's ring serves its own socket. Blocking:
+        // used only through io_uring (see `sys::bind_socket`).
+        let first = crate::sys::bind_socket(addr, false, true, false).map_err(err)?;
+        let local = crate::sys::local_addr(first.as_raw_fd()).map_err(err)?;
+        bound.addrs.udp = Some(local);
+        bound.udp.push(first);
+        for _ in 1..workers.max(1) {
+            bound
+                .udp
+                .push(crate::sys::bind_socket(local, false, true, false).map_err(err)?);
+        }
     }
     Ok(bound)
 }

@@ -34,6 +34,10 @@ pub(crate) enum Op {
     Wake,
     /// Background compaction: a read of the victim segment into the compactor's buffer.
     DiskCompactRead { id: u64 },
+    /// The kernel-UDP backend's multishot recvmsg.
+    UdpRecv,
+    /// A kernel-UDP reply datagram in send slot `slot`.
+    UdpSend { slot: u32 },
 }
 
 const RECV: u64 = 1;
@@ -48,6 +52,8 @@ const DISK_ERASE: u64 = 9;
 const DISK_ERASE_FLUSH: u64 = 10;
 const WAKE: u64 = 11;
 const DISK_COMPACT_READ: u64 = 12;
+const UDP_RECV: u64 = 13;
+const UDP_SEND: u64 = 14;
 
 impl Op {
     /// The `user_data` of this op.
@@ -72,6 +78,8 @@ impl Op {
             Op::DiskEraseFlush { id } => disk(id, DISK_ERASE_FLUSH),
             Op::Wake => WAKE,
             Op::DiskCompactRead { id } => disk(id, DISK_COMPACT_READ),
+            Op::UdpRecv => UDP_RECV,
+            Op::UdpSend { slot } => conn(slot, 0, UDP_SEND),
         }
     }
 
@@ -93,6 +101,8 @@ impl Op {
             DISK_ERASE_FLUSH => Op::DiskEraseFlush { id },
             WAKE => Op::Wake,
             DISK_COMPACT_READ => Op::DiskCompactRead { id },
+            UDP_RECV => Op::UdpRecv,
+            UDP_SEND => Op::UdpSend { slot },
             _ => return None,
         })
     }
@@ -123,6 +133,8 @@ mod tests {
             Op::DiskEraseFlush { id: 3 },
             Op::Wake,
             Op::DiskCompactRead { id: 4 },
+            Op::UdpRecv,
+            Op::UdpSend { slot: u32::MAX },
         ];
         for op in ops {
             assert_eq!(Op::decode(op.encode()), Some(op), "{op:?}");

@@ -43,6 +43,10 @@ pub(crate) struct PlaneSetup<H: Handler> {
     pub tcp: Vec<(Protocol, Vec<OwnedFd>)>,
     /// The data device (`--data`); worker i drives region i.
     pub data: Option<Arc<ringstore_durable::Serving<ringstore_durable::FileDevice>>>,
+    /// memcache UDP: one socket of the SO_REUSEPORT group per worker (empty: off).
+    pub udp: Vec<OwnedFd>,
+    /// `--udp-allow`.
+    pub udp_allow: Vec<ipnet::IpNet>,
 }
 
 fn spawn_named<T: Send + 'static>(
@@ -102,6 +106,7 @@ impl Plane {
             }
         }
 
+        let mut udp = setup.udp.into_iter();
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(workers);
         for (index, (cpu, listeners)) in setup.cpus.iter().copied().zip(per_worker).enumerate() {
             let worker_setup = WorkerSetup {
@@ -116,6 +121,7 @@ impl Plane {
                 listeners,
                 reaper: index == 0,
                 data: setup.data.clone(),
+                udp: udp.next().map(|fd| (fd, setup.udp_allow.clone())),
             };
             let ready = ready_tx.clone();
             plane
@@ -158,16 +164,6 @@ impl Plane {
                 .push(spawn_named(name.to_string(), move || acceptor.run())?);
         }
         Ok(plane)
-    }
-
-    /// The fd that becomes readable when the plane stops (for helper threads' polls).
-    pub(crate) fn stop_fd(&self) -> std::os::fd::RawFd {
-        self.stop_fd.as_raw_fd()
-    }
-
-    /// Joins `handle` at stop, with the acceptors (it must watch [`Plane::stop_fd`]).
-    pub(crate) fn adopt(&mut self, handle: JoinHandle<()>) {
-        self.acceptors.push(handle);
     }
 
     /// Starts (`true`) or ends refusing new TCP connections; connections already open are

@@ -77,6 +77,7 @@ impl Server {
         let memory_binding = bind_memory(&topology, node)?;
 
         let bound = crate::listeners::bind(config, cpus.len())?;
+        let udp_sockets = bound.udp.len();
 
         let store = Store::new(StoreConfig {
             memory_bytes: usize::try_from(config.memory).unwrap_or(usize::MAX),
@@ -106,6 +107,11 @@ impl Server {
         let service_topology = ServiceTopology {
             numa_node: node,
             worker_cpus: cpus.clone(),
+            // Read once at start (PID 1 sets it before it starts the server); a system name that
+            // is not a valid host name (it could hold spaces or line ends) is not listed.
+            hostname: config.hostname.clone().unwrap_or_else(|| {
+                ringstore_config::parse_hostname(&crate::sys::hostname()).unwrap_or_default()
+            }),
         };
         let shared = Shared::new(
             store,
@@ -127,22 +133,21 @@ impl Server {
             tuning: config.tuning,
         };
         let handler = Arc::new(ServiceHandler(shared.clone()));
-        let mut plane = Plane::start(PlaneSetup {
+        let plane = Plane::start(PlaneSetup {
             handler: handler.clone(),
             cpus: cpus.iter().map(|&c| Some(c)).collect(),
             limits,
             clock,
             tcp: bound.tcp,
             data: data.clone(),
+            udp: bound.udp,
+            udp_allow: config.udp_allow.clone(),
         })?;
-        if let Some(udp) = bound.udp {
-            plane.adopt(crate::udp::spawn(
-                udp,
-                shared.clone(),
-                clock,
-                plane.stop_fd(),
-                config.udp_allow.clone(),
-            )?);
+        if udp_sockets > 0 {
+            eprintln!(
+                "ringstore: udp {} on {udp_sockets} workers (one SO_REUSEPORT socket each)",
+                crate::datapath::Mode::KernelUdp
+            );
         }
         let _ = shared.rusage.set(crate::sys::process_cpu_time);
         // Every worker has started (Plane::start waits for them): publish the union of their

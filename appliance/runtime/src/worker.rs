@@ -18,6 +18,7 @@ use ringstore_service::{Device, Flow, Now, Protocol};
 use crate::bufring::BufRing;
 use crate::clock::Clock;
 use crate::conn::{Conn, Slab};
+use crate::datapath::kernel_udp::KernelUdp;
 use crate::durable::DiskWorker;
 use crate::handler::Handler;
 use crate::inbox::Inbox;
@@ -65,12 +66,18 @@ pub(crate) struct WorkerSetup<H: Handler> {
     pub reaper: bool,
     /// The data device, when `--data` is on: this worker drives region `index`.
     pub data: Option<Arc<ringstore_durable::Serving<ringstore_durable::FileDevice>>>,
+    /// memcache UDP: this worker's socket of the SO_REUSEPORT group and `--udp-allow`.
+    pub udp: Option<(OwnedFd, Vec<ipnet::IpNet>)>,
 }
 
 struct Worker<H: Handler> {
     // Field order matters: the ring is dropped (and its buffer registration released) before the pool.
     ring: IoUring,
     bufs: Option<BufRing>,
+    /// The kernel-UDP backend (`--udp`), its buffer group registered with `ring`.
+    udp: Option<KernelUdp<H::Session>>,
+    /// UDP receive errors logged so far (a few, then quiet).
+    udp_errors_logged: u32,
     conns: Slab<H::Session>,
     pending: Vec<squeue::Entry>,
     completions: Vec<(u64, i32, u32)>,
@@ -99,7 +106,7 @@ struct Worker<H: Handler> {
 /// could not start) through `ready` first.
 /// Returns the most connections the worker had open at once.
 pub(crate) fn run<H: Handler>(
-    setup: WorkerSetup<H>,
+    mut setup: WorkerSetup<H>,
     ready: SyncSender<Result<Features, String>>,
 ) -> usize {
     if let Some(cpu) = setup.cpu {
@@ -135,6 +142,19 @@ pub(crate) fn run<H: Handler>(
         None
     };
     features.buf_ring = bufs.is_some();
+    let udp = match setup.udp.take() {
+        Some((fd, allow)) => match KernelUdp::new(&ring, fd, allow) {
+            Ok(udp) => Some(udp),
+            Err(err) => {
+                let _ = ready.send(Err(format!(
+                    "worker {}: cannot register the UDP receive buffers: {err}",
+                    setup.index
+                )));
+                return 0;
+            }
+        },
+        None => None,
+    };
     let now = setup.clock.now();
     let disk = match &setup.data {
         Some(serving) => match DiskWorker::install(serving.clone(), setup.index) {
@@ -152,6 +172,8 @@ pub(crate) fn run<H: Handler>(
     let mut worker = Worker {
         ring,
         bufs,
+        udp,
+        udp_errors_logged: 0,
         conns: Slab::new(),
         pending: Vec::with_capacity(256),
         completions: Vec::with_capacity(256),
@@ -189,6 +211,7 @@ impl<H: Handler> Worker<H> {
         for i in 0..self.setup.listeners.len() {
             self.arm_accept(i);
         }
+        self.arm_udp();
         loop {
             if let Err(err) = self.submit_and_wait() {
                 eprintln!(
@@ -221,6 +244,7 @@ impl<H: Handler> Worker<H> {
                 && self.conns.live() == 0
                 && !self.accept_armed.contains(&true)
                 && self.disk.as_ref().is_none_or(DiskWorker::is_idle)
+                && self.udp.as_ref().is_none_or(KernelUdp::is_idle)
             {
                 break;
             }
@@ -232,6 +256,12 @@ impl<H: Handler> Worker<H> {
             }
         }
         let _ = self.ring.submitter().unregister_buf_ring(BufRing::GROUP);
+        if self.udp.is_some() {
+            let _ = self
+                .ring
+                .submitter()
+                .unregister_buf_ring(BufRing::UDP_GROUP);
+        }
     }
 
     /// Pushes queued entries (submitting early if the SQ is full), then one enter that also waits.
@@ -245,7 +275,10 @@ impl<H: Handler> Worker<H> {
                     // is in flight, the pool lives as long as the ring, the inbox word is leaked, the
                     // timespec is copied by the kernel at submission, data-device batch buffers
                     // stay in `DiskWorker::inflight` until their completion (the device fd with them),
-                    // and the compactor's erase block and read buffer stay put until theirs.
+                    // and the compactor's erase block and read buffer stay put until theirs; the
+                    // UDP receive's msghdr and buffer group live as long as the ring, and a UDP
+                    // send slot (boxed msghdr, iovec, address, bytes) is not reused until its
+                    // completion (`KernelUdp::send_done`).
                     // SAFETY: every entry points only at memory that outlives its completion (above).
                     if unsafe { sq.push(&self.pending[next]) }.is_err() {
                         break;
@@ -304,6 +337,8 @@ impl<H: Handler> Worker<H> {
                         disk.read_complete(id, res, self.now.mono_ms);
                     }
                 }
+                Op::UdpRecv => self.on_udp_recv(res, flags),
+                Op::UdpSend { slot } => self.on_udp_send(slot, res),
                 Op::Wake | Op::Cancel => {}
             }
         }
@@ -317,3 +352,4 @@ mod arm;
 mod conn_io;
 mod disk;
 mod stop;
+mod udp;

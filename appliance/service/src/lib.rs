@@ -75,6 +75,8 @@ impl Default for ServiceConfig {
 pub struct Topology {
     pub numa_node: u32,
     pub worker_cpus: Vec<usize>,
+    /// The host name `stats` reports (`hostname`); not listed when empty.
+    pub hostname: String,
 }
 
 /// State shared by every worker: the store, counters, configuration.
@@ -82,8 +84,9 @@ pub struct Topology {
 /// Counting: each worker owns one cache-line padded [`WorkerStats`] slot, reached with
 /// [`Shared::stats`]`(worker)`; its pub [`Counter`] fields are bumped with `inc()`/`add(n)`
 /// (relaxed load + store, no read-modify-write, no contention) and only by the thread
-/// serving that worker. `stats` sums the slots. Threads that are not workers (the UDP
-/// thread) use [`Shared::aux_slot`], a spare slot after the workers'.
+/// serving that worker. `stats` sums the slots. Threads that are not workers use
+/// [`Shared::aux_slot`], a spare slot after the workers' (memcache UDP is served by the
+/// workers, on their own slots).
 ///
 /// `worker_capeff` is the effective capability set (`CapEff` from `/proc/self/status`) of
 /// the worker threads, set by the runtime after it drops privileges; `stats` prints it
@@ -139,7 +142,7 @@ impl Shared {
         &self.slots[worker.min(self.slots.len() - 1)]
     }
 
-    /// Index of the spare slot for threads that are not workers (the UDP thread).
+    /// Index of the spare slot for threads that are not workers.
     pub fn aux_slot(&self) -> usize {
         self.slots.len() - 1
     }
@@ -262,6 +265,9 @@ pub struct Session {
     inner: SessionKind,
 }
 
+// The memcache variant is the common one and stays inline (no pointer chase per request);
+// HTTP's larger state is boxed.
+#[allow(clippy::large_enum_variant)]
 enum SessionKind {
     Memcache(memcache::MemcacheSession),
     Http(Box<http::HttpSession>),
@@ -308,6 +314,22 @@ impl Session {
                 let n = s.on_durable(token, ok, out);
                 shared.stats(s.worker()).bytes_written.add(n as u64);
             }
+        }
+    }
+
+    /// memcache: note where each response ends in the output (for memcache over UDP, which
+    /// frames each response separately as memcached does). No effect on HTTP.
+    pub fn mark_responses(&mut self) {
+        if let SessionKind::Memcache(s) = &mut self.inner {
+            s.mark_responses();
+        }
+    }
+
+    /// The response ends noted since [`Session::mark_responses`] (emptied).
+    pub fn take_response_marks(&mut self) -> Vec<memcache::ResponseMark> {
+        match &mut self.inner {
+            SessionKind::Memcache(s) => s.take_response_marks(),
+            SessionKind::Http(_) => Vec::new(),
         }
     }
 

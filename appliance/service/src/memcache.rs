@@ -102,6 +102,32 @@ pub struct MemcacheSession {
     held: HeldReplies,
     /// Which protocol the connection speaks, decided by its first byte.
     mode: Mode,
+    /// Response boundaries in the output, when asked for (memcache over UDP frames each
+    /// response as memcached does): see [`MemcacheSession::mark_responses`].
+    marks: Option<Vec<ResponseMark>>,
+}
+
+/// The end of one response in a session's output (memcached frames each of its UDP
+/// responses separately: one per command, one per key of a multi-key get).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseMark {
+    /// Output offset where the response ends.
+    pub end: usize,
+    /// An empty response still goes out (memcached's header-only datagram for a missed key
+    /// that is not a get's last); otherwise an empty one (noreply) sends nothing.
+    pub keep_empty: bool,
+}
+
+/// Response marks a session keeps at most (more: the rest of the output is one response).
+pub const RESPONSE_MARKS_MAX: usize = 4096;
+
+/// Notes a response ending at `out.len()` (if marking, and within the bound).
+pub(crate) fn mark(marks: &mut Option<Vec<ResponseMark>>, end: usize, keep_empty: bool) {
+    if let Some(m) = marks {
+        if m.len() < RESPONSE_MARKS_MAX {
+            m.push(ResponseMark { end, keep_empty });
+        }
+    }
 }
 
 /// The protocol of a memcache connection.
@@ -128,7 +154,20 @@ impl MemcacheSession {
             out_hold: Hold::default(),
             held: HeldReplies::default(),
             mode: Mode::Undecided,
+            marks: None,
         }
+    }
+
+    /// From now on, note where each response ends in the output (text protocol, while no
+    /// reply is held); [`MemcacheSession::take_response_marks`] returns them.
+    pub fn mark_responses(&mut self) {
+        self.marks = Some(Vec::new());
+    }
+
+    /// The response ends noted so far (offsets into the output of the calls since marking
+    /// began), emptied.
+    pub fn take_response_marks(&mut self) -> Vec<ResponseMark> {
+        self.marks.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// True while a reply waits for the data device ([`MemcacheSession::on_durable`]).
@@ -330,6 +369,9 @@ impl MemcacheSession {
                         Flow::Drain => return (pos, Flow::Drain),
                         Flow::Continue => pos += consumed,
                     }
+                    if !held.is_holding() {
+                        mark(&mut self.marks, out.len(), false);
+                    }
                 }
             }
         }
@@ -367,7 +409,14 @@ impl MemcacheSession {
 
     fn execute(&mut self, request: Request<'_>, ctx: &Ctx<'_>, out: &mut Vec<u8>) -> Flow {
         match request {
-            Request::Get(g) => match get::get(ctx, out, &mut self.out_hold, g, self.get_cursor) {
+            Request::Get(g) => match get::get(
+                ctx,
+                out,
+                &mut self.out_hold,
+                g,
+                self.get_cursor,
+                &mut self.marks,
+            ) {
                 get::Progress::Done => self.get_cursor = 0,
                 get::Progress::Paused(next) => {
                     self.get_cursor = next;

@@ -116,6 +116,16 @@ counters! {
     http_responses_4xx,
     /// HTTP responses with a 5xx status.
     http_responses_5xx,
+    /// memcache UDP datagrams received (every backend).
+    udp_rx_datagrams,
+    /// memcache UDP reply datagrams sent.
+    udp_tx_datagrams,
+    /// memcache UDP datagrams dropped unanswered: short, multi-datagram, not allowed,
+    /// truncated, no send slot, a failed send, or the held table full.
+    udp_dropped,
+    /// Of those, requests dropped because the table of UDP requests waiting for the data
+    /// device was full.
+    udp_held_full,
 }
 
 #[cfg(test)]

@@ -31,9 +31,10 @@ pub use net::{
 pub use netdev::{add_default_route, set_ipv4, set_up};
 pub use power::{disable_ctrl_alt_del, reboot, sync, RebootCommand};
 pub use process::{
-    bounding_set_drop, bounding_set_has, ensure_console_fds, no_new_privs, process_cpu_time,
-    raise_nofile_limit, return_freed_memory_promptly, set_memlock_unlimited, set_no_new_privs,
-    set_nofile_limit, thread_cpu_time, MALLOC_MMAP_THRESHOLD,
+    bounding_set_drop, bounding_set_has, ensure_console_fds, hostname, no_new_privs,
+    process_cpu_time, raise_nofile_limit, return_freed_memory_promptly, set_hostname,
+    set_memlock_unlimited, set_no_new_privs, set_nofile_limit, thread_cpu_time,
+    MALLOC_MMAP_THRESHOLD,
 };
 pub use signals::{
     block_signals, ignore_sigpipe, install_noop_handlers, kill, read_signal, reap_children,

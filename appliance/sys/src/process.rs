@@ -161,6 +161,19 @@ pub fn process_cpu_time() -> (u64, u64) {
     (us(usage.ru_utime), us(usage.ru_stime))
 }
 
+/// Sets the host name of the UTS namespace (sethostname(2); needs CAP_SYS_ADMIN).
+pub fn set_hostname(name: &str) -> io::Result<()> {
+    Ok(rustix::system::sethostname(name.as_bytes())?)
+}
+
+/// The host name of the UTS namespace (uname(2)'s nodename).
+pub fn hostname() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,5 +210,16 @@ mod tests {
         }
         std::hint::black_box(x);
         assert!(thread_cpu_time() > before);
+    }
+
+    #[test]
+    fn hostname_is_the_kernels() {
+        let name = hostname();
+        assert!(!name.is_empty() && name.len() <= 64, "{name:?}");
+        assert_eq!(
+            Some(name),
+            crate::read_trim("/proc/sys/kernel/hostname"),
+            "uname's nodename is /proc's hostname"
+        );
     }
 }

@@ -145,11 +145,7 @@ impl Vm {
             disks.len()
         );
         let forwards = qemu::choose_forwards(&profile)?;
-        let dir = appliance_dir()
-            .join("vm")
-            .join(format!("{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
+        let dir = Vm::scratch_dir(name)?;
         let socket = dir.join("serial.sock");
         let accel = qemu::accel(&image.bzimage);
         let args = qemu::machine_args(
@@ -161,6 +157,29 @@ impl Vm {
             &forwards,
             disks,
         );
+        Vm::spawn(name, args, dir, forwards, netns)
+    }
+
+    /// The scratch directory of VM `name` (fresh; removed when the VM is dropped). Its
+    /// `serial.sock` is where [`Vm::spawn`] expects QEMU's serial socket.
+    pub(super) fn scratch_dir(name: &str) -> Result<PathBuf> {
+        let dir = appliance_dir()
+            .join("vm")
+            .join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
+
+    /// Starts QEMU with `args` (serial on `dir/serial.sock`) and attaches to its console.
+    pub(super) fn spawn(
+        name: &str,
+        args: Vec<String>,
+        dir: PathBuf,
+        forwards: Vec<Forward>,
+        netns: Option<&netns::Netns>,
+    ) -> Result<Vm> {
+        let socket = dir.join("serial.sock");
         // Next to the console log, kept after the test: QEMU's own reason when it ends early.
         let stderr_path = appliance_dir()
             .join("vm")

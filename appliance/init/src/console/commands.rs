@@ -23,7 +23,9 @@ pub fn status(_: &mut Ctx, _: &[&str]) -> Output {
             env!("CARGO_PKG_VERSION")
         ),
         format!("uptime {uptime:.1} s"),
+        format!("hostname {}", crate::hostname::current()),
     ];
+    fields.insert("hostname".into(), crate::hostname::current().into());
     fields.insert("version".into(), env!("CARGO_PKG_VERSION").into());
     fields.insert("kernel".into(), kernel.into());
     fields.insert("uptime_s".into(), json!((uptime * 10.0).round() / 10.0));

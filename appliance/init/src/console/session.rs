@@ -123,7 +123,7 @@ impl Session {
     pub fn for_this_boot() -> Session {
         let read = |p: &str| ringstore_sys::read_trim(p).unwrap_or_default();
         Session::new(
-            &read("/proc/sys/kernel/hostname"),
+            &crate::hostname::current(),
             &read("/proc/sys/kernel/random/boot_id"),
         )
     }

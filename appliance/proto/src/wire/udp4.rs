@@ -4,7 +4,8 @@
 //! place in the frame buffer (addresses swapped, lengths and checksums new).
 //!
 //! Frames this does not serve (VLAN tags, IPv6, fragments, IP options on a reply) are left
-//! to the kernel by the caller; nothing here allocates.
+//! to the kernel by the caller; nothing on the serving path allocates ([`frame_from`], which
+//! builds a whole frame for tests and tools, does).
 
 /// Ethernet II header.
 pub const ETH_LEN: usize = 14;
@@ -213,6 +214,29 @@ pub fn write_reply_headers(
     Ok(frame_len)
 }
 
+impl Udp4Addrs {
+    /// The same two ends seen from the other side (sources and destinations swapped).
+    pub fn reversed(&self) -> Udp4Addrs {
+        Udp4Addrs {
+            src_mac: self.dst_mac,
+            dst_mac: self.src_mac,
+            src_ip: self.dst_ip,
+            dst_ip: self.src_ip,
+            src_port: self.dst_port,
+            dst_port: self.src_port,
+        }
+    }
+}
+
+/// A whole frame sent from `addrs`' source to its destination carrying `payload` (as a
+/// client would send it; for tests and tools). `None` when `payload` is over one datagram.
+pub fn frame_from(addrs: &Udp4Addrs, payload: &[u8], ip_id: u16) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; HEADERS_LEN + payload.len()];
+    buf[HEADERS_LEN..].copy_from_slice(payload);
+    write_reply_headers(&mut buf, &addrs.reversed(), payload.len(), ip_id).ok()?;
+    Some(buf)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,20 +254,10 @@ mod tests {
 
     /// A request frame from `addrs()` carrying `payload` (built as a reply to the mirror).
     fn request(payload: &[u8]) -> Vec<u8> {
-        let a = addrs();
-        let mirror = Udp4Addrs {
-            src_mac: a.dst_mac,
-            dst_mac: a.src_mac,
-            src_ip: a.dst_ip,
-            dst_ip: a.src_ip,
-            src_port: a.dst_port,
-            dst_port: a.src_port,
-        };
-        let mut buf = vec![0u8; HEADERS_LEN + payload.len()];
-        buf[HEADERS_LEN..].copy_from_slice(payload);
-        let n = write_reply_headers(&mut buf, &mirror, payload.len(), 1).unwrap();
-        assert_eq!(n, buf.len());
-        buf
+        let frame = frame_from(&addrs(), payload, 1).unwrap();
+        assert_eq!(frame.len(), HEADERS_LEN + payload.len());
+        assert_eq!(addrs().reversed().reversed(), addrs());
+        frame
     }
 
     /// RFC 1071 computed the plain way: 16-bit words summed with end-around carry.

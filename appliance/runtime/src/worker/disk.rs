@@ -14,6 +14,10 @@ impl<H: Handler> Worker<H> {
         }
         let mut touched: Vec<(u32, u32)> = Vec::new();
         for &(slot, generation, token, ok) in &outcome.settled {
+            if slot == crate::datapath::kernel_udp::HELD_SLOT {
+                self.on_udp_durable(generation, token, ok);
+                continue;
+            }
             let Some(conn) = self.conns.get_mut(slot, generation) else {
                 continue; // closed meanwhile: nobody waits for the reply
             };

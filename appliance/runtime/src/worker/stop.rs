@@ -18,6 +18,7 @@ impl<H: Handler> Worker<H> {
             }
         }
         self.check_timeouts();
+        self.arm_udp();
         self.arm_tick();
     }
 
@@ -73,6 +74,7 @@ impl<H: Handler> Worker<H> {
                 self.close(slot);
             }
         }
+        self.stop_udp();
         // Connections queued after the stop are dropped unserved.
         self.take_inbox();
     }

@@ -38,6 +38,7 @@ pub(crate) fn get(
     out_hold: &mut Hold,
     g: GetRequest<'_>,
     cursor: usize,
+    marks: &mut Option<Vec<super::ResponseMark>>,
 ) -> Progress {
     let store = ctx.store();
     let budget = &ctx.shared.conn_memory;
@@ -54,7 +55,8 @@ pub(crate) fn get(
         see_large: false,
     };
     let start = out.len();
-    for (index, key) in g.keys.enumerate().skip(cursor) {
+    let mut keys = g.keys.enumerate().skip(cursor).peekable();
+    while let Some((index, key)) = keys.next() {
         // At least one key per call, so a resumed get always makes progress.
         if index > cursor && out.len() > high_water {
             return Progress::Paused(index);
@@ -101,6 +103,10 @@ pub(crate) fn get(
             }
         };
         count(ctx, touch.is_some(), hit);
+        if keys.peek().is_some() {
+            // memcached answers each key but the last as its own response (END joins the last).
+            super::mark(marks, out.len(), true);
+        }
     }
     out.extend_from_slice(b"END\r\n");
     Progress::Done

@@ -48,6 +48,9 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat(out, "time", ctx.now.unix);
     stat_str(out, "version", COMPAT_VERSION);
     stat_str(out, "ringstore_version", env!("CARGO_PKG_VERSION"));
+    if !shared.topology.hostname.is_empty() {
+        stat_str(out, "hostname", &shared.topology.hostname);
+    }
     stat(out, "pointer_size", usize::BITS.into());
     let (user_us, system_us) = shared.rusage.get().map_or((0, 0), |f| f());
     seconds(out, "rusage_user", user_us);
@@ -115,6 +118,10 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat(out, "http_requests", t.http_requests);
     stat(out, "http_responses_4xx", t.http_responses_4xx);
     stat(out, "http_responses_5xx", t.http_responses_5xx);
+    stat(out, "udp_rx_datagrams", t.udp_rx_datagrams);
+    stat(out, "udp_tx_datagrams", t.udp_tx_datagrams);
+    stat(out, "udp_dropped", t.udp_dropped);
+    stat(out, "udp_held_full", t.udp_held_full);
     stat(out, "numa_node", u64::from(shared.topology.numa_node));
     out.extend_from_slice(b"STAT worker_cpus ");
     for (i, cpu) in shared.topology.worker_cpus.iter().enumerate() {

@@ -16,6 +16,15 @@ pub(super) const NOW: Now = Now {
 const ITEM_MAX: usize = 1024;
 
 pub(super) fn shared() -> Arc<Shared> {
+    shared_on(Topology {
+        numa_node: 1,
+        worker_cpus: vec![2, 3],
+        hostname: "cache-01".into(),
+    })
+}
+
+/// [`shared`] on another machine.
+fn shared_on(topology: Topology) -> Arc<Shared> {
     let store = Store::new(StoreConfig {
         memory_bytes: 8 << 20,
         item_size_max: ITEM_MAX,
@@ -32,17 +41,7 @@ pub(super) fn shared() -> Arc<Shared> {
         object_size_max: 0,
         conn_memory: 64 << 20,
     };
-    Shared::new(
-        store,
-        config,
-        Topology {
-            numa_node: 1,
-            worker_cpus: vec![2, 3],
-        },
-        2,
-        42,
-        1_700_000_000,
-    )
+    Shared::new(store, config, topology, 2, 42, 1_700_000_000)
 }
 
 /// Feeds `chunks` in order to a fresh session; returns all output and the last flow.
@@ -598,6 +597,20 @@ fn backpressure_drains_and_keeps_order() {
 }
 
 #[test]
+fn stats_lists_no_hostname_when_none_is_known() {
+    let shared = shared();
+    let (out, _) = feed(&shared, &[b"stats\r\n"]);
+    assert!(String::from_utf8_lossy(&out).contains("STAT hostname cache-01\r\n"));
+    let unnamed = shared_on(Topology::default());
+    let (out, _) = feed(&unnamed, &[b"stats\r\n"]);
+    let text = String::from_utf8_lossy(&out);
+    assert!(
+        text.ends_with("END\r\n") && !text.contains("hostname"),
+        "{text}"
+    );
+}
+
+#[test]
 fn stats_reports_counters_and_topology() {
     let shared = shared();
     let (out, _) = feed(
@@ -618,6 +631,7 @@ fn stats_reports_counters_and_topology() {
         "STAT threads 2\r\n",
         "STAT numa_node 1\r\n",
         "STAT worker_cpus 2,3\r\n",
+        "STAT hostname cache-01\r\n",
         "STAT hugepage_bytes 0\r\n",
         "STAT worker_capeff 0000000000000000\r\n",
         "STAT max_connections 10\r\n",
@@ -842,4 +856,61 @@ fn refused_touches_answer_the_error_and_change_nothing() {
         "{oom}{oom}{oom}{oom}{oom}{oom}{oom}{oom}NOT_FOUND\r\nVALUE a 0 1\r\nx\r\nEND\r\nVA 1 t-1\r\nx\r\n"
     );
     assert_eq!(String::from_utf8_lossy(&out), expected);
+}
+
+#[test]
+fn response_marks_split_the_output_as_memcached_frames_udp_replies() {
+    use crate::memcache::ResponseMark;
+    let shared = shared();
+    feed(&shared, &[b"set a 0 0 1\r\n1\r\nset b 0 0 1\r\n2\r\n"]);
+    let mut s = Session::new(Protocol::Memcache, 0);
+    s.mark_responses();
+    let mut out = Vec::new();
+    let flow = s.on_bytes(
+        b"get x a x b\r\nset q 0 0 1 noreply\r\nq\r\ndelete x\r\n",
+        NOW,
+        &shared,
+        None,
+        &mut out,
+    );
+    assert_eq!(flow, Flow::Continue);
+    let text = b"VALUE a 0 1\r\n1\r\nVALUE b 0 1\r\n2\r\nEND\r\nNOT_FOUND\r\n";
+    assert_eq!(out, text);
+    let a_end = b"VALUE a 0 1\r\n1\r\n".len();
+    let get_end = a_end + b"VALUE b 0 1\r\n2\r\nEND\r\n".len();
+    let keep = |end| ResponseMark {
+        end,
+        keep_empty: true,
+    };
+    let command = |end| ResponseMark {
+        end,
+        keep_empty: false,
+    };
+    // One per key but the last (misses included), one per command (noreply too).
+    assert_eq!(
+        s.take_response_marks(),
+        [
+            keep(0),
+            keep(a_end),
+            keep(a_end),
+            command(get_end),
+            command(get_end),
+            command(out.len())
+        ]
+    );
+    assert!(s.take_response_marks().is_empty(), "taken");
+    // A session not asked to mark notes nothing.
+    let mut plain = Session::new(Protocol::Memcache, 0);
+    plain.on_bytes(b"get a b\r\n", NOW, &shared, None, &mut Vec::new());
+    assert!(plain.take_response_marks().is_empty());
+    // The marks are bounded: 5000 commands in one input note at most RESPONSE_MARKS_MAX.
+    let mut many = Session::new(Protocol::Memcache, 0);
+    many.mark_responses();
+    let mut out = Vec::new();
+    many.on_bytes(&b"mn\r\n".repeat(5000), NOW, &shared, None, &mut out);
+    assert_eq!(out.len(), 5000 * 4);
+    assert_eq!(
+        many.take_response_marks().len(),
+        crate::memcache::RESPONSE_MARKS_MAX
+    );
 }
