@@ -102,8 +102,44 @@ pub fn check_static_elf(bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// `cargo xtask image`: everything QEMU needs, in target/appliance.
+/// The test-only key pair the QEMU tests log in with (never authorize it on a real box).
+pub fn test_key() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/keys/test_ed25519")
+}
+
+/// `cargo xtask image [--authorized-keys FILE]`: without the flag the console cannot be logged
+/// into (only `help` and `login` answer).
+pub fn image_command(args: &[String]) -> Result<()> {
+    let keys = match args {
+        [] => {
+            eprintln!("image: no --authorized-keys FILE: nobody can log in on the console");
+            None
+        }
+        [flag, file] if flag == "--authorized-keys" => Some(PathBuf::from(file)),
+        _ => anyhow::bail!("usage: cargo xtask image [--authorized-keys FILE]"),
+    };
+    build_image_with(keys.as_deref()).map(|_| ())
+}
+
+/// The image the QEMU tests and `cargo xtask run` boot: the test key authorized.
 pub fn build_image() -> Result<Image> {
+    build_image_with(Some(&test_key().with_extension("pub")))
+}
+
+/// Everything QEMU needs, in target/appliance, with `authorized_keys` (an OpenSSH
+/// authorized_keys file, checked here) in the initramfs.
+pub fn build_image_with(authorized_keys: Option<&Path>) -> Result<Image> {
+    let keys = match authorized_keys {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let parsed = ringstore_console::AuthorizedKeys::from_lines(text.lines())
+                .with_context(|| format!("{}", path.display()))?;
+            anyhow::ensure!(!parsed.is_empty(), "{} holds no keys", path.display());
+            Some(text.into_bytes())
+        }
+        None => None,
+    };
     let binary = build_static_binary()?;
     let kernel = crate::kernel::build_kernel()?;
     let dir = appliance_dir();
@@ -112,7 +148,11 @@ pub fn build_image() -> Result<Image> {
     std::fs::copy(&kernel.bzimage, &bzimage)
         .with_context(|| format!("copying {}", kernel.bzimage.display()))?;
     let initramfs = dir.join("initramfs.img");
-    let size = crate::initramfs::build_initramfs(&binary, &initramfs)?;
+    let size = crate::initramfs::build_initramfs(
+        &binary,
+        &initramfs,
+        crate::initramfs::console_entries(keys),
+    )?;
     eprintln!(
         "image: {} ({} KiB, {}), {} ({} KiB)",
         bzimage.display(),

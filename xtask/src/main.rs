@@ -28,7 +28,7 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   test [--quick] [--skip-vm]   every test: lint, unit, property, fuzz smoke, memccapable, end-to-end, QEMU
   bench [--seconds N]          ringstore vs memcached (and nginx for HTTP), side by side; writes target/bench/
-  image                        build target/appliance/{bzImage,initramfs.img}
+  image [--authorized-keys F]  build target/appliance/{bzImage,initramfs.img}; F: the console's SSH keys
   run                          build everything and boot the appliance in QEMU (numa2 profile)
   pxe --inventory FILE [--out DIR]
                                build the image, write the PXE bundle (target/appliance/pxe: kernel,
@@ -49,7 +49,7 @@ fn main() -> Result<()> {
         "bench" => bench::run(rest),
         // The bench's floor server, started by `cargo xtask bench` (bench/floor.rs).
         "bench-floor" => bench::floor::main(rest),
-        "image" => image::build_image().map(|_| ()),
+        "image" => image::image_command(rest),
         "run" => qemu::run(rest),
         "pxe" => pxe::run(rest),
         "scaleout" => scaleout::run(rest),

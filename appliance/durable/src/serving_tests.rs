@@ -129,3 +129,23 @@ fn failed_writes_are_reported_with_their_key_and_leave_the_older_value() {
     );
     assert_eq!(s.lookup(b"k", 0).unwrap().unwrap().value, b"good");
 }
+
+#[test]
+fn state_counts_records_and_live_bytes_per_region() {
+    let s = open(SimDevice::new(1 << 20));
+    let empty = s.state();
+    assert_eq!((empty.records, empty.region_live_bytes.len()), (0, 2));
+    assert!(empty.region_live_bytes.iter().all(|&b| b == 0));
+    let mut log = s.take_log(1).unwrap();
+    s.stage(&mut log, put(b"k1", &[7u8; 1000], 1), 1).unwrap();
+    s.stage(&mut log, put(b"k2", &[8u8; 1000], 2), 2).unwrap();
+    drive(&s, &mut log);
+    let state = s.state();
+    assert_eq!(state.records, 2);
+    assert_eq!(state.region_live_bytes[0], 0, "nothing written to region 0");
+    assert!(state.region_live_bytes[1] >= 2000, "{state:?}");
+    assert_eq!(state.region_live_segments, [0, 1]);
+    assert_eq!((state.corrupt_records, state.uploads), (0, 0));
+    assert_eq!(state.geometry.regions, 2);
+    s.park_log(log);
+}

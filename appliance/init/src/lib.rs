@@ -31,6 +31,7 @@ pub mod signals;
 pub mod state;
 pub mod sysinfo;
 pub mod threads;
+pub mod tuning;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -58,6 +59,7 @@ pub fn run() -> ! {
     // From here on PID 1's main thread only runs the console: reboot(2) is all it needs. Before
     // the first prompt, so whoever sees the prompt sees the narrowed sets in `threads`.
     privs::restrict_thread_or_log(privs::Role::Console);
+    console::session::load_image_credentials();
     loop {
         // run_loop never returns; a panic escaping it restarts it.
         let _ = catch_unwind(|| console::run_loop());
@@ -103,8 +105,11 @@ fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
         }
     };
     *on_fatal = options.on_fatal;
-    let config = match ringstore_config::Config::from_kernel_cmdline(&rest) {
-        Ok(config) => Some(config),
+    let config = match resolve_config(&rest) {
+        Ok(resolved) => {
+            state::lock().settings = resolved.settings;
+            Some(resolved.config)
+        }
         Err(err) => {
             error!("configuration: {err}");
             not_serving(format!("configuration: {err}"));
@@ -122,6 +127,18 @@ fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
         serve(&config)?;
     }
     Ok(())
+}
+
+/// The configuration layers PID 1 has: the defaults and the kernel command line (the image and
+/// the config partition add theirs here as [`ringstore_config::Layer`]s).
+fn resolve_config(
+    cmdline: &str,
+) -> Result<ringstore_config::Resolved, ringstore_config::ConfigError> {
+    let layers = [ringstore_config::Layer {
+        origin: ringstore_config::Origin::KernelCmdline,
+        pairs: ringstore_config::origin::kernel_cmdline_pairs(cmdline)?,
+    }];
+    ringstore_config::origin::resolve(&layers)
 }
 
 fn not_serving(why: String) {

@@ -18,6 +18,8 @@ pub struct State {
     /// Why nothing serves (configuration error, NUMA choice, start failure).
     pub not_serving: Option<String>,
     pub config: Option<ringstore_config::Config>,
+    /// Every key of the effective configuration with its origin (the console's `config`).
+    pub settings: Vec<ringstore_config::Setting>,
     /// The data device as found at boot (`/dev/vda: block device, 64 MiB`).
     pub data_device: Option<String>,
     pub server: Option<Box<dyn Serving>>,

@@ -26,6 +26,10 @@ pub(crate) struct Plane {
     workers: Vec<JoinHandle<usize>>,
     features: Features,
     stopped: bool,
+    /// The acceptors refuse new connections while set (the console's `drain`).
+    draining: Arc<AtomicBool>,
+    /// Workers accept for themselves (SO_REUSEPORT): `drain` cannot stop them.
+    reuseport: bool,
 }
 
 /// What the plane is started with.
@@ -85,9 +89,12 @@ impl Plane {
             workers: Vec::new(),
             features: Features::default(),
             stopped: false,
+            draining: Arc::new(AtomicBool::new(false)),
+            reuseport: false,
         };
 
         let reuseport = setup.tcp.iter().any(|(_, fds)| fds.len() > 1);
+        plane.reuseport = reuseport;
         let mut per_worker: Vec<Vec<(OwnedFd, Protocol)>> =
             (0..workers).map(|_| Vec::new()).collect();
         let mut shared_listeners = Vec::new();
@@ -151,6 +158,7 @@ impl Plane {
                 max_conns: setup.limits.max_conns,
                 stop_fd: plane.stop_fd.as_raw_fd(),
                 handler: setup.handler.clone(),
+                draining: plane.draining.clone(),
             };
             let name = match protocol {
                 Protocol::Memcache => "ringstore-accept-memcache",
@@ -161,6 +169,23 @@ impl Plane {
                 .push(spawn_named(name.to_string(), move || acceptor.run())?);
         }
         Ok(plane)
+    }
+
+    /// Starts (`true`) or ends refusing new TCP connections; connections already open are
+    /// served as before. Refused with SO_REUSEPORT placement, where workers accept themselves.
+    pub(crate) fn set_draining(&self, on: bool) -> Result<(), RuntimeError> {
+        if self.reuseport {
+            return Err(RuntimeError::io(
+                "drain",
+                std::io::Error::other("placement reuseport: the workers accept themselves"),
+            ));
+        }
+        self.draining.store(on, Ordering::Release);
+        Ok(())
+    }
+
+    pub(crate) fn draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
     }
 
     pub(crate) fn features(&self) -> Features {

@@ -433,6 +433,16 @@ pub fn acknowledged_writes_survive_power_cut_and_poweroff(image: &Image) -> Resu
         "data device /dev/vda: recovered from the shutdown checkpoint",
     )?;
     let live_keys = check_model(port_of(&vm)?, &model).context("after the poweroff")?;
+    // The console's `data --json` (docs/CONSOLE.md) counts what the device holds.
+    let data = vm.json("data")?;
+    let state = data.first().map(|d| d["state"].clone()).unwrap_or_default();
+    anyhow::ensure!(
+        state["records"].as_u64() >= Some(live_keys as u64)
+            && state["live_bytes"].as_u64() > Some(0)
+            && state["corrupt_records"] == 0
+            && state["regions"].as_array().map(Vec::len) == Some(2),
+        "`data` after boot 3 ({live_keys} live keys): {data:?}"
+    );
     vm.poweroff()?;
     Ok(DurableReport {
         acked_before_cut,
