@@ -10,11 +10,13 @@
 
 mod bench;
 mod deps;
+mod disk;
 mod image;
 mod initramfs;
 mod kernel;
 mod qemu;
 mod test;
+mod uki;
 mod util;
 mod vm_tests;
 
@@ -25,7 +27,8 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   test [--quick] [--skip-vm]   every test: lint, unit, property, fuzz smoke, memccapable, end-to-end, QEMU
   bench [--seconds N]          ringstore vs memcached (and nginx for HTTP), side by side; writes target/bench/
-  image                        build target/appliance/{bzImage,initramfs.img}
+  image [--size SIZE] [--signing-key FILE] [--seed TEXT] [--append ARGS] [--out DIR]
+                               build target/appliance/{bzImage,initramfs.img,ringstore.efi,disk.img}
   run                          build everything and boot the appliance in QEMU (numa2 profile)
 ";
 
@@ -38,7 +41,7 @@ fn main() -> Result<()> {
     match command.as_str() {
         "test" => test::run(rest),
         "bench" => bench::run(rest),
-        "image" => image::build_image().map(|_| ()),
+        "image" => image::run(rest),
         "run" => qemu::run(rest),
         "vm-test" => vm_tests::run(rest),
         "help" | "--help" | "-h" => {
