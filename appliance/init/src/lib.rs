@@ -14,11 +14,13 @@
 //! No `unsafe` here: every syscall goes through `ringstore_sys` (ADR-0017).
 #![forbid(unsafe_code)]
 
+pub mod bootdisk;
 pub mod cmdline;
 pub mod console;
 pub mod datadev;
 pub mod hugepages;
 pub mod irq;
+pub mod layers;
 pub mod log;
 pub mod mounts;
 pub mod net;
@@ -86,8 +88,9 @@ fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     power::disable_ctrl_alt_del();
     raise_limits();
 
-    let line = std::fs::read_to_string("/proc/cmdline")
+    let running = std::fs::read_to_string("/proc/cmdline")
         .map_err(|e| Fatal(format!("/proc/cmdline: {e}")))?;
+    let line = effective_cmdline(&running);
     let (options, rest) = match cmdline::split(&line) {
         Ok(split) => split,
         Err(err) => {
@@ -114,11 +117,64 @@ fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     let configured = net::bring_up(&options.ip);
     state::lock().configured = configured;
 
-    if let Some(config) = config {
+    if let Some(mut config) = config {
+        if config.data.as_deref() == Some(std::path::Path::new("auto")) {
+            match bootdisk::data_partition(&ringstore_disk::Layout::builtin()) {
+                Ok(node) => config.data = Some(node),
+                Err(why) => return Err(data_device_fatal(&why)),
+            }
+        }
         state::lock().config = Some(config.clone());
         serve(&config)?;
     }
     Ok(())
+}
+
+/// The command line after the configuration layers (`layers.rs`): on a disk boot (the image
+/// carries its own command line) the config partition's `/ringstore.toml` sits between the
+/// image's keys and the keys added on the running kernel's command line. A config partition
+/// that cannot be read or parsed is logged and left out: the box still boots and says why.
+fn effective_cmdline(running: &str) -> String {
+    let image = std::fs::read_to_string(layers::IMAGE_CMDLINE).unwrap_or_default();
+    let partition = if image.trim().is_empty() {
+        None
+    } else {
+        let layout = ringstore_disk::Layout::builtin();
+        match bootdisk::wait_for(&layout, ringstore_disk::Role::Config, bootdisk::DISK_WAIT) {
+            None => {
+                info!("no config partition found; using the image's command line");
+                None
+            }
+            Some(found) => match bootdisk::read_config(&found) {
+                Ok(Some(text)) => {
+                    info!(
+                        "config partition {} partition {}: {} read",
+                        found.disk.display(),
+                        found.number,
+                        bootdisk::CONFIG_FILE
+                    );
+                    Some(text)
+                }
+                Ok(None) => None,
+                Err(why) => {
+                    error!("{why}; ignored");
+                    None
+                }
+            },
+        }
+    };
+    let built = layers::Layers::build(running, &image, partition.as_deref()).or_else(|err| {
+        error!("{err}; ignored");
+        layers::Layers::build(running, &image, None)
+    });
+    match built {
+        Ok(layers) => {
+            let line = layers.effective(running);
+            state::lock().layers = layers;
+            line
+        }
+        Err(_) => running.to_string(),
+    }
 }
 
 fn not_serving(why: String) {
