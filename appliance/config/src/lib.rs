@@ -6,12 +6,14 @@
 #![forbid(unsafe_code)]
 
 mod keys;
+pub mod origin;
 mod value;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 pub use keys::{KeyInfo, KEYS};
+pub use origin::{Layer, Origin, Resolved, Setting};
 pub use value::{parse_count, parse_endpoint, parse_size};
 
 /// Largest `--config` file read (1 MiB); a larger one is refused before it is parsed, so a
@@ -276,26 +278,12 @@ impl Config {
     /// Reads `ringstore.KEY=VALUE` tokens of a kernel command line over the defaults; other
     /// tokens (`console=`, `ip=`, ...) are ignored.
     pub fn from_kernel_cmdline(cmdline: &str) -> Result<Config, ConfigError> {
-        let mut config = Config::default();
-        for token in cmdline.split_whitespace() {
-            let Some(setting) = token.strip_prefix("ringstore.") else {
-                continue;
-            };
-            match setting.split_once('=') {
-                Some((key, value)) => config.set(key, value.trim_matches('"'))?,
-                None => {
-                    let expected = keys::find(&setting.replace('_', "-"))
-                        .map(|info| info.expected.to_string())
-                        .unwrap_or_else(|| "KEY=VALUE".to_string());
-                    return Err(ConfigError::MissingValue {
-                        key: setting.to_string(),
-                        expected,
-                    });
-                }
-            }
-        }
-        config.validate()?;
-        Ok(config)
+        let pairs = origin::kernel_cmdline_pairs(cmdline)?;
+        origin::resolve(&[Layer {
+            origin: Origin::KernelCmdline,
+            pairs,
+        }])
+        .map(|r| r.config)
     }
 
     /// Applies the keys of a TOML file over `self`. At most [`CONFIG_FILE_MAX`] bytes are

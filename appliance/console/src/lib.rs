@@ -1,0 +1,20 @@
+//! The operator console's protocol, shared by PID 1 (the box) and `ringstore console` (the host):
+//! login by SSH-key challenge/response or password (`auth`), the `@json` answer framing
+//! (`frame`), the console stream split from the kernel's records (`split`) and the client that
+//! logs in and runs one command (`client`). ADR-0023, docs/CONSOLE.md.
+#![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod client;
+pub mod frame;
+pub mod split;
+
+pub use auth::{AuthError, AuthorizedKeys, Backoff, Challenge, Identity, PasswordHash, NAMESPACE};
+pub use frame::{FrameError, SCHEMA};
+
+/// The console's prompt, printed after every answer.
+pub const PROMPT: &str = "ringstore> ";
+/// The prompt of a login's paste phase.
+pub const SIGNATURE_PROMPT: &str = "signature: ";
+/// The prompt of a password login.
+pub const PASSWORD_PROMPT: &str = "password: ";
