@@ -12,6 +12,7 @@ mod portscan;
 mod scan;
 mod serial;
 mod twonic;
+mod uefi;
 mod vm;
 
 use std::time::{Duration, Instant};
@@ -84,6 +85,20 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
         }),
         ("large_object_survives_poweroff_and_power_cut", |i| {
             durable::large_object_survives_poweroff_and_power_cut(i)
+        }),
+        ("uefi_updates_commit_roll_back_and_refuse", |i| {
+            uefi::updates_commit_roll_back_and_refuse(i)
+                .map(|r| format!("[{}] [{}]", r.commit_line.trim(), r.rollback_line.trim()))
+        }),
+        ("uefi_disk_boots_serves_and_keeps_data", |i| {
+            uefi::disk_boots_serves_and_keeps_data(i).map(|r| {
+                format!(
+                    "firmware start to ready {:.1} s, reboot to ready {:.1} s, ringstore.efi {} KiB",
+                    r.ready_wall.as_secs_f64(),
+                    r.second_ready_wall.as_secs_f64(),
+                    r.efi_kib
+                )
+            })
         }),
     ]
 }

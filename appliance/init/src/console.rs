@@ -21,6 +21,8 @@ const HELP: &[&str] = &[
     "net       listening TCP/UDP sockets and interface addresses",
     "threads   every thread with its effective/permitted/bounding capabilities and no_new_privs",
     "log       recent log lines",
+    "slots     the A/B slots: booted, committed, their images, the last trial",
+    "update URL  fetch a signed ringstore.efi (http://IP[:PORT]/PATH and PATH.sig), write the inactive slot, reboot into it for a trial",
     "reboot    stop serving, sync, reboot",
     "poweroff  stop serving, sync, power off",
 ];
@@ -104,6 +106,10 @@ pub fn execute(command: &str) -> Vec<String> {
         "net" => net(),
         "threads" => crate::threads::lines(),
         "log" => crate::log::recent(),
+        "slots" => crate::update::slots_lines(),
+        update if update.starts_with("update ") => {
+            crate::update::update(update["update ".len()..].trim())
+        }
         "reboot" => power::shutdown(Action::Reboot),
         "poweroff" | "halt" | "shutdown" => power::shutdown(Action::PowerOff),
         other => vec![format!("unknown command {other:?}; try help")],

@@ -2,31 +2,15 @@
 //! image's command line (baked into ringstore.efi; a copy in `/etc/ringstore/image-cmdline`),
 //! the config partition's `/ringstore.toml`, and `ringstore.*` / `ip=` keys the running
 //! kernel's command line has beyond the image's (typed at the boot manager, or `-append`).
-//! Each layer is a list of (key, value); the effective command line handed to the parsers is the
-//! layers' tokens in that order, so a later layer's key wins.
+//! Each layer is a list of (key, value). PID 1's own keys (`ip`, `ringstore.on_fatal`) are read
+//! from the effective command line (the layers' tokens in order, so a later layer's key wins);
+//! the server's keys go to `ringstore_config::origin::resolve` as [`ringstore_config::Layer`]s,
+//! which records each value's origin for the console's `config`.
 
-use ringstore_config::ConfigError;
+use ringstore_config::{ConfigError, Origin};
 
 /// Where PID 1 finds the command line the image was built with.
 pub const IMAGE_CMDLINE: &str = "/etc/ringstore/image-cmdline";
-
-/// One layer's origin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    Image,
-    ConfigPartition,
-    KernelCmdline,
-}
-
-impl Origin {
-    pub fn describe(self) -> &'static str {
-        match self {
-            Origin::Image => "image command line",
-            Origin::ConfigPartition => "config partition",
-            Origin::KernelCmdline => "kernel command line",
-        }
-    }
-}
 
 /// The layers, in precedence order, each with its (key, value) pairs: `ip`, `ringstore.KEY`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,7 +42,11 @@ impl Layers {
     /// Splits the running command line: tokens the image's line also has (as often) are the
     /// image's layer, the others the kernel command line's; `partition` is the config
     /// partition's TOML, if any.
-    pub fn build(running: &str, image: &str, partition: Option<&str>) -> Result<Layers, LayerError> {
+    pub fn build(
+        running: &str,
+        image: &str,
+        partition: Option<&str>,
+    ) -> Result<Layers, LayerError> {
         let mut image_left: Vec<&str> = config_tokens(image).collect();
         let mut from_image = Vec::new();
         let mut from_kernel = Vec::new();
@@ -77,7 +65,11 @@ impl Layers {
                 if value.is_empty() || value.contains(|c: char| c.is_whitespace() || c == '"') {
                     return Err(LayerError::Spaces { key, value });
                 }
-                let key = if key == "ip" { key } else { format!("ringstore.{key}") };
+                let key = if key == "ip" {
+                    key
+                } else {
+                    format!("ringstore.{key}")
+                };
                 pairs.push((key, value));
             }
             layers.push((Origin::ConfigPartition, pairs));
@@ -98,6 +90,26 @@ impl Layers {
             out.extend(pairs.iter().map(|(k, v)| format!("{k}={v}")));
         }
         out.join(" ")
+    }
+
+    /// The server's keys, one [`ringstore_config::Layer`] per origin (PID 1's own keys left out).
+    pub fn config_layers(&self) -> Vec<ringstore_config::Layer> {
+        self.layers
+            .iter()
+            .map(|(origin, pairs)| ringstore_config::Layer {
+                origin: *origin,
+                pairs: pairs
+                    .iter()
+                    .filter_map(|(k, v)| {
+                        Some((k.strip_prefix("ringstore.")?.to_string(), v.clone()))
+                    })
+                    .filter(|(k, _)| {
+                        !crate::cmdline::INIT_KEYS.contains(&k.replace('-', "_").as_str())
+                    })
+                    .map(|(k, v)| (k, v.trim_matches('"').to_string()))
+                    .collect(),
+            })
+            .collect()
     }
 
     /// The origin of the value that wins for `key` (`ip`, `ringstore.memory`), if any layer sets it.
@@ -122,29 +134,57 @@ mod tests {
         let running = format!("{IMAGE} ringstore.memory=256M");
         let toml = "memory = \"128M\"\nip = \"10.0.0.2::10.0.0.1:255.255.255.0::eth0:off\"\nmax_conns = 100\n";
         let layers = Layers::build(&running, IMAGE, Some(toml)).unwrap();
-        assert_eq!(layers.origin_of("ringstore.memory"), Some(Origin::KernelCmdline));
+        assert_eq!(
+            layers.origin_of("ringstore.memory"),
+            Some(Origin::KernelCmdline)
+        );
         assert_eq!(layers.origin_of("ip"), Some(Origin::ConfigPartition));
-        assert_eq!(layers.origin_of("ringstore.max-conns"), Some(Origin::ConfigPartition));
+        assert_eq!(
+            layers.origin_of("ringstore.max-conns"),
+            Some(Origin::ConfigPartition)
+        );
         assert_eq!(layers.origin_of("ringstore.data"), Some(Origin::Image));
         assert_eq!(layers.origin_of("ringstore.udp"), None);
         let line = layers.effective(&running);
-        assert!(line.starts_with("console=ttyS0,115200 panic=-1 ringstore.data=auto"), "{line}");
+        assert!(
+            line.starts_with("console=ttyS0,115200 panic=-1 ringstore.data=auto"),
+            "{line}"
+        );
         let config = ringstore_config::Config::from_kernel_cmdline(&line).unwrap();
         assert_eq!(config.memory, 256 << 20, "the kernel command line wins");
         assert_eq!(config.max_conns, 100);
+        let resolved = ringstore_config::origin::resolve(&layers.config_layers()).unwrap();
+        assert_eq!(resolved.config, config);
+        let memory = resolved
+            .settings
+            .iter()
+            .find(|s| s.key == "memory")
+            .unwrap();
+        assert_eq!(
+            (memory.value.as_str(), memory.origin),
+            ("256M", Origin::KernelCmdline)
+        );
         let (opts, _) = crate::cmdline::split(&line).unwrap();
         assert!(matches!(opts.ip, crate::cmdline::IpSetting::Static { .. }));
         // Without the kernel's extra key the partition's value wins over the image's.
         let layers = Layers::build(IMAGE, IMAGE, Some(toml)).unwrap();
-        let config = ringstore_config::Config::from_kernel_cmdline(&layers.effective(IMAGE)).unwrap();
+        let config =
+            ringstore_config::Config::from_kernel_cmdline(&layers.effective(IMAGE)).unwrap();
         assert_eq!(config.memory, 128 << 20);
     }
 
     #[test]
     fn without_an_image_line_every_key_is_the_kernels() {
-        let layers = Layers::build("ringstore.memory=64M ip=off", "", None).unwrap();
+        let layers = Layers::build(
+            "ringstore.memory=64M ip=off ringstore.on_fatal=halt",
+            "",
+            None,
+        )
+        .unwrap();
         assert_eq!(layers.origin_of("ip"), Some(Origin::KernelCmdline));
         assert_eq!(layers.layers.len(), 2);
+        let config = layers.config_layers();
+        assert_eq!(config[1].pairs, [("memory".to_string(), "64M".to_string())]);
     }
 
     #[test]
@@ -157,7 +197,8 @@ mod tests {
         assert!(matches!(err, LayerError::Spaces { .. }), "{err}");
         // Unknown keys are caught when the effective line is parsed, naming the key.
         let layers = Layers::build(IMAGE, IMAGE, Some("colour = \"red\"")).unwrap();
-        let err = ringstore_config::Config::from_kernel_cmdline(&layers.effective(IMAGE)).unwrap_err();
+        let err =
+            ringstore_config::Config::from_kernel_cmdline(&layers.effective(IMAGE)).unwrap_err();
         assert!(err.to_string().contains("colour"), "{err}");
     }
 }

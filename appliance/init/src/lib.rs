@@ -18,6 +18,7 @@ pub mod bootdisk;
 pub mod cmdline;
 pub mod console;
 pub mod datadev;
+pub mod fetch;
 pub mod hugepages;
 pub mod irq;
 pub mod layers;
@@ -32,6 +33,7 @@ pub mod signals;
 pub mod state;
 pub mod sysinfo;
 pub mod threads;
+pub mod update;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -51,7 +53,10 @@ pub fn run() -> ! {
     }));
     signals::block();
     let mut on_fatal = OnFatal::Reboot;
-    match catch_unwind(AssertUnwindSafe(|| boot(&mut on_fatal))) {
+    let booted = catch_unwind(AssertUnwindSafe(|| boot(&mut on_fatal)));
+    // A trial boot of a new slot is decided here, ready or not (ADR 0025).
+    let _ = catch_unwind(update::decide_trial);
+    match booted {
         Ok(Ok(())) => {}
         Ok(Err(Fatal(what))) => power::fatal(on_fatal, &what),
         Err(_) => power::fatal(on_fatal, "panic during boot"),
@@ -91,22 +96,31 @@ fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     let running = std::fs::read_to_string("/proc/cmdline")
         .map_err(|e| Fatal(format!("/proc/cmdline: {e}")))?;
     let line = effective_cmdline(&running);
-    let (options, rest) = match cmdline::split(&line) {
-        Ok(split) => split,
+    // Which A/B slot booted and whether it is on trial (mounts efivarfs: boot capabilities).
+    let slots = update::boot_state();
+    let trying = slots.trying;
+    state::lock().slots = slots;
+    if trying {
+        update::arm_watchdog();
+    }
+    let options = match cmdline::split(&line) {
+        Ok((options, _)) => options,
         Err(err) => {
             error!("{err}; using ip=dhcp");
-            (
-                cmdline::InitOptions {
-                    ip: cmdline::IpSetting::Dhcp { device: None },
-                    on_fatal: OnFatal::Reboot,
-                },
-                line.clone(),
-            )
+            cmdline::InitOptions {
+                ip: cmdline::IpSetting::Dhcp { device: None },
+                on_fatal: OnFatal::Reboot,
+            }
         }
     };
     *on_fatal = options.on_fatal;
-    let config = match ringstore_config::Config::from_kernel_cmdline(&rest) {
-        Ok(config) => Some(config),
+    let layers = state::lock().layers.config_layers();
+    let config = match ringstore_config::origin::resolve(&layers) {
+        Ok(resolved) => {
+            let config = resolved.config.clone();
+            state::lock().resolved = Some(resolved);
+            Some(config)
+        }
         Err(err) => {
             error!("configuration: {err}");
             not_serving(format!("configuration: {err}"));

@@ -23,6 +23,10 @@ pub struct State {
     pub server: Option<Box<dyn Serving>>,
     /// Where each configuration key came from (image, config partition, kernel command line).
     pub layers: crate::layers::Layers,
+    /// The effective configuration with each key's origin (the console's `config`).
+    pub resolved: Option<ringstore_config::Resolved>,
+    /// The A/B slots of disk.img (ADR 0025).
+    pub slots: crate::update::SlotsState,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);

@@ -121,6 +121,19 @@ impl Vm {
             &forwards,
             disks,
         );
+        Vm::start(name, dir, &socket, &args, forwards, netns)
+    }
+
+    /// Starts QEMU with `args` (whose serial console is the unix socket `socket` inside `dir`,
+    /// the scratch directory removed with the VM) and attaches to its console.
+    pub(super) fn start(
+        name: &str,
+        dir: PathBuf,
+        socket: &std::path::Path,
+        args: &[String],
+        forwards: Vec<Forward>,
+        netns: Option<&netns::Netns>,
+    ) -> Result<Vm> {
         // Next to the console log, kept after the test: QEMU's own reason when it ends early.
         let stderr_path = appliance_dir()
             .join("vm")
@@ -134,7 +147,7 @@ impl Vm {
             std::fs::File::create(appliance_dir().join("vm").join(format!("{name}.log")))?;
         let started = Instant::now();
         let child = command
-            .args(&args)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -147,7 +160,7 @@ impl Vm {
         };
         let deadline = Instant::now() + Duration::from_secs(15);
         let serial = loop {
-            match UnixStream::connect(&socket) {
+            match UnixStream::connect(socket) {
                 Ok(stream) => break stream,
                 Err(_) if Instant::now() < deadline && qemu.child.try_wait()?.is_none() => {
                     std::thread::sleep(Duration::from_millis(50))
@@ -255,6 +268,12 @@ impl Vm {
         let end = self.wait_for(PROMPT, start + command.len(), COMMAND_LIMIT)?;
         let out = self.output();
         Ok(out.get(start..end - PROMPT.len()).unwrap_or("").to_string())
+    }
+
+    /// Types `command` without waiting for a prompt (`reboot`: the next output is the firmware's).
+    pub fn command_no_wait(&mut self, command: &str) -> Result<()> {
+        self.serial.write_all(format!("{command}\n").as_bytes())?;
+        Ok(())
     }
 
     /// The host port forwarded to `name` on NIC `nic`.
