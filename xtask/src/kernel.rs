@@ -205,7 +205,11 @@ impl Progress {
         }
         self.last_percent = percent;
         self.last_report = now;
-        Some(format_progress(done, self.expected, now.duration_since(self.started)))
+        Some(format_progress(
+            done,
+            self.expected,
+            now.duration_since(self.started),
+        ))
     }
 }
 
@@ -319,7 +323,9 @@ mod tests {
         assert!(p.report(10, now).is_none(), "under a 5% step and 30 s");
         assert!(p.report(60, now).is_some());
         assert!(p.report(70, now).is_none());
-        assert!(p.report(70, now + std::time::Duration::from_secs(31)).is_some());
+        assert!(p
+            .report(70, now + std::time::Duration::from_secs(31))
+            .is_some());
     }
 
     #[test]
@@ -329,10 +335,18 @@ mod tests {
         assert_eq!(expected_lines(&dir, "new"), EXPECTED_LINES);
         std::fs::write(dir.join("done.log"), "x\n".repeat(1234)).unwrap();
         std::fs::write(dir.join("unfinished.log"), "x\n".repeat(999)).unwrap();
-        assert_eq!(expected_lines(&dir, "new"), EXPECTED_LINES, "no bzImage yet");
+        assert_eq!(
+            expected_lines(&dir, "new"),
+            EXPECTED_LINES,
+            "no bzImage yet"
+        );
         std::fs::write(dir.join("done/bzImage"), b"").unwrap();
         assert_eq!(expected_lines(&dir, "new"), 1234);
-        assert_eq!(expected_lines(&dir, "done"), EXPECTED_LINES, "its own log is not a guide");
+        assert_eq!(
+            expected_lines(&dir, "done"),
+            EXPECTED_LINES,
+            "its own log is not a guide"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

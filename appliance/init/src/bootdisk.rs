@@ -85,7 +85,12 @@ fn whole_disks() -> Vec<String> {
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| !n.starts_with("ram") && !n.starts_with("loop"))
-        .filter(|n| !Path::new("/sys/class/block").join(n).join("partition").exists())
+        .filter(|n| {
+            !Path::new("/sys/class/block")
+                .join(n)
+                .join("partition")
+                .exists()
+        })
         .collect();
     names.sort();
     names
@@ -96,7 +101,9 @@ pub fn find(layout: &Layout, role: Role) -> Option<Found> {
     let want = layout.by_role(role)?.type_guid;
     for disk in whole_disks() {
         let path = PathBuf::from("/dev").join(&disk);
-        let Ok(mut file) = File::open(&path) else { continue };
+        let Ok(mut file) = File::open(&path) else {
+            continue;
+        };
         let Ok((sector, entries)) = ringstore_disk::gpt::entries(&mut file) else {
             continue;
         };
