@@ -12,7 +12,7 @@
 //! the watchdog; either way the one-shot entry is spent, so the next boot is the old slot,
 //! which reports the outcome at boot and in `slots`.
 
-use std::io::{Read, Write};
+use std::io::{Read, Seek, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -58,17 +58,14 @@ fn esp_fs(
     fat::open(volume, &fat::DOS_EPOCH).map_err(|e| format!("ESP: {e}"))
 }
 
-fn read_text<T: Read + Write + std::io::Seek>(
-    fs: &fatfs::FileSystem<T>,
-    path: &str,
-) -> Option<String> {
+fn read_text<T: Read + Write + Seek>(fs: &fatfs::FileSystem<T>, path: &str) -> Option<String> {
     fat::read_file(fs, path, 64 << 10)
         .ok()
         .flatten()
         .and_then(|b| String::from_utf8(b).ok())
 }
 
-fn write_text<T: Read + Write + std::io::Seek>(
+fn write_text<T: Read + Write + Seek>(
     fs: &fatfs::FileSystem<T>,
     path: &str,
     text: &str,
@@ -90,12 +87,18 @@ fn read_efi_string(name: &str) -> Option<String> {
 
 /// Sets systemd-boot's one-shot entry (non-volatile, boot and runtime access).
 fn write_one_shot(entry: &str) -> Result<(), String> {
+    let bytes = one_shot_bytes(entry);
+    let path = Path::new(EFIVARS).join(format!("LoaderEntryOneShot-{LOADER_GUID}"));
+    std::fs::write(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// An efivarfs write: the attributes (NV | BS | RT), then the UTF-16LE text with its NUL.
+fn one_shot_bytes(entry: &str) -> Vec<u8> {
     let mut bytes = 7u32.to_le_bytes().to_vec();
     for unit in entry.encode_utf16().chain([0]) {
         bytes.extend_from_slice(&unit.to_le_bytes());
     }
-    let path = Path::new(EFIVARS).join(format!("LoaderEntryOneShot-{LOADER_GUID}"));
-    std::fs::write(&path, &bytes).map_err(|e| format!("{}: {e}", path.display()))
+    bytes
 }
 
 /// At boot (with the boot capabilities): mounts efivarfs, finds the ESP and reads which slot
@@ -261,8 +264,9 @@ fn exchange(
 }
 
 fn memcache(addr: SocketAddr, what: &str, request: &str, expect: &str) -> Result<(), String> {
+    // A value answer is whole at its END line; any other answer at its first line end.
     let got = exchange(addr, what, request.as_bytes(), |g| {
-        g.ends_with(b"\r\n") && (g.starts_with(b"VALUE") == g.ends_with(b"END\r\n"))
+        g.ends_with(b"\r\n") && (!g.starts_with(b"VALUE") || g.ends_with(b"END\r\n"))
     })?;
     if got != expect.as_bytes() {
         return Err(format!(
@@ -484,8 +488,6 @@ pub fn slots_lines() -> Vec<String> {
     out
 }
 
-use std::io::Seek;
-
 /// `update URL`: fetch, verify, write the inactive slot, record the trial, reboot into it once.
 pub fn update(url: &str) -> Vec<String> {
     match prepare(url) {
@@ -578,4 +580,110 @@ fn prepare(url: &str) -> Result<Slot, String> {
     ringstore_sys::sync();
     write_one_shot(target.entry_id())?;
     Ok(target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+    use std::net::TcpListener;
+
+    /// A memcache and an HTTP listener that answer like the server, `token` under the canary
+    /// key, every answer after `delay`.
+    fn fake(token: &'static str, delay: Duration) -> (SocketAddr, SocketAddr) {
+        let mc = TcpListener::bind("127.0.0.1:0").unwrap();
+        let web = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (mc_addr, web_addr) = (mc.local_addr().unwrap(), web.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for s in mc.incoming().flatten() {
+                let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+                let mut w = s;
+                let mut line = String::new();
+                let _ = r.read_line(&mut line);
+                std::thread::sleep(delay);
+                let words: Vec<&str> = line.split_whitespace().collect();
+                let answer = match words.as_slice() {
+                    ["set", ..] => {
+                        let mut data = String::new();
+                        let _ = r.read_line(&mut data);
+                        "STORED\r\n".to_string()
+                    }
+                    ["get", key] if *key == CANARY_KEY => {
+                        format!("VALUE {key} 0 {}\r\n{token}\r\nEND\r\n", token.len())
+                    }
+                    ["get", key] => format!("VALUE {key} 0 2\r\nok\r\nEND\r\n"),
+                    ["delete", _] => "DELETED\r\n".to_string(),
+                    _ => "ERROR\r\n".to_string(),
+                };
+                let _ = w.write_all(answer.as_bytes());
+            }
+        });
+        std::thread::spawn(move || {
+            for mut s in web.incoming().flatten() {
+                let mut buf = [0u8; 2048];
+                let n = s.read(&mut buf).unwrap_or(0);
+                std::thread::sleep(delay);
+                let answer: &[u8] = match &buf[..n.min(3)] {
+                    b"PUT" => b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n",
+                    b"GET" => b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                    b"DEL" => b"HTTP/1.1 204 No Content\r\n\r\n",
+                    _ => b"HTTP/1.1 400 Bad Request\r\n\r\n",
+                };
+                let _ = s.write_all(answer);
+            }
+        });
+        (mc_addr, web_addr)
+    }
+
+    fn config(mc: SocketAddr, web: SocketAddr, data: bool) -> ringstore_config::Config {
+        ringstore_config::Config {
+            memcache: Some(mc),
+            http: Some(web),
+            data: data.then(|| "/dev/vda3".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_canary_passes_through_answering_listeners() {
+        let (mc, web) = fake("0123456789abcdef", Duration::ZERO);
+        let note = canary(&config(mc, web, true), Some("0123456789abcdef")).unwrap();
+        assert!(note.starts_with("canary passed in "), "{note}");
+    }
+
+    #[test]
+    fn data_that_did_not_survive_fails_the_canary() {
+        let (mc, web) = fake("something else!!", Duration::ZERO);
+        let err = canary(&config(mc, web, true), Some("0123456789abcdef")).unwrap_err();
+        assert!(err.starts_with("data after recovery: answered"), "{err}");
+        // Without a data device the key is not asked for.
+        assert!(canary(&config(mc, web, false), Some("0123456789abcdef")).is_ok());
+    }
+
+    #[test]
+    fn an_answer_slower_than_the_bound_fails_the_canary() {
+        let (mc, web) = fake("x", CANARY_OP_LIMIT + Duration::from_millis(300));
+        let err = canary(&config(mc, web, false), None).unwrap_err();
+        assert!(err.starts_with("memcache set:"), "{err}");
+    }
+
+    #[test]
+    fn a_dead_listener_fails_the_canary() {
+        let gone = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let (_, web) = fake("x", Duration::ZERO);
+        let err = canary(&config(gone, web, false), None).unwrap_err();
+        assert!(err.starts_with("memcache set:"), "{err}");
+    }
+
+    #[test]
+    fn one_shot_bytes_are_attributes_then_utf16() {
+        let bytes = one_shot_bytes("ringstore-b.efi");
+        assert_eq!(&bytes[..4], &[7, 0, 0, 0]);
+        assert_eq!(bytes.len(), 4 + 2 * 16);
+        assert_eq!(&bytes[4..6], &[b'r', 0]);
+        assert_eq!(&bytes[bytes.len() - 2..], &[0, 0]);
+    }
 }
