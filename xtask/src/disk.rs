@@ -3,7 +3,7 @@
 //! written into a plain file without root or loop devices. GUIDs and volume ids come from a
 //! seed, FAT times from `SOURCE_DATE_EPOCH`, so the same inputs give the same bytes (ADR 0024).
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -93,24 +93,30 @@ pub fn write(
     Ok(())
 }
 
-/// Reads one file back from a FAT partition of an image (tests, and the size report).
-pub fn read_back(image: &Path, layout: &Layout, role: Role, name: &str) -> Result<Option<Vec<u8>>> {
-    let mut disk = File::options().read(true).write(true).open(image)?;
-    let (sector, entries) = ringstore_disk::gpt::entries(&mut disk)?;
-    let part = layout.by_role(role).context("role not in the layout")?;
-    let entry = entries
-        .iter()
-        .find(|e| e.type_guid == part.type_guid)
-        .context("partition not in the GPT")?;
-    let start = entry.first_lba * sector;
-    let len = (entry.last_lba + 1 - entry.first_lba) * sector;
-    let fs = fat::open(Slice::new(&mut disk, start, len), &fat::DOS_EPOCH)?;
-    Ok(fat::read_file(&fs, name, 64 << 20)?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
+
+    /// Reads one file back from a FAT partition of an image (tests, and the size report).
+    pub fn read_back(
+        image: &Path,
+        layout: &Layout,
+        role: Role,
+        name: &str,
+    ) -> Result<Option<Vec<u8>>> {
+        let mut disk = File::options().read(true).write(true).open(image)?;
+        let (sector, entries) = ringstore_disk::gpt::entries(&mut disk)?;
+        let part = layout.by_role(role).context("role not in the layout")?;
+        let entry = entries
+            .iter()
+            .find(|e| e.type_guid == part.type_guid)
+            .context("partition not in the GPT")?;
+        let start = entry.first_lba * sector;
+        let len = (entry.last_lba + 1 - entry.first_lba) * sector;
+        let fs = fat::open(Slice::new(&mut disk, start, len), &fat::DOS_EPOCH)?;
+        Ok(fat::read_file(&fs, name, 64 << 20)?)
+    }
 
     #[test]
     fn same_inputs_same_bytes_and_the_partitions_are_found_by_type() {

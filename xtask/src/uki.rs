@@ -58,7 +58,7 @@ pub fn build(stub: &[u8], sections: &[(&str, &[u8])], timestamp: u32) -> Result<
     let file_align = u64::from(u32_at(stub, opt + 36)?);
     let headers_size = u32_at(stub, opt + 60)? as usize;
     ensure!(
-        section_align.is_power_of_two() && VA_ALIGN % section_align == 0 && file_align > 0,
+        section_align.is_power_of_two() && VA_ALIGN.is_multiple_of(section_align) && file_align > 0,
         "stub: unexpected alignments {section_align:#x}/{file_align:#x}"
     );
     let table = opt + opt_size;
@@ -141,35 +141,38 @@ pub fn checksum(bytes: &[u8], field: usize) -> u32 {
     (sum as u32).wrapping_add(bytes.len() as u32)
 }
 
-/// The sections named by name: (virtual address, virtual size, file offset, raw size).
-pub fn sections(image: &[u8]) -> Result<Vec<(String, u32, u32, u32, u32)>> {
-    let pe = u32_at(image, 0x3c)? as usize;
-    let coff = pe + 4;
-    let count = usize::from(u16_at(image, coff + 2)?);
-    let table = coff + 20 + usize::from(u16_at(image, coff + 16)?);
-    (0..count)
-        .map(|i| {
-            let h = table + i * SECTION_HEADER;
-            let name = image.get(h..h + 8).context("section table truncated")?;
-            let name: String = name
-                .iter()
-                .take_while(|b| **b != 0)
-                .map(|b| char::from(*b))
-                .collect();
-            Ok((
-                name,
-                u32_at(image, h + 12)?,
-                u32_at(image, h + 8)?,
-                u32_at(image, h + 20)?,
-                u32_at(image, h + 16)?,
-            ))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 pub mod tests {
     use super::*;
+
+    /// A section: name, virtual address, virtual size, file offset, raw size.
+    type Section = (String, u32, u32, u32, u32);
+
+    /// The section table of a PE image.
+    fn sections(image: &[u8]) -> Result<Vec<Section>> {
+        let pe = u32_at(image, 0x3c)? as usize;
+        let coff = pe + 4;
+        let count = usize::from(u16_at(image, coff + 2)?);
+        let table = coff + 20 + usize::from(u16_at(image, coff + 16)?);
+        (0..count)
+            .map(|i| {
+                let h = table + i * SECTION_HEADER;
+                let name = image.get(h..h + 8).context("section table truncated")?;
+                let name: String = name
+                    .iter()
+                    .take_while(|b| **b != 0)
+                    .map(|b| char::from(*b))
+                    .collect();
+                Ok((
+                    name,
+                    u32_at(image, h + 12)?,
+                    u32_at(image, h + 8)?,
+                    u32_at(image, h + 20)?,
+                    u32_at(image, h + 16)?,
+                ))
+            })
+            .collect()
+    }
 
     /// A PE32+ header with one `.text` section, shaped like the systemd stub (512-byte
     /// alignments, 0x400 bytes of headers) and a trailing "symbol table".
