@@ -16,6 +16,8 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("memcached", "/usr/bin/memcached"),
     ("libmemcached-tools", "/usr/bin/memccapable"),
     ("curl", "/usr/bin/curl"),
+    // ssh-agent and ssh-add: the console client's agent signing test (ringstore-console).
+    ("openssh-client", "/usr/bin/ssh-agent"),
     ("wrk", "/usr/bin/wrk"),
     ("nginx-light", "/usr/sbin/nginx"),
     ("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),

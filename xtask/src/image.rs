@@ -23,6 +23,8 @@ pub struct Image {
     pub initramfs: PathBuf,
     /// The kernel source package and release it was built from.
     pub kernel_version: String,
+    /// The console's authorized_keys in the initramfs (ADR-0023), for the boot forms too.
+    pub authorized_keys: Option<Vec<u8>>,
 }
 
 /// Where cargo puts build output (`CARGO_TARGET_DIR` or `<root>/target`).
@@ -106,8 +108,30 @@ pub fn check_static_elf(bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// `cargo xtask image`: everything QEMU needs, in target/appliance.
+/// The test-only key pair the QEMU tests log in with (never authorize it on a real box).
+pub fn test_key() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/keys/test_ed25519")
+}
+
+/// The image the QEMU tests and `cargo xtask run` boot: the test key authorized.
 pub fn build_image() -> Result<Image> {
+    build_image_with(Some(&test_key().with_extension("pub")))
+}
+
+/// Everything QEMU needs, in target/appliance, with `authorized_keys` (an OpenSSH
+/// authorized_keys file, checked here) in the initramfs.
+pub fn build_image_with(authorized_keys: Option<&Path>) -> Result<Image> {
+    let keys = match authorized_keys {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let parsed = ringstore_console::AuthorizedKeys::from_lines(text.lines())
+                .with_context(|| format!("{}", path.display()))?;
+            anyhow::ensure!(!parsed.is_empty(), "{} holds no keys", path.display());
+            Some(text.into_bytes())
+        }
+        None => None,
+    };
     let binary = build_static_binary()?;
     let kernel = crate::kernel::build_kernel()?;
     let dir = appliance_dir();
@@ -116,7 +140,11 @@ pub fn build_image() -> Result<Image> {
     std::fs::copy(&kernel.bzimage, &bzimage)
         .with_context(|| format!("copying {}", kernel.bzimage.display()))?;
     let initramfs = dir.join("initramfs.img");
-    let size = crate::initramfs::build_initramfs(&binary, &initramfs, Vec::new())?;
+    let size = crate::initramfs::build_initramfs(
+        &binary,
+        &initramfs,
+        crate::initramfs::console_entries(keys.clone()),
+    )?;
     eprintln!(
         "image: {} ({} KiB, {}), {} ({} KiB)",
         bzimage.display(),
@@ -130,6 +158,7 @@ pub fn build_image() -> Result<Image> {
         bzimage,
         initramfs,
         kernel_version: kernel.version,
+        authorized_keys: keys,
     })
 }
 
@@ -147,6 +176,8 @@ pub struct BootOptions {
     pub append: String,
     /// Where ringstore.efi, its signature and disk.img go.
     pub out: PathBuf,
+    /// The console's SSH keys (OpenSSH authorized_keys); without, nobody can log in (ADR-0023).
+    pub authorized_keys: Option<PathBuf>,
 }
 
 /// The command line every ringstore.efi starts with; `--append` adds to it.
@@ -160,6 +191,7 @@ impl BootOptions {
             seed: "ringstore".into(),
             append: String::new(),
             out: appliance_dir(),
+            authorized_keys: None,
         }
     }
 
@@ -178,8 +210,11 @@ impl BootOptions {
                 "--seed" => o.seed = value("a seed")?,
                 "--append" => o.append = value("kernel arguments")?,
                 "--out" => o.out = PathBuf::from(value("a folder")?),
+                "--authorized-keys" => {
+                    o.authorized_keys = Some(PathBuf::from(value("an authorized_keys file")?))
+                }
                 other => bail!(
-                    "unknown image option {other:?} (expected --size SIZE, --signing-key FILE, --seed TEXT, --append ARGS, --out DIR)"
+                    "unknown image option {other:?} (expected --authorized-keys FILE, --size SIZE, --signing-key FILE, --seed TEXT, --append ARGS, --out DIR)"
                 ),
             }
         }
@@ -264,11 +299,12 @@ pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
         .as_deref()
         .map(read_signing_key)
         .transpose()?;
-    let mut extra = vec![Entry::file(
+    let mut extra = crate::initramfs::console_entries(image.authorized_keys.clone());
+    extra.push(Entry::file(
         "etc/ringstore/image-cmdline",
         0o644,
         format!("{cmdline}\n").into_bytes(),
-    )];
+    ));
     if let Some(key) = &key {
         extra.push(Entry::file(
             "etc/ringstore/update-key.pub",
@@ -364,10 +400,13 @@ pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
     })
 }
 
-/// `cargo xtask image [--size SIZE] [--signing-key FILE] [--seed TEXT] [--append ARGS] [--out DIR]`.
+/// `cargo xtask image [--authorized-keys FILE] [--size SIZE] [--signing-key FILE] [--seed TEXT] [--append ARGS] [--out DIR]`.
 pub fn run(args: &[String]) -> Result<()> {
     let opts = BootOptions::parse(args)?;
-    let image = build_image()?;
+    if opts.authorized_keys.is_none() {
+        eprintln!("image: no --authorized-keys FILE: nobody can log in on the console");
+    }
+    let image = build_image_with(opts.authorized_keys.as_deref())?;
     build_boot(&image, &opts).map(|_| ())
 }
 

@@ -142,6 +142,20 @@ pub fn write_newc<W: Write>(entries: &[Entry], out: W) -> Result<W> {
     Ok(cpio::newc::trailer(out)?)
 }
 
+/// Where PID 1's console reads the image's authorized keys (ADR-0023).
+pub const AUTHORIZED_KEYS: &str = "etc/ringstore/authorized_keys";
+
+/// The console's credentials in the image: `etc/ringstore/authorized_keys` (OpenSSH lines).
+pub fn console_entries(authorized_keys: Option<Vec<u8>>) -> Vec<Entry> {
+    match authorized_keys {
+        Some(keys) => vec![
+            Entry::dir("etc/ringstore", 0o755),
+            Entry::file(AUTHORIZED_KEYS, 0o644, keys),
+        ],
+        None => Vec::new(),
+    }
+}
+
 /// Writes the appliance initramfs for the binary at `init` to `output`: the core entries, the
 /// repository's `initramfs/` folder and `extra` (generated files).
 pub fn build_initramfs(init: &Path, output: &Path, extra: Vec<Entry>) -> Result<u64> {
@@ -186,6 +200,22 @@ mod tests {
             cursor = reader.finish().unwrap();
         }
         out
+    }
+
+    #[test]
+    fn authorized_keys_land_in_etc_ringstore() {
+        let mut entries = appliance_entries(b"b".to_vec());
+        entries.extend(console_entries(Some(b"ssh-ed25519 AAAA k\n".to_vec())));
+        let back = read_back(&write_newc(&entries, Vec::new()).unwrap());
+        let keys = back.iter().find(|e| e.0 == AUTHORIZED_KEYS).unwrap();
+        assert_eq!(
+            (keys.1, keys.6.as_slice()),
+            (0o100644, &b"ssh-ed25519 AAAA k\n"[..])
+        );
+        assert!(back
+            .iter()
+            .any(|e| e.0 == "etc/ringstore" && e.1 & 0o170000 == 0o040000));
+        assert!(console_entries(None).is_empty());
     }
 
     #[test]

@@ -27,7 +27,8 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   test [--quick] [--skip-vm]   every test: lint, unit, property, fuzz smoke, memccapable, end-to-end, QEMU
   bench [--seconds N]          ringstore vs memcached (and nginx for HTTP), side by side; writes target/bench/
-  image [--size SIZE] [--signing-key FILE] [--seed TEXT] [--append ARGS] [--out DIR]
+  image [--authorized-keys F] [--size SIZE] [--signing-key FILE] [--seed TEXT] [--append ARGS] [--out DIR]
+                               F: the console's SSH keys
                                build target/appliance/{bzImage,initramfs.img,ringstore.efi,disk.img}
   run                          build everything and boot the appliance in QEMU (numa2 profile)
 ";

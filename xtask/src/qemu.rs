@@ -462,6 +462,7 @@ mod tests {
             bzimage: "/b/bzImage".into(),
             initramfs: "/b/initramfs.img".into(),
             kernel_version: String::new(),
+            authorized_keys: None,
         }
     }
 

@@ -8,6 +8,7 @@ mod durable;
 mod kernel_panic;
 mod netns;
 mod numa2;
+mod operator;
 mod portscan;
 mod scan;
 mod serial;
@@ -45,6 +46,11 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
                 r.poweroff.as_secs_f64()
             ))
         }),
+        ("console_login_and_json", operator::console_login_and_json),
+        (
+            "tuning_names_each_difference",
+            operator::tuning_names_each_difference,
+        ),
         ("scan_finds_only_data_ports", |i| {
             scan_finds_only_data_ports(i).map(|r| {
                 format!(

@@ -413,6 +413,60 @@ mod tests {
         assert!(Signer::from_key_file(&key.with_extension("pub")).is_err());
     }
 
+    /// A real ssh-agent (OpenSSH's, `openssh-client` in xtask's deps) holding the test key signs
+    /// a challenge that verifies; an agent without keys is refused.
+    #[test]
+    fn ssh_agent_signs_what_the_box_verifies() {
+        use std::process::{Command, Stdio};
+        let dir = std::env::temp_dir().join(format!("ringstore-agent-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("agent.sock");
+        let mut agent = Command::new("ssh-agent")
+            .arg("-D")
+            .arg("-a")
+            .arg(&sock)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("ssh-agent (apt openssh-client)");
+        for _ in 0..100 {
+            if sock.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let signer = Signer::Agent {
+            socket: sock.clone(),
+            key: None,
+        };
+        let empty = signer.sign("m");
+        let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/keys/test_ed25519");
+        // ssh-add refuses a key file others may read; copy it with mode 0600.
+        let private = dir.join("key");
+        std::fs::copy(&key, &private).unwrap();
+        std::fs::set_permissions(
+            &private,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+        let added = Command::new("ssh-add")
+            .arg(&private)
+            .env("SSH_AUTH_SOCK", &sock)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        let message = crate::Challenge::new("h", "b").unwrap().message;
+        let armored = signer.sign(&message);
+        let _ = agent.kill();
+        let _ = agent.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(matches!(empty, Err(ClientError::Agent(_))), "{empty:?}");
+        assert!(added.success());
+        let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        let keys = AuthorizedKeys::from_lines(public.lines()).unwrap();
+        keys.verify(&message, &armored.unwrap()).unwrap();
+    }
+
     #[test]
     fn agent_strings_are_bounded() {
         let mut out = Vec::new();

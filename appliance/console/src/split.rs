@@ -153,20 +153,22 @@ impl Utf8Pieces {
     }
 }
 
+/// `text` fed in pieces of `chunk` characters, as a reader sees it arrive (for tests of what
+/// reads the split views; any chunking gives the same result).
+pub fn split_in_chunks(text: &str, chunk: usize) -> Splitter {
+    let mut s = Splitter::default();
+    let chars: Vec<char> = text.chars().collect();
+    for piece in chars.chunks(chunk.max(1)) {
+        s.feed(&piece.iter().collect::<String>());
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const READY: &str = "ringstore: ready memcache=0.0.0.0:11211 http=0.0.0.0:8080\n";
-
-    fn split_in_chunks(text: &str, chunk: usize) -> Splitter {
-        let mut s = Splitter::default();
-        let chars: Vec<char> = text.chars().collect();
-        for piece in chars.chunks(chunk) {
-            s.feed(&piece.iter().collect::<String>());
-        }
-        s
-    }
 
     #[test]
     fn a_kernel_record_anywhere_is_cut_out() {

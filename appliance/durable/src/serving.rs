@@ -93,6 +93,24 @@ pub struct Serving<D: BlockDevice> {
     unix_start: u64,
 }
 
+/// A snapshot of a serving device ([`Serving::state`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServingState {
+    pub geometry: crate::superblock::Geometry,
+    pub device_len: u64,
+    /// Keys in the index.
+    pub records: usize,
+    /// Live record bytes per region.
+    pub region_live_bytes: Vec<u64>,
+    /// Segments holding any live record, per region.
+    pub region_live_segments: Vec<u32>,
+    /// Records read back that did not verify since start.
+    pub corrupt_records: u64,
+    /// Large uploads in progress and the space they hold.
+    pub uploads: usize,
+    pub upload_reserved_bytes: u64,
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -215,6 +233,34 @@ impl<D: BlockDevice> Serving<D> {
 
     pub(crate) fn read_index(&self) -> RwLockReadGuard<'_, Index> {
         self.index.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The device's state for the console's `data`: layout, index size, live bytes per region.
+    pub fn state(&self) -> ServingState {
+        let g = self.sb.geometry;
+        let index = self.read_index();
+        let mut region_live_bytes = Vec::new();
+        let mut region_live_segments = Vec::new();
+        for r in 0..g.regions {
+            let live: Vec<u64> = (0..g.segments_per_region)
+                .map(|seg| index.live_bytes(r, seg))
+                .collect();
+            region_live_bytes.push(live.iter().sum());
+            region_live_segments.push(live.iter().filter(|&&b| b > 0).count() as u32);
+        }
+        let records = index.len();
+        drop(index);
+        let (uploads, upload_reserved_bytes) = self.uploads();
+        ServingState {
+            geometry: g,
+            device_len: self.sb.device_len,
+            records,
+            region_live_bytes,
+            region_live_segments,
+            corrupt_records: self.corrupt_records(),
+            uploads,
+            upload_reserved_bytes,
+        }
     }
 
     /// After every worker parked its drained log: write the checkpoint (see ADR 0010) so the

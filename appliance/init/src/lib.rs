@@ -33,6 +33,7 @@ pub mod signals;
 pub mod state;
 pub mod sysinfo;
 pub mod threads;
+pub mod tuning;
 pub mod update;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -64,6 +65,7 @@ pub fn run() -> ! {
     // From here on PID 1's main thread only runs the console: reboot(2) is all it needs. Before
     // the first prompt, so whoever sees the prompt sees the narrowed sets in `threads`.
     privs::restrict_thread_or_log(privs::Role::Console);
+    console::session::load_image_credentials();
     loop {
         // run_loop never returns; a panic escaping it restarts it.
         let _ = catch_unwind(|| console::run_loop());
@@ -118,7 +120,7 @@ fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     let config = match ringstore_config::origin::resolve(&layers) {
         Ok(resolved) => {
             let config = resolved.config.clone();
-            state::lock().resolved = Some(resolved);
+            state::lock().settings = resolved.settings;
             Some(config)
         }
         Err(err) => {

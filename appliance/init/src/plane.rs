@@ -20,6 +20,15 @@ pub trait Serving: Send {
     fn ready_line(&self) -> String;
     /// Stops accepting, drains in-flight requests and joins the workers.
     fn shutdown(self: Box<Self>);
+    /// memcache text `request` answered in-process (`stats`, `flush_all`), at most `max` bytes.
+    fn admin(&self, request: &[u8], max: usize) -> Vec<u8>;
+    /// Starts or ends refusing new connections (open ones are served).
+    fn set_draining(&self, on: bool) -> Result<(), String>;
+    fn draining(&self) -> bool;
+    /// Open client connections.
+    fn connections(&self) -> u64;
+    /// The data device's state as the console's `data` shows it (`None` without one).
+    fn data_json(&self) -> Option<serde_json::Value>;
 }
 
 impl Placement {
@@ -124,6 +133,47 @@ impl Serving for RuntimeServer {
         if let Err(err) = self.0.shutdown() {
             crate::warn!("shutdown: {err}");
         }
+    }
+    fn admin(&self, request: &[u8], max: usize) -> Vec<u8> {
+        self.0.admin(request, max)
+    }
+    fn set_draining(&self, on: bool) -> Result<(), String> {
+        self.0.set_draining(on).map_err(|e| e.to_string())
+    }
+    fn draining(&self) -> bool {
+        self.0.draining()
+    }
+    fn connections(&self) -> u64 {
+        self.0.shared().curr_connections()
+    }
+    fn data_json(&self) -> Option<serde_json::Value> {
+        let s = self.0.data_state()?;
+        let g = s.geometry;
+        let capacity = u64::from(g.regions) * u64::from(g.segments_per_region) * g.segment_size;
+        let regions: Vec<serde_json::Value> = s
+            .region_live_bytes
+            .iter()
+            .zip(&s.region_live_segments)
+            .enumerate()
+            .map(|(i, (live, segs))| {
+                serde_json::json!({"region": i, "live_bytes": live, "segments_with_live_data": segs,
+                                   "segments": g.segments_per_region,
+                                   "bytes": u64::from(g.segments_per_region) * g.segment_size})
+            })
+            .collect();
+        Some(serde_json::json!({
+            "device_bytes": s.device_len,
+            "capacity_bytes": capacity,
+            "segment_bytes": g.segment_size,
+            "block_bytes": g.block_size,
+            "records": s.records,
+            "live_bytes": s.region_live_bytes.iter().sum::<u64>(),
+            "used_bytes": s.region_live_segments.iter().map(|&n| u64::from(n) * g.segment_size).sum::<u64>(),
+            "corrupt_records": s.corrupt_records,
+            "uploads_in_progress": s.uploads,
+            "upload_reserved_bytes": s.upload_reserved_bytes,
+            "regions": regions,
+        }))
     }
 }
 

@@ -18,13 +18,13 @@ pub struct State {
     /// Why nothing serves (configuration error, NUMA choice, start failure).
     pub not_serving: Option<String>,
     pub config: Option<ringstore_config::Config>,
+    /// Every key of the effective configuration with its origin (the console's `config`).
+    pub settings: Vec<ringstore_config::Setting>,
     /// The data device as found at boot (`/dev/vda: block device, 64 MiB`).
     pub data_device: Option<String>,
     pub server: Option<Box<dyn Serving>>,
     /// Where each configuration key came from (image, config partition, kernel command line).
     pub layers: crate::layers::Layers,
-    /// The effective configuration with each key's origin (the console's `config`).
-    pub resolved: Option<ringstore_config::Resolved>,
     /// The A/B slots of disk.img (ADR 0025).
     pub slots: crate::update::SlotsState,
 }

@@ -2,6 +2,8 @@
 
 #![forbid(unsafe_code)]
 
+mod console;
+
 use std::io::{ErrorKind, Write};
 use std::process::ExitCode;
 
@@ -18,6 +20,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("serve") => serve(&args[1..]),
         Some("init") => run_init(),
+        Some("console") => console::run(&args[1..]),
         Some("--version" | "-V" | "version") => {
             println!("ringstore {VERSION}");
             ExitCode::SUCCESS
@@ -54,6 +57,7 @@ fn help() -> String {
         "ringstore {VERSION}: a memcache + HTTP object store on io_uring\n\n\
          usage:\n  ringstore serve [--key value | --key=value]...   serve on this host\n  \
          ringstore init                                    run as PID 1 of the appliance\n  \
+         ringstore console (--socket P|--tty D) [--key F] CMD  run one console command on an appliance, print its JSON\n  \
          ringstore --version\n  ringstore help\n\nserve flags (also TOML keys and ringstore.KEY=VALUE on the kernel command line):\n"
     );
     text.push_str(&format!(

@@ -1,9 +1,9 @@
 //! One acceptor thread per endpoint (ADR-0001): accepts in batches and hands each
 //! fd to the worker with the fewest active + queued connections; refuses cleanly beyond
-//! `--max-conns` and backs off when the process runs out of descriptors.
+//! `--max-conns` (and while draining) and backs off when the process runs out of descriptors.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,8 @@ pub(crate) struct Acceptor<H: Handler> {
     pub max_conns: usize,
     pub stop_fd: RawFd,
     pub handler: Arc<H>,
+    /// Set by the console's `drain`: new connections get the protocol's refusal.
+    pub draining: Arc<AtomicBool>,
 }
 
 impl<H: Handler> Acceptor<H> {
@@ -114,7 +116,9 @@ impl<H: Handler> Acceptor<H> {
     }
 
     fn place(&self, fd: OwnedFd, lingering: &mut Vec<(OwnedFd, Instant)>) {
-        let refused = if self.open.fetch_add(1, Ordering::AcqRel) >= self.max_conns {
+        let refused = if self.open.fetch_add(1, Ordering::AcqRel) >= self.max_conns
+            || self.draining.load(Ordering::Acquire)
+        {
             Some(fd)
         } else {
             let worker = least_loaded(&self.inboxes);

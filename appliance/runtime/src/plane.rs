@@ -26,6 +26,10 @@ pub(crate) struct Plane {
     workers: Vec<JoinHandle<usize>>,
     features: Features,
     stopped: bool,
+    /// The acceptors refuse new connections while set (the console's `drain`).
+    draining: Arc<AtomicBool>,
+    /// Workers accept for themselves (SO_REUSEPORT): `drain` cannot stop them.
+    reuseport: bool,
 }
 
 /// What the plane is started with.
@@ -79,9 +83,12 @@ impl Plane {
             workers: Vec::new(),
             features: Features::default(),
             stopped: false,
+            draining: Arc::new(AtomicBool::new(false)),
+            reuseport: false,
         };
 
         let reuseport = setup.tcp.iter().any(|(_, fds)| fds.len() > 1);
+        plane.reuseport = reuseport;
         let mut per_worker: Vec<Vec<(OwnedFd, Protocol)>> =
             (0..workers).map(|_| Vec::new()).collect();
         let mut shared_listeners = Vec::new();
@@ -140,6 +147,7 @@ impl Plane {
                 max_conns: setup.limits.max_conns,
                 stop_fd: plane.stop_fd.as_raw_fd(),
                 handler: setup.handler.clone(),
+                draining: plane.draining.clone(),
             };
             let name = match protocol {
                 Protocol::Memcache => "ringstore-accept-memcache",
@@ -160,6 +168,23 @@ impl Plane {
     /// Joins `handle` at stop, with the acceptors (it must watch [`Plane::stop_fd`]).
     pub(crate) fn adopt(&mut self, handle: JoinHandle<()>) {
         self.acceptors.push(handle);
+    }
+
+    /// Starts (`true`) or ends refusing new TCP connections; connections already open are
+    /// served as before. Refused with SO_REUSEPORT placement, where workers accept themselves.
+    pub(crate) fn set_draining(&self, on: bool) -> Result<(), RuntimeError> {
+        if self.reuseport {
+            return Err(RuntimeError::io(
+                "drain",
+                std::io::Error::other("placement reuseport: the workers accept themselves"),
+            ));
+        }
+        self.draining.store(on, Ordering::Release);
+        Ok(())
+    }
+
+    pub(crate) fn draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
     }
 
     pub(crate) fn features(&self) -> Features {

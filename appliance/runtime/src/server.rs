@@ -37,6 +37,7 @@ pub struct Server {
     cpus: Vec<usize>,
     memory_binding: MemoryBinding,
     data: Option<Arc<Serving<FileDevice>>>,
+    clock: Clock,
 }
 
 impl std::fmt::Debug for Server {
@@ -169,6 +170,7 @@ impl Server {
             cpus,
             memory_binding,
             data,
+            clock,
         })
     }
 
@@ -200,6 +202,43 @@ impl Server {
     /// Whether memory is strictly bound to the node.
     pub fn memory_binding(&self) -> MemoryBinding {
         self.memory_binding
+    }
+
+    /// Runs memcache text `request` (`stats\r\n`, `flush_all\r\n`) in-process against the
+    /// shared state, as a client of the memcache port would be answered (the console's
+    /// `stats` and `flush`; its counters go to the spare slot). At most `max` bytes of reply.
+    pub fn admin(&self, request: &[u8], max: usize) -> Vec<u8> {
+        let mut session = ringstore_service::Session::new(
+            ringstore_service::Protocol::Memcache,
+            self.shared.aux_slot(),
+        );
+        let mut out = Vec::new();
+        let mut reply = Vec::new();
+        let mut flow = session.on_bytes(request, self.clock.now(), &self.shared, None, &mut out);
+        // A reply bigger than the session's high-water mark comes in pieces.
+        while flow == ringstore_service::Flow::Drain && reply.len() < max {
+            reply.append(&mut out);
+            session.on_output_flushed();
+            flow = session.on_bytes(&[], self.clock.now(), &self.shared, None, &mut out);
+        }
+        reply.append(&mut out);
+        reply.truncate(max);
+        reply
+    }
+
+    /// Starts or ends draining: new TCP connections are refused (memcache `ERROR Too many
+    /// open connections`, HTTP 503), open ones are served.
+    pub fn set_draining(&self, on: bool) -> Result<(), RuntimeError> {
+        self.plane.set_draining(on)
+    }
+
+    pub fn draining(&self) -> bool {
+        self.plane.draining()
+    }
+
+    /// The data device's state for the console's `data` (`None` without one).
+    pub fn data_state(&self) -> Option<ringstore_durable::ServingState> {
+        self.data.as_ref().map(|d| d.state())
     }
 
     /// Stops accepting, finishes in-flight requests and flushes replies (at most 5 s), joins every thread.

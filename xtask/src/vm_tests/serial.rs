@@ -17,18 +17,9 @@ pub use ringstore_console::split::{Splitter, Utf8Pieces};
 #[cfg(test)]
 mod tests {
     use super::super::console::{data_sockets, ready_line};
-    use super::*;
+    use ringstore_console::split::split_in_chunks;
 
     const READY: &str = "ringstore: ready memcache=0.0.0.0:11211 http=0.0.0.0:8080\n";
-
-    fn split_in_chunks(text: &str, chunk: usize) -> Splitter {
-        let mut s = Splitter::default();
-        let chars: Vec<char> = text.chars().collect();
-        for piece in chars.chunks(chunk) {
-            s.feed(&piece.iter().collect::<String>());
-        }
-        s
-    }
 
     /// What the old reader did: the console text as it came, `\r` dropped.
     fn old_reader(text: &str) -> String {

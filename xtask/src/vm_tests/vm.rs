@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use ringstore_console::client::{Client, Link, LoggedIn, Signer};
 
 use super::serial::{Splitter, Utf8Pieces};
 use super::{netns, COMMAND_LIMIT, PROMPT};
@@ -67,6 +68,45 @@ pub struct Vm {
     pub forwards: Vec<Forward>,
     /// When QEMU was started.
     pub(super) started: Instant,
+    /// Logged in on the console (with the test key) by this harness.
+    logged_in: bool,
+}
+
+/// The console as a [`Link`] for the host client: PID 1's view of the output from where the
+/// link was made (kernel records already cut out by the reader thread).
+pub struct VmLink<'a> {
+    vm: &'a mut Vm,
+    from: usize,
+}
+
+impl Link for VmLink<'_> {
+    fn send(&mut self, text: &str) -> std::io::Result<()> {
+        self.vm.serial.write_all(text.as_bytes())
+    }
+
+    fn recv(&mut self, wait: Duration) -> std::io::Result<String> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let out = self.vm.output();
+            // The bounded buffer may have dropped its older half: start over at its end.
+            let from = if self.from > out.len() {
+                out.len()
+            } else {
+                self.from
+            };
+            if out.len() > from {
+                self.from = out.len();
+                return Ok(out.get(from..).unwrap_or_default().to_string());
+            }
+            if let Ok(Some(_)) = self.vm.qemu.child.try_wait() {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            if Instant::now() >= deadline {
+                return Ok(String::new());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Vm {
@@ -201,7 +241,35 @@ impl Vm {
             console,
             forwards,
             started,
+            logged_in: false,
         })
+    }
+
+    /// The host-side console client (`ringstore console`'s) on this VM's serial console.
+    pub fn client(&mut self) -> Client<VmLink<'_>> {
+        let from = self.output().len();
+        let mut client = Client::new(VmLink { vm: self, from });
+        client.limit = COMMAND_LIMIT;
+        client
+    }
+
+    /// Logs in with the test key through the client (once; later calls do nothing).
+    pub fn login(&mut self) -> Result<LoggedIn> {
+        let signer = Signer::from_key_file(&crate::image::test_key())?;
+        let name = self.name.clone();
+        let who = self
+            .client()
+            .login(&signer)
+            .with_context(|| format!("{name}: console login with the test key"))?;
+        self.logged_in = true;
+        Ok(who)
+    }
+
+    fn ensure_login(&mut self) -> Result<()> {
+        if !self.logged_in {
+            self.login()?;
+        }
+        Ok(())
     }
 
     fn console(&self) -> std::sync::MutexGuard<'_, Console> {
@@ -261,8 +329,9 @@ impl Vm {
         }
     }
 
-    /// Sends a console command and returns its output (up to the next prompt).
+    /// Sends a console command (logged in first) and returns its output (up to the next prompt).
     pub fn command(&mut self, command: &str) -> Result<String> {
+        self.ensure_login()?;
         let start = self.output().len();
         self.serial.write_all(format!("{command}\n").as_bytes())?;
         let end = self.wait_for(PROMPT, start + command.len(), COMMAND_LIMIT)?;
@@ -270,9 +339,12 @@ impl Vm {
         Ok(out.get(start..end - PROMPT.len()).unwrap_or("").to_string())
     }
 
-    /// Types `command` without waiting for a prompt (`reboot`: the next output is the firmware's).
+    /// Types `command` (logged in first) without waiting for a prompt: a command that reboots
+    /// (`reboot`, `update`), whose next output is the firmware's; the next command logs in again.
     pub fn command_no_wait(&mut self, command: &str) -> Result<()> {
+        self.ensure_login()?;
         self.serial.write_all(format!("{command}\n").as_bytes())?;
+        self.logged_in = false;
         Ok(())
     }
 
@@ -287,6 +359,7 @@ impl Vm {
 
     /// Types `poweroff` and waits for QEMU to end.
     pub fn poweroff(&mut self) -> Result<Duration> {
+        self.ensure_login()?;
         let started = Instant::now();
         self.serial.write_all(b"poweroff\n")?;
         while started.elapsed() < POWEROFF_LIMIT {

@@ -1,0 +1,515 @@
+//! The tuning verifier behind the console's `tuning`: what the topology and the placement call
+//! for, what the kernel has in effect, and every difference. [`gather`] reads /sys and /proc
+//! into [`Facts`]; [`verify`] compares (pure, unit-tested). A difference is something to fix; a
+//! note is shown but leaves the report clean. The fast path hooks in through
+//! [`Facts::xdp`] (one mode per interface; "not attached" until it lands).
+
+use serde_json::{json, Value};
+
+/// One interface as the verifier sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Interface {
+    pub name: String,
+    /// Carrier up.
+    pub up: bool,
+    /// The NIC's NUMA node (`None`: the kernel does not say).
+    pub node: Option<u32>,
+    pub rx_queues: usize,
+    pub tx_queues: usize,
+    /// `rps_cpus` of each RX queue (CPU lists; empty = RPS off).
+    pub rps: Vec<Vec<usize>>,
+    /// `xps_cpus` of each TX queue.
+    pub xps: Vec<Vec<usize>>,
+    /// The XDP program's mode (`native`, `generic`, ...), `None` = not attached.
+    pub xdp: Option<String>,
+    /// The interface's queue IRQs (not its config/link IRQ).
+    pub irqs: Vec<QueueIrq>,
+}
+
+/// One NIC queue IRQ: where PID 1 placed it and where it is in effect.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueIrq {
+    pub irq: u32,
+    /// The worker CPU PID 1's plan gave it (`irq::plan`).
+    pub planned: Option<usize>,
+    /// Effective affinity (else the asked-for one).
+    pub on: Vec<usize>,
+}
+
+/// Whether an IRQ description names a queue (virtio `-input.N`/`-output.N`, drivers'
+/// `TxRx`/`rx`/`tx`), not a NIC's config or link interrupt.
+pub fn is_queue_irq(description: &str) -> bool {
+    let d = description.to_ascii_lowercase();
+    d.contains("input")
+        || d.contains("output")
+        || d.contains("txrx")
+        || d.contains("-rx")
+        || d.contains("-tx")
+}
+
+/// What the verifier compares.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Facts {
+    pub serving_node: u32,
+    pub workers: Vec<usize>,
+    /// Huge pages reserved per node (node, pages).
+    pub hugepages: Vec<(u32, u64)>,
+    /// Huge pages the configured memory needs on the serving node.
+    pub hugepage_budget: u64,
+    pub isolated: Vec<usize>,
+    pub nohz_full: Vec<usize>,
+    pub interfaces: Vec<Interface>,
+}
+
+/// One check's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// Stable name: `nic_node`, `hugepages`, `isolated`, `nohz_full`, `irq`, `queues`, `xdp`,
+    /// `rps`, `xps`.
+    pub check: &'static str,
+    /// What it is about (`eth0`, `node 1`, `irq 25`, `cpus`).
+    pub subject: String,
+    pub wanted: String,
+    pub actual: String,
+    /// A difference to fix (false: as wanted, or only a note).
+    pub difference: bool,
+    pub note: Option<String>,
+}
+
+impl Check {
+    pub fn json(&self) -> Value {
+        json!({"check": self.check, "subject": self.subject, "wanted": self.wanted,
+               "actual": self.actual, "difference": self.difference, "note": self.note})
+    }
+}
+
+fn cpus(list: &[usize]) -> String {
+    if list.is_empty() {
+        "none".into()
+    } else {
+        ringstore_sys::format_cpus(list)
+    }
+}
+
+fn check(
+    check: &'static str,
+    subject: impl Into<String>,
+    wanted: String,
+    actual: String,
+    difference: bool,
+) -> Check {
+    Check {
+        check,
+        subject: subject.into(),
+        wanted,
+        actual,
+        difference,
+        note: None,
+    }
+}
+
+/// Isolation-style checks: `have` should be exactly the worker CPUs.
+fn cpu_set_check(name: &'static str, workers: &[usize], have: &[usize]) -> Check {
+    let missing: Vec<usize> = workers
+        .iter()
+        .copied()
+        .filter(|c| !have.contains(c))
+        .collect();
+    let extra: Vec<usize> = have
+        .iter()
+        .copied()
+        .filter(|c| !workers.contains(c))
+        .collect();
+    let mut c = check(
+        name,
+        "cpus",
+        cpus(workers),
+        cpus(have),
+        !missing.is_empty() || !extra.is_empty(),
+    );
+    let mut why = Vec::new();
+    if !missing.is_empty() {
+        why.push(format!("worker CPUs {} are not {name}", cpus(&missing)));
+    }
+    if !extra.is_empty() {
+        why.push(format!(
+            "CPUs {} are {name} but serve nothing",
+            cpus(&extra)
+        ));
+    }
+    if !why.is_empty() {
+        c.note = Some(why.join("; "));
+    }
+    c
+}
+
+/// Every check, in a stable order.
+pub fn verify(f: &Facts) -> Vec<Check> {
+    let mut out = Vec::new();
+    let up: Vec<&Interface> = f.interfaces.iter().filter(|i| i.up).collect();
+    for i in &up {
+        let actual = i
+            .node
+            .map_or("unknown".to_string(), |n| format!("node {n}"));
+        // A NIC whose node the kernel does not know cannot be wrong.
+        let differs = i.node.is_some_and(|n| n != f.serving_node);
+        out.push(check(
+            "nic_node",
+            &i.name,
+            format!("node {}", f.serving_node),
+            actual,
+            differs,
+        ));
+    }
+    for &(node, pages) in &f.hugepages {
+        let (wanted, differs) = if node == f.serving_node {
+            (f.hugepage_budget, pages < f.hugepage_budget)
+        } else {
+            (0, pages > 0)
+        };
+        out.push(check(
+            "hugepages",
+            format!("node {node}"),
+            format!("{wanted} x 2 MiB"),
+            format!("{pages} x 2 MiB"),
+            differs,
+        ));
+    }
+    out.push(cpu_set_check("isolated", &f.workers, &f.isolated));
+    out.push(cpu_set_check("nohz_full", &f.workers, &f.nohz_full));
+    for i in &up {
+        for QueueIrq { irq, planned, on } in &i.irqs {
+            let planned = *planned;
+            let off_workers = on.is_empty() || on.iter().any(|c| !f.workers.contains(c));
+            let mut c = check(
+                "irq",
+                format!("{} irq {irq}", i.name),
+                planned.map_or("a worker CPU".into(), |p| format!("cpu {p}")),
+                cpus(on),
+                off_workers,
+            );
+            if off_workers {
+                c.note = Some("in effect on CPUs that do not serve".into());
+            } else if planned.is_some_and(|p| on[..] != [p]) {
+                c.note = Some("on another worker CPU than planned".into());
+            }
+            out.push(c);
+        }
+        let mut q = check(
+            "queues",
+            &i.name,
+            format!("{} rx queues (one per worker)", f.workers.len()),
+            format!("{} rx, {} tx", i.rx_queues, i.tx_queues),
+            false,
+        );
+        if i.rx_queues < f.workers.len() {
+            q.note = Some(
+                "fewer RX queues than workers: the acceptor spreads connections, RSS cannot".into(),
+            );
+        }
+        out.push(q);
+        out.push(check(
+            "xdp",
+            &i.name,
+            "not attached (no fast path yet)".into(),
+            i.xdp.clone().unwrap_or_else(|| "not attached".into()),
+            i.xdp.is_some(),
+        ));
+        let rps_on: Vec<String> = i
+            .rps
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.is_empty())
+            .map(|(q, c)| format!("rx-{q} {}", cpus(c)))
+            .collect();
+        out.push(check(
+            "rps",
+            &i.name,
+            "off".into(),
+            if rps_on.is_empty() {
+                "off".into()
+            } else {
+                rps_on.join(", ")
+            },
+            !rps_on.is_empty(),
+        ));
+        let xps: Vec<String> = i
+            .xps
+            .iter()
+            .enumerate()
+            .map(|(q, c)| format!("tx-{q} {}", cpus(c)))
+            .collect();
+        let mut x = check(
+            "xps",
+            &i.name,
+            "any (not used)".into(),
+            if xps.is_empty() {
+                "none".into()
+            } else {
+                xps.join(", ")
+            },
+            false,
+        );
+        x.note = Some("shown only: ringstore does not set XPS".into());
+        out.push(x);
+    }
+    out
+}
+
+fn read_cpus(path: &str) -> Vec<usize> {
+    ringstore_sys::read_trim(path)
+        .map(|s| ringstore_sys::parse_cpulist(&s))
+        .unwrap_or_default()
+}
+
+/// A hex CPU mask from sysfs (`00000000,0000000c`) as CPU numbers.
+pub fn parse_mask(text: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut bit = 0usize;
+    for word in text.trim().split(',').rev() {
+        let value = u32::from_str_radix(word.trim(), 16).unwrap_or(0);
+        for b in 0..32 {
+            if value & (1 << b) != 0 {
+                out.push(bit + b);
+            }
+        }
+        bit += 32;
+    }
+    out
+}
+
+/// The queue files (`rps_cpus`, `xps_cpus`) of `prefix` queues of `iface`, in queue order.
+fn queue_masks(iface: &str, prefix: &str, file: &str) -> Vec<Vec<usize>> {
+    let dir = format!("/sys/class/net/{iface}/queues");
+    let mut queues: Vec<(usize, Vec<usize>)> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let n = name.strip_prefix(prefix)?.parse().ok()?;
+            let mask = ringstore_sys::read_trim(format!("{dir}/{name}/{file}")).unwrap_or_default();
+            Some((n, parse_mask(&mask)))
+        })
+        .take(1024)
+        .collect();
+    queues.sort();
+    queues.into_iter().map(|(_, m)| m).collect()
+}
+
+/// The fast path's report of an interface's XDP mode; `None` until it lands (issue 10).
+pub fn xdp_mode(_iface: &str) -> Option<String> {
+    None
+}
+
+/// Reads the facts of this machine (`None` while nothing was placed).
+pub fn gather() -> Option<Facts> {
+    let state = crate::state::lock();
+    let placement = state.placement.clone()?;
+    let memory = state.config.as_ref().map_or(0, |c| c.memory);
+    let nic_irqs = state.nic_irqs.clone();
+    drop(state);
+    let mut hugepages = Vec::new();
+    for node in 0..64u32 {
+        if !std::path::Path::new(&format!("/sys/devices/system/node/node{node}")).exists() {
+            if node > 0 {
+                break;
+            }
+            continue;
+        }
+        hugepages.push((
+            node,
+            crate::hugepages::count(node, "nr_hugepages").unwrap_or(0),
+        ));
+    }
+    let interrupts = crate::irq::parse_interrupts(
+        &std::fs::read_to_string("/proc/interrupts").unwrap_or_default(),
+    );
+    // PID 1's plan, recomputed over the same NIC IRQ list in the same order (`place_irqs`).
+    let all_nic: Vec<u32> = nic_irqs
+        .iter()
+        .flat_map(|(_, irqs)| irqs.iter().copied())
+        .collect();
+    let plan = crate::irq::plan(&[], &all_nic, &placement.workers, &[]);
+    let interfaces = crate::net::link::ethernet_nics()
+        .into_iter()
+        .map(|name| {
+            let base = format!("/sys/class/net/{name}");
+            let irqs = nic_irqs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, irqs)| irqs.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|irq| {
+                    interrupts
+                        .iter()
+                        .any(|l| l.irq == *irq && is_queue_irq(&l.description))
+                })
+                .map(|irq| {
+                    let effective = read_cpus(&format!("/proc/irq/{irq}/effective_affinity_list"));
+                    let on = if effective.is_empty() {
+                        read_cpus(&format!("/proc/irq/{irq}/smp_affinity_list"))
+                    } else {
+                        effective
+                    };
+                    let planned = plan
+                        .iter()
+                        .find(|(i, _)| *i == irq)
+                        .and_then(|(_, c)| c.first().copied());
+                    QueueIrq { irq, planned, on }
+                })
+                .collect();
+            let rps = queue_masks(&name, "rx-", "rps_cpus");
+            let xps = queue_masks(&name, "tx-", "xps_cpus");
+            Interface {
+                up: ringstore_sys::read_trim(format!("{base}/carrier")).as_deref() == Some("1"),
+                // A virtio NIC's `device` is the virtio device; its PCI function has the node.
+                node: ringstore_sys::read_trim(format!("{base}/device/numa_node"))
+                    .or_else(|| ringstore_sys::read_trim(format!("{base}/device/../numa_node")))
+                    .and_then(|s| s.parse().ok()),
+                rx_queues: rps.len(),
+                tx_queues: xps.len(),
+                rps,
+                xps,
+                xdp: xdp_mode(&name),
+                irqs,
+                name,
+            }
+        })
+        .collect();
+    Some(Facts {
+        serving_node: placement.node,
+        workers: placement.workers,
+        hugepages,
+        hugepage_budget: crate::hugepages::pages_for(memory),
+        isolated: read_cpus("/sys/devices/system/cpu/isolated"),
+        nohz_full: read_cpus("/sys/devices/system/cpu/nohz_full"),
+        interfaces,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The numa2 profile as tuned: NIC on node 1, workers 2-3 isolated and nohz_full.
+    fn numa2() -> Facts {
+        Facts {
+            serving_node: 1,
+            workers: vec![2, 3],
+            hugepages: vec![(0, 0), (1, 32)],
+            hugepage_budget: 32,
+            isolated: vec![2, 3],
+            nohz_full: vec![2, 3],
+            interfaces: vec![Interface {
+                name: "eth0".into(),
+                up: true,
+                node: Some(1),
+                rx_queues: 1,
+                tx_queues: 1,
+                rps: vec![vec![]],
+                xps: vec![vec![2, 3]],
+                xdp: None,
+                irqs: vec![
+                    QueueIrq {
+                        irq: 25,
+                        planned: Some(3),
+                        on: vec![3],
+                    },
+                    QueueIrq {
+                        irq: 26,
+                        planned: Some(2),
+                        on: vec![2],
+                    },
+                ],
+            }],
+        }
+    }
+
+    fn differences(f: &Facts) -> Vec<(&'static str, String)> {
+        verify(f)
+            .into_iter()
+            .filter(|c| c.difference)
+            .map(|c| (c.check, c.subject))
+            .collect()
+    }
+
+    #[test]
+    fn numa2_is_clean_and_each_mistuning_is_named() {
+        assert_eq!(differences(&numa2()), []);
+        let mut f = numa2();
+        f.isolated = vec![2];
+        f.nohz_full = vec![0, 2, 3];
+        let checks = verify(&f);
+        let iso = checks.iter().find(|c| c.check == "isolated").unwrap();
+        assert!(
+            iso.difference
+                && iso
+                    .note
+                    .as_deref()
+                    .unwrap()
+                    .contains("worker CPUs 3 are not isolated"),
+            "{iso:?}"
+        );
+        let nohz = checks.iter().find(|c| c.check == "nohz_full").unwrap();
+        assert!(nohz
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("CPUs 0 are nohz_full but serve nothing"));
+        let mut f = numa2();
+        f.interfaces[0].node = Some(0);
+        f.hugepages = vec![(0, 4), (1, 10)];
+        f.interfaces[0].irqs[0].on = vec![0];
+        f.interfaces[0].rps[0] = vec![0, 1];
+        f.interfaces[0].xdp = Some("generic".into());
+        assert_eq!(
+            differences(&f),
+            [
+                ("nic_node", "eth0".to_string()),
+                ("hugepages", "node 0".to_string()),
+                ("hugepages", "node 1".to_string()),
+                ("irq", "eth0 irq 25".to_string()),
+                ("xdp", "eth0".to_string()),
+                ("rps", "eth0".to_string()),
+            ]
+        );
+        // A down interface is not checked; an unknown node is not a difference.
+        let mut f = numa2();
+        f.interfaces[0].up = false;
+        assert!(verify(&f)
+            .iter()
+            .all(|c| c.check != "irq" && c.check != "nic_node"));
+        let mut f = numa2();
+        f.interfaces[0].node = None;
+        assert_eq!(differences(&f), []);
+    }
+
+    #[test]
+    fn only_queue_irqs_count() {
+        assert!(is_queue_irq(
+            "PCI-MSIX-0000:01:00.0   1-edge      virtio0-input.0"
+        ));
+        assert!(is_queue_irq("IR-PCI-MSI 524289-edge      eth0-TxRx-0"));
+        assert!(!is_queue_irq(
+            "PCI-MSIX-0000:01:00.0   0-edge      virtio0-config"
+        ));
+        // Another worker than planned is a note, not a difference.
+        let mut f = numa2();
+        f.interfaces[0].irqs[0].on = vec![2];
+        let c = verify(&f)
+            .into_iter()
+            .find(|c| c.subject == "eth0 irq 25")
+            .unwrap();
+        assert!(!c.difference && c.note.is_some(), "{c:?}");
+    }
+
+    #[test]
+    fn masks_parse() {
+        assert_eq!(parse_mask("0"), Vec::<usize>::new());
+        assert_eq!(parse_mask("c\n"), [2, 3]);
+        assert_eq!(parse_mask("00000001,00000003"), [0, 1, 32]);
+        assert_eq!(parse_mask("zz"), Vec::<usize>::new());
+    }
+}
