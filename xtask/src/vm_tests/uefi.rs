@@ -9,7 +9,7 @@ use anyhow::{ensure, Context, Result};
 use ringstore_disk::{fat, Role};
 
 use super::client::{exchange, http_put_get, memcache_set_get, tcp};
-use super::vm::Vm;
+use super::vm::{scratch_dir, Vm};
 use super::{BOOT_LIMIT, PROMPT};
 use crate::image::{appliance_dir, BootImage, BootOptions, Image};
 use crate::qemu::{free_port, Forward};
@@ -37,11 +37,7 @@ pub struct UefiMachine {
 
 impl UefiMachine {
     pub fn new(name: &str, images: &BootImage) -> Result<UefiMachine> {
-        let dir = appliance_dir()
-            .join("vm")
-            .join(format!("disk-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
+        let dir = scratch_dir(&format!("disk-{name}"))?;
         let disk = dir.join("disk.img");
         let vars = dir.join("vars.fd");
         std::fs::copy(&images.disk, &disk)?;
@@ -79,11 +75,7 @@ impl UefiMachine {
 
     /// Boots it; the console log is target/appliance/vm/NAME.log.
     pub fn boot(&self, name: &str) -> Result<Vm> {
-        let dir = appliance_dir()
-            .join("vm")
-            .join(format!("{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
+        let dir = scratch_dir(name)?;
         let socket = dir.join("serial.sock");
         let forwards = vec![
             Forward {
@@ -218,12 +210,7 @@ pub fn disk_boots_serves_and_keeps_data(image: &Image) -> Result<DiskReport> {
     let ready2 = vm.wait_for(READY, before_reboot, BOOT_LIMIT)?;
     let second_ready_wall = vm.started.elapsed();
     vm.wait_for(PROMPT, ready2, Duration::from_secs(20))?;
-    let mut s = tcp(vm.port("memcache", 0)?)?;
-    let got = exchange(&mut s, b"get vmkey\r\n", |t| t.ends_with("END\r\n"))?;
-    ensure!(
-        got == "VALUE vmkey 0 5\r\nhello\r\nEND\r\n",
-        "after the reboot get vmkey answered {got:?}"
-    );
+    vmkey_still_there(&vm, "after the reboot")?;
     let mut s = tcp(vm.port("http", 0)?)?;
     let got = exchange(&mut s, b"GET /vmobject HTTP/1.1\r\nHost: vm\r\n\r\n", |t| {
         t.ends_with("world")
@@ -283,6 +270,32 @@ fn serve_files(dir: PathBuf) -> Result<u16> {
     Ok(port)
 }
 
+/// The key `memcache_set_get` wrote is still there.
+fn vmkey_still_there(vm: &Vm, when: &str) -> Result<()> {
+    let mut s = tcp(vm.port("memcache", 0)?)?;
+    let got = exchange(&mut s, b"get vmkey\r\n", |t| t.ends_with("END\r\n"))?;
+    ensure!(
+        got == "VALUE vmkey 0 5\r\nhello\r\nEND\r\n",
+        "{when}: get vmkey answered {got:?}"
+    );
+    Ok(())
+}
+
+/// Slot B booted and is committed, `slots` shows `trial`, and B's image (777 connections) runs.
+fn on_slot_b(vm: &mut Vm, trial: &str, when: &str) -> Result<()> {
+    let slots = vm.command("slots")?;
+    ensure!(
+        slots.contains("booted B") && slots.contains("committed B") && slots.contains(trial),
+        "{when}:\n{slots}"
+    );
+    let stats = vm.command("stats")?;
+    ensure!(
+        super::console::stat(&stats, "max_connections") == Some("777"),
+        "{when}: slot B's image is not running:\n{stats}"
+    );
+    Ok(())
+}
+
 /// What the update test saw.
 #[derive(Debug)]
 pub struct UpdateReport {
@@ -299,11 +312,7 @@ pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport
     let a = test_images(image, "slot-a", "")?;
     let good = test_images(image, "update-good", "ringstore.max_conns=777")?;
     let broken = test_images(image, "update-broken", "ringstore.memory=1")?;
-    let site = appliance_dir()
-        .join("vm")
-        .join(format!("site-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&site);
-    std::fs::create_dir_all(&site)?;
+    let site = scratch_dir("site")?;
     let copy = |from: &Path, to: &str| std::fs::copy(from, site.join(to)).map(|_| ());
     copy(&good.efi, "good.efi")?;
     copy(
@@ -354,24 +363,12 @@ pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport
     vm.wait_for(PROMPT, committed, Duration::from_secs(20))?;
     let out = vm.output();
     let commit_line = out[at..committed].lines().last().unwrap_or("").to_string();
-    let slots = vm.command("slots")?;
-    ensure!(
-        slots.contains("booted B")
-            && slots.contains("committed B")
-            && slots.contains("last trial A -> B: committed"),
-        "after the good update:\n{slots}"
-    );
-    let stats = vm.command("stats")?;
-    ensure!(
-        super::console::stat(&stats, "max_connections") == Some("777"),
-        "slot B's image is not running:\n{stats}"
-    );
-    let mut s = tcp(vm.port("memcache", 0)?)?;
-    let got = exchange(&mut s, b"get vmkey\r\n", |t| t.ends_with("END\r\n"))?;
-    ensure!(
-        got == "VALUE vmkey 0 5\r\nhello\r\nEND\r\n",
-        "data written on slot A, read on B: {got:?}"
-    );
+    on_slot_b(
+        &mut vm,
+        "last trial A -> B: committed",
+        "after the good update",
+    )?;
+    vmkey_still_there(&vm, "written on slot A, read on B")?;
 
     let at = vm.output().len();
     vm.command_no_wait(&format!("update {}", url("broken.efi")))?;
@@ -384,18 +381,11 @@ pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport
     vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
     let out = vm.output();
     let rollback_line = out[at..failed].lines().last().unwrap_or("").to_string();
-    let slots = vm.command("slots")?;
-    ensure!(
-        slots.contains("booted B")
-            && slots.contains("committed B")
-            && slots.contains("last trial B -> A: failed: never became ready"),
-        "after the broken update:\n{slots}"
-    );
-    let stats = vm.command("stats")?;
-    ensure!(
-        super::console::stat(&stats, "max_connections") == Some("777"),
-        "not back on slot B:\n{stats}"
-    );
+    on_slot_b(
+        &mut vm,
+        "last trial B -> A: failed: never became ready",
+        "after the broken update",
+    )?;
     vm.poweroff()?;
     let _ = std::fs::remove_dir_all(&site);
     Ok(UpdateReport {

@@ -145,11 +145,7 @@ impl Vm {
             disks.len()
         );
         let forwards = qemu::choose_forwards(&profile)?;
-        let dir = appliance_dir()
-            .join("vm")
-            .join(format!("{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
+        let dir = scratch_dir(name)?;
         let socket = dir.join("serial.sock");
         let accel = qemu::accel(&image.bzimage);
         let args = qemu::machine_args(
@@ -401,6 +397,16 @@ impl Vm {
                 inner.trim().parse().ok()
             })
     }
+}
+
+/// A fresh, empty target/appliance/vm/NAME-PID for one test's files.
+pub(super) fn scratch_dir(name: &str) -> Result<PathBuf> {
+    let dir = appliance_dir()
+        .join("vm")
+        .join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
 }
 
 /// What a wait reports when the emulated machine stalled before our code ran.
