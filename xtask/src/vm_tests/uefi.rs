@@ -307,11 +307,15 @@ pub struct UpdateReport {
 /// match is refused with slot B still empty; a good image (its own `max_conns`) is written to
 /// B, boots once as a trial, passes the canary (with the data partition's key written before
 /// the reboot) and commits; then an image that never becomes ready (a bad configuration key)
-/// is written to A, fails its trial, and the machine is back on B by itself, saying why.
+/// is written to A, fails its trial, and the machine is back on B by itself, saying why; last
+/// an image whose kernel panics (no init: the same reset a watchdog gives) is written to A and
+/// the machine is back on B, which records that the trial never reported.
 pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport> {
     let a = test_images(image, "slot-a", "")?;
     let good = test_images(image, "update-good", "ringstore.max_conns=777")?;
     let broken = test_images(image, "update-broken", "ringstore.memory=1")?;
+    // The kernel finds no init and panics (panic=-1 resets): the trial never reports.
+    let crashing = test_images(image, "update-crashing", "init=/no-such-init")?;
     let site = scratch_dir("site")?;
     let copy = |from: &Path, to: &str| std::fs::copy(from, site.join(to)).map(|_| ());
     copy(&good.efi, "good.efi")?;
@@ -320,6 +324,11 @@ pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport
         "good.efi.sig",
     )?;
     copy(&broken.efi, "broken.efi")?;
+    copy(&crashing.efi, "crashing.efi")?;
+    copy(
+        crashing.signature.as_deref().context("no signature")?,
+        "crashing.efi.sig",
+    )?;
     copy(
         broken.signature.as_deref().context("no signature")?,
         "broken.efi.sig",
@@ -385,6 +394,21 @@ pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport
         &mut vm,
         "last trial B -> A: failed: never became ready",
         "after the broken update",
+    )?;
+
+    let at = vm.output().len();
+    vm.command_no_wait(&format!("update {}", url("crashing.efi")))?;
+    let crashed = vm.wait_for(
+        "the trial boot of slot A never reported (hang, crash or watchdog reset); back on slot B",
+        at,
+        BOOT_LIMIT * 2,
+    )?;
+    let ready = vm.wait_for(READY, crashed, BOOT_LIMIT)?;
+    vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
+    on_slot_b(
+        &mut vm,
+        "last trial B -> A: failed: the trial boot of slot A never reported",
+        "after the crashing update",
     )?;
     vm.poweroff()?;
     let _ = std::fs::remove_dir_all(&site);
