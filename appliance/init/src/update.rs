@@ -576,9 +576,24 @@ fn prepare(url: &str) -> Result<Slot, String> {
         }
         .render(),
     )?;
+    if let Err(why) = write_one_shot(target.entry_id()) {
+        // Nothing will boot the new slot: the record must not say a trial is under way.
+        let outcome = format!("failed: {why}");
+        let _ = write_text(
+            &fs,
+            slots::TRIAL_FILE,
+            &Trial {
+                from: booted,
+                to: target,
+                outcome,
+            }
+            .render(),
+        );
+        let _ = fs.unmount();
+        return Err(why);
+    }
     fs.unmount().map_err(|e| format!("ESP: {e}"))?;
     ringstore_sys::sync();
-    write_one_shot(target.entry_id())?;
     Ok(target)
 }
 
