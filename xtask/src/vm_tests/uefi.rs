@@ -315,7 +315,7 @@ pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport
     let good = test_images(image, "update-good", "ringstore.max_conns=777")?;
     let broken = test_images(image, "update-broken", "ringstore.memory=1")?;
     // The kernel finds no init and panics (panic=-1 resets): the trial never reports.
-    let crashing = test_images(image, "update-crashing", "init=/no-such-init")?;
+    let crashing = test_images(image, "update-crashing", "rdinit=/no-such-init")?;
     let site = scratch_dir("site")?;
     let copy = |from: &Path, to: &str| std::fs::copy(from, site.join(to)).map(|_| ());
     copy(&good.efi, "good.efi")?;
