@@ -29,10 +29,18 @@ pub fn test_images(image: &Image, name: &str, append: &str) -> Result<BootImage>
 }
 
 /// A booted disk: its own copy of disk.img and of the firmware's variable store, kept across
-/// reboots of the same VM (QEMU runs without -no-reboot: a reset boots the firmware again).
+/// reboots of the same VM (QEMU runs without -no-reboot: a reset boots the firmware again);
+/// removed with it.
 pub struct UefiMachine {
     pub disk: PathBuf,
     pub vars: PathBuf,
+    dir: PathBuf,
+}
+
+impl Drop for UefiMachine {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl UefiMachine {
@@ -43,7 +51,7 @@ impl UefiMachine {
         std::fs::copy(&images.disk, &disk)?;
         std::fs::copy(OVMF_VARS, &vars)
             .context("copying OVMF's variable store (apt-get install ovmf)")?;
-        Ok(UefiMachine { disk, vars })
+        Ok(UefiMachine { disk, vars, dir })
     }
 
     /// Replaces /ringstore.toml on the config partition.
@@ -227,6 +235,15 @@ pub fn disk_boots_serves_and_keeps_data(image: &Image) -> Result<DiskReport> {
     })
 }
 
+/// Removes its folder when dropped (every path out of a test).
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Serves the files of `dir` over HTTP/1.0 on 127.0.0.1 (the guest reaches it as 10.0.2.2)
 /// from a background thread, one request per connection; returns the port.
 fn serve_files(dir: PathBuf) -> Result<u16> {
@@ -317,6 +334,7 @@ pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport
     // The kernel finds no init and panics (panic=-1 resets): the trial never reports.
     let crashing = test_images(image, "update-crashing", "rdinit=/no-such-init")?;
     let site = scratch_dir("site")?;
+    let _site_removed = Removed(site.clone());
     let copy = |from: &Path, to: &str| std::fs::copy(from, site.join(to)).map(|_| ());
     copy(&good.efi, "good.efi")?;
     copy(
@@ -411,7 +429,6 @@ pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport
         "after the crashing update",
     )?;
     vm.poweroff()?;
-    let _ = std::fs::remove_dir_all(&site);
     Ok(UpdateReport {
         commit_line,
         rollback_line,
