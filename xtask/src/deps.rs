@@ -22,6 +22,11 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("nginx-light", "/usr/sbin/nginx"),
     ("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),
     ("ovmf", "/usr/share/OVMF/OVMF_CODE_4M.fd"),
+    // The UKI stub and the boot manager of disk.img (ADR 0024, 0025).
+    (
+        "systemd-boot-efi",
+        "/usr/lib/systemd/boot/efi/linuxx64.efi.stub",
+    ),
     ("linux-source-6.12", "/usr/src/linux-source-6.12.tar.xz"),
     ("bc", "/usr/bin/bc"),
     ("flex", "/usr/bin/flex"),

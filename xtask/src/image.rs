@@ -1,5 +1,7 @@
 //! `cargo xtask image`: the static ringstore binary (x86_64-unknown-linux-musl, release, not PIE),
-//! checked to be a static ELF, the kernel (cached), and target/appliance/{bzImage,initramfs.img}.
+//! checked to be a static ELF, the kernel (cached), target/appliance/{bzImage,initramfs.img}
+//! (what QEMU's `-kernel` boots), and the boot forms a server boots: `ringstore.efi` (a UKI,
+//! `uki.rs`) and `disk.img` (GPT + ESP with the A/B slots + config + data, `disk.rs`), ADR 0024.
 
 use std::path::{Path, PathBuf};
 
@@ -15,10 +17,14 @@ const MUSL_RUSTFLAGS: &str =
 /// The artifacts QEMU boots.
 #[derive(Debug, Clone)]
 pub struct Image {
+    /// The static PID 1 binary.
+    pub binary: PathBuf,
     pub bzimage: PathBuf,
     pub initramfs: PathBuf,
     /// The kernel source package and release it was built from.
     pub kernel_version: String,
+    /// The console's authorized_keys in the initramfs (ADR-0023), for the boot forms too.
+    pub authorized_keys: Option<Vec<u8>>,
 }
 
 /// Where cargo puts build output (`CARGO_TARGET_DIR` or `<root>/target`).
@@ -107,20 +113,6 @@ pub fn test_key() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/keys/test_ed25519")
 }
 
-/// `cargo xtask image [--authorized-keys FILE]`: without the flag the console cannot be logged
-/// into (only `help` and `login` answer).
-pub fn image_command(args: &[String]) -> Result<()> {
-    let keys = match args {
-        [] => {
-            eprintln!("image: no --authorized-keys FILE: nobody can log in on the console");
-            None
-        }
-        [flag, file] if flag == "--authorized-keys" => Some(PathBuf::from(file)),
-        _ => anyhow::bail!("usage: cargo xtask image [--authorized-keys FILE]"),
-    };
-    build_image_with(keys.as_deref()).map(|_| ())
-}
-
 /// The image the QEMU tests and `cargo xtask run` boot: the test key authorized.
 pub fn build_image() -> Result<Image> {
     build_image_with(Some(&test_key().with_extension("pub")))
@@ -151,7 +143,7 @@ pub fn build_image_with(authorized_keys: Option<&Path>) -> Result<Image> {
     let size = crate::initramfs::build_initramfs(
         &binary,
         &initramfs,
-        crate::initramfs::console_entries(keys),
+        crate::initramfs::console_entries(keys.clone()),
     )?;
     eprintln!(
         "image: {} ({} KiB, {}), {} ({} KiB)",
@@ -162,10 +154,260 @@ pub fn build_image_with(authorized_keys: Option<&Path>) -> Result<Image> {
         size / 1024
     );
     Ok(Image {
+        binary,
         bzimage,
         initramfs,
         kernel_version: kernel.version,
+        authorized_keys: keys,
     })
+}
+
+/// What `cargo xtask image` was asked for beyond the defaults.
+#[derive(Debug, Clone)]
+pub struct BootOptions {
+    /// disk.img's size; the layout's `disk_size_mib` by default.
+    pub size_mib: Option<u64>,
+    /// A file with the 64 hex digits of an ed25519 secret key: ringstore.efi is signed with it
+    /// and carries its public half (ADR 0025). Without one, the image refuses every update.
+    pub signing_key: Option<PathBuf>,
+    /// Every GUID and FAT volume id derives from it.
+    pub seed: String,
+    /// Appended to the image's kernel command line.
+    pub append: String,
+    /// Where ringstore.efi, its signature and disk.img go.
+    pub out: PathBuf,
+    /// The console's SSH keys (OpenSSH authorized_keys); without, nobody can log in (ADR-0023).
+    pub authorized_keys: Option<PathBuf>,
+}
+
+/// The command line every ringstore.efi starts with; `--append` adds to it.
+pub const BASE_CMDLINE: &str = "console=ttyS0,115200 panic=-1 ringstore.data=auto";
+
+impl BootOptions {
+    pub fn new() -> BootOptions {
+        BootOptions {
+            size_mib: None,
+            signing_key: None,
+            seed: "ringstore".into(),
+            append: String::new(),
+            out: appliance_dir(),
+            authorized_keys: None,
+        }
+    }
+
+    pub fn parse(args: &[String]) -> Result<BootOptions> {
+        let mut o = BootOptions::new();
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let mut value = |what: &str| {
+                it.next()
+                    .cloned()
+                    .with_context(|| format!("{arg} needs {what}"))
+            };
+            match arg.as_str() {
+                "--size" => o.size_mib = Some(parse_mib(&value("a size (256M, 2G)")?)?),
+                "--signing-key" => o.signing_key = Some(PathBuf::from(value("a key file")?)),
+                "--seed" => o.seed = value("a seed")?,
+                "--append" => o.append = value("kernel arguments")?,
+                "--out" => o.out = PathBuf::from(value("a folder")?),
+                "--authorized-keys" => {
+                    o.authorized_keys = Some(PathBuf::from(value("an authorized_keys file")?))
+                }
+                other => bail!(
+                    "unknown image option {other:?} (expected --authorized-keys FILE, --size SIZE, --signing-key FILE, --seed TEXT, --append ARGS, --out DIR)"
+                ),
+            }
+        }
+        Ok(o)
+    }
+
+    pub fn cmdline(&self) -> String {
+        format!("{BASE_CMDLINE} {}", self.append).trim().to_string()
+    }
+}
+
+/// `256M`, `2G`, `512` (MiB) → MiB.
+fn parse_mib(text: &str) -> Result<u64> {
+    let t = text.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 'M' | 'm')) => (&t[..i], 1),
+        Some((i, 'G' | 'g')) => (&t[..i], 1024),
+        _ => (t, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|n| *n > 0 && *n <= 16 << 20)
+        .with_context(|| format!("size {text:?}: expected MiB like 256M or 2G"))
+}
+
+/// The boot forms `cargo xtask image` writes.
+#[derive(Debug, Clone)]
+pub struct BootImage {
+    pub efi: PathBuf,
+    /// `ringstore.efi.sig`, with a signing key.
+    pub signature: Option<PathBuf>,
+    pub disk: PathBuf,
+}
+
+/// `SOURCE_DATE_EPOCH`, or 0.
+pub fn source_date_epoch() -> Result<u64> {
+    match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .with_context(|| format!("SOURCE_DATE_EPOCH={v:?} is not a number of seconds")),
+        Err(_) => Ok(0),
+    }
+}
+
+/// The signing key file: 64 hex digits (comment lines starting with `#` allowed).
+pub fn read_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let hex: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect::<String>()
+        .trim()
+        .to_string();
+    let mut seed = [0u8; 32];
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        bail!(
+            "{}: expected 64 hex digits (an ed25519 secret key)",
+            path.display()
+        );
+    }
+    for (i, b) in seed.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)?;
+    }
+    Ok(ed25519_dalek::SigningKey::from_bytes(&seed))
+}
+
+/// ringstore.efi (and its signature) and disk.img from a built [`Image`].
+pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
+    use crate::initramfs::Entry;
+    use ed25519_dalek::Signer;
+    use ringstore_disk::signature::to_hex;
+    use ringstore_disk::slots::{self, Slot};
+    use ringstore_disk::Role;
+
+    let epoch = source_date_epoch()?;
+    let cmdline = opts.cmdline();
+    let key = opts
+        .signing_key
+        .as_deref()
+        .map(read_signing_key)
+        .transpose()?;
+    let mut extra = crate::initramfs::console_entries(image.authorized_keys.clone());
+    extra.push(Entry::file(
+        "etc/ringstore/image-cmdline",
+        0o644,
+        format!("{cmdline}\n").into_bytes(),
+    ));
+    if let Some(key) = &key {
+        extra.push(Entry::file(
+            "etc/ringstore/update-key.pub",
+            0o644,
+            format!("{}\n", to_hex(key.verifying_key().as_bytes())).into_bytes(),
+        ));
+    }
+    std::fs::create_dir_all(&opts.out)?;
+    let initrd = opts.out.join("initramfs-uki.img");
+    crate::initramfs::build_initramfs(&image.binary, &initrd, extra)?;
+    let initrd_bytes = std::fs::read(&initrd)?;
+    let osrel = crate::initramfs::tree_entries(&root().join("initramfs"))?
+        .into_iter()
+        .find_map(|e| match (e.path.as_str(), e.kind) {
+            ("etc/os-release", crate::initramfs::Kind::File(b)) => Some(b),
+            _ => None,
+        })
+        .context("initramfs/etc/os-release missing")?;
+    let stub = std::fs::read(crate::uki::STUB).with_context(|| {
+        format!(
+            "reading {} (apt-get install systemd-boot-efi)",
+            crate::uki::STUB
+        )
+    })?;
+    let linux = std::fs::read(&image.bzimage)?;
+    let efi_bytes = crate::uki::build(
+        &stub,
+        &[
+            (".osrel", &osrel),
+            (".cmdline", cmdline.as_bytes()),
+            (".initrd", &initrd_bytes),
+            (".linux", &linux),
+        ],
+        u32::try_from(epoch).unwrap_or(u32::MAX),
+    )?;
+    let efi = opts.out.join("ringstore.efi");
+    std::fs::write(&efi, &efi_bytes)?;
+    let signature = match &key {
+        Some(key) => {
+            let sig = opts.out.join("ringstore.efi.sig");
+            std::fs::write(
+                &sig,
+                format!("{}\n", to_hex(&key.sign(&efi_bytes).to_bytes())),
+            )?;
+            Some(sig)
+        }
+        None => None,
+    };
+    let boot_manager = std::fs::read(crate::uki::BOOT_MANAGER)
+        .with_context(|| format!("reading {}", crate::uki::BOOT_MANAGER))?;
+    let mut esp: crate::disk::Files = slots::BOOT_MANAGER_PATHS
+        .iter()
+        .map(|p| (p.to_string(), boot_manager.clone()))
+        .collect();
+    esp.push((
+        slots::LOADER_CONF.into(),
+        slots::loader_conf(Slot::A).into_bytes(),
+    ));
+    esp.push((Slot::A.path(), efi_bytes));
+    let config = std::fs::read(root().join("image/ringstore.toml"))?;
+    let layout = ringstore_disk::Layout::builtin();
+    let size = opts.size_mib.unwrap_or(layout.disk_size_mib) << 20;
+    let time: &'static ringstore_disk::fat::FixedTime =
+        Box::leak(Box::new(ringstore_disk::fat::FixedTime::from_unix(epoch)));
+    let disk = opts.out.join("disk.img");
+    crate::disk::write(
+        &disk,
+        &layout,
+        size,
+        &opts.seed,
+        time,
+        &[
+            (Role::Esp, esp),
+            (Role::Config, vec![("ringstore.toml".into(), config)]),
+        ],
+    )?;
+    eprintln!(
+        "image: {} ({} KiB, command line {cmdline:?}{}), {} ({} MiB, sparse)",
+        efi.display(),
+        file_kib(&efi),
+        if key.is_some() {
+            ", signed"
+        } else {
+            ", unsigned: refuses updates"
+        },
+        disk.display(),
+        size >> 20
+    );
+    Ok(BootImage {
+        efi,
+        signature,
+        disk,
+    })
+}
+
+/// `cargo xtask image [--authorized-keys FILE] [--size SIZE] [--signing-key FILE] [--seed TEXT] [--append ARGS] [--out DIR]`.
+pub fn run(args: &[String]) -> Result<()> {
+    let opts = BootOptions::parse(args)?;
+    if opts.authorized_keys.is_none() {
+        eprintln!("image: no --authorized-keys FILE: nobody can log in on the console");
+    }
+    let image = build_image_with(opts.authorized_keys.as_deref())?;
+    build_boot(&image, &opts).map(|_| ())
 }
 
 fn file_kib(path: &Path) -> u64 {
@@ -209,6 +451,46 @@ mod tests {
         assert!(check_static_elf(b"#!/bin/sh\n").is_err());
         let truncated = &elf(2, &[1, 1])[..80];
         assert!(check_static_elf(truncated).is_err());
+    }
+
+    #[test]
+    fn image_options_parse_and_bad_ones_are_named() {
+        let args: Vec<String> = [
+            "--size",
+            "1G",
+            "--seed",
+            "s",
+            "--append",
+            "ringstore.memory=64M",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let o = BootOptions::parse(&args).unwrap();
+        assert_eq!((o.size_mib, o.seed.as_str()), (Some(1024), "s"));
+        assert!(o
+            .cmdline()
+            .ends_with("ringstore.data=auto ringstore.memory=64M"));
+        for bad in [
+            &["--size", "0"][..],
+            &["--size", "big"],
+            &["--size"],
+            &["--nope"],
+        ] {
+            let args: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
+            assert!(BootOptions::parse(&args).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_mib("256").unwrap(), 256);
+    }
+
+    #[test]
+    fn the_test_key_reads_and_garbage_does_not() {
+        let key = read_signing_key(&root().join("image/test-signing-key.hex")).unwrap();
+        assert_eq!(key.verifying_key().as_bytes().len(), 32);
+        let path = std::env::temp_dir().join(format!("ringstore-badkey-{}", std::process::id()));
+        std::fs::write(&path, "# comment\nzz\n").unwrap();
+        assert!(read_signing_key(&path).is_err());
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

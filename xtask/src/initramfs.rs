@@ -1,6 +1,7 @@
 //! The appliance initramfs: a newc cpio archive (written with the `cpio` crate) holding `/init`
-//! (the static ringstore binary), the mount points and `/dev/console`. Entries are sorted, owned
-//! by 0:0 with mtime 0 and sequential inode numbers, so the same inputs give the same bytes.
+//! (the static ringstore binary), the mount points, `/dev/console`, the files of the top-level
+//! `initramfs/` folder and the generated ones `cargo xtask image` adds. Entries are sorted,
+//! owned by 0:0 with mtime 0 and sequential inode numbers, so the same inputs give the same bytes.
 
 use std::io::Write;
 use std::path::Path;
@@ -61,19 +62,54 @@ pub fn appliance_entries(init: Vec<u8>) -> Vec<Entry> {
         Entry::dir("sys", 0o555),
         Entry::dir("tmp", 0o1777),
         Entry::dir("run", 0o755),
-        Entry::dir("etc", 0o755),
-        // The kernel reads nothing here; the store's tools and `uname`-style readers expect them.
-        Entry::file("etc/hostname", 0o644, b"ringstore\n".to_vec()),
-        Entry::file(
-            "etc/os-release",
-            0o644,
-            format!(
-                "NAME=ringstore\nID=ringstore\nVERSION_ID={}\n",
-                env!("CARGO_PKG_VERSION")
-            )
-            .into_bytes(),
-        ),
     ]
+}
+
+/// The files of `dir` (the repository's `initramfs/`, README.md left out) as entries, with
+/// `@VERSION@` replaced by the workspace version, plus every parent folder.
+pub fn tree_entries(dir: &Path) -> Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).with_context(|| format!("reading {}", at.display()))? {
+            let path = entry?.path();
+            let rel = path
+                .strip_prefix(dir)?
+                .to_str()
+                .context("non-UTF-8 name under initramfs/")?
+                .to_string();
+            if path.is_dir() {
+                out.push(Entry::dir(&rel, 0o755));
+                stack.push(path);
+            } else if rel != "README.md" {
+                let text = std::fs::read(&path)?;
+                let text = match String::from_utf8(text) {
+                    Ok(s) => s
+                        .replace("@VERSION@", env!("CARGO_PKG_VERSION"))
+                        .into_bytes(),
+                    Err(e) => e.into_bytes(),
+                };
+                out.push(Entry::file(&rel, 0o644, text));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `entries` plus a 0755 folder for every parent path none of them names.
+pub fn with_parents(mut entries: Vec<Entry>) -> Vec<Entry> {
+    let mut dirs: Vec<String> = Vec::new();
+    for e in &entries {
+        let mut path = e.path.as_str();
+        while let Some((parent, _)) = path.rsplit_once('/') {
+            if !entries.iter().any(|x| x.path == parent) && !dirs.iter().any(|d| d == parent) {
+                dirs.push(parent.to_string());
+            }
+            path = parent;
+        }
+    }
+    entries.extend(dirs.iter().map(|d| Entry::dir(d, 0o755)));
+    entries
 }
 
 /// Writes `entries` as a newc archive: sorted by path (parents before children), 0:0, mtime 0.
@@ -120,13 +156,14 @@ pub fn console_entries(authorized_keys: Option<Vec<u8>>) -> Vec<Entry> {
     }
 }
 
-/// Writes the appliance initramfs for the binary at `init` to `output`, with `extra` entries
-/// (the console's credentials).
+/// Writes the appliance initramfs for the binary at `init` to `output`: the core entries, the
+/// repository's `initramfs/` folder and `extra` (generated files).
 pub fn build_initramfs(init: &Path, output: &Path, extra: Vec<Entry>) -> Result<u64> {
     let binary = std::fs::read(init).with_context(|| format!("reading {}", init.display()))?;
     let mut entries = appliance_entries(binary);
+    entries.extend(tree_entries(&crate::util::root().join("initramfs"))?);
     entries.extend(extra);
-    let bytes = write_newc(&entries, Vec::new())?;
+    let bytes = write_newc(&with_parents(entries), Vec::new())?;
     let tmp = output.with_extension("img.tmp");
     std::fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, output)?;
@@ -216,5 +253,35 @@ mod tests {
             (0o020000, 5, 1)
         );
         assert_eq!(bytes.len() % 4, 0);
+    }
+
+    #[test]
+    fn the_repository_tree_brings_etc_with_the_version_and_parents_are_added() {
+        let tree = tree_entries(&crate::util::root().join("initramfs")).unwrap();
+        let names: Vec<&str> = tree.iter().map(|e| e.path.as_str()).collect();
+        assert!(
+            names.contains(&"etc") && names.contains(&"etc/hostname"),
+            "{names:?}"
+        );
+        assert!(!names.contains(&"README.md"));
+        let osrel = tree.iter().find(|e| e.path == "etc/os-release").unwrap();
+        let Kind::File(text) = &osrel.kind else {
+            panic!("not a file")
+        };
+        let text = String::from_utf8_lossy(text);
+        assert!(
+            text.contains(&format!("VERSION_ID={}", env!("CARGO_PKG_VERSION"))),
+            "{text}"
+        );
+        let all = with_parents(vec![Entry::file(
+            "etc/ringstore/update-key.pub",
+            0o644,
+            vec![],
+        )]);
+        let names: Vec<&str> = all.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            names,
+            ["etc/ringstore/update-key.pub", "etc/ringstore", "etc"]
+        );
     }
 }

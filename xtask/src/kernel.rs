@@ -18,6 +18,8 @@ pub const SOURCE_PACKAGE: &str = "linux-source-6.12";
 const BUILD_PACKAGES: &[&str] = &["bc", "flex", "bison", "libelf-dev", "libssl-dev"];
 /// Lines of build output kept for the error message when the build fails.
 const TAIL_LINES: usize = 40;
+/// Lines a full build prints when no earlier build's log says otherwise (6.12, our fragments).
+const EXPECTED_LINES: u64 = 2500;
 
 /// A built kernel.
 #[derive(Debug, Clone)]
@@ -144,7 +146,8 @@ pub fn build_kernel() -> Result<Kernel> {
         .arg(&out)
         .arg(appliance.join("kernel-src"))
         .args(&fragments);
-    run_with_progress(cmd, &cache.join(format!("{key}.log")))?;
+    let expected = expected_lines(&cache, &key);
+    run_with_progress(cmd, &cache.join(format!("{key}.log")), expected)?;
     let version = std::fs::read_to_string(out.join("version"))
         .unwrap_or_default()
         .trim()
@@ -152,9 +155,80 @@ pub fn build_kernel() -> Result<Kernel> {
     Ok(Kernel { bzimage, version })
 }
 
-/// Runs the build, printing its own lines and a running count of make's lines; the full output
-/// goes to `log`, the tail into the error.
-fn run_with_progress(mut cmd: Command, log: &Path) -> Result<()> {
+/// How many lines this build will print: the most recent finished build's log in the cache
+/// (builds differ by a few fragments, so their line counts are close), else [`EXPECTED_LINES`].
+fn expected_lines(cache: &Path, key: &str) -> u64 {
+    let newest = std::fs::read_dir(cache)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.ends_with(".log") && name != format!("{key}.log")
+                // finished: its kernel is there
+                && cache.join(name.trim_end_matches(".log")).join("bzImage").exists()
+        })
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok());
+    newest
+        .and_then(|e| std::fs::read_to_string(e.path()).ok())
+        .map(|text| text.lines().count() as u64)
+        .filter(|n| *n > 100)
+        .unwrap_or(EXPECTED_LINES)
+}
+
+/// Progress as a percentage of the expected lines with an estimate of the time left, from the
+/// rate since the compile started.
+#[derive(Debug)]
+struct Progress {
+    expected: u64,
+    started: std::time::Instant,
+    last_percent: u64,
+    last_report: std::time::Instant,
+}
+
+impl Progress {
+    fn new(expected: u64) -> Progress {
+        let now = std::time::Instant::now();
+        Progress {
+            expected: expected.max(1),
+            started: now,
+            last_percent: 0,
+            last_report: now,
+        }
+    }
+
+    /// The line to print after `done` lines at `elapsed`, when a 5% step or 30 s have passed.
+    fn report(&mut self, done: u64, now: std::time::Instant) -> Option<String> {
+        let percent = (done * 100 / self.expected).min(99);
+        if percent < self.last_percent + 5 && now.duration_since(self.last_report).as_secs() < 30 {
+            return None;
+        }
+        self.last_percent = percent;
+        self.last_report = now;
+        Some(format_progress(
+            done,
+            self.expected,
+            now.duration_since(self.started),
+        ))
+    }
+}
+
+/// `kernel: 40% (1000/2500 lines), about 6 min 0 s left`.
+fn format_progress(done: u64, expected: u64, elapsed: std::time::Duration) -> String {
+    let percent = (done * 100 / expected.max(1)).min(99);
+    let left = if done == 0 {
+        "time left unknown".to_string()
+    } else {
+        let secs = elapsed.as_secs_f64() * expected.saturating_sub(done) as f64 / done as f64;
+        let secs = secs.round() as u64;
+        format!("about {} min {} s left", secs / 60, secs % 60)
+    };
+    format!("kernel: {percent}% ({done}/{expected} lines), {left}")
+}
+
+/// Runs the build, printing its own lines and the progress of make's (percentage and time left,
+/// [`Progress`]); the full output goes to `log`, the tail into the error.
+fn run_with_progress(mut cmd: Command, log: &Path, expected: u64) -> Result<()> {
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -181,16 +255,14 @@ fn run_with_progress(mut cmd: Command, log: &Path) -> Result<()> {
     });
     let mut tail = std::collections::VecDeque::with_capacity(TAIL_LINES);
     let mut count = 0u64;
-    let mut since_report = 0u32;
+    let mut progress = Progress::new(expected);
     for line in rx {
         let _ = writeln!(log_file, "{line}");
         count += 1;
-        since_report += 1;
         if line.starts_with("build-kernel.sh") {
             eprintln!("kernel: {line}");
-        } else if since_report >= 200 {
-            since_report = 0;
-            eprintln!("kernel: {count} lines, now: {}", line.trim());
+        } else if let Some(report) = progress.report(count, std::time::Instant::now()) {
+            eprintln!("{report}");
         }
         if tail.len() == TAIL_LINES {
             tail.pop_front();
@@ -231,6 +303,54 @@ mod tests {
     }
 
     #[test]
+    fn progress_is_a_percentage_with_the_time_left() {
+        let t = std::time::Duration::from_secs(60);
+        assert_eq!(
+            format_progress(500, 2000, t),
+            "kernel: 25% (500/2000 lines), about 3 min 0 s left"
+        );
+        assert_eq!(
+            format_progress(0, 2000, t),
+            "kernel: 0% (0/2000 lines), time left unknown"
+        );
+        // A build that prints more than expected stays under 100% and never goes negative.
+        assert_eq!(
+            format_progress(3000, 2000, t),
+            "kernel: 99% (3000/2000 lines), about 0 min 0 s left"
+        );
+        let mut p = Progress::new(1000);
+        let now = p.started;
+        assert!(p.report(10, now).is_none(), "under a 5% step and 30 s");
+        assert!(p.report(60, now).is_some());
+        assert!(p.report(70, now).is_none());
+        assert!(p
+            .report(70, now + std::time::Duration::from_secs(31))
+            .is_some());
+    }
+
+    #[test]
+    fn expected_lines_come_from_a_finished_build_log() {
+        let dir = std::env::temp_dir().join(format!("ringstore-kcache-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("done")).unwrap();
+        assert_eq!(expected_lines(&dir, "new"), EXPECTED_LINES);
+        std::fs::write(dir.join("done.log"), "x\n".repeat(1234)).unwrap();
+        std::fs::write(dir.join("unfinished.log"), "x\n".repeat(999)).unwrap();
+        assert_eq!(
+            expected_lines(&dir, "new"),
+            EXPECTED_LINES,
+            "no bzImage yet"
+        );
+        std::fs::write(dir.join("done/bzImage"), b"").unwrap();
+        assert_eq!(expected_lines(&dir, "new"), 1234);
+        assert_eq!(
+            expected_lines(&dir, "done"),
+            EXPECTED_LINES,
+            "its own log is not a guide"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn the_repository_fragments_cover_every_concern() {
         let names: Vec<String> = fragments(&root().join("kernel-config"))
             .unwrap()
@@ -245,6 +365,7 @@ mod tests {
             "virtio.config",
             "nics.config",
             "storage.config",
+            "uefi-watchdog.config",
         ] {
             assert!(
                 names.iter().any(|n| n == want),

@@ -10,6 +10,7 @@
 
 mod bench;
 mod deps;
+mod disk;
 mod image;
 mod initramfs;
 mod inventory;
@@ -18,6 +19,7 @@ mod pxe;
 mod qemu;
 mod scaleout;
 mod test;
+mod uki;
 mod util;
 mod vm_tests;
 
@@ -28,7 +30,9 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   test [--quick] [--skip-vm]   every test: lint, unit, property, fuzz smoke, memccapable, end-to-end, QEMU
   bench [--seconds N]          ringstore vs memcached (and nginx for HTTP), side by side; writes target/bench/
-  image [--authorized-keys F]  build target/appliance/{bzImage,initramfs.img}; F: the console's SSH keys
+  image [--authorized-keys F] [--size SIZE] [--signing-key FILE] [--seed TEXT] [--append ARGS] [--out DIR]
+                               F: the console's SSH keys
+                               build target/appliance/{bzImage,initramfs.img,ringstore.efi,disk.img}
   run                          build everything and boot the appliance in QEMU (numa2 profile)
   pxe --inventory FILE [--out DIR]
                                build the image, write the PXE bundle (target/appliance/pxe: kernel,
@@ -49,7 +53,7 @@ fn main() -> Result<()> {
         "bench" => bench::run(rest),
         // The bench's floor server, started by `cargo xtask bench` (bench/floor.rs).
         "bench-floor" => bench::floor::main(rest),
-        "image" => image::image_command(rest),
+        "image" => image::run(rest),
         "run" => qemu::run(rest),
         "pxe" => pxe::run(rest),
         "scaleout" => scaleout::run(rest),

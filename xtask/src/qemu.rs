@@ -471,9 +471,11 @@ mod tests {
 
     fn image() -> Image {
         Image {
+            binary: "/b/ringstore".into(),
             bzimage: "/b/bzImage".into(),
             initramfs: "/b/initramfs.img".into(),
             kernel_version: String::new(),
+            authorized_keys: None,
         }
     }
 

@@ -14,6 +14,7 @@ mod pxe;
 mod scan;
 mod serial;
 mod twonic;
+mod uefi;
 mod vm;
 mod xdp;
 
@@ -110,6 +111,20 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
                     r.xdp_lines,
                     r.udp_round_trip.as_secs_f64() * 1e3,
                     r.open
+                )
+            })
+        }),
+        ("uefi_updates_commit_roll_back_and_refuse", |i| {
+            uefi::updates_commit_roll_back_and_refuse(i)
+                .map(|r| format!("[{}] [{}]", r.commit_line.trim(), r.rollback_line.trim()))
+        }),
+        ("uefi_disk_boots_serves_and_keeps_data", |i| {
+            uefi::disk_boots_serves_and_keeps_data(i).map(|r| {
+                format!(
+                    "firmware start to ready {:.1} s, reboot to ready {:.1} s, ringstore.efi {} KiB",
+                    r.ready_wall.as_secs_f64(),
+                    r.second_ready_wall.as_secs_f64(),
+                    r.efi_kib
                 )
             })
         }),

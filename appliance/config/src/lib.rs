@@ -319,31 +319,8 @@ impl Config {
     }
 
     fn merge_toml(&mut self, text: &str, path: &Path) -> Result<(), ConfigError> {
-        let table: toml::Table = toml::from_str(text).map_err(|err| ConfigError::Toml {
-            path: path.to_path_buf(),
-            reason: err.message().replace('\n', " "),
-        })?;
-        for (key, value) in &table {
-            let text = match value {
-                toml::Value::String(s) => s.clone(),
-                toml::Value::Integer(i) => i.to_string(),
-                toml::Value::Boolean(false)
-                    if keys::find(&key.replace('_', "-")).is_some_and(|k| k.endpoint) =>
-                {
-                    "off".to_string()
-                }
-                other => {
-                    let expected = keys::find(&key.replace('_', "-"))
-                        .map(|k| k.expected)
-                        .unwrap_or("a string or integer");
-                    return Err(ConfigError::InvalidValue {
-                        key: key.clone(),
-                        value: format!("{other:?}"),
-                        expected: expected.to_string(),
-                    });
-                }
-            };
-            self.set(key, &text)?;
+        for (key, value) in toml_pairs_at(text, path)? {
+            self.set(&key, &value)?;
         }
         Ok(())
     }
@@ -375,6 +352,44 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The `key = value` lines of a TOML configuration as (key, value text) pairs sorted by key,
+/// values in the syntax `set` takes (a string as is, an integer in decimal, `false` for an
+/// endpoint as `off`); keys are not checked here. PID 1 uses it for the config partition.
+pub fn toml_pairs(text: &str) -> Result<Vec<(String, String)>, ConfigError> {
+    toml_pairs_at(text, Path::new("ringstore.toml"))
+}
+
+fn toml_pairs_at(text: &str, path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+    let table: toml::Table = toml::from_str(text).map_err(|err| ConfigError::Toml {
+        path: path.to_path_buf(),
+        reason: err.message().replace('\n', " "),
+    })?;
+    let mut pairs = Vec::new();
+    for (key, value) in &table {
+        let text = match value {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(false)
+                if keys::find(&key.replace('_', "-")).is_some_and(|k| k.endpoint) =>
+            {
+                "off".to_string()
+            }
+            other => {
+                let expected = keys::find(&key.replace('_', "-"))
+                    .map(|k| k.expected)
+                    .unwrap_or("a string or integer");
+                return Err(ConfigError::InvalidValue {
+                    key: key.clone(),
+                    value: format!("{other:?}"),
+                    expected: expected.to_string(),
+                });
+            }
+        };
+        pairs.push((key.clone(), text));
+    }
+    Ok(pairs)
 }
 
 #[cfg(test)]

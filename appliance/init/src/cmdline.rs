@@ -45,6 +45,9 @@ pub struct CmdlineError {
     pub expected: &'static str,
 }
 
+/// The `ringstore.*` keys PID 1 reads itself (not server configuration keys).
+pub const INIT_KEYS: &[&str] = &["on_fatal"];
+
 const IP_EXPECTED: &str = "dhcp, off, or CLIENT::GATEWAY:NETMASK:HOSTNAME:DEVICE:off";
 const ON_FATAL_EXPECTED: &str = "reboot or halt";
 

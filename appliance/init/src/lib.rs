@@ -14,12 +14,15 @@
 //! No `unsafe` here: every syscall goes through `ringstore_sys` (ADR-0017).
 #![forbid(unsafe_code)]
 
+pub mod bootdisk;
 pub mod cmdline;
 pub mod console;
 pub mod datadev;
+pub mod fetch;
 pub mod hostname;
 pub mod hugepages;
 pub mod irq;
+pub mod layers;
 pub mod log;
 pub mod mounts;
 pub mod net;
@@ -32,6 +35,7 @@ pub mod state;
 pub mod sysinfo;
 pub mod threads;
 pub mod tuning;
+pub mod update;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -51,7 +55,10 @@ pub fn run() -> ! {
     }));
     signals::block();
     let mut on_fatal = OnFatal::Reboot;
-    match catch_unwind(AssertUnwindSafe(|| boot(&mut on_fatal))) {
+    let booted = catch_unwind(AssertUnwindSafe(|| boot(&mut on_fatal)));
+    // A trial boot of a new slot is decided here, ready or not (ADR 0025).
+    let _ = catch_unwind(update::decide_trial);
+    match booted {
         Ok(Ok(())) => {}
         Ok(Err(Fatal(what))) => power::fatal(on_fatal, &what),
         Err(_) => power::fatal(on_fatal, "panic during boot"),
@@ -89,26 +96,33 @@ fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     power::disable_ctrl_alt_del();
     raise_limits();
 
-    let line = std::fs::read_to_string("/proc/cmdline")
+    let running = std::fs::read_to_string("/proc/cmdline")
         .map_err(|e| Fatal(format!("/proc/cmdline: {e}")))?;
-    let (options, rest) = match cmdline::split(&line) {
-        Ok(split) => split,
+    let line = effective_cmdline(&running);
+    // Which A/B slot booted and whether it is on trial (mounts efivarfs: boot capabilities).
+    let slots = update::boot_state();
+    let trying = slots.trying;
+    state::lock().slots = slots;
+    if trying {
+        update::arm_watchdog();
+    }
+    let options = match cmdline::split(&line) {
+        Ok((options, _)) => options,
         Err(err) => {
             error!("{err}; using ip=dhcp");
-            (
-                cmdline::InitOptions {
-                    ip: cmdline::IpSetting::Dhcp { device: None },
-                    on_fatal: OnFatal::Reboot,
-                },
-                line.clone(),
-            )
+            cmdline::InitOptions {
+                ip: cmdline::IpSetting::Dhcp { device: None },
+                on_fatal: OnFatal::Reboot,
+            }
         }
     };
     *on_fatal = options.on_fatal;
-    let config = match resolve_config(&rest) {
+    let layers = state::lock().layers.config_layers();
+    let config = match ringstore_config::origin::resolve(&layers) {
         Ok(resolved) => {
+            let config = resolved.config.clone();
             state::lock().settings = resolved.settings;
-            Some(resolved.config)
+            Some(config)
         }
         Err(err) => {
             error!("configuration: {err}");
@@ -122,23 +136,64 @@ fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     let configured = net::bring_up(&options.ip);
     state::lock().configured = configured;
 
-    if let Some(config) = config {
+    if let Some(mut config) = config {
+        if config.data.as_deref() == Some(std::path::Path::new("auto")) {
+            match bootdisk::data_partition(&ringstore_disk::Layout::builtin()) {
+                Ok(node) => config.data = Some(node),
+                Err(why) => return Err(data_device_fatal(&why)),
+            }
+        }
         state::lock().config = Some(config.clone());
         serve(&config)?;
     }
     Ok(())
 }
 
-/// The configuration layers PID 1 has: the defaults and the kernel command line (the image and
-/// the config partition add theirs here as [`ringstore_config::Layer`]s).
-fn resolve_config(
-    cmdline: &str,
-) -> Result<ringstore_config::Resolved, ringstore_config::ConfigError> {
-    let layers = [ringstore_config::Layer {
-        origin: ringstore_config::Origin::KernelCmdline,
-        pairs: ringstore_config::origin::kernel_cmdline_pairs(cmdline)?,
-    }];
-    ringstore_config::origin::resolve(&layers)
+/// The command line after the configuration layers (`layers.rs`): on a disk boot (the image
+/// carries its own command line) the config partition's `/ringstore.toml` sits between the
+/// image's keys and the keys added on the running kernel's command line. A config partition
+/// that cannot be read or parsed is logged and left out: the box still boots and says why.
+fn effective_cmdline(running: &str) -> String {
+    let image = std::fs::read_to_string(layers::IMAGE_CMDLINE).unwrap_or_default();
+    let partition = if image.trim().is_empty() {
+        None
+    } else {
+        let layout = ringstore_disk::Layout::builtin();
+        match bootdisk::wait_for(&layout, ringstore_disk::Role::Config, bootdisk::DISK_WAIT) {
+            None => {
+                info!("no config partition found; using the image's command line");
+                None
+            }
+            Some(found) => match bootdisk::read_config(&found) {
+                Ok(Some(text)) => {
+                    info!(
+                        "config partition {} partition {}: {} read",
+                        found.disk.display(),
+                        found.number,
+                        bootdisk::CONFIG_FILE
+                    );
+                    Some(text)
+                }
+                Ok(None) => None,
+                Err(why) => {
+                    error!("{why}; ignored");
+                    None
+                }
+            },
+        }
+    };
+    let built = layers::Layers::build(running, &image, partition.as_deref()).or_else(|err| {
+        error!("{err}; ignored");
+        layers::Layers::build(running, &image, None)
+    });
+    match built {
+        Ok(layers) => {
+            let line = layers.effective(running);
+            state::lock().layers = layers;
+            line
+        }
+        Err(_) => running.to_string(),
+    }
 }
 
 fn not_serving(why: String) {

@@ -23,6 +23,10 @@ pub struct State {
     /// The data device as found at boot (`/dev/vda: block device, 64 MiB`).
     pub data_device: Option<String>,
     pub server: Option<Box<dyn Serving>>,
+    /// Where each configuration key came from (image, config partition, kernel command line).
+    pub layers: crate::layers::Layers,
+    /// The A/B slots of disk.img (ADR 0025).
+    pub slots: crate::update::SlotsState,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);

@@ -98,7 +98,7 @@ pub fn pxe_args(
 fn boot_pxe(image: &Image, name: &str, tftp: &Path, mac: &str, uefi: bool) -> Result<Vm> {
     let profile = qemu::load_profile("single")?;
     let forwards = qemu::choose_forwards(&profile)?;
-    let dir = Vm::scratch_dir(name)?;
+    let dir = super::vm::scratch_dir(name)?;
     let firmware = if uefi {
         let vars = dir.join("vars.fd");
         std::fs::copy(OVMF_VARS, &vars).with_context(|| format!("copying {OVMF_VARS}"))?;
@@ -115,13 +115,9 @@ fn boot_pxe(image: &Image, name: &str, tftp: &Path, mac: &str, uefi: bool) -> Re
         &forwards,
         &[],
     );
-    Vm::spawn(
-        name,
-        pxe_args(&args, tftp, mac, &firmware)?,
-        dir,
-        forwards,
-        None,
-    )
+    let socket = dir.join("serial.sock");
+    let args = pxe_args(&args, tftp, mac, &firmware)?;
+    Vm::start(name, dir, &socket, &args, forwards, None)
 }
 
 /// The host's configuration, as the console and `stats` must show it.

@@ -145,7 +145,7 @@ impl Vm {
             disks.len()
         );
         let forwards = qemu::choose_forwards(&profile)?;
-        let dir = Vm::scratch_dir(name)?;
+        let dir = scratch_dir(name)?;
         let socket = dir.join("serial.sock");
         let accel = qemu::accel(&image.bzimage);
         let args = qemu::machine_args(
@@ -157,29 +157,19 @@ impl Vm {
             &forwards,
             disks,
         );
-        Vm::spawn(name, args, dir, forwards, netns)
+        Vm::start(name, dir, &socket, &args, forwards, netns)
     }
 
-    /// The scratch directory of VM `name` (fresh; removed when the VM is dropped). Its
-    /// `serial.sock` is where [`Vm::spawn`] expects QEMU's serial socket.
-    pub(super) fn scratch_dir(name: &str) -> Result<PathBuf> {
-        let dir = appliance_dir()
-            .join("vm")
-            .join(format!("{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
-        Ok(dir)
-    }
-
-    /// Starts QEMU with `args` (serial on `dir/serial.sock`) and attaches to its console.
-    pub(super) fn spawn(
+    /// Starts QEMU with `args` (whose serial console is the unix socket `socket` inside `dir`,
+    /// the scratch directory removed with the VM) and attaches to its console.
+    pub(super) fn start(
         name: &str,
-        args: Vec<String>,
         dir: PathBuf,
+        socket: &std::path::Path,
+        args: &[String],
         forwards: Vec<Forward>,
         netns: Option<&netns::Netns>,
     ) -> Result<Vm> {
-        let socket = dir.join("serial.sock");
         // Next to the console log, kept after the test: QEMU's own reason when it ends early.
         let stderr_path = appliance_dir()
             .join("vm")
@@ -193,7 +183,7 @@ impl Vm {
             std::fs::File::create(appliance_dir().join("vm").join(format!("{name}.log")))?;
         let started = Instant::now();
         let child = command
-            .args(&args)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -206,7 +196,7 @@ impl Vm {
         };
         let deadline = Instant::now() + Duration::from_secs(15);
         let serial = loop {
-            match UnixStream::connect(&socket) {
+            match UnixStream::connect(socket) {
                 Ok(stream) => break stream,
                 Err(_) if Instant::now() < deadline && qemu.child.try_wait()?.is_none() => {
                     std::thread::sleep(Duration::from_millis(50))
@@ -354,6 +344,15 @@ impl Vm {
         Ok(out.get(start..end - PROMPT.len()).unwrap_or("").to_string())
     }
 
+    /// Types `command` (logged in first) without waiting for a prompt: a command that reboots
+    /// (`reboot`, `update`), whose next output is the firmware's; the next command logs in again.
+    pub fn command_no_wait(&mut self, command: &str) -> Result<()> {
+        self.ensure_login()?;
+        self.serial.write_all(format!("{command}\n").as_bytes())?;
+        self.logged_in = false;
+        Ok(())
+    }
+
     /// The host port forwarded to `name` on NIC `nic`.
     pub fn port(&self, name: &str, nic: usize) -> Result<u16> {
         self.forwards
@@ -407,6 +406,16 @@ impl Vm {
                 inner.trim().parse().ok()
             })
     }
+}
+
+/// A fresh, empty target/appliance/vm/NAME-PID for one test's files.
+pub(super) fn scratch_dir(name: &str) -> Result<PathBuf> {
+    let dir = appliance_dir()
+        .join("vm")
+        .join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
 }
 
 /// What a wait reports when the emulated machine stalled before our code ran.

@@ -441,6 +441,26 @@ pub fn log(_: &mut Ctx, _: &[&str]) -> Output {
     out
 }
 
+pub fn slots(_: &mut Ctx, _: &[&str]) -> Output {
+    let mut out = Output::new();
+    let lines = crate::update::slots_lines();
+    for l in &lines {
+        out.line(l.clone());
+    }
+    out.set("lines", lines);
+    out
+}
+
+pub fn update(_: &mut Ctx, args: &[&str]) -> Output {
+    match args {
+        [url] => {
+            let lines = crate::update::update(url);
+            Output::error(lines.join("; "))
+        }
+        _ => Output::error("usage: update URL"),
+    }
+}
+
 pub fn reboot(_: &mut Ctx, _: &[&str]) -> Output {
     power::shutdown(Action::Reboot)
 }

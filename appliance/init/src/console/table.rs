@@ -53,6 +53,8 @@ pub static COMMANDS: &[Command] = &[
     Command { name: "net", aliases: &[], usage: "", help: "listening TCP/UDP sockets and interface addresses", access: LoggedIn, run: c::net },
     Command { name: "threads", aliases: &[], usage: "", help: "every thread with its effective/permitted/bounding capabilities and no_new_privs", access: LoggedIn, run: c::threads },
     Command { name: "log", aliases: &[], usage: "", help: "recent log lines (logins and every command included)", access: LoggedIn, run: c::log },
+    Command { name: "slots", aliases: &[], usage: "", help: "the A/B slots: booted, committed, their images, the last trial (ADR 0025)", access: LoggedIn, run: c::slots },
+    Command { name: "update", aliases: &[], usage: "URL", help: "fetch a signed ringstore.efi (http://IP[:PORT]/PATH and PATH.sig), write the inactive slot, reboot into it for a trial", access: LoggedIn, run: c::update },
     Command { name: "reboot", aliases: &[], usage: "", help: "stop serving, sync, reboot", access: LoggedIn, run: c::reboot },
     Command { name: "poweroff", aliases: &["halt", "shutdown"], usage: "", help: "stop serving, sync, power off", access: LoggedIn, run: c::poweroff },
 ];

@@ -1,0 +1,169 @@
+//! The appliance disk (`disk.img`, ADR 0024) as PID 1 finds it: each whole disk's GPT is read
+//! (`ringstore_disk::gpt`) and a partition is known by its type GUID from `image/layout.toml`,
+//! never by its name or number. The FAT partitions (ESP, config) are read through a byte-range
+//! view of the whole disk, so PID 1 needs neither a kernel FAT driver nor a mount; the data
+//! partition is handed to the server as its partition node (`/dev/vda3`).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use ringstore_disk::{fat, Layout, Role, Slice};
+
+/// How long block devices may take to show their partition tables at boot.
+pub const DISK_WAIT: Duration = Duration::from_secs(5);
+const POLL: Duration = Duration::from_millis(50);
+/// The config partition's file and its bound (the same as `ringstore serve --config`).
+pub const CONFIG_FILE: &str = "ringstore.toml";
+pub const CONFIG_FILE_MAX: u64 = 1 << 20;
+
+/// A partition found by type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// The whole disk (`/dev/vda`).
+    pub disk: PathBuf,
+    /// The partition number (`3` for `/dev/vda3`).
+    pub number: u32,
+    /// Its byte range on the disk.
+    pub start: u64,
+    pub len: u64,
+}
+
+impl Found {
+    /// A read/write view of the partition's bytes.
+    pub fn open(&self, write: bool) -> std::io::Result<Slice<File>> {
+        let file = File::options().read(true).write(write).open(&self.disk)?;
+        Ok(Slice::new(file, self.start, self.len))
+    }
+
+    /// The partition's own device node, waiting up to `limit` for devtmpfs to create it.
+    pub fn node(&self, limit: Duration) -> Result<PathBuf, String> {
+        let deadline = Instant::now() + limit;
+        let disk = self
+            .disk
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        loop {
+            if let Some(name) = partition_name(&disk, self.number) {
+                let node = PathBuf::from("/dev").join(name);
+                if node.exists() {
+                    return Ok(node);
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "partition {} of {}: no device node after {} s",
+                    self.number,
+                    self.disk.display(),
+                    limit.as_secs()
+                ));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+/// The name of partition `number` of `disk` in sysfs (`vda3`, `nvme0n1p3`).
+fn partition_name(disk: &str, number: u32) -> Option<String> {
+    let dir = std::fs::read_dir(Path::new("/sys/class/block").join(disk)).ok()?;
+    dir.flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|name| {
+            ringstore_sys::read_trim(format!("/sys/class/block/{disk}/{name}/partition"))
+                .and_then(|n| n.parse::<u32>().ok())
+                == Some(number)
+        })
+}
+
+/// The whole disks the kernel knows (no partitions, no ram/loop devices), sorted.
+fn whole_disks() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/sys/class/block")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with("ram") && !n.starts_with("loop"))
+        .filter(|n| {
+            !Path::new("/sys/class/block")
+                .join(n)
+                .join("partition")
+                .exists()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// The first partition of `role`'s type on any disk.
+pub fn find(layout: &Layout, role: Role) -> Option<Found> {
+    let want = layout.by_role(role)?.type_guid;
+    for disk in whole_disks() {
+        let path = PathBuf::from("/dev").join(&disk);
+        let Ok(mut file) = File::open(&path) else {
+            continue;
+        };
+        let Ok((sector, entries)) = ringstore_disk::gpt::entries(&mut file) else {
+            continue;
+        };
+        if let Some(e) = entries.iter().find(|e| e.type_guid == want) {
+            return Some(Found {
+                disk: path,
+                number: e.number,
+                start: e.first_lba * sector,
+                len: (e.last_lba + 1 - e.first_lba) * sector,
+            });
+        }
+    }
+    None
+}
+
+/// [`find`], retried until `limit` has passed.
+pub fn wait_for(layout: &Layout, role: Role, limit: Duration) -> Option<Found> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(found) = find(layout, role) {
+            return Some(found);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// `/ringstore.toml` of the config partition: `Ok(None)` when the partition or the file is absent.
+pub fn read_config(found: &Found) -> Result<Option<String>, String> {
+    let what = |e: &dyn std::fmt::Display| {
+        format!(
+            "config partition ({} partition {}): {e}",
+            found.disk.display(),
+            found.number
+        )
+    };
+    let volume = found.open(false).map_err(|e| what(&e))?;
+    let fs = fat::open(volume, &fat::DOS_EPOCH).map_err(|e| what(&e))?;
+    match fat::read_file(&fs, CONFIG_FILE, CONFIG_FILE_MAX).map_err(|e| what(&e))? {
+        None => Ok(None),
+        Some(bytes) => String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| what(&format!("{CONFIG_FILE}: not UTF-8 text"))),
+    }
+}
+
+/// `ringstore.data=auto`: the data partition's node, or why there is none.
+pub fn data_partition(layout: &Layout) -> Result<PathBuf, String> {
+    let found = wait_for(layout, Role::Data, DISK_WAIT).ok_or_else(|| {
+        let want = layout
+            .by_role(Role::Data)
+            .map(|p| p.type_guid.to_string())
+            .unwrap_or_default();
+        format!(
+            "data device auto: no partition of type {want} (ringstore-data) on any disk after {} s (disks: {})",
+            DISK_WAIT.as_secs(),
+            whole_disks().join(" ")
+        )
+    })?;
+    found.node(crate::datadev::NODE_WAIT)
+}

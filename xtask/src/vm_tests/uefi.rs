@@ -1,0 +1,436 @@
+//! QEMU tests of the boot forms under OVMF (UEFI firmware): `disk.img` boots through
+//! systemd-boot into slot A's `ringstore.efi`, reads the config partition, finds its data
+//! partition by type, serves, and keeps what was written across a reboot (ADR 0024).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use ringstore_disk::{fat, Role};
+
+use super::client::{exchange, http_put_get, memcache_set_get, tcp};
+use super::vm::{scratch_dir, Vm};
+use super::{BOOT_LIMIT, PROMPT};
+use crate::image::{appliance_dir, BootImage, BootOptions, Image};
+use crate::qemu::{free_port, Forward};
+
+pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
+pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+const READY: &str = "ringstore: ready memcache=";
+
+/// The images the UEFI tests boot, signed with the repository's test key.
+pub fn test_images(image: &Image, name: &str, append: &str) -> Result<BootImage> {
+    let mut opts = BootOptions::new();
+    opts.signing_key = Some(crate::util::root().join("image/test-signing-key.hex"));
+    opts.out = appliance_dir().join("vm").join(format!("images-{name}"));
+    opts.append = append.to_string();
+    opts.size_mib = Some(160);
+    crate::image::build_boot(image, &opts)
+}
+
+/// A booted disk: its own copy of disk.img and of the firmware's variable store, kept across
+/// reboots of the same VM (QEMU runs without -no-reboot: a reset boots the firmware again);
+/// removed with it.
+pub struct UefiMachine {
+    pub disk: PathBuf,
+    pub vars: PathBuf,
+    dir: PathBuf,
+}
+
+impl Drop for UefiMachine {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl UefiMachine {
+    pub fn new(name: &str, images: &BootImage) -> Result<UefiMachine> {
+        let dir = scratch_dir(&format!("disk-{name}"))?;
+        let disk = dir.join("disk.img");
+        let vars = dir.join("vars.fd");
+        std::fs::copy(&images.disk, &disk)?;
+        std::fs::copy(OVMF_VARS, &vars)
+            .context("copying OVMF's variable store (apt-get install ovmf)")?;
+        Ok(UefiMachine { disk, vars, dir })
+    }
+
+    /// Replaces /ringstore.toml on the config partition.
+    pub fn write_config(&self, toml: &str) -> Result<()> {
+        let layout = ringstore_disk::Layout::builtin();
+        let mut file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open(&self.disk)?;
+        let (sector, entries) = ringstore_disk::gpt::entries(&mut file)?;
+        let want = layout
+            .by_role(Role::Config)
+            .context("no config role")?
+            .type_guid;
+        let e = entries
+            .iter()
+            .find(|e| e.type_guid == want)
+            .context("no config partition")?;
+        let volume = ringstore_disk::Slice::new(
+            file,
+            e.first_lba * sector,
+            (e.last_lba + 1 - e.first_lba) * sector,
+        );
+        let fs = fat::open(volume, &fat::DOS_EPOCH)?;
+        fat::write_file(&fs, "ringstore.toml", toml.as_bytes())?;
+        fs.unmount()?;
+        Ok(())
+    }
+
+    /// Boots it; the console log is target/appliance/vm/NAME.log.
+    pub fn boot(&self, name: &str) -> Result<Vm> {
+        let dir = scratch_dir(name)?;
+        let socket = dir.join("serial.sock");
+        let forwards = vec![
+            Forward {
+                nic: 0,
+                name: "memcache".into(),
+                guest_port: 11211,
+                host_port: free_port()?,
+            },
+            Forward {
+                nic: 0,
+                name: "http".into(),
+                guest_port: 8080,
+                host_port: free_port()?,
+            },
+        ];
+        let args = uefi_args(&self.disk, &self.vars, &socket, &forwards);
+        Vm::start(name, dir, &socket, &args, forwards, None)
+    }
+}
+
+/// q35 with OVMF, disk.img on virtio-blk, user networking with the data ports forwarded, the
+/// i6300esb watchdog (a reset when it fires), the serial console on `socket`.
+pub fn uefi_args(disk: &Path, vars: &Path, socket: &Path, forwards: &[Forward]) -> Vec<String> {
+    let mut net = "user,id=n0".to_string();
+    for f in forwards {
+        net.push_str(&format!(
+            ",hostfwd=tcp:127.0.0.1:{}-:{}",
+            f.host_port, f.guest_port
+        ));
+    }
+    let quoted = |p: &Path| p.display().to_string().replace(',', ",,");
+    [
+        "-machine",
+        "q35",
+        "-accel",
+        "tcg",
+        "-cpu",
+        "max",
+        "-m",
+        "1024",
+        "-smp",
+        "2",
+        "-drive",
+        &format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"),
+        "-drive",
+        &format!("if=pflash,format=raw,unit=1,file={}", quoted(vars)),
+        "-drive",
+        &format!(
+            "file={},format=raw,if=none,id=d0,cache=writeback",
+            quoted(disk)
+        ),
+        "-device",
+        "virtio-blk-pci,drive=d0,bus=pcie.0",
+        "-netdev",
+        &net,
+        "-device",
+        "virtio-net-pci,netdev=n0,bus=pcie.0,mac=52:54:00:12:34:56",
+        "-device",
+        "virtio-rng-pci,bus=pcie.0",
+        "-device",
+        "i6300esb,bus=pcie.0",
+        "-action",
+        "watchdog=reset",
+        "-nodefaults",
+        "-display",
+        "none",
+        "-vga",
+        "none",
+        "-chardev",
+        &format!("socket,id=ser0,path={},server=on,wait=on", socket.display()),
+        "-serial",
+        "chardev:ser0",
+        "-monitor",
+        "none",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Firmware start to ready, and what was checked.
+#[derive(Debug)]
+pub struct DiskReport {
+    pub ready_wall: Duration,
+    pub second_ready_wall: Duration,
+    pub efi_kib: u64,
+}
+
+/// disk.img under OVMF: boots to the ready line through systemd-boot (slot A), the config
+/// partition's `max_conns` takes effect over the image's command line, the data
+/// partition is found (`ringstore.data=auto`) and serves; after `reboot` a key and an object
+/// written before are still there.
+pub fn disk_boots_serves_and_keeps_data(image: &Image) -> Result<DiskReport> {
+    // The image says 500 connections, the config partition 999: the partition wins.
+    let images = test_images(image, "good", "ringstore.max_conns=500")?;
+    // Reproducible: the real artifacts, built again from the same inputs, are the same bytes.
+    let again = test_images(image, "good-again", "ringstore.max_conns=500")?;
+    for (one, two) in [(&images.efi, &again.efi), (&images.disk, &again.disk)] {
+        ensure!(
+            std::fs::read(one)? == std::fs::read(two)?,
+            "{} and {} differ",
+            one.display(),
+            two.display()
+        );
+    }
+    let machine = UefiMachine::new("disk", &images)?;
+    machine.write_config("max_conns = 999\n")?;
+    let mut vm = machine.boot("uefi_disk")?;
+    let ready = vm.wait_for(READY, 0, BOOT_LIMIT)?;
+    let ready_wall = vm.started.elapsed();
+    vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
+    let out = vm.output();
+    ensure!(
+        out.contains("config partition /dev/vda partition 2: ringstore.toml read"),
+        "no config partition line:\n{}",
+        vm.tail()
+    );
+    ensure!(
+        out.contains("data device /dev/vda3"),
+        "data partition not used:\n{}",
+        vm.tail()
+    );
+    let stats = vm.command("stats")?;
+    ensure!(
+        super::console::stat(&stats, "max_connections") == Some("999"),
+        "max_conns from the config partition not applied:\n{stats}"
+    );
+    memcache_set_get(vm.port("memcache", 0)?)?;
+    http_put_get(vm.port("http", 0)?)?;
+    let before_reboot = vm.output().len();
+    vm.command_no_wait("reboot")?;
+    let ready2 = vm.wait_for(READY, before_reboot, BOOT_LIMIT)?;
+    let second_ready_wall = vm.started.elapsed();
+    vm.wait_for(PROMPT, ready2, Duration::from_secs(20))?;
+    vmkey_still_there(&vm, "after the reboot")?;
+    let mut s = tcp(vm.port("http", 0)?)?;
+    let got = exchange(&mut s, b"GET /vmobject HTTP/1.1\r\nHost: vm\r\n\r\n", |t| {
+        t.ends_with("world")
+    })?;
+    ensure!(
+        got.starts_with("HTTP/1.1 200"),
+        "after the reboot GET answered {got:?}"
+    );
+    vm.poweroff()?;
+    Ok(DiskReport {
+        ready_wall,
+        second_ready_wall: second_ready_wall - ready_wall,
+        efi_kib: std::fs::metadata(&images.efi)?.len() / 1024,
+    })
+}
+
+/// Removes its folder when dropped (every path out of a test).
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Serves the files of `dir` over HTTP/1.0 on 127.0.0.1 (the guest reaches it as 10.0.2.2)
+/// from a background thread, one request per connection; returns the port.
+fn serve_files(dir: PathBuf) -> Result<u16> {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                let mut s = stream;
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let name = head
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap_or("/")
+                    .trim_start_matches('/')
+                    .to_string();
+                let answer = match std::fs::read(dir.join(&name)) {
+                    Ok(body) if !name.contains('/') && !name.is_empty() => {
+                        let mut a =
+                            format!("HTTP/1.0 200 OK\r\nContent-Length: {}\r\n\r\n", body.len())
+                                .into_bytes();
+                        a.extend_from_slice(&body);
+                        a
+                    }
+                    _ => b"HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec(),
+                };
+                let _ = s.write_all(&answer);
+            });
+        }
+    });
+    Ok(port)
+}
+
+/// The key `memcache_set_get` wrote is still there.
+fn vmkey_still_there(vm: &Vm, when: &str) -> Result<()> {
+    let mut s = tcp(vm.port("memcache", 0)?)?;
+    let got = exchange(&mut s, b"get vmkey\r\n", |t| t.ends_with("END\r\n"))?;
+    ensure!(
+        got == "VALUE vmkey 0 5\r\nhello\r\nEND\r\n",
+        "{when}: get vmkey answered {got:?}"
+    );
+    Ok(())
+}
+
+/// Slot B booted and is committed, `slots` shows `trial`, and B's image (777 connections) runs.
+fn on_slot_b(vm: &mut Vm, trial: &str, when: &str) -> Result<()> {
+    let slots = vm.command("slots")?;
+    ensure!(
+        slots.contains("booted B") && slots.contains("committed B") && slots.contains(trial),
+        "{when}:\n{slots}"
+    );
+    let stats = vm.command("stats")?;
+    ensure!(
+        super::console::stat(&stats, "max_connections") == Some("777"),
+        "{when}: slot B's image is not running:\n{stats}"
+    );
+    Ok(())
+}
+
+/// What the update test saw.
+#[derive(Debug)]
+pub struct UpdateReport {
+    pub commit_line: String,
+    pub rollback_line: String,
+}
+
+/// disk.img (slot A) takes updates from a host HTTP server: an image whose signature does not
+/// match is refused with slot B still empty; a good image (its own `max_conns`) is written to
+/// B, boots once as a trial, passes the canary (with the data partition's key written before
+/// the reboot) and commits; then an image that never becomes ready (a bad configuration key)
+/// is written to A, fails its trial, and the machine is back on B by itself, saying why; last
+/// an image whose kernel panics (no init: the same reset a watchdog gives) is written to A and
+/// the machine is back on B, which records that the trial never reported.
+pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport> {
+    let a = test_images(image, "slot-a", "")?;
+    let good = test_images(image, "update-good", "ringstore.max_conns=777")?;
+    let broken = test_images(image, "update-broken", "ringstore.memory=1")?;
+    // The kernel finds no init and panics (panic=-1 resets): the trial never reports.
+    let crashing = test_images(image, "update-crashing", "rdinit=/no-such-init")?;
+    let site = scratch_dir("site")?;
+    let _site_removed = Removed(site.clone());
+    let copy = |from: &Path, to: &str| std::fs::copy(from, site.join(to)).map(|_| ());
+    copy(&good.efi, "good.efi")?;
+    copy(
+        good.signature.as_deref().context("no signature")?,
+        "good.efi.sig",
+    )?;
+    copy(&broken.efi, "broken.efi")?;
+    copy(&crashing.efi, "crashing.efi")?;
+    copy(
+        crashing.signature.as_deref().context("no signature")?,
+        "crashing.efi.sig",
+    )?;
+    copy(
+        broken.signature.as_deref().context("no signature")?,
+        "broken.efi.sig",
+    )?;
+    // The good image with the broken image's signature.
+    copy(&good.efi, "forged.efi")?;
+    copy(
+        broken.signature.as_deref().context("no signature")?,
+        "forged.efi.sig",
+    )?;
+    let port = serve_files(site.clone())?;
+    let url = |name: &str| format!("http://10.0.2.2:{port}/{name}");
+    let machine = UefiMachine::new("update", &a)?;
+    let mut vm = machine.boot("uefi_update")?;
+    let ready = vm.wait_for(READY, 0, BOOT_LIMIT)?;
+    vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
+    let slots = vm.command("slots")?;
+    ensure!(
+        slots.contains("booted A")
+            && slots.contains("committed A")
+            && slots.contains("slot B empty"),
+        "fresh disk:\n{slots}"
+    );
+    memcache_set_get(vm.port("memcache", 0)?)?;
+
+    let refused = vm.command(&format!("update {}", url("forged.efi")))?;
+    ensure!(
+        refused.contains("update refused: signature does not match")
+            && refused.contains("nothing written"),
+        "forged image:\n{refused}"
+    );
+    let slots = vm.command("slots")?;
+    ensure!(
+        slots.contains("slot B empty"),
+        "the forged image reached slot B:\n{slots}"
+    );
+
+    let at = vm.output().len();
+    vm.command_no_wait(&format!("update {}", url("good.efi")))?;
+    let committed = vm.wait_for("slot B committed", at, BOOT_LIMIT * 2)?;
+    vm.wait_for(PROMPT, committed, Duration::from_secs(20))?;
+    let out = vm.output();
+    let commit_line = out[at..committed].lines().last().unwrap_or("").to_string();
+    on_slot_b(
+        &mut vm,
+        "last trial A -> B: committed",
+        "after the good update",
+    )?;
+    vmkey_still_there(&vm, "written on slot A, read on B")?;
+
+    let at = vm.output().len();
+    vm.command_no_wait(&format!("update {}", url("broken.efi")))?;
+    let failed = vm.wait_for(
+        "last trial of slot A: failed: never became ready",
+        at,
+        BOOT_LIMIT * 2,
+    )?;
+    let ready = vm.wait_for(READY, failed, BOOT_LIMIT)?;
+    vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
+    let out = vm.output();
+    let rollback_line = out[at..failed].lines().last().unwrap_or("").to_string();
+    on_slot_b(
+        &mut vm,
+        "last trial B -> A: failed: never became ready",
+        "after the broken update",
+    )?;
+
+    let at = vm.output().len();
+    vm.command_no_wait(&format!("update {}", url("crashing.efi")))?;
+    let crashed = vm.wait_for(
+        "the trial boot of slot A never reported (hang, crash or watchdog reset); back on slot B",
+        at,
+        BOOT_LIMIT * 2,
+    )?;
+    let ready = vm.wait_for(READY, crashed, BOOT_LIMIT)?;
+    vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
+    on_slot_b(
+        &mut vm,
+        "last trial B -> A: failed: the trial boot of slot A never reported",
+        "after the crashing update",
+    )?;
+    vm.poweroff()?;
+    Ok(UpdateReport {
+        commit_line,
+        rollback_line,
+    })
+}
