@@ -145,8 +145,8 @@ fn serve(listener: TcpListener, shape: Shape) -> Result<()> {
 impl Floor {
     fn push(&mut self, entry: io_uring::squeue::Entry) -> Result<()> {
         loop {
-            // SAFETY: every entry points into a `Conn`'s boxed buffers (or at nothing, for the
-            // accept); a `Conn` is dropped only once none of its ops is queued (`reap`).
+            // A `Conn` is dropped only once none of its ops is queued (`reap`).
+            // SAFETY: every entry points into a `Conn`'s boxed buffers, or at nothing (accept).
             if unsafe { self.ring.submission().push(&entry) }.is_ok() {
                 return Ok(());
             }
