@@ -115,14 +115,16 @@ pub fn start_memcached(memory_mib: u64) -> Result<Pinned> {
     if crate::util::is_root() {
         cmd.args(["-u", "root"]);
     }
+    eprintln!("+ {}", command_line(&cmd));
+    spawn_listening("memcached", cmd, port).context("starting memcached (apt install memcached)")
+}
+
+/// Spawns `cmd` (stdin and stdout closed), waits until it listens on `port`, raises it.
+fn spawn_listening(name: &'static str, mut cmd: Command, port: u16) -> Result<Pinned> {
     let command = command_line(&cmd);
-    eprintln!("+ {command}");
-    let child = cmd
-        .stdin(Stdio::null())
-        .spawn()
-        .context("starting memcached (apt install memcached)")?;
+    let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).spawn()?;
     let mut server = Pinned {
-        name: "memcached",
+        name,
         process: Process::Child(child),
         port,
         http_port: None,
@@ -180,22 +182,7 @@ pub fn start_floor(op: super::mcwire::Op, value_len: usize) -> Result<Pinned> {
     };
     cmd.args(["bench-floor", "--port", &port.to_string(), "--op", op_name])
         .args(["--value-len", &value_len.to_string()]);
-    let command = command_line(&cmd);
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .context("starting the floor server")?;
-    let mut server = Pinned {
-        name: "floor",
-        process: Process::Child(child),
-        port,
-        http_port: None,
-        command,
-    };
-    wait_for_port(&mut server, port)?;
-    raise_priority(server.pid());
-    Ok(server)
+    spawn_listening("floor", cmd, port).context("starting the floor server")
 }
 
 /// nginx in single-process mode (one process serves) with `conf`, on `SERVER_CPU`.
