@@ -9,6 +9,7 @@
 
 mod arena;
 mod durability;
+mod index;
 mod item;
 mod pool;
 mod shard;

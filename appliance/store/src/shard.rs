@@ -13,10 +13,11 @@
 use std::collections::VecDeque;
 
 use foldhash::fast::RandomState;
-use hashbrown::HashTable;
 use std::hash::BuildHasher;
 
 use crate::arena::Segment;
+pub(crate) use crate::index::Loc;
+use crate::index::{Index, SLOTS_MAX};
 use crate::item::{self, Header, NewItem};
 use crate::pool::Pool;
 use crate::StoreError;
@@ -25,28 +26,6 @@ mod dump;
 mod space;
 
 pub(crate) use dump::WalkPos;
-
-/// Where an item lives: slot of the segment in its shard and byte offset in it.
-/// Six bytes, align 1, so the index costs 7 bytes per bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Loc([u8; 6]);
-
-impl Loc {
-    fn new(slot: u16, off: u32) -> Loc {
-        let s = slot.to_le_bytes();
-        let o = off.to_le_bytes();
-        Loc([s[0], s[1], o[0], o[1], o[2], o[3]])
-    }
-    fn slot(self) -> usize {
-        usize::from(u16::from_le_bytes([self.0[0], self.0[1]]))
-    }
-    fn off(self) -> usize {
-        u32::from_le_bytes([self.0[2], self.0[3], self.0[4], self.0[5]]) as usize
-    }
-}
-
-/// Most segments one shard can hold (slot numbers are 16 bits).
-const SLOTS_MAX: usize = u16::MAX as usize;
 
 /// A segment held by a shard and its accounting.
 struct SegSlot {
@@ -100,7 +79,7 @@ pub(crate) struct Shard {
     /// Non-active segments, oldest first.
     fifo: VecDeque<u16>,
     active: Option<u16>,
-    index: HashTable<Loc>,
+    index: Index,
     held: usize,
     next_gen: u32,
     reap: ReapCursor,
@@ -135,13 +114,14 @@ fn key_at(slots: &[Option<SegSlot>], loc: Loc) -> &[u8] {
 }
 
 impl Shard {
-    pub(crate) fn new() -> Shard {
+    /// An empty shard whose segments are `seg_size` bytes.
+    pub(crate) fn new(seg_size: usize) -> Shard {
         Shard {
             slots: Vec::new(),
             free_slots: Vec::new(),
             fifo: VecDeque::new(),
             active: None,
-            index: HashTable::new(),
+            index: Index::new(seg_size),
             held: 0,
             next_gen: 0,
             reap: ReapCursor::default(),
@@ -173,7 +153,7 @@ impl Shard {
     /// Finds the live item under `key`; an expired one is reclaimed and reported absent.
     pub(crate) fn lookup(&mut self, sh: &Shared, hash: u64, key: &[u8], now: u32) -> Option<Loc> {
         let slots = &self.slots;
-        let Some(&loc) = self.index.find(hash, |l| key_at(slots, *l) == key) else {
+        let Some(loc) = self.index.find(hash, |l| key_at(slots, l) == key) else {
             self.forget_flushed(hash);
             return None;
         };
@@ -197,9 +177,7 @@ impl Shard {
 
     /// Marks the item at `loc` dead, takes it out of the index and counts why.
     fn drop_item(&mut self, sh: &Shared, hash: u64, loc: Loc, why: Why) {
-        if let Ok(e) = self.index.find_entry(hash, |l| *l == loc) {
-            e.remove();
-        }
+        self.index.remove(hash, loc);
         let h = Header::read(self.bytes(loc));
         self.count_drop(why, h.bits);
         self.kill(sh, loc);
@@ -276,16 +254,13 @@ impl Shard {
         let slots = &self.slots;
         let old = self
             .index
-            .find_mut(hash, |l| key_at(slots, *l) == new.key)
-            .map(|l| std::mem::replace(l, loc));
+            .replace(hash, |l| key_at(slots, l) == new.key, loc);
         match old {
             // The index already points at the new copy; retire the old bytes.
             Some(old) => self.kill(sh, old),
             None => {
                 let before = self.index.allocation_size();
-                let slots = &self.slots;
-                self.index
-                    .insert_unique(hash, loc, |l| sh.hasher.hash_one(key_at(slots, *l)));
+                self.index.insert_new(hash, loc);
                 sh.pool.index_grew(before, self.index.allocation_size());
             }
         }
@@ -300,7 +275,7 @@ impl Shard {
             if self.flushed_len == FLUSHED_TRACKED {
                 break;
             }
-            self.flushed[self.flushed_len] = sh.hasher.hash_one(key_at(&self.slots, *loc));
+            self.flushed[self.flushed_len] = sh.hasher.hash_one(key_at(&self.slots, loc));
             self.flushed_len += 1;
         }
         self.index.clear();

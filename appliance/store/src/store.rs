@@ -92,6 +92,13 @@ impl Store {
             .max(SEGMENT_MIN)
             .max(config.memory_bytes / (config.shards * SEGMENTS_PER_SHARD_MAX))
             .next_multiple_of(4096);
+        if seg_size > crate::index::SEGMENT_MAX {
+            return Err(StoreError::Config(format!(
+                "memory_bytes {} needs segments of {seg_size} bytes, over the {} the index can address",
+                config.memory_bytes,
+                crate::index::SEGMENT_MAX
+            )));
+        }
         let segments = config.memory_bytes / seg_size;
         if segments < pool::MIN_HELD {
             return Err(StoreError::Config(format!(
@@ -120,7 +127,9 @@ impl Store {
             .unwrap_or(Backing::Normal);
         let pool = pool::Pool::new(segs, seg_size, config.memory_bytes, shard_count);
         Ok(Store {
-            shards: (0..shard_count).map(|_| Mutex::new(Shard::new())).collect(),
+            shards: (0..shard_count)
+                .map(|_| Mutex::new(Shard::new(seg_size)))
+                .collect(),
             shared: Shared {
                 pool,
                 hasher: foldhash::fast::RandomState::default(),

@@ -3,7 +3,7 @@
 //! deletes and evicts what the second chance does not keep (docs/adr/0003-eviction.md).
 use std::hash::BuildHasher;
 
-use super::{key_at, Loc, SegSlot, Shard, Shared, Why, SLOTS_MAX};
+use super::{Loc, SegSlot, Shard, Shared, Why, SLOTS_MAX};
 use crate::item::{self, Header};
 use crate::StoreError;
 
@@ -23,13 +23,11 @@ impl Shard {
     /// Grows the index before it would grow on its own, and gives segments back until
     /// segments plus index fit the budget again.
     pub(super) fn ensure_index_room(&mut self, sh: &Shared, now: u32) {
-        if self.index.len() < self.index.capacity() {
+        if !self.index.full() {
             return;
         }
         let before = self.index.allocation_size();
-        let slots = &self.slots;
-        self.index
-            .reserve(1, |l| sh.hasher.hash_one(key_at(slots, *l)));
+        self.index.grow();
         sh.pool.index_grew(before, self.index.allocation_size());
         while sh.pool.over_budget() {
             let Some(victim) = self.fifo.pop_front() else {
@@ -149,16 +147,12 @@ impl Shard {
                         item::set_bits(&mut s.seg.bytes[wr..], h.bits & !item::ACCESSED);
                     }
                     let new = Loc::new(slot as u16, wr as u32);
-                    if let Some(l) = self.index.find_mut(hash, |l| *l == old) {
-                        *l = new;
-                    }
+                    self.index.replace(hash, |l| l == old, new);
                     wr += len;
                     kept_items += 1;
                 } else {
                     let why = if expired { Why::Expired } else { Why::Evicted };
-                    if let Ok(e) = self.index.find_entry(hash, |l| *l == old) {
-                        e.remove();
-                    }
+                    self.index.remove(hash, old);
                     self.count_drop(why, h.bits);
                 }
             }
