@@ -1,12 +1,14 @@
 //! The hash index of one shard: one 8-byte word per bucket, open addressing with linear
 //! probing kept in Robin Hood order, and backward-shift deletion (no tombstones).
 //!
-//! A word packs, from the top: the top `tag_bits` bits of the key's hash (the tag), the
+//! A word packs, from the top: the top 16–47 bits of the key's hash (the tag), the
 //! segment slot plus one (16 bits, so a used word is never 0 and 0 means empty), and the
 //! byte offset in the segment (`off_bits`, just enough for the segment size). A key's home
-//! bucket is computed from its tag alone (`tag * capacity >> tag_bits`), so the table can
-//! be resized without reading a single key, and a word's distance from its home is known
-//! from the word itself, which is what Robin Hood order and backward-shift deletion need.
+//! bucket is computed from its tag alone (the tag as a fraction of 2^64, times the
+//! capacity), so the table can be resized without reading a single key, and a word's
+//! distance from its home is known from the word itself, which is what Robin Hood order and
+//! backward-shift deletion need. Words with one home are in tag order, so a run that does
+//! not wrap round the table's end is sorted by tag and a look-up stops at a larger tag.
 //!
 //! Nothing is ever left behind by a delete, so the table only grows with live entries: at
 //! most 7/8 full, it grows by a quarter when an insert would pass that (docs/BENCHMARKS.md,
@@ -49,7 +51,8 @@ pub(crate) struct Index {
     words: Vec<u64>,
     len: usize,
     off_bits: u32,
-    tag_bits: u32,
+    /// The word's tag bits in place (its top `64 - 16 - off_bits` bits).
+    tag_mask: u64,
 }
 
 impl Index {
@@ -61,11 +64,12 @@ impl Index {
             "segment size checked by Store::new"
         );
         let off_bits = (usize::BITS - (seg_size - 1).leading_zeros()).max(1);
+        let tag_bits = u64::BITS - SLOT_BITS - off_bits;
         Index {
             words: Vec::new(),
             len: 0,
             off_bits,
-            tag_bits: u64::BITS - SLOT_BITS - off_bits,
+            tag_mask: !0 << (u64::BITS - tag_bits),
         }
     }
 
@@ -90,19 +94,19 @@ impl Index {
         (self.len + 1) * LOAD_DEN > self.words.len() * LOAD_NUM
     }
 
+    /// The tag of `hash`, in place: its top bits, the rest zero.
     fn tag_of(&self, hash: u64) -> u64 {
-        hash >> (u64::BITS - self.tag_bits)
+        hash & self.tag_mask
     }
 
+    /// The tag of a word, in place.
     fn word_tag(&self, w: u64) -> u64 {
-        w >> (SLOT_BITS + self.off_bits)
+        w & self.tag_mask
     }
 
     fn encode(&self, tag: u64, loc: Loc) -> u64 {
         debug_assert!((loc.off as u64) < 1 << self.off_bits);
-        (tag << (SLOT_BITS + self.off_bits))
-            | ((u64::from(loc.slot) + 1) << self.off_bits)
-            | u64::from(loc.off)
+        tag | ((u64::from(loc.slot) + 1) << self.off_bits) | u64::from(loc.off)
     }
 
     fn decode(&self, w: u64) -> Loc {
@@ -113,19 +117,23 @@ impl Index {
         }
     }
 
-    /// Home bucket of a tag in a table of `cap` buckets: the tag scaled to the table.
-    fn home(tag: u64, tag_bits: u32, cap: usize) -> usize {
-        ((u128::from(tag) * cap as u128) >> tag_bits) as usize
+    /// Home bucket of a tag (in place) in a table of `cap` buckets: the tag as a fraction
+    /// of 2^64, scaled to the table.
+    fn home(tag: u64, cap: usize) -> usize {
+        ((u128::from(tag) * cap as u128) >> 64) as usize
     }
 
     /// How far bucket `i` is from the home of the word in it.
     fn dist(&self, w: u64, i: usize) -> usize {
-        let cap = self.words.len();
-        let h = Self::home(self.word_tag(w), self.tag_bits, cap);
+        self.dist_from(Self::home(self.word_tag(w), self.words.len()), i)
+    }
+
+    /// How far bucket `i` is from bucket `h`, going forward (round the end).
+    fn dist_from(&self, h: usize, i: usize) -> usize {
         if i >= h {
             i - h
         } else {
-            i + cap - h
+            i + self.words.len() - h
         }
     }
 
@@ -138,29 +146,49 @@ impl Index {
     }
 
     /// The bucket holding the entry under `hash` for which `eq` holds.
+    ///
+    /// Words of a run are in Robin Hood order with ties (same home) broken by tag, and a
+    /// home only grows with its tag, so a run not wrapping past the table's end is sorted
+    /// by tag: a probe steps over smaller tags without working out their homes, and stops
+    /// at the first larger tag whose home is not behind the end of the table.
     fn position(&self, hash: u64, mut eq: impl FnMut(Loc) -> bool) -> Option<usize> {
-        if self.len == 0 {
-            return None;
-        }
         let tag = self.tag_of(hash);
-        let mut i = Self::home(tag, self.tag_bits, self.words.len());
-        let mut d = 0;
-        loop {
-            let w = self.words[i];
+        let cap = self.words.len();
+        let home = Self::home(tag, cap);
+        // From the home to the table's end: smaller tags are stepped over unexamined.
+        for (i, &w) in self.words.iter().enumerate().skip(home) {
             if w == 0 {
                 return None;
             }
-            if self.word_tag(w) == tag {
+            let t = self.word_tag(w);
+            if t == tag {
                 if eq(self.decode(w)) {
                     return Some(i);
                 }
-            } else if self.dist(w, i) < d {
-                // Robin Hood order: the key would have been placed before this word.
+            } else if t > tag {
+                // A larger tag ends the search unless its word wrapped round from the end.
+                let h = Self::home(t, cap);
+                if h <= i {
+                    return None;
+                }
+            }
+        }
+        // Round the end: plain Robin Hood, stop at a word nearer its home than the probe
+        // (which is `cap - home + i` from its own).
+        for (i, &w) in self.words.iter().enumerate().take(home) {
+            if w == 0 {
                 return None;
             }
-            i = self.next(i);
-            d += 1;
+            let t = self.word_tag(w);
+            if t == tag {
+                if eq(self.decode(w)) {
+                    return Some(i);
+                }
+            } else if self.dist(w, i) < cap - home + i {
+                return None;
+            }
         }
+        None
     }
 
     /// The entry under `hash` for which `eq` holds.
@@ -207,14 +235,15 @@ impl Index {
             self.grow();
         }
         let w = self.encode(self.tag_of(hash), loc);
-        Self::place(&mut self.words, self.tag_bits, self.off_bits, w);
+        Self::place(&mut self.words, self.tag_mask, w);
         self.len += 1;
     }
 
-    /// Puts word `w` into `words` (which has an empty bucket) in Robin Hood order.
-    fn place(words: &mut [u64], tag_bits: u32, off_bits: u32, mut w: u64) {
+    /// Puts word `w` into `words` (which has an empty bucket) in Robin Hood order, ties
+    /// (the same home) broken by tag, smaller first.
+    fn place(words: &mut [u64], tag_mask: u64, mut w: u64) {
         let cap = words.len();
-        let home_of = |w: u64| Self::home(w >> (SLOT_BITS + off_bits), tag_bits, cap);
+        let home_of = |w: u64| Self::home(w & tag_mask, cap);
         let mut i = home_of(w);
         let mut d = 0;
         loop {
@@ -225,7 +254,7 @@ impl Index {
             }
             let h = home_of(cur);
             let cd = if i >= h { i - h } else { i + cap - h };
-            if cd < d {
+            if cd < d || (cd == d && cur & tag_mask > w & tag_mask) {
                 words[i] = w;
                 w = cur;
                 d = cd;
@@ -241,7 +270,7 @@ impl Index {
         let cap = (self.words.len() + self.words.len() / 4).max(MIN_CAPACITY);
         let mut words = vec![0u64; cap];
         for &w in self.words.iter().filter(|&&w| w != 0) {
-            Self::place(&mut words, self.tag_bits, self.off_bits, w);
+            Self::place(&mut words, self.tag_mask, w);
         }
         self.words = words;
     }

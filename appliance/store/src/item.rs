@@ -142,6 +142,21 @@ impl Header {
     }
 }
 
+/// The key of the item that starts at `b[0]`, without decoding the rest of its header
+/// (what every index probe that matches a tag reads).
+pub(crate) fn key(b: &[u8]) -> &[u8] {
+    let mut at = if b[BITS] & HAS_FLAGS != 0 {
+        HEADER + 4
+    } else {
+        HEADER
+    };
+    while b[at] & 0x80 != 0 {
+        at += 1;
+    }
+    at += 1;
+    &b[at..at + usize::from(b[KEY_LEN])]
+}
+
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
@@ -315,6 +330,7 @@ mod tests {
         );
         assert_eq!(h.len(), len);
         assert_eq!(&b[h.key_start()..h.value_start()], &key[..]);
+        assert_eq!(super::key(&b), &key[..]);
         assert_eq!(b[len], 0x5A, "nothing written past the item");
     }
 

@@ -104,13 +104,13 @@ enum Why {
 }
 
 fn key_at(slots: &[Option<SegSlot>], loc: Loc) -> &[u8] {
-    let b = &slots[loc.slot()]
-        .as_ref()
-        .expect("index points at a held segment")
-        .seg
-        .bytes[loc.off()..];
-    let h = Header::read(b);
-    &b[h.key_start()..h.value_start()]
+    item::key(
+        &slots[loc.slot()]
+            .as_ref()
+            .expect("index points at a held segment")
+            .seg
+            .bytes[loc.off()..],
+    )
 }
 
 impl Shard {

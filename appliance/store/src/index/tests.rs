@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use super::*;
 
 /// Checks the layout invariants: `len` words used, a word away from its home never follows
-/// an empty bucket, and distances grow by at most one from bucket to bucket.
+/// an empty bucket, distances grow by at most one from bucket to bucket, and words with one
+/// home are in tag order.
 fn check(ix: &Index) {
     let cap = ix.words.len();
     assert_eq!(ix.words.iter().filter(|&&w| w != 0).count(), ix.len);
@@ -57,7 +58,9 @@ fn locations_at_their_limits_round_trip() {
         all.dedup();
         assert_eq!(all, want);
         check(&ix);
-        assert!(ix.tag_bits >= 16 && ix.tag_bits + ix.off_bits + SLOT_BITS == 64);
+        let tag_bits = ix.tag_mask.count_ones();
+        assert!(tag_bits >= 16 && tag_bits + ix.off_bits + SLOT_BITS == 64);
+        assert_eq!(ix.tag_mask.leading_ones(), tag_bits);
     }
 }
 
@@ -140,6 +143,24 @@ fn owned_by(owner: &HashMap<Loc, u32>, key: u32) -> impl FnMut(Loc) -> bool + '_
 #[test]
 fn random_operations_match_a_model() {
     // Hashes come from a small pool so tags collide often; keys are told apart by `eq`.
+    model_run(|key| u64::from(key % 512).wrapping_mul(0xa076_1d64_78bd_642f));
+}
+
+#[test]
+fn runs_that_wrap_past_the_end_match_a_model() {
+    // Half the keys have homes in the last buckets, half in the first: runs wrap round the
+    // table's end and meet the runs starting at bucket 0.
+    model_run(|key| {
+        let spread = u64::from(key % 97) << 20;
+        if key % 2 == 0 {
+            u64::MAX - spread
+        } else {
+            spread
+        }
+    });
+}
+
+fn model_run(hash_of: impl Fn(u32) -> u64) {
     let mut ix = Index::new(4096);
     let mut model: HashMap<u32, (u64, Loc)> = HashMap::new();
     let mut owner: HashMap<Loc, u32> = HashMap::new();
@@ -150,8 +171,7 @@ fn random_operations_match_a_model() {
         x ^= x >> 7;
         x ^= x << 17;
         let key = (x % 3000) as u32;
-        // 512 distinct hashes for 3000 keys.
-        let hash = (u64::from(key % 512)).wrapping_mul(0xa076_1d64_78bd_642f);
+        let hash = hash_of(key);
         let found = ix.find(hash, owned_by(&owner, key));
         assert_eq!(found, model.get(&key).map(|e| e.1), "step {step} key {key}");
         next_loc += 1;
