@@ -3,10 +3,14 @@
 use super::*;
 
 fn store(memory_bytes: usize) -> Store {
+    store_with_shards(memory_bytes, 4)
+}
+
+fn store_with_shards(memory_bytes: usize, shards: usize) -> Store {
     Store::new(StoreConfig {
         memory_bytes,
         item_size_max: 1 << 20,
-        shards: 4,
+        shards,
         huge_pages: false,
         external_threshold: 0,
     })
@@ -460,14 +464,7 @@ fn overwrite_heavy_working_set_that_fits_is_kept() {
 fn an_index_full_of_tiny_items_stays_in_budget_and_finds_what_it_keeps() {
     // 1-byte values: the index is a large share of each item, it grows while segments are
     // evicted to pay for it, and the budget holds at every step.
-    let s = Store::new(StoreConfig {
-        memory_bytes: 8 << 20,
-        item_size_max: 1 << 20,
-        shards: 1,
-        huge_pages: false,
-        external_threshold: 0,
-    })
-    .expect("store");
+    let s = store_with_shards(8 << 20, 1);
     let n = 600_000u32;
     let mut grew = 0;
     let mut last_index = 0;
