@@ -155,13 +155,10 @@ impl Index {
         let tag = self.tag_of(hash);
         let cap = self.words.len();
         let home = Self::home(tag, cap);
-        // From the home to the table's end, then round it from bucket 0.
-        let (round_the_end, from_home) = self.words.split_at(home);
-        let probes = from_home
-            .iter()
-            .zip(home..)
-            .chain(round_the_end.iter().zip(0..));
-        for (&w, i) in probes {
+        // Two loops rather than one over a chained iterator: the chain's per-word branch
+        // costs about 5% of a SET's store instructions (callgrind).
+        // From the home to the table's end: smaller tags are stepped over unexamined.
+        for (i, &w) in self.words.iter().enumerate().skip(home) {
             if w == 0 {
                 return None;
             }
@@ -170,14 +167,26 @@ impl Index {
                 if eq(self.decode(w)) {
                     return Some(i);
                 }
-            } else if i < home {
-                // Round the end: plain Robin Hood, stop at a word nearer its home than the
-                // probe is to its own.
-                if self.dist(w, i) < cap - home + i {
+            } else if t > tag {
+                // A larger tag ends the search unless its word wrapped round from the end.
+                let h = Self::home(t, cap);
+                if h <= i {
                     return None;
                 }
-            } else if t > tag && Self::home(t, cap) <= i {
-                // A larger tag ends the search, unless its word wrapped round from the end.
+            }
+        }
+        // Round the end: plain Robin Hood, stop at a word nearer its home than the probe
+        // (which is `cap - home + i` from its own).
+        for (i, &w) in self.words.iter().enumerate().take(home) {
+            if w == 0 {
+                return None;
+            }
+            let t = self.word_tag(w);
+            if t == tag {
+                if eq(self.decode(w)) {
+                    return Some(i);
+                }
+            } else if self.dist(w, i) < cap - home + i {
                 return None;
             }
         }
