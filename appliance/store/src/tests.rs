@@ -414,6 +414,20 @@ fn rejects_bad_configs() {
     assert!(bad(64 << 20, 0, 1));
     assert!(bad(64 << 20, 1 << 20, 3));
     assert!(!bad(4 << 20, 1 << 20, 16));
+    // 2^47 bytes in one shard needs 2^33-byte segments: past the index's 32-bit offsets,
+    // refused before anything is mapped.
+    let err = Store::new(StoreConfig {
+        memory_bytes: 1 << 47,
+        item_size_max: 1 << 20,
+        shards: 1,
+        huge_pages: false,
+        external_threshold: 0,
+    })
+    .expect_err("segments too large to address");
+    assert!(
+        matches!(&err, StoreError::Config(m) if m.contains("index can address")),
+        "{err}"
+    );
 }
 
 #[test]
