@@ -500,18 +500,18 @@ mod tests {
 
     #[test]
     fn image_options_parse_and_bad_ones_are_named() {
-        let args: Vec<String> = [
+        let parse = |args: &[&str]| {
+            BootOptions::parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        };
+        let o = parse(&[
             "--size",
             "1G",
             "--seed",
             "s",
             "--append",
             "ringstore.memory=64M",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let o = BootOptions::parse(&args).unwrap();
+        ])
+        .unwrap();
         assert_eq!((o.size_mib, o.seed.as_str()), (Some(1024), "s"));
         assert!(o
             .cmdline()
@@ -522,20 +522,16 @@ mod tests {
             &["--size"],
             &["--nope"],
         ] {
-            let args: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
-            assert!(BootOptions::parse(&args).is_err(), "{bad:?}");
+            assert!(parse(bad).is_err(), "{bad:?}");
         }
         assert_eq!(parse_mib("256").unwrap(), 256);
-        let args: Vec<String> = [
+        let o = parse(&[
             "--config-authorized-keys",
             "k.pub",
             "--console-password-hash",
             "p.phc",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let o = BootOptions::parse(&args).unwrap();
+        ])
+        .unwrap();
         assert_eq!(
             (o.config_authorized_keys, o.console_password_hash),
             (Some("k.pub".into()), Some("p.phc".into()))
