@@ -183,3 +183,61 @@ pub fn data_partition(layout: &Layout) -> Result<PathBuf, String> {
     })?;
     found.node(crate::datadev::NODE_WAIT)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringstore_disk::layout::FatKind;
+
+    /// A config partition (FAT12 in a plain file) holding `files`; its [`Found`].
+    fn partition(name: &str, files: &[(&str, &[u8])]) -> Found {
+        let path =
+            std::env::temp_dir().join(format!("ringstore-cfg-{name}-{}", std::process::id()));
+        let len = 4u64 << 20;
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        file.set_len(len).unwrap();
+        fat::format(Slice::new(&file, 0, len), FatKind::Fat12, "RS-CONFIG", 1).unwrap();
+        let fs = fat::open(Slice::new(&file, 0, len), &fat::DOS_EPOCH).unwrap();
+        for (name, bytes) in files {
+            fat::write_file(&fs, name, bytes).unwrap();
+        }
+        fs.unmount().unwrap();
+        Found {
+            disk: path,
+            number: 2,
+            start: 0,
+            len,
+        }
+    }
+
+    #[test]
+    fn authorized_keys_are_read_within_their_bound() {
+        let keys = b"ssh-ed25519 AAAA k\n";
+        let found = partition("keys", &[(AUTHORIZED_KEYS_FILE, keys)]);
+        assert_eq!(
+            read_authorized_keys(&found).unwrap().as_deref(),
+            Some("ssh-ed25519 AAAA k\n")
+        );
+        assert_eq!(read_config(&found).unwrap(), None, "no ringstore.toml");
+        let _ = std::fs::remove_file(&found.disk);
+        let big = vec![b'#'; AUTHORIZED_KEYS_FILE_MAX as usize + 1];
+        let found = partition("big", &[(AUTHORIZED_KEYS_FILE, &big)]);
+        let err = read_authorized_keys(&found).unwrap_err();
+        assert!(err.contains("more than the 65536 allowed"), "{err}");
+        let _ = std::fs::remove_file(&found.disk);
+        let found = partition("binary", &[(AUTHORIZED_KEYS_FILE, &[0xff, 0xfe])]);
+        assert!(read_authorized_keys(&found)
+            .unwrap_err()
+            .contains("not UTF-8"));
+        let _ = std::fs::remove_file(&found.disk);
+        let found = partition("none", &[]);
+        assert_eq!(read_authorized_keys(&found).unwrap(), None);
+        let _ = std::fs::remove_file(&found.disk);
+    }
+}
