@@ -368,5 +368,6 @@ mod accept;
 mod arm;
 mod conn_io;
 mod disk;
+pub(crate) mod send_vec;
 mod stop;
 mod udp;
