@@ -113,4 +113,70 @@ mod tests {
         assert_eq!(collect(&out, &[], 4, 8), vec![(base + 4, 7)]);
         assert!(collect(&out, &[], 11, 8).is_empty());
     }
+
+    #[test]
+    fn pieces_splice_pinned_values_and_resume_after_a_short_send() {
+        use ringstore_store::{NewMeta, ReadOpts, Store, StoreConfig, Write};
+        let store = Store::new(StoreConfig {
+            memory_bytes: 8 << 20,
+            item_size_max: 1 << 20,
+            shards: 1,
+            huge_pages: false,
+            external_threshold: 0,
+        })
+        .expect("store");
+        let value = vec![7u8; 20 << 10];
+        let meta = NewMeta::default();
+        store
+            .update(b"k", 1, |_| {
+                (
+                    Write::Put {
+                        value: &value,
+                        meta,
+                    },
+                    (),
+                )
+            })
+            .expect("set");
+        let pinned = |store: &Store| {
+            let (_, pin) = store
+                .journaled(None)
+                .try_get_pinned(b"k", 1, ReadOpts::default(), |_, req| req.want())
+                .expect("read");
+            pin.expect("pin")
+        };
+        let splices = [
+            Splice {
+                at: 5,
+                pin: pinned(&store),
+            },
+            Splice {
+                at: 5,
+                pin: pinned(&store),
+            },
+        ];
+        let (pa, n) = (splices[0].pin.as_ptr() as usize, value.len());
+        let out = b"HEAD:\r\n\r\nEND".to_vec();
+        let o = out.as_ptr() as usize;
+        assert_eq!(output_len(&out, &splices), out.len() + 2 * n);
+        assert_eq!(
+            collect(&out, &splices, 0, 64),
+            vec![(o, 5), (pa, n), (pa, n), (o + 5, 7)],
+            "an empty buffer run between two splices is skipped"
+        );
+        assert_eq!(
+            collect(&out, &splices, 7, 64),
+            vec![(pa + 2, n - 2), (pa, n), (o + 5, 7)]
+        );
+        assert_eq!(collect(&out, &splices, 5 + 2 * n + 2, 64), vec![(o + 7, 5)]);
+        assert_eq!(
+            collect(&out, &splices, 0, 2),
+            vec![(o, 5), (pa, n)],
+            "at most max"
+        );
+        for s in splices {
+            store.unpin(s.pin);
+        }
+        assert_eq!(store.stats().pinned_segments, 0);
+    }
 }
