@@ -69,7 +69,10 @@ mod tests {
 
     #[test]
     fn big_cells_parse_and_preload_a_bounded_keyspace() {
-        assert!(matches!(parse_cell("get-102400-1"), Ok((Op::Get, 102400, 1))));
+        assert!(matches!(
+            parse_cell("get-102400-1"),
+            Ok((Op::Get, 102400, 1))
+        ));
         assert!(parse_cell("get-12345-1").is_err());
         assert_eq!(keyspace(100), KEYSPACE);
         assert_eq!(keyspace(524288), 512);
