@@ -29,7 +29,7 @@ fn pin(s: &Store, key: &[u8], now: Time) -> Option<Pin> {
     };
     let (_, pin) = s
         .journaled(None)
-        .try_get_pinned(key, now, opts, |it, req| it.is_some() && req.want())
+        .try_get_pinned(key, now, opts, 1, |it, req| it.is_some() && req.want())
         .expect("read");
     pin
 }
@@ -150,7 +150,7 @@ fn a_read_that_does_not_ask_pins_nothing() {
     put(&s, b"a", b"small", 1).unwrap();
     let (r, p) = s
         .journaled(None)
-        .try_get_pinned(b"a", 1, ReadOpts::default(), |it, _| {
+        .try_get_pinned(b"a", 1, ReadOpts::default(), 0, |it, _| {
             it.map(|i| i.value.to_vec())
         })
         .unwrap();

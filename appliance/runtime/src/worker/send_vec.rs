@@ -6,6 +6,7 @@
 
 use super::*;
 use ringstore_service::zero_copy::Splice;
+use std::os::fd::RawFd;
 
 /// iovec entries one send carries at most (below the kernel's UIO_MAXIOV of 1024); the rest
 /// of the output goes in the next send.
@@ -65,34 +66,34 @@ pub(crate) fn pieces(
     }
 }
 
-impl<H: Handler> Worker<H> {
-    /// Queues a `sendmsg` of the output from `conn.sent` on, spliced values included
-    /// (at most [`IOV_PER_SEND`] pieces).
-    pub(super) fn vec_send_entry(&mut self, slot: u32, generation: u32) -> Option<squeue::Entry> {
-        let conn = self.conns.get_mut(slot, generation)?;
-        let splices = self.setup.handler.splices(&conn.session);
-        let vs = conn.vec_send.get_or_insert_with(VecSend::new);
-        vs.iov.clear();
-        let iov = &mut vs.iov;
-        pieces(&conn.out, splices, conn.sent, IOV_PER_SEND, |ptr, len| {
-            iov.push(libc::iovec {
-                iov_base: ptr as *mut libc::c_void,
-                iov_len: len,
-            })
-        });
-        vs.msg.msg_iov = vs.iov.as_mut_ptr();
-        vs.msg.msg_iovlen = vs.iov.len() as _;
-        // The kernel reads the iovec's memory until the completion: the output buffer is not
-        // touched while a send is in flight, and each pinned value's segment is neither
-        // rewritten nor recycled while its pin is held, which the session keeps until the
-        // runtime reports the output sent (`output_flushed`) or the connection closed with
-        // nothing in flight (`session_closed`), both after this send's completion.
-        Some(
-            opcode::SendMsg::new(types::Fd(conn.fd.as_raw_fd()), &vs.msg)
-                .flags(libc::MSG_NOSIGNAL as u32)
-                .build(),
-        )
-    }
+/// A `sendmsg` on `fd` of a connection's output (`out` with its session's `splices`) from
+/// `sent` on, at most [`IOV_PER_SEND`] pieces, in the connection's `vec_send` state.
+pub(crate) fn entry(
+    fd: RawFd,
+    out: &[u8],
+    sent: usize,
+    vec_send: &mut Option<Box<VecSend>>,
+    splices: &[Splice],
+) -> squeue::Entry {
+    let vs = vec_send.get_or_insert_with(VecSend::new);
+    vs.iov.clear();
+    let iov = &mut vs.iov;
+    pieces(out, splices, sent, IOV_PER_SEND, |ptr, len| {
+        iov.push(libc::iovec {
+            iov_base: ptr as *mut libc::c_void,
+            iov_len: len,
+        })
+    });
+    vs.msg.msg_iov = vs.iov.as_mut_ptr();
+    vs.msg.msg_iovlen = vs.iov.len() as _;
+    // The kernel reads the iovec's memory until the completion: the output buffer is not
+    // touched while a send is in flight, and each pinned value's segment is neither
+    // rewritten nor recycled while its pin is held, which the session keeps until the
+    // runtime reports the output sent (`output_flushed`) or the connection closed with
+    // nothing in flight (`session_closed`), both after this send's completion.
+    opcode::SendMsg::new(types::Fd(fd), &vs.msg)
+        .flags(libc::MSG_NOSIGNAL as u32)
+        .build()
 }
 
 #[cfg(test)]
@@ -141,7 +142,7 @@ mod tests {
         let pinned = |store: &Store| {
             let (_, pin) = store
                 .journaled(None)
-                .try_get_pinned(b"k", 1, ReadOpts::default(), |_, req| req.want())
+                .try_get_pinned(b"k", 1, ReadOpts::default(), 1, |_, req| req.want())
                 .expect("read");
             pin.expect("pin")
         };

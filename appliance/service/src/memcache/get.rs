@@ -67,10 +67,13 @@ pub(crate) fn get(
         }
         let mut no_room = false;
         let mut spliced = None;
-        let zero_copy = zc.enabled && ctx.device.is_none();
-        let found = store.try_get_pinned(key, now, opts, |item, pin| match item {
+        let pin_from = match zc.enabled && ctx.device.is_none() {
+            true => ZERO_COPY_MIN,
+            false => usize::MAX,
+        };
+        let found = store.try_get_pinned(key, now, opts, pin_from, |item, pin| match item {
             Some(it) => {
-                if zero_copy && it.value.len() >= ZERO_COPY_MIN {
+                if it.value.len() >= pin_from {
                     if zc.room(ctx.stats, it.value.len()) && pin.want() {
                         let cas = with_cas.then_some(it.cas);
                         reply::value_header(out, it.key, it.flags, it.value.len(), cas);

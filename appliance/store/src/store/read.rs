@@ -45,9 +45,10 @@ impl Store {
         now: Time,
         opts: ReadOpts,
         journal: Option<&dyn Journal>,
+        pin_from: usize,
         f: impl FnOnce(Option<ItemRef<'_>>, &mut PinRequest) -> R,
     ) -> Result<(R, Option<Pin>), StoreError> {
-        self.read_with(key, now, opts, journal, true, f)
+        self.read_with(key, now, opts, journal, pin_from, f)
             .map_err(|(e, _)| e)
     }
 
@@ -61,7 +62,7 @@ impl Store {
         f: F,
     ) -> Result<R, (StoreError, F)> {
         let mut f = Some(f);
-        match self.read_with(key, now, opts, journal, false, |item, _| {
+        match self.read_with(key, now, opts, journal, usize::MAX, |item, _| {
             (f.take().expect("called once"))(item)
         }) {
             Ok((r, _)) => Ok(r),
@@ -69,15 +70,15 @@ impl Store {
         }
     }
 
-    /// [`Store::read`]; with `pinning`, `f` may ask for the value to be pinned
-    /// ([`PinRequest::want`]) and the pin is returned with its result.
+    /// [`Store::read`]; for a value of at least `pin_from` bytes, `f` may ask for it to be
+    /// pinned ([`PinRequest::want`]) and the pin is returned with its result.
     fn read_with<R, F: FnOnce(Option<ItemRef<'_>>, &mut PinRequest) -> R>(
         &self,
         key: &[u8],
         now: Time,
         opts: ReadOpts,
         journal: Option<&dyn Journal>,
-        pinning: bool,
+        pin_from: usize,
         f: F,
     ) -> Result<(R, Option<Pin>), (StoreError, F)> {
         let mut request = PinRequest {
@@ -128,8 +129,8 @@ impl Store {
         }
         // `fetched` and `last_access` are shown as they were before this read (meta h, l, t).
         // Only a RAM value can be pinned (an external one was read from the device), and only
-        // under the store's cap (checked only when pinning: it is an atomic load).
-        if pinning && found.device.is_none() {
+        // under the store's cap (checked only for a value that may be pinned: an atomic load).
+        if h.value_len >= pin_from && found.device.is_none() {
             request.possible = shard.can_pin(&self.shared, loc);
             request.capped = !request.possible;
         }
