@@ -64,8 +64,9 @@ fn main() {
                         "sendmsg iovec" => opcode::SendMsg::new(fd, &msg).build(),
                         _ => opcode::SendMsgZc::new(fd, &msg).build(),
                     };
-                    // SAFETY: `msg`, `iov`, `out` and the pieces outlive the wait below, which
-                    // returns only after the send's completion (and its notification).
+                    // `msg`, `iov`, `out` and the pieces outlive the wait below, which returns
+                    // only after the send's completion (and its notification).
+                    // SAFETY: every pointer in the entry stays valid until then (above).
                     unsafe { ring.submission().push(&e.user_data(1)).unwrap() };
                     let zc = mode.starts_with("sendmsg_zc");
                     let mut res = None;
