@@ -9,7 +9,10 @@ use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid timespec the call writes.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -47,8 +50,14 @@ fn main() {
                     let mut iov = Vec::new();
                     let mut skip = sent;
                     for p in pieces {
-                        if skip >= p.len() { skip -= p.len(); continue; }
-                        iov.push(libc::iovec { iov_base: p[skip..].as_ptr() as *mut _, iov_len: p.len() - skip });
+                        if skip >= p.len() {
+                            skip -= p.len();
+                            continue;
+                        }
+                        iov.push(libc::iovec {
+                            iov_base: p[skip..].as_ptr() as *mut _,
+                            iov_len: p.len() - skip,
+                        });
                         skip = 0;
                     }
                     // SAFETY: all-zero is a valid msghdr (null pointers, zero lengths).
@@ -58,8 +67,11 @@ fn main() {
                     let e = match mode {
                         "copy+send" => {
                             out.clear();
-                            out.extend_from_slice(&head); out.extend_from_slice(&value); out.extend_from_slice(&tail);
-                            opcode::Send::new(fd, out[sent..].as_ptr(), (total - sent) as u32).build()
+                            out.extend_from_slice(&head);
+                            out.extend_from_slice(&value);
+                            out.extend_from_slice(&tail);
+                            opcode::Send::new(fd, out[sent..].as_ptr(), (total - sent) as u32)
+                                .build()
                         }
                         "sendmsg iovec" => opcode::SendMsg::new(fd, &msg).build(),
                         _ => opcode::SendMsgZc::new(fd, &msg).build(),
@@ -74,8 +86,13 @@ fn main() {
                     while res.is_none() || !notif {
                         ring.submit_and_wait(1).unwrap();
                         for c in ring.completion() {
-                            if cqueue::notif(c.flags()) { notif = true; continue; }
-                            if !cqueue::more(c.flags()) { notif = true; }
+                            if cqueue::notif(c.flags()) {
+                                notif = true;
+                                continue;
+                            }
+                            if !cqueue::more(c.flags()) {
+                                notif = true;
+                            }
                             res = Some(c.result());
                         }
                     }
@@ -86,7 +103,13 @@ fn main() {
             }
             let cpu = thread_cpu_ns() - t0;
             let wall = w0.elapsed().as_secs_f64();
-            println!("{:>7} B  {:<17} {:>7.2} µs sender CPU/reply  {:>6.2} GB/s wall", len, mode, cpu as f64 / iters as f64 / 1000.0, (iters * total) as f64 / wall / 1e9);
+            println!(
+                "{:>7} B  {:<17} {:>7.2} µs sender CPU/reply  {:>6.2} GB/s wall",
+                len,
+                mode,
+                cpu as f64 / iters as f64 / 1000.0,
+                (iters * total) as f64 / wall / 1e9
+            );
         }
     }
 }
