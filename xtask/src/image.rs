@@ -118,20 +118,27 @@ pub fn build_image() -> Result<Image> {
     build_image_with(Some(&test_key().with_extension("pub")))
 }
 
+/// An authorized_keys file, checked (every line a key, at least one, within the console's
+/// limits) as the box will read it.
+pub fn read_authorized_keys(path: &Path) -> Result<Vec<u8>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    anyhow::ensure!(
+        text.len() as u64 <= ringstore_init::bootdisk::AUTHORIZED_KEYS_FILE_MAX,
+        "{}: over {} bytes",
+        path.display(),
+        ringstore_init::bootdisk::AUTHORIZED_KEYS_FILE_MAX
+    );
+    let parsed = ringstore_console::AuthorizedKeys::from_lines(text.lines())
+        .with_context(|| format!("{}", path.display()))?;
+    anyhow::ensure!(!parsed.is_empty(), "{} holds no keys", path.display());
+    Ok(text.into_bytes())
+}
+
 /// Everything QEMU needs, in target/appliance, with `authorized_keys` (an OpenSSH
 /// authorized_keys file, checked here) in the initramfs.
 pub fn build_image_with(authorized_keys: Option<&Path>) -> Result<Image> {
-    let keys = match authorized_keys {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let parsed = ringstore_console::AuthorizedKeys::from_lines(text.lines())
-                .with_context(|| format!("{}", path.display()))?;
-            anyhow::ensure!(!parsed.is_empty(), "{} holds no keys", path.display());
-            Some(text.into_bytes())
-        }
-        None => None,
-    };
+    let keys = authorized_keys.map(read_authorized_keys).transpose()?;
     let binary = build_static_binary()?;
     let kernel = crate::kernel::build_kernel()?;
     let dir = appliance_dir();
@@ -178,6 +185,12 @@ pub struct BootOptions {
     pub out: PathBuf,
     /// The console's SSH keys (OpenSSH authorized_keys); without, nobody can log in (ADR-0023).
     pub authorized_keys: Option<PathBuf>,
+    /// More console keys, written to the config partition's `/authorized_keys` (a box's
+    /// own keys, changeable without a new ringstore.efi).
+    pub config_authorized_keys: Option<PathBuf>,
+    /// A file with the console password's argon2id PHC string, put in ringstore.efi's
+    /// initramfs as /etc/ringstore/console-password (never the password, never the command line).
+    pub console_password_hash: Option<PathBuf>,
 }
 
 /// The command line every ringstore.efi starts with; `--append` adds to it.
@@ -192,6 +205,8 @@ impl BootOptions {
             append: String::new(),
             out: appliance_dir(),
             authorized_keys: None,
+            config_authorized_keys: None,
+            console_password_hash: None,
         }
     }
 
@@ -213,8 +228,16 @@ impl BootOptions {
                 "--authorized-keys" => {
                     o.authorized_keys = Some(PathBuf::from(value("an authorized_keys file")?))
                 }
+                "--config-authorized-keys" => {
+                    o.config_authorized_keys =
+                        Some(PathBuf::from(value("an authorized_keys file")?))
+                }
+                "--console-password-hash" => {
+                    o.console_password_hash =
+                        Some(PathBuf::from(value("a file with an argon2id PHC string")?))
+                }
                 other => bail!(
-                    "unknown image option {other:?} (expected --authorized-keys FILE, --size SIZE, --signing-key FILE, --seed TEXT, --append ARGS, --out DIR)"
+                    "unknown image option {other:?} (expected --authorized-keys FILE, --config-authorized-keys FILE, --console-password-hash FILE, --size SIZE, --signing-key FILE, --seed TEXT, --append ARGS, --out DIR)"
                 ),
             }
         }
@@ -300,6 +323,21 @@ pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
         .map(read_signing_key)
         .transpose()?;
     let mut extra = crate::initramfs::console_entries(image.authorized_keys.clone());
+    if let Some(path) = &opts.console_password_hash {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        ringstore_console::PasswordHash::parse(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: {e} (make one with e.g. `argon2 SALT -id -e`)",
+                path.display()
+            )
+        })?;
+        extra.push(Entry::file(
+            crate::initramfs::CONSOLE_PASSWORD,
+            0o600,
+            format!("{}\n", text.trim()).into_bytes(),
+        ));
+    }
     extra.push(Entry::file(
         "etc/ringstore/image-cmdline",
         0o644,
@@ -364,7 +402,16 @@ pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
         slots::loader_conf(Slot::A).into_bytes(),
     ));
     esp.push((Slot::A.path(), efi_bytes));
-    let config = std::fs::read(root().join("image/ringstore.toml"))?;
+    let mut config = vec![(
+        ringstore_init::bootdisk::CONFIG_FILE.to_string(),
+        std::fs::read(root().join("image/ringstore.toml"))?,
+    )];
+    if let Some(path) = &opts.config_authorized_keys {
+        config.push((
+            ringstore_init::bootdisk::AUTHORIZED_KEYS_FILE.to_string(),
+            read_authorized_keys(path)?,
+        ));
+    }
     let layout = ringstore_disk::Layout::builtin();
     let size = opts.size_mib.unwrap_or(layout.disk_size_mib) << 20;
     let time: &'static ringstore_disk::fat::FixedTime =
@@ -376,10 +423,7 @@ pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
         size,
         &opts.seed,
         time,
-        &[
-            (Role::Esp, esp),
-            (Role::Config, vec![("ringstore.toml".into(), config)]),
-        ],
+        &[(Role::Esp, esp), (Role::Config, config)],
     )?;
     eprintln!(
         "image: {} ({} KiB, command line {cmdline:?}{}), {} ({} MiB, sparse)",
@@ -400,10 +444,11 @@ pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
     })
 }
 
-/// `cargo xtask image [--authorized-keys FILE] [--size SIZE] [--signing-key FILE] [--seed TEXT] [--append ARGS] [--out DIR]`.
+/// `cargo xtask image [--authorized-keys FILE] [--config-authorized-keys FILE]
+/// [--console-password-hash FILE] [--size SIZE] [--signing-key FILE] [--seed TEXT] [--append ARGS] [--out DIR]`.
 pub fn run(args: &[String]) -> Result<()> {
     let opts = BootOptions::parse(args)?;
-    if opts.authorized_keys.is_none() {
+    if opts.authorized_keys.is_none() && opts.config_authorized_keys.is_none() {
         eprintln!("image: no --authorized-keys FILE: nobody can log in on the console");
     }
     let image = build_image_with(opts.authorized_keys.as_deref())?;
@@ -455,18 +500,18 @@ mod tests {
 
     #[test]
     fn image_options_parse_and_bad_ones_are_named() {
-        let args: Vec<String> = [
+        let parse = |args: &[&str]| {
+            BootOptions::parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        };
+        let o = parse(&[
             "--size",
             "1G",
             "--seed",
             "s",
             "--append",
             "ringstore.memory=64M",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let o = BootOptions::parse(&args).unwrap();
+        ])
+        .unwrap();
         assert_eq!((o.size_mib, o.seed.as_str()), (Some(1024), "s"));
         assert!(o
             .cmdline()
@@ -477,10 +522,37 @@ mod tests {
             &["--size"],
             &["--nope"],
         ] {
-            let args: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
-            assert!(BootOptions::parse(&args).is_err(), "{bad:?}");
+            assert!(parse(bad).is_err(), "{bad:?}");
         }
         assert_eq!(parse_mib("256").unwrap(), 256);
+        let o = parse(&[
+            "--config-authorized-keys",
+            "k.pub",
+            "--console-password-hash",
+            "p.phc",
+        ])
+        .unwrap();
+        assert_eq!(
+            (o.config_authorized_keys, o.console_password_hash),
+            (Some("k.pub".into()), Some("p.phc".into()))
+        );
+    }
+
+    #[test]
+    fn authorized_keys_files_are_checked_before_they_go_in() {
+        let keys = root().join("tests/keys");
+        assert!(read_authorized_keys(&keys.join("partition_ed25519.pub")).is_ok());
+        let path = std::env::temp_dir().join(format!("ringstore-keys-{}", std::process::id()));
+        let bad = [
+            "# only a comment\n".to_string(),
+            "ssh-ed25519 garbage\n".to_string(),
+            "#".repeat(ringstore_init::bootdisk::AUTHORIZED_KEYS_FILE_MAX as usize + 1),
+        ];
+        for text in bad {
+            std::fs::write(&path, &text).unwrap();
+            assert!(read_authorized_keys(&path).is_err(), "{:.40}", text);
+        }
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

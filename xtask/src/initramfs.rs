@@ -145,6 +145,9 @@ pub fn write_newc<W: Write>(entries: &[Entry], out: W) -> Result<W> {
 /// Where PID 1's console reads the image's authorized keys (ADR-0023).
 pub const AUTHORIZED_KEYS: &str = "etc/ringstore/authorized_keys";
 
+/// Where PID 1's console reads the image's argon2id password hash (`--console-password-hash`).
+pub const CONSOLE_PASSWORD: &str = "etc/ringstore/console-password";
+
 /// The console's credentials in the image: `etc/ringstore/authorized_keys` (OpenSSH lines).
 pub fn console_entries(authorized_keys: Option<Vec<u8>>) -> Vec<Entry> {
     match authorized_keys {

@@ -54,6 +54,9 @@ pub struct Identity {
     pub comment: String,
     /// `SHA256:...` of the key, or `password`.
     pub fingerprint: String,
+    /// Where the key came from (`image`, `config-partition`; empty when untagged), or `image`
+    /// for the password.
+    pub source: String,
 }
 
 impl std::fmt::Display for Identity {
@@ -66,19 +69,42 @@ impl std::fmt::Display for Identity {
     }
 }
 
-/// The keys allowed to log in.
+/// One authorized key as `keys` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyInfo {
+    pub algorithm: String,
+    pub comment: String,
+    pub fingerprint: String,
+    pub source: String,
+}
+
+/// The keys allowed to log in, each with the source it came from.
 #[derive(Debug, Clone, Default)]
 pub struct AuthorizedKeys {
-    keys: Vec<PublicKey>,
+    keys: Vec<(PublicKey, String)>,
 }
 
 impl AuthorizedKeys {
     /// Parses OpenSSH `authorized_keys` lines (`TYPE BASE64 [COMMENT]`; blank lines and `#`
-    /// comments skipped; options before the type are not supported and refused). Every source
-    /// (the image's file, the config partition) hands its lines here; [`AuthorizedKeys::extend`]
-    /// joins sources.
+    /// comments skipped; options before the type are not supported and refused). Strict: the
+    /// first bad line refuses them all (what `cargo xtask image` checks its files with).
     pub fn from_lines<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<Self, AuthError> {
+        let (keys, mut problems) = Self::parse_lines("", lines);
+        match problems.is_empty() {
+            true => Ok(keys),
+            false => Err(problems.remove(0)),
+        }
+    }
+
+    /// Parses `authorized_keys` lines from `source` leniently, for the box: a bad line (over
+    /// [`KEY_LINE_MAX`], not a key) is skipped and reported, keys past [`KEYS_MAX`] are
+    /// dropped and reported once; the keys that parsed are kept, tagged with `source`.
+    pub fn parse_lines<'a>(
+        source: &str,
+        lines: impl IntoIterator<Item = &'a str>,
+    ) -> (Self, Vec<AuthError>) {
         let mut keys = AuthorizedKeys::default();
+        let mut problems = Vec::new();
         for (index, line) in lines.into_iter().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -89,27 +115,44 @@ impl AuthorizedKeys {
                 why,
             };
             if line.len() > KEY_LINE_MAX {
-                return Err(bad(format!("longer than {KEY_LINE_MAX} bytes")));
+                problems.push(bad(format!("longer than {KEY_LINE_MAX} bytes")));
+                continue;
             }
-            let key = PublicKey::from_openssh(line).map_err(|e| bad(e.to_string()))?;
-            keys.push(key)?;
+            match PublicKey::from_openssh(line) {
+                Ok(key) => {
+                    if let Err(e) = keys.push(key, source) {
+                        problems.push(e);
+                        break;
+                    }
+                }
+                Err(e) => problems.push(bad(e.to_string())),
+            }
         }
-        Ok(keys)
+        (keys, problems)
     }
 
-    fn push(&mut self, key: PublicKey) -> Result<(), AuthError> {
+    fn push(&mut self, key: PublicKey, source: &str) -> Result<(), AuthError> {
+        if self
+            .keys
+            .iter()
+            .any(|(k, _)| k.key_data() == key.key_data())
+        {
+            return Ok(());
+        }
         if self.keys.len() >= KEYS_MAX {
             return Err(AuthError::TooManyKeys);
         }
-        if !self.keys.iter().any(|k| k.key_data() == key.key_data()) {
-            self.keys.push(key);
-        }
+        self.keys.push((key, source.to_string()));
         Ok(())
     }
 
-    /// Adds another source's keys (duplicates kept once).
+    /// Adds another source's keys after these (a key already here keeps its first source);
+    /// past [`KEYS_MAX`] in all the rest is refused (the ones that fit are kept).
     pub fn extend(&mut self, other: AuthorizedKeys) -> Result<(), AuthError> {
-        other.keys.into_iter().try_for_each(|k| self.push(k))
+        other
+            .keys
+            .into_iter()
+            .try_for_each(|(k, source)| self.push(k, &source))
     }
 
     pub fn len(&self) -> usize {
@@ -120,6 +163,24 @@ impl AuthorizedKeys {
         self.keys.is_empty()
     }
 
+    /// How many keys came from `source`.
+    pub fn count_from(&self, source: &str) -> usize {
+        self.keys.iter().filter(|(_, s)| s == source).count()
+    }
+
+    /// Every key with its source, in order.
+    pub fn list(&self) -> Vec<KeyInfo> {
+        self.keys
+            .iter()
+            .map(|(k, source)| KeyInfo {
+                algorithm: k.algorithm().to_string(),
+                comment: k.comment().to_string(),
+                fingerprint: k.fingerprint(HashAlg::Sha256).to_string(),
+                source: source.clone(),
+            })
+            .collect()
+    }
+
     /// Checks an armored SSHSIG over `message`: namespace [`NAMESPACE`], made by one of the keys.
     pub fn verify(&self, message: &str, armored: &str) -> Result<Identity, AuthError> {
         let sig =
@@ -127,16 +188,17 @@ impl AuthorizedKeys {
         if sig.namespace() != NAMESPACE {
             return Err(AuthError::Namespace(sig.namespace().to_string()));
         }
-        let key = self
+        let (key, source) = self
             .keys
             .iter()
-            .find(|k| k.key_data() == sig.public_key())
+            .find(|(k, _)| k.key_data() == sig.public_key())
             .ok_or(AuthError::NotAuthorized)?;
         key.verify(NAMESPACE, message.as_bytes(), &sig)
             .map_err(|_| AuthError::NotAuthorized)?;
         Ok(Identity {
             comment: key.comment().to_string(),
             fingerprint: key.fingerprint(HashAlg::Sha256).to_string(),
+            source: source.clone(),
         })
     }
 }
@@ -207,6 +269,7 @@ impl PasswordHash {
         Ok(Identity {
             comment: "password".into(),
             fingerprint: "password".into(),
+            source: "image".into(),
         })
     }
 }
@@ -301,17 +364,77 @@ mod tests {
         let long = format!("ssh-ed25519 {}", "A".repeat(KEY_LINE_MAX));
         assert!(AuthorizedKeys::from_lines([long.as_str()]).is_err());
         // KEYS_MAX distinct keys are taken, one more is refused.
-        let line = |i: usize| {
-            let mut bytes = [0u8; 32];
-            bytes[..8].copy_from_slice(&(i as u64).to_le_bytes());
-            let data = ssh_key::public::KeyData::Ed25519(ssh_key::public::Ed25519PublicKey(bytes));
-            PublicKey::new(data, format!("k{i}")).to_openssh().unwrap()
-        };
-        let lines: Vec<String> = (0..=KEYS_MAX).map(line).collect();
+        let lines: Vec<String> = (0..=KEYS_MAX).map(numbered_key).collect();
         let full = AuthorizedKeys::from_lines(lines[..KEYS_MAX].iter().map(String::as_str));
         assert_eq!(full.unwrap().len(), KEYS_MAX);
         let over = AuthorizedKeys::from_lines(lines.iter().map(String::as_str));
         assert_eq!(over.unwrap_err(), AuthError::TooManyKeys);
+    }
+
+    #[test]
+    fn lenient_parsing_skips_bad_lines_and_keeps_sources() {
+        const PART_PUB: &str = include_str!("../../../tests/keys/partition_ed25519.pub");
+        let long = format!("ssh-ed25519 {}", "A".repeat(KEY_LINE_MAX));
+        let text =
+            format!("# partition keys\nssh-ed25519 notbase64 bad\n{long}\n{PART_PUB}\n{TEST_PUB}");
+        let (part, problems) = AuthorizedKeys::parse_lines("config-partition", text.lines());
+        assert_eq!(part.len(), 2, "the good lines are kept");
+        assert!(
+            matches!(&problems[..], [AuthError::BadKeyLine { line: 2, .. }, AuthError::BadKeyLine { line: 3, why }] if why.contains("longer than")),
+            "{problems:?}"
+        );
+        // The strict form refuses the same text at its first bad line.
+        assert!(matches!(
+            AuthorizedKeys::from_lines(text.lines()),
+            Err(AuthError::BadKeyLine { line: 2, .. })
+        ));
+        // Merged after the image's keys: the test key keeps its first source, the partition
+        // key says where it came from, and a login with it reports that.
+        let (mut keys, none) = AuthorizedKeys::parse_lines("image", TEST_PUB.lines());
+        assert!(none.is_empty());
+        keys.extend(part).unwrap();
+        let sources: Vec<(String, String)> = keys
+            .list()
+            .into_iter()
+            .map(|k| (k.comment, k.source))
+            .collect();
+        assert_eq!(sources.len(), 2, "{sources:?}");
+        assert!(sources[0].0.contains("ringstore-test-only") && sources[0].1 == "image");
+        assert_eq!(
+            sources[1],
+            (
+                "partition-test-only@ringstore".into(),
+                "config-partition".into()
+            )
+        );
+        assert_eq!(
+            (
+                keys.count_from("image"),
+                keys.count_from("config-partition")
+            ),
+            (1, 1)
+        );
+        let who = keys.verify(OPENSSH_MSG, OPENSSH_SIG).unwrap();
+        assert_eq!(who.source, "image");
+        // KEYS_MAX in all: the partition's keys past it are dropped and reported once.
+        let lines: Vec<String> = (0..KEYS_MAX + 5).map(numbered_key).collect();
+        let (many, problems) =
+            AuthorizedKeys::parse_lines("config-partition", lines.iter().map(String::as_str));
+        assert_eq!(
+            (many.len(), problems),
+            (KEYS_MAX, vec![AuthError::TooManyKeys])
+        );
+        let (mut image, _) = AuthorizedKeys::parse_lines("image", TEST_PUB.lines());
+        assert_eq!(image.extend(many), Err(AuthError::TooManyKeys));
+        assert_eq!(image.len(), KEYS_MAX, "what fit is kept");
+    }
+
+    /// A distinct, valid ed25519 authorized-keys line per `i`.
+    fn numbered_key(i: usize) -> String {
+        let mut bytes = [0u8; 32];
+        bytes[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        let data = ssh_key::public::KeyData::Ed25519(ssh_key::public::Ed25519PublicKey(bytes));
+        PublicKey::new(data, format!("k{i}")).to_openssh().unwrap()
     }
 
     #[test]
@@ -372,5 +495,18 @@ mod tests {
         let argon2i = phc.replacen("$argon2id$", "$argon2i$", 1);
         assert!(PasswordHash::parse(&argon2i).is_err());
         assert!(PasswordHash::parse(&"$argon2id$".repeat(40)).is_err());
+    }
+
+    /// The QEMU tests' password file (`tests/keys/console-password.argon2id`) is the hash of
+    /// the documented test-only password.
+    #[test]
+    fn the_test_password_file_matches_the_test_password() {
+        const PHC: &str = include_str!("../../../tests/keys/console-password.argon2id");
+        let hash = PasswordHash::parse(PHC).unwrap();
+        assert!(hash.verify("ringstore-test-password").is_ok());
+        assert_eq!(
+            hash.verify("ringstore-test-passwore"),
+            Err(AuthError::WrongPassword)
+        );
     }
 }

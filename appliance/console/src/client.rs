@@ -12,7 +12,7 @@ use ssh_key::{HashAlg, LineEnding, PrivateKey, PublicKey, SshSig};
 
 use crate::frame::{self, FrameError};
 use crate::split::{Splitter, Utf8Pieces};
-use crate::{NAMESPACE, PROMPT, SIGNATURE_PROMPT};
+use crate::{NAMESPACE, PASSWORD_PROMPT, PROMPT, SIGNATURE_PROMPT};
 
 /// Most of PID 1's text a client holds while waiting for something.
 pub const PENDING_MAX: usize = 4 << 20;
@@ -252,6 +252,8 @@ fn agent_sign(
 pub struct LoggedIn {
     pub comment: String,
     pub fingerprint: String,
+    /// Where the box found the key (`image`, `config-partition`); `image` for the password.
+    pub source: String,
 }
 
 /// A console session driven from the host.
@@ -337,28 +339,28 @@ impl<L: Link> Client<L> {
         Ok(())
     }
 
-    /// Logs in with `signer`; afterwards the box is at its prompt.
-    pub fn login(&mut self, signer: &Signer) -> Result<LoggedIn, ClientError> {
+    /// Sends `line` (`login --json`, `login password --json`) and reads its first step: the
+    /// step's object, with the box at `prompt`, or the refusal (the box back at its prompt).
+    fn login_step(&mut self, line: &str, prompt: &str) -> Result<Value, ClientError> {
         self.pending.clear();
-        self.link.send("login --json\n")?;
+        self.link.send(line)?;
         let first = self.answer()?;
-        let challenge = first.first().ok_or(ClientError::Answer("login object"))?;
-        if challenge["ok"] != true {
+        let step = first
+            .into_iter()
+            .next()
+            .ok_or(ClientError::Answer("login object"))?;
+        if step["ok"] != true {
             self.read_until(PROMPT)?;
             return Err(ClientError::Refused(
-                challenge["error"].as_str().unwrap_or("?").to_string(),
+                step["error"].as_str().unwrap_or("?").to_string(),
             ));
         }
-        let message = challenge["challenge"]
-            .as_str()
-            .ok_or(ClientError::Answer("challenge"))?
-            .to_string();
-        self.read_until(SIGNATURE_PROMPT)?;
-        let armored = signer.sign(&message)?;
-        self.link.send(&armored)?;
-        if !armored.ends_with('\n') {
-            self.link.send("\n")?;
-        }
+        self.read_until(prompt)?;
+        Ok(step)
+    }
+
+    /// Reads a login's result (after the signature or password was sent).
+    fn login_result(&mut self) -> Result<LoggedIn, ClientError> {
         let done = self.answer()?;
         self.read_until(PROMPT)?;
         let done = done.first().ok_or(ClientError::Answer("login result"))?;
@@ -371,7 +373,31 @@ impl<L: Link> Client<L> {
         Ok(LoggedIn {
             comment: field("comment"),
             fingerprint: field("fingerprint"),
+            source: field("source"),
         })
+    }
+
+    /// Logs in with `signer`; afterwards the box is at its prompt.
+    pub fn login(&mut self, signer: &Signer) -> Result<LoggedIn, ClientError> {
+        let challenge = self.login_step("login --json\n", SIGNATURE_PROMPT)?;
+        let message = challenge["challenge"]
+            .as_str()
+            .ok_or(ClientError::Answer("challenge"))?
+            .to_string();
+        let armored = signer.sign(&message)?;
+        self.link.send(&armored)?;
+        if !armored.ends_with('\n') {
+            self.link.send("\n")?;
+        }
+        self.login_result()
+    }
+
+    /// Logs in with the console password (`login password`; the serial line echoes it, so
+    /// this is the fallback, not the way in).
+    pub fn login_password(&mut self, password: &str) -> Result<LoggedIn, ClientError> {
+        self.login_step("login password --json\n", PASSWORD_PROMPT)?;
+        self.link.send(&format!("{password}\n"))?;
+        self.login_result()
     }
 
     /// Runs `command` with `--json` appended; returns its answer objects (the prompt after it

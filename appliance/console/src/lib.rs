@@ -9,7 +9,9 @@ pub mod client;
 pub mod frame;
 pub mod split;
 
-pub use auth::{AuthError, AuthorizedKeys, Backoff, Challenge, Identity, PasswordHash, NAMESPACE};
+pub use auth::{
+    AuthError, AuthorizedKeys, Backoff, Challenge, Identity, KeyInfo, PasswordHash, NAMESPACE,
+};
 pub use frame::{FrameError, SCHEMA};
 
 /// The console's prompt, printed after every answer.

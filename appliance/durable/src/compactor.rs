@@ -103,6 +103,9 @@ pub struct Compactor {
     zero: Vec<u8>,
     retry_at_ms: u64,
     stats: CompactorStats,
+    /// `stats.aborted` already handed to [`Serving::note_compaction`] (a failed read has no
+    /// `Serving` at hand: the next step reports it).
+    aborted_noted: u64,
 }
 
 impl Compactor {
@@ -114,6 +117,7 @@ impl Compactor {
             zero: vec![0; block_size as usize],
             retry_at_ms: 0,
             stats: CompactorStats::default(),
+            aborted_noted: 0,
         }
     }
 
@@ -180,6 +184,10 @@ impl Compactor {
         now_ms: u64,
         may_start: bool,
     ) -> Step {
+        while self.aborted_noted < self.stats.aborted {
+            s.note_compaction(false);
+            self.aborted_noted += 1;
+        }
         let g = s.superblock().geometry;
         match std::mem::replace(&mut self.phase, Phase::Idle) {
             Phase::Idle => {
@@ -288,6 +296,7 @@ impl Compactor {
             }
         }
         self.stats.freed += 1;
+        s.note_compaction(true);
     }
 
     /// Gives up: the victim stays sealed; originals that were copied stay on the device as

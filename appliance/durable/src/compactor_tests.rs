@@ -92,6 +92,12 @@ fn overwrites_far_beyond_the_device_stay_within_the_space_bound() {
     );
     let st = c.stats();
     assert!(st.freed > 100 && st.aborted == 0, "{st:?}");
+    let state = s.state();
+    assert_eq!(
+        (state.compactions, state.compactions_aborted),
+        (st.freed, 0),
+        "the console's `data` counts what the compactor did"
+    );
     for k in 0..32u64 {
         assert_eq!(
             s.lookup(format!("key{k}").as_bytes(), 0)
@@ -329,6 +335,9 @@ fn reads_are_requested_and_a_failed_or_short_read_gives_up_until_the_retry() {
     assert!(c.is_idle());
     assert_eq!(c.stats().aborted, 2);
     assert_eq!(c.stats().copied, 0);
+    // The Serving's count (the console's `data`) catches up at the next step.
+    c.step(&s, &mut log, 0, now, false);
+    assert_eq!(s.state().compactions_aborted, 2);
     // A completion nobody asked for is ignored.
     c.on_read(Ok(len), now);
     assert!(c.is_idle());

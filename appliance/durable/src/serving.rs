@@ -89,6 +89,10 @@ pub struct Serving<D: BlockDevice> {
     swept: usize,
     /// Records read back that did not verify, as counted by [`Serving::note_corrupt`].
     corrupt: AtomicU64,
+    /// Background compactions finished and given up ([`Serving::note_compaction`]), and the
+    /// recovered values the RAM store refused at start ([`Serving::note_load_refused`]).
+    compactions: [AtomicU64; 2],
+    load_refused: AtomicU64,
     /// Unix seconds of store time 0: a staged [`Mutation`]'s times are store times.
     unix_start: u64,
 }
@@ -106,6 +110,11 @@ pub struct ServingState {
     pub region_live_segments: Vec<u32>,
     /// Records read back that did not verify since start.
     pub corrupt_records: u64,
+    /// Background compactions since start: segments freed, and compactions given up.
+    pub compactions: u64,
+    pub compactions_aborted: u64,
+    /// Recovered values the RAM store refused at start (read through from the device instead).
+    pub load_refused_records: u64,
     /// Large uploads in progress and the space they hold.
     pub uploads: usize,
     pub upload_reserved_bytes: u64,
@@ -149,6 +158,8 @@ impl<D: BlockDevice> Serving<D> {
             objects: Mutex::new(LargeObjects::default()),
             swept: 0,
             corrupt: AtomicU64::new(0),
+            compactions: [AtomicU64::new(0), AtomicU64::new(0)],
+            load_refused: AtomicU64::new(0),
             unix_start: 0,
         };
         let mark = me.read_index().get(FLUSH_KEY).copied();
@@ -170,6 +181,16 @@ impl<D: BlockDevice> Serving<D> {
     /// Counts a record read back from the device that did not verify (reported in `stats`).
     pub fn note_corrupt(&self) {
         self.corrupt.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A compaction freed its segment (`done`) or was given up; `data` reports the counts.
+    pub fn note_compaction(&self, done: bool) {
+        self.compactions[usize::from(!done)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `n` recovered values did not fit the RAM store at start.
+    pub fn note_load_refused(&self, n: u64) {
+        self.load_refused.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Records read back that did not verify since start ([`Serving::note_corrupt`]).
@@ -258,6 +279,9 @@ impl<D: BlockDevice> Serving<D> {
             region_live_bytes,
             region_live_segments,
             corrupt_records: self.corrupt_records(),
+            compactions: self.compactions[0].load(Ordering::Relaxed),
+            compactions_aborted: self.compactions[1].load(Ordering::Relaxed),
+            load_refused_records: self.load_refused.load(Ordering::Relaxed),
             uploads,
             upload_reserved_bytes,
         }

@@ -16,6 +16,11 @@ const POLL: Duration = Duration::from_millis(50);
 /// The config partition's file and its bound (the same as `ringstore serve --config`).
 pub const CONFIG_FILE: &str = "ringstore.toml";
 pub const CONFIG_FILE_MAX: u64 = 1 << 20;
+/// The config partition's console keys (OpenSSH authorized_keys lines, ADR-0023) and their
+/// bound: [`ringstore_console::auth::KEYS_MAX`] lines of at most
+/// [`ringstore_console::auth::KEY_LINE_MAX`] bytes, and room for comments.
+pub const AUTHORIZED_KEYS_FILE: &str = "authorized_keys";
+pub const AUTHORIZED_KEYS_FILE_MAX: u64 = 64 << 10;
 
 /// A partition found by type.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,6 +140,17 @@ pub fn wait_for(layout: &Layout, role: Role, limit: Duration) -> Option<Found> {
 
 /// `/ringstore.toml` of the config partition: `Ok(None)` when the partition or the file is absent.
 pub fn read_config(found: &Found) -> Result<Option<String>, String> {
+    read_text(found, CONFIG_FILE, CONFIG_FILE_MAX)
+}
+
+/// `/authorized_keys` of the config partition: `Ok(None)` when absent; over
+/// [`AUTHORIZED_KEYS_FILE_MAX`] bytes or not UTF-8 it is refused with the reason.
+pub fn read_authorized_keys(found: &Found) -> Result<Option<String>, String> {
+    read_text(found, AUTHORIZED_KEYS_FILE, AUTHORIZED_KEYS_FILE_MAX)
+}
+
+/// File `name` of the FAT partition `found`, as text of at most `max` bytes.
+fn read_text(found: &Found, name: &str, max: u64) -> Result<Option<String>, String> {
     let what = |e: &dyn std::fmt::Display| {
         format!(
             "config partition ({} partition {}): {e}",
@@ -144,11 +160,11 @@ pub fn read_config(found: &Found) -> Result<Option<String>, String> {
     };
     let volume = found.open(false).map_err(|e| what(&e))?;
     let fs = fat::open(volume, &fat::DOS_EPOCH).map_err(|e| what(&e))?;
-    match fat::read_file(&fs, CONFIG_FILE, CONFIG_FILE_MAX).map_err(|e| what(&e))? {
+    match fat::read_file(&fs, name, max).map_err(|e| what(&e))? {
         None => Ok(None),
         Some(bytes) => String::from_utf8(bytes)
             .map(Some)
-            .map_err(|_| what(&format!("{CONFIG_FILE}: not UTF-8 text"))),
+            .map_err(|_| what(&format!("{name}: not UTF-8 text"))),
     }
 }
 
@@ -166,4 +182,62 @@ pub fn data_partition(layout: &Layout) -> Result<PathBuf, String> {
         )
     })?;
     found.node(crate::datadev::NODE_WAIT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringstore_disk::layout::FatKind;
+
+    /// A config partition (FAT12 in a plain file) holding `files`; its [`Found`].
+    fn partition(name: &str, files: &[(&str, &[u8])]) -> Found {
+        let path =
+            std::env::temp_dir().join(format!("ringstore-cfg-{name}-{}", std::process::id()));
+        let len = 4u64 << 20;
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        file.set_len(len).unwrap();
+        fat::format(Slice::new(&file, 0, len), FatKind::Fat12, "RS-CONFIG", 1).unwrap();
+        let fs = fat::open(Slice::new(&file, 0, len), &fat::DOS_EPOCH).unwrap();
+        for (name, bytes) in files {
+            fat::write_file(&fs, name, bytes).unwrap();
+        }
+        fs.unmount().unwrap();
+        Found {
+            disk: path,
+            number: 2,
+            start: 0,
+            len,
+        }
+    }
+
+    #[test]
+    fn authorized_keys_are_read_within_their_bound() {
+        let keys = b"ssh-ed25519 AAAA k\n";
+        let found = partition("keys", &[(AUTHORIZED_KEYS_FILE, keys)]);
+        assert_eq!(
+            read_authorized_keys(&found).unwrap().as_deref(),
+            Some("ssh-ed25519 AAAA k\n")
+        );
+        assert_eq!(read_config(&found).unwrap(), None, "no ringstore.toml");
+        let _ = std::fs::remove_file(&found.disk);
+        let big = vec![b'#'; AUTHORIZED_KEYS_FILE_MAX as usize + 1];
+        let found = partition("big", &[(AUTHORIZED_KEYS_FILE, &big)]);
+        let err = read_authorized_keys(&found).unwrap_err();
+        assert!(err.contains("more than the 65536 allowed"), "{err}");
+        let _ = std::fs::remove_file(&found.disk);
+        let found = partition("binary", &[(AUTHORIZED_KEYS_FILE, &[0xff, 0xfe])]);
+        assert!(read_authorized_keys(&found)
+            .unwrap_err()
+            .contains("not UTF-8"));
+        let _ = std::fs::remove_file(&found.disk);
+        let found = partition("none", &[]);
+        assert_eq!(read_authorized_keys(&found).unwrap(), None);
+        let _ = std::fs::remove_file(&found.disk);
+    }
 }

@@ -66,7 +66,8 @@ pub fn run() -> ! {
     // From here on PID 1's main thread only runs the console: reboot(2) is all it needs. Before
     // the first prompt, so whoever sees the prompt sees the narrowed sets in `threads`.
     privs::restrict_thread_or_log(privs::Role::Console);
-    console::session::load_image_credentials();
+    let partition_keys = state::lock().partition_keys.take();
+    console::session::load_credentials(partition_keys);
     loop {
         // run_loop never returns; a panic escaping it restarts it.
         let _ = catch_unwind(|| console::run_loop());
@@ -164,22 +165,26 @@ fn effective_cmdline(running: &str) -> String {
                 info!("no config partition found; using the image's command line");
                 None
             }
-            Some(found) => match bootdisk::read_config(&found) {
-                Ok(Some(text)) => {
-                    info!(
-                        "config partition {} partition {}: {} read",
-                        found.disk.display(),
-                        found.number,
-                        bootdisk::CONFIG_FILE
-                    );
-                    Some(text)
+            Some(found) => {
+                // The console's keys from the partition, for load_credentials after boot.
+                state::lock().partition_keys = bootdisk::read_authorized_keys(&found).transpose();
+                match bootdisk::read_config(&found) {
+                    Ok(Some(text)) => {
+                        info!(
+                            "config partition {} partition {}: {} read",
+                            found.disk.display(),
+                            found.number,
+                            bootdisk::CONFIG_FILE
+                        );
+                        Some(text)
+                    }
+                    Ok(None) => None,
+                    Err(why) => {
+                        error!("{why}; ignored");
+                        None
+                    }
                 }
-                Ok(None) => None,
-                Err(why) => {
-                    error!("{why}; ignored");
-                    None
-                }
-            },
+            }
         }
     };
     let built = layers::Layers::build(running, &image, partition.as_deref()).or_else(|err| {

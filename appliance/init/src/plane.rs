@@ -180,6 +180,7 @@ impl Serving for RuntimeServer {
             .enumerate()
             .map(|(i, (live, segs))| {
                 serde_json::json!({"region": i, "live_bytes": live, "segments_with_live_data": segs,
+                                   "used_bytes": u64::from(*segs) * g.segment_size,
                                    "segments": g.segments_per_region,
                                    "bytes": u64::from(g.segments_per_region) * g.segment_size})
             })
@@ -193,6 +194,9 @@ impl Serving for RuntimeServer {
             "live_bytes": s.region_live_bytes.iter().sum::<u64>(),
             "used_bytes": s.region_live_segments.iter().map(|&n| u64::from(n) * g.segment_size).sum::<u64>(),
             "corrupt_records": s.corrupt_records,
+            "load_refused_records": s.load_refused_records,
+            "compactions": s.compactions,
+            "compactions_aborted": s.compactions_aborted,
             "uploads_in_progress": s.uploads,
             "upload_reserved_bytes": s.upload_reserved_bytes,
             "regions": regions,

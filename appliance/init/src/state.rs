@@ -27,6 +27,9 @@ pub struct State {
     pub layers: crate::layers::Layers,
     /// The A/B slots of disk.img (ADR 0025).
     pub slots: crate::update::SlotsState,
+    /// The config partition's console keys as boot read them (`Err`: why not), until the
+    /// console loads its credentials.
+    pub partition_keys: Option<Result<String, String>>,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);

@@ -29,7 +29,8 @@ pub(crate) struct Conn<S> {
     pub session: S,
     /// Replies not yet fully sent; never touched while a send is in flight.
     pub out: Vec<u8>,
-    /// How much of `out` the kernel has taken.
+    /// How much of the output the kernel has taken: of `out`, with the session's spliced
+    /// values counted where they go (`worker/send_vec.rs`).
     pub sent: usize,
     pub recv_armed: bool,
     pub send_armed: bool,
@@ -50,6 +51,8 @@ pub(crate) struct Conn<S> {
     pub linger: Option<Linger>,
     /// Flushes in a row that used at most a quarter of `out`'s capacity.
     small_flushes: u8,
+    /// `sendmsg` state for output with spliced values (made on first use).
+    pub vec_send: Option<Box<crate::worker::send_vec::VecSend>>,
 }
 
 impl<S> Conn<S> {
@@ -69,6 +72,7 @@ impl<S> Conn<S> {
             awaits_device: false,
             linger: None,
             small_flushes: 0,
+            vec_send: None,
         }
     }
 

@@ -148,6 +148,7 @@ pub(crate) fn attach(
     for _ in 0..bad {
         serving.note_corrupt();
     }
+    serving.note_load_refused(refused as u64);
     store.raise_cas_floor(serving.max_cas());
     store.attach_backfill(Arc::new(DeviceBackfill {
         serving: serving.clone(),

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use ringstore_service::zero_copy::Splice;
 use ringstore_service::{Device, Flow, Now, Protocol, Session, Shared};
 
 /// What a worker calls for each connection. Monomorphised: no dynamic dispatch per request.
@@ -29,6 +30,13 @@ pub(crate) trait Handler: Send + Sync + 'static {
         false
     }
     fn has_partial_request(&self, session: &Self::Session) -> bool;
+    /// Values to send from the item, spliced into the output at their offsets; their bytes
+    /// stay valid until [`Handler::output_flushed`] or [`Handler::session_closed`], which the
+    /// worker calls only once no send reading them is in flight.
+    fn splices<'s>(&self, session: &'s Self::Session) -> &'s [Splice] {
+        let _ = session;
+        &[]
+    }
     /// Every output byte of `session` has been sent.
     fn output_flushed(&self, session: &mut Self::Session) {
         let _ = session;
@@ -99,7 +107,10 @@ const REAP_GRACE_SECS: u32 = 60;
 impl Handler for ServiceHandler {
     type Session = Session;
     fn open(&self, protocol: Protocol, worker: usize) -> Session {
-        Session::new(protocol, worker)
+        // Connections (TCP) send big GET values from the item; UDP sessions copy.
+        let mut session = Session::new(protocol, worker);
+        session.enable_zero_copy();
+        session
     }
     #[inline]
     fn on_bytes(
@@ -121,8 +132,12 @@ impl Handler for ServiceHandler {
     fn has_partial_request(&self, session: &Session) -> bool {
         session.has_partial_request()
     }
+    fn splices<'s>(&self, session: &'s Session) -> &'s [Splice] {
+        session.splices()
+    }
     fn output_flushed(&self, session: &mut Session) {
-        session.on_output_flushed()
+        session.on_output_flushed();
+        session.release_output(&self.0);
     }
     fn conn_opened(&self, worker: usize) {
         self.0.conn_opened(worker)

@@ -289,7 +289,13 @@ impl<H: Handler> Worker<H> {
                     // and the compactor's erase block and read buffer stay put until theirs; the
                     // UDP receive's msghdr and buffer group live as long as the ring, and a UDP
                     // send slot (boxed msghdr, iovec, address, bytes) is not reused until its
-                    // completion (`KernelUdp::send_done`).
+                    // completion (`KernelUdp::send_done`). A connection's vectored send
+                    // (`worker/send_vec.rs`) has its boxed msghdr and iovec in the `Conn`, untouched
+                    // until the completion, and its iovec points at the output buffer and at pinned
+                    // arena bytes: the pin invariant (store/src/pin.rs) is that a pinned segment is
+                    // not recycled or rewritten until the pin is released, and the session releases
+                    // its pins only in `output_flushed` / `session_closed`, which the worker calls
+                    // after this send's completion (never with a send in flight).
                     // SAFETY: every entry points only at memory that outlives its completion (above).
                     if unsafe { sq.push(&self.pending[next]) }.is_err() {
                         break;
@@ -368,5 +374,6 @@ mod accept;
 mod arm;
 mod conn_io;
 mod disk;
+pub(crate) mod send_vec;
 mod stop;
 mod udp;

@@ -13,6 +13,9 @@ mod held;
 pub mod http;
 pub mod memcache;
 mod stats;
+pub mod zero_copy;
+#[cfg(test)]
+mod zero_copy_tests;
 
 pub use device::Device;
 pub use ringstore_store::{Backfill, Fetched, Journal, Mutation, Store, StoreConfig, StoreStats};
@@ -188,6 +191,13 @@ impl Shared {
         opened.saturating_sub(closed)
     }
 
+    /// Value bytes pinned for zero-copy sends in flight, over all workers (a gauge).
+    pub fn pinned_bytes(&self) -> u64 {
+        self.slots
+            .iter()
+            .fold(0u64, |n, s| n.wrapping_add(s.pinned_bytes.get()))
+    }
+
     /// Connections refused at the limit, since start (or the last `stats reset`).
     pub fn rejected_connections(&self) -> u64 {
         self.refused
@@ -336,6 +346,32 @@ impl Session {
         }
     }
 
+    /// Sends GET values of at least [`zero_copy::ZERO_COPY_MIN`] bytes from the item: the
+    /// output then has [`Session::splices`] the runtime must send in place (TCP only; the
+    /// session never splices while a data device is attached). No effect on HTTP.
+    pub fn enable_zero_copy(&mut self) {
+        if let SessionKind::Memcache(s) = &mut self.inner {
+            s.zc.enabled = true;
+        }
+    }
+
+    /// Pinned values to send at their offsets in the output, in order. Their bytes stay
+    /// valid until [`Session::release_output`] or [`Session::on_close`].
+    pub fn splices(&self) -> &[zero_copy::Splice] {
+        match &self.inner {
+            SessionKind::Memcache(s) => &s.zc.splices,
+            SessionKind::Http(_) => &[],
+        }
+    }
+
+    /// The output, spliced values included, has been sent (or will never be): their pins go
+    /// back to the store. Call only when no send reading them is in flight.
+    pub fn release_output(&mut self, shared: &Shared) {
+        if let SessionKind::Memcache(s) = &mut self.inner {
+            s.release_splices(shared);
+        }
+    }
+
     /// True while a reply waits for the data device.
     pub fn awaits_durable(&self) -> bool {
         match &self.inner {
@@ -347,8 +383,9 @@ impl Session {
     /// The connection is gone: give up what a request in progress holds (a large upload's
     /// chunks on the data device).
     pub fn on_close(&mut self, shared: &Shared, device: Option<&dyn Device>) {
-        if let SessionKind::Http(s) = &mut self.inner {
-            s.on_close(&http::StoreBackend::of(shared, s.worker(), device));
+        match &mut self.inner {
+            SessionKind::Http(s) => s.on_close(&http::StoreBackend::of(shared, s.worker(), device)),
+            SessionKind::Memcache(s) => s.release_splices(shared),
         }
     }
 

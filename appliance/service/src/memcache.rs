@@ -36,6 +36,7 @@ use ringstore_store::Journaled;
 use crate::budget::{Hold, IN_FREE, OUT_FREE};
 use crate::device::Device;
 use crate::held::{Failure, HeldReplies};
+use crate::zero_copy::ZeroCopy;
 use crate::{durable_failure_reply, Flow, Now, Protocol, Shared, WorkerStats};
 
 /// memcached's answer when it cannot grow a connection's read buffer (then it closes).
@@ -105,6 +106,8 @@ pub struct MemcacheSession {
     /// Response boundaries in the output, when asked for (memcache over UDP frames each
     /// response as memcached does): see [`MemcacheSession::mark_responses`].
     marks: Option<Vec<ResponseMark>>,
+    /// GET values sent from the item (`zero_copy.rs`).
+    pub(crate) zc: ZeroCopy,
 }
 
 /// The end of one response in a session's output (memcached frames each of its UDP
@@ -155,6 +158,7 @@ impl MemcacheSession {
             held: HeldReplies::default(),
             mode: Mode::Undecided,
             marks: None,
+            zc: ZeroCopy::default(),
         }
     }
 
@@ -185,6 +189,13 @@ impl MemcacheSession {
     /// The runtime sent every pending output byte: the output reservation goes back.
     pub fn on_output_flushed(&mut self) {
         self.out_hold.release();
+    }
+
+    /// The output's spliced values were sent (or never will be): unpin them.
+    pub fn release_splices(&mut self, shared: &Shared) {
+        if !self.zc.splices.is_empty() {
+            self.zc.release_from(shared, shared.stats(self.worker), 0);
+        }
     }
 
     /// See [`crate::Session::on_bytes`].
@@ -312,9 +323,12 @@ impl MemcacheSession {
         let mut pos = 0;
         self.awaiting = 0;
         loop {
-            if let Some(flow) =
-                self.before_request(ctx, buf.len(), &mut pos, out.len() + held.len())
-            {
+            if let Some(flow) = self.before_request(
+                ctx,
+                buf.len(),
+                &mut pos,
+                out.len() + held.len() + self.zc.pinned,
+            ) {
                 return (pos, flow);
             }
             match parse(&buf[pos..], &limits) {
@@ -416,6 +430,7 @@ impl MemcacheSession {
                 g,
                 self.get_cursor,
                 &mut self.marks,
+                &mut self.zc,
             ) {
                 get::Progress::Done => self.get_cursor = 0,
                 get::Progress::Paused(next) => {

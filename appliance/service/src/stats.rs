@@ -132,6 +132,14 @@ counters! {
     xdp_tx,
     /// AF_XDP frames dropped: not a memcache request, no TX room, a bad descriptor.
     xdp_drop,
+    /// GET values sent from the item (pinned in the arena, not copied; `zero_copy.rs`).
+    zero_copy_sends,
+    /// GET values of at least 16 KiB copied because a pin cap was reached (connection,
+    /// worker or store).
+    zero_copy_fallbacks,
+    /// A gauge, not a counter: value bytes pinned for sends in flight now (the owning worker
+    /// adds and subtracts; `stats` shows the sum, unaffected by `stats reset`).
+    pinned_bytes,
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ mod arena;
 mod durability;
 mod index;
 mod item;
+mod pin;
 mod pool;
 mod shard;
 mod store;
@@ -20,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 pub use durability::{Backfill, Fetched, Journal, Mutation};
+pub use pin::{Pin, PinRequest};
 
 use item::{Header, NewItem};
 use shard::{Shard, Shared};
@@ -209,11 +211,23 @@ pub struct StoreStats {
     /// External items dropped because the device no longer had their value (RAM is only a
     /// cache of the device; they read as absent).
     pub external_lost: u64,
+    /// Segments holding pinned values (a zero-copy send in flight), orphans included;
+    /// at most an eighth of the arena (`pin.rs`).
+    pub pinned_segments: u64,
+    /// Of those, segments whose items are gone (evicted, overwritten, deleted, flushed),
+    /// kept only until their last pin is released; counted in `segment_bytes`.
+    pub orphaned_segments: u64,
+    /// Pins granted since start.
+    pub pins_granted: u64,
+    /// Pins refused because `pinned_segments` was at its cap (the value was copied).
+    pub pins_refused: u64,
 }
 
 #[cfg(test)]
 mod durability_tests;
 #[cfg(test)]
 mod external_tests;
+#[cfg(test)]
+mod pin_tests;
 #[cfg(test)]
 mod tests;

@@ -23,6 +23,7 @@ use crate::pool::Pool;
 use crate::StoreError;
 
 mod dump;
+mod pin;
 mod space;
 
 pub(crate) use dump::WalkPos;
@@ -37,6 +38,10 @@ struct SegSlot {
     /// Changes whenever items move or the segment is reused, so a saved reaper cursor is
     /// never applied to a different layout.
     gen: u32,
+    /// Pins on this segment's bytes (`pin.rs`): while any, it is never compacted, reset or freed.
+    pins: u32,
+    /// Its items are gone and only pins hold it; freed at the last unpin.
+    orphan: bool,
 }
 
 /// Read-only context every shard shares.
@@ -44,6 +49,8 @@ pub(crate) struct Shared {
     pub pool: Pool,
     pub hasher: RandomState,
     pub seg_size: usize,
+    /// Store-wide pin accounting and cap (`pin.rs`).
+    pub pins: crate::pin::PinCounts,
 }
 
 /// Counters kept per shard and summed for `stats`.
@@ -221,7 +228,12 @@ impl Shard {
         self.drop_item(sh, hash, loc, Why::Removed);
     }
 
+    /// Gives segment `slot` back to the pool, or keeps it as an orphan while it is pinned.
     fn release(&mut self, sh: &Shared, slot: usize) {
+        if self.pinned(slot) {
+            self.orphan(sh, slot);
+            return;
+        }
         let s = self.slots[slot].take().expect("held segment");
         self.free_slots.push(slot as u16);
         self.held -= 1;
@@ -360,6 +372,12 @@ impl Shard {
         self.fifo.clear();
         self.active = None;
         self.held = 0;
-        self.slots.drain(..).flatten().map(|s| s.seg).collect()
+        // A segment still pinned is leaked, never recycled: its pins may still be read.
+        self.slots
+            .drain(..)
+            .flatten()
+            .filter(|s| s.pins == 0)
+            .map(|s| s.seg)
+            .collect()
     }
 }

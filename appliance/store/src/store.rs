@@ -134,6 +134,7 @@ impl Store {
                 pool,
                 hasher: foldhash::fast::RandomState::default(),
                 seg_size,
+                pins: crate::pin::PinCounts::new(segments),
             },
             cas: AtomicU64::new(0),
             flush: AtomicU64::new(0),
@@ -285,9 +286,14 @@ impl Store {
         self.cas.fetch_add(1, Ordering::Relaxed) + 1
     }
 
+    /// Index of the shard of `hash`.
+    fn shard_of(&self, hash: u64) -> usize {
+        (hash >> 32) as usize & (self.shards.len() - 1)
+    }
+
     /// Locks the shard of `hash`, first applying a flush_all that has come due.
     fn lock(&self, hash: u64, now: Time) -> MutexGuard<'_, Shard> {
-        let i = (hash >> 32) as usize & (self.shards.len() - 1);
+        let i = self.shard_of(hash);
         let mut shard = self.shards[i].lock().unwrap_or_else(|e| e.into_inner());
         self.apply_flush(&mut shard, now);
         shard
@@ -372,6 +378,24 @@ impl Store {
         reclaimed
     }
 
+    /// Releases a pin granted by [`Journaled::try_get_pinned`]: once a segment's last pin
+    /// is gone it may be compacted or reused again, and an orphan goes back to the pool.
+    pub fn unpin(&self, pin: Pin) {
+        let Some(shard) = self.shards.get(pin.shard as usize) else {
+            debug_assert!(false, "a pin of another store");
+            return;
+        };
+        let mut shard = shard.lock().unwrap_or_else(|e| e.into_inner());
+        shard.unpin(&self.shared, pin.slot, pin.addr);
+    }
+
+    /// A copy of a pin's bytes, read through the segment that holds them (tests).
+    #[cfg(test)]
+    pub(crate) fn pinned_copy(&self, pin: &Pin) -> Vec<u8> {
+        let shard = self.shards[pin.shard as usize].lock().expect("shard");
+        shard.pinned_copy(pin.slot, pin.addr, pin.len)
+    }
+
     /// A snapshot of the counters.
     pub fn stats(&self) -> StoreStats {
         let mut st = StoreStats {
@@ -398,6 +422,11 @@ impl Store {
         st.external_reads = self.external_reads.load(Ordering::Relaxed);
         st.external_lost = self.external_lost.load(Ordering::Relaxed);
         st.index_bytes = self.shared.pool.index_bytes() as u64;
+        let pins = &self.shared.pins;
+        st.pinned_segments = pins.segments.load(Ordering::Relaxed) as u64;
+        st.orphaned_segments = pins.orphans.load(Ordering::Relaxed) as u64;
+        st.pins_granted = pins.granted.load(Ordering::Relaxed);
+        st.pins_refused = pins.refused.load(Ordering::Relaxed);
         st
     }
 }

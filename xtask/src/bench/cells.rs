@@ -10,6 +10,16 @@ pub(super) const VALUE_LENS: [usize; 2] = [100, 4096];
 pub(super) const DEPTHS: [usize; 2] = [1, 16];
 /// Keys per value size, preloaded so every GET hits.
 pub(super) const KEYSPACE: usize = 10_000;
+/// Big-value sizes (issue 14, ADR 0027: values sent from the item), run only when named in
+/// `--cells` (`get-524288-1`); not part of the default matrix.
+pub(super) const BIG_VALUE_LENS: [usize; 3] = [16384, 102400, 524288];
+/// Bytes preloaded per value size at most (the servers get 1024 MiB): big values get fewer keys.
+const PRELOAD_BYTES_MAX: usize = 256 << 20;
+
+/// Keys preloaded (and asked for) for values of `len` bytes.
+pub(super) fn keyspace(len: usize) -> usize {
+    KEYSPACE.min(PRELOAD_BYTES_MAX / len.max(1))
+}
 
 /// `get-100-1` -> (Get, 100, 1).
 pub(super) fn parse_cell(text: &str) -> Result<(Op, usize, usize)> {
@@ -28,9 +38,10 @@ pub(super) fn parse_cell(text: &str) -> Result<(Op, usize, usize)> {
     let depth: usize = depth
         .parse()
         .with_context(|| format!("cell {text:?}: depth"))?;
-    if !VALUE_LENS.contains(&len) || !DEPTHS.contains(&depth) {
+    let known = VALUE_LENS.contains(&len) || BIG_VALUE_LENS.contains(&len);
+    if !known || !DEPTHS.contains(&depth) {
         bail!(
-            "cell {text:?}: value bytes must be one of {VALUE_LENS:?} and depth one of {DEPTHS:?}"
+            "cell {text:?}: value bytes must be one of {VALUE_LENS:?} or {BIG_VALUE_LENS:?} and depth one of {DEPTHS:?}"
         );
     }
     Ok((op, len, depth))
@@ -53,5 +64,17 @@ mod tests {
     fn cell_names_read_well() {
         assert_eq!(cell_name(Op::Get, 100, 1), "GET 100 B, depth 1");
         assert_eq!(cell_name(Op::Set, 4096, 16), "SET 4 KiB, depth 16");
+        assert_eq!(cell_name(Op::Get, 524288, 1), "GET 512 KiB, depth 1");
+    }
+
+    #[test]
+    fn big_cells_parse_and_preload_a_bounded_keyspace() {
+        assert!(matches!(
+            parse_cell("get-102400-1"),
+            Ok((Op::Get, 102400, 1))
+        ));
+        assert!(parse_cell("get-12345-1").is_err());
+        assert_eq!(keyspace(100), KEYSPACE);
+        assert_eq!(keyspace(524288), 512);
     }
 }

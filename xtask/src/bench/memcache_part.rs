@@ -1,7 +1,7 @@
 //! The memcache part: every GET/SET cell of the matrix against memcached (or `--compare-binary`),
 //! the subject and the baseline measured in alternating slices.
 
-use super::cells::{cell_name, DEPTHS, KEYSPACE, VALUE_LENS};
+use super::cells::{cell_name, keyspace, BIG_VALUE_LENS, DEPTHS, KEYSPACE, VALUE_LENS};
 use super::cpu_table::{cpu_row, CPU_TABLE_HEAD};
 use super::doc::{mark, Doc};
 use super::mcwire::Op;
@@ -28,7 +28,7 @@ fn cell_spec(
         value_len,
         depth,
         conns: o.conns,
-        keyspace: KEYSPACE,
+        keyspace: keyspace(value_len),
         warmup: WARMUP,
         measure: Duration::from_secs(o.seconds),
         slices: o.seconds.clamp(1, 10) as u32,
@@ -108,9 +108,18 @@ fn memcache_cell(
     })
 }
 
-fn preload_all(server: &Pinned) -> Result<()> {
-    for len in VALUE_LENS {
-        fill::preload(server.port, len, KEYSPACE)?;
+/// The value sizes a run covers: the matrix's, and the big ones named in `--cells`.
+fn value_lens(o: &Options) -> Vec<usize> {
+    let named = |len: &usize| o.cells.iter().any(|&(_, l, _)| l == *len);
+    VALUE_LENS
+        .into_iter()
+        .chain(BIG_VALUE_LENS.into_iter().filter(named))
+        .collect()
+}
+
+fn preload_all(o: &Options, server: &Pinned) -> Result<()> {
+    for len in value_lens(o) {
+        fill::preload(server.port, len, keyspace(len))?;
     }
     Ok(())
 }
@@ -131,7 +140,7 @@ pub(super) fn memcache_part(
         None => (procs::start_memcached(1024)?, "memcached".to_string()),
     };
     doc.command(&base.command);
-    preload_all(&base)?;
+    preload_all(o, &base)?;
     let name = match (&o.compare, subject) {
         (Some(_), Subject::Ringstore(path)) => binary_label(path),
         _ => subject.memcache_name().to_string(),
@@ -140,7 +149,7 @@ pub(super) fn memcache_part(
     let base_name = base_name.as_str();
     let mut subj = match subject
         .start_memcache(1024)
-        .and_then(|s| preload_all(&s).map(|()| s))
+        .and_then(|s| preload_all(o, &s).map(|()| s))
     {
         Ok(s) => {
             doc.command(&s.command);
@@ -152,7 +161,7 @@ pub(super) fn memcache_part(
         }
     };
     doc.command(&format!(
-        "load generator (xtask/src/bench/loadgen.rs): 1 thread pinned to CPU {}, one io_uring, {} connections per server, {KEYSPACE} keys per value size preloaded, {} s warm-up, then {} s measured per server and cell in {} alternating slices",
+        "load generator (xtask/src/bench/loadgen.rs): 1 thread pinned to CPU {}, one io_uring, {} connections per server, {KEYSPACE} keys per value size preloaded (at most 256 MiB of them per size, so fewer for big values), {} s warm-up, then {} s measured per server and cell in {} alternating slices",
         procs::CLIENT_CPU, o.conns, WARMUP.as_secs(), o.seconds, o.seconds.clamp(1, 10)
     ));
 
@@ -163,7 +172,7 @@ pub(super) fn memcache_part(
     let mut first_cell = None;
     for op in [Op::Get, Op::Set] {
         for depth in DEPTHS {
-            for value_len in VALUE_LENS {
+            for value_len in value_lens(o) {
                 if !o.cells.is_empty() && !o.cells.contains(&(op, value_len, depth)) {
                     continue;
                 }

@@ -33,6 +33,11 @@ const WRITERS: usize = 4;
 const ACKED_BEFORE_CUT: usize = 2000;
 /// How long the load may take to reach [`ACKED_BEFORE_CUT`].
 const LOAD_LIMIT: Duration = Duration::from_secs(45);
+/// The fewest acknowledged sets the cut must find for the test to mean something. Each set
+/// waits for a guest fdatasync that becomes a host fdatasync: on a host whose disk is busy
+/// (another job writing gigabytes) 45 s gave 858 where a quiet host gives 2000 in 5 s, so the
+/// load stops at [`ACKED_BEFORE_CUT`] or [`LOAD_LIMIT`] and the test requires this many.
+const ACKED_AT_LEAST: usize = 200;
 /// Keys one writer sends at most (bounds the model's memory if the cut never comes).
 const PER_WRITER_MAX: usize = 20_000;
 /// Largest value written; values of 1..=this bytes cross the device's 4 KiB blocks.
@@ -339,7 +344,7 @@ pub struct DurableReport {
 }
 
 /// numa2-disk on a blank 64 MiB disk: formatted at the first boot; 4 connections set unique keys
-/// until 2000 are acknowledged, then QEMU is killed while they still send (a power cut: the
+/// until 2000 are acknowledged (or 45 s passed; at least 200 are required), then QEMU is killed while they still send (a power cut: the
 /// guest's page cache and in-flight requests are lost). The next boot recovers by scanning the
 /// logs and every acknowledged key reads back with its exact flags and value. Then overwrites,
 /// deletes and new keys, a clean `poweroff` (the checkpoint is written), and the third boot
@@ -393,7 +398,7 @@ pub fn acknowledged_writes_survive_power_cut_and_poweroff(image: &Image) -> Resu
     );
     let acked_before_cut = model.len();
     anyhow::ensure!(
-        acked_before_cut >= ACKED_BEFORE_CUT,
+        acked_before_cut >= ACKED_AT_LEAST,
         "only {acked_before_cut} sets acknowledged in {:.1} s",
         load.as_secs_f64()
     );

@@ -39,6 +39,7 @@ pub(super) const DOCUMENTED: &[(&str, &[&str])] = &[
     ("threads", &["threads"]),
     ("log", &["lines"]),
     ("config", &["settings"]),
+    ("keys", &["keys", "password", "problems"]),
     ("data", &["device", "state"]),
     (
         "tuning",

@@ -20,13 +20,24 @@ const READY: &str = "ringstore: ready memcache=";
 
 /// The images the UEFI tests boot, signed with the repository's test key.
 pub fn test_images(image: &Image, name: &str, append: &str) -> Result<BootImage> {
+    crate::image::build_boot(image, &test_options(name, append))
+}
+
+/// The options [`test_images`] builds with.
+fn test_options(name: &str, append: &str) -> BootOptions {
     let mut opts = BootOptions::new();
     opts.signing_key = Some(crate::util::root().join("image/test-signing-key.hex"));
     opts.out = appliance_dir().join("vm").join(format!("images-{name}"));
     opts.append = append.to_string();
     opts.size_mib = Some(160);
-    crate::image::build_boot(image, &opts)
+    opts
 }
+
+/// Test-only console credentials (tests/keys/README.md): a key only the config partition
+/// authorizes, and the password whose argon2id hash the disk test's image carries.
+const PARTITION_KEY: &str = "tests/keys/partition_ed25519";
+const PASSWORD_HASH: &str = "tests/keys/console-password.argon2id";
+const TEST_PASSWORD: &str = "ringstore-test-password";
 
 /// A booted disk: its own copy of disk.img and of the firmware's variable store, kept across
 /// reboots of the same VM (QEMU runs without -no-reboot: a reset boots the firmware again);
@@ -56,6 +67,11 @@ impl UefiMachine {
 
     /// Replaces /ringstore.toml on the config partition.
     pub fn write_config(&self, toml: &str) -> Result<()> {
+        self.write_config_file(ringstore_init::bootdisk::CONFIG_FILE, toml.as_bytes())
+    }
+
+    /// Writes file `name` of the config partition.
+    pub fn write_config_file(&self, name: &str, bytes: &[u8]) -> Result<()> {
         let layout = ringstore_disk::Layout::builtin();
         let mut file = std::fs::File::options()
             .read(true)
@@ -76,7 +92,7 @@ impl UefiMachine {
             (e.last_lba + 1 - e.first_lba) * sector,
         );
         let fs = fat::open(volume, &fat::DOS_EPOCH)?;
-        fat::write_file(&fs, "ringstore.toml", toml.as_bytes())?;
+        fat::write_file(&fs, name, bytes)?;
         fs.unmount()?;
         Ok(())
     }
@@ -177,10 +193,18 @@ pub struct DiskReport {
 /// partition is found (`ringstore.data=auto`) and serves; after `reboot` a key and an object
 /// written before are still there.
 pub fn disk_boots_serves_and_keeps_data(image: &Image) -> Result<DiskReport> {
-    // The image says 500 connections, the config partition 999: the partition wins.
-    let images = test_images(image, "good", "ringstore.max_conns=500")?;
+    // The image says 500 connections, the config partition 999: the partition wins. The
+    // config partition authorizes a key the image does not; the image carries a password hash.
+    let root = crate::util::root();
+    let build = |name: &str| {
+        let mut opts = test_options(name, "ringstore.max_conns=500");
+        opts.config_authorized_keys = Some(root.join(PARTITION_KEY).with_extension("pub"));
+        opts.console_password_hash = Some(root.join(PASSWORD_HASH));
+        crate::image::build_boot(image, &opts)
+    };
+    let images = build("good")?;
     // Reproducible: the real artifacts, built again from the same inputs, are the same bytes.
-    let again = test_images(image, "good-again", "ringstore.max_conns=500")?;
+    let again = build("good-again")?;
     for (one, two) in [(&images.efi, &again.efi), (&images.disk, &again.disk)] {
         ensure!(
             std::fs::read(one)? == std::fs::read(two)?,
@@ -191,10 +215,15 @@ pub fn disk_boots_serves_and_keeps_data(image: &Image) -> Result<DiskReport> {
     }
     let machine = UefiMachine::new("disk", &images)?;
     machine.write_config("max_conns = 999\n")?;
+    // The partition's keys as an operator edited them: a broken line the box must skip.
+    let mut keys = std::fs::read(root.join(PARTITION_KEY).with_extension("pub"))?;
+    keys.extend_from_slice(b"ssh-ed25519 not-a-key broken-line\n");
+    machine.write_config_file(ringstore_init::bootdisk::AUTHORIZED_KEYS_FILE, &keys)?;
     let mut vm = machine.boot("uefi_disk")?;
     let ready = vm.wait_for(READY, 0, BOOT_LIMIT)?;
     let ready_wall = vm.started.elapsed();
     vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
+    console_credentials_from_image_and_partition(&mut vm)?;
     let out = vm.output();
     ensure!(
         out.contains("config partition /dev/vda partition 2: ringstore.toml read"),
@@ -212,6 +241,23 @@ pub fn disk_boots_serves_and_keeps_data(image: &Image) -> Result<DiskReport> {
         "max_conns from the config partition not applied:\n{stats}"
     );
     memcache_set_get(vm.port("memcache", 0)?)?;
+    // `data` on the data partition: the documented counts, nothing damaged or compacted yet.
+    let data = vm.json("data")?;
+    let state = data.first().map(|d| d["state"].clone()).unwrap_or_default();
+    for (field, want) in [
+        ("compactions", 0),
+        ("compactions_aborted", 0),
+        ("corrupt_records", 0),
+        ("load_refused_records", 0),
+    ] {
+        ensure!(state[field] == want, "`data` {field}: {data:?}");
+    }
+    ensure!(
+        state["records"].as_u64() >= Some(1)
+            && state["used_bytes"].as_u64() >= state["live_bytes"].as_u64()
+            && state["regions"][0]["used_bytes"].is_u64(),
+        "`data` after a set: {data:?}"
+    );
     http_put_get(vm.port("http", 0)?)?;
     let before_reboot = vm.output().len();
     vm.command_no_wait("reboot")?;
@@ -233,6 +279,91 @@ pub fn disk_boots_serves_and_keeps_data(image: &Image) -> Result<DiskReport> {
         second_ready_wall: second_ready_wall - ready_wall,
         efi_kib: std::fs::metadata(&images.efi)?.len() / 1024,
     })
+}
+
+/// The console's credentials on a disk boot: the log says how many keys came from where and
+/// names the partition's broken line; a key in neither place is refused (back-off 1 s), the key
+/// only the config partition holds logs in and says so, `keys` lists both sources; a wrong
+/// password is refused and backs off, the right one logs in. Logged out afterwards.
+fn console_credentials_from_image_and_partition(vm: &mut Vm) -> Result<()> {
+    use ringstore_console::client::{ClientError, Signer};
+    use std::time::Instant;
+    let out = vm.output();
+    ensure!(
+        out.contains(
+            "console: 2 authorized keys (1 from image, 1 from config-partition), a password"
+        ) && out.contains("console: config partition authorized_keys: authorized key line 2:")
+            && out.contains("(skipped)"),
+        "the console's credentials at boot:\n{}",
+        vm.tail()
+    );
+    let root = crate::util::root();
+    let wrong = Signer::from_key_file(&root.join("tests/keys/wrong_ed25519"))?;
+    let refused = vm.client().login(&wrong);
+    let refused_at = Instant::now();
+    ensure!(
+        matches!(&refused, Err(ClientError::Refused(why)) if why.contains("next attempt in 1 s")),
+        "a key in neither place: {refused:?}"
+    );
+    let early = vm.client().login_password(TEST_PASSWORD);
+    ensure!(
+        matches!(&early, Err(ClientError::Refused(why)) if why.contains("wait")),
+        "inside the back-off: {early:?}"
+    );
+    let wait_out = |since: Instant| {
+        std::thread::sleep(Duration::from_millis(1100).saturating_sub(since.elapsed()))
+    };
+    wait_out(refused_at);
+    let partition = Signer::from_key_file(&root.join(PARTITION_KEY))?;
+    let who = vm.client().login(&partition)?;
+    ensure!(
+        who.source == "config-partition" && who.comment == "partition-test-only@ringstore",
+        "the partition's key: {who:?}"
+    );
+    let keys = vm.client().run("keys")?;
+    let keys = keys.first().cloned().unwrap_or_default();
+    let sources: Vec<(String, String)> = keys["keys"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|k| (k["comment"].to_string(), k["source"].to_string()))
+        .collect();
+    ensure!(
+        sources.len() == 2
+            && sources[0].0.contains("ringstore-test-only")
+            && sources[0].1 == "\"image\""
+            && sources[1].1 == "\"config-partition\""
+            && keys["password"] == true
+            && keys["problems"].as_array().map(Vec::len) == Some(1),
+        "`keys`: {keys}"
+    );
+    vm.client().run("logout")?;
+    // The password fallback: wrong, refused with a back-off (reset by the login above: 1 s).
+    let wrong_password = vm.client().login_password("ringstore-test-passwore");
+    let refused_at = Instant::now();
+    ensure!(
+        matches!(&wrong_password, Err(ClientError::Refused(why)) if why.contains("wrong password") && why.contains("next attempt in 1 s")),
+        "a wrong password: {wrong_password:?}"
+    );
+    let early = vm.client().login_password(TEST_PASSWORD);
+    ensure!(
+        matches!(&early, Err(ClientError::Refused(why)) if why.contains("wait")),
+        "the right password inside the back-off: {early:?}"
+    );
+    wait_out(refused_at);
+    let who = vm.client().login_password(TEST_PASSWORD)?;
+    ensure!(who.fingerprint == "password", "the password login: {who:?}");
+    let log = vm.client().run("log")?;
+    ensure!(
+        log[0]["lines"]
+            .as_array()
+            .is_some_and(|lines| lines.iter().any(|l| l
+                .as_str()
+                .is_some_and(|l| l.contains("logged in (key from config-partition)")))),
+        "the log does not say where the key came from: {log:?}"
+    );
+    vm.client().run("logout")?;
+    Ok(())
 }
 
 /// Removes its folder when dropped (every path out of a test).

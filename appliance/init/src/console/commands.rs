@@ -266,11 +266,15 @@ const DATA_LINES: &[&str] = &[
     "live_bytes",
     "used_bytes",
     "corrupt_records",
+    "load_refused_records",
+    "compactions",
+    "compactions_aborted",
     "uploads_in_progress",
     "upload_reserved_bytes",
 ];
 
-/// `data`: the data device's layout, records, live bytes per region, damaged records.
+/// `data`: the data device's layout, records, live bytes per region, compactions, damaged and
+/// refused records.
 pub fn data(_: &mut Ctx, _: &[&str]) -> Output {
     let (described, state) = {
         let s = crate::state::lock();
@@ -471,6 +475,41 @@ pub fn poweroff(_: &mut Ctx, _: &[&str]) -> Output {
 
 pub fn help(_: &mut Ctx, _: &[&str]) -> Output {
     super::table::help()
+}
+
+/// `keys`: who may log in and where each key came from; what was skipped.
+pub fn keys(_: &mut Ctx, _: &[&str]) -> Output {
+    let (keys, password, problems) = super::session::describe();
+    let mut out = Output::new();
+    for k in &keys {
+        out.line(format!(
+            "{} {} {} (from {})",
+            k.algorithm, k.fingerprint, k.comment, k.source
+        ));
+    }
+    out.line(format!(
+        "{} keys; password {}",
+        keys.len(),
+        if password {
+            "configured (image)"
+        } else {
+            "none"
+        }
+    ));
+    for p in &problems {
+        out.line(format!("skipped: {p}"));
+    }
+    let list: Vec<Value> = keys
+        .iter()
+        .map(|k| {
+            json!({"algorithm": k.algorithm, "comment": k.comment,
+                   "fingerprint": k.fingerprint, "source": k.source})
+        })
+        .collect();
+    out.set("keys", list);
+    out.set("password", password);
+    out.set("problems", problems);
+    out
 }
 
 pub fn login(ctx: &mut Ctx, args: &[&str]) -> Output {

@@ -1,7 +1,8 @@
 //! The console's login state: logged out (only `help` and `login`), pasting a signature for a
 //! challenge, typing a password, or logged in as an identity until `logout` or an idle timeout.
 //! The credentials are the image's (/etc/ringstore/authorized_keys, /etc/ringstore/console-password)
-//! plus whatever other sources hand to [`add_authorized_key_lines`] (the config partition).
+//! and the config partition's `/authorized_keys` (read at boot by `bootdisk.rs`); each key keeps
+//! its source, which `keys`, the login answer and the log name.
 //! ADR-0023.
 
 use std::sync::Mutex;
@@ -21,13 +22,70 @@ pub const CHALLENGE_LIFETIME: Duration = Duration::from_secs(300);
 /// Largest credentials file read.
 const CREDENTIALS_FILE_MAX: u64 = 256 << 10;
 
+/// The sources of authorized keys, as `keys`, `login` and the log name them.
+pub const SOURCE_IMAGE: &str = "image";
+pub const SOURCE_PARTITION: &str = "config-partition";
+
 /// What may log in.
 #[derive(Debug, Default)]
 pub struct Credentials {
     pub keys: AuthorizedKeys,
     pub password: Option<PasswordHash>,
-    /// Why a source was not used (shown by `login` when nothing is configured).
+    /// What was skipped and why (a bad line, a file over its limit), one text each: logged at
+    /// boot, shown by `keys` and by `login` when no key is configured.
     pub problems: Vec<String>,
+}
+
+impl Credentials {
+    /// From the sources' texts: the image's authorized_keys and password hash (absent: `None`),
+    /// then the config partition's authorized_keys (`Err`: why it could not be read). A bad key
+    /// line is skipped and reported, never fatal; keys past the limit
+    /// ([`ringstore_console::auth::KEYS_MAX`], all sources together) are dropped and reported.
+    pub fn build(
+        image_keys: Option<&str>,
+        password: Option<&str>,
+        partition_keys: Option<Result<&str, &str>>,
+    ) -> Credentials {
+        let mut creds = Credentials::default();
+        let add = |creds: &mut Credentials, source: &str, what: &str, text: &str| {
+            let (keys, problems) = AuthorizedKeys::parse_lines(source, text.lines());
+            creds
+                .problems
+                .extend(problems.iter().map(|p| format!("{what}: {p} (skipped)")));
+            if let Err(e) = creds.keys.extend(keys) {
+                creds
+                    .problems
+                    .push(format!("{what}: {e} in all (the rest skipped)"));
+            }
+        };
+        if let Some(text) = image_keys {
+            add(&mut creds, SOURCE_IMAGE, AUTHORIZED_KEYS_PATH, text);
+        }
+        if let Some(text) = password {
+            match PasswordHash::parse(text) {
+                Ok(hash) => creds.password = Some(hash),
+                Err(e) => creds.problems.push(format!("{PASSWORD_HASH_PATH}: {e}")),
+            }
+        }
+        let what = format!("config partition {}", crate::bootdisk::AUTHORIZED_KEYS_FILE);
+        match partition_keys {
+            Some(Ok(text)) => add(&mut creds, SOURCE_PARTITION, &what, text),
+            Some(Err(why)) => creds.problems.push(format!("{what}: {why} (not used)")),
+            None => {}
+        }
+        creds
+    }
+
+    /// `N authorized keys (A from image, B from config-partition), a password`.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} authorized keys ({} from {SOURCE_IMAGE}, {} from {SOURCE_PARTITION}), {} password",
+            self.keys.len(),
+            self.keys.count_from(SOURCE_IMAGE),
+            self.keys.count_from(SOURCE_PARTITION),
+            if self.password.is_some() { "a" } else { "no" }
+        )
+    }
 }
 
 static CREDENTIALS: Mutex<Option<Credentials>> = Mutex::new(None);
@@ -46,36 +104,39 @@ fn read_bounded(path: &str) -> Option<String> {
     Some(text)
 }
 
-/// Reads the image's credentials once (at boot, before the first prompt).
-pub fn load_image_credentials() {
-    let mut creds = Credentials::default();
-    if let Some(text) = read_bounded(AUTHORIZED_KEYS_PATH) {
-        match AuthorizedKeys::from_lines(text.lines()) {
-            Ok(keys) => creds.keys = keys,
-            Err(e) => creds.problems.push(format!("{AUTHORIZED_KEYS_PATH}: {e}")),
-        }
-    }
-    if let Some(text) = read_bounded(PASSWORD_HASH_PATH) {
-        match PasswordHash::parse(&text) {
-            Ok(hash) => creds.password = Some(hash),
-            Err(e) => creds.problems.push(format!("{PASSWORD_HASH_PATH}: {e}")),
-        }
-    }
-    crate::info!(
-        "console: {} authorized keys, {} password",
-        creds.keys.len(),
-        if creds.password.is_some() { "a" } else { "no" }
+/// Reads the credentials once (at boot, before the first prompt): the image's files and
+/// `partition_keys`, the config partition's authorized_keys as boot found it.
+pub fn load_credentials(partition_keys: Option<Result<String, String>>) {
+    let creds = Credentials::build(
+        read_bounded(AUTHORIZED_KEYS_PATH).as_deref(),
+        read_bounded(PASSWORD_HASH_PATH).as_deref(),
+        partition_keys
+            .as_ref()
+            .map(|r| r.as_ref().map(String::as_str).map_err(String::as_str)),
     );
+    crate::info!("console: {}", creds.summary());
     for p in &creds.problems {
         crate::warn!("console: {p}");
     }
     *credentials() = Some(creds);
 }
 
-/// Adds authorized keys from another source (`source` names it in the log): the config
-/// partition hands its `authorized_keys` lines here. A bad line refuses the whole source.
+/// The credentials' keys, password and problems, for `keys`.
+pub fn describe() -> (Vec<ringstore_console::KeyInfo>, bool, Vec<String>) {
+    let guard = credentials();
+    match guard.as_ref() {
+        Some(c) => (c.keys.list(), c.password.is_some(), c.problems.clone()),
+        None => (Vec::new(), false, Vec::new()),
+    }
+}
+
+/// Adds authorized keys from another source (`source` names it in `keys` and the log), all or
+/// nothing: a bad line refuses the whole source (tests and tools that build a box in-process).
 pub fn add_authorized_key_lines(source: &str, lines: &[&str]) -> Result<usize, AuthError> {
-    let keys = AuthorizedKeys::from_lines(lines.iter().copied())?;
+    let (keys, mut problems) = AuthorizedKeys::parse_lines(source, lines.iter().copied());
+    if !problems.is_empty() {
+        return Err(problems.remove(0));
+    }
     let added = keys.len();
     let mut guard = credentials();
     let creds = guard.get_or_insert_with(Credentials::default);
@@ -227,12 +288,18 @@ impl Session {
         match result {
             Ok(who) => {
                 self.backoff.succeeded();
-                crate::info!("console: {who} logged in");
+                let kind = if who.fingerprint == "password" {
+                    "password"
+                } else {
+                    "key"
+                };
+                crate::info!("console: {who} logged in ({kind} from {})", who.source);
                 let mut out = Output::new();
                 out.line(format!("logged in as {who}"));
                 out.set("phase", "done");
                 out.set("comment", who.comment.clone());
                 out.set("fingerprint", who.fingerprint.clone());
+                out.set("source", who.source.clone());
                 self.phase = Phase::In { who, last: now };
                 out
             }
@@ -279,7 +346,8 @@ impl Session {
         if creds.is_none_or(|c| c.keys.is_empty()) {
             let why = creds.map(|c| c.problems.join("; ")).unwrap_or_default();
             return Output::error(format!(
-                "no authorized keys on this box (build the image with --authorized-keys FILE){}",
+                "no authorized keys on this box (build the image with --authorized-keys FILE, or put {} on the config partition){}",
+                crate::bootdisk::AUTHORIZED_KEYS_FILE,
                 if why.is_empty() {
                     String::new()
                 } else {
@@ -348,6 +416,89 @@ mod tests {
             last = s.take_line(line, now).expect("pasting");
         }
         last
+    }
+
+    const PART_PUB: &str = include_str!("../../../../tests/keys/partition_ed25519.pub");
+    const PART_KEY: &str = include_str!("../../../../tests/keys/partition_ed25519");
+    const TEST_PHC: &str = include_str!("../../../../tests/keys/console-password.argon2id");
+
+    #[test]
+    fn credentials_merge_the_image_and_the_config_partition() {
+        use ringstore_console::auth::{KEYS_MAX, KEY_LINE_MAX};
+        let long = format!("ssh-ed25519 {}", "A".repeat(KEY_LINE_MAX));
+        let partition = format!("{PART_PUB}ssh-ed25519 garbage\n{long}\n{TEST_PUB}");
+        let c = Credentials::build(Some(TEST_PUB), Some(TEST_PHC), Some(Ok(&partition)));
+        assert_eq!(
+            c.summary(),
+            "2 authorized keys (1 from image, 1 from config-partition), a password"
+        );
+        // Both bad lines are named and skipped; nothing else is lost.
+        assert_eq!(c.problems.len(), 2, "{:?}", c.problems);
+        assert!(
+            c.problems[0].starts_with("config partition authorized_keys: authorized key line 2:")
+        );
+        assert!(c.problems[1].contains("line 3: longer than 2048 bytes (skipped)"));
+        let message = "ringstore-console v1 host=h boot=b nonce=00";
+        let who = c.keys.verify(message, &sign(PART_KEY, message)).unwrap();
+        assert_eq!(who.source, SOURCE_PARTITION);
+        assert_eq!(
+            c.keys.verify(message, &sign(WRONG_KEY, message)),
+            Err(AuthError::NotAuthorized)
+        );
+        // An unreadable partition file, a bad password hash: reported, the image's key stays.
+        let c = Credentials::build(
+            Some(TEST_PUB),
+            Some("hunter2"),
+            Some(Err("authorized_keys: too large")),
+        );
+        assert_eq!(
+            (c.keys.len(), c.password.is_none(), c.problems.len()),
+            (1, true, 2)
+        );
+        assert!(
+            c.problems[1].ends_with("too large (not used)"),
+            "{:?}",
+            c.problems
+        );
+        // Only the partition: its keys are enough; past KEYS_MAX in all, the rest is skipped.
+        let many: String = (0..KEYS_MAX + 3)
+            .map(|i| {
+                let mut bytes = [0u8; 32];
+                bytes[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                let data =
+                    ssh_key::public::KeyData::Ed25519(ssh_key::public::Ed25519PublicKey(bytes));
+                ssh_key::PublicKey::new(data, "k").to_openssh().unwrap() + "\n"
+            })
+            .collect();
+        let c = Credentials::build(Some(TEST_PUB), None, Some(Ok(&many)));
+        assert_eq!(c.keys.len(), KEYS_MAX);
+        assert_eq!(c.keys.count_from(SOURCE_PARTITION), KEYS_MAX - 1);
+        assert!(
+            c.problems.iter().any(|p| p.contains("more than 64")),
+            "{:?}",
+            c.problems
+        );
+    }
+
+    #[test]
+    fn password_login_and_backoff() {
+        // Only the password is set: the key test shares the credentials.
+        credentials()
+            .get_or_insert_with(Credentials::default)
+            .password = Some(PasswordHash::parse(TEST_PHC).unwrap());
+        let t0 = Instant::now();
+        let mut s = Session::new("box", "boot-1");
+        let out = s.start_login(&["password"], true, t0);
+        assert!(out.ok && out.fields["phase"] == "password");
+        assert_eq!(s.prompt(), Some(ringstore_console::PASSWORD_PROMPT));
+        let refused = s.take_line("wrong", t0).unwrap();
+        assert!(refused[0].contains("wrong password") && refused[0].contains("retry_in_s"));
+        assert!(!s.start_login(&["password"], true, t0).ok, "backing off");
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(s.start_login(&["password"], true, t1).ok);
+        let ok = s.take_line("ringstore-test-password", t1).unwrap();
+        assert!(ok[0].contains("\"fingerprint\":\"password\""), "{ok:?}");
+        assert!(s.who().is_some());
     }
 
     #[test]

@@ -83,7 +83,7 @@ pub(crate) struct KernelUdp<S> {
     pub out: crate::datapath::Reply,
 }
 
-fn zeroed_msghdr() -> libc::msghdr {
+pub(crate) fn zeroed_msghdr() -> libc::msghdr {
     // All-zero is a valid msghdr: null pointers, zero lengths.
     // SAFETY: msghdr is a plain C struct of integers and raw pointers (no references, no niches).
     unsafe { std::mem::zeroed() }

@@ -1,5 +1,6 @@
 //! Queueing io_uring operations: the tick, the inbox read, accepts, receives and sends.
 
+use super::send_vec;
 use super::*;
 
 impl<H: Handler> Worker<H> {
@@ -96,19 +97,27 @@ impl<H: Handler> Worker<H> {
     /// ECANCELED) and the remainder is sent first.
     pub(super) fn arm_send(&mut self, slot: u32) {
         let generation = self.conns.generation(slot);
+        let handler = &*self.setup.handler;
         let Some(conn) = self.conns.get_mut(slot, generation) else {
             return;
         };
-        let rest = &conn.out[conn.sent..];
-        let len = rest.len().min(u32::MAX as usize) as u32;
+        let splices = handler.splices(&conn.session);
+        let entry = if splices.is_empty() {
+            let rest = &conn.out[conn.sent..];
+            let len = rest.len().min(u32::MAX as usize) as u32;
+            opcode::Send::new(types::Fd(conn.fd.as_raw_fd()), rest.as_ptr(), len)
+                .flags(libc::MSG_NOSIGNAL)
+                .build()
+        } else {
+            // Output with values sent from the item: a vectored send (`send_vec.rs`).
+            let fd = conn.fd.as_raw_fd();
+            send_vec::entry(fd, &conn.out, conn.sent, &mut conn.vec_send, splices)
+        };
         let link_recv = self.link_recv
             && conn.after_send == Flow::Continue
             && !conn.recv_armed
             && self.stopping_deadline.is_none();
-        let mut entry = opcode::Send::new(types::Fd(conn.fd.as_raw_fd()), rest.as_ptr(), len)
-            .flags(libc::MSG_NOSIGNAL)
-            .build()
-            .user_data(Op::Send { slot, generation }.encode());
+        let mut entry = entry.user_data(Op::Send { slot, generation }.encode());
         if link_recv {
             entry = entry.flags(squeue::Flags::IO_LINK);
         }

@@ -1,6 +1,7 @@
 //! A connection's life on its worker: open, receive into its session, send its output, close
 //! (or linger), and the slow-client bookkeeping.
 
+use super::send_vec;
 use super::*;
 
 impl<H: Handler> Worker<H> {
@@ -232,7 +233,8 @@ impl<H: Handler> Worker<H> {
         if res > 0 {
             conn.sent += res as usize;
             conn.last_active_ms = now;
-            if conn.sent < conn.out.len() {
+            let splices = self.setup.handler.splices(&conn.session);
+            if conn.sent < send_vec::output_len(&conn.out, splices) {
                 return self.arm_send(slot); // short send: the rest goes next
             }
             conn.output_flushed();

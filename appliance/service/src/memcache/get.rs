@@ -1,6 +1,8 @@
 //! get, gets, gat, gats: produced incrementally, as the client drains them. Each hit's value
 //! is copied once, under the shard lock, into the output buffer, and only while the pending
-//! output is under the high-water mark and the copy fits in the connection-memory budget.
+//! output is under the high-water mark and the copy fits in the connection-memory budget;
+//! a value of at least 16 KiB on a zero-copy connection is instead pinned in the arena and
+//! spliced into the output by the runtime's send (`zero_copy.rs`), within the pin caps.
 //!
 //! Why a cursor: one command line of a few KB can name the same 1 MiB value thousands of
 //! times. Building the whole reply first would hold gigabytes and stall the worker; instead
@@ -14,6 +16,7 @@ use super::expiry::{expiry, Expiry};
 use super::storage::store_error;
 use super::Ctx;
 use crate::budget::Hold;
+use crate::zero_copy::{ZeroCopy, ZERO_COPY_MIN};
 
 /// memcached's answer when it cannot allocate room for a get's reply.
 pub(crate) const OUT_OF_MEMORY_GET: &str = "SERVER_ERROR out of memory writing get response";
@@ -39,6 +42,7 @@ pub(crate) fn get(
     g: GetRequest<'_>,
     cursor: usize,
     marks: &mut Option<Vec<super::ResponseMark>>,
+    zc: &mut ZeroCopy,
 ) -> Progress {
     let store = ctx.store();
     let budget = &ctx.shared.conn_memory;
@@ -58,12 +62,27 @@ pub(crate) fn get(
     let mut keys = g.keys.enumerate().skip(cursor).peekable();
     while let Some((index, key)) = keys.next() {
         // At least one key per call, so a resumed get always makes progress.
-        if index > cursor && out.len() > high_water {
+        if index > cursor && out.len() + zc.pinned > high_water {
             return Progress::Paused(index);
         }
         let mut no_room = false;
-        let found = store.try_get(key, now, opts, |item| match item {
+        let mut spliced = None;
+        let pin_from = match zc.enabled && ctx.device.is_none() {
+            true => ZERO_COPY_MIN,
+            false => usize::MAX,
+        };
+        let found = store.try_get_pinned(key, now, opts, pin_from, |item, pin| match item {
             Some(it) => {
+                if it.value.len() >= pin_from {
+                    if zc.room(ctx.stats, it.value.len()) && pin.want() {
+                        let cas = with_cas.then_some(it.cas);
+                        reply::value_header(out, it.key, it.flags, it.value.len(), cas);
+                        spliced = Some(out.len());
+                        out.extend_from_slice(b"\r\n");
+                        return true;
+                    }
+                    ctx.stats.zero_copy_fallbacks.inc();
+                }
                 let extra = it.key.len() + it.value.len() + VALUE_OVERHEAD;
                 if !out_hold.room_for_output(budget, out.len(), extra) {
                     no_room = true;
@@ -73,6 +92,12 @@ pub(crate) fn get(
                 true
             }
             None => false,
+        });
+        let found = found.map(|(hit, pin)| {
+            if let (Some(at), Some(pin)) = (spliced, pin) {
+                zc.push(ctx.stats, at, pin);
+            }
+            hit
         });
         if no_room {
             // The hit is counted; its reply is the error and the rest of the keys go unread.
@@ -98,6 +123,7 @@ pub(crate) fn get(
                 // (what an earlier call of a paused get already sent cannot be taken back).
                 ctx.stats.cmd_touch.inc();
                 out.truncate(start);
+                zc.release_from(ctx.shared, ctx.stats, start);
                 reply::line(out, store_error(&e));
                 return Progress::Done;
             }

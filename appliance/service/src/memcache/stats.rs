@@ -122,6 +122,12 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat(out, "udp_tx_datagrams", t.udp_tx_datagrams);
     stat(out, "udp_dropped", t.udp_dropped);
     stat(out, "udp_held_full", t.udp_held_full);
+    // Big GET values sent from the item (zero_copy.rs, ADR 0027).
+    stat(out, "zero_copy_sends", t.zero_copy_sends);
+    stat(out, "zero_copy_fallbacks", t.zero_copy_fallbacks);
+    stat(out, "pinned_bytes", shared.pinned_bytes());
+    stat(out, "pinned_segments", store.pinned_segments);
+    stat(out, "orphaned_segments", store.orphaned_segments);
     let xdp_mode = shared.xdp_mode.get().map_or("off", String::as_str);
     stat_str(out, "xdp_mode", xdp_mode);
     stat(out, "xdp_rx", t.xdp_rx);

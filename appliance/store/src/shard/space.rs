@@ -53,11 +53,18 @@ impl Shard {
             if let Some(a) = self.active {
                 let a = usize::from(a);
                 let seg_size = sh.seg_size;
+                let pinned = self.pinned(a);
                 let s = self.slot_mut(a);
                 if s.write + len <= seg_size {
                     let off = s.write;
                     s.write += len;
                     return Ok((a, off));
+                }
+                if s.live_items == 0 && pinned {
+                    // Nothing live, but a send still reads it: keep it aside (an orphan).
+                    self.active = None;
+                    self.orphan(sh, a);
+                    continue;
                 }
                 if s.live_items == 0 {
                     // Nothing live in the full active segment: start it over.
@@ -78,6 +85,8 @@ impl Shard {
                         live_bytes: 0,
                         live_items: 0,
                         gen: g,
+                        pins: 0,
+                        orphan: false,
                     };
                     let slot = match self.free_slots.pop() {
                         Some(i) => {
@@ -104,6 +113,13 @@ impl Shard {
             let Some(victim) = self.fifo.pop_front() else {
                 return Err(StoreError::OutOfMemory);
             };
+            if self.pinned(usize::from(victim)) {
+                // A pinned segment is never rewritten: evict all of it, keep it as an orphan
+                // until its last pin goes, and look for room again.
+                self.compact(sh, usize::from(victim), 0, Keep::Accessed, now);
+                self.release(sh, usize::from(victim));
+                continue;
+            }
             let keep = (sh.seg_size / 2).min(sh.seg_size - len);
             self.compact(sh, usize::from(victim), keep, Keep::Accessed, now);
             self.active = Some(victim);
@@ -117,7 +133,10 @@ impl Shard {
             .fifo
             .iter()
             .take(DEAD_SCAN)
-            .map(|&f| self.slot(usize::from(f)).live_bytes)
+            .map(|&f| match self.pinned(usize::from(f)) {
+                true => usize::MAX, // never compacted in place while pinned
+                false => self.slot(usize::from(f)).live_bytes,
+            })
             .enumerate()
             .min_by_key(|&(_, live)| live)?;
         (live <= seg_size / 2 && live + len <= seg_size).then_some(pos)

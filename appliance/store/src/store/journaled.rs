@@ -57,6 +57,22 @@ impl Store {
 }
 
 impl<'a> Journaled<'a> {
+    /// [`Journaled::try_get`] whose closure may ask for the value it sees to be pinned
+    /// ([`PinRequest::want`]) rather than copying it, if the value has at least `pin_from`
+    /// bytes: the pin comes back with the result (`None` when not asked for, or refused at
+    /// the store's cap, see `pin.rs`) and must be released with [`Store::unpin`].
+    pub fn try_get_pinned<R>(
+        &self,
+        key: &[u8],
+        now: Time,
+        opts: ReadOpts,
+        pin_from: usize,
+        f: impl FnOnce(Option<ItemRef<'_>>, &mut PinRequest) -> R,
+    ) -> Result<(R, Option<Pin>), StoreError> {
+        self.store
+            .try_get_pinned_logged(key, now, opts, self.journal, pin_from, f)
+    }
+
     /// The store behind this view.
     pub fn store(&self) -> &'a Store {
         self.store

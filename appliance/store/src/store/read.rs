@@ -38,6 +38,20 @@ impl Store {
         self.read(key, now, opts, journal, f).map_err(|(e, _)| e)
     }
 
+    /// [`Journaled::try_get_pinned`] with the journal passed in.
+    pub(crate) fn try_get_pinned_logged<R>(
+        &self,
+        key: &[u8],
+        now: Time,
+        opts: ReadOpts,
+        journal: Option<&dyn Journal>,
+        pin_from: usize,
+        f: impl FnOnce(Option<ItemRef<'_>>, &mut PinRequest) -> R,
+    ) -> Result<(R, Option<Pin>), StoreError> {
+        self.read_with(key, now, opts, journal, pin_from, f)
+            .map_err(|(e, _)| e)
+    }
+
     /// The read behind `get` and `try_get`; a refused touch hands `f` back uncalled.
     fn read<R, F: FnOnce(Option<ItemRef<'_>>) -> R>(
         &self,
@@ -47,15 +61,41 @@ impl Store {
         journal: Option<&dyn Journal>,
         f: F,
     ) -> Result<R, (StoreError, F)> {
+        let mut f = Some(f);
+        match self.read_with(key, now, opts, journal, usize::MAX, |item, _| {
+            (f.take().expect("called once"))(item)
+        }) {
+            Ok((r, _)) => Ok(r),
+            Err((e, _)) => Err((e, f.take().expect("not called when refused"))),
+        }
+    }
+
+    /// [`Store::read`]; for a value of at least `pin_from` bytes, `f` may ask for it to be
+    /// pinned ([`PinRequest::want`]) and the pin is returned with its result.
+    fn read_with<R, F: FnOnce(Option<ItemRef<'_>>, &mut PinRequest) -> R>(
+        &self,
+        key: &[u8],
+        now: Time,
+        opts: ReadOpts,
+        journal: Option<&dyn Journal>,
+        pin_from: usize,
+        f: F,
+    ) -> Result<(R, Option<Pin>), (StoreError, F)> {
+        let mut request = PinRequest {
+            possible: false,
+            capped: false,
+            wanted: false,
+            asked: false,
+        };
         let hash = self.shared.hasher.hash_one(key);
         let mut shard = self.lock(hash, now);
         let Some(found) = self.find(&mut shard, hash, key, now) else {
-            return Ok(f(None));
+            return Ok((f(None, &mut request), None));
         };
         let loc = found.loc;
         let h = Header::read(shard.bytes(loc));
         if h.bits & item::LARGE != 0 && !opts.see_large {
-            return Ok(f(None));
+            return Ok((f(None, &mut request), None));
         }
         let mut shown = h;
         if opts.touch.is_some() && journal.is_none() && self.journal_required() {
@@ -88,7 +128,31 @@ impl Store {
             }
         }
         // `fetched` and `last_access` are shown as they were before this read (meta h, l, t).
+        // Only a RAM value can be pinned (an external one was read from the device), and only
+        // under the store's cap (checked only for a value that may be pinned: an atomic load).
+        if h.value_len >= pin_from && found.device.is_none() {
+            request.possible = shard.can_pin(&self.shared, loc);
+            request.capped = !request.possible;
+        }
         let (b, _, value) = found.view(&shard);
-        Ok(f(Some(item_ref(b, &shown, value))))
+        let r = f(Some(item_ref(b, &shown, value)), &mut request);
+        let pin = match request.wanted {
+            true => {
+                let (slot, addr, len) = shard.pin(&self.shared, loc);
+                Some(Pin {
+                    shard: self.shard_of(hash) as u32,
+                    slot,
+                    addr,
+                    len,
+                })
+            }
+            false => {
+                if request.asked && request.capped {
+                    self.shared.pins.refused.fetch_add(1, Ordering::Relaxed);
+                }
+                None
+            }
+        };
+        Ok((r, pin))
     }
 }
