@@ -23,6 +23,10 @@ pub type OpId = u64;
 /// Most flushes in flight at once, each on its own lane (open file description).
 pub const FLUSH_LANES: usize = 2;
 
+/// Batch buffers kept for reuse ([`GroupCommit::recycle`]): one per write in flight is enough
+/// for the steady state, where each completed write's buffer becomes the next batch's.
+const SPARE_BUFFERS_MAX: usize = 4;
+
 /// What the driver must do next.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Action {
@@ -134,6 +138,9 @@ pub struct GroupCommit<T> {
     pending_writes: usize,
     writing: usize,
     broken: bool,
+    /// Emptied batch buffers handed back by the driver, reused for new batches so a batch
+    /// does not grow from nothing by reallocation (at most [`SPARE_BUFFERS_MAX`]).
+    spare: Vec<Vec<u8>>,
 }
 
 impl<T> GroupCommit<T> {
@@ -150,6 +157,17 @@ impl<T> GroupCommit<T> {
             pending_writes: 0,
             writing: 0,
             broken: false,
+            spare: Vec::new(),
+        }
+    }
+
+    /// Hands back the buffer of a completed [`Action::WriteBatch`] for a later batch. Buffers
+    /// larger than a full batch (a single oversized record) and more than a few are dropped.
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        let cap_max = self.limits.max_batch_bytes + self.block as usize;
+        if self.spare.len() < SPARE_BUFFERS_MAX && buf.capacity() <= cap_max {
+            buf.clear();
+            self.spare.push(buf);
         }
     }
 
@@ -219,10 +237,14 @@ impl<T> GroupCommit<T> {
             self.seal_open();
             let seq = self.next_batch;
             self.next_batch += 1;
+            let buf = self
+                .spare
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(self.block as usize));
             self.batches.push_back(Batch {
                 seq,
                 offset: at,
-                bytes: Vec::new(),
+                bytes: buf,
                 len: 0,
                 tokens: Vec::new(),
                 state: State::Queued,

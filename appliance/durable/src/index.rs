@@ -4,6 +4,14 @@ use std::collections::HashMap;
 
 use crate::record::{RecordKind, RecordMeta};
 
+/// The hasher of the durable engine's key maps (index, overlay, large-object maps): foldhash,
+/// seeded per process like the store's shards. Every settled write hashes its key about half
+/// a dozen times (index apply, overlay), where SipHash cost more than the lookups themselves.
+pub type KeyHasher = foldhash::fast::RandomState;
+
+/// A map from keys (or ids) with [`KeyHasher`].
+pub type KeyMap<K, V> = HashMap<K, V, KeyHasher>;
+
 /// Where a record lives on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Loc {
@@ -36,7 +44,7 @@ pub struct Entry {
 /// key → [`Entry`], live bytes per segment, and the highest sequence and CAS seen.
 #[derive(Debug)]
 pub struct Index {
-    map: HashMap<Box<[u8]>, Entry>,
+    map: KeyMap<Box<[u8]>, Entry>,
     live: Vec<u64>,
     segments_per_region: u32,
     max_seq: u64,
@@ -47,7 +55,7 @@ impl Index {
     /// An empty index for `regions × segments_per_region` segments.
     pub fn new(regions: u32, segments_per_region: u32) -> Self {
         Index {
-            map: HashMap::new(),
+            map: KeyMap::default(),
             live: vec![0; regions as usize * segments_per_region as usize],
             segments_per_region,
             max_seq: 0,

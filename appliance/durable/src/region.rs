@@ -369,6 +369,11 @@ impl<T> RegionLog<T> {
         self.commit.poll_action()
     }
 
+    /// Hands back a completed write's buffer for reuse ([`GroupCommit::recycle`]).
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.commit.recycle(buf);
+    }
+
     /// Completion of a write.
     pub fn on_write_complete(
         &mut self,

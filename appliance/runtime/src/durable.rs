@@ -11,7 +11,7 @@
 //! ([`ringstore_service::Session::on_durable`]), which then writes the reply it held, or the
 //! error; a failed record's RAM copy is dropped first.
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
@@ -81,8 +81,9 @@ pub(crate) struct DiskWorker {
     /// [`ConnDevice`] a session call holds (shared), while completions update it between
     /// calls; the two never overlap on the worker's one thread.
     log: RefCell<WorkerLog>,
-    /// Batch bytes of writes in flight, by op id (the kernel reads them until the completion).
-    inflight: HashMap<u64, Vec<u8>>,
+    /// Batch bytes of writes in flight with their op ids (the kernel reads them until the
+    /// completion). A handful at most (the log's `max_inflight_writes`), so a list.
+    inflight: Vec<(u64, Vec<u8>)>,
     /// The second flush lane: another open file description of the device, so the two
     /// flushes the log keeps in flight each see every writeback error (ADR 0011, pipelined
     /// flushes). None when it could not be opened; then one flush is in flight at a time.
@@ -123,7 +124,7 @@ impl DiskWorker {
                 front_token: 1,
                 abandoned: VecDeque::new(),
             }),
-            inflight: HashMap::new(),
+            inflight: Vec::new(),
             flush_lane,
             flushing: 0,
             compactor,
@@ -211,7 +212,7 @@ impl DiskWorker {
                             .build()
                             .user_data(Op::DiskWrite { id }.encode());
                     // The Vec's heap buffer does not move when the Vec is moved into the map.
-                    self.inflight.insert(id, bytes);
+                    self.inflight.push((id, bytes));
                     sqes.push(entry);
                 }
                 Action::Flush { id, lane } => {
@@ -239,7 +240,16 @@ impl DiskWorker {
             self.flushing = self.flushing.saturating_sub(1);
             res >= 0
         } else {
-            let want = self.inflight.remove(&id).map_or(0, |b| b.len());
+            let buf = self
+                .inflight
+                .iter()
+                .position(|(i, _)| *i == id)
+                .map(|at| self.inflight.swap_remove(at).1);
+            let want = buf.as_ref().map_or(0, Vec::len);
+            if let Some(buf) = buf {
+                // The kernel is done with it: the next batch reuses the allocation.
+                self.log.get_mut().log.recycle(buf);
+            }
             res >= 0 && res as usize == want
         };
         if !ok {

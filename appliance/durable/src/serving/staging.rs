@@ -3,7 +3,6 @@
 //! the write is visible through the overlay of staged-but-not-durable writes until its
 //! completion is applied ([`Serving::settle`]): durable records enter the index (and the
 //! large-object bookkeeping), failed ones are reported; both leave the overlay.
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
@@ -36,7 +35,7 @@ impl Pending {
 }
 
 /// Staged-but-not-durable writes of the keys hashing to one shard: key → newest pending state.
-pub(super) type OverlayShard = HashMap<Box<[u8]>, Pending>;
+pub(super) type OverlayShard = crate::index::KeyMap<Box<[u8]>, Pending>;
 
 impl<D: BlockDevice> Serving<D> {
     pub(super) fn overlay_shard(&self, key: &[u8]) -> MutexGuard<'_, OverlayShard> {
