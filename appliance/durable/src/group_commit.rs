@@ -13,6 +13,16 @@
 //! waits for about one flush instead of the rest of the running one plus its own. A flush
 //! covers every write completed before it was issued, so when it completes every batch of
 //! an earlier flush is durable too; tokens are still released in log order only.
+//!
+//! Chained mode ([`GroupCommit::chain_flushes`], what the io_uring driver uses): a batch is
+//! written only when a flush lane is free for it, and its flush is emitted right after it,
+//! to be chained behind the write by the driver (`IOSQE_IO_LINK`: the fsync starts only
+//! after the write completed, in the same kernel worker). A group is then sized by time
+//! (it collects while both lanes' flushes run) and by bytes (a batch that reaches
+//! [`Limits::max_batch_bytes`] is written at once, unchained, and flushed by the next free
+//! lane), and each group costs one write and one flush instead of a write per loop
+//! iteration. A chained flush covers its own write only once that write's completion is
+//! known too (never by a later flush's success, which may have run before the write ended).
 use std::collections::VecDeque;
 
 use crate::error::DurableError;
@@ -38,6 +48,10 @@ pub enum Action {
         offset: u64,
         /// Block-padded bytes.
         bytes: Vec<u8>,
+        /// The next action is this batch's [`Action::Flush`], which must not start before
+        /// this write completed: an asynchronous driver chains the two (`IOSQE_IO_LINK` on
+        /// the write, both in one submission); a synchronous one runs them in order.
+        chained: bool,
     },
     /// Flush the device (fdatasync). Covers every write whose completion was reported before it was emitted.
     Flush {
@@ -108,6 +122,8 @@ enum State {
     Written,
     /// Covered by the flush with this sequence number, in flight.
     Flushing(u64),
+    /// Written, and covered only by the flush chained behind its write (this sequence).
+    ChainFlushing(u64),
     Durable,
     Failed,
 }
@@ -122,6 +138,10 @@ struct Batch<T> {
     state: State,
     sealed: bool,
     in_flight: bool,
+    /// The flush chained behind this batch's write (chained mode).
+    chain: Option<u64>,
+    /// That flush completed successfully before the write's completion was reported.
+    chain_done: bool,
 }
 
 /// The group-commit state machine of one log. `T` is the caller's ack token.
@@ -141,6 +161,10 @@ pub struct GroupCommit<T> {
     /// Emptied batch buffers handed back by the driver, reused for new batches so a batch
     /// does not grow from nothing by reallocation (at most [`SPARE_BUFFERS_MAX`]).
     spare: Vec<Vec<u8>>,
+    /// Chained mode ([`GroupCommit::chain_flushes`]).
+    chained: bool,
+    /// The flush chained behind the write `poll_action` returned last, returned next.
+    chained_flush: Option<Action>,
 }
 
 impl<T> GroupCommit<T> {
@@ -158,7 +182,15 @@ impl<T> GroupCommit<T> {
             writing: 0,
             broken: false,
             spare: Vec::new(),
+            chained: false,
+            chained_flush: None,
         }
+    }
+
+    /// Chained mode (see the module notes): batches wait for a free flush lane unless full,
+    /// and each is followed by its own flush, which the driver chains behind the write.
+    pub fn chain_flushes(&mut self, on: bool) {
+        self.chained = on;
     }
 
     /// Hands back the buffer of a completed [`Action::WriteBatch`] for a later batch. Buffers
@@ -250,6 +282,8 @@ impl<T> GroupCommit<T> {
                 state: State::Queued,
                 sealed: false,
                 in_flight: false,
+                chain: None,
+                chain_done: false,
             });
         }
         let Some(b) = self.batches.back_mut() else {
@@ -274,6 +308,9 @@ impl<T> GroupCommit<T> {
 
     /// The next operation to submit, if any. Call until `None` once per tick.
     pub fn poll_action(&mut self) -> Option<Action> {
+        if let Some(flush) = self.chained_flush.take() {
+            return Some(flush);
+        }
         let lanes = self.limits.max_inflight_flushes.clamp(1, FLUSH_LANES);
         let free_lane = (0..lanes)
             .find(|l| self.flushing.iter().all(|&(_, f)| f != *l))
@@ -300,10 +337,18 @@ impl<T> GroupCommit<T> {
             return None;
         }
         let block = self.block;
+        let chained = self.chained;
         let b = self
             .batches
             .iter_mut()
             .find(|b| b.state == State::Queued && b.len > 0)?;
+        // Chained: a batch goes with a flush lane for it, or when full (sealed: cut by bytes
+        // or by a relocation); otherwise it keeps collecting until a flush completes.
+        let chain = match free_lane {
+            Some(lane) if chained => Some(lane),
+            _ if chained && !b.sealed => return None,
+            _ => None,
+        };
         let padded = (b.len as u64).div_ceil(block) * block;
         let mut bytes = std::mem::take(&mut b.bytes);
         bytes.resize(padded as usize, 0);
@@ -314,11 +359,23 @@ impl<T> GroupCommit<T> {
         b.state = State::Writing;
         b.in_flight = true;
         self.writing += 1;
-        Some(Action::WriteBatch {
+        let write = Action::WriteBatch {
             id: b.seq << 1,
             offset: b.offset,
             bytes,
-        })
+            chained: chain.is_some(),
+        };
+        if let Some(lane) = chain {
+            let seq = self.next_flush;
+            self.next_flush += 1;
+            b.chain = Some(seq);
+            self.flushing.push_back((seq, lane));
+            self.chained_flush = Some(Action::Flush {
+                id: (seq << 1) | 1,
+                lane,
+            });
+        }
+        Some(write)
     }
 
     /// Report the completion of a `WriteBatch`. An error fails that batch and every later one.
@@ -331,8 +388,15 @@ impl<T> GroupCommit<T> {
             .ok_or(DurableError::UnexpectedCompletion(id))?;
         self.batches[idx].in_flight = false;
         self.writing -= 1;
-        match self.batches[idx].state {
-            State::Writing if ok => self.batches[idx].state = State::Written,
+        let b = &mut self.batches[idx];
+        match b.state {
+            State::Writing if ok => {
+                b.state = match b.chain {
+                    Some(_) if b.chain_done => State::Durable,
+                    Some(f) => State::ChainFlushing(f),
+                    None => State::Written,
+                }
+            }
             State::Writing => {
                 let offset = self.batches[idx].offset;
                 return Ok(self.fail_from(idx, offset));
@@ -358,9 +422,15 @@ impl<T> GroupCommit<T> {
         if ok {
             // Everything this flush covers, and what every earlier flush covers: those
             // writes completed before it was issued.
+            // A chained write is covered by its own flush only, and only once its completion
+            // is known too (the flush cannot have succeeded unless the write did, but the
+            // write's own completion still decides, as for every batch).
             for b in self.batches.iter_mut() {
-                if matches!(b.state, State::Flushing(f) if f <= seq) {
-                    b.state = State::Durable;
+                match b.state {
+                    State::Flushing(f) if f <= seq => b.state = State::Durable,
+                    State::ChainFlushing(f) if f == seq => b.state = State::Durable,
+                    State::Writing if b.chain == Some(seq) => b.chain_done = true,
+                    _ => {}
                 }
             }
             return Ok(self.drain_front());
@@ -433,3 +503,7 @@ impl<T> GroupCommit<T> {
 #[cfg(test)]
 #[path = "group_commit_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "group_commit_chain_tests.rs"]
+mod chain_tests;

@@ -299,7 +299,9 @@ pub fn drive_sync<D: BlockDevice>(
     let mut all = Settled::default();
     while let Some(a) = log.poll_action() {
         let done = match a {
-            crate::group_commit::Action::WriteBatch { id, offset, bytes } => {
+            crate::group_commit::Action::WriteBatch {
+                id, offset, bytes, ..
+            } => {
                 let ok = s.device().write_at(offset, &bytes).is_ok();
                 log.on_write_complete(id, ok)?
             }

@@ -103,6 +103,8 @@ impl DiskWorker {
     /// Takes region `region`'s log for this worker.
     pub(crate) fn install(serving: Arc<Serving<FileDevice>>, region: usize) -> Option<DiskWorker> {
         let mut log = serving.take_log(region)?;
+        // Each group: one write with its flush chained behind it (ADR 0011, chained flushes).
+        log.chain_flushes(true);
         let fd = serving.device().as_raw_fd();
         let flush_lane = match serving.device().open_flush_lane() {
             Ok(f) => Some(f),
@@ -180,7 +182,9 @@ impl DiskWorker {
                 st.aborted
             );
         }
-        let w = self.log.into_inner();
+        let mut w = self.log.into_inner();
+        // The stop checkpoint drives the log synchronously.
+        w.log.chain_flushes(false);
         if !w.log.is_idle() {
             eprintln!(
                 "ringstore: region {} stopped with writes in flight",
@@ -200,20 +204,38 @@ impl DiskWorker {
             && self.log.borrow().log.is_idle()
     }
 
-    /// Queues what the log wants done as SQEs.
-    pub(crate) fn pump(&mut self, sqes: &mut Vec<squeue::Entry>) {
+    /// Queues what the log wants done as SQEs: single entries in `sqes`, and each batch write
+    /// with the flush chained behind it (`IOSQE_IO_LINK`) as one pair in `chains`, which the
+    /// worker submits together (a chain split across two submissions would let the flush
+    /// start before the write ended, while the log counts it as covering that write).
+    pub(crate) fn pump(
+        &mut self,
+        sqes: &mut Vec<squeue::Entry>,
+        chains: &mut Vec<[squeue::Entry; 2]>,
+    ) {
         let w = self.log.get_mut();
+        let mut chained_write = None;
         while let Some(action) = w.log.poll_action() {
             match action {
-                Action::WriteBatch { id, offset, bytes } => {
+                Action::WriteBatch {
+                    id,
+                    offset,
+                    bytes,
+                    chained,
+                } => {
                     let entry =
                         opcode::Write::new(types::Fd(self.fd), bytes.as_ptr(), bytes.len() as u32)
                             .offset(offset)
                             .build()
                             .user_data(Op::DiskWrite { id }.encode());
-                    // The Vec's heap buffer does not move when the Vec is moved into the map.
+                    // The Vec's heap buffer does not move when the Vec is moved into the list.
                     self.inflight.push((id, bytes));
-                    sqes.push(entry);
+                    if chained {
+                        // Its flush is the log's very next action.
+                        chained_write = Some(entry.flags(squeue::Flags::IO_LINK));
+                    } else {
+                        sqes.push(entry);
+                    }
                 }
                 Action::Flush { id, lane } => {
                     let fd = match (&self.flush_lane, lane) {
@@ -222,15 +244,20 @@ impl DiskWorker {
                     };
                     debug_assert!(lane == 0 || self.flush_lane.is_some());
                     self.flushing += 1;
-                    sqes.push(
-                        opcode::Fsync::new(types::Fd(fd))
-                            .flags(types::FsyncFlags::DATASYNC)
-                            .build()
-                            .user_data(Op::DiskFlush { id }.encode()),
-                    );
+                    let flush = opcode::Fsync::new(types::Fd(fd))
+                        .flags(types::FsyncFlags::DATASYNC)
+                        .build()
+                        .user_data(Op::DiskFlush { id }.encode());
+                    match chained_write.take() {
+                        Some(write) => chains.push([write, flush]),
+                        None => sqes.push(flush),
+                    }
                 }
             }
         }
+        // Unreachable (the log returns a chained write's flush next); never drop the write.
+        debug_assert!(chained_write.is_none());
+        sqes.extend(chained_write);
     }
 
     /// Feeds a batch write (`flush` false) or flush completion back; returns what the worker
