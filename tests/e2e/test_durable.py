@@ -371,8 +371,9 @@ def test_dead_disk_fails_pipelined_writes_and_recovers(fault_device, server_fact
 
 def test_no_reply_before_the_flush_covering_the_write(fault_device, server_factory, tmp_path):
     """Chained group commit (ADR 0011): while the device holds every fdatasync, a set on each of
-    two connections (a group for each flush lane) gets no reply, and reads are served; the
-    replies come, STORED, only once the flushes complete, and the values survive a restart."""
+    two connections (the first in the flush that is held, the second behind it) gets no reply,
+    and reads are served; the replies come, STORED, only once the flushes complete, and the
+    values survive a kill -9 and restart."""
     backing = tmp_path / "stall.img"
     make_file(backing, 32 << 20)
     dev = fault_device(backing)

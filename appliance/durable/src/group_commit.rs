@@ -21,7 +21,8 @@
 //! (it collects while both lanes' flushes run) and by bytes (a batch that reaches
 //! [`Limits::max_batch_bytes`] is written at once, unchained, and flushed by the next free
 //! lane), and each group costs one write and one flush instead of a write per loop
-//! iteration. A chained flush covers its own write only once that write's completion is
+//! iteration. A second lane is taken only by a group of at least a block while the other
+//! flush runs: small groups wait behind it and grow (fewer flushes per write). A chained flush covers its own write only once that write's completion is
 //! known too (never by a later flush's success, which may have run before the write ended).
 use std::collections::VecDeque;
 
@@ -343,9 +344,13 @@ impl<T> GroupCommit<T> {
             .iter_mut()
             .find(|b| b.state == State::Queued && b.len > 0)?;
         // Chained: a batch goes with a flush lane for it, or when full (sealed: cut by bytes
-        // or by a relocation); otherwise it keeps collecting until a flush completes.
+        // or by a relocation); otherwise it keeps collecting until a flush completes. While
+        // a flush runs, the next lane is taken only by a group of at least a block: a flush
+        // costs the same for 100 bytes as for a block, so small groups collect behind the
+        // running flush instead (fewer flushes per write), and large ones pipeline.
+        let worth_a_lane = self.flushing.is_empty() || b.len as u64 >= block;
         let chain = match free_lane {
-            Some(lane) if chained => Some(lane),
+            Some(lane) if chained && worth_a_lane => Some(lane),
             _ if chained && !b.sealed => return None,
             _ => None,
         };

@@ -57,7 +57,7 @@ fn a_later_flush_never_covers_an_earlier_chained_write() {
     let mut g = chained(Limits::default());
     g.push(Some(1), &[1; 100]).unwrap();
     let (w1, f1, l1) = chain(&mut g);
-    g.push(Some(2), &[2; 100]).unwrap();
+    g.push(Some(2), &[2; 512]).unwrap();
     let (w2, f2, l2) = chain(&mut g);
     assert_ne!(l1, l2);
     // Write 1 is in, but flush 2 may have started before it ended (each flush waits only
@@ -77,7 +77,7 @@ fn a_group_collects_while_both_lanes_flush_unless_it_fills() {
     });
     g.push(Some(1), &[1; 100]).unwrap();
     let (w1, f1, _) = chain(&mut g);
-    g.push(Some(2), &[2; 100]).unwrap();
+    g.push(Some(2), &[2; 600]).unwrap();
     let (w2, f2, _) = chain(&mut g);
     for t in 3..=5 {
         g.push(Some(t), &[t as u8; 300]).unwrap();
@@ -108,11 +108,45 @@ fn a_group_collects_while_both_lanes_flush_unless_it_fills() {
         other => panic!("expected the full batch's flush, got {other:?}"),
     };
     assert_eq!(g.on_flush_complete(f2, true).unwrap().acked, vec![2]);
-    let (w4, f4, _) = chain(&mut g);
+    assert_eq!(
+        g.poll_action(),
+        None,
+        "token 6 (under a block) waits behind flush 3"
+    );
     assert_eq!(g.on_flush_complete(f3, true).unwrap().acked, vec![3, 4, 5]);
+    let (w4, f4, _) = chain(&mut g);
     g.on_write_complete(w4, true).unwrap();
     assert_eq!(g.on_flush_complete(f4, true).unwrap().acked, vec![6]);
     assert!(g.is_idle());
+}
+
+#[test]
+fn a_second_lane_takes_a_group_only_once_it_fills_a_block() {
+    let mut g = chained(Limits::default());
+    g.push(Some(1), &[1; 100]).unwrap();
+    let (w1, f1, _) = chain(&mut g);
+    // One flush runs: a group of less than a block (512 here) waits behind it.
+    g.push(Some(2), &[2; 200]).unwrap();
+    assert_eq!(g.poll_action(), None);
+    g.push(Some(3), &[3; 200]).unwrap();
+    assert_eq!(g.poll_action(), None);
+    g.push(Some(4), &[4; 200]).unwrap();
+    let (w2, f2, _) = chain(&mut g);
+    g.on_write_complete(w1, true).unwrap();
+    g.on_write_complete(w2, true).unwrap();
+    assert_eq!(
+        g.on_flush_complete(f2, true).unwrap().acked,
+        Vec::<u32>::new()
+    );
+    assert_eq!(
+        g.on_flush_complete(f1, true).unwrap().acked,
+        vec![1, 2, 3, 4]
+    );
+    // With no flush running, any group goes at once.
+    g.push(Some(5), &[5; 8]).unwrap();
+    let (w3, f3, _) = chain(&mut g);
+    g.on_write_complete(w3, true).unwrap();
+    assert_eq!(g.on_flush_complete(f3, true).unwrap().acked, vec![5]);
 }
 
 #[test]
