@@ -172,7 +172,7 @@ impl<D: BlockDevice> Serving<D> {
             for s in &done.acked {
                 match s.purpose {
                     Purpose::Client(_) => {
-                        index.apply(&s.key, s.meta, s.loc, s.value_len, s.seed);
+                        let newest = index.apply(&s.key, s.meta, s.loc, s.value_len, s.seed);
                         if s.key.is_empty() || parse_chunk_key(&s.key).is_some() {
                             continue;
                         }
@@ -181,10 +181,11 @@ impl<D: BlockDevice> Serving<D> {
                         } else {
                             None
                         };
-                        let newest = index.get(&s.key).is_some_and(|e| e.meta.seq == s.meta.seq);
                         if newest {
                             let prev = match mine {
                                 Some(obj) => objects.live.insert(s.key.clone(), obj),
+                                // No large object anywhere: nothing to look up.
+                                None if objects.live.is_empty() => None,
                                 None => objects.live.remove(&s.key),
                             };
                             if let Some(prev) = prev {
