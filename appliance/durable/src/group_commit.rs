@@ -22,8 +22,9 @@
 //! [`Limits::max_batch_bytes`] is written at once, unchained, and flushed by the next free
 //! lane), and each group costs one write and one flush instead of a write per loop
 //! iteration. A second lane is taken only by a group of at least a block while the other
-//! flush runs: small groups wait behind it and grow (fewer flushes per write). A chained flush covers its own write only once that write's completion is
-//! known too (never by a later flush's success, which may have run before the write ended).
+//! flush runs: small groups wait behind it and grow (fewer flushes per write). A chained
+//! flush covers its own write only once that write's completion is known too (never by a
+//! later flush's success, which may have run before the write ended).
 use std::collections::VecDeque;
 
 use crate::error::DurableError;
@@ -54,7 +55,8 @@ pub enum Action {
         /// the write, both in one submission); a synchronous one runs them in order.
         chained: bool,
     },
-    /// Flush the device (fdatasync). Covers every write whose completion was reported before it was emitted.
+    /// Flush the device (fdatasync). Covers every write whose completion was reported before it
+    /// was emitted, and, when it follows a chained [`Action::WriteBatch`], that write.
     Flush {
         /// Completion id.
         id: OpId,

@@ -232,7 +232,7 @@ impl DiskWorker {
                     self.inflight.push((id, bytes));
                     if chained {
                         // Its flush is the log's very next action.
-                        chained_write = Some(entry.flags(squeue::Flags::IO_LINK));
+                        chained_write = Some(entry);
                     } else {
                         sqes.push(entry);
                     }
@@ -249,13 +249,14 @@ impl DiskWorker {
                         .build()
                         .user_data(Op::DiskFlush { id }.encode());
                     match chained_write.take() {
-                        Some(write) => chains.push([write, flush]),
+                        Some(write) => chains.push([write.flags(squeue::Flags::IO_LINK), flush]),
                         None => sqes.push(flush),
                     }
                 }
             }
         }
-        // Unreachable (the log returns a chained write's flush next); never drop the write.
+        // Unreachable (the log returns a chained write's flush next); never drop the write
+        // (it carries no link flag until it is paired).
         debug_assert!(chained_write.is_none());
         sqes.extend(chained_write);
     }
