@@ -369,6 +369,49 @@ def test_dead_disk_fails_pipelined_writes_and_recovers(fault_device, server_fact
     assert dev.error is None, dev.error
 
 
+def test_no_reply_before_the_flush_covering_the_write(fault_device, server_factory, tmp_path):
+    """Chained group commit (ADR 0011): while the device holds every fdatasync, a set on each of
+    two connections (the first in the flush that is held, the second behind it) gets no reply,
+    and reads are served; the replies come, STORED, only once the flushes complete, and the
+    values survive a kill -9 and restart."""
+    backing = tmp_path / "stall.img"
+    make_file(backing, 32 << 20)
+    dev = fault_device(backing)
+    s = serve(server_factory, dev.path, "--cores", "1")
+    dev.wait_quiet()
+    a, b, reader = Conn(s.mc), Conn(s.mc), Conn(s.mc)
+    assert a.set(b"before", b"b") == b"STORED"
+    dev.stall_flush()
+    flushes = dev.stats()["flushes"]
+    a.s.sendall(b"set ka 0 0 2\r\nva\r\n")
+    time.sleep(0.2)
+    b.s.sendall(b"set kb 0 0 2\r\nvb\r\n")
+    deadline = time.monotonic() + 5
+    while dev.stats()["flushes"] < flushes + 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert dev.stats()["flushes"] > flushes, ("no flush reached the device", dev.stats())
+    time.sleep(0.5)
+    for c in (a, b):
+        c.s.settimeout(0.3)
+        with pytest.raises(socket.timeout):
+            c.line()  # a reply here came before its flush completed
+        c.s.settimeout(10)
+    assert reader.get_many([b"before"]) == {b"before": b"b"}
+    dev.heal()
+    assert a.line() == b"STORED"
+    assert b.line() == b"STORED"
+    assert reader.get_many([b"ka", b"kb"]) == {b"ka": b"va", b"kb": b"vb"}
+    for c in (a, b, reader):
+        c.close()
+    assert s.stop(signal.SIGKILL) != 0
+    s2 = serve(server_factory, backing, "--cores", "1")
+    c2 = Conn(s2.mc)
+    assert c2.get_many([b"before", b"ka", b"kb"]) == {b"before": b"b", b"ka": b"va", b"kb": b"vb"}
+    c2.close()
+    assert s2.stop() == 0
+    assert dev.error is None, dev.error
+
+
 def test_foreign_filesystem_is_refused_unless_forced(server_factory, tmp_path):
     path = tmp_path / "ext4.img"
     make_file(path, 32 << 20)

@@ -187,7 +187,9 @@ impl<D: BlockDevice> Durable<D> {
     pub(crate) fn drive(&mut self, r: usize) {
         while let Some(action) = self.regions[r].poll_action() {
             let (done, err) = match action {
-                Action::WriteBatch { id, offset, bytes } => {
+                Action::WriteBatch {
+                    id, offset, bytes, ..
+                } => {
                     let res = self.dev.write_at(offset, &bytes);
                     let kind = res.as_ref().err().map(|e| e.kind());
                     (self.regions[r].on_write_complete(id, res.is_ok()), kind)

@@ -13,6 +13,18 @@
 //! waits for about one flush instead of the rest of the running one plus its own. A flush
 //! covers every write completed before it was issued, so when it completes every batch of
 //! an earlier flush is durable too; tokens are still released in log order only.
+//!
+//! Chained mode ([`GroupCommit::chain_flushes`], what the io_uring driver uses): a batch is
+//! written only when a flush lane is free for it, and its flush is emitted right after it,
+//! to be chained behind the write by the driver (`IOSQE_IO_LINK`: the fsync starts only
+//! after the write completed, in the same kernel worker). A group is then sized by time
+//! (it collects while both lanes' flushes run) and by bytes (a batch that reaches
+//! [`Limits::max_batch_bytes`] is written at once, unchained, and flushed by the next free
+//! lane), and each group costs one write and one flush instead of a write per loop
+//! iteration. A second lane is taken only by a group of at least a block while the other
+//! flush runs: small groups wait behind it and grow (fewer flushes per write). A chained
+//! flush covers its own write only once that write's completion is known too (never by a
+//! later flush's success, which may have run before the write ended).
 use std::collections::VecDeque;
 
 use crate::error::DurableError;
@@ -22,6 +34,10 @@ pub type OpId = u64;
 
 /// Most flushes in flight at once, each on its own lane (open file description).
 pub const FLUSH_LANES: usize = 2;
+
+/// Batch buffers kept for reuse ([`GroupCommit::recycle`]): one per write in flight is enough
+/// for the steady state, where each completed write's buffer becomes the next batch's.
+const SPARE_BUFFERS_MAX: usize = 4;
 
 /// What the driver must do next.
 #[derive(Debug, PartialEq, Eq)]
@@ -34,8 +50,13 @@ pub enum Action {
         offset: u64,
         /// Block-padded bytes.
         bytes: Vec<u8>,
+        /// The next action is this batch's [`Action::Flush`], which must not start before
+        /// this write completed: an asynchronous driver chains the two (`IOSQE_IO_LINK` on
+        /// the write, both in one submission); a synchronous one runs them in order.
+        chained: bool,
     },
-    /// Flush the device (fdatasync). Covers every write whose completion was reported before it was emitted.
+    /// Flush the device (fdatasync). Covers every write whose completion was reported before it
+    /// was emitted, and, when it follows a chained [`Action::WriteBatch`], that write.
     Flush {
         /// Completion id.
         id: OpId,
@@ -104,6 +125,8 @@ enum State {
     Written,
     /// Covered by the flush with this sequence number, in flight.
     Flushing(u64),
+    /// Written, and covered only by the flush chained behind its write (this sequence).
+    ChainFlushing(u64),
     Durable,
     Failed,
 }
@@ -118,6 +141,10 @@ struct Batch<T> {
     state: State,
     sealed: bool,
     in_flight: bool,
+    /// The flush chained behind this batch's write (chained mode).
+    chain: Option<u64>,
+    /// That flush completed successfully before the write's completion was reported.
+    chain_done: bool,
 }
 
 /// The group-commit state machine of one log. `T` is the caller's ack token.
@@ -134,6 +161,13 @@ pub struct GroupCommit<T> {
     pending_writes: usize,
     writing: usize,
     broken: bool,
+    /// Emptied batch buffers handed back by the driver, reused for new batches so a batch
+    /// does not grow from nothing by reallocation (at most [`SPARE_BUFFERS_MAX`]).
+    spare: Vec<Vec<u8>>,
+    /// Chained mode ([`GroupCommit::chain_flushes`]).
+    chained: bool,
+    /// The flush chained behind the write `poll_action` returned last, returned next.
+    chained_flush: Option<Action>,
 }
 
 impl<T> GroupCommit<T> {
@@ -150,6 +184,25 @@ impl<T> GroupCommit<T> {
             pending_writes: 0,
             writing: 0,
             broken: false,
+            spare: Vec::new(),
+            chained: false,
+            chained_flush: None,
+        }
+    }
+
+    /// Chained mode (see the module notes): batches wait for a free flush lane unless full,
+    /// and each is followed by its own flush, which the driver chains behind the write.
+    pub fn chain_flushes(&mut self, on: bool) {
+        self.chained = on;
+    }
+
+    /// Hands back the buffer of a completed [`Action::WriteBatch`] for a later batch. Buffers
+    /// larger than a full batch (a single oversized record) and more than a few are dropped.
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        let cap_max = self.limits.max_batch_bytes + self.block as usize;
+        if self.spare.len() < SPARE_BUFFERS_MAX && buf.capacity() <= cap_max {
+            buf.clear();
+            self.spare.push(buf);
         }
     }
 
@@ -219,15 +272,21 @@ impl<T> GroupCommit<T> {
             self.seal_open();
             let seq = self.next_batch;
             self.next_batch += 1;
+            let buf = self
+                .spare
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(self.block as usize));
             self.batches.push_back(Batch {
                 seq,
                 offset: at,
-                bytes: Vec::new(),
+                bytes: buf,
                 len: 0,
                 tokens: Vec::new(),
                 state: State::Queued,
                 sealed: false,
                 in_flight: false,
+                chain: None,
+                chain_done: false,
             });
         }
         let Some(b) = self.batches.back_mut() else {
@@ -252,6 +311,9 @@ impl<T> GroupCommit<T> {
 
     /// The next operation to submit, if any. Call until `None` once per tick.
     pub fn poll_action(&mut self) -> Option<Action> {
+        if let Some(flush) = self.chained_flush.take() {
+            return Some(flush);
+        }
         let lanes = self.limits.max_inflight_flushes.clamp(1, FLUSH_LANES);
         let free_lane = (0..lanes)
             .find(|l| self.flushing.iter().all(|&(_, f)| f != *l))
@@ -278,10 +340,22 @@ impl<T> GroupCommit<T> {
             return None;
         }
         let block = self.block;
+        let chained = self.chained;
         let b = self
             .batches
             .iter_mut()
             .find(|b| b.state == State::Queued && b.len > 0)?;
+        // Chained: a batch goes with a flush lane for it, or when full (sealed: cut by bytes
+        // or by a relocation); otherwise it keeps collecting until a flush completes. While
+        // a flush runs, the next lane is taken only by a group of at least a block: a flush
+        // costs the same for 100 bytes as for a block, so small groups collect behind the
+        // running flush instead (fewer flushes per write), and large ones pipeline.
+        let worth_a_lane = self.flushing.is_empty() || b.len as u64 >= block;
+        let chain = match free_lane {
+            Some(lane) if chained && worth_a_lane => Some(lane),
+            _ if chained && !b.sealed => return None,
+            _ => None,
+        };
         let padded = (b.len as u64).div_ceil(block) * block;
         let mut bytes = std::mem::take(&mut b.bytes);
         bytes.resize(padded as usize, 0);
@@ -292,11 +366,23 @@ impl<T> GroupCommit<T> {
         b.state = State::Writing;
         b.in_flight = true;
         self.writing += 1;
-        Some(Action::WriteBatch {
+        let write = Action::WriteBatch {
             id: b.seq << 1,
             offset: b.offset,
             bytes,
-        })
+            chained: chain.is_some(),
+        };
+        if let Some(lane) = chain {
+            let seq = self.next_flush;
+            self.next_flush += 1;
+            b.chain = Some(seq);
+            self.flushing.push_back((seq, lane));
+            self.chained_flush = Some(Action::Flush {
+                id: (seq << 1) | 1,
+                lane,
+            });
+        }
+        Some(write)
     }
 
     /// Report the completion of a `WriteBatch`. An error fails that batch and every later one.
@@ -309,8 +395,15 @@ impl<T> GroupCommit<T> {
             .ok_or(DurableError::UnexpectedCompletion(id))?;
         self.batches[idx].in_flight = false;
         self.writing -= 1;
-        match self.batches[idx].state {
-            State::Writing if ok => self.batches[idx].state = State::Written,
+        let b = &mut self.batches[idx];
+        match b.state {
+            State::Writing if ok => {
+                b.state = match b.chain {
+                    Some(_) if b.chain_done => State::Durable,
+                    Some(f) => State::ChainFlushing(f),
+                    None => State::Written,
+                }
+            }
             State::Writing => {
                 let offset = self.batches[idx].offset;
                 return Ok(self.fail_from(idx, offset));
@@ -336,9 +429,15 @@ impl<T> GroupCommit<T> {
         if ok {
             // Everything this flush covers, and what every earlier flush covers: those
             // writes completed before it was issued.
+            // A chained write is covered by its own flush only, and only once its completion
+            // is known too (the flush cannot have succeeded unless the write did, but the
+            // write's own completion still decides, as for every batch).
             for b in self.batches.iter_mut() {
-                if matches!(b.state, State::Flushing(f) if f <= seq) {
-                    b.state = State::Durable;
+                match b.state {
+                    State::Flushing(f) if f <= seq => b.state = State::Durable,
+                    State::ChainFlushing(f) if f == seq => b.state = State::Durable,
+                    State::Writing if b.chain == Some(seq) => b.chain_done = true,
+                    _ => {}
                 }
             }
             return Ok(self.drain_front());
@@ -411,3 +510,7 @@ impl<T> GroupCommit<T> {
 #[cfg(test)]
 #[path = "group_commit_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "group_commit_chain_tests.rs"]
+mod chain_tests;

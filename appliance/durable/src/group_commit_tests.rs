@@ -8,7 +8,9 @@ fn gc(limits: Limits) -> GroupCommit<u32> {
 
 fn write_id(a: Option<Action>) -> (OpId, u64, usize) {
     match a {
-        Some(Action::WriteBatch { id, offset, bytes }) => (id, offset, bytes.len()),
+        Some(Action::WriteBatch {
+            id, offset, bytes, ..
+        }) => (id, offset, bytes.len()),
         other => panic!("expected a write, got {other:?}"),
     }
 }

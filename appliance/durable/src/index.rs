@@ -4,6 +4,14 @@ use std::collections::HashMap;
 
 use crate::record::{RecordKind, RecordMeta};
 
+/// The hasher of the durable engine's key maps (index, overlay, large-object maps): foldhash,
+/// seeded per process like the store's shards. Every settled write hashes its key about half
+/// a dozen times (index apply, overlay), where SipHash cost more than the lookups themselves.
+pub type KeyHasher = foldhash::fast::RandomState;
+
+/// A map from keys (or ids) with [`KeyHasher`].
+pub type KeyMap<K, V> = HashMap<K, V, KeyHasher>;
+
 /// Where a record lives on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Loc {
@@ -36,7 +44,7 @@ pub struct Entry {
 /// key → [`Entry`], live bytes per segment, and the highest sequence and CAS seen.
 #[derive(Debug)]
 pub struct Index {
-    map: HashMap<Box<[u8]>, Entry>,
+    map: KeyMap<Box<[u8]>, Entry>,
     live: Vec<u64>,
     segments_per_region: u32,
     max_seq: u64,
@@ -47,7 +55,7 @@ impl Index {
     /// An empty index for `regions × segments_per_region` segments.
     pub fn new(regions: u32, segments_per_region: u32) -> Self {
         Index {
-            map: HashMap::new(),
+            map: KeyMap::default(),
             live: vec![0; regions as usize * segments_per_region as usize],
             segments_per_region,
             max_seq: 0,
@@ -120,7 +128,15 @@ impl Index {
     }
 
     /// A record for `key` is on the device (acked write, or found by recovery): the highest sequence wins.
-    pub fn apply(&mut self, key: &[u8], meta: RecordMeta, loc: Loc, value_len: u32, seed: u32) {
+    /// Returns true when the key's entry is now this record (what a second look-up would say).
+    pub fn apply(
+        &mut self,
+        key: &[u8],
+        meta: RecordMeta,
+        loc: Loc,
+        value_len: u32,
+        seed: u32,
+    ) -> bool {
         self.max_seq = self.max_seq.max(meta.seq);
         self.max_cas = self.max_cas.max(meta.cas);
         let new = Entry {
@@ -134,6 +150,7 @@ impl Index {
             None => {
                 self.map.insert(key.into(), new);
                 self.add_live(&loc, i64::from(loc.len));
+                true
             }
             Some(e) if meta.seq > e.meta.seq => {
                 let old = *e;
@@ -143,11 +160,13 @@ impl Index {
                 };
                 self.add_live(&old.loc, -i64::from(old.loc.len));
                 self.add_live(&loc, i64::from(loc.len));
+                true
             }
             Some(e) => {
                 if meta.kind.has_value() {
                     e.older += 1;
                 }
+                e.meta.seq == meta.seq
             }
         }
     }
@@ -287,11 +306,14 @@ mod tests {
     #[test]
     fn newest_sequence_wins_in_any_order() {
         let mut a = Index::new(1, 4);
-        a.apply(b"k", m(RecordKind::Value, 2), l(1, 0), 5, 0);
-        a.apply(b"k", m(RecordKind::Value, 1), l(0, 0), 5, 0);
+        assert!(a.apply(b"k", m(RecordKind::Value, 2), l(1, 0), 5, 0));
+        assert!(
+            !a.apply(b"k", m(RecordKind::Value, 1), l(0, 0), 5, 0),
+            "older: not the entry"
+        );
         let mut b = Index::new(1, 4);
-        b.apply(b"k", m(RecordKind::Value, 1), l(0, 0), 5, 0);
-        b.apply(b"k", m(RecordKind::Value, 2), l(1, 0), 5, 0);
+        assert!(b.apply(b"k", m(RecordKind::Value, 1), l(0, 0), 5, 0));
+        assert!(b.apply(b"k", m(RecordKind::Value, 2), l(1, 0), 5, 0));
         for ix in [&a, &b] {
             let e = ix.get(b"k").unwrap();
             assert_eq!((e.meta.seq, e.loc, e.older), (2, l(1, 0), 1));

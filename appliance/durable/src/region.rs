@@ -364,9 +364,20 @@ impl<T> RegionLog<T> {
         self.commit.limit_flush_lanes(lanes);
     }
 
+    /// Chained group commit ([`GroupCommit::chain_flushes`]): for drivers that chain each
+    /// batch's flush behind its write.
+    pub fn chain_flushes(&mut self, on: bool) {
+        self.commit.chain_flushes(on);
+    }
+
     /// Next I/O to submit.
     pub fn poll_action(&mut self) -> Option<Action> {
         self.commit.poll_action()
+    }
+
+    /// Hands back a completed write's buffer for reuse ([`GroupCommit::recycle`]).
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.commit.recycle(buf);
     }
 
     /// Completion of a write.

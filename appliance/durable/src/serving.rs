@@ -19,7 +19,6 @@
 //! The parts: `staging` (staging writes, the overlay, settling completions), `reads`
 //! (look-ups and the start-up warming pass), `objects` (large-object bookkeeping and chunk
 //! reads). This file holds the shared state, its accessors and the checkpoint at stop.
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
@@ -73,7 +72,7 @@ pub struct Serving<D: BlockDevice> {
     sb: Superblock,
     index: RwLock<Index>,
     overlay: Box<[Mutex<OverlayShard>]>,
-    hasher: std::collections::hash_map::RandomState,
+    hasher: crate::index::KeyHasher,
     next_seq: AtomicU64,
     /// (sequence, Unix time) of the newest flush_all.
     flush: Mutex<Option<(u64, u64)>>,
@@ -146,7 +145,7 @@ impl<D: BlockDevice> Serving<D> {
             sb,
             index: RwLock::new(index),
             overlay: (0..OVERLAY_SHARDS)
-                .map(|_| Mutex::new(HashMap::new()))
+                .map(|_| Mutex::new(Default::default()))
                 .collect(),
             hasher: Default::default(),
             next_seq: AtomicU64::new(next_seq),
@@ -324,7 +323,9 @@ pub fn drive_sync<D: BlockDevice>(
     let mut all = Settled::default();
     while let Some(a) = log.poll_action() {
         let done = match a {
-            crate::group_commit::Action::WriteBatch { id, offset, bytes } => {
+            crate::group_commit::Action::WriteBatch {
+                id, offset, bytes, ..
+            } => {
                 let ok = s.device().write_at(offset, &bytes).is_ok();
                 log.on_write_complete(id, ok)?
             }

@@ -20,7 +20,9 @@ fn drive(s: &Serving<SimDevice>, log: &mut RegionLog<u64>) -> Settled {
     let mut all = Settled::default();
     while let Some(a) = log.poll_action() {
         let done = match a {
-            Action::WriteBatch { id, offset, bytes } => {
+            Action::WriteBatch {
+                id, offset, bytes, ..
+            } => {
                 let ok = s.device().write_at(offset, &bytes).is_ok();
                 log.on_write_complete(id, ok).unwrap()
             }

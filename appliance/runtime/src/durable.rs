@@ -11,7 +11,7 @@
 //! ([`ringstore_service::Session::on_durable`]), which then writes the reply it held, or the
 //! error; a failed record's RAM copy is dropped first.
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
@@ -81,8 +81,9 @@ pub(crate) struct DiskWorker {
     /// [`ConnDevice`] a session call holds (shared), while completions update it between
     /// calls; the two never overlap on the worker's one thread.
     log: RefCell<WorkerLog>,
-    /// Batch bytes of writes in flight, by op id (the kernel reads them until the completion).
-    inflight: HashMap<u64, Vec<u8>>,
+    /// Batch bytes of writes in flight with their op ids (the kernel reads them until the
+    /// completion). A handful at most (the log's `max_inflight_writes`), so a list.
+    inflight: Vec<(u64, Vec<u8>)>,
     /// The second flush lane: another open file description of the device, so the two
     /// flushes the log keeps in flight each see every writeback error (ADR 0011, pipelined
     /// flushes). None when it could not be opened; then one flush is in flight at a time.
@@ -102,6 +103,8 @@ impl DiskWorker {
     /// Takes region `region`'s log for this worker.
     pub(crate) fn install(serving: Arc<Serving<FileDevice>>, region: usize) -> Option<DiskWorker> {
         let mut log = serving.take_log(region)?;
+        // Each group: one write with its flush chained behind it (ADR 0011, chained flushes).
+        log.chain_flushes(true);
         let fd = serving.device().as_raw_fd();
         let flush_lane = match serving.device().open_flush_lane() {
             Ok(f) => Some(f),
@@ -123,7 +126,7 @@ impl DiskWorker {
                 front_token: 1,
                 abandoned: VecDeque::new(),
             }),
-            inflight: HashMap::new(),
+            inflight: Vec::new(),
             flush_lane,
             flushing: 0,
             compactor,
@@ -179,7 +182,9 @@ impl DiskWorker {
                 st.aborted
             );
         }
-        let w = self.log.into_inner();
+        let mut w = self.log.into_inner();
+        // The stop checkpoint drives the log synchronously.
+        w.log.chain_flushes(false);
         if !w.log.is_idle() {
             eprintln!(
                 "ringstore: region {} stopped with writes in flight",
@@ -199,20 +204,38 @@ impl DiskWorker {
             && self.log.borrow().log.is_idle()
     }
 
-    /// Queues what the log wants done as SQEs.
-    pub(crate) fn pump(&mut self, sqes: &mut Vec<squeue::Entry>) {
+    /// Queues what the log wants done as SQEs: single entries in `sqes`, and each batch write
+    /// with the flush chained behind it (`IOSQE_IO_LINK`) as one pair in `chains`, which the
+    /// worker submits together (a chain split across two submissions would let the flush
+    /// start before the write ended, while the log counts it as covering that write).
+    pub(crate) fn pump(
+        &mut self,
+        sqes: &mut Vec<squeue::Entry>,
+        chains: &mut Vec<[squeue::Entry; 2]>,
+    ) {
         let w = self.log.get_mut();
+        let mut chained_write = None;
         while let Some(action) = w.log.poll_action() {
             match action {
-                Action::WriteBatch { id, offset, bytes } => {
+                Action::WriteBatch {
+                    id,
+                    offset,
+                    bytes,
+                    chained,
+                } => {
                     let entry =
                         opcode::Write::new(types::Fd(self.fd), bytes.as_ptr(), bytes.len() as u32)
                             .offset(offset)
                             .build()
                             .user_data(Op::DiskWrite { id }.encode());
-                    // The Vec's heap buffer does not move when the Vec is moved into the map.
-                    self.inflight.insert(id, bytes);
-                    sqes.push(entry);
+                    // The Vec's heap buffer does not move when the Vec is moved into the list.
+                    self.inflight.push((id, bytes));
+                    if chained {
+                        // Its flush is the log's very next action.
+                        chained_write = Some(entry);
+                    } else {
+                        sqes.push(entry);
+                    }
                 }
                 Action::Flush { id, lane } => {
                     let fd = match (&self.flush_lane, lane) {
@@ -221,15 +244,21 @@ impl DiskWorker {
                     };
                     debug_assert!(lane == 0 || self.flush_lane.is_some());
                     self.flushing += 1;
-                    sqes.push(
-                        opcode::Fsync::new(types::Fd(fd))
-                            .flags(types::FsyncFlags::DATASYNC)
-                            .build()
-                            .user_data(Op::DiskFlush { id }.encode()),
-                    );
+                    let flush = opcode::Fsync::new(types::Fd(fd))
+                        .flags(types::FsyncFlags::DATASYNC)
+                        .build()
+                        .user_data(Op::DiskFlush { id }.encode());
+                    match chained_write.take() {
+                        Some(write) => chains.push([write.flags(squeue::Flags::IO_LINK), flush]),
+                        None => sqes.push(flush),
+                    }
                 }
             }
         }
+        // Unreachable (the log returns a chained write's flush next); never drop the write
+        // (it carries no link flag until it is paired).
+        debug_assert!(chained_write.is_none());
+        sqes.extend(chained_write);
     }
 
     /// Feeds a batch write (`flush` false) or flush completion back; returns what the worker
@@ -239,7 +268,16 @@ impl DiskWorker {
             self.flushing = self.flushing.saturating_sub(1);
             res >= 0
         } else {
-            let want = self.inflight.remove(&id).map_or(0, |b| b.len());
+            let buf = self
+                .inflight
+                .iter()
+                .position(|(i, _)| *i == id)
+                .map(|at| self.inflight.swap_remove(at).1);
+            let want = buf.as_ref().map_or(0, Vec::len);
+            if let Some(buf) = buf {
+                // The kernel is done with it: the next batch reuses the allocation.
+                self.log.get_mut().log.recycle(buf);
+            }
             res >= 0 && res as usize == want
         };
         if !ok {

@@ -82,6 +82,9 @@ struct Worker<H: Handler> {
     udp_errors_logged: u32,
     conns: Slab<H::Session>,
     pending: Vec<squeue::Entry>,
+    /// Pairs that must reach the kernel in one submission: a data-device batch write and the
+    /// flush chained behind it (`DiskWorker::pump`).
+    pending_chains: Vec<[squeue::Entry; 2]>,
     completions: Vec<(u64, i32, u32)>,
     new_conns: Vec<(OwnedFd, Protocol)>,
     setup: WorkerSetup<H>,
@@ -178,6 +181,7 @@ pub(crate) fn run<H: Handler>(
         udp_errors_logged: 0,
         conns: Slab::new(),
         pending: Vec::with_capacity(256),
+        pending_chains: Vec::new(),
         completions: Vec::with_capacity(256),
         new_conns: Vec::new(),
         inbox_word: Box::leak(Box::new(0u64)),
@@ -249,7 +253,7 @@ impl<H: Handler> Worker<H> {
                         .push(opcode::Nop::new().build().user_data(Op::Wake.encode()));
                 }
                 // Group commit: everything staged this iteration goes out as one write + one flush.
-                disk.pump(&mut self.pending);
+                disk.pump(&mut self.pending, &mut self.pending_chains);
             }
             if self.stopping_deadline.is_some()
                 && self.conns.live() == 0
@@ -308,6 +312,25 @@ impl<H: Handler> Worker<H> {
             }
         }
         self.pending.clear();
+        let mut next = 0;
+        while next < self.pending_chains.len() {
+            {
+                let mut sq = self.ring.submission();
+                while next < self.pending_chains.len() {
+                    // Data-device batch buffers stay in `DiskWorker::inflight` until their
+                    // completion (see above); a flush points at no memory.
+                    // SAFETY: both entries point only at memory that outlives their completions.
+                    if unsafe { sq.push_multiple(&self.pending_chains[next]) }.is_err() {
+                        break; // both or neither: the chain never spans two submissions
+                    }
+                    next += 1;
+                }
+            }
+            if next < self.pending_chains.len() {
+                self.enter(0)?;
+            }
+        }
+        self.pending_chains.clear();
         self.enter(1)
     }
 

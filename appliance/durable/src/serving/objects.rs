@@ -23,7 +23,7 @@ pub(super) type ObjectRef = (u64, u32);
 #[derive(Debug, Default)]
 pub(super) struct LargeObjects {
     /// User key → the object of its durable (index-current) manifest.
-    pub(super) live: HashMap<Box<[u8]>, ObjectRef>,
+    pub(super) live: crate::index::KeyMap<Box<[u8]>, ObjectRef>,
     /// Sequence of a staged, unsettled manifest → its object (`Staged` carries no value bytes).
     pub(super) staged: HashMap<u64, ObjectRef>,
     /// Uploads in progress (chunks staged, no manifest yet) → device bytes of their chunks:
@@ -65,7 +65,8 @@ impl<D: BlockDevice> Serving<D> {
             .map(|(k, e)| (Box::<[u8]>::from(k), *e))
             .collect();
         manifests.sort_unstable_by_key(|(_, e)| (e.loc.region, e.loc.segment, e.loc.offset));
-        let mut live = HashMap::with_capacity(manifests.len());
+        let mut live =
+            crate::index::KeyMap::with_capacity_and_hasher(manifests.len(), Default::default());
         let io_failed = self.read_each(&manifests, |key, rec| {
             if let Some(m) = rec.and_then(|r| Manifest::decode(r.value)) {
                 live.insert(Box::<[u8]>::from(key), (m.object, m.chunks()));

@@ -3,7 +3,6 @@
 //! the write is visible through the overlay of staged-but-not-durable writes until its
 //! completion is applied ([`Serving::settle`]): durable records enter the index (and the
 //! large-object bookkeeping), failed ones are reported; both leave the overlay.
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
@@ -36,7 +35,7 @@ impl Pending {
 }
 
 /// Staged-but-not-durable writes of the keys hashing to one shard: key → newest pending state.
-pub(super) type OverlayShard = HashMap<Box<[u8]>, Pending>;
+pub(super) type OverlayShard = crate::index::KeyMap<Box<[u8]>, Pending>;
 
 impl<D: BlockDevice> Serving<D> {
     pub(super) fn overlay_shard(&self, key: &[u8]) -> MutexGuard<'_, OverlayShard> {
@@ -173,7 +172,7 @@ impl<D: BlockDevice> Serving<D> {
             for s in &done.acked {
                 match s.purpose {
                     Purpose::Client(_) => {
-                        index.apply(&s.key, s.meta, s.loc, s.value_len, s.seed);
+                        let newest = index.apply(&s.key, s.meta, s.loc, s.value_len, s.seed);
                         if s.key.is_empty() || parse_chunk_key(&s.key).is_some() {
                             continue;
                         }
@@ -182,10 +181,11 @@ impl<D: BlockDevice> Serving<D> {
                         } else {
                             None
                         };
-                        let newest = index.get(&s.key).is_some_and(|e| e.meta.seq == s.meta.seq);
                         if newest {
                             let prev = match mine {
                                 Some(obj) => objects.live.insert(s.key.clone(), obj),
+                                // No large object anywhere: nothing to look up.
+                                None if objects.live.is_empty() => None,
                                 None => objects.live.remove(&s.key),
                             };
                             if let Some(prev) = prev {
