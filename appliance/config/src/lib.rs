@@ -63,6 +63,10 @@ pub struct Tuning {
     pub link_recv: bool,
     /// `poll-first`: linked receives poll before they try.
     pub poll_first: bool,
+    /// `eventfd-wait`: a worker waits for completions in a read of an eventfd registered with
+    /// its ring instead of inside `io_uring_enter` (valgrind runs `io_uring_enter` holding its
+    /// big lock, which starves every other thread; it releases the lock around a read).
+    pub eventfd_wait: bool,
 }
 
 impl Default for Tuning {
@@ -72,6 +76,7 @@ impl Default for Tuning {
             buf_ring: true,
             link_recv: true,
             poll_first: true,
+            eventfd_wait: false,
         }
     }
 }
