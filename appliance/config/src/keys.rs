@@ -323,7 +323,7 @@ pub static KEYS: &[KeyInfo] = &[
     KeyInfo {
         name: "eventfd-wait",
         expected: "on or off",
-        help: "workers wait for completions in a read of an eventfd registered with the ring, not in io_uring_enter (measurement only: lets valgrind run the other threads)",
+        help: "workers wait for completions in poll(2) on an eventfd registered with the ring (at most 1 ms at a time), not in io_uring_enter (measurement only: lets valgrind run the other threads)",
         endpoint: false,
         hidden: true,
         apply: |c, v| parse_switch(v).map(|on| c.tuning.eventfd_wait = on).ok_or(()),

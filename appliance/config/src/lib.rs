@@ -63,9 +63,10 @@ pub struct Tuning {
     pub link_recv: bool,
     /// `poll-first`: linked receives poll before they try.
     pub poll_first: bool,
-    /// `eventfd-wait`: a worker waits for completions in a read of an eventfd registered with
-    /// its ring instead of inside `io_uring_enter` (valgrind runs `io_uring_enter` holding its
-    /// big lock, which starves every other thread; it releases the lock around a read).
+    /// `eventfd-wait`: a worker waits for completions in poll(2) on an eventfd registered with
+    /// its ring (1 ms at most, then it looks again) instead of inside `io_uring_enter`
+    /// (valgrind runs `io_uring_enter` holding its big lock, which starves every other thread;
+    /// it releases the lock around a poll).
     pub eventfd_wait: bool,
 }
 
