@@ -369,8 +369,8 @@ impl<H: Handler> Worker<H> {
                 continue; // timed out or interrupted: look at the ring again
             }
             let mut count = 0u64;
-            // SAFETY: `count` is a live, writable 8-byte local for the whole call, and `fd` is an
-            // eventfd this worker owns (read(2) on it writes exactly 8 bytes or fails).
+            // `fd` is an eventfd this worker owns: read(2) on it writes exactly 8 bytes or fails.
+            // SAFETY: `count` is a live, writable 8-byte local for the whole call (see above).
             let n = unsafe {
                 libc::read(
                     fd.as_raw_fd(),

@@ -536,23 +536,21 @@ fn render(results: &[(&str, Vec<Counted>)]) -> String {
     let cell = |op: Op, depth: usize| format!("{} {VALUE_LEN} B, depth {depth}", op.name());
     if let [(base_name, base), (subj_name, subj)] = results {
         let mut table = Table::new(base_name, subj_name);
-        for (((op, depth), b), r) in CELLS.iter().zip(base).zip(subj) {
-            table.row(
-                &format!("{}: instructions / request", cell(*op, *depth)),
-                median(&b.passes),
-                Some(median(&r.passes)),
-                Better::Lower,
-                0,
-            );
-        }
-        for (((op, depth), b), r) in CELLS.iter().zip(base).zip(subj) {
-            table.row(
-                &format!("{}: all threads (+ timers)", cell(*op, *depth)),
-                median(&b.all),
-                Some(median(&r.all)),
-                Better::Neither,
-                0,
-            );
+        type Pick = fn(&Counted) -> &[f64];
+        let rows: [(&str, Pick, Better); 2] = [
+            ("instructions / request", |c| &c.passes, Better::Lower),
+            ("all threads (+ timers)", |c| &c.all, Better::Neither),
+        ];
+        for (label, pick, better) in rows {
+            for (((op, depth), b), r) in CELLS.iter().zip(base).zip(subj) {
+                table.row(
+                    &format!("{}: {label}", cell(*op, *depth)),
+                    median(pick(b)),
+                    Some(median(pick(r))),
+                    better,
+                    0,
+                );
+            }
         }
         s.push_str(&table.markdown());
     }
