@@ -16,6 +16,7 @@ pub mod floor;
 mod hist;
 mod http;
 mod http_part;
+mod icount;
 #[allow(unsafe_code)] // io_uring SQEs pointing into connection buffers (see main.rs)
 mod loadgen;
 mod machine;
@@ -80,6 +81,14 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if wants(Part::Udp) {
         udp::udp_part(&o, &subject, &mut doc)?;
+    }
+    if o.only == Some(Part::Icount) {
+        icount::icount_part(&subject, &out_dir, &mut doc)?;
+    } else if o.only.is_none() {
+        // Part of the full run where valgrind is installed; the bench never installs it.
+        if let Err(e) = icount::icount_part(&subject, &out_dir, &mut doc) {
+            doc.note(format!("icount part skipped: {e:#}"));
+        }
     }
     let mut md = String::new();
     let _ = writeln!(md, "# ringstore benchmark results\n");

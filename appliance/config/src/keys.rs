@@ -320,6 +320,14 @@ pub static KEYS: &[KeyInfo] = &[
         hidden: true,
         apply: |c, v| parse_switch(v).map(|on| c.tuning.poll_first = on).ok_or(()),
     },
+    KeyInfo {
+        name: "eventfd-wait",
+        expected: "on or off",
+        help: "workers wait for completions in poll(2) on an eventfd registered with the ring (at most 1 ms at a time), not in io_uring_enter (measurement only: lets valgrind run the other threads)",
+        endpoint: false,
+        hidden: true,
+        apply: |c, v| parse_switch(v).map(|on| c.tuning.eventfd_wait = on).ok_or(()),
+    },
 ];
 
 /// The key spelled `canonical` (dashes).

@@ -63,6 +63,11 @@ pub struct Tuning {
     pub link_recv: bool,
     /// `poll-first`: linked receives poll before they try.
     pub poll_first: bool,
+    /// `eventfd-wait`: a worker waits for completions in poll(2) on an eventfd registered with
+    /// its ring (1 ms at most, then it looks again) instead of inside `io_uring_enter`
+    /// (valgrind runs `io_uring_enter` holding its big lock, which starves every other thread;
+    /// it releases the lock around a poll).
+    pub eventfd_wait: bool,
 }
 
 impl Default for Tuning {
@@ -72,6 +77,7 @@ impl Default for Tuning {
             buf_ring: true,
             link_recv: true,
             poll_first: true,
+            eventfd_wait: false,
         }
     }
 }

@@ -278,3 +278,12 @@ fn hostname_is_rfc1123_and_at_most_64_bytes() {
         );
     }
 }
+
+#[test]
+fn eventfd_wait_is_hidden_off_by_default_and_parses() {
+    assert!(!Config::default().tuning.eventfd_wait);
+    let c = Config::from_args(["--eventfd-wait", "on"]).unwrap();
+    assert!(c.tuning.eventfd_wait);
+    assert!(Config::from_args(["--eventfd-wait", "maybe"]).is_err());
+    assert!(!keys::known_list().contains("eventfd-wait"));
+}

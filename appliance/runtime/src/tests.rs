@@ -143,6 +143,39 @@ fn acceptor_placement_with_buffer_ring() {
 }
 
 #[test]
+fn eventfd_wait_serves_like_waiting_in_io_uring_enter() {
+    // Hidden key `eventfd-wait` (for valgrind): the worker blocks in poll(2) on an eventfd the
+    // ring signals (1 ms at most); every request must still be answered promptly, and the
+    // worker must stop when asked (a worker that slept in a plain read(2) hung the stop). The
+    // tick is 5 s, so a worker woken only by its tick shows as a slow round trip.
+    let running = start(
+        Limits {
+            tick_ms: 5000,
+            tuning: ringstore_config::Tuning {
+                eventfd_wait: true,
+                ..Default::default()
+            },
+            ..limits()
+        },
+        1,
+        false,
+    );
+    let mut a = connect(running.memcache);
+    let started = std::time::Instant::now();
+    for i in 0..50 {
+        let line = format!("{i}\n");
+        assert_eq!(roundtrip(&mut a, &line), line);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "50 round trips took {:?}: a wakeup was lost",
+        started.elapsed()
+    );
+    drop(a);
+    exercise(&running);
+}
+
+#[test]
 fn acceptor_placement_with_own_buffers() {
     let running = start(
         Limits {

@@ -6,14 +6,16 @@ use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 
 const USAGE: &str =
-    "usage: cargo xtask bench [--seconds N] [--only memcache|http|memory|durable|udp] [--binary PATH]
+    "usage: cargo xtask bench [--seconds N] [--only memcache|http|memory|durable|udp|icount] [--binary PATH]
                          [--conns N] [--self-check] [--cells get-100-1,set-4096-16,...]
                          [--compare-binary PATH]
 
   --seconds N    measured seconds per cell, after 1 s of warm-up (default 5; durable: at most 10)
   --only PART    run one part: memcache (GET/SET vs memcached), http (GET vs nginx), memory,
                  durable (SET with --data on disk and tmpfs vs RAM only; recovery of 1M objects),
-                 udp (UDP GET over veth: memcached -U, kernel UDP, AF_XDP; needs root)
+                 udp (UDP GET over veth: memcached -U, kernel UDP, AF_XDP; needs root),
+                 icount (user-space instructions per request under valgrind's callgrind,
+                 ringstore and memcached -t 1, GET/SET 100 B at depth 1 and 16; needs valgrind)
   --binary PATH  the ringstore binary (default: cargo build --release -p ringstore)
   --conns N      connections per load generator (default 50)
   --self-check   measure memcached (and nginx) against themselves: every ratio should be ~1.0
@@ -30,6 +32,7 @@ pub(super) enum Part {
     Memory,
     Durable,
     Udp,
+    Icount,
 }
 
 pub(super) struct Options {
@@ -72,9 +75,10 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
                     "memory" => Part::Memory,
                     "durable" => Part::Durable,
                     "udp" => Part::Udp,
-                    other => {
-                        bail!("--only {other:?}: expected memcache, http, memory, durable or udp")
-                    }
+                    "icount" => Part::Icount,
+                    other => bail!(
+                        "--only {other:?}: expected memcache, http, memory, durable, udp or icount"
+                    ),
                 })
             }
             "--self-check" => o.self_check = true,
@@ -141,6 +145,7 @@ mod tests {
     #[test]
     fn parses_durable_and_compare_binary() {
         assert!(parse(&args(&["--only", "durable"])).unwrap().only == Some(Part::Durable));
+        assert!(parse(&args(&["--only", "icount"])).unwrap().only == Some(Part::Icount));
         let o = parse(&args(&[
             "--compare-binary",
             "/t/x86_64-unknown-linux-musl/release/ringstore",
