@@ -6,6 +6,7 @@
 //! stdout and `target/bench/results.md`.
 
 mod cells;
+mod cores;
 mod cpu_table;
 mod doc;
 mod durable;
@@ -81,6 +82,9 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if wants(Part::Udp) {
         udp::udp_part(&o, &subject, &mut doc)?;
+    }
+    if o.only == Some(Part::Cores) {
+        cores::cores_part(&o, &subject, &mut doc)?;
     }
     if o.only == Some(Part::Icount) {
         icount::icount_part(&subject, &out_dir, &mut doc)?;

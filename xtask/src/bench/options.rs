@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 
 const USAGE: &str =
-    "usage: cargo xtask bench [--seconds N] [--only memcache|http|memory|durable|udp|icount] [--binary PATH]
+    "usage: cargo xtask bench [--seconds N] [--only memcache|http|memory|durable|udp|icount|cores] [--binary PATH]
                          [--conns N] [--self-check] [--cells get-100-1,set-4096-16,...]
                          [--compare-binary PATH]
 
@@ -16,6 +16,8 @@ const USAGE: &str =
                  udp (UDP GET over veth: memcached -U, kernel UDP, AF_XDP; needs root),
                  icount (user-space instructions per request under valgrind's callgrind,
                  ringstore and memcached -t 1, GET/SET 100 B at depth 1 and 16; needs valgrind)
+                 cores (GET/SET 100 B at depth 16 with 1 and 2 server workers: ringstore
+                 --cores N and memcached -t N; on 2 CPUs the load generator shares CPU 1)
   --binary PATH  the ringstore binary (default: cargo build --release -p ringstore)
   --conns N      connections per load generator (default 50)
   --self-check   measure memcached (and nginx) against themselves: every ratio should be ~1.0
@@ -33,6 +35,7 @@ pub(super) enum Part {
     Durable,
     Udp,
     Icount,
+    Cores,
 }
 
 pub(super) struct Options {
@@ -76,8 +79,9 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
                     "durable" => Part::Durable,
                     "udp" => Part::Udp,
                     "icount" => Part::Icount,
+                    "cores" => Part::Cores,
                     other => bail!(
-                        "--only {other:?}: expected memcache, http, memory, durable, udp or icount"
+                        "--only {other:?}: expected memcache, http, memory, durable, udp, icount or cores"
                     ),
                 })
             }

@@ -108,10 +108,33 @@ fn pinned(cpu: usize, program: &str) -> Command {
 
 /// memcached with one worker thread on `SERVER_CPU`, TCP only, `memory_mib` of item memory.
 pub fn start_memcached(memory_mib: u64) -> Result<Pinned> {
+    start_memcached_threads(memory_mib, 1)
+}
+
+/// CPUs `SERVER_CPU..SERVER_CPU + count` as a taskset list.
+fn server_cpus(count: usize) -> String {
+    (SERVER_CPU..SERVER_CPU + count)
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// memcached with `threads` worker threads on the first `threads` server CPUs.
+pub fn start_memcached_threads(memory_mib: u64, threads: usize) -> Result<Pinned> {
     let port = free_port()?;
-    let mut cmd = pinned(SERVER_CPU, "memcached");
-    cmd.args(["-t", "1", "-U", "0", "-l", "127.0.0.1", "-c", "4096"])
-        .args(["-p", &port.to_string(), "-m", &memory_mib.to_string()]);
+    let mut cmd = Command::new("taskset");
+    cmd.args(["-c", &server_cpus(threads), "memcached"]);
+    cmd.args([
+        "-t",
+        &threads.to_string(),
+        "-U",
+        "0",
+        "-l",
+        "127.0.0.1",
+        "-c",
+        "4096",
+    ])
+    .args(["-p", &port.to_string(), "-m", &memory_mib.to_string()]);
     if crate::util::is_root() {
         cmd.args(["-u", "root"]);
     }
@@ -143,8 +166,20 @@ pub fn start_ringstore(binary: &Path, memory_mib: u64) -> Result<Pinned> {
 
 /// `start_ringstore` with more flags (e.g. `--data PATH`).
 pub fn start_ringstore_with(binary: &Path, memory_mib: u64, more: &[&str]) -> Result<Pinned> {
+    start_ringstore_workers(binary, memory_mib, 1, more)
+}
+
+/// `ringstore serve --cores workers`: one worker moves every thread to `SERVER_CPU`; more
+/// workers keep ringstore's own placement (one pinned worker per CPU, from CPU 0).
+pub fn start_ringstore_workers(
+    binary: &Path,
+    memory_mib: u64,
+    workers: usize,
+    more: &[&str],
+) -> Result<Pinned> {
     let memory = format!("{memory_mib}MiB");
-    let mut extra = vec!["--cores", "1", "--memory", memory.as_str()];
+    let cores = workers.to_string();
+    let mut extra = vec!["--cores", cores.as_str(), "--memory", memory.as_str()];
     extra.extend_from_slice(more);
     let started = crate::util::Server::start(binary, &extra)?;
     let (_, port) = started.memcache_host_port()?;
@@ -161,11 +196,19 @@ pub fn start_ringstore_with(binary: &Path, memory_mib: u64, more: &[&str]) -> Re
             extra.join(" ")
         ),
     };
-    crate::util::exec(
-        Command::new("taskset")
-            .args(["-a", "-p", "-c", &SERVER_CPU.to_string(), &pid.to_string()])
-            .stdout(Stdio::null()),
-    )?;
+    if workers == 1 {
+        crate::util::exec(
+            Command::new("taskset")
+                .args(["-a", "-p", "-c", &SERVER_CPU.to_string(), &pid.to_string()])
+                .stdout(Stdio::null()),
+        )?;
+    } else {
+        server.command = format!(
+            "{} serve --memcache 127.0.0.1:0 --http 127.0.0.1:0 {} (its own worker placement)",
+            binary.display(),
+            extra.join(" ")
+        );
+    }
     raise_priority(pid);
     server.check_alive()?;
     Ok(server)
