@@ -10,14 +10,14 @@
 use super::cells::{cell_name, keyspace};
 use super::doc::Doc;
 use super::mcwire::Op;
+use super::memcache_part::cell_spec;
 use super::options::Options;
 use super::procs::{self, Pinned};
 use super::report::format_number;
 use super::subject::Subject;
-use super::{fill, loadgen, WARMUP};
+use super::{fill, loadgen};
 use anyhow::{bail, Context, Result};
 use std::fmt::Write as _;
-use std::time::Duration;
 
 /// The widths measured: what a 2-CPU machine can hold.
 const WIDTHS: [usize; 2] = [1, 2];
@@ -29,18 +29,7 @@ fn spec(
     server: &Pinned,
     (op, value_len, depth): (Op, usize, usize),
 ) -> loadgen::LoadSpec {
-    loadgen::LoadSpec {
-        port: server.port,
-        op,
-        value_len,
-        depth,
-        conns: o.conns,
-        keyspace: keyspace(value_len),
-        warmup: WARMUP,
-        measure: Duration::from_secs(o.seconds),
-        slices: o.seconds.clamp(1, 10) as u32,
-        server_pid: server.pid(),
-    }
+    cell_spec(o, server, op, value_len, depth)
 }
 
 /// One row: a server at one width in one cell.

@@ -15,7 +15,8 @@ use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::time::Duration;
 
-fn cell_spec(
+/// The load of one cell against `server` (also the cores part's).
+pub(super) fn cell_spec(
     o: &Options,
     server: &Pinned,
     op: Op,
