@@ -4,6 +4,8 @@
 //! note is shown but leaves the report clean. The fast path hooks in through
 //! [`Facts::xdp`] (one mode per interface; "not attached" until it lands).
 
+pub mod isolation;
+
 use serde_json::{json, Value};
 
 /// One interface as the verifier sees it.
@@ -60,9 +62,19 @@ pub struct Facts {
     pub hugepages: Vec<(u32, u64)>,
     /// Huge pages the configured memory needs on the serving node.
     pub hugepage_budget: u64,
+    /// CPUs isolated by `isolcpus=` at boot (`/sys/devices/system/cpu/isolated`).
     pub isolated: Vec<usize>,
     pub nohz_full: Vec<usize>,
     pub interfaces: Vec<Interface>,
+    /// The CPUs that should be isolated and `nohz_full` (`isolation::wanted`).
+    pub isolate: Vec<usize>,
+    /// CPUs in isolated cpuset partitions (`/sys/fs/cgroup/cpuset.cpus.isolated`).
+    pub runtime_isolated: Vec<usize>,
+    /// What boot did to isolate at run time and about the next boot's arguments.
+    pub runtime: isolation::Runtime,
+    pub boot_args: isolation::BootArgs,
+    /// The config partition's file and error, when boot refused it.
+    pub config_partition: Option<(String, String)>,
 }
 
 /// One check's result.
@@ -179,8 +191,8 @@ pub fn verify(f: &Facts) -> Vec<Check> {
             differs,
         ));
     }
-    out.push(cpu_set_check("isolated", &f.workers, &f.isolated));
-    out.push(cpu_set_check("nohz_full", &f.workers, &f.nohz_full));
+    out.extend(isolation::config_check(f));
+    out.extend(isolation::checks(f));
     for i in &up {
         for QueueIrq {
             irq,
@@ -330,13 +342,8 @@ pub fn xdp_mode(iface: &str) -> Option<String> {
         .find_map(|l| l.trim().strip_prefix(&prefix).map(str::to_string))
 }
 
-/// Reads the facts of this machine (`None` while nothing was placed).
-pub fn gather() -> Option<Facts> {
-    let state = crate::state::lock();
-    let placement = state.placement.clone()?;
-    let memory = state.config.as_ref().map_or(0, |c| c.memory);
-    let nic_irqs = state.nic_irqs.clone();
-    drop(state);
+/// Huge pages reserved on each NUMA node (node 0 counted even when sysfs lacks it).
+fn hugepages_per_node() -> Vec<(u32, u64)> {
     let mut hugepages = Vec::new();
     for node in 0..64u32 {
         if !std::path::Path::new(&format!("/sys/devices/system/node/node{node}")).exists() {
@@ -350,6 +357,22 @@ pub fn gather() -> Option<Facts> {
             crate::hugepages::count(node, "nr_hugepages").unwrap_or(0),
         ));
     }
+    hugepages
+}
+
+/// Reads the facts of this machine (`None` while nothing was placed).
+pub fn gather() -> Option<Facts> {
+    let state = crate::state::lock();
+    let placement = state.placement.clone()?;
+    let memory = state.config.as_ref().map_or(0, |c| c.memory);
+    let nic_irqs = state.nic_irqs.clone();
+    let isolation = state.isolation.clone();
+    let config_partition = state
+        .partition_file
+        .refused()
+        .map(|(file, error)| (file.to_string(), error.to_string()));
+    drop(state);
+    let hugepages = hugepages_per_node();
     let interrupts = crate::irq::parse_interrupts(
         &std::fs::read_to_string("/proc/interrupts").unwrap_or_default(),
     );
@@ -420,12 +443,17 @@ pub fn gather() -> Option<Facts> {
         .collect();
     Some(Facts {
         serving_node: placement.node,
+        isolate: isolation::wanted(&placement.workers, &placement.housekeeping),
         workers: placement.workers,
         hugepages,
         hugepage_budget: crate::hugepages::pages_for(memory),
         isolated: read_cpus("/sys/devices/system/cpu/isolated"),
         nohz_full: read_cpus("/sys/devices/system/cpu/nohz_full"),
         interfaces,
+        runtime_isolated: read_cpus(&format!("{}/cpuset.cpus.isolated", isolation::CGROUP_ROOT)),
+        runtime: isolation.runtime,
+        boot_args: isolation.boot_args,
+        config_partition,
     })
 }
 
@@ -442,6 +470,7 @@ mod tests {
             hugepage_budget: 32,
             isolated: vec![2, 3],
             nohz_full: vec![2, 3],
+            isolate: vec![2, 3],
             interfaces: vec![Interface {
                 name: "eth0".into(),
                 up: true,
@@ -466,6 +495,7 @@ mod tests {
                     },
                 ],
             }],
+            ..Facts::default()
         }
     }
 

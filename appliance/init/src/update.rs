@@ -52,7 +52,7 @@ pub struct SlotsState {
     pub canary_token: Option<String>,
 }
 
-fn esp_fs(
+pub(crate) fn esp_fs(
     found: &crate::bootdisk::Found,
 ) -> Result<fatfs::FileSystem<ringstore_disk::Slice<std::fs::File>>, String> {
     let volume = found.open(true).map_err(|e| format!("ESP: {e}"))?;
@@ -469,45 +469,6 @@ pub fn decide_trial() {
     }
 }
 
-/// `slots`: which slot booted, which is committed, what each holds, the last trial.
-pub fn slots_lines() -> Vec<String> {
-    let st = crate::state::lock().slots.clone();
-    let Some(esp) = &st.esp else {
-        return vec!["no ESP with slots (not booted from disk.img)".into()];
-    };
-    let name = |s: Option<Slot>| s.map_or("unknown".to_string(), |s| s.to_string());
-    let mut out = vec![
-        format!(
-            "booted {}{}",
-            name(st.booted),
-            if st.trying {
-                " (trial, not committed)"
-            } else {
-                ""
-            }
-        ),
-        format!("committed {}", name(st.committed)),
-    ];
-    if let Ok(fs) = esp_fs(esp) {
-        for slot in [Slot::A, Slot::B] {
-            let size = fs
-                .root_dir()
-                .open_file(&slot.path())
-                .ok()
-                .and_then(|mut f| f.seek(std::io::SeekFrom::End(0)).ok());
-            out.push(match size {
-                Some(bytes) => format!("slot {slot} {} ({} KiB)", slot.path(), bytes / 1024),
-                None => format!("slot {slot} empty"),
-            });
-        }
-    }
-    match &st.trial {
-        Some(t) => out.push(format!("last trial {} -> {}: {}", t.from, t.to, t.outcome)),
-        None => out.push("last trial none".into()),
-    }
-    out
-}
-
 /// `update URL`: fetch, verify, write the inactive slot, record the trial, reboot into it once.
 pub fn update(url: &str) -> Vec<String> {
     match prepare(url) {
@@ -558,6 +519,9 @@ fn prepare(url: &str) -> Result<Slot, String> {
     let target = booted.other();
     let fs = esp_fs(&esp)?;
     fat::write_file(&fs, &target.path(), &image).map_err(|e| format!("ESP: {e}"))?;
+    // The slot's tuned entry carried the old image's command line: its new image's first
+    // committed boot writes its own.
+    fat::remove_file(&fs, &target.tuned_entry_path()).map_err(|e| format!("ESP: {e}"))?;
     // Read it back: what boots must be what was verified.
     let back =
         fat::read_file(&fs, &target.path(), IMAGE_MAX as u64).map_err(|e| format!("ESP: {e}"))?;

@@ -14,21 +14,9 @@ const STATS_MAX: usize = 64 << 10;
 
 pub fn status(_: &mut Ctx, _: &[&str]) -> Output {
     let state = crate::state::lock();
-    let mut fields = Map::new();
-    let kernel = crate::sysinfo::kernel_release();
-    let uptime = crate::sysinfo::uptime_secs();
-    let mut out = vec![
-        format!(
-            "version ringstore {} (kernel {kernel})",
-            env!("CARGO_PKG_VERSION")
-        ),
-        format!("uptime {uptime:.1} s"),
-        format!("hostname {}", crate::hostname::current()),
-    ];
-    fields.insert("hostname".into(), crate::hostname::current().into());
-    fields.insert("version".into(), env!("CARGO_PKG_VERSION").into());
-    fields.insert("kernel".into(), kernel.into());
-    fields.insert("uptime_s".into(), json!((uptime * 10.0).round() / 10.0));
+    let (mut out, mut fields) = identity();
+    out.push(state.partition_file.status_line());
+    fields.insert("config_partition".into(), state.partition_file.json());
     match &state.placement {
         Some(p) => {
             out.push(format!("numa_node {}", p.node));
@@ -114,6 +102,28 @@ pub fn status(_: &mut Ctx, _: &[&str]) -> Output {
         text: out,
         fields,
     }
+}
+
+/// `status`'s first lines: version, uptime, host name (and where it came from).
+fn identity() -> (Vec<String>, Map<String, Value>) {
+    let kernel = crate::sysinfo::kernel_release();
+    let uptime = crate::sysinfo::uptime_secs();
+    let hostname = crate::hostname::current();
+    let out = vec![
+        format!(
+            "version ringstore {} (kernel {kernel})",
+            env!("CARGO_PKG_VERSION")
+        ),
+        format!("uptime {uptime:.1} s"),
+        format!("hostname {hostname}"),
+    ];
+    let mut fields = Map::new();
+    fields.insert("hostname".into(), hostname.into());
+    fields.insert("hostname_from".into(), json!(crate::hostname::source()));
+    fields.insert("version".into(), env!("CARGO_PKG_VERSION").into());
+    fields.insert("kernel".into(), kernel.into());
+    fields.insert("uptime_s".into(), json!((uptime * 10.0).round() / 10.0));
+    (out, fields)
 }
 
 /// PID 1's own view, appended to `stats` for the keys the server does not report.
@@ -314,6 +324,7 @@ pub fn tuning(_: &mut Ctx, _: &[&str]) -> Output {
     };
     let checks = crate::tuning::verify(&facts);
     let differences = checks.iter().filter(|c| c.difference).count();
+    let tuned = crate::tuning::isolation::state(&checks, &facts);
     let mut out = Output::new();
     out.line(format!(
         "serving node {}, workers on CPUs {}: {}",
@@ -325,6 +336,7 @@ pub fn tuning(_: &mut Ctx, _: &[&str]) -> Output {
             format!("{differences} differences")
         }
     ));
+    out.line(format!("state {}", tuned.describe()));
     for c in &checks {
         out.line(format!(
             "{} {:<10} {:<16} wanted {}; in effect {}{}",
@@ -342,6 +354,7 @@ pub fn tuning(_: &mut Ctx, _: &[&str]) -> Output {
     out.set("serving_node", facts.serving_node);
     out.set("worker_cpus", json!(facts.workers));
     out.set("clean", differences == 0);
+    out.set("state", tuned.name());
     out.set("differences", differences);
     out.set(
         "checks",
@@ -445,14 +458,14 @@ pub fn log(_: &mut Ctx, _: &[&str]) -> Output {
     out
 }
 
+/// `slots`: booted, committed, each slot's file and size, the last trial (`slots_report.rs`).
 pub fn slots(_: &mut Ctx, _: &[&str]) -> Output {
-    let mut out = Output::new();
-    let lines = crate::update::slots_lines();
-    for l in &lines {
-        out.line(l.clone());
+    let report = crate::slots_report::slots();
+    Output {
+        ok: true,
+        text: report.text,
+        fields: report.fields,
     }
-    out.set("lines", lines);
-    out
 }
 
 pub fn update(_: &mut Ctx, args: &[&str]) -> Output {
