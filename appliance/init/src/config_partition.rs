@@ -53,9 +53,32 @@ impl PartitionFile {
     }
 }
 
+/// An error without the `config partition: ` / `config partition (DISK partition N): `
+/// prefix its source gives it (the status line names the file already).
+pub fn reason(error: &str) -> String {
+    let Some(rest) = error.strip_prefix("config partition") else {
+        return error.to_string();
+    };
+    let rest = match rest.strip_prefix(" (") {
+        Some(inner) => inner.split_once("): ").map_or(rest, |(_, after)| after),
+        None => rest.strip_prefix(": ").unwrap_or(rest),
+    };
+    rest.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reasons_lose_the_prefix_only() {
+        assert_eq!(reason("config partition: bad \"x\""), "bad \"x\"");
+        assert_eq!(
+            reason("config partition (/dev/vda partition 2): ringstore.toml: not UTF-8 text"),
+            "ringstore.toml: not UTF-8 text"
+        );
+        assert_eq!(reason("unknown key \"colour\""), "unknown key \"colour\"");
+    }
 
     #[test]
     fn a_refused_file_is_named_with_its_error() {

@@ -182,6 +182,7 @@ fn effective_cmdline(running: &str) -> String {
         }
     }
     let refuse = |error: String| {
+        let error = config_partition::reason(&error);
         error!(
             "config partition {file}: {error}; {}",
             config_partition::IGNORED
