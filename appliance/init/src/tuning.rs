@@ -6,6 +6,8 @@
 
 use serde_json::{json, Value};
 
+use crate::machine::Machine;
+
 /// One interface as the verifier sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Interface {
@@ -321,22 +323,27 @@ fn queue_masks(iface: &str, prefix: &str, file: &str) -> Vec<Vec<usize>> {
     queues.into_iter().map(|(_, m)| m).collect()
 }
 
-/// The fast path's report of an interface's XDP mode (`IF: MODE, N queue(s)` from the
-/// server's AF_XDP lines); `None` when `ringstore.xdp` did not attach to it.
-pub fn xdp_mode(iface: &str) -> Option<String> {
+/// The fast path's report of an interface's XDP mode (`IF: MODE, N queue(s)` in the server's
+/// AF_XDP lines, `plane::xdp_lines`); `None` when `ringstore.xdp` did not attach to it.
+pub fn xdp_mode(iface: &str, xdp_lines: &[String]) -> Option<String> {
     let prefix = format!("{iface}: ");
-    crate::plane::xdp_lines()
+    xdp_lines
         .iter()
         .find_map(|l| l.trim().strip_prefix(&prefix).map(str::to_string))
 }
 
-/// Reads the facts of this machine (`None` while nothing was placed).
-pub fn gather() -> Option<Facts> {
-    let state = crate::state::lock();
-    let placement = state.placement.clone()?;
-    let memory = state.config.as_ref().map_or(0, |c| c.memory);
-    let nic_irqs = state.nic_irqs.clone();
-    drop(state);
+/// Reads the facts of `machine` (`None` while nothing was placed).
+pub fn gather(machine: &Machine) -> Option<Facts> {
+    // A copy of what PID 1 recorded: the /sys and /proc reads below run without the lock.
+    let (placement, memory, nic_irqs, xdp_lines) = {
+        let state = machine.state();
+        (
+            state.placement.clone()?,
+            state.config.as_ref().map_or(0, |c| c.memory),
+            state.nic_irqs.clone(),
+            crate::plane::xdp_lines(state.server.as_deref()),
+        )
+    };
     let mut hugepages = Vec::new();
     for node in 0..64u32 {
         if !std::path::Path::new(&format!("/sys/devices/system/node/node{node}")).exists() {
@@ -412,7 +419,7 @@ pub fn gather() -> Option<Facts> {
                 tx_queues: xps.len(),
                 rps,
                 xps,
-                xdp: xdp_mode(&name),
+                xdp: xdp_mode(&name, &xdp_lines),
                 irqs,
                 name,
             }
