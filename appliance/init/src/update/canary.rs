@@ -122,69 +122,87 @@ pub fn canary(
         u64::from(std::process::id()) ^ low_nanos(started.elapsed()) ^ 0x5eed
     );
     if let Some(addr) = config.memcache.map(local) {
-        let key = format!("ringstore-canary-{tag}");
-        memcache(
-            limit,
-            addr,
-            "memcache set",
-            &format!("set {key} 0 0 2\r\nok\r\n"),
-            "STORED\r\n",
-        )?;
-        memcache(
-            limit,
-            addr,
-            "memcache get",
-            &format!("get {key}\r\n"),
-            &format!("VALUE {key} 0 2\r\nok\r\nEND\r\n"),
-        )?;
-        memcache(
-            limit,
-            addr,
-            "memcache delete",
-            &format!("delete {key}\r\n"),
-            "DELETED\r\n",
-        )?;
-        if let (Some(token), Some(_)) = (token, &config.data) {
-            memcache(
-                limit,
-                addr,
-                "data after recovery",
-                &format!("get {CANARY_KEY}\r\n"),
-                &format!("VALUE {CANARY_KEY} 0 {}\r\n{token}\r\nEND\r\n", token.len()),
-            )?;
-        }
+        let recovered = token.filter(|_| config.data.is_some());
+        memcache_canary(limit, addr, &tag, recovered)?;
     }
     if let Some(addr) = config.http.map(local) {
-        let path = format!("/ringstore-canary-{tag}");
-        http(
-            limit,
-            addr,
-            "HTTP PUT",
-            format!("PUT {path} HTTP/1.1\r\nHost: canary\r\nContent-Length: 2\r\n\r\nok"),
-            "20",
-            "",
-        )?;
-        http(
-            limit,
-            addr,
-            "HTTP GET",
-            format!("GET {path} HTTP/1.1\r\nHost: canary\r\n\r\n"),
-            "200",
-            "ok",
-        )?;
-        http(
-            limit,
-            addr,
-            "HTTP DELETE",
-            format!("DELETE {path} HTTP/1.1\r\nHost: canary\r\n\r\n"),
-            "20",
-            "",
-        )?;
+        http_canary(limit, addr, &tag)?;
     }
     Ok(format!(
         "canary passed in {} ms",
         started.elapsed().as_millis()
     ))
+}
+
+/// set, get and delete of a key named by `tag`; then, when given, the `recovered` token
+/// under [`CANARY_KEY`].
+fn memcache_canary(
+    limit: Duration,
+    addr: SocketAddr,
+    tag: &str,
+    recovered: Option<&str>,
+) -> Result<(), String> {
+    let key = format!("ringstore-canary-{tag}");
+    memcache(
+        limit,
+        addr,
+        "memcache set",
+        &format!("set {key} 0 0 2\r\nok\r\n"),
+        "STORED\r\n",
+    )?;
+    memcache(
+        limit,
+        addr,
+        "memcache get",
+        &format!("get {key}\r\n"),
+        &format!("VALUE {key} 0 2\r\nok\r\nEND\r\n"),
+    )?;
+    memcache(
+        limit,
+        addr,
+        "memcache delete",
+        &format!("delete {key}\r\n"),
+        "DELETED\r\n",
+    )?;
+    if let Some(token) = recovered {
+        memcache(
+            limit,
+            addr,
+            "data after recovery",
+            &format!("get {CANARY_KEY}\r\n"),
+            &format!("VALUE {CANARY_KEY} 0 {}\r\n{token}\r\nEND\r\n", token.len()),
+        )?;
+    }
+    Ok(())
+}
+
+/// PUT, GET and DELETE of an object named by `tag`.
+fn http_canary(limit: Duration, addr: SocketAddr, tag: &str) -> Result<(), String> {
+    let path = format!("/ringstore-canary-{tag}");
+    http(
+        limit,
+        addr,
+        "HTTP PUT",
+        format!("PUT {path} HTTP/1.1\r\nHost: canary\r\nContent-Length: 2\r\n\r\nok"),
+        "20",
+        "",
+    )?;
+    http(
+        limit,
+        addr,
+        "HTTP GET",
+        format!("GET {path} HTTP/1.1\r\nHost: canary\r\n\r\n"),
+        "200",
+        "ok",
+    )?;
+    http(
+        limit,
+        addr,
+        "HTTP DELETE",
+        format!("DELETE {path} HTTP/1.1\r\nHost: canary\r\n\r\n"),
+        "20",
+        "",
+    )
 }
 
 #[cfg(test)]
