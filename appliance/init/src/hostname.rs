@@ -3,8 +3,6 @@
 //! `ip=`, else a default from the first NIC's MAC (`ringstore-525400123456`). The DHCP client
 //! does not ask for a host name, so a lease never renames the box.
 
-use std::sync::OnceLock;
-
 use crate::cmdline::IpSetting;
 
 /// The default when no NIC has a MAC address.
@@ -33,9 +31,6 @@ impl Source {
         }
     }
 }
-
-/// The name set at boot and where it came from (`None` before boot set it).
-static CHOSEN: OnceLock<(String, Source)> = OnceLock::new();
 
 /// `ringstore-` and the MAC's 12 hex digits.
 pub fn from_mac(mac: [u8; 6]) -> String {
@@ -77,24 +72,19 @@ fn first_nic() -> Option<(String, [u8; 6])> {
         .find_map(|nic| crate::net::link::mac_address(&nic).map(|mac| (nic, mac)))
 }
 
-/// Sets the chosen name (sethostname) and logs what happened.
-pub fn apply(config: Option<&ringstore_config::Config>, ip: &IpSetting) {
+/// Sets the chosen name (sethostname), logs what happened and says where it came from.
+pub fn apply(config: Option<&ringstore_config::Config>, ip: &IpSetting) -> Source {
     let (name, source) = chosen(config, ip, first_nic());
     match ringstore_sys::set_hostname(&name) {
         Ok(()) => crate::info!("hostname {name} (from {})", source.describe()),
         Err(err) => crate::warn!("sethostname({name}): {err}"),
     }
-    let _ = CHOSEN.set((name, source));
+    source
 }
 
 /// The host name as the kernel has it now (for `status`).
 pub fn current() -> String {
     ringstore_sys::hostname()
-}
-
-/// Where the boot's name came from (`None`: boot did not choose one).
-pub fn source() -> Option<String> {
-    CHOSEN.get().map(|(_, source)| source.describe())
 }
 
 #[cfg(test)]

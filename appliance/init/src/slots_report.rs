@@ -4,7 +4,7 @@
 use ringstore_disk::slots::{Slot, Trial};
 use serde_json::{json, Map, Value};
 
-use crate::update::SlotsState;
+use crate::state::SlotsState;
 
 /// Text lines and JSON fields (the console's `Output` is built from them).
 #[derive(Debug, Default)]
@@ -91,9 +91,8 @@ pub fn report(st: &SlotsState, sizes: Option<[Option<u64>; 2]>) -> Report {
     out
 }
 
-/// The report for this boot, the sizes read from the ESP now.
-pub fn slots() -> Report {
-    let st = crate::state::lock().slots.clone();
+/// The report for `st` (this boot's), the sizes read from the ESP now.
+pub fn slots(st: &SlotsState) -> Report {
     let sizes = st.esp.as_ref().and_then(|esp| {
         use std::io::Seek;
         let fs = crate::update::esp_fs(esp).ok()?;
@@ -105,7 +104,7 @@ pub fn slots() -> Report {
         };
         Some([size(Slot::A), size(Slot::B)])
     });
-    report(&st, sizes)
+    report(st, sizes)
 }
 
 #[cfg(test)]

@@ -214,29 +214,33 @@ pub fn isolate_at_run_time(cpus: &[usize], cmdline: &str) -> Runtime {
 
 /// After the server started: isolates the workers' CPUs of `placement` at run time and
 /// records what was done (boot calls it; failures are logged, never fatal).
-pub fn at_start(placement: &crate::plane::Placement) {
+pub fn at_start(machine: &crate::machine::Machine, placement: &crate::plane::Placement) {
     let isolate = wanted(&placement.workers, &placement.housekeeping);
     let running = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
     let runtime = isolate_at_run_time(&isolate, &running);
     if let Runtime::Failed(why) = &runtime {
         crate::warn!("run-time isolation of CPUs {}: {why}", cpus(&isolate));
     }
-    let mut state = crate::state::lock();
+    let mut state = machine.state();
     state.isolation.wanted = isolate;
     state.isolation.runtime = runtime;
 }
 
 /// After the trial decision (a trial writes nothing): the next boot's arguments, if this boot
 /// lacks them.
-pub fn after_trial() {
-    let (placed, slots) = {
-        let state = crate::state::lock();
-        (state.placement.is_some(), state.slots.clone())
+pub fn after_trial(machine: &crate::machine::Machine) {
+    // A copy: the ESP is written without the machine's lock.
+    let (placed, slots, isolate) = {
+        let state = machine.state();
+        (
+            state.placement.is_some(),
+            state.slots.clone(),
+            state.isolation.wanted.clone(),
+        )
     };
     if !placed {
         return;
     }
-    let isolate = crate::state::lock().isolation.wanted.clone();
     let nohz_full = ringstore_sys::read_trim("/sys/devices/system/cpu/nohz_full")
         .map(|s| ringstore_sys::parse_cpulist(&s))
         .unwrap_or_default();
@@ -245,7 +249,7 @@ pub fn after_trial() {
     if let BootArgs::NotWritten(why) = &boot_args {
         crate::warn!("tuning: boot arguments for the next boot not written: {why}");
     }
-    crate::state::lock().isolation.boot_args = boot_args;
+    machine.state().isolation.boot_args = boot_args;
 }
 
 fn write(path: &Path, text: &str) -> Result<(), String> {
@@ -319,7 +323,7 @@ pub fn persist_boot_args(
     isolate: &[usize],
     nohz_full: &[usize],
     running: &str,
-    slots: &crate::update::SlotsState,
+    slots: &crate::state::SlotsState,
 ) -> BootArgs {
     if nohz_full == isolate {
         return BootArgs::InEffect;
@@ -491,7 +495,7 @@ mod tests {
             Runtime::LeftToIsolcpus
         );
         assert_eq!(isolate_at_run_time(&[], ""), Runtime::NotNeeded);
-        let slots = crate::update::SlotsState::default();
+        let slots = crate::state::SlotsState::default();
         assert_eq!(
             persist_boot_args(&[1], &[1], "", &slots),
             BootArgs::InEffect
