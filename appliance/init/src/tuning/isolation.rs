@@ -273,8 +273,12 @@ fn make_partition(root: &Path, cpus: &[usize]) -> Result<(), String> {
     }
     write(&dir.join("cgroup.type"), "threaded")?;
     write(&dir.join("cpuset.cpus"), &ringstore_sys::format_cpus(cpus))?;
+    // A worker that cannot be moved is pushed off its CPU by the partition but keeps serving
+    // (from the housekeeping CPU): worth a warning, not a failed isolation.
     for tid in pinned_threads(cpus) {
-        write(&dir.join("cgroup.threads"), &tid.to_string())?;
+        if let Err(why) = write(&dir.join("cgroup.threads"), &tid.to_string()) {
+            crate::warn!("run-time isolation: {why}");
+        }
     }
     write(&dir.join("cpuset.cpus.partition"), "isolated")?;
     let partition = std::fs::read_to_string(dir.join("cpuset.cpus.partition")).unwrap_or_default();
@@ -288,7 +292,8 @@ fn make_partition(root: &Path, cpus: &[usize]) -> Result<(), String> {
     Ok(())
 }
 
-/// The threads of this process pinned to exactly one of `cpus` (the workers).
+/// The server's workers (`ringstore-wN`, `ringstore_runtime::plane`) pinned to exactly one of
+/// `cpus`; not io_uring's own helper threads, which follow their ring's owner.
 fn pinned_threads(cpus: &[usize]) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
         return Vec::new();
@@ -299,10 +304,19 @@ fn pinned_threads(cpus: &[usize]) -> Vec<u32> {
         .filter(|tid| {
             std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
                 .ok()
+                .filter(|s| is_worker(s))
                 .and_then(|s| pinned_cpu(&s))
                 .is_some_and(|cpu| cpus.contains(&cpu))
         })
         .collect()
+}
+
+/// Whether a thread's status names a server worker (`Name:\tringstore-w3`).
+pub fn is_worker(status: &str) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Name:"))
+        .is_some_and(|n| n.trim().starts_with("ringstore-w"))
 }
 
 /// The one CPU a thread's status allows (`Cpus_allowed_list:\t3`), if it is one.
@@ -490,6 +504,8 @@ mod tests {
         assert_eq!(pinned_cpu("Name:\tw\nCpus_allowed_list:\t3\n"), Some(3));
         assert_eq!(pinned_cpu("Cpus_allowed_list:\t0-1\n"), None);
         assert_eq!(pinned_cpu("Name:\tw\n"), None);
+        assert!(is_worker("Name:\tringstore-w1\nCpus_allowed_list:\t1\n"));
+        assert!(!is_worker("Name:\tiou-wrk-77\n") && !is_worker(""));
         assert_eq!(
             isolate_at_run_time(&[1], "console=ttyS0 isolcpus=1"),
             Runtime::LeftToIsolcpus
