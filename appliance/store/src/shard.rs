@@ -80,6 +80,17 @@ struct ReapCursor {
     gen: u32,
 }
 
+impl ReapCursor {
+    /// The start of the next segment slot.
+    fn next_slot(self) -> ReapCursor {
+        ReapCursor {
+            slot: self.slot + 1,
+            off: 0,
+            gen: 0,
+        }
+    }
+}
+
 pub(crate) struct Shard {
     slots: Vec<Option<SegSlot>>,
     free_slots: Vec<u16>,
@@ -339,11 +350,7 @@ impl Shard {
                 continue;
             }
             let Some(s) = self.slots[cur.slot].as_ref() else {
-                cur = ReapCursor {
-                    slot: cur.slot + 1,
-                    off: 0,
-                    gen: 0,
-                };
+                cur = cur.next_slot();
                 slots_passed += 1;
                 continue;
             };
@@ -352,11 +359,7 @@ impl Shard {
                 cur.off = 0;
             }
             if cur.off >= s.write {
-                cur = ReapCursor {
-                    slot: cur.slot + 1,
-                    off: 0,
-                    gen: 0,
-                };
+                cur = cur.next_slot();
                 slots_passed += 1;
                 continue;
             }
