@@ -46,7 +46,9 @@ impl Store {
     }
 
     /// Carries out the caller's decision on the item `found` (if any); the new CAS unique
-    /// when something was written.
+    /// when something was written. Inlined: a SET's path stays one frame, as before the split
+    /// (callgrind: a separate frame cost about 45 instructions per set).
+    #[inline(always)]
     fn apply(
         &self,
         shard: &mut Shard,
