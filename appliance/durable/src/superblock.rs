@@ -1,6 +1,7 @@
 //! The superblock at offset 0: magic, format version, device uuid, geometry and checksum;
 //! plus detection of blank devices and of other filesystems' signatures.
 use crate::error::DurableError;
+use crate::units::usize_from;
 
 /// Magic at offset 0 of a ringstore data device.
 pub const MAGIC: &[u8; 8] = b"RINGSTOR";
@@ -113,7 +114,7 @@ impl Superblock {
     /// Encode into a [`SUPERBLOCK_LEN`]-byte block.
     pub fn encode(&self) -> Vec<u8> {
         let g = &self.geometry;
-        let mut b = vec![0u8; SUPERBLOCK_LEN as usize];
+        let mut b = vec![0u8; usize_from(SUPERBLOCK_LEN)];
         b[0..8].copy_from_slice(MAGIC);
         b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
         b[12..16].copy_from_slice(&g.block_size.to_le_bytes());
@@ -167,6 +168,7 @@ impl Superblock {
             && g.segments_per_region >= 3
             && g.segment_size >= 4 * u64::from(g.block_size)
             && g.segment_size.is_multiple_of(u64::from(g.block_size))
+            && g.segment_size <= u64::from(u32::MAX)
             && g.checkpoint_offset == SUPERBLOCK_LEN
             && g.data_offset == SUPERBLOCK_LEN + g.checkpoint_len
             && g.data_offset
@@ -220,7 +222,7 @@ pub fn probe(head: &[u8]) -> Probe {
     if at(510, &[0x55, 0xAA]) && (0..4).any(|i| head[446 + i * 16 + 4] != 0) {
         return Probe::Foreign("MBR partition table");
     }
-    let first = &head[..head.len().min(SUPERBLOCK_LEN as usize)];
+    let first = &head[..head.len().min(usize_from(SUPERBLOCK_LEN))];
     if first.iter().all(|&b| b == 0) {
         Probe::Blank
     } else {
