@@ -92,6 +92,14 @@ impl Geometry {
     pub fn data_len(&self) -> u64 {
         u64::from(self.regions) * u64::from(self.segments_per_region) * self.segment_size
     }
+
+    /// [`Self::data_len`], or `None` where it overflows: a superblock read off a device is
+    /// hostile even with a valid checksum, so decoding must not multiply blindly.
+    fn checked_data_len(&self) -> Option<u64> {
+        u64::from(self.regions)
+            .checked_mul(u64::from(self.segments_per_region))?
+            .checked_mul(self.segment_size)
+    }
 }
 
 /// Round `v` up to a multiple of `to` (a power of two or any nonzero).
@@ -171,8 +179,9 @@ impl Superblock {
             && g.segment_size <= u64::from(u32::MAX)
             && g.checkpoint_offset == SUPERBLOCK_LEN
             && g.data_offset == SUPERBLOCK_LEN + g.checkpoint_len
-            && g.data_offset
-                .checked_add(g.data_len())
+            && g
+                .checked_data_len()
+                .and_then(|len| g.data_offset.checked_add(len))
                 .is_some_and(|end| end <= device_len);
         if !sane {
             return Err(DurableError::CorruptSuperblock(
@@ -288,6 +297,25 @@ mod tests {
         assert!(matches!(
             Superblock::decode(&b, 1 << 20),
             Err(DurableError::Version { found: 9, .. })
+        ));
+    }
+
+    #[test]
+    fn a_checksummed_geometry_that_overflows_is_refused_not_wrapped() {
+        // Every field passes its own check and the checksum is valid, but regions ×
+        // segments × segment size is past u64: decode must refuse it, never wrap.
+        let mut geometry = geo();
+        geometry.regions = u32::MAX;
+        geometry.segments_per_region = u32::MAX;
+        geometry.segment_size = u64::from(u32::MAX) & !511;
+        let sb = Superblock {
+            uuid: new_uuid(),
+            device_len: u64::MAX,
+            geometry,
+        };
+        assert!(matches!(
+            Superblock::decode(&sb.encode(), u64::MAX),
+            Err(DurableError::CorruptSuperblock(_))
         ));
     }
 
