@@ -179,8 +179,7 @@ impl Superblock {
             && g.segment_size <= u64::from(u32::MAX)
             && g.checkpoint_offset == SUPERBLOCK_LEN
             && g.data_offset == SUPERBLOCK_LEN + g.checkpoint_len
-            && g
-                .checked_data_len()
+            && g.checked_data_len()
                 .and_then(|len| g.data_offset.checked_add(len))
                 .is_some_and(|end| end <= device_len);
         if !sane {
