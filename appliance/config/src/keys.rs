@@ -72,9 +72,9 @@ pub static KEYS: &[KeyInfo] = &[
         help: "worker threads, one pinned per CPU (default 0 = all CPUs of the node)",
         endpoint: false,
         hidden: false,
-        apply: |c, v| match parse_count(v) {
+        apply: |c, v| match parse_count(v).and_then(|n| usize::try_from(n).ok()) {
             Some(n) if n <= 4096 => {
-                c.cores = n as usize;
+                c.cores = n;
                 Ok(())
             }
             _ => Err(()),
@@ -91,9 +91,9 @@ pub static KEYS: &[KeyInfo] = &[
                 c.numa = NumaChoice::Auto;
                 return Ok(());
             }
-            match parse_count(v) {
+            match parse_count(v).and_then(|n| u32::try_from(n).ok()) {
                 Some(n) if n < 1024 => {
-                    c.numa = NumaChoice::Node(n as u32);
+                    c.numa = NumaChoice::Node(n);
                     Ok(())
                 }
                 _ => Err(()),
@@ -165,9 +165,9 @@ pub static KEYS: &[KeyInfo] = &[
         help: "open connections beyond which new ones are refused (default 4096)",
         endpoint: false,
         hidden: false,
-        apply: |c, v| match parse_count(v) {
+        apply: |c, v| match parse_count(v).and_then(|n| usize::try_from(n).ok()) {
             Some(n) if (1..=1 << 20).contains(&n) => {
-                c.max_conns = n as usize;
+                c.max_conns = n;
                 Ok(())
             }
             _ => Err(()),
@@ -193,9 +193,9 @@ pub static KEYS: &[KeyInfo] = &[
         help: "largest value accepted (default 1MiB)",
         endpoint: false,
         hidden: false,
-        apply: |c, v| match parse_size(v) {
+        apply: |c, v| match parse_size(v).and_then(|n| usize::try_from(n).ok()) {
             Some(n) if (1 << 10..=1 << 30).contains(&n) => {
-                c.item_size_max = n as usize;
+                c.item_size_max = n;
                 Ok(())
             }
             _ => Err(()),
@@ -221,9 +221,9 @@ pub static KEYS: &[KeyInfo] = &[
         help: "with --data, values of at least this size keep only key and metadata in RAM and are read from the device on access (extstore-like); 0 = off; default 64KiB",
         endpoint: false,
         hidden: false,
-        apply: |c, v| match parse_size(v) {
+        apply: |c, v| match parse_size(v).and_then(|n| usize::try_from(n).ok()) {
             Some(n) if n == 0 || (1 << 10..=1 << 30).contains(&n) => {
-                c.external_value_min = n as usize;
+                c.external_value_min = n;
                 Ok(())
             }
             _ => Err(()),

@@ -208,7 +208,7 @@ fn config_file_size_is_capped() {
     let fits = dir.join("fits.toml");
     let comment = format!(
         "#{}\n",
-        "x".repeat(CONFIG_FILE_MAX as usize - key.len() - 2)
+        "x".repeat(usize::try_from(CONFIG_FILE_MAX).unwrap() - key.len() - 2)
     );
     std::fs::write(&fits, format!("{comment}{key}")).unwrap();
     assert_eq!(std::fs::metadata(&fits).unwrap().len(), CONFIG_FILE_MAX);

@@ -165,10 +165,14 @@ fn agent_call(
     Ok(reply)
 }
 
-/// An SSH wire `string`: u32 length, then the bytes.
-fn put_string(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+/// An SSH wire `string`: u32 length, then the bytes (refused past 4 GiB, which the wire
+/// format cannot say).
+fn put_string(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), ClientError> {
+    let len = u32::try_from(bytes.len())
+        .map_err(|_| ClientError::Agent(format!("a string of {} bytes", bytes.len())))?;
+    out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(bytes);
+    Ok(())
 }
 
 fn take_string<'a>(input: &mut &'a [u8]) -> Result<&'a [u8], ClientError> {
@@ -223,8 +227,8 @@ fn agent_sign(
     let data = SshSig::signed_data(NAMESPACE, HashAlg::Sha512, message.as_bytes())
         .map_err(|e| ClientError::Key(e.to_string()))?;
     let mut request = vec![SSH_AGENTC_SIGN_REQUEST];
-    put_string(&mut request, &blob);
-    put_string(&mut request, &data);
+    put_string(&mut request, &blob)?;
+    put_string(&mut request, &data)?;
     // Flags 0: ed25519 has one signature algorithm (RSA would ask for rsa-sha2-512 here).
     request.extend_from_slice(&0u32.to_be_bytes());
     let reply = agent_call(&mut stream, &request)?;
@@ -496,7 +500,7 @@ mod tests {
     #[test]
     fn agent_strings_are_bounded() {
         let mut out = Vec::new();
-        put_string(&mut out, b"abc");
+        put_string(&mut out, b"abc").unwrap();
         let mut input = out.as_slice();
         assert_eq!(take_string(&mut input).unwrap(), b"abc");
         assert!(input.is_empty());

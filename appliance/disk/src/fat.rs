@@ -48,9 +48,9 @@ impl FixedTime {
         }
         FixedTime(DateTime {
             date: Date {
-                year: year.min(2107) as u16,
-                month: month as u16,
-                day: day as u16,
+                year: date_field(year.min(2107)),
+                month: date_field(month),
+                day: date_field(day),
             },
             time: Time {
                 hour: (rem / 3600) as u16,
@@ -60,6 +60,13 @@ impl FixedTime {
             },
         })
     }
+}
+
+/// A calendar field of [`FixedTime::from_unix`]: a year clamped to 1980..=2107, a month or a day,
+/// so it always fits FAT's `u16`.
+fn date_field(value: i64) -> u16 {
+    debug_assert!((1..=2107).contains(&value), "date field {value}");
+    u16::try_from(value).unwrap_or(1)
 }
 
 /// Howard Hinnant's days-since-1970 → (year, month, day).

@@ -226,7 +226,7 @@ mod tests {
         );
         assert_eq!(read_config(&found).unwrap(), None, "no ringstore.toml");
         let _ = std::fs::remove_file(&found.disk);
-        let big = vec![b'#'; AUTHORIZED_KEYS_FILE_MAX as usize + 1];
+        let big = vec![b'#'; usize::try_from(AUTHORIZED_KEYS_FILE_MAX).unwrap() + 1];
         let found = partition("big", &[(AUTHORIZED_KEYS_FILE, &big)]);
         let err = read_authorized_keys(&found).unwrap_err();
         assert!(err.contains("more than the 65536 allowed"), "{err}");

@@ -130,7 +130,10 @@ fn parse_ip(value: &str) -> Result<IpSetting, CmdlineError> {
 pub fn netmask_prefix(mask: Ipv4Addr) -> Option<u8> {
     let bits = u32::from(mask);
     let ones = bits.leading_ones();
-    (bits.checked_shl(ones).unwrap_or(0) == 0).then_some(ones as u8)
+    // At most 32 ones: the conversion cannot fail.
+    u8::try_from(ones)
+        .ok()
+        .filter(|_| bits.checked_shl(ones).unwrap_or(0) == 0)
 }
 
 /// The netmask of a prefix length (24 → 255.255.255.0).

@@ -11,6 +11,10 @@
 //! that is configured but missing, refused or unrecoverable is fatal: the box was told to be
 //! durable and must not serve from RAM alone.
 //!
+//! What the stages set up is recorded in one [`machine::Machine`] that [`run`] creates and hands,
+//! as an argument, to the stages, the signal and watchdog threads, the trial verdict, the console
+//! and shutdown: there is no global state.
+//!
 //! No `unsafe` here: every syscall goes through `ringstore_sys` (ADR-0017).
 #![forbid(unsafe_code)]
 
@@ -24,6 +28,7 @@ pub mod hugepages;
 pub mod irq;
 pub mod layers;
 pub mod log;
+pub mod machine;
 pub mod mounts;
 pub mod net;
 pub mod netstat;
@@ -38,8 +43,10 @@ pub mod tuning;
 pub mod update;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 use cmdline::OnFatal;
+use machine::Machine;
 
 /// A boot failure PID 1 cannot work around.
 struct Fatal(String);
@@ -54,27 +61,28 @@ pub fn run() -> ! {
         );
     }));
     signals::block();
+    let machine = Arc::new(Machine::default());
     let mut on_fatal = OnFatal::Reboot;
-    let booted = catch_unwind(AssertUnwindSafe(|| boot(&mut on_fatal)));
+    let booted = catch_unwind(AssertUnwindSafe(|| boot(&machine, &mut on_fatal)));
     // A trial boot of a new slot is decided here, ready or not (ADR 0025).
-    let _ = catch_unwind(update::decide_trial);
+    let _ = catch_unwind(|| update::decide_trial(&machine));
     match booted {
         Ok(Ok(())) => {}
-        Ok(Err(Fatal(what))) => power::fatal(on_fatal, &what),
-        Err(_) => power::fatal(on_fatal, "panic during boot"),
+        Ok(Err(Fatal(what))) => power::fatal(&machine, on_fatal, &what),
+        Err(_) => power::fatal(&machine, on_fatal, "panic during boot"),
     }
     // From here on PID 1's main thread only runs the console: reboot(2) is all it needs. Before
     // the first prompt, so whoever sees the prompt sees the narrowed sets in `threads`.
     privs::restrict_thread_or_log(privs::Role::Console);
-    let partition_keys = state::lock().partition_keys.take();
+    let partition_keys = machine.state().partition_keys.take();
     console::session::load_credentials(partition_keys);
     loop {
         // run_loop never returns; a panic escaping it restarts it.
-        let _ = catch_unwind(|| console::run_loop());
+        let _ = catch_unwind(|| console::run_loop(&machine));
     }
 }
 
-fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
+fn boot(machine: &Arc<Machine>, on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     let skipped = mounts::mount_all().map_err(|e| Fatal(e.to_string()))?;
     // The kernel opens /dev/console as fds 0-2 when the initramfs has that node; if it did not,
     // open it now that devtmpfs is mounted.
@@ -93,19 +101,19 @@ fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     }
     // Before any thread starts: every thread PID 1 spawns inherits at most the boot set.
     privs::restrict_thread_or_log(privs::Role::Boot);
-    signals::spawn_waiter();
+    signals::spawn_waiter(Arc::clone(machine));
     power::disable_ctrl_alt_del();
     raise_limits();
 
     let running = std::fs::read_to_string("/proc/cmdline")
         .map_err(|e| Fatal(format!("/proc/cmdline: {e}")))?;
-    let line = effective_cmdline(&running);
+    let line = effective_cmdline(machine, &running);
     // Which A/B slot booted and whether it is on trial (mounts efivarfs: boot capabilities).
     let slots = update::boot_state();
     let trying = slots.trying;
-    state::lock().slots = slots;
+    machine.state().slots = slots;
     if trying {
-        update::arm_watchdog();
+        update::arm_watchdog(Arc::clone(machine));
     }
     let options = match cmdline::split(&line) {
         Ok((options, _)) => options,
@@ -118,16 +126,16 @@ fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
         }
     };
     *on_fatal = options.on_fatal;
-    let layers = state::lock().layers.config_layers();
+    let layers = machine.state().layers.config_layers();
     let config = match ringstore_config::origin::resolve(&layers) {
         Ok(resolved) => {
             let config = resolved.config.clone();
-            state::lock().settings = resolved.settings;
+            machine.state().settings = resolved.settings;
             Some(config)
         }
         Err(err) => {
             error!("configuration: {err}");
-            not_serving(format!("configuration: {err}"));
+            not_serving(machine, format!("configuration: {err}"));
             None
         }
     };
@@ -135,17 +143,17 @@ fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     // Before the network (a lease keeper may log it) and the server (its `stats` reads it).
     hostname::apply(config.as_ref(), &options.ip);
     let configured = net::bring_up(&options.ip);
-    state::lock().configured = configured;
+    machine.state().configured = configured;
 
     if let Some(mut config) = config {
         if config.data.as_deref() == Some(std::path::Path::new("auto")) {
             match bootdisk::data_partition(&ringstore_disk::Layout::builtin()) {
                 Ok(node) => config.data = Some(node),
-                Err(why) => return Err(data_device_fatal(&why)),
+                Err(why) => return Err(data_device_fatal(machine, &why)),
             }
         }
-        state::lock().config = Some(config.clone());
-        serve(&config)?;
+        machine.state().config = Some(config.clone());
+        serve(machine, &config)?;
     }
     Ok(())
 }
@@ -154,7 +162,8 @@ fn boot(on_fatal: &mut OnFatal) -> Result<(), Fatal> {
 /// carries its own command line) the config partition's `/ringstore.toml` sits between the
 /// image's keys and the keys added on the running kernel's command line. A config partition
 /// that cannot be read or parsed is logged and left out: the box still boots and says why.
-fn effective_cmdline(running: &str) -> String {
+/// The layers and the partition's console keys are recorded in `machine`.
+fn effective_cmdline(machine: &Machine, running: &str) -> String {
     let image = std::fs::read_to_string(layers::IMAGE_CMDLINE).unwrap_or_default();
     let partition = if image.trim().is_empty() {
         None
@@ -167,7 +176,7 @@ fn effective_cmdline(running: &str) -> String {
             }
             Some(found) => {
                 // The console's keys from the partition, for load_credentials after boot.
-                state::lock().partition_keys = bootdisk::read_authorized_keys(&found).transpose();
+                machine.state().partition_keys = bootdisk::read_authorized_keys(&found).transpose();
                 match bootdisk::read_config(&found) {
                     Ok(Some(text)) => {
                         info!(
@@ -194,25 +203,25 @@ fn effective_cmdline(running: &str) -> String {
     match built {
         Ok(layers) => {
             let line = layers.effective(running);
-            state::lock().layers = layers;
+            machine.state().layers = layers;
             line
         }
         Err(_) => running.to_string(),
     }
 }
 
-fn not_serving(why: String) {
-    state::lock().not_serving = Some(why);
+fn not_serving(machine: &Machine, why: String) {
+    machine.state().not_serving = Some(why);
 }
 
 /// Placement, huge pages, IRQs, then the server. Failures are logged and leave the console up,
 /// except a data device that cannot be used: that is fatal (the `on_fatal` policy).
-fn serve(config: &ringstore_config::Config) -> Result<(), Fatal> {
+fn serve(machine: &Machine, config: &ringstore_config::Config) -> Result<(), Fatal> {
     let placement = match plane::place(config) {
         Ok(p) => p,
         Err(err) => {
             error!("{err}");
-            not_serving(err);
+            not_serving(machine, err);
             return Ok(());
         }
     };
@@ -241,9 +250,10 @@ fn serve(config: &ringstore_config::Config) -> Result<(), Fatal> {
             placement.node
         );
     }
-    place_irqs(&placement);
+    let nic_irqs = place_irqs(&placement);
     {
-        let mut state = state::lock();
+        let mut state = machine.state();
+        state.nic_irqs = nic_irqs;
         state.placement = Some(placement.clone());
         state.hugepages = got;
     }
@@ -252,9 +262,9 @@ fn serve(config: &ringstore_config::Config) -> Result<(), Fatal> {
         match datadev::wait_for_node(path, datadev::NODE_WAIT) {
             Ok(described) => {
                 info!("data device {described}");
-                state::lock().data_device = Some(described);
+                machine.state().data_device = Some(described);
             }
-            Err(why) => return Err(data_device_fatal(&why)),
+            Err(why) => return Err(data_device_fatal(machine, &why)),
         }
     }
     let started = plane::start(config);
@@ -268,14 +278,14 @@ fn serve(config: &ringstore_config::Config) -> Result<(), Fatal> {
             let ready = server.ready_line();
             // `ringstore: ready memcache=IP:PORT http=IP:PORT`, once, on the console and in `log`.
             info!("{ready}");
-            let mut state = state::lock();
+            let mut state = machine.state();
             state.ready_line = Some(ready);
             state.server = Some(server);
         }
-        Err(plane::StartError::DataDevice(why)) => return Err(data_device_fatal(&why)),
+        Err(plane::StartError::DataDevice(why)) => return Err(data_device_fatal(machine, &why)),
         Err(plane::StartError::Other(why)) => {
             error!("server: {why}");
-            not_serving(why);
+            not_serving(machine, why);
         }
     }
     Ok(())
@@ -283,13 +293,15 @@ fn serve(config: &ringstore_config::Config) -> Result<(), Fatal> {
 
 /// A data device that cannot be used: nothing serves, and the caller follows
 /// `ringstore.on_fatal`, which logs the one console line (`ringstore: fatal: data device ...`).
-fn data_device_fatal(why: &str) -> Fatal {
+fn data_device_fatal(machine: &Machine, why: &str) -> Fatal {
     let line = datadev::appliance_message(why);
-    not_serving(line.clone());
+    not_serving(machine, line.clone());
     Fatal(line)
 }
 
-fn place_irqs(placement: &plane::Placement) {
+/// Steers the NICs' queue IRQs to the worker CPUs and the rest to housekeeping; returns each
+/// NIC with its IRQs, for the console's `irq` and the tuning verifier.
+fn place_irqs(placement: &plane::Placement) -> Vec<(String, Vec<u32>)> {
     let interrupts =
         irq::parse_interrupts(&std::fs::read_to_string("/proc/interrupts").unwrap_or_default());
     let all: Vec<u32> = interrupts.iter().map(|l| l.irq).collect();
@@ -318,7 +330,7 @@ fn place_irqs(placement: &plane::Placement) {
         "IRQ affinity: {} NIC IRQs on worker CPUs, {applied} set, {refused} refused by the kernel",
         nic_irqs.len()
     );
-    state::lock().nic_irqs = by_nic;
+    by_nic
 }
 
 fn set_affinity(cpus: &[usize]) {

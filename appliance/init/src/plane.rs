@@ -35,14 +35,10 @@ pub trait Serving: Send {
     }
 }
 
-/// The AF_XDP lines of the running server, for the console's `irq` and `net`.
-pub fn xdp_lines() -> Vec<String> {
-    let state = crate::state::lock();
-    let lines = state
-        .server
-        .as_ref()
-        .map(|s| s.xdp_lines())
-        .unwrap_or_default();
+/// The AF_XDP lines of `server`, for the console's `irq` and `net` and the tuning verifier:
+/// `xdp:` then one indented line each; empty without a server or without `ringstore.xdp`.
+pub fn xdp_lines(server: Option<&dyn Serving>) -> Vec<String> {
+    let lines = server.map(|s| s.xdp_lines()).unwrap_or_default();
     if lines.is_empty() {
         return lines;
     }

@@ -1,9 +1,11 @@
-//! Orderly shutdown (stop accepting, drain, sync, reboot(2)) and the fatal-error path.
+//! Orderly shutdown of the [`Machine`] it is given (stop accepting, drain, sync, reboot(2)) and
+//! the fatal-error path.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::cmdline::OnFatal;
+use crate::machine::Machine;
 use crate::{error, info};
 
 /// How long draining may take before the machine goes down anyway.
@@ -20,9 +22,9 @@ pub enum Action {
 
 static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
 
-/// Stops the server, syncs and powers off or reboots. Only the first caller proceeds; later
-/// callers (a second signal, a console command) wait for the machine to go down.
-pub fn shutdown(action: Action) -> ! {
+/// Stops `machine`'s server, syncs and powers off or reboots. Only the first caller proceeds;
+/// later callers (a second signal, a console command) wait for the machine to go down.
+pub fn shutdown(machine: &Machine, action: Action) -> ! {
     if SHUTTING_DOWN.swap(true, Ordering::SeqCst) {
         park_forever();
     }
@@ -34,7 +36,7 @@ pub fn shutdown(action: Action) -> ! {
             "reboot"
         }
     );
-    let server = crate::state::lock().server.take();
+    let server = machine.take_server();
     if let Some(server) = server {
         let (tx, rx) = std::sync::mpsc::channel();
         let drained = std::thread::Builder::new()
@@ -78,7 +80,7 @@ fn park_forever() -> ! {
 
 /// A fatal error: logged, then a reboot after a delay; with `ringstore.on_fatal=halt` this returns
 /// and the caller keeps the console running instead.
-pub fn fatal(on_fatal: OnFatal, what: &str) {
+pub fn fatal(machine: &Machine, on_fatal: OnFatal, what: &str) {
     error!("fatal: {what}");
     match on_fatal {
         OnFatal::Halt => error!(
@@ -90,7 +92,7 @@ pub fn fatal(on_fatal: OnFatal, what: &str) {
                 FATAL_REBOOT_DELAY.as_secs()
             );
             std::thread::sleep(FATAL_REBOOT_DELAY);
-            shutdown(Action::Reboot);
+            shutdown(machine, Action::Reboot);
         }
     }
 }

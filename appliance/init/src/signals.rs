@@ -2,6 +2,9 @@
 //! The signals are blocked in every thread and taken by one thread with sigwait; a no-op
 //! handler is installed too, because the kernel drops default-action signals sent to PID 1.
 
+use std::sync::Arc;
+
+use crate::machine::Machine;
 use crate::power::{self, Action};
 use crate::{info, warn};
 
@@ -27,9 +30,9 @@ pub fn block() {
 /// How long [`spawn_waiter`] waits for the new thread to narrow its capabilities.
 const NARROW_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Starts the thread that waits for the signals; it keeps only CAP_SYS_BOOT (reboot(2)), and
-/// this returns once it has narrowed its sets.
-pub fn spawn_waiter() {
+/// Starts the thread that waits for the signals and shuts `machine` down on SIGTERM, SIGPWR and
+/// SIGINT; it keeps only CAP_SYS_BOOT (reboot(2)), and this returns once it has narrowed its sets.
+pub fn spawn_waiter(machine: Arc<Machine>) {
     let (narrowed, wait) = std::sync::mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("signals".into())
@@ -45,11 +48,11 @@ pub fn spawn_waiter() {
                     libc::SIGCHLD => reap(),
                     libc::SIGTERM | libc::SIGPWR => {
                         info!("signal {sig}: power off");
-                        power::shutdown(Action::PowerOff);
+                        power::shutdown(&machine, Action::PowerOff);
                     }
                     libc::SIGINT => {
                         info!("SIGINT (ctrl-alt-del): reboot");
-                        power::shutdown(Action::Reboot);
+                        power::shutdown(&machine, Action::Reboot);
                     }
                     _ => info!("signal {sig} ignored"),
                 }

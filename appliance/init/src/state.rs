@@ -1,7 +1,11 @@
-//! What PID 1 knows about the machine after setup, shared by the console and shutdown.
+//! What PID 1 knows about the machine after setup: plain data, filled in by the boot sequence
+//! and read by the console, the trial verdict and shutdown through [`crate::machine::Machine`].
+//! It imports only the types it is made of, from modules that know nothing of it.
 
-use std::sync::{Mutex, MutexGuard};
+use ringstore_disk::slots::{Slot, Trial};
 
+use crate::bootdisk::Found;
+use crate::layers::Layers;
 use crate::net::Configured;
 use crate::plane::{Placement, Serving};
 
@@ -24,38 +28,24 @@ pub struct State {
     pub data_device: Option<String>,
     pub server: Option<Box<dyn Serving>>,
     /// Where each configuration key came from (image, config partition, kernel command line).
-    pub layers: crate::layers::Layers,
+    pub layers: Layers,
     /// The A/B slots of disk.img (ADR 0025).
-    pub slots: crate::update::SlotsState,
+    pub slots: SlotsState,
     /// The config partition's console keys as boot read them (`Err`: why not), until the
     /// console loads its credentials.
     pub partition_keys: Option<Result<String, String>>,
 }
 
-static STATE: Mutex<Option<State>> = Mutex::new(None);
-
-/// Locks the shared state (created empty on first use; a poisoned lock is still usable).
-pub fn lock() -> StateGuard {
-    let mut guard = STATE
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if guard.is_none() {
-        *guard = Some(State::default());
-    }
-    StateGuard(guard)
-}
-
-pub struct StateGuard(MutexGuard<'static, Option<State>>);
-
-impl std::ops::Deref for StateGuard {
-    type Target = State;
-    fn deref(&self) -> &State {
-        self.0.as_ref().expect("state is created in lock()")
-    }
-}
-
-impl std::ops::DerefMut for StateGuard {
-    fn deref_mut(&mut self) -> &mut State {
-        self.0.as_mut().expect("state is created in lock()")
-    }
+/// The A/B slots as this boot found them (`update::boot_state`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlotsState {
+    /// Where the ESP is; `None` on a boot without disk.img (QEMU -kernel, PXE).
+    pub esp: Option<Found>,
+    pub booted: Option<Slot>,
+    pub committed: Option<Slot>,
+    pub trial: Option<Trial>,
+    /// This boot is a trial that has not been decided yet.
+    pub trying: bool,
+    /// The token the canary expects under `update::CANARY_KEY` (from the trial record).
+    pub canary_token: Option<String>,
 }

@@ -6,6 +6,8 @@
 
 use serde_json::{json, Value};
 
+use crate::machine::Machine;
+
 /// One interface as the verifier sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Interface {
@@ -147,137 +149,167 @@ fn cpu_set_check(name: &'static str, workers: &[usize], have: &[usize]) -> Check
     c
 }
 
-/// Every check, in a stable order.
+/// Every check, in a stable order: each up NIC's node, huge pages per node, isolated and
+/// nohz_full CPUs, then per up NIC its queue IRQs, queues, XDP, RPS and XPS.
 pub fn verify(f: &Facts) -> Vec<Check> {
-    let mut out = Vec::new();
     let up: Vec<&Interface> = f.interfaces.iter().filter(|i| i.up).collect();
-    for i in &up {
-        let actual = i
-            .node
-            .map_or("unknown".to_string(), |n| format!("node {n}"));
-        // A NIC whose node the kernel does not know cannot be wrong.
-        let differs = i.node.is_some_and(|n| n != f.serving_node);
-        out.push(check(
-            "nic_node",
-            &i.name,
-            format!("node {}", f.serving_node),
-            actual,
-            differs,
-        ));
-    }
-    for &(node, pages) in &f.hugepages {
-        let (wanted, differs) = if node == f.serving_node {
-            (f.hugepage_budget, pages < f.hugepage_budget)
-        } else {
-            (0, pages > 0)
-        };
-        out.push(check(
-            "hugepages",
-            format!("node {node}"),
-            format!("{wanted} x 2 MiB"),
-            format!("{pages} x 2 MiB"),
-            differs,
-        ));
-    }
+    let mut out: Vec<Check> = up.iter().map(|i| nic_node_check(f, i)).collect();
+    out.extend(
+        f.hugepages
+            .iter()
+            .map(|&(node, pages)| hugepage_check(f, node, pages)),
+    );
     out.push(cpu_set_check("isolated", &f.workers, &f.isolated));
     out.push(cpu_set_check("nohz_full", &f.workers, &f.nohz_full));
     for i in &up {
-        for QueueIrq {
-            irq,
-            planned,
-            asked,
-            on,
-        } in &i.irqs
-        {
-            let planned = *planned;
-            let serves =
-                |set: &[usize]| !set.is_empty() && set.iter().all(|c| f.workers.contains(c));
-            // The difference is in what was asked: an effective affinity still on the boot CPU
-            // while the asked one serves is a move the kernel finishes at the next interrupt.
-            let off_workers = !serves(asked);
-            let pending = !off_workers && !serves(on);
-            let actual = if pending {
-                format!("{} (moving to {})", cpus(on), cpus(asked))
-            } else {
-                cpus(on)
-            };
-            let mut c = check(
-                "irq",
-                format!("{} irq {irq}", i.name),
-                planned.map_or("a worker CPU".into(), |p| format!("cpu {p}")),
-                actual,
-                off_workers,
-            );
-            if off_workers {
-                c.note = Some("asked for CPUs that do not serve".into());
-            } else if pending {
-                c.note = Some(
-                    "asked for a worker CPU; the kernel moves it when this IRQ next fires".into(),
-                );
-            } else if planned.is_some_and(|p| on[..] != [p]) {
-                c.note = Some("on another worker CPU than planned".into());
-            }
-            out.push(c);
-        }
-        let mut q = check(
-            "queues",
-            &i.name,
-            format!("{} rx queues (one per worker)", f.workers.len()),
-            format!("{} rx, {} tx", i.rx_queues, i.tx_queues),
-            false,
-        );
-        if i.rx_queues < f.workers.len() {
-            q.note = Some(
-                "fewer RX queues than workers: the acceptor spreads connections, RSS cannot".into(),
-            );
-        }
-        out.push(q);
-        out.push(check(
-            "xdp",
-            &i.name,
-            "not attached (no fast path yet)".into(),
-            i.xdp.clone().unwrap_or_else(|| "not attached".into()),
-            i.xdp.is_some(),
-        ));
-        let rps_on: Vec<String> = i
-            .rps
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| !c.is_empty())
-            .map(|(q, c)| format!("rx-{q} {}", cpus(c)))
-            .collect();
-        out.push(check(
-            "rps",
-            &i.name,
-            "off".into(),
-            if rps_on.is_empty() {
-                "off".into()
-            } else {
-                rps_on.join(", ")
-            },
-            !rps_on.is_empty(),
-        ));
-        let xps: Vec<String> = i
-            .xps
-            .iter()
-            .enumerate()
-            .map(|(q, c)| format!("tx-{q} {}", cpus(c)))
-            .collect();
-        let mut x = check(
-            "xps",
-            &i.name,
-            "any (not used)".into(),
-            if xps.is_empty() {
-                "none".into()
-            } else {
-                xps.join(", ")
-            },
-            false,
-        );
-        x.note = Some("shown only: ringstore does not set XPS".into());
-        out.push(x);
+        out.extend(i.irqs.iter().map(|q| irq_check(&f.workers, i, q)));
+        out.push(queues_check(f, i));
+        out.push(xdp_check(i));
+        out.push(rps_check(i));
+        out.push(xps_check(i));
     }
     out
+}
+
+/// The NIC should sit on the serving node.
+fn nic_node_check(f: &Facts, i: &Interface) -> Check {
+    let actual = i
+        .node
+        .map_or("unknown".to_string(), |n| format!("node {n}"));
+    // A NIC whose node the kernel does not know cannot be wrong.
+    let differs = i.node.is_some_and(|n| n != f.serving_node);
+    check(
+        "nic_node",
+        &i.name,
+        format!("node {}", f.serving_node),
+        actual,
+        differs,
+    )
+}
+
+/// The serving node holds at least the budget; every other node holds none.
+fn hugepage_check(f: &Facts, node: u32, pages: u64) -> Check {
+    let (wanted, differs) = if node == f.serving_node {
+        (f.hugepage_budget, pages < f.hugepage_budget)
+    } else {
+        (0, pages > 0)
+    };
+    check(
+        "hugepages",
+        format!("node {node}"),
+        format!("{wanted} x 2 MiB"),
+        format!("{pages} x 2 MiB"),
+        differs,
+    )
+}
+
+/// A queue IRQ should be asked onto worker CPUs (ideally the planned one).
+fn irq_check(workers: &[usize], i: &Interface, q: &QueueIrq) -> Check {
+    let QueueIrq {
+        irq,
+        planned,
+        asked,
+        on,
+    } = q;
+    let planned = *planned;
+    let serves = |set: &[usize]| !set.is_empty() && set.iter().all(|c| workers.contains(c));
+    // The difference is in what was asked: an effective affinity still on the boot CPU
+    // while the asked one serves is a move the kernel finishes at the next interrupt.
+    let off_workers = !serves(asked);
+    let pending = !off_workers && !serves(on);
+    let actual = if pending {
+        format!("{} (moving to {})", cpus(on), cpus(asked))
+    } else {
+        cpus(on)
+    };
+    let mut c = check(
+        "irq",
+        format!("{} irq {irq}", i.name),
+        planned.map_or("a worker CPU".into(), |p| format!("cpu {p}")),
+        actual,
+        off_workers,
+    );
+    if off_workers {
+        c.note = Some("asked for CPUs that do not serve".into());
+    } else if pending {
+        c.note =
+            Some("asked for a worker CPU; the kernel moves it when this IRQ next fires".into());
+    } else if planned.is_some_and(|p| on[..] != [p]) {
+        c.note = Some("on another worker CPU than planned".into());
+    }
+    c
+}
+
+/// One RX queue per worker is what RSS needs; fewer is a note, not a difference.
+fn queues_check(f: &Facts, i: &Interface) -> Check {
+    let mut q = check(
+        "queues",
+        &i.name,
+        format!("{} rx queues (one per worker)", f.workers.len()),
+        format!("{} rx, {} tx", i.rx_queues, i.tx_queues),
+        false,
+    );
+    if i.rx_queues < f.workers.len() {
+        q.note = Some(
+            "fewer RX queues than workers: the acceptor spreads connections, RSS cannot".into(),
+        );
+    }
+    q
+}
+
+fn xdp_check(i: &Interface) -> Check {
+    check(
+        "xdp",
+        &i.name,
+        "not attached (no fast path yet)".into(),
+        i.xdp.clone().unwrap_or_else(|| "not attached".into()),
+        i.xdp.is_some(),
+    )
+}
+
+/// RPS should be off on every RX queue: the queue's IRQ CPU serves it.
+fn rps_check(i: &Interface) -> Check {
+    let rps_on: Vec<String> = i
+        .rps
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| !c.is_empty())
+        .map(|(q, c)| format!("rx-{q} {}", cpus(c)))
+        .collect();
+    check(
+        "rps",
+        &i.name,
+        "off".into(),
+        if rps_on.is_empty() {
+            "off".into()
+        } else {
+            rps_on.join(", ")
+        },
+        !rps_on.is_empty(),
+    )
+}
+
+/// XPS is shown, never a difference: ringstore does not set it.
+fn xps_check(i: &Interface) -> Check {
+    let xps: Vec<String> = i
+        .xps
+        .iter()
+        .enumerate()
+        .map(|(q, c)| format!("tx-{q} {}", cpus(c)))
+        .collect();
+    let mut x = check(
+        "xps",
+        &i.name,
+        "any (not used)".into(),
+        if xps.is_empty() {
+            "none".into()
+        } else {
+            xps.join(", ")
+        },
+        false,
+    );
+    x.note = Some("shown only: ringstore does not set XPS".into());
+    x
 }
 
 fn read_cpus(path: &str) -> Vec<usize> {
@@ -321,35 +353,28 @@ fn queue_masks(iface: &str, prefix: &str, file: &str) -> Vec<Vec<usize>> {
     queues.into_iter().map(|(_, m)| m).collect()
 }
 
-/// The fast path's report of an interface's XDP mode (`IF: MODE, N queue(s)` from the
-/// server's AF_XDP lines); `None` when `ringstore.xdp` did not attach to it.
-pub fn xdp_mode(iface: &str) -> Option<String> {
+/// The fast path's report of an interface's XDP mode (`IF: MODE, N queue(s)` in the server's
+/// AF_XDP lines, `plane::xdp_lines`); `None` when `ringstore.xdp` did not attach to it.
+pub fn xdp_mode(iface: &str, xdp_lines: &[String]) -> Option<String> {
     let prefix = format!("{iface}: ");
-    crate::plane::xdp_lines()
+    xdp_lines
         .iter()
         .find_map(|l| l.trim().strip_prefix(&prefix).map(str::to_string))
 }
 
-/// Reads the facts of this machine (`None` while nothing was placed).
-pub fn gather() -> Option<Facts> {
-    let state = crate::state::lock();
-    let placement = state.placement.clone()?;
-    let memory = state.config.as_ref().map_or(0, |c| c.memory);
-    let nic_irqs = state.nic_irqs.clone();
-    drop(state);
-    let mut hugepages = Vec::new();
-    for node in 0..64u32 {
-        if !std::path::Path::new(&format!("/sys/devices/system/node/node{node}")).exists() {
-            if node > 0 {
-                break;
-            }
-            continue;
-        }
-        hugepages.push((
-            node,
-            crate::hugepages::count(node, "nr_hugepages").unwrap_or(0),
-        ));
-    }
+/// Reads the facts of `machine` (`None` while nothing was placed).
+pub fn gather(machine: &Machine) -> Option<Facts> {
+    // A copy of what PID 1 recorded: the /sys and /proc reads below run without the lock.
+    let (placement, memory, nic_irqs, xdp_lines) = {
+        let state = machine.state();
+        (
+            state.placement.clone()?,
+            state.config.as_ref().map_or(0, |c| c.memory),
+            state.nic_irqs.clone(),
+            crate::plane::xdp_lines(state.server.as_deref()),
+        )
+    };
+    let hugepages = hugepages_per_node();
     let interrupts = crate::irq::parse_interrupts(
         &std::fs::read_to_string("/proc/interrupts").unwrap_or_default(),
     );
@@ -368,54 +393,14 @@ pub fn gather() -> Option<Facts> {
     let interfaces = crate::net::link::ethernet_nics()
         .into_iter()
         .map(|name| {
-            let base = format!("/sys/class/net/{name}");
-            let irqs = nic_irqs
+            let placed = nic_irqs
                 .iter()
                 .find(|(n, _)| *n == name)
-                .map(|(_, irqs)| irqs.clone())
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|irq| {
-                    interrupts
-                        .iter()
-                        .any(|l| l.irq == *irq && is_queue_irq(&l.description))
-                })
-                .map(|irq| {
-                    let asked = read_cpus(&format!("/proc/irq/{irq}/smp_affinity_list"));
-                    let effective = read_cpus(&format!("/proc/irq/{irq}/effective_affinity_list"));
-                    let on = if effective.is_empty() {
-                        asked.clone()
-                    } else {
-                        effective
-                    };
-                    let planned = plan
-                        .iter()
-                        .find(|(i, _)| *i == irq)
-                        .and_then(|(_, c)| c.first().copied());
-                    QueueIrq {
-                        irq,
-                        planned,
-                        asked,
-                        on,
-                    }
-                })
-                .collect();
-            let rps = queue_masks(&name, "rx-", "rps_cpus");
-            let xps = queue_masks(&name, "tx-", "xps_cpus");
-            Interface {
-                up: ringstore_sys::read_trim(format!("{base}/carrier")).as_deref() == Some("1"),
-                // A virtio NIC's `device` is the virtio device; its PCI function has the node.
-                node: ringstore_sys::read_trim(format!("{base}/device/numa_node"))
-                    .or_else(|| ringstore_sys::read_trim(format!("{base}/device/../numa_node")))
-                    .and_then(|s| s.parse().ok()),
-                rx_queues: rps.len(),
-                tx_queues: xps.len(),
-                rps,
-                xps,
-                xdp: xdp_mode(&name),
-                irqs,
-                name,
-            }
+                .map(|(_, irqs)| irqs.as_slice())
+                .unwrap_or_default();
+            let irqs = queue_irqs(placed, &interrupts, &plan);
+            let xdp = xdp_mode(&name, &xdp_lines);
+            read_interface(name, irqs, xdp)
         })
         .collect();
     Some(Facts {
@@ -427,6 +412,82 @@ pub fn gather() -> Option<Facts> {
         nohz_full: read_cpus("/sys/devices/system/cpu/nohz_full"),
         interfaces,
     })
+}
+
+/// Huge pages reserved on each NUMA node (node 0 up to the first missing node after it).
+fn hugepages_per_node() -> Vec<(u32, u64)> {
+    let mut hugepages = Vec::new();
+    for node in 0..64u32 {
+        if !std::path::Path::new(&format!("/sys/devices/system/node/node{node}")).exists() {
+            if node > 0 {
+                break;
+            }
+            continue;
+        }
+        hugepages.push((
+            node,
+            crate::hugepages::count(node, "nr_hugepages").unwrap_or(0),
+        ));
+    }
+    hugepages
+}
+
+/// The queue IRQs among a NIC's `placed` IRQs, each with its planned CPU (`plan`) and the
+/// affinity asked for and in effect.
+fn queue_irqs(
+    placed: &[u32],
+    interrupts: &[crate::irq::IrqLine],
+    plan: &[(u32, Vec<usize>)],
+) -> Vec<QueueIrq> {
+    placed
+        .iter()
+        .copied()
+        .filter(|irq| {
+            interrupts
+                .iter()
+                .any(|l| l.irq == *irq && is_queue_irq(&l.description))
+        })
+        .map(|irq| {
+            let asked = read_cpus(&format!("/proc/irq/{irq}/smp_affinity_list"));
+            let effective = read_cpus(&format!("/proc/irq/{irq}/effective_affinity_list"));
+            let on = if effective.is_empty() {
+                asked.clone()
+            } else {
+                effective
+            };
+            let planned = plan
+                .iter()
+                .find(|(i, _)| *i == irq)
+                .and_then(|(_, c)| c.first().copied());
+            QueueIrq {
+                irq,
+                planned,
+                asked,
+                on,
+            }
+        })
+        .collect()
+}
+
+/// Interface `name` as sysfs shows it: carrier, NUMA node, queues with their RPS/XPS masks.
+fn read_interface(name: String, irqs: Vec<QueueIrq>, xdp: Option<String>) -> Interface {
+    let base = format!("/sys/class/net/{name}");
+    let rps = queue_masks(&name, "rx-", "rps_cpus");
+    let xps = queue_masks(&name, "tx-", "xps_cpus");
+    Interface {
+        up: ringstore_sys::read_trim(format!("{base}/carrier")).as_deref() == Some("1"),
+        // A virtio NIC's `device` is the virtio device; its PCI function has the node.
+        node: ringstore_sys::read_trim(format!("{base}/device/numa_node"))
+            .or_else(|| ringstore_sys::read_trim(format!("{base}/device/../numa_node")))
+            .and_then(|s| s.parse().ok()),
+        rx_queues: rps.len(),
+        tx_queues: xps.len(),
+        rps,
+        xps,
+        xdp,
+        irqs,
+        name,
+    }
 }
 
 #[cfg(test)]

@@ -158,11 +158,12 @@ mod tests {
         ringstore_init::console::session::add_authorized_key_lines("test", &[public.trim()])
             .unwrap();
         let mut session = Session::new("fake", "boot");
+        let machine = ringstore_init::machine::Machine::default();
         let reader = std::io::BufReader::new(stream.try_clone().unwrap());
         stream.write_all(PROMPT.as_bytes()).unwrap();
         for line in reader.lines() {
             let Ok(line) = line else { break };
-            let answer = handle_line(&mut session, &line, std::time::Instant::now());
+            let answer = handle_line(&mut session, &machine, &line, std::time::Instant::now());
             let mut text = String::new();
             for l in answer {
                 text.push_str(&l);

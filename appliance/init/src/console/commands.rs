@@ -1,78 +1,110 @@
-//! The console's commands, each answering an [`Output`] (text lines and JSON fields). The table
-//! that names them, checks access and generates `help` is `table.rs`.
+//! The console's commands, each answering an [`Output`] (text lines and JSON fields), and the
+//! [`Ctx`] they run with. The table that names them, checks access and answers `help` is
+//! `table.rs`; it calls into this file, never the other way round.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
 use super::output::Output;
-use super::table::Ctx;
+use super::session::Session;
+use crate::machine::Machine;
 use crate::power::{self, Action};
+use crate::state::State;
+
+/// What a command runs with.
+pub struct Ctx<'a> {
+    pub session: &'a mut Session,
+    /// What PID 1 set up: placement, addresses, the running server, the slots.
+    pub machine: &'a Machine,
+    pub now: Instant,
+    /// `--json` was given (the login phases remember it).
+    pub json: bool,
+}
 
 /// Most bytes of memcache `stats` output the console shows.
 const STATS_MAX: usize = 64 << 10;
 
-pub fn status(_: &mut Ctx, _: &[&str]) -> Output {
-    let state = crate::state::lock();
-    let mut fields = Map::new();
+/// `status`: version, uptime, host name, placement and huge pages, isolated CPUs, memory,
+/// addresses, the data device, whether it serves and its connections.
+pub fn status(ctx: &mut Ctx, _: &[&str]) -> Output {
+    let state = ctx.machine.state();
+    let mut out = Output::new();
+    status_system(&mut out);
+    status_placement(&mut out, &state);
+    status_cpus_and_memory(&mut out);
+    status_serving(&mut out, &state);
+    out
+}
+
+/// Version, kernel, uptime and host name.
+fn status_system(out: &mut Output) {
     let kernel = crate::sysinfo::kernel_release();
     let uptime = crate::sysinfo::uptime_secs();
-    let mut out = vec![
-        format!(
-            "version ringstore {} (kernel {kernel})",
-            env!("CARGO_PKG_VERSION")
-        ),
-        format!("uptime {uptime:.1} s"),
-        format!("hostname {}", crate::hostname::current()),
-    ];
-    fields.insert("hostname".into(), crate::hostname::current().into());
-    fields.insert("version".into(), env!("CARGO_PKG_VERSION").into());
-    fields.insert("kernel".into(), kernel.into());
-    fields.insert("uptime_s".into(), json!((uptime * 10.0).round() / 10.0));
-    match &state.placement {
-        Some(p) => {
-            out.push(format!("numa_node {}", p.node));
-            out.push(format!(
-                "worker_cpus {}",
-                ringstore_sys::format_cpus(&p.workers)
-            ));
-            out.push(format!(
-                "housekeeping_cpus {}",
-                ringstore_sys::format_cpus(&p.housekeeping)
-            ));
-            let free = crate::hugepages::count(p.node, "free_hugepages").unwrap_or(0);
-            fields.insert("numa_node".into(), p.node.into());
-            fields.insert("worker_cpus".into(), json!(p.workers));
-            fields.insert("housekeeping_cpus".into(), json!(p.housekeeping));
-            fields.insert("hugepages".into(), state.hugepages.into());
-            fields.insert("hugepages_free".into(), free.into());
-            out.push(format!(
-                "hugepages node {}: {} x 2 MiB ({} free)",
-                p.node, state.hugepages, free
-            ));
-        }
-        None => {
-            out.push("numa_node none".into());
-            fields.insert("numa_node".into(), Value::Null);
-        }
-    }
+    out.line(format!(
+        "version ringstore {} (kernel {kernel})",
+        env!("CARGO_PKG_VERSION")
+    ));
+    out.line(format!("uptime {uptime:.1} s"));
+    out.line(format!("hostname {}", crate::hostname::current()));
+    out.set("hostname", crate::hostname::current());
+    out.set("version", env!("CARGO_PKG_VERSION"));
+    out.set("kernel", kernel);
+    out.set("uptime_s", json!((uptime * 10.0).round() / 10.0));
+}
+
+/// The serving node, its worker and housekeeping CPUs and its huge pages (`numa_node none`
+/// while nothing was placed).
+fn status_placement(out: &mut Output, state: &State) {
+    let Some(p) = &state.placement else {
+        out.line("numa_node none");
+        out.set("numa_node", Value::Null);
+        return;
+    };
+    out.line(format!("numa_node {}", p.node));
+    out.line(format!(
+        "worker_cpus {}",
+        ringstore_sys::format_cpus(&p.workers)
+    ));
+    out.line(format!(
+        "housekeeping_cpus {}",
+        ringstore_sys::format_cpus(&p.housekeeping)
+    ));
+    let free = crate::hugepages::count(p.node, "free_hugepages").unwrap_or(0);
+    out.set("numa_node", p.node);
+    out.set("worker_cpus", json!(p.workers));
+    out.set("housekeeping_cpus", json!(p.housekeeping));
+    out.set("hugepages", state.hugepages);
+    out.set("hugepages_free", free);
+    out.line(format!(
+        "hugepages node {}: {} x 2 MiB ({} free)",
+        p.node, state.hugepages, free
+    ));
+}
+
+/// The kernel's isolated CPUs (when there are any) and the memory total and available.
+fn status_cpus_and_memory(out: &mut Output) {
     if let Some(isolated) =
         ringstore_sys::read_trim("/sys/devices/system/cpu/isolated").filter(|s| !s.is_empty())
     {
-        out.push(format!("isolated_cpus {isolated}"));
-        fields.insert(
-            "isolated_cpus".into(),
+        out.line(format!("isolated_cpus {isolated}"));
+        out.set(
+            "isolated_cpus",
             json!(ringstore_sys::parse_cpulist(&isolated)),
         );
     }
     let mib = |field| crate::sysinfo::meminfo_bytes(field).unwrap_or(0) >> 20;
-    out.push(format!(
+    out.line(format!(
         "memory {} MiB total, {} MiB available",
         mib("MemTotal"),
         mib("MemAvailable")
     ));
-    fields.insert("memory_total_mib".into(), mib("MemTotal").into());
-    fields.insert("memory_available_mib".into(), mib("MemAvailable").into());
+    out.set("memory_total_mib", mib("MemTotal"));
+    out.set("memory_available_mib", mib("MemAvailable"));
+}
+
+/// Addresses, the data device, the ready line or why nothing serves, and the connections.
+fn status_serving(out: &mut Output, state: &State) {
     let addresses: Vec<Value> = state
         .configured
         .iter()
@@ -81,12 +113,12 @@ pub fn status(_: &mut Ctx, _: &[&str]) -> Output {
                    "prefix_len": c.prefix_len, "gateway": c.gateway.map(|g| g.to_string())})
         })
         .collect();
-    fields.insert("addresses".into(), addresses.into());
-    fields.insert("data_device".into(), json!(state.data_device));
-    fields.insert("serving".into(), json!(state.ready_line));
-    fields.insert("not_serving".into(), json!(state.not_serving));
+    out.set("addresses", addresses);
+    out.set("data_device", json!(state.data_device));
+    out.set("serving", json!(state.ready_line));
+    out.set("not_serving", json!(state.not_serving));
     for c in &state.configured {
-        out.push(format!(
+        out.line(format!(
             "address {} {}/{}{}",
             c.interface,
             c.address,
@@ -95,30 +127,24 @@ pub fn status(_: &mut Ctx, _: &[&str]) -> Output {
         ));
     }
     match &state.data_device {
-        Some(described) => out.push(format!("data {described}")),
-        None => out.push("data none (RAM only)".into()),
+        Some(described) => out.line(format!("data {described}")),
+        None => out.line("data none (RAM only)"),
     }
     match (&state.ready_line, &state.not_serving) {
-        (Some(ready), _) => out.push(format!("serving {ready}")),
-        (None, Some(why)) => out.push(format!("not serving: {why}")),
-        (None, None) => out.push("not serving yet".into()),
+        (Some(ready), _) => out.line(format!("serving {ready}")),
+        (None, Some(why)) => out.line(format!("not serving: {why}")),
+        (None, None) => out.line("not serving yet"),
     }
     if let Some(server) = &state.server {
         let conns = server.connections();
-        out.push(format!("connections {conns}"));
-        fields.insert("connections".into(), conns.into());
-        fields.insert("draining".into(), server.draining().into());
-    }
-    Output {
-        ok: true,
-        text: out,
-        fields,
+        out.line(format!("connections {conns}"));
+        out.set("connections", conns);
+        out.set("draining", server.draining());
     }
 }
 
 /// PID 1's own view, appended to `stats` for the keys the server does not report.
-fn init_stats() -> Vec<(String, String)> {
-    let state = crate::state::lock();
+fn init_stats(state: &State) -> Vec<(String, String)> {
     let mut out = Vec::new();
     if let Some(p) = &state.placement {
         out.push(("numa_node".into(), p.node.to_string()));
@@ -131,16 +157,17 @@ fn init_stats() -> Vec<(String, String)> {
     out
 }
 
-pub fn stats(_: &mut Ctx, _: &[&str]) -> Output {
+pub fn stats(ctx: &mut Ctx, _: &[&str]) -> Output {
     // In-process: the same listing a client of the memcache port gets, without a connection.
-    let reply = admin(b"stats\r\n", STATS_MAX).unwrap_or_default();
+    let reply = admin(ctx.machine, b"stats\r\n", STATS_MAX).unwrap_or_default();
     let mut lines: Vec<String> = String::from_utf8_lossy(&reply)
         .lines()
         .map(str::to_string)
         .collect();
     let end = lines.iter().position(|l| l == "END").unwrap_or(lines.len());
     let mut extra = Vec::new();
-    for (key, value) in init_stats() {
+    let own = init_stats(&ctx.machine.state());
+    for (key, value) in own {
         let prefix = format!("STAT {key} ");
         if !lines.iter().any(|l| l.starts_with(&prefix)) {
             extra.push(format!("{prefix}{value}"));
@@ -163,13 +190,12 @@ pub fn stats(_: &mut Ctx, _: &[&str]) -> Output {
 }
 
 /// A memcache request answered in-process by the running server (`None`: nothing serves).
-fn admin(request: &[u8], max: usize) -> Option<Vec<u8>> {
-    let state = crate::state::lock();
-    state.server.as_ref().map(|s| s.admin(request, max))
+fn admin(machine: &Machine, request: &[u8], max: usize) -> Option<Vec<u8>> {
+    machine.with_server(|s| Ok(s.admin(request, max))).ok()
 }
 
 /// `flush --yes`: memcache `flush_all`, in-process. Without `--yes` it only says what it would do.
-pub fn flush(_: &mut Ctx, args: &[&str]) -> Output {
+pub fn flush(ctx: &mut Ctx, args: &[&str]) -> Output {
     if args != ["--yes"] {
         let mut out = Output::error(
             "flush drops every item (RAM and data device): confirm with `flush --yes`",
@@ -177,7 +203,7 @@ pub fn flush(_: &mut Ctx, args: &[&str]) -> Output {
         out.set("confirm", "flush --yes");
         return out;
     }
-    match admin(b"flush_all\r\n", 4096) {
+    match admin(ctx.machine, b"flush_all\r\n", 4096) {
         None => Output::error("not serving"),
         Some(reply) if reply == b"OK\r\n" => {
             crate::info!("console: flush_all done");
@@ -200,7 +226,8 @@ pub const DRAIN_WAIT_DEFAULT: u64 = 30;
 
 /// `drain [--wait SECS]`: new connections are refused from now on; waits (bounded) for the open
 /// ones to finish and close, and reports how many are left.
-pub fn drain(_: &mut Ctx, args: &[&str]) -> Output {
+pub fn drain(ctx: &mut Ctx, args: &[&str]) -> Output {
+    let machine = ctx.machine;
     let wait = match args {
         [] => DRAIN_WAIT_DEFAULT,
         ["--wait", secs] => match secs.parse::<u64>() {
@@ -209,16 +236,17 @@ pub fn drain(_: &mut Ctx, args: &[&str]) -> Output {
         },
         _ => return Output::error("usage: drain [--wait SECS]"),
     };
-    if let Err(why) = with_server(|s| s.set_draining(true)) {
+    if let Err(why) = machine.with_server(|s| s.set_draining(true)) {
         return Output::error(why);
     }
     crate::info!("console: draining: new connections are refused");
     let started = std::time::Instant::now();
     let deadline = started + Duration::from_secs(wait);
-    let mut left = with_server(|s| Ok(s.connections())).unwrap_or(0);
+    let open = || machine.with_server(|s| Ok(s.connections())).unwrap_or(0);
+    let mut left = open();
     while left > 0 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
-        left = with_server(|s| Ok(s.connections())).unwrap_or(0);
+        left = open();
     }
     let mut out = Output::new();
     out.line(format!(
@@ -234,8 +262,8 @@ pub fn drain(_: &mut Ctx, args: &[&str]) -> Output {
     out
 }
 
-pub fn undrain(_: &mut Ctx, _: &[&str]) -> Output {
-    match with_server(|s| s.set_draining(false)) {
+pub fn undrain(ctx: &mut Ctx, _: &[&str]) -> Output {
+    match ctx.machine.with_server(|s| s.set_draining(false)) {
         Err(why) => Output::error(why),
         Ok(()) => {
             crate::info!("console: undrained: accepting connections");
@@ -244,16 +272,6 @@ pub fn undrain(_: &mut Ctx, _: &[&str]) -> Output {
             out.set("draining", false);
             out
         }
-    }
-}
-
-fn with_server<T>(
-    f: impl FnOnce(&dyn crate::plane::Serving) -> Result<T, String>,
-) -> Result<T, String> {
-    let state = crate::state::lock();
-    match &state.server {
-        Some(server) => f(server.as_ref()),
-        None => Err("not serving".into()),
     }
 }
 
@@ -275,9 +293,9 @@ const DATA_LINES: &[&str] = &[
 
 /// `data`: the data device's layout, records, live bytes per region, compactions, damaged and
 /// refused records.
-pub fn data(_: &mut Ctx, _: &[&str]) -> Output {
+pub fn data(ctx: &mut Ctx, _: &[&str]) -> Output {
     let (described, state) = {
-        let s = crate::state::lock();
+        let s = ctx.machine.state();
         (
             s.data_device.clone(),
             s.server.as_ref().and_then(|srv| srv.data_json()),
@@ -308,8 +326,8 @@ pub fn data(_: &mut Ctx, _: &[&str]) -> Output {
 }
 
 /// `tuning`: what the topology calls for, what is in effect, every difference (`tuning.rs`).
-pub fn tuning(_: &mut Ctx, _: &[&str]) -> Output {
-    let Some(facts) = crate::tuning::gather() else {
+pub fn tuning(ctx: &mut Ctx, _: &[&str]) -> Output {
+    let Some(facts) = crate::tuning::gather(ctx.machine) else {
         return Output::error("nothing was placed (see `status`)");
     };
     let checks = crate::tuning::verify(&facts);
@@ -351,8 +369,8 @@ pub fn tuning(_: &mut Ctx, _: &[&str]) -> Output {
 }
 
 /// `config`: every key of the effective configuration and where its value came from.
-pub fn config(_: &mut Ctx, _: &[&str]) -> Output {
-    let settings = crate::state::lock().settings.clone();
+pub fn config(ctx: &mut Ctx, _: &[&str]) -> Output {
+    let settings = ctx.machine.state().settings.clone();
     if settings.is_empty() {
         return Output::error("no configuration was resolved at boot (see `log`)");
     }
@@ -366,8 +384,8 @@ pub fn config(_: &mut Ctx, _: &[&str]) -> Output {
     out
 }
 
-pub fn irq(_: &mut Ctx, _: &[&str]) -> Output {
-    let nic_irqs = crate::state::lock().nic_irqs.clone();
+pub fn irq(ctx: &mut Ctx, _: &[&str]) -> Output {
+    let nic_irqs = ctx.machine.state().nic_irqs.clone();
     let mut result = Output::new();
     if nic_irqs.is_empty() {
         result.line("no NIC IRQs placed");
@@ -385,14 +403,14 @@ pub fn irq(_: &mut Ctx, _: &[&str]) -> Output {
         result.text.extend(table);
     }
     result.set("nics", nics);
-    with_xdp(&mut result);
+    with_xdp(&mut result, ctx.machine);
     result
 }
 
 /// `irq` and `net` end with the AF_XDP block (mode per interface, queue→worker map) when
 /// `ringstore.xdp` is on; JSON: `xdp`, its lines (absent without it).
-fn with_xdp(out: &mut Output) {
-    let lines = crate::plane::xdp_lines();
+fn with_xdp(out: &mut Output, machine: &Machine) {
+    let lines = crate::plane::xdp_lines(machine.state().server.as_deref());
     if !lines.is_empty() {
         out.set(
             "xdp",
@@ -402,7 +420,7 @@ fn with_xdp(out: &mut Output) {
     }
 }
 
-pub fn net(_: &mut Ctx, _: &[&str]) -> Output {
+pub fn net(ctx: &mut Ctx, _: &[&str]) -> Output {
     let mut out = Output::new();
     out.line("listening:");
     let mut listening = Vec::new();
@@ -420,7 +438,7 @@ pub fn net(_: &mut Ctx, _: &[&str]) -> Output {
     }
     out.set("listening", listening);
     out.set("addresses", addresses);
-    with_xdp(&mut out);
+    with_xdp(&mut out, ctx.machine);
     out
 }
 
@@ -445,9 +463,11 @@ pub fn log(_: &mut Ctx, _: &[&str]) -> Output {
     out
 }
 
-pub fn slots(_: &mut Ctx, _: &[&str]) -> Output {
+pub fn slots(ctx: &mut Ctx, _: &[&str]) -> Output {
     let mut out = Output::new();
-    let lines = crate::update::slots_lines();
+    // A copy: reading the ESP must not hold the machine's lock.
+    let slots = ctx.machine.state().slots.clone();
+    let lines = crate::update::slots_lines(&slots);
     for l in &lines {
         out.line(l.clone());
     }
@@ -455,26 +475,22 @@ pub fn slots(_: &mut Ctx, _: &[&str]) -> Output {
     out
 }
 
-pub fn update(_: &mut Ctx, args: &[&str]) -> Output {
+pub fn update(ctx: &mut Ctx, args: &[&str]) -> Output {
     match args {
         [url] => {
-            let lines = crate::update::update(url);
+            let lines = crate::update::update(ctx.machine, url);
             Output::error(lines.join("; "))
         }
         _ => Output::error("usage: update URL"),
     }
 }
 
-pub fn reboot(_: &mut Ctx, _: &[&str]) -> Output {
-    power::shutdown(Action::Reboot)
+pub fn reboot(ctx: &mut Ctx, _: &[&str]) -> Output {
+    power::shutdown(ctx.machine, Action::Reboot)
 }
 
-pub fn poweroff(_: &mut Ctx, _: &[&str]) -> Output {
-    power::shutdown(Action::PowerOff)
-}
-
-pub fn help(_: &mut Ctx, _: &[&str]) -> Output {
-    super::table::help()
+pub fn poweroff(ctx: &mut Ctx, _: &[&str]) -> Output {
+    power::shutdown(ctx.machine, Action::PowerOff)
 }
 
 /// `keys`: who may log in and where each key came from; what was skipped.
@@ -523,12 +539,13 @@ pub fn logout(ctx: &mut Ctx, _: &[&str]) -> Output {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::console::session::Session;
 
     fn run(f: fn(&mut Ctx, &[&str]) -> Output, args: &[&str]) -> Output {
         let mut session = Session::new("h", "b");
+        let machine = Machine::default();
         let mut ctx = Ctx {
             session: &mut session,
+            machine: &machine,
             now: std::time::Instant::now(),
             json: true,
         };

@@ -11,6 +11,7 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 use crate::log::{console_line, console_write};
+use crate::machine::Machine;
 
 pub use ringstore_console::PROMPT;
 /// Longest command line; the rest of a longer line is discarded.
@@ -63,8 +64,14 @@ impl LineReader {
     }
 }
 
-/// Answers one line in `session`: a pasted signature or password line, or a command.
-pub fn handle_line(session: &mut session::Session, line: &str, now: Instant) -> Vec<String> {
+/// Answers one line in `session`: a pasted signature or password line, or a command run
+/// against `machine`.
+pub fn handle_line(
+    session: &mut session::Session,
+    machine: &Machine,
+    line: &str,
+    now: Instant,
+) -> Vec<String> {
     if let Some(out) = session.take_line(line, now) {
         return out;
     }
@@ -72,12 +79,12 @@ pub fn handle_line(session: &mut session::Session, line: &str, now: Instant) -> 
     if let Some(notice) = session.check_idle(now) {
         out.push(notice);
     }
-    out.extend(table::dispatch(session, line.trim(), now));
+    out.extend(table::dispatch(session, machine, line.trim(), now));
     out
 }
 
-/// Runs the console forever on fds 0/1.
-pub fn run_loop() -> ! {
+/// Runs the console over `machine` forever on fds 0/1.
+pub fn run_loop(machine: &Machine) -> ! {
     let mut reader = LineReader::new();
     let mut session = session::Session::for_this_boot();
     let mut buf = [0u8; 512];
@@ -94,7 +101,7 @@ pub fn run_loop() -> ! {
             match line {
                 None => console_line(&format!("error: line longer than {COMMAND_MAX} bytes")),
                 Some(line) => {
-                    for l in handle_line(&mut session, &line, Instant::now()) {
+                    for l in handle_line(&mut session, machine, &line, Instant::now()) {
                         console_line(&l);
                     }
                 }

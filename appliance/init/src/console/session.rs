@@ -324,7 +324,8 @@ impl Session {
     /// `login [password]`: a challenge to sign (or the password prompt), unless backing off.
     pub fn start_login(&mut self, args: &[&str], json: bool, now: Instant) -> Output {
         if let Some(wait) = self.backoff.wait(now) {
-            let secs = wait.as_secs_f64().ceil() as u64;
+            // Whole seconds, rounded up: a wait of 0.2 s says 1 s, never 0.
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
             let mut out = Output::error(format!(
                 "{} failed attempts: wait {secs} s before the next login",
                 self.backoff.failures()

@@ -1,12 +1,13 @@
 //! The one command table: name, aliases, usage, one-line help and who may run it. `help` is
-//! generated from it and [`dispatch`] runs from it, so the two cannot drift apart. Every command
-//! takes `--json` (anywhere on the line).
+//! generated from it (here, beside it) and [`dispatch`] runs from it, so the two cannot drift
+//! apart. Every command takes `--json` (anywhere on the line).
 
 use std::time::Instant;
 
-use super::commands as c;
+use super::commands::{self as c, Ctx};
 use super::output::Output;
 use super::session::Session;
+use crate::machine::Machine;
 
 /// Who may run a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,14 +15,6 @@ pub enum Access {
     /// Before login too: only `help` and `login`.
     Open,
     LoggedIn,
-}
-
-/// What a command runs with.
-pub struct Ctx<'a> {
-    pub session: &'a mut Session,
-    pub now: Instant,
-    /// `--json` was given (the login phases remember it).
-    pub json: bool,
 }
 
 pub struct Command {
@@ -38,7 +31,7 @@ use Access::{LoggedIn, Open};
 
 /// Every console command, in the order `help` lists them.
 pub static COMMANDS: &[Command] = &[
-    Command { name: "help", aliases: &["?"], usage: "", help: "this list", access: Open, run: c::help },
+    Command { name: "help", aliases: &["?"], usage: "", help: "this list", access: Open, run: help },
     Command { name: "login", aliases: &[], usage: "[password]", help: "log in: sign the challenge with your SSH key (ssh-keygen -Y sign -n ringstore-console), or a password", access: Open, run: c::login },
     Command { name: "logout", aliases: &["exit"], usage: "", help: "end this session", access: LoggedIn, run: c::logout },
     Command { name: "status", aliases: &[], usage: "", help: "version, uptime, NUMA node, CPUs, memory, huge pages, addresses, connections", access: LoggedIn, run: c::status },
@@ -66,8 +59,13 @@ pub fn find(name: &str) -> Option<&'static Command> {
         .find(|c| c.name == name || c.aliases.contains(&name))
 }
 
-/// `help`, from the table.
-pub fn help() -> Output {
+/// `help`: the table's listing.
+fn help(_: &mut Ctx, _: &[&str]) -> Output {
+    listing()
+}
+
+/// Every command with its usage and help, in table order.
+fn listing() -> Output {
     let mut out = Output::new();
     let mut list = Vec::new();
     for c in COMMANDS {
@@ -88,8 +86,8 @@ pub fn help() -> Output {
     out
 }
 
-/// Runs one command line; returns the lines to print.
-pub fn dispatch(session: &mut Session, line: &str, now: Instant) -> Vec<String> {
+/// Runs one command line against `machine`; returns the lines to print.
+pub fn dispatch(session: &mut Session, machine: &Machine, line: &str, now: Instant) -> Vec<String> {
     let mut words: Vec<&str> = line.split_whitespace().collect();
     let json = words.contains(&"--json");
     words.retain(|w| *w != "--json");
@@ -108,7 +106,12 @@ pub fn dispatch(session: &mut Session, line: &str, now: Instant) -> Vec<String> 
     if let Some(who) = &who {
         crate::info!("console: {who}: {}", words.join(" "));
     }
-    let mut ctx = Ctx { session, now, json };
+    let mut ctx = Ctx {
+        session,
+        machine,
+        now,
+        json,
+    };
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         (command.run)(&mut ctx, args)
     }));
@@ -124,7 +127,7 @@ mod tests {
 
     #[test]
     fn help_lists_every_command_once_and_names_resolve() {
-        let help = help();
+        let help = listing();
         for c in COMMANDS {
             assert_eq!(
                 help.text
@@ -157,28 +160,29 @@ mod tests {
     #[test]
     fn before_login_only_help_and_login_answer() {
         let mut s = Session::new("h", "b");
+        let m = Machine::default();
         let now = Instant::now();
         for c in COMMANDS.iter().filter(|c| c.access == LoggedIn) {
-            let out = dispatch(&mut s, &format!("{} --json", c.name), now);
+            let out = dispatch(&mut s, &m, &format!("{} --json", c.name), now);
             assert!(
                 out[0].contains("\"ok\":false") && out[0].contains("log in first"),
                 "{}: {out:?}",
                 c.name
             );
             assert_eq!(
-                dispatch(&mut s, c.name, now),
+                dispatch(&mut s, &m, c.name, now),
                 ["error: log in first (`login`; `help` lists the commands)"]
             );
         }
-        assert!(dispatch(&mut s, "help", now)
+        assert!(dispatch(&mut s, &m, "help", now)
             .iter()
             .any(|l| l.starts_with("poweroff")));
-        assert!(dispatch(&mut s, "help --json", now)[0].starts_with("@json {"));
+        assert!(dispatch(&mut s, &m, "help --json", now)[0].starts_with("@json {"));
         assert_eq!(
-            dispatch(&mut s, "bogus", now),
+            dispatch(&mut s, &m, "bogus", now),
             ["error: unknown command \"bogus\"; try help"]
         );
-        assert!(dispatch(&mut s, "", now).is_empty());
-        assert!(dispatch(&mut s, "   --json ", now).is_empty());
+        assert!(dispatch(&mut s, &m, "", now).is_empty());
+        assert!(dispatch(&mut s, &m, "   --json ", now).is_empty());
     }
 }

@@ -1,0 +1,150 @@
+//! `update URL`: fetch a signed ringstore.efi, verify it against the running image's key, write
+//! the inactive slot and read it back, leave the canary token, record the pending trial, set the
+//! one-shot entry and reboot into it. Nothing is written before the signature verified.
+
+use std::io::{Read, Seek, Write};
+use std::time::{Duration, Instant};
+
+use ringstore_disk::slots::{self, Slot, Trial};
+use ringstore_disk::{fat, signature};
+
+use super::canary::{local, low_nanos, memcache, CANARY_KEY, CANARY_OP_LIMIT};
+use super::esp::{self, esp_fs, write_one_shot, write_text};
+use crate::machine::Machine;
+use crate::power::{self, Action};
+use crate::{error, info};
+
+/// The biggest ringstore.efi `update` accepts.
+pub const IMAGE_MAX: usize = 96 << 20;
+/// The whole download (image and signature) must end within this.
+pub const FETCH_LIMIT: Duration = Duration::from_secs(180);
+
+/// `update URL`: fetch, verify, write the inactive slot, record the trial, reboot into it once.
+pub fn update(machine: &Machine, url: &str) -> Vec<String> {
+    match prepare(machine, url) {
+        Ok(target) => {
+            info!("update: slot {target} written; rebooting into it for a trial");
+            power::shutdown(machine, Action::Reboot);
+        }
+        Err(why) => {
+            error!("update refused: {why}");
+            vec![format!("update refused: {why}")]
+        }
+    }
+}
+
+fn prepare(machine: &Machine, url: &str) -> Result<Slot, String> {
+    let (st, config) = {
+        let state = machine.state();
+        (state.slots.clone(), state.config.clone())
+    };
+    let (Some(esp), Some(booted)) = (st.esp.clone(), st.booted) else {
+        return Err(
+            "not booted from disk.img through systemd-boot (no ESP or no LoaderEntrySelected)"
+                .into(),
+        );
+    };
+    if st.trying {
+        return Err("this boot is an uncommitted trial".into());
+    }
+    let started = Instant::now();
+    let image = fetch_verified(url, started)?;
+    let target = booted.other();
+    let fs = esp_fs(&esp)?;
+    write_slot(&fs, target, &image)?;
+    let token = format!(
+        "{:016x}",
+        low_nanos(started.elapsed()) ^ u64::from(std::process::id()) ^ 0x9e37_79b9_7f4a_7c15
+    );
+    // With a data device the old system leaves a key the trial must read back after recovery.
+    let mut wrote_token = false;
+    if let Some(config) = config.filter(|c| c.data.is_some()) {
+        if let Some(addr) = config.memcache.map(local) {
+            memcache(
+                CANARY_OP_LIMIT,
+                addr,
+                "canary key",
+                &format!("set {CANARY_KEY} 0 0 {}\r\n{token}\r\n", token.len()),
+                "STORED\r\n",
+            )?;
+            wrote_token = true;
+        }
+    }
+    if wrote_token {
+        write_text(&fs, esp::CANARY_TOKEN_FILE, &token)?;
+    } else {
+        let _ = fat::remove_file(&fs, esp::CANARY_TOKEN_FILE);
+    }
+    if let Err(why) = record_trial(&fs, booted, target) {
+        let _ = fs.unmount();
+        return Err(why);
+    }
+    fs.unmount().map_err(|e| format!("ESP: {e}"))?;
+    ringstore_sys::sync();
+    Ok(target)
+}
+
+/// The image at `url`, its signature at `url.sig` verified against the running image's key,
+/// and an EFI application; both downloads end within [`FETCH_LIMIT`] of `started`.
+fn fetch_verified(url: &str, started: Instant) -> Result<Vec<u8>, String> {
+    let key_text = std::fs::read_to_string(signature::PUBLIC_KEY_PATH).map_err(|e| {
+        format!(
+            "{}: {e} (image built without --signing-key: it takes no updates)",
+            signature::PUBLIC_KEY_PATH
+        )
+    })?;
+    let key = signature::public_key(&key_text).map_err(|e| e.to_string())?;
+    let image = crate::fetch::get(url, IMAGE_MAX, FETCH_LIMIT).map_err(|e| e.to_string())?;
+    let left = FETCH_LIMIT
+        .saturating_sub(started.elapsed())
+        .max(Duration::from_secs(5));
+    let sig = crate::fetch::get(&format!("{url}.sig"), 1024, left).map_err(|e| e.to_string())?;
+    let sig = String::from_utf8(sig).map_err(|_| "signature file is not text".to_string())?;
+    signature::verify(&key, &image, &sig).map_err(|e| format!("{e}; nothing written"))?;
+    if image.get(..2) != Some(b"MZ") {
+        return Err("signed, but not an EFI application (no MZ header); nothing written".into());
+    }
+    info!(
+        "update: {} bytes from {url}, signature verified",
+        image.len()
+    );
+    Ok(image)
+}
+
+/// Writes `image` to `target`'s file and reads it back: what boots must be what was verified.
+fn write_slot<T: Read + Write + Seek>(
+    fs: &fatfs::FileSystem<T>,
+    target: Slot,
+    image: &[u8],
+) -> Result<(), String> {
+    fat::write_file(fs, &target.path(), image).map_err(|e| format!("ESP: {e}"))?;
+    let back =
+        fat::read_file(fs, &target.path(), IMAGE_MAX as u64).map_err(|e| format!("ESP: {e}"))?;
+    if back.as_deref() != Some(image) {
+        return Err(format!("slot {target} reads back different bytes"));
+    }
+    Ok(())
+}
+
+/// Records the pending trial of `target` and points the one-shot entry at it. If the entry
+/// cannot be set, nothing will boot the new slot: the record says the trial failed instead.
+fn record_trial<T: Read + Write + Seek>(
+    fs: &fatfs::FileSystem<T>,
+    booted: Slot,
+    target: Slot,
+) -> Result<(), String> {
+    let trial = |outcome: String| {
+        Trial {
+            from: booted,
+            to: target,
+            outcome,
+        }
+        .render()
+    };
+    write_text(fs, slots::TRIAL_FILE, &trial("pending".into()))?;
+    if let Err(why) = write_one_shot(target.entry_id()) {
+        let _ = write_text(fs, slots::TRIAL_FILE, &trial(format!("failed: {why}")));
+        return Err(why);
+    }
+    Ok(())
+}
