@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
 use crate::inventory::{Host, Inventory};
@@ -114,40 +114,73 @@ pub fn write_bundle(
     Ok(written)
 }
 
-/// `cargo xtask pxe --inventory FILE [--out DIR]`.
+/// `cargo xtask pxe --inventory FILE [--out DIR] [--authorized-keys FILE]
+/// [--console-password-hash FILE] [--signing-key FILE] [--test-keys]`: the bundle's initramfs
+/// carries the given console keys, password hash and update key, and nothing else.
 pub fn run(args: &[String]) -> Result<()> {
-    let (inventory, out) = inventory_args(args, "pxe", "target/appliance/pxe")?;
+    let mut secrets = crate::image::BootOptions::new();
+    let (inventory, out) = inventory_args(args, "pxe", "target/appliance/pxe", &mut secrets)?;
+    if secrets.test_keys {
+        secrets.use_test_keys();
+    }
     let inv = Inventory::load(&inventory)?;
-    let image = crate::image::build_image()?;
-    let files = write_bundle(&inv, &image.bzimage, &image.initramfs, &out)?;
+    let initramfs = build_bundle_initramfs(&secrets, &out)?;
+    let kernel = crate::kernel::build_kernel()?;
+    let files = write_bundle(&inv, &kernel.bzimage, &initramfs, &out)?;
     eprintln!("pxe: {} files in {}", files.len(), out.display());
     let scaleout = out.join("scaleout");
     match crate::scaleout::write(&inv, &scaleout) {
         Ok(written) => eprintln!("pxe: scale-out files {}", written.join(", ")),
         Err(err) => eprintln!("pxe: no scale-out files: {err}"),
     }
+    if secrets.test_keys {
+        eprintln!("pxe: TEST KEYS (--test-keys): anyone with this repository can log in");
+    }
+    if secrets.locked() {
+        crate::image::warn_locked("pxe");
+    }
     Ok(())
 }
 
-/// Parses `--inventory FILE [--out DIR]` (DIR relative to the workspace root by default).
+/// Writes the bundle's initramfs to `out/initramfs.img` (the static binary built first) with
+/// exactly the secrets `secrets` names.
+pub fn build_bundle_initramfs(secrets: &crate::image::BootOptions, out: &Path) -> Result<PathBuf> {
+    let keys = secrets
+        .authorized_keys
+        .as_deref()
+        .map(crate::image::read_authorized_keys)
+        .transpose()?;
+    let signing_key = secrets
+        .signing_key
+        .as_deref()
+        .map(crate::image::read_signing_key)
+        .transpose()?;
+    let extra = crate::image::initramfs_extras(keys, secrets, signing_key.as_ref(), None)?;
+    let binary = crate::image::build_static_binary()?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let initramfs = out.join(INITRAMFS);
+    crate::initramfs::build_initramfs(&binary, &initramfs, extra)?;
+    Ok(initramfs)
+}
+
+/// Parses `--inventory FILE [--out DIR]` (DIR relative to the workspace root by default) and,
+/// for `pxe`, the secret flags into `secrets`.
 pub fn inventory_args(
     args: &[String],
     command: &str,
     default_out: &str,
+    secrets: &mut crate::image::BootOptions,
 ) -> Result<(PathBuf, PathBuf)> {
     let mut inventory = None;
     let mut out = crate::util::root().join(default_out);
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--inventory" => {
-                inventory = Some(PathBuf::from(
-                    it.next().context("--inventory needs a file")?,
-                ))
-            }
-            "--out" => out = PathBuf::from(it.next().context("--out needs a directory")?),
+    for (flag, value) in crate::cli::parse(command, args)?.flags {
+        match flag {
+            "--inventory" => inventory = value.map(PathBuf::from),
+            "--out" => out = PathBuf::from(value.unwrap_or_default()),
             other => {
-                bail!("unknown {command} option {other:?} (expected --inventory FILE [--out DIR])")
+                if !secrets.take_secret(other, value) {
+                    return Err(crate::cli::unhandled(command, other));
+                }
             }
         }
     }
@@ -225,8 +258,9 @@ hostname = "b2"
 
     #[test]
     fn options_need_an_inventory() {
-        assert!(inventory_args(&[], "pxe", "x").is_err());
-        assert!(inventory_args(&["--bogus".into()], "pxe", "x").is_err());
+        let mut secrets = crate::image::BootOptions::new();
+        assert!(inventory_args(&[], "pxe", "x", &mut secrets).is_err());
+        assert!(inventory_args(&["--bogus".into()], "pxe", "x", &mut secrets).is_err());
         let (inv, out) = inventory_args(
             &[
                 "--inventory".into(),
@@ -236,6 +270,7 @@ hostname = "b2"
             ],
             "pxe",
             "x",
+            &mut secrets,
         )
         .unwrap();
         assert_eq!(

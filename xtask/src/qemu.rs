@@ -395,13 +395,15 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut profile_name = "numa2".to_string();
     let mut append = String::new();
     let mut disk_files: Vec<PathBuf> = Vec::new();
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--profile" => profile_name = it.next().context("--profile needs a name")?.clone(),
-            "--append" => append = it.next().context("--append needs kernel arguments")?.clone(),
-            "--disk" => disk_files.push(it.next().context("--disk needs a file")?.into()),
-            other => bail!("unknown run option {other:?} (expected --profile NAME, --append ARGS or --disk FILE)"),
+    let mut own_keys: Option<PathBuf> = None;
+    for (flag, value) in crate::cli::parse("run", args)?.flags {
+        let value = value.unwrap_or_default();
+        match flag {
+            "--profile" => profile_name = value,
+            "--append" => append = value,
+            "--disk" => disk_files.push(value.into()),
+            "--authorized-keys" => own_keys = Some(value.into()),
+            other => return Err(crate::cli::unhandled("run", other)),
         }
     }
     let profile = load_profile(&profile_name)?;
@@ -431,7 +433,11 @@ pub fn run(args: &[String]) -> Result<()> {
             guest_disk_name(k)
         );
     }
-    let image = crate::image::build_image()?;
+    let image = match &own_keys {
+        Some(keys) => crate::image::build_image_in(&crate::image::appliance_dir(), Some(keys))?,
+        // TEST KEYS: a development boot, logged in with tests/keys/test_ed25519.
+        None => crate::image::build_test_image()?,
+    };
     let accel = accel(&image.bzimage);
     let forwards = choose_forwards(&profile)?;
     eprintln!(

@@ -134,7 +134,8 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
 /// `cargo xtask test` runs this: builds the image, then every QEMU test whose name contains one
 /// of `filters` (all when empty). Console logs go to target/appliance/vm/NAME.log.
 pub fn run(filters: &[String]) -> Result<()> {
-    let image = crate::image::build_image()?;
+    // TEST KEYS: every QEMU test logs in with tests/keys/test_ed25519.
+    let image = crate::image::build_test_image()?;
     let mut failed = Vec::new();
     for (name, test) in tests() {
         if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
