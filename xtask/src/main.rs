@@ -18,6 +18,7 @@ mod initramfs;
 mod inventory;
 mod kernel;
 mod keygen;
+mod keyscan;
 mod pxe;
 mod qemu;
 mod scaleout;

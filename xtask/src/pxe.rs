@@ -18,6 +18,9 @@ use crate::inventory::{Host, Inventory};
 pub const KERNEL: &str = "vmlinuz";
 pub const INITRAMFS: &str = "initramfs.img";
 pub const BOOT_SCRIPT: &str = "boot.ipxe";
+/// The inventory that boots as written in QEMU: the PXE QEMU test's, docs/OPERATIONS.md's
+/// second example (a test holds the two the same).
+pub const MINIMAL_INVENTORY: &str = "qemu/pxe/inventory.toml";
 
 /// The per-host script's name for `host`.
 pub fn host_script(host: &Host) -> String {

@@ -39,6 +39,10 @@ type TestFn = fn(&Image) -> Result<String>;
 /// Every QEMU test by name.
 pub fn tests() -> Vec<(&'static str, TestFn)> {
     vec![
+        // Builds (not boots) the default image and PXE bundle: first, so a leak fails fast.
+        ("default_artifacts_carry_no_test_key", |_| {
+            crate::keyscan::default_artifacts_carry_no_test_secret()
+        }),
         ("numa2_serves", |i| {
             numa2_serves(i).map(|r| format!(
                 "/init at {:?} s, ready at {:?} s kernel time ({:.1} s after QEMU started), poweroff in {:.1} s",
