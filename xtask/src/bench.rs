@@ -49,6 +49,12 @@ use subject::{ringstore_binary, Subject};
 /// Warm-up before every measured cell.
 const WARMUP: Duration = Duration::from_secs(1);
 
+/// `cargo xtask bench`'s argument check (cli.rs's test of the flag table).
+#[cfg(test)]
+pub fn parse_options(args: &[String]) -> Result<()> {
+    options::parse(args).map(|_| ())
+}
+
 pub fn run(args: &[String]) -> Result<()> {
     let o = parse(args)?;
     crate::deps::apt()?;

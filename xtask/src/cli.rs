@@ -301,6 +301,47 @@ mod tests {
         }
     }
 
+    /// A value each flag's parser accepts.
+    fn sample(value: &str) -> &'static str {
+        match value {
+            "SIZE" => "1G",
+            "N" => "5",
+            "PART" => "memcache",
+            "LIST" => "get-100-1",
+            _ => "x",
+        }
+    }
+
+    #[test]
+    fn every_flag_in_the_table_is_handled_by_its_parser() {
+        for c in COMMANDS {
+            for f in c.flags {
+                let mut args = vec![f.name.to_string()];
+                args.extend(f.value.map(|v| sample(v).to_string()));
+                let outcome = match c.name {
+                    "image" => crate::image::BootOptions::parse(&args).map(|_| ()),
+                    "pxe" | "scaleout" => {
+                        args.extend(["--inventory".to_string(), "i.toml".to_string()]);
+                        let mut secrets = crate::image::BootOptions::new();
+                        crate::pxe::inventory_args(&args, c.name, "x", &mut secrets).map(|_| ())
+                    }
+                    "run" => crate::run::RunOptions::parse(&args).map(|_| ()),
+                    "bench" => crate::bench::parse_options(&args).map(|_| ()),
+                    "test" => crate::test::parse_options(&args).map(|_| ()),
+                    other => panic!("no parser check for {other}"),
+                };
+                if let Err(err) = outcome {
+                    assert!(
+                        !err.to_string().contains("not handled"),
+                        "{} {}: {err}",
+                        c.name,
+                        f.name
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn help_lists_every_flag() {
         let help = usage();

@@ -21,6 +21,7 @@ mod keygen;
 mod keyscan;
 mod pxe;
 mod qemu;
+mod run;
 mod scaleout;
 mod test;
 mod uki;
@@ -41,7 +42,7 @@ fn main() -> Result<()> {
         // The bench's floor server, started by `cargo xtask bench` (bench/floor.rs).
         "bench-floor" => bench::floor::main(rest),
         "image" => image::run(rest),
-        "run" => qemu::run(rest),
+        "run" => run::run(rest),
         "pxe" => pxe::run(rest),
         "scaleout" => scaleout::run(rest),
         "vm-test" => vm_tests::run(rest),

@@ -1,5 +1,5 @@
-//! QEMU machine profiles (data in `qemu/profiles/*.toml`) turned into a command line, and
-//! `cargo xtask run`: build the image and boot a profile with the serial console on the terminal.
+//! QEMU machine profiles (data in `qemu/profiles/*.toml`) turned into a command line (what
+//! `cargo xtask run`, run.rs, and the QEMU tests boot).
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -106,8 +106,6 @@ pub struct Forward {
 /// Where the serial console goes.
 #[derive(Debug, Clone)]
 pub enum Serial {
-    /// The terminal, multiplexed with the QEMU monitor (ctrl-a c; ctrl-a x quits).
-    Stdio,
     /// A unix socket QEMU listens on and waits for before starting the guest.
     Socket(PathBuf),
 }
@@ -367,14 +365,6 @@ pub fn machine_args(
         "none",
     ]);
     match serial {
-        Serial::Stdio => push(&[
-            "-chardev",
-            "stdio,id=ser0,mux=on,signal=off",
-            "-serial",
-            "chardev:ser0",
-            "-mon",
-            "chardev=ser0,mode=readline",
-        ]),
         Serial::Socket(path) => {
             push(&[
                 "-chardev",
@@ -387,88 +377,6 @@ pub fn machine_args(
         }
     }
     a
-}
-
-/// `cargo xtask run [--profile NAME] [--append "KERNEL ARGS"]`: builds the image and boots it
-/// with the serial console on this terminal (ctrl-a x quits QEMU).
-pub fn run(args: &[String]) -> Result<()> {
-    let mut profile_name = "numa2".to_string();
-    let mut append = String::new();
-    let mut disk_files: Vec<PathBuf> = Vec::new();
-    let mut own_keys: Option<PathBuf> = None;
-    for (flag, value) in crate::cli::parse("run", args)?.flags {
-        let value = value.unwrap_or_default();
-        match flag {
-            "--profile" => profile_name = value,
-            "--append" => append = value,
-            "--disk" => disk_files.push(value.into()),
-            "--authorized-keys" => own_keys = Some(value.into()),
-            other => return Err(crate::cli::unhandled("run", other)),
-        }
-    }
-    let profile = load_profile(&profile_name)?;
-    if disk_files.len() > profile.disks.len() {
-        bail!(
-            "profile {profile_name} has {} data disks; {} --disk files given",
-            profile.disks.len(),
-            disk_files.len()
-        );
-    }
-    // Disks not given on the command line persist under target/appliance/disks between runs.
-    for k in disk_files.len()..profile.disks.len() {
-        disk_files.push(
-            crate::image::appliance_dir()
-                .join("disks")
-                .join(format!("{profile_name}-{k}.raw")),
-        );
-    }
-    for (k, (file, disk)) in disk_files.iter().zip(&profile.disks).enumerate() {
-        let created = ensure_disk(file, disk.size_mib)?;
-        let size = std::fs::metadata(file)?.len();
-        eprintln!(
-            "run: data disk {k} {} ({} MiB{}) is the guest's /dev/{}",
-            file.display(),
-            size >> 20,
-            if created { ", new" } else { "" },
-            guest_disk_name(k)
-        );
-    }
-    let image = match &own_keys {
-        Some(keys) => crate::image::build_image_in(&crate::image::appliance_dir(), Some(keys))?,
-        // TEST KEYS: a development boot, logged in with tests/keys/test_ed25519.
-        None => crate::image::build_test_image()?,
-    };
-    let accel = accel(&image.bzimage);
-    let forwards = choose_forwards(&profile)?;
-    eprintln!(
-        "run: profile {profile_name} ({}), accel {accel}, kernel {}",
-        profile.description, image.kernel_version
-    );
-    for f in &forwards {
-        eprintln!(
-            "run: {} on 127.0.0.1:{} -> guest port {} (NIC {})",
-            f.name, f.host_port, f.guest_port, f.nic
-        );
-    }
-    eprintln!(
-        "run: serial console below; `poweroff` at the ringstore> prompt, or ctrl-a x to quit QEMU"
-    );
-    let status = Command::new("qemu-system-x86_64")
-        .args(machine_args(
-            &profile,
-            &image,
-            &Serial::Stdio,
-            &append,
-            accel,
-            &forwards,
-            &disk_files,
-        ))
-        .status()
-        .context("starting qemu-system-x86_64 (apt-get install qemu-system-x86)")?;
-    if !status.success() {
-        bail!("QEMU exited with {status}");
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -566,7 +474,7 @@ mod tests {
         let args = machine_args(
             &profile,
             &image(),
-            &Serial::Stdio,
+            &Serial::Socket("/tmp/s.sock".into()),
             "",
             "tcg",
             &[],
@@ -609,7 +517,7 @@ mod tests {
         let args = machine_args(
             &profile,
             &image(),
-            &Serial::Stdio,
+            &Serial::Socket("/tmp/s.sock".into()),
             "",
             "tcg",
             &forwards,
@@ -624,7 +532,7 @@ mod tests {
         let tap = machine_args(
             &load_profile("numa2-tap").unwrap(),
             &image(),
-            &Serial::Stdio,
+            &Serial::Socket("/tmp/s.sock".into()),
             "",
             "tcg",
             &[],
@@ -645,7 +553,7 @@ mod tests {
         let mq = machine_args(
             &load_profile("xdp-mq").unwrap(),
             &image(),
-            &Serial::Stdio,
+            &Serial::Socket("/tmp/s.sock".into()),
             "",
             "tcg",
             &[],
@@ -660,7 +568,7 @@ mod tests {
         let single = machine_args(
             &load_profile("single").unwrap(),
             &image(),
-            &Serial::Stdio,
+            &Serial::Socket("/tmp/s.sock".into()),
             "",
             "tcg",
             &[],

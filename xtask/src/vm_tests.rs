@@ -4,6 +4,7 @@
 
 mod client;
 mod console;
+mod devrun;
 mod durable;
 mod kernel_panic;
 pub(crate) mod netns;
@@ -43,6 +44,10 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
         ("default_artifacts_carry_no_test_key", |_| {
             crate::keyscan::default_artifacts_carry_no_test_secret()
         }),
+        (
+            "xtask_run_prints_a_working_login",
+            devrun::xtask_run_prints_a_working_login,
+        ),
         ("numa2_serves", |i| {
             numa2_serves(i).map(|r| format!(
                 "/init at {:?} s, ready at {:?} s kernel time ({:.1} s after QEMU started), poweroff in {:.1} s",
