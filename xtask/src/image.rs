@@ -665,6 +665,47 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
     }
 
+    /// The template with every commented `# key = value` line uncommented.
+    fn uncommented_template() -> (String, usize) {
+        let text = std::fs::read_to_string(root().join("image/ringstore.toml")).unwrap();
+        let mut keys = 0;
+        let out: Vec<String> = text
+            .lines()
+            .map(|line| match line.strip_prefix("# ") {
+                Some(rest)
+                    if rest.split_once(" = ").is_some_and(|(k, _)| {
+                        !k.is_empty()
+                            && k.bytes()
+                                .all(|b| b.is_ascii_lowercase() || b"_-".contains(&b))
+                    }) =>
+                {
+                    keys += 1;
+                    rest.to_string()
+                }
+                _ => line.to_string(),
+            })
+            .collect();
+        (out.join("\n"), keys)
+    }
+
+    /// What PID 1 does with the config partition's file: its layers, the server's keys
+    /// resolved by ringstore_config, PID 1's own (`ip`) by its command-line parser.
+    fn parse_as_the_box_does(text: &str) -> anyhow::Result<()> {
+        let layers = ringstore_init::layers::Layers::build("", "", Some(text))?;
+        ringstore_config::origin::resolve(&layers.config_layers())?;
+        ringstore_init::cmdline::split(&layers.effective(""))?;
+        Ok(())
+    }
+
+    #[test]
+    fn every_key_the_config_template_suggests_parses() {
+        let (text, keys) = uncommented_template();
+        assert!(keys >= 3, "the template suggests {keys} keys:\n{text}");
+        parse_as_the_box_does(&text).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+        let bad = format!("{text}\nlisten = \"0.0.0.0\"\n");
+        assert!(parse_as_the_box_does(&bad).is_err(), "the check can fail");
+    }
+
     #[test]
     fn a_host_shell_is_rejected() {
         if let Ok(sh) = std::fs::read("/bin/sh") {

@@ -216,12 +216,14 @@ fn fat_files<IO: fatfs::ReadWriteSeek>(
 /// Builds what `cargo xtask image` and `cargo xtask pxe --inventory qemu/pxe/minimal.toml`
 /// write by default (no flags) into `target/appliance/keyscan/`, and fails if any test secret
 /// is in any of it; then builds the same with `--test-keys` and fails unless the scan finds
-/// the test key there (the scan can fail).
+/// the test key there (the scan can fail). Neither build may touch a file directly in
+/// target/appliance (`--out` means only there).
 pub fn default_artifacts_carry_no_test_secret() -> Result<String> {
     let needles = test_secrets()?;
     let base = crate::image::appliance_dir().join("keyscan");
     let _ = std::fs::remove_dir_all(&base);
     let mut report = Vec::new();
+    let before = top_level_files(&crate::image::appliance_dir())?;
     for test_keys in [false, true] {
         let dir = base.join(if test_keys { "test-keys" } else { "default" });
         let mut args = vec!["--out".to_string(), dir.join("image").display().to_string()];
@@ -240,6 +242,11 @@ pub fn default_artifacts_carry_no_test_secret() -> Result<String> {
         }
         crate::image::run(&args)?;
         crate::pxe::run(&pxe_args)?;
+        let after = top_level_files(&crate::image::appliance_dir())?;
+        anyhow::ensure!(
+            after == before,
+            "cargo xtask image/pxe --out changed files outside --out in target/appliance:\nbefore {before:?}\nafter {after:?}"
+        );
         let found = scan_path(&dir, &needles)?;
         let files = count_files(&dir)?;
         if test_keys {
@@ -277,6 +284,21 @@ pub fn default_artifacts_carry_no_test_secret() -> Result<String> {
         }
     }
     Ok(report.join("; "))
+}
+
+/// The plain files directly in `dir`, with their size and modification time.
+fn top_level_files(dir: &Path) -> Result<Vec<(String, u64, std::time::SystemTime)>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_file() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            files.push((name, meta.len(), meta.modified()?));
+        }
+    }
+    files.sort();
+    Ok(files)
 }
 
 fn count_files(dir: &Path) -> Result<usize> {
