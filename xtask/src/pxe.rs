@@ -260,6 +260,18 @@ hostname = "b2"
     }
 
     #[test]
+    fn operations_md_shows_the_qemu_inventory_as_it_is() {
+        let root = crate::util::root();
+        let inventory = std::fs::read_to_string(root.join(MINIMAL_INVENTORY)).unwrap();
+        let doc = std::fs::read_to_string(root.join("docs/OPERATIONS.md")).unwrap();
+        assert!(
+            doc.contains(&format!("```toml\n{inventory}```")),
+            "docs/OPERATIONS.md's minimal inventory differs from {MINIMAL_INVENTORY}"
+        );
+        Inventory::parse(&inventory).unwrap();
+    }
+
+    #[test]
     fn options_need_an_inventory() {
         let mut secrets = crate::image::BootOptions::new();
         assert!(inventory_args(&[], "pxe", "x", &mut secrets).is_err());

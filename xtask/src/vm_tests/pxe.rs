@@ -164,7 +164,7 @@ fn check_host(vm: &mut Vm, host: &Host, cpus: usize) -> Result<()> {
 
 /// Two listed MACs boot their own configuration; an unlisted one gets no kernel.
 pub fn pxe_boots_each_host_from_its_mac(image: &Image) -> Result<PxeReport> {
-    let inventory = crate::util::root().join("qemu/pxe/inventory.toml");
+    let inventory = crate::util::root().join(crate::pxe::MINIMAL_INVENTORY);
     let inv = Inventory::load(&inventory)?;
     let tftp = crate::image::appliance_dir()
         .join("vm")
