@@ -12,13 +12,19 @@ mod doc;
 mod durable;
 mod durable_part;
 mod fill;
-#[allow(unsafe_code)] // io_uring SQEs pointing into connection buffers, as in loadgen
+#[allow(
+    unsafe_code,
+    reason = "io_uring SQEs pointing into connection buffers, as in loadgen"
+)]
 pub mod floor;
 mod hist;
 mod http;
 mod http_part;
 mod icount;
-#[allow(unsafe_code)] // io_uring SQEs pointing into connection buffers (see main.rs)
+#[allow(
+    unsafe_code,
+    reason = "io_uring SQEs pointing into connection buffers (see main.rs)"
+)]
 mod loadgen;
 mod machine;
 mod mcwire;

@@ -88,7 +88,8 @@ pub fn check_static_elf(bytes: &[u8]) -> Result<()> {
     let u64_at = |off: usize| {
         bytes
             .get(off..off + 8)
-            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
     };
     let e_type = u16_at(16).context("truncated header")?;
     if e_type != 2 {
@@ -571,7 +572,7 @@ mod tests {
         b[16..18].copy_from_slice(&e_type.to_le_bytes());
         b[32..40].copy_from_slice(&64u64.to_le_bytes());
         b[54..56].copy_from_slice(&56u16.to_le_bytes());
-        b[56..58].copy_from_slice(&(phdr_types.len() as u16).to_le_bytes());
+        b[56..58].copy_from_slice(&u16::try_from(phdr_types.len()).unwrap().to_le_bytes());
         for (i, t) in phdr_types.iter().enumerate() {
             b[64 + i * 56..68 + i * 56].copy_from_slice(&t.to_le_bytes());
         }
@@ -646,7 +647,9 @@ mod tests {
         let bad = [
             "# only a comment\n".to_string(),
             "ssh-ed25519 garbage\n".to_string(),
-            "#".repeat(ringstore_init::bootdisk::AUTHORIZED_KEYS_FILE_MAX as usize + 1),
+            "#".repeat(
+                usize::try_from(ringstore_init::bootdisk::AUTHORIZED_KEYS_FILE_MAX).unwrap() + 1,
+            ),
         ];
         for text in bad {
             std::fs::write(&path, &text).unwrap();

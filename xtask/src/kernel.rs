@@ -214,6 +214,10 @@ impl Progress {
 }
 
 /// `kernel: 40% (1000/2500 lines), about 6 min 0 s left`.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "a float-to-int cast saturates: seconds left, for a progress line"
+)]
 fn format_progress(done: u64, expected: u64, elapsed: std::time::Duration) -> String {
     let percent = (done * 100 / expected.max(1)).min(99);
     let left = if done == 0 {

@@ -127,6 +127,10 @@ pub fn build(stub: &[u8], sections: &[(&str, &[u8])], timestamp: u32) -> Result<
 
 /// The PE checksum: 16-bit one's-complement-style sum of the file with the checksum field taken
 /// as zero, plus the file length.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the sum is folded to 16 bits; the PE checksum adds the file length modulo 2^32"
+)]
 pub fn checksum(bytes: &[u8], field: usize) -> u32 {
     let mut sum: u64 = 0;
     for (i, pair) in bytes.chunks(2).enumerate() {

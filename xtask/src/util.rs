@@ -5,6 +5,10 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// The workspace root (the parent of `xtask/`).
+#[expect(
+    clippy::expect_used,
+    reason = "CARGO_MANIFEST_DIR is xtask/, which always has a parent: the workspace"
+)]
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()

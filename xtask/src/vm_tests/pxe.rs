@@ -66,8 +66,11 @@ pub fn pxe_args(
             let dir = tftp.display().to_string().replace(',', ",,");
             arg.push_str(&format!(",tftp={dir},bootfile={}", crate::pxe::BOOT_SCRIPT));
             netdev = true;
-        } else if !nic && arg.contains("netdev=n0,") && arg.contains("mac=") {
-            let at = arg.find("mac=").expect("checked") + 4;
+        } else if let Some(at) = arg
+            .find("mac=")
+            .filter(|_| !nic && arg.contains("netdev=n0,"))
+        {
+            let at = at + 4;
             arg.replace_range(at..(at + 17).min(arg.len()), mac);
             if matches!(firmware, Firmware::Uefi { .. }) {
                 arg.push_str(",bootindex=1");
