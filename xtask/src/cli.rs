@@ -148,7 +148,7 @@ pub const COMMANDS: &[Command] = &[
         name: "vm-test",
         positional: Some("NAME..."),
         summary: "the QEMU tests whose names contain NAME (all without one)",
-        flags: &[],
+        flags: &[switch("--help", "list the QEMU tests by name")],
     },
 ];
 

@@ -142,7 +142,15 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
 
 /// `cargo xtask test` runs this: builds the image, then every QEMU test whose name contains one
 /// of `filters` (all when empty). Console logs go to target/appliance/vm/NAME.log.
-pub fn run(filters: &[String]) -> Result<()> {
+pub fn run(args: &[String]) -> Result<()> {
+    let parsed = crate::cli::parse("vm-test", args)?;
+    if parsed.flags.iter().any(|(flag, _)| *flag == "--help") {
+        for (name, _) in tests() {
+            println!("{name}");
+        }
+        return Ok(());
+    }
+    let filters = &parsed.positional;
     // TEST KEYS: every QEMU test logs in with tests/keys/test_ed25519.
     let image = crate::image::build_test_image()?;
     let mut failed = Vec::new();
