@@ -328,6 +328,8 @@ mod tests {
                     "run" => crate::run::RunOptions::parse(&args).map(|_| ()),
                     "bench" => crate::bench::parse_options(&args).map(|_| ()),
                     "test" => crate::test::parse_options(&args).map(|_| ()),
+                    // Only `--help`, which lists the tests and builds nothing.
+                    "vm-test" => crate::vm_tests::run(&args),
                     other => panic!("no parser check for {other}"),
                 };
                 if let Err(err) = outcome {
