@@ -12,6 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,7 +23,7 @@ use crate::qemu::{self, Serial};
 /// The line before the login command in what `cargo xtask run` prints (the QEMU test finds
 /// the command after it).
 pub const LOGIN_HINT: &str =
-    "run: log in from a second terminal (any console command for status: stats, tuning, poweroff):";
+    "run: log in from a second terminal (any console command in place of status: stats, tuning, poweroff):";
 /// Ctrl-a, then `x`: quit QEMU (QEMU's own escape).
 const ESCAPE: u8 = 0x01;
 /// How long QEMU has to open its serial socket.
@@ -203,7 +204,8 @@ fn relay(qemu: Child, serial: &Path, console: &Path) -> Result<()> {
     spawn_guest_reader(guest.try_clone()?, Arc::clone(&client));
     spawn_client_acceptor(listener, guest.try_clone()?, Arc::clone(&client));
     let terminal = Terminal::raw();
-    spawn_terminal_reader(guest, Arc::clone(&qemu));
+    let quit = Arc::new(AtomicBool::new(false));
+    spawn_terminal_reader(guest, Arc::clone(&qemu), Arc::clone(&quit));
     let status = loop {
         if let Some(status) = lock(&qemu).try_wait()? {
             break status;
@@ -212,6 +214,10 @@ fn relay(qemu: Child, serial: &Path, console: &Path) -> Result<()> {
     };
     drop(terminal);
     let _ = std::fs::remove_file(console);
+    if quit.load(Ordering::SeqCst) {
+        eprintln!("\r\nrun: quit (ctrl-a x)");
+        return Ok(());
+    }
     if !status.success() {
         bail!("QEMU exited with {status}");
     }
@@ -269,7 +275,7 @@ fn spawn_client_acceptor(
 }
 
 /// Terminal input to the guest; ctrl-a x kills QEMU, ctrl-a ctrl-a sends one ctrl-a.
-fn spawn_terminal_reader(mut guest: UnixStream, qemu: Arc<Mutex<Child>>) {
+fn spawn_terminal_reader(mut guest: UnixStream, qemu: Arc<Mutex<Child>>, quit: Arc<AtomicBool>) {
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin().lock();
         let mut buf = [0u8; 1024];
@@ -280,6 +286,7 @@ fn spawn_terminal_reader(mut guest: UnixStream, qemu: Arc<Mutex<Child>>) {
                 match (escaped, b) {
                     (false, ESCAPE) => escaped = true,
                     (true, b'x') => {
+                        quit.store(true, Ordering::SeqCst);
                         let _ = lock(&qemu).kill();
                         return;
                     }
