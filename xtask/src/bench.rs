@@ -12,13 +12,19 @@ mod doc;
 mod durable;
 mod durable_part;
 mod fill;
-#[allow(unsafe_code)] // io_uring SQEs pointing into connection buffers, as in loadgen
+#[allow(
+    unsafe_code,
+    reason = "io_uring SQEs pointing into connection buffers, as in loadgen"
+)]
 pub mod floor;
 mod hist;
 mod http;
 mod http_part;
 mod icount;
-#[allow(unsafe_code)] // io_uring SQEs pointing into connection buffers (see main.rs)
+#[allow(
+    unsafe_code,
+    reason = "io_uring SQEs pointing into connection buffers (see main.rs)"
+)]
 mod loadgen;
 mod machine;
 mod mcwire;
@@ -48,6 +54,12 @@ use subject::{ringstore_binary, Subject};
 
 /// Warm-up before every measured cell.
 const WARMUP: Duration = Duration::from_secs(1);
+
+/// `cargo xtask bench`'s argument check (cli.rs's test of the flag table).
+#[cfg(test)]
+pub fn parse_options(args: &[String]) -> Result<()> {
+    options::parse(args).map(|_| ())
+}
 
 pub fn run(args: &[String]) -> Result<()> {
     let o = parse(args)?;

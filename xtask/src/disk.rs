@@ -45,7 +45,8 @@ pub fn write(
         .truncate(true)
         .open(&tmp)
         .with_context(|| format!("creating {}", tmp.display()))?;
-    disk.set_len(size)?;
+    disk.set_len(size)
+        .with_context(|| format!("sizing {}", tmp.display()))?;
     let sector = layout.sector_size;
     let mut gpt = gptman::GPT::new_from(&mut disk, sector, Guid::v4_from(derived(seed, "disk")).0)
         .context("creating the GPT")?;
@@ -87,9 +88,11 @@ pub fn write(
         }
         fs.unmount()?;
     }
-    disk.sync_all()?;
+    disk.sync_all()
+        .with_context(|| format!("syncing {}", tmp.display()))?;
     drop(disk);
-    std::fs::rename(&tmp, path)?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     Ok(())
 }
 

@@ -88,7 +88,8 @@ pub fn check_static_elf(bytes: &[u8]) -> Result<()> {
     let u64_at = |off: usize| {
         bytes
             .get(off..off + 8)
-            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
     };
     let e_type = u16_at(16).context("truncated header")?;
     if e_type != 2 {
@@ -110,12 +111,23 @@ pub fn check_static_elf(bytes: &[u8]) -> Result<()> {
 
 /// The test-only key pair the QEMU tests log in with (never authorize it on a real box).
 pub fn test_key() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/keys/test_ed25519")
+    root().join("tests/keys/test_ed25519")
 }
 
-/// The image the QEMU tests and `cargo xtask run` boot: the test key authorized.
-pub fn build_image() -> Result<Image> {
-    build_image_with(Some(&test_key().with_extension("pub")))
+/// The public half of [`test_key`], authorized only in images built with `--test-keys`.
+pub fn test_authorized_keys() -> PathBuf {
+    test_key().with_extension("pub")
+}
+
+/// The update signing key of the tests (a secret anyone can read: `--test-keys` only).
+pub fn test_signing_key() -> PathBuf {
+    root().join("image/test-signing-key.hex")
+}
+
+/// TEST KEYS: the image the QEMU tests boot, in target/appliance, with the repository's
+/// public test key authorized (what `--test-keys` asks for). Never for a real box.
+pub fn build_test_image() -> Result<Image> {
+    build_image_in(&appliance_dir(), Some(&test_authorized_keys()))
 }
 
 /// An authorized_keys file, checked (every line a key, at least one, within the console's
@@ -135,17 +147,21 @@ pub fn read_authorized_keys(path: &Path) -> Result<Vec<u8>> {
     Ok(text.into_bytes())
 }
 
-/// Everything QEMU needs, in target/appliance, with `authorized_keys` (an OpenSSH
-/// authorized_keys file, checked here) in the initramfs.
-pub fn build_image_with(authorized_keys: Option<&Path>) -> Result<Image> {
+/// Everything QEMU needs, in `dir` (`bzImage`, `initramfs.img`), with `authorized_keys` (an
+/// OpenSSH authorized_keys file, checked here) in the initramfs.
+pub fn build_image_in(dir: &Path, authorized_keys: Option<&Path>) -> Result<Image> {
     let keys = authorized_keys.map(read_authorized_keys).transpose()?;
     let binary = build_static_binary()?;
     let kernel = crate::kernel::build_kernel()?;
-    let dir = appliance_dir();
-    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let bzimage = dir.join("bzImage");
-    std::fs::copy(&kernel.bzimage, &bzimage)
-        .with_context(|| format!("copying {}", kernel.bzimage.display()))?;
+    std::fs::copy(&kernel.bzimage, &bzimage).with_context(|| {
+        format!(
+            "copying {} to {}",
+            kernel.bzimage.display(),
+            bzimage.display()
+        )
+    })?;
     let initramfs = dir.join("initramfs.img");
     let size = crate::initramfs::build_initramfs(
         &binary,
@@ -169,7 +185,8 @@ pub fn build_image_with(authorized_keys: Option<&Path>) -> Result<Image> {
     })
 }
 
-/// What `cargo xtask image` was asked for beyond the defaults.
+/// What `cargo xtask image` (and, for the secrets, `cargo xtask pxe`) was asked for beyond
+/// the defaults.
 #[derive(Debug, Clone)]
 pub struct BootOptions {
     /// disk.img's size; the layout's `disk_size_mib` by default.
@@ -181,7 +198,7 @@ pub struct BootOptions {
     pub seed: String,
     /// Appended to the image's kernel command line.
     pub append: String,
-    /// Where ringstore.efi, its signature and disk.img go.
+    /// Where every artifact goes (target/appliance by default).
     pub out: PathBuf,
     /// The console's SSH keys (OpenSSH authorized_keys); without, nobody can log in (ADR-0023).
     pub authorized_keys: Option<PathBuf>,
@@ -191,6 +208,8 @@ pub struct BootOptions {
     /// A file with the console password's argon2id PHC string, put in ringstore.efi's
     /// initramfs as /etc/ringstore/console-password (never the password, never the command line).
     pub console_password_hash: Option<PathBuf>,
+    /// `--test-keys`: the repository's test key and test signing key, where no other is given.
+    pub test_keys: bool,
 }
 
 /// The command line every ringstore.efi starts with; `--append` adds to it.
@@ -207,39 +226,52 @@ impl BootOptions {
             authorized_keys: None,
             config_authorized_keys: None,
             console_password_hash: None,
+            test_keys: false,
         }
+    }
+
+    /// TEST KEYS: authorize the repository's test key and sign with its test signing key,
+    /// unless a key of one's own was given for either.
+    pub fn use_test_keys(&mut self) {
+        self.test_keys = true;
+        self.authorized_keys
+            .get_or_insert_with(test_authorized_keys);
+        self.signing_key.get_or_insert_with(test_signing_key);
+    }
+
+    /// Takes one of the secret flags `image` and `pxe` share; false for any other flag.
+    pub fn take_secret(&mut self, flag: &str, value: Option<String>) -> bool {
+        let path = value.map(PathBuf::from);
+        match flag {
+            "--authorized-keys" => self.authorized_keys = path,
+            "--console-password-hash" => self.console_password_hash = path,
+            "--signing-key" => self.signing_key = path,
+            "--test-keys" => self.test_keys = true,
+            _ => return false,
+        }
+        true
     }
 
     pub fn parse(args: &[String]) -> Result<BootOptions> {
         let mut o = BootOptions::new();
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            let mut value = |what: &str| {
-                it.next()
-                    .cloned()
-                    .with_context(|| format!("{arg} needs {what}"))
-            };
-            match arg.as_str() {
-                "--size" => o.size_mib = Some(parse_mib(&value("a size (256M, 2G)")?)?),
-                "--signing-key" => o.signing_key = Some(PathBuf::from(value("a key file")?)),
-                "--seed" => o.seed = value("a seed")?,
-                "--append" => o.append = value("kernel arguments")?,
-                "--out" => o.out = PathBuf::from(value("a folder")?),
-                "--authorized-keys" => {
-                    o.authorized_keys = Some(PathBuf::from(value("an authorized_keys file")?))
-                }
-                "--config-authorized-keys" => {
-                    o.config_authorized_keys =
-                        Some(PathBuf::from(value("an authorized_keys file")?))
-                }
-                "--console-password-hash" => {
-                    o.console_password_hash =
-                        Some(PathBuf::from(value("a file with an argon2id PHC string")?))
-                }
-                other => bail!(
-                    "unknown image option {other:?} (expected --authorized-keys FILE, --config-authorized-keys FILE, --console-password-hash FILE, --size SIZE, --signing-key FILE, --seed TEXT, --append ARGS, --out DIR)"
-                ),
+        for (flag, value) in crate::cli::parse("image", args)?.flags {
+            if o.take_secret(flag, value.clone()) {
+                continue;
             }
+            let value = value.unwrap_or_default();
+            match flag {
+                "--size" => o.size_mib = Some(parse_mib(&value)?),
+                "--seed" => o.seed = value,
+                "--append" => o.append = value,
+                "--out" => o.out = PathBuf::from(value),
+                "--config-authorized-keys" => {
+                    o.config_authorized_keys = Some(PathBuf::from(value));
+                }
+                other => return Err(crate::cli::unhandled("image", other)),
+            }
+        }
+        if o.test_keys {
+            o.use_test_keys();
         }
         Ok(o)
     }
@@ -247,6 +279,24 @@ impl BootOptions {
     pub fn cmdline(&self) -> String {
         format!("{BASE_CMDLINE} {}", self.append).trim().to_string()
     }
+
+    /// Whether nobody could log in on the console of what these options build.
+    pub fn locked(&self) -> bool {
+        self.authorized_keys.is_none()
+            && self.config_authorized_keys.is_none()
+            && self.console_password_hash.is_none()
+    }
+}
+
+/// The loud end of a build whose console nobody can log in on.
+pub fn warn_locked(what: &str) {
+    let bar = "!".repeat(78);
+    eprintln!("\n{bar}");
+    eprintln!("!! {what}: NO CONSOLE KEY AND NO PASSWORD: THE BOX WILL BE LOCKED.");
+    eprintln!("!! Nobody can log in on its console (status, update, poweroff, ...).");
+    eprintln!("!! Give --authorized-keys FILE (your OpenSSH public keys) or");
+    eprintln!("!! --console-password-hash FILE; for a QEMU test box only, --test-keys.");
+    eprintln!("{bar}\n");
 }
 
 /// `256M`, `2G`, `512` (MiB) → MiB.
@@ -284,7 +334,8 @@ pub fn source_date_epoch() -> Result<u64> {
     }
 }
 
-/// The signing key file: 64 hex digits (comment lines starting with `#` allowed).
+/// The signing key file (ADR 0025): the 32-byte ed25519 secret key (the seed) as 64 hex
+/// digits; lines starting with `#` are comments. `cargo xtask keygen` writes one.
 pub fn read_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -307,22 +358,27 @@ pub fn read_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey> {
     Ok(ed25519_dalek::SigningKey::from_bytes(&seed))
 }
 
-/// ringstore.efi (and its signature) and disk.img from a built [`Image`].
-pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
-    use crate::initramfs::Entry;
-    use ed25519_dalek::Signer;
-    use ringstore_disk::signature::to_hex;
-    use ringstore_disk::slots::{self, Slot};
-    use ringstore_disk::Role;
+/// `std::fs::read` that names the file when it fails.
+pub fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+}
 
-    let epoch = source_date_epoch()?;
-    let cmdline = opts.cmdline();
-    let key = opts
-        .signing_key
-        .as_deref()
-        .map(read_signing_key)
-        .transpose()?;
-    let mut extra = crate::initramfs::console_entries(image.authorized_keys.clone());
+/// `std::fs::write` that names the file when it fails.
+pub fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+/// The generated initramfs files every boot form adds beyond /init and `initramfs/`: the
+/// console's keys and password hash, the update key's public half and, for a UKI, the
+/// image's command line.
+pub fn initramfs_extras(
+    keys: Option<Vec<u8>>,
+    opts: &BootOptions,
+    signing_key: Option<&ed25519_dalek::SigningKey>,
+    cmdline: Option<&str>,
+) -> Result<Vec<crate::initramfs::Entry>> {
+    use crate::initramfs::Entry;
+    let mut extra = crate::initramfs::console_entries(keys);
     if let Some(path) = &opts.console_password_hash {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -338,22 +394,30 @@ pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
             format!("{}\n", text.trim()).into_bytes(),
         ));
     }
-    extra.push(Entry::file(
-        "etc/ringstore/image-cmdline",
-        0o644,
-        format!("{cmdline}\n").into_bytes(),
-    ));
-    if let Some(key) = &key {
+    if let Some(cmdline) = cmdline {
+        extra.push(Entry::file(
+            "etc/ringstore/image-cmdline",
+            0o644,
+            format!("{cmdline}\n").into_bytes(),
+        ));
+    }
+    if let Some(key) = signing_key {
         extra.push(Entry::file(
             "etc/ringstore/update-key.pub",
             0o644,
-            format!("{}\n", to_hex(key.verifying_key().as_bytes())).into_bytes(),
+            format!(
+                "{}\n",
+                ringstore_disk::signature::to_hex(key.verifying_key().as_bytes())
+            )
+            .into_bytes(),
         ));
     }
-    std::fs::create_dir_all(&opts.out)?;
-    let initrd = opts.out.join("initramfs-uki.img");
-    crate::initramfs::build_initramfs(&image.binary, &initrd, extra)?;
-    let initrd_bytes = std::fs::read(&initrd)?;
+    Ok(extra)
+}
+
+/// ringstore.efi's bytes: systemd's stub with os-release, the command line, `initrd` and the
+/// kernel.
+fn build_uki(image: &Image, cmdline: &str, initrd: &[u8], epoch: u64) -> Result<Vec<u8>> {
     let osrel = crate::initramfs::tree_entries(&root().join("initramfs"))?
         .into_iter()
         .find_map(|e| match (e.path.as_str(), e.kind) {
@@ -367,30 +431,25 @@ pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
             crate::uki::STUB
         )
     })?;
-    let linux = std::fs::read(&image.bzimage)?;
-    let efi_bytes = crate::uki::build(
+    let linux = read(&image.bzimage)?;
+    crate::uki::build(
         &stub,
         &[
             (".osrel", &osrel),
             (".cmdline", cmdline.as_bytes()),
-            (".initrd", &initrd_bytes),
+            (".initrd", initrd),
             (".linux", &linux),
         ],
         u32::try_from(epoch).unwrap_or(u32::MAX),
-    )?;
-    let efi = opts.out.join("ringstore.efi");
-    std::fs::write(&efi, &efi_bytes)?;
-    let signature = match &key {
-        Some(key) => {
-            let sig = opts.out.join("ringstore.efi.sig");
-            std::fs::write(
-                &sig,
-                format!("{}\n", to_hex(&key.sign(&efi_bytes).to_bytes())),
-            )?;
-            Some(sig)
-        }
-        None => None,
-    };
+    )
+}
+
+/// disk.img: the ESP with systemd-boot and `efi` in slot A, the config partition with the
+/// image's ringstore.toml (and `--config-authorized-keys`), the data partition. Returns its
+/// size in bytes.
+fn build_disk(disk: &Path, opts: &BootOptions, efi: Vec<u8>, epoch: u64) -> Result<u64> {
+    use ringstore_disk::slots::{self, Slot};
+    use ringstore_disk::Role;
     let boot_manager = std::fs::read(crate::uki::BOOT_MANAGER)
         .with_context(|| format!("reading {}", crate::uki::BOOT_MANAGER))?;
     let mut esp: crate::disk::Files = slots::BOOT_MANAGER_PATHS
@@ -401,10 +460,10 @@ pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
         slots::LOADER_CONF.into(),
         slots::loader_conf(Slot::A).into_bytes(),
     ));
-    esp.push((Slot::A.path(), efi_bytes));
+    esp.push((Slot::A.path(), efi));
     let mut config = vec![(
         ringstore_init::bootdisk::CONFIG_FILE.to_string(),
-        std::fs::read(root().join("image/ringstore.toml"))?,
+        read(&root().join("image/ringstore.toml"))?,
     )];
     if let Some(path) = &opts.config_authorized_keys {
         config.push((
@@ -416,15 +475,52 @@ pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
     let size = opts.size_mib.unwrap_or(layout.disk_size_mib) << 20;
     let time: &'static ringstore_disk::fat::FixedTime =
         Box::leak(Box::new(ringstore_disk::fat::FixedTime::from_unix(epoch)));
-    let disk = opts.out.join("disk.img");
     crate::disk::write(
-        &disk,
+        disk,
         &layout,
         size,
         &opts.seed,
         time,
         &[(Role::Esp, esp), (Role::Config, config)],
+    )
+    .with_context(|| format!("writing {}", disk.display()))?;
+    Ok(size)
+}
+
+/// ringstore.efi (and its signature) and disk.img from a built [`Image`].
+pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
+    use ed25519_dalek::Signer;
+    let epoch = source_date_epoch()?;
+    let cmdline = opts.cmdline();
+    let key = opts
+        .signing_key
+        .as_deref()
+        .map(read_signing_key)
+        .transpose()?;
+    let extra = initramfs_extras(
+        image.authorized_keys.clone(),
+        opts,
+        key.as_ref(),
+        Some(&cmdline),
     )?;
+    std::fs::create_dir_all(&opts.out)
+        .with_context(|| format!("creating {}", opts.out.display()))?;
+    let initrd = opts.out.join("initramfs-uki.img");
+    crate::initramfs::build_initramfs(&image.binary, &initrd, extra)?;
+    let efi_bytes = build_uki(image, &cmdline, &read(&initrd)?, epoch)?;
+    let efi = opts.out.join("ringstore.efi");
+    write(&efi, &efi_bytes)?;
+    let signature = match &key {
+        Some(key) => {
+            let sig = opts.out.join("ringstore.efi.sig");
+            let hex = ringstore_disk::signature::to_hex(&key.sign(&efi_bytes).to_bytes());
+            write(&sig, format!("{hex}\n"))?;
+            Some(sig)
+        }
+        None => None,
+    };
+    let disk = opts.out.join("disk.img");
+    let size = build_disk(&disk, opts, efi_bytes, epoch)?;
     eprintln!(
         "image: {} ({} KiB, command line {cmdline:?}{}), {} ({} MiB, sparse)",
         efi.display(),
@@ -445,14 +541,19 @@ pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
 }
 
 /// `cargo xtask image [--authorized-keys FILE] [--config-authorized-keys FILE]
-/// [--console-password-hash FILE] [--size SIZE] [--signing-key FILE] [--seed TEXT] [--append ARGS] [--out DIR]`.
+/// [--console-password-hash FILE] [--signing-key FILE] [--test-keys] [--size SIZE]
+/// [--seed TEXT] [--append ARGS] [--out DIR]`: everything under `--out` only.
 pub fn run(args: &[String]) -> Result<()> {
     let opts = BootOptions::parse(args)?;
-    if opts.authorized_keys.is_none() && opts.config_authorized_keys.is_none() {
-        eprintln!("image: no --authorized-keys FILE: nobody can log in on the console");
+    let image = build_image_in(&opts.out, opts.authorized_keys.as_deref())?;
+    build_boot(&image, &opts)?;
+    if opts.test_keys {
+        eprintln!("image: TEST KEYS (--test-keys): anyone with this repository can log in and sign updates");
     }
-    let image = build_image_with(opts.authorized_keys.as_deref())?;
-    build_boot(&image, &opts).map(|_| ())
+    if opts.locked() {
+        warn_locked("image");
+    }
+    Ok(())
 }
 
 fn file_kib(path: &Path) -> u64 {
@@ -471,7 +572,7 @@ mod tests {
         b[16..18].copy_from_slice(&e_type.to_le_bytes());
         b[32..40].copy_from_slice(&64u64.to_le_bytes());
         b[54..56].copy_from_slice(&56u16.to_le_bytes());
-        b[56..58].copy_from_slice(&(phdr_types.len() as u16).to_le_bytes());
+        b[56..58].copy_from_slice(&u16::try_from(phdr_types.len()).unwrap().to_le_bytes());
         for (i, t) in phdr_types.iter().enumerate() {
             b[64 + i * 56..68 + i * 56].copy_from_slice(&t.to_le_bytes());
         }
@@ -546,7 +647,9 @@ mod tests {
         let bad = [
             "# only a comment\n".to_string(),
             "ssh-ed25519 garbage\n".to_string(),
-            "#".repeat(ringstore_init::bootdisk::AUTHORIZED_KEYS_FILE_MAX as usize + 1),
+            "#".repeat(
+                usize::try_from(ringstore_init::bootdisk::AUTHORIZED_KEYS_FILE_MAX).unwrap() + 1,
+            ),
         ];
         for text in bad {
             std::fs::write(&path, &text).unwrap();
@@ -563,6 +666,47 @@ mod tests {
         std::fs::write(&path, "# comment\nzz\n").unwrap();
         assert!(read_signing_key(&path).is_err());
         std::fs::remove_file(&path).unwrap();
+    }
+
+    /// The template with every commented `# key = value` line uncommented.
+    fn uncommented_template() -> (String, usize) {
+        let text = std::fs::read_to_string(root().join("image/ringstore.toml")).unwrap();
+        let mut keys = 0;
+        let out: Vec<String> = text
+            .lines()
+            .map(|line| match line.strip_prefix("# ") {
+                Some(rest)
+                    if rest.split_once(" = ").is_some_and(|(k, _)| {
+                        !k.is_empty()
+                            && k.bytes()
+                                .all(|b| b.is_ascii_lowercase() || b"_-".contains(&b))
+                    }) =>
+                {
+                    keys += 1;
+                    rest.to_string()
+                }
+                _ => line.to_string(),
+            })
+            .collect();
+        (out.join("\n"), keys)
+    }
+
+    /// What PID 1 does with the config partition's file: its layers, the server's keys
+    /// resolved by ringstore_config, PID 1's own (`ip`) by its command-line parser.
+    fn parse_as_the_box_does(text: &str) -> anyhow::Result<()> {
+        let layers = ringstore_init::layers::Layers::build("", "", Some(text))?;
+        ringstore_config::origin::resolve(&layers.config_layers())?;
+        ringstore_init::cmdline::split(&layers.effective(""))?;
+        Ok(())
+    }
+
+    #[test]
+    fn every_key_the_config_template_suggests_parses() {
+        let (text, keys) = uncommented_template();
+        assert!(keys >= 3, "the template suggests {keys} keys:\n{text}");
+        parse_as_the_box_does(&text).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+        let bad = format!("{text}\nlisten = \"0.0.0.0\"\n");
+        assert!(parse_as_the_box_does(&bad).is_err(), "the check can fail");
     }
 
     #[test]

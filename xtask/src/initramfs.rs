@@ -82,7 +82,8 @@ pub fn tree_entries(dir: &Path) -> Result<Vec<Entry>> {
                 out.push(Entry::dir(&rel, 0o755));
                 stack.push(path);
             } else if rel != "README.md" {
-                let text = std::fs::read(&path)?;
+                let text =
+                    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
                 let text = match String::from_utf8(text) {
                     Ok(s) => s
                         .replace("@VERSION@", env!("CARGO_PKG_VERSION"))
@@ -169,7 +170,8 @@ pub fn build_initramfs(init: &Path, output: &Path, extra: Vec<Entry>) -> Result<
     let bytes = write_newc(&with_parents(entries), Vec::new())?;
     let tmp = output.with_extension("img.tmp");
     std::fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, output)?;
+    std::fs::rename(&tmp, output)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), output.display()))?;
     Ok(bytes.len() as u64)
 }
 

@@ -123,7 +123,7 @@ pub fn build_kernel() -> Result<Kernel> {
     let key = cache_key(
         &named,
         &version,
-        &std::fs::read(&script).context("reading build-kernel.sh")?,
+        &std::fs::read(&script).with_context(|| format!("reading {}", script.display()))?,
     );
     let appliance = root().join("target/appliance");
     let cache = cache_dir();
@@ -214,6 +214,10 @@ impl Progress {
 }
 
 /// `kernel: 40% (1000/2500 lines), about 6 min 0 s left`.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "a float-to-int cast saturates: seconds left, for a progress line"
+)]
 fn format_progress(done: u64, expected: u64, elapsed: std::time::Duration) -> String {
     let percent = (done * 100 / expected.max(1)).min(99);
     let left = if done == 0 {
@@ -230,7 +234,7 @@ fn format_progress(done: u64, expected: u64, elapsed: std::time::Duration) -> St
 /// [`Progress`]); the full output goes to `log`, the tail into the error.
 fn run_with_progress(mut cmd: Command, log: &Path, expected: u64) -> Result<()> {
     if let Some(dir) = log.parent() {
-        std::fs::create_dir_all(dir)?;
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let mut log_file =
         std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;

@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
 use crate::inventory::{Host, Inventory};
@@ -18,6 +18,9 @@ use crate::inventory::{Host, Inventory};
 pub const KERNEL: &str = "vmlinuz";
 pub const INITRAMFS: &str = "initramfs.img";
 pub const BOOT_SCRIPT: &str = "boot.ipxe";
+/// The inventory that boots as written in QEMU: the PXE QEMU test's, docs/OPERATIONS.md's
+/// second example (a test holds the two the same).
+pub const MINIMAL_INVENTORY: &str = "qemu/pxe/inventory.toml";
 
 /// The per-host script's name for `host`.
 pub fn host_script(host: &Host) -> String {
@@ -76,11 +79,11 @@ pub fn write_bundle(
     dir: &Path,
 ) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    for entry in std::fs::read_dir(dir)? {
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let path = entry?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         if name.starts_with("host-") && name.ends_with(".ipxe") {
-            std::fs::remove_file(&path)?;
+            std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
         }
     }
     let kernel_bytes =
@@ -114,40 +117,73 @@ pub fn write_bundle(
     Ok(written)
 }
 
-/// `cargo xtask pxe --inventory FILE [--out DIR]`.
+/// `cargo xtask pxe --inventory FILE [--out DIR] [--authorized-keys FILE]
+/// [--console-password-hash FILE] [--signing-key FILE] [--test-keys]`: the bundle's initramfs
+/// carries the given console keys, password hash and update key, and nothing else.
 pub fn run(args: &[String]) -> Result<()> {
-    let (inventory, out) = inventory_args(args, "pxe", "target/appliance/pxe")?;
+    let mut secrets = crate::image::BootOptions::new();
+    let (inventory, out) = inventory_args(args, "pxe", "target/appliance/pxe", &mut secrets)?;
+    if secrets.test_keys {
+        secrets.use_test_keys();
+    }
     let inv = Inventory::load(&inventory)?;
-    let image = crate::image::build_image()?;
-    let files = write_bundle(&inv, &image.bzimage, &image.initramfs, &out)?;
+    let initramfs = build_bundle_initramfs(&secrets, &out)?;
+    let kernel = crate::kernel::build_kernel()?;
+    let files = write_bundle(&inv, &kernel.bzimage, &initramfs, &out)?;
     eprintln!("pxe: {} files in {}", files.len(), out.display());
     let scaleout = out.join("scaleout");
     match crate::scaleout::write(&inv, &scaleout) {
         Ok(written) => eprintln!("pxe: scale-out files {}", written.join(", ")),
         Err(err) => eprintln!("pxe: no scale-out files: {err}"),
     }
+    if secrets.test_keys {
+        eprintln!("pxe: TEST KEYS (--test-keys): anyone with this repository can log in");
+    }
+    if secrets.locked() {
+        crate::image::warn_locked("pxe");
+    }
     Ok(())
 }
 
-/// Parses `--inventory FILE [--out DIR]` (DIR relative to the workspace root by default).
+/// Writes the bundle's initramfs to `out/initramfs.img` (the static binary built first) with
+/// exactly the secrets `secrets` names.
+pub fn build_bundle_initramfs(secrets: &crate::image::BootOptions, out: &Path) -> Result<PathBuf> {
+    let keys = secrets
+        .authorized_keys
+        .as_deref()
+        .map(crate::image::read_authorized_keys)
+        .transpose()?;
+    let signing_key = secrets
+        .signing_key
+        .as_deref()
+        .map(crate::image::read_signing_key)
+        .transpose()?;
+    let extra = crate::image::initramfs_extras(keys, secrets, signing_key.as_ref(), None)?;
+    let binary = crate::image::build_static_binary()?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let initramfs = out.join(INITRAMFS);
+    crate::initramfs::build_initramfs(&binary, &initramfs, extra)?;
+    Ok(initramfs)
+}
+
+/// Parses `--inventory FILE [--out DIR]` (DIR relative to the workspace root by default) and,
+/// for `pxe`, the secret flags into `secrets`.
 pub fn inventory_args(
     args: &[String],
     command: &str,
     default_out: &str,
+    secrets: &mut crate::image::BootOptions,
 ) -> Result<(PathBuf, PathBuf)> {
     let mut inventory = None;
     let mut out = crate::util::root().join(default_out);
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--inventory" => {
-                inventory = Some(PathBuf::from(
-                    it.next().context("--inventory needs a file")?,
-                ))
-            }
-            "--out" => out = PathBuf::from(it.next().context("--out needs a directory")?),
+    for (flag, value) in crate::cli::parse(command, args)?.flags {
+        match flag {
+            "--inventory" => inventory = value.map(PathBuf::from),
+            "--out" => out = PathBuf::from(value.unwrap_or_default()),
             other => {
-                bail!("unknown {command} option {other:?} (expected --inventory FILE [--out DIR])")
+                if !secrets.take_secret(other, value) {
+                    return Err(crate::cli::unhandled(command, other));
+                }
             }
         }
     }
@@ -224,9 +260,22 @@ hostname = "b2"
     }
 
     #[test]
+    fn operations_md_shows_the_qemu_inventory_as_it_is() {
+        let root = crate::util::root();
+        let inventory = std::fs::read_to_string(root.join(MINIMAL_INVENTORY)).unwrap();
+        let doc = std::fs::read_to_string(root.join("docs/OPERATIONS.md")).unwrap();
+        assert!(
+            doc.contains(&format!("```toml\n{inventory}```")),
+            "docs/OPERATIONS.md's minimal inventory differs from {MINIMAL_INVENTORY}"
+        );
+        Inventory::parse(&inventory).unwrap();
+    }
+
+    #[test]
     fn options_need_an_inventory() {
-        assert!(inventory_args(&[], "pxe", "x").is_err());
-        assert!(inventory_args(&["--bogus".into()], "pxe", "x").is_err());
+        let mut secrets = crate::image::BootOptions::new();
+        assert!(inventory_args(&[], "pxe", "x", &mut secrets).is_err());
+        assert!(inventory_args(&["--bogus".into()], "pxe", "x", &mut secrets).is_err());
         let (inv, out) = inventory_args(
             &[
                 "--inventory".into(),
@@ -236,6 +285,7 @@ hostname = "b2"
             ],
             "pxe",
             "x",
+            &mut secrets,
         )
         .unwrap();
         assert_eq!(

@@ -1,5 +1,5 @@
-//! QEMU machine profiles (data in `qemu/profiles/*.toml`) turned into a command line, and
-//! `cargo xtask run`: build the image and boot a profile with the serial console on the terminal.
+//! QEMU machine profiles (data in `qemu/profiles/*.toml`) turned into a command line (what
+//! `cargo xtask run`, run.rs, and the QEMU tests boot).
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -106,8 +106,6 @@ pub struct Forward {
 /// Where the serial console goes.
 #[derive(Debug, Clone)]
 pub enum Serial {
-    /// The terminal, multiplexed with the QEMU monitor (ctrl-a c; ctrl-a x quits).
-    Stdio,
     /// A unix socket QEMU listens on and waits for before starting the guest.
     Socket(PathBuf),
 }
@@ -227,6 +225,16 @@ fn kvm_boots(bzimage: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// A QEMU argument list being built.
+#[derive(Default)]
+struct Args(Vec<String>);
+
+impl Args {
+    fn push(&mut self, items: &[&str]) {
+        self.0.extend(items.iter().map(|s| s.to_string()));
+    }
+}
+
 /// The whole QEMU argument list for `profile` booting `image`, with `disks[k]` as the file of
 /// the profile's k-th data disk (there must be one per disk; the caller creates them).
 pub fn machine_args(
@@ -238,10 +246,31 @@ pub fn machine_args(
     forwards: &[Forward],
     disks: &[PathBuf],
 ) -> Vec<String> {
-    let mut a: Vec<String> = Vec::new();
-    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
+    let mut a = Args::default();
+    cpu_args(&mut a, profile, accel);
+    numa_args(&mut a, profile);
+    for (k, nic) in profile.nics.iter().enumerate() {
+        nic_args(&mut a, k, nic, forwards);
+    }
+    a.push(&["-device", "virtio-rng-pci,bus=pcie.0"]);
+    disk_args(&mut a, disks);
+    kernel_args(&mut a, profile, image, extra_append);
+    a.push(&[
+        "-no-reboot",
+        "-nodefaults",
+        "-display",
+        "none",
+        "-vga",
+        "none",
+    ]);
+    serial_args(&mut a, serial);
+    a.0
+}
+
+/// Machine type, accelerator, CPU model, memory and the socket/core topology.
+fn cpu_args(a: &mut Args, profile: &Profile, accel: &str) {
     let cpus = profile.sockets * profile.cores_per_socket;
-    push(&[
+    a.push(&[
         "-machine",
         "q35",
         "-accel",
@@ -249,27 +278,32 @@ pub fn machine_args(
         "-cpu",
         if accel == "kvm" { "host" } else { "max" },
     ]);
-    push(&["-m", &profile.memory_mib.to_string()]);
-    push(&[
+    a.push(&["-m", &profile.memory_mib.to_string()]);
+    a.push(&[
         "-smp",
         &format!(
             "{cpus},sockets={},cores={},threads=1",
             profile.sockets, profile.cores_per_socket
         ),
     ]);
+}
+
+/// NUMA nodes with their memory, the distances between them, and one pxb-pcie expander
+/// bridge per node that has NICs.
+fn numa_args(a: &mut Args, profile: &Profile) {
     for (i, node) in profile.nodes.iter().enumerate() {
-        push(&[
+        a.push(&[
             "-object",
             &format!("memory-backend-ram,id=m{i},size={}M", node.memory_mib),
         ]);
-        push(&[
+        a.push(&[
             "-numa",
             &format!("node,nodeid={i},cpus={},memdev=m{i}", node.cpus),
         ]);
     }
     for i in 0..profile.nodes.len() {
         for j in i + 1..profile.nodes.len() {
-            push(&["-numa", &format!("dist,src={i},dst={j},val=20")]);
+            a.push(&["-numa", &format!("dist,src={i},dst={j},val=20")]);
         }
     }
     let mut bridged: Vec<u32> = profile.nics.iter().filter_map(|n| n.node).collect();
@@ -277,7 +311,7 @@ pub fn machine_args(
     bridged.dedup();
     for node in &bridged {
         // One expander bridge per node with NICs; its bus range starts at 64 * (node + 1).
-        push(&[
+        a.push(&[
             "-device",
             &format!(
                 "pxb-pcie,id=pxb{node},bus_nr={},numa_node={node},bus=pcie.0",
@@ -285,63 +319,73 @@ pub fn machine_args(
             ),
         ]);
     }
-    for (k, nic) in profile.nics.iter().enumerate() {
-        let mut netdev = match &nic.tap {
-            Some(tap) => format!("tap,id=n{k},ifname={tap},script=no,downscript=no"),
-            None => format!("user,id=n{k}"),
-        };
-        if let Some(net) = &nic.net {
-            netdev.push_str(&format!(",net={net}"));
-        }
-        for f in forwards.iter().filter(|f| f.nic == k) {
-            netdev.push_str(&format!(
-                ",hostfwd=tcp:127.0.0.1:{}-:{}",
-                f.host_port, f.guest_port
-            ));
-        }
-        // Multiqueue: QEMU's own datapath (no vhost), and the offloads native XDP refuses.
-        let mut model = nic.model.clone();
-        if let Some(n) = nic.queues {
-            netdev.push_str(&format!(",queues={n},vhost=off"));
-            model.push_str(&format!(
-                ",mq=on,vectors={},guest_tso4=off,guest_tso6=off,guest_ecn=off,guest_ufo=off",
-                2 * n + 2
-            ));
-        }
-        push(&["-netdev", &netdev]);
-        let mac = format!("52:54:00:12:34:{:02x}", 0x56 + k);
-        match nic.node {
-            Some(node) => {
-                push(&[
-                    "-device",
-                    &format!("pcie-root-port,id=rp{k},bus=pxb{node},chassis={}", k + 1),
-                ]);
-                push(&[
-                    "-device",
-                    &format!("{model},netdev=n{k},bus=rp{k},mac={mac}"),
-                ]);
-            }
-            None => push(&[
-                "-device",
-                &format!("{model},netdev=n{k},bus=pcie.0,mac={mac}"),
-            ]),
-        }
+}
+
+/// NIC `k`: its network (user net with its port forwards, or a tap), multiqueue, and the
+/// device behind its node's bridge or on the root bus.
+fn nic_args(a: &mut Args, k: usize, nic: &Nic, forwards: &[Forward]) {
+    let mut netdev = match &nic.tap {
+        Some(tap) => format!("tap,id=n{k},ifname={tap},script=no,downscript=no"),
+        None => format!("user,id=n{k}"),
+    };
+    if let Some(net) = &nic.net {
+        netdev.push_str(&format!(",net={net}"));
     }
-    push(&["-device", "virtio-rng-pci,bus=pcie.0"]);
+    for f in forwards.iter().filter(|f| f.nic == k) {
+        netdev.push_str(&format!(
+            ",hostfwd=tcp:127.0.0.1:{}-:{}",
+            f.host_port, f.guest_port
+        ));
+    }
+    // Multiqueue: QEMU's own datapath (no vhost), and the offloads native XDP refuses.
+    let mut model = nic.model.clone();
+    if let Some(n) = nic.queues {
+        netdev.push_str(&format!(",queues={n},vhost=off"));
+        model.push_str(&format!(
+            ",mq=on,vectors={},guest_tso4=off,guest_tso6=off,guest_ecn=off,guest_ufo=off",
+            2 * n + 2
+        ));
+    }
+    a.push(&["-netdev", &netdev]);
+    let mac = format!("52:54:00:12:34:{:02x}", 0x56 + k);
+    match nic.node {
+        Some(node) => {
+            a.push(&[
+                "-device",
+                &format!("pcie-root-port,id=rp{k},bus=pxb{node},chassis={}", k + 1),
+            ]);
+            a.push(&[
+                "-device",
+                &format!("{model},netdev=n{k},bus=rp{k},mac={mac}"),
+            ]);
+        }
+        None => a.push(&[
+            "-device",
+            &format!("{model},netdev=n{k},bus=pcie.0,mac={mac}"),
+        ]),
+    }
+}
+
+/// The data disks as virtio-blk, in order.
+fn disk_args(a: &mut Args, disks: &[PathBuf]) {
     for (k, file) in disks.iter().enumerate() {
         // cache=writeback: the guest sees a volatile write cache and its flushes (fdatasync)
         // become fdatasync on the host file. QEMU's option syntax doubles a literal comma.
         let file = file.display().to_string().replace(',', ",,");
-        push(&[
+        a.push(&[
             "-drive",
             &format!("file={file},format=raw,if=none,id=d{k},cache=writeback"),
         ]);
-        push(&[
+        a.push(&[
             "-device",
             &format!("virtio-blk-pci,drive=d{k},bus=pcie.0,serial=ringstore-data{k}"),
         ]);
     }
-    push(&[
+}
+
+/// Kernel, initramfs and the command line: the base, the profile's, the caller's.
+fn kernel_args(a: &mut Args, profile: &Profile, image: &Image, extra_append: &str) {
+    a.push(&[
         "-kernel",
         &image.bzimage.display().to_string(),
         "-initrd",
@@ -357,112 +401,20 @@ pub fn machine_args(
     .copied()
     .collect::<Vec<_>>()
     .join(" ");
-    push(&["-append", &append]);
-    push(&[
-        "-no-reboot",
-        "-nodefaults",
-        "-display",
-        "none",
-        "-vga",
-        "none",
-    ]);
-    match serial {
-        Serial::Stdio => push(&[
-            "-chardev",
-            "stdio,id=ser0,mux=on,signal=off",
-            "-serial",
-            "chardev:ser0",
-            "-mon",
-            "chardev=ser0,mode=readline",
-        ]),
-        Serial::Socket(path) => {
-            push(&[
-                "-chardev",
-                &format!("socket,id=ser0,path={},server=on,wait=on", path.display()),
-                "-serial",
-                "chardev:ser0",
-                "-monitor",
-                "none",
-            ]);
-        }
-    }
-    a
+    a.push(&["-append", &append]);
 }
 
-/// `cargo xtask run [--profile NAME] [--append "KERNEL ARGS"]`: builds the image and boots it
-/// with the serial console on this terminal (ctrl-a x quits QEMU).
-pub fn run(args: &[String]) -> Result<()> {
-    let mut profile_name = "numa2".to_string();
-    let mut append = String::new();
-    let mut disk_files: Vec<PathBuf> = Vec::new();
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--profile" => profile_name = it.next().context("--profile needs a name")?.clone(),
-            "--append" => append = it.next().context("--append needs kernel arguments")?.clone(),
-            "--disk" => disk_files.push(it.next().context("--disk needs a file")?.into()),
-            other => bail!("unknown run option {other:?} (expected --profile NAME, --append ARGS or --disk FILE)"),
-        }
-    }
-    let profile = load_profile(&profile_name)?;
-    if disk_files.len() > profile.disks.len() {
-        bail!(
-            "profile {profile_name} has {} data disks; {} --disk files given",
-            profile.disks.len(),
-            disk_files.len()
-        );
-    }
-    // Disks not given on the command line persist under target/appliance/disks between runs.
-    for k in disk_files.len()..profile.disks.len() {
-        disk_files.push(
-            crate::image::appliance_dir()
-                .join("disks")
-                .join(format!("{profile_name}-{k}.raw")),
-        );
-    }
-    for (k, (file, disk)) in disk_files.iter().zip(&profile.disks).enumerate() {
-        let created = ensure_disk(file, disk.size_mib)?;
-        let size = std::fs::metadata(file)?.len();
-        eprintln!(
-            "run: data disk {k} {} ({} MiB{}) is the guest's /dev/{}",
-            file.display(),
-            size >> 20,
-            if created { ", new" } else { "" },
-            guest_disk_name(k)
-        );
-    }
-    let image = crate::image::build_image()?;
-    let accel = accel(&image.bzimage);
-    let forwards = choose_forwards(&profile)?;
-    eprintln!(
-        "run: profile {profile_name} ({}), accel {accel}, kernel {}",
-        profile.description, image.kernel_version
-    );
-    for f in &forwards {
-        eprintln!(
-            "run: {} on 127.0.0.1:{} -> guest port {} (NIC {})",
-            f.name, f.host_port, f.guest_port, f.nic
-        );
-    }
-    eprintln!(
-        "run: serial console below; `poweroff` at the ringstore> prompt, or ctrl-a x to quit QEMU"
-    );
-    let status = Command::new("qemu-system-x86_64")
-        .args(machine_args(
-            &profile,
-            &image,
-            &Serial::Stdio,
-            &append,
-            accel,
-            &forwards,
-            &disk_files,
-        ))
-        .status()
-        .context("starting qemu-system-x86_64 (apt-get install qemu-system-x86)")?;
-    if !status.success() {
-        bail!("QEMU exited with {status}");
-    }
-    Ok(())
+/// The serial console on a unix socket QEMU waits for; no monitor.
+fn serial_args(a: &mut Args, serial: &Serial) {
+    let Serial::Socket(path) = serial;
+    a.push(&[
+        "-chardev",
+        &format!("socket,id=ser0,path={},server=on,wait=on", path.display()),
+        "-serial",
+        "chardev:ser0",
+        "-monitor",
+        "none",
+    ]);
 }
 
 #[cfg(test)]
@@ -560,7 +512,7 @@ mod tests {
         let args = machine_args(
             &profile,
             &image(),
-            &Serial::Stdio,
+            &Serial::Socket("/tmp/s.sock".into()),
             "",
             "tcg",
             &[],
@@ -603,7 +555,7 @@ mod tests {
         let args = machine_args(
             &profile,
             &image(),
-            &Serial::Stdio,
+            &Serial::Socket("/tmp/s.sock".into()),
             "",
             "tcg",
             &forwards,
@@ -618,7 +570,7 @@ mod tests {
         let tap = machine_args(
             &load_profile("numa2-tap").unwrap(),
             &image(),
-            &Serial::Stdio,
+            &Serial::Socket("/tmp/s.sock".into()),
             "",
             "tcg",
             &[],
@@ -639,7 +591,7 @@ mod tests {
         let mq = machine_args(
             &load_profile("xdp-mq").unwrap(),
             &image(),
-            &Serial::Stdio,
+            &Serial::Socket("/tmp/s.sock".into()),
             "",
             "tcg",
             &[],
@@ -654,7 +606,7 @@ mod tests {
         let single = machine_args(
             &load_profile("single").unwrap(),
             &image(),
-            &Serial::Stdio,
+            &Serial::Socket("/tmp/s.sock".into()),
             "",
             "tcg",
             &[],

@@ -76,8 +76,12 @@ pub fn write(inv: &Inventory, dir: &Path) -> Result<Vec<String>> {
 
 /// `cargo xtask scaleout --inventory FILE [--out DIR]`: no image is built.
 pub fn run(args: &[String]) -> Result<()> {
-    let (inventory, out) =
-        crate::pxe::inventory_args(args, "scaleout", "target/appliance/scaleout")?;
+    let (inventory, out) = crate::pxe::inventory_args(
+        args,
+        "scaleout",
+        "target/appliance/scaleout",
+        &mut crate::image::BootOptions::new(),
+    )?;
     let inv = Inventory::load(&inventory)?;
     for name in write(&inv, &out)? {
         eprintln!("scaleout: {name}");

@@ -93,15 +93,24 @@ fn run_steps(opts: &Options) -> Result<()> {
 }
 
 pub fn run(args: &[String]) -> Result<()> {
+    run_steps(&parse_test_options(args)?)
+}
+
+#[cfg(test)]
+pub(crate) fn parse_options(args: &[String]) -> Result<()> {
+    parse_test_options(args).map(|_| ())
+}
+
+fn parse_test_options(args: &[String]) -> Result<Options> {
     let mut opts = Options::default();
-    for arg in args {
-        match arg.as_str() {
+    for (flag, _) in crate::cli::parse("test", args)?.flags {
+        match flag {
             "--quick" => opts.quick = true,
             "--skip-vm" => opts.skip_vm = true,
-            other => anyhow::bail!("unknown test option {other:?} (expected --quick or --skip-vm)"),
+            other => return Err(crate::cli::unhandled("test", other)),
         }
     }
-    run_steps(&opts)
+    Ok(opts)
 }
 
 /// The release `ringstore` binary for the host (built once, used by memccapable and e2e).

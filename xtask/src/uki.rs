@@ -127,6 +127,10 @@ pub fn build(stub: &[u8], sections: &[(&str, &[u8])], timestamp: u32) -> Result<
 
 /// The PE checksum: 16-bit one's-complement-style sum of the file with the checksum field taken
 /// as zero, plus the file length.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the sum is folded to 16 bits; the PE checksum adds the file length modulo 2^32"
+)]
 pub fn checksum(bytes: &[u8], field: usize) -> u32 {
     let mut sum: u64 = 0;
     for (i, pair) in bytes.chunks(2).enumerate() {
@@ -141,38 +145,38 @@ pub fn checksum(bytes: &[u8], field: usize) -> u32 {
     (sum as u32).wrapping_add(bytes.len() as u32)
 }
 
+/// A section: name, virtual address, virtual size, file offset, raw size.
+pub type Section = (String, u32, u32, u32, u32);
+
+/// The section table of a PE image.
+pub fn sections(image: &[u8]) -> Result<Vec<Section>> {
+    let pe = u32_at(image, 0x3c)? as usize;
+    let coff = pe + 4;
+    let count = usize::from(u16_at(image, coff + 2)?);
+    let table = coff + 20 + usize::from(u16_at(image, coff + 16)?);
+    (0..count)
+        .map(|i| {
+            let h = table + i * SECTION_HEADER;
+            let name = image.get(h..h + 8).context("section table truncated")?;
+            let name: String = name
+                .iter()
+                .take_while(|b| **b != 0)
+                .map(|b| char::from(*b))
+                .collect();
+            Ok((
+                name,
+                u32_at(image, h + 12)?,
+                u32_at(image, h + 8)?,
+                u32_at(image, h + 20)?,
+                u32_at(image, h + 16)?,
+            ))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 pub mod tests {
     use super::*;
-
-    /// A section: name, virtual address, virtual size, file offset, raw size.
-    type Section = (String, u32, u32, u32, u32);
-
-    /// The section table of a PE image.
-    fn sections(image: &[u8]) -> Result<Vec<Section>> {
-        let pe = u32_at(image, 0x3c)? as usize;
-        let coff = pe + 4;
-        let count = usize::from(u16_at(image, coff + 2)?);
-        let table = coff + 20 + usize::from(u16_at(image, coff + 16)?);
-        (0..count)
-            .map(|i| {
-                let h = table + i * SECTION_HEADER;
-                let name = image.get(h..h + 8).context("section table truncated")?;
-                let name: String = name
-                    .iter()
-                    .take_while(|b| **b != 0)
-                    .map(|b| char::from(*b))
-                    .collect();
-                Ok((
-                    name,
-                    u32_at(image, h + 12)?,
-                    u32_at(image, h + 8)?,
-                    u32_at(image, h + 20)?,
-                    u32_at(image, h + 16)?,
-                ))
-            })
-            .collect()
-    }
 
     /// A PE32+ header with one `.text` section, shaped like the systemd stub (512-byte
     /// alignments, 0x400 bytes of headers) and a trailing "symbol table".

@@ -5,6 +5,10 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// The workspace root (the parent of `xtask/`).
+#[expect(
+    clippy::expect_used,
+    reason = "CARGO_MANIFEST_DIR is xtask/, which always has a parent: the workspace"
+)]
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -48,30 +52,77 @@ pub fn cargo() -> Command {
     cmd
 }
 
-/// A `ringstore serve` child on loopback with free ports; killed when dropped.
+/// The arguments every host-side start of `ringstore serve` begins with: memcache on
+/// 127.0.0.1:`memcache_port` (0 = a free port), HTTP on a free loopback port or off.
+pub fn serve_on_loopback(memcache_port: u16, http: bool) -> Vec<String> {
+    let mut args = vec![
+        "serve".to_string(),
+        "--memcache".to_string(),
+        format!("127.0.0.1:{memcache_port}"),
+    ];
+    if http {
+        args.extend(["--http".to_string(), "127.0.0.1:0".to_string()]);
+    } else {
+        args.push("--http=off".to_string());
+    }
+    args
+}
+
+/// How long a server has to print its ready line.
+const READY_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// A `ringstore serve` child on loopback with free ports; killed and reaped when dropped.
 pub struct Server {
-    child: std::process::Child,
+    pub child: std::process::Child,
     /// The `ready ...` line the server printed.
     pub ready: String,
+    /// From the spawn to the ready line.
+    pub ready_after: std::time::Duration,
+    /// Its first stderr lines, when [`Server::start_keeping_stderr`] started it.
+    pub stderr: Option<std::sync::Arc<std::sync::Mutex<Vec<String>>>>,
 }
 
 impl Server {
     /// Starts `binary serve` on 127.0.0.1 port 0 for memcache and HTTP plus `extra` flags and
-    /// waits (bounded) for its ready line.
+    /// waits (bounded) for its ready line; stderr is inherited.
     pub fn start(binary: &std::path::Path, extra: &[&str]) -> Result<Server> {
+        Server::spawn(binary, extra, None, READY_LIMIT)
+    }
+
+    /// [`Server::start`], with the first `lines` stderr lines kept in [`Server::stderr`]
+    /// (the rest read and dropped) and `limit` for the ready line (a recovery takes longer).
+    pub fn start_keeping_stderr(
+        binary: &std::path::Path,
+        extra: &[&str],
+        lines: usize,
+        limit: std::time::Duration,
+    ) -> Result<Server> {
+        Server::spawn(binary, extra, Some(lines), limit)
+    }
+
+    fn spawn(
+        binary: &std::path::Path,
+        extra: &[&str],
+        keep: Option<usize>,
+        limit: std::time::Duration,
+    ) -> Result<Server> {
         use std::io::BufRead;
+        let started = std::time::Instant::now();
         let mut child = Command::new(binary)
-            .args([
-                "serve",
-                "--memcache",
-                "127.0.0.1:0",
-                "--http",
-                "127.0.0.1:0",
-            ])
+            .args(serve_on_loopback(0, true))
             .args(extra)
+            .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
+            .stderr(match keep {
+                Some(_) => std::process::Stdio::piped(),
+                None => std::process::Stdio::inherit(),
+            })
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;
+        let stderr = match (keep, child.stderr.take()) {
+            (Some(limit), Some(pipe)) => Some(keep_lines(pipe, limit)),
+            _ => None,
+        };
         let stdout = child.stdout.take().context("server stdout")?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -82,18 +133,33 @@ impl Server {
             // Keep draining so a later write to stdout never meets a closed pipe.
             let _ = std::io::copy(&mut reader, &mut std::io::sink());
         });
-        let ready = match rx.recv_timeout(std::time::Duration::from_secs(20)) {
-            Ok(line) if line.starts_with("ready ") => line.trim().to_string(),
-            Ok(line) => {
-                let _ = child.kill();
-                bail!("server printed {line:?} instead of a ready line");
-            }
-            Err(_) => {
-                let _ = child.kill();
-                bail!("server did not print its ready line within 20 s");
-            }
+        let mut server = Server {
+            child,
+            ready: String::new(),
+            ready_after: std::time::Duration::ZERO,
+            stderr,
         };
-        Ok(Server { child, ready })
+        match rx.recv_timeout(limit) {
+            Ok(line) if line.starts_with("ready ") => server.ready = line.trim().to_string(),
+            Ok(line) => bail!(
+                "server printed {line:?} instead of a ready line; stderr: {:?}",
+                server.stderr_lines()
+            ),
+            Err(_) => bail!(
+                "server did not print its ready line within {} s",
+                limit.as_secs()
+            ),
+        }
+        server.ready_after = started.elapsed();
+        Ok(server)
+    }
+
+    /// The stderr lines kept so far (none unless started keeping them).
+    pub fn stderr_lines(&self) -> Vec<String> {
+        self.stderr
+            .as_ref()
+            .and_then(|l| l.lock().ok().map(|l| l.clone()))
+            .unwrap_or_default()
     }
 
     /// The memcache endpoint from the ready line.
@@ -124,4 +190,23 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Reads `pipe` line by line on a thread, keeping the first `limit` lines.
+fn keep_lines(
+    pipe: std::process::ChildStderr,
+    limit: usize,
+) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    use std::io::BufRead;
+    let kept = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let lines = std::sync::Arc::clone(&kept);
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+            let mut kept = lines.lock().unwrap_or_else(|e| e.into_inner());
+            if kept.len() < limit {
+                kept.push(line);
+            }
+        }
+    });
+    kept
 }

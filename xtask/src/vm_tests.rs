@@ -4,6 +4,7 @@
 
 mod client;
 mod console;
+mod devrun;
 mod durable;
 mod first_boot;
 mod kernel_panic;
@@ -40,6 +41,14 @@ type TestFn = fn(&Image) -> Result<String>;
 /// Every QEMU test by name.
 pub fn tests() -> Vec<(&'static str, TestFn)> {
     vec![
+        // Builds (not boots) the default image and PXE bundle: first, so a leak fails fast.
+        ("default_artifacts_carry_no_test_key", |_| {
+            crate::keyscan::default_artifacts_carry_no_test_secret()
+        }),
+        (
+            "xtask_run_prints_a_working_login",
+            devrun::xtask_run_prints_a_working_login,
+        ),
         ("numa2_serves", |i| {
             numa2_serves(i).map(|r| format!(
                 "/init at {:?} s, ready at {:?} s kernel time ({:.1} s after QEMU started), poweroff in {:.1} s",
@@ -135,8 +144,17 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
 
 /// `cargo xtask test` runs this: builds the image, then every QEMU test whose name contains one
 /// of `filters` (all when empty). Console logs go to target/appliance/vm/NAME.log.
-pub fn run(filters: &[String]) -> Result<()> {
-    let image = crate::image::build_image()?;
+pub fn run(args: &[String]) -> Result<()> {
+    let parsed = crate::cli::parse("vm-test", args)?;
+    if parsed.flags.iter().any(|(flag, _)| *flag == "--help") {
+        for (name, _) in tests() {
+            println!("{name}");
+        }
+        return Ok(());
+    }
+    let filters = &parsed.positional;
+    // TEST KEYS: every QEMU test logs in with tests/keys/test_ed25519.
+    let image = crate::image::build_test_image()?;
     let mut failed = Vec::new();
     for (name, test) in tests() {
         if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {

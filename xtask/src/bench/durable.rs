@@ -8,10 +8,7 @@ use super::loadgen::{self, LoadResult, LoadSpec};
 use super::mcwire::Op;
 use super::procs::{self, Pinned};
 use anyhow::{bail, Context, Result};
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Concurrent clients of the throughput cells (one request in flight each).
@@ -133,18 +130,23 @@ pub fn measure_sets(configs: &[Config], seconds: u64, warmup: Duration) -> Resul
     loadgen::run(&specs)
 }
 
-/// A ringstore started directly (not via `util::Server`) so it can be sent SIGTERM and its
-/// stderr (recovery times) read; killed and reaped on drop.
+/// A ringstore on loopback whose stderr (recovery times) is kept, so it can be sent SIGTERM
+/// and its start read; killed and reaped on drop.
 struct Direct {
-    child: Child,
-    stderr: Arc<Mutex<Vec<String>>>,
+    server: crate::util::Server,
     port: u16,
 }
 
-impl Drop for Direct {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::Deref for Direct {
+    type Target = crate::util::Server;
+    fn deref(&self) -> &crate::util::Server {
+        &self.server
+    }
+}
+
+impl std::ops::DerefMut for Direct {
+    fn deref_mut(&mut self) -> &mut crate::util::Server {
+        &mut self.server
     }
 }
 
@@ -173,72 +175,16 @@ pub struct Recovery {
 
 fn spawn_direct(binary: &Path, data: &Path) -> Result<(Direct, f64)> {
     let memory = format!("{MEMORY_MIB}MiB");
-    let started = Instant::now();
-    let mut child = Command::new(binary)
-        .args([
-            "serve",
-            "--memcache",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--cores",
-            "1",
-            "--memory",
-            &memory,
-            "--data",
-        ])
-        .arg(data)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {}", binary.display()))?;
-    let stdout = child.stdout.take().context("server stdout")?;
-    let stderr_pipe = child.stderr.take().context("server stderr")?;
-    let stderr = Arc::new(Mutex::new(Vec::new()));
-    let lines = stderr.clone();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr_pipe)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let mut kept = lines.lock().unwrap_or_else(|e| e.into_inner());
-            if kept.len() < STDERR_LINES {
-                kept.push(line);
-            }
-        }
-    });
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut reader = std::io::BufReader::new(stdout);
-        let mut line = String::new();
-        let _ = reader.read_line(&mut line);
-        let _ = tx.send(line);
-        let _ = std::io::copy(&mut reader, &mut std::io::sink());
-    });
-    let mut direct = Direct {
-        child,
-        stderr,
-        port: 0,
-    };
-    let line = rx
-        .recv_timeout(START_LIMIT)
-        .map_err(|_| anyhow::anyhow!("no ready line within {} s", START_LIMIT.as_secs()))?;
-    let ready_seconds = started.elapsed().as_secs_f64();
-    if !line.starts_with("ready ") {
-        bail!(
-            "server printed {:?} instead of a ready line; stderr: {:?}",
-            line.trim(),
-            direct.stderr.lock().map(|l| l.clone()).unwrap_or_default()
-        );
-    }
-    direct.port = line
-        .split_whitespace()
-        .find_map(|f| f.strip_prefix("memcache="))
-        .and_then(|a| a.rsplit_once(':'))
-        .and_then(|(_, p)| p.parse().ok())
-        .with_context(|| format!("no memcache port in {line:?}"))?;
-    Ok((direct, ready_seconds))
+    let data = data.to_string_lossy();
+    let server = crate::util::Server::start_keeping_stderr(
+        binary,
+        &["--cores", "1", "--memory", &memory, "--data", &data],
+        STDERR_LINES,
+        START_LIMIT,
+    )?;
+    let port = server.memcache_host_port()?.1;
+    let ready_seconds = server.ready_after.as_secs_f64();
+    Ok((Direct { server, port }, ready_seconds))
 }
 
 /// The first `in N ms` of a line.
@@ -278,7 +224,7 @@ fn restart_and_check(binary: &Path, data: &DataFile) -> Result<(Direct, Start)> 
     let (server, ready) = spawn_direct(binary, &data.path)?;
     // The RAM-load line comes before the ready line; give the stderr reader a moment.
     std::thread::sleep(Duration::from_millis(100));
-    let lines = server.stderr.lock().map(|l| l.clone()).unwrap_or_default();
+    let lines = server.stderr_lines();
     let start = parse_start(&lines, ready);
     let items = fill::stat_u64(server.port, "curr_items")?;
     if items != RECOVERY_OBJECTS as u64 {

@@ -20,6 +20,17 @@ pub(super) fn durable_part(
         doc.note("durable: skipped under --self-check (memcached has no data device)".into());
         return Ok(());
     };
+    let mut configs = start_configs(binary, out_dir, doc)?;
+    let mut section = set_section(o, &mut configs, doc)?;
+    drop(configs);
+    recovery_section(binary, out_dir, doc, &mut section)?;
+    doc.sections.push(section);
+    Ok(())
+}
+
+/// RAM only, `--data` on disk, and `--data` on tmpfs when /dev/shm is one; a configuration
+/// that does not start is a note.
+fn start_configs(binary: &Path, out_dir: &Path, doc: &mut Doc) -> Result<Vec<durable::Config>> {
     let disk_path = out_dir.join("durable-disk.data");
     let shm = Path::new("/dev/shm");
     let tmpfs_path = shm.join(format!("ringstore-bench-{}.data", std::process::id()));
@@ -27,12 +38,12 @@ pub(super) fn durable_part(
     let tmpfs_fs = durable::filesystem_name(&tmpfs_path);
     let disk_label = "--data on disk";
     let tmpfs_label = "--data on tmpfs";
-    match durable::start_durable(binary, disk_label, disk_path.clone()) {
+    match durable::start_durable(binary, disk_label, disk_path) {
         Ok(c) => configs.push(c),
         Err(e) => doc.note(format!("durable: {disk_label} did not start: {e:#}")),
     }
     if tmpfs_fs == "tmpfs" {
-        match durable::start_durable(binary, tmpfs_label, tmpfs_path.clone()) {
+        match durable::start_durable(binary, tmpfs_label, tmpfs_path) {
             Ok(c) => configs.push(c),
             Err(e) => doc.note(format!("durable: {tmpfs_label} did not start: {e:#}")),
         }
@@ -51,6 +62,11 @@ pub(super) fn durable_part(
             None => c.server.command.clone(),
         });
     }
+    Ok(configs)
+}
+
+/// Measures SET on every configuration in alternating slices; the section with its table.
+fn set_section(o: &Options, configs: &mut [durable::Config], doc: &mut Doc) -> Result<String> {
     let seconds = o.seconds.min(durable::LOAD_MAX.as_secs());
     eprintln!(
         "bench: durable: SET {} B, depth 1, {} connections: {} in alternating slices",
@@ -62,7 +78,7 @@ pub(super) fn durable_part(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let results = durable::measure_sets(&configs, seconds, WARMUP)?;
+    let results = durable::measure_sets(configs, seconds, WARMUP)?;
     for c in configs.iter_mut() {
         if let Err(e) = c.server.check_alive() {
             doc.note(format!("durable: {} exited during the run: {e:#}", c.label));
@@ -106,8 +122,17 @@ pub(super) fn durable_part(
             doc.targets.push(format!("durable SET, {label}: {ratio:.2}× RAM-only throughput under {} clients (aim ≥ 0.5×) {}", durable::CONNS, mark(ratio >= 0.5)));
         }
     }
-    drop(configs);
+    Ok(section)
+}
 
+/// Recovery of [`durable::RECOVERY_OBJECTS`] after kill -9 and after SIGTERM, appended to
+/// `section` (a failure is a note).
+fn recovery_section(
+    binary: &Path,
+    out_dir: &Path,
+    doc: &mut Doc,
+    section: &mut String,
+) -> Result<()> {
     eprintln!(
         "bench: durable: recovery of {} objects",
         durable::RECOVERY_OBJECTS
@@ -147,6 +172,5 @@ pub(super) fn durable_part(
         }
         Err(e) => doc.note(format!("durable: recovery measurement failed: {e:#}")),
     }
-    doc.sections.push(section);
     Ok(())
 }

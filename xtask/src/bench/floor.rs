@@ -185,7 +185,7 @@ impl Floor {
         let entry = opcode::Recv::new(
             types::Fd(c.fd.as_raw_fd()),
             c.rx.as_mut_ptr(),
-            RX_LEN as u32,
+            super::loadgen::sqe_len(RX_LEN),
         )
         .build()
         .user_data((slot as u64) << 1);
@@ -234,7 +234,7 @@ impl Floor {
         let entry = opcode::Send::new(
             types::Fd(c.fd.as_raw_fd()),
             rest.as_ptr(),
-            rest.len() as u32,
+            super::loadgen::sqe_len(rest.len()),
         )
         .build()
         .user_data(((slot as u64) << 1) | 1);

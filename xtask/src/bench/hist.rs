@@ -6,7 +6,16 @@ const SUB_BITS: u32 = 5;
 const SUB: u64 = 1 << SUB_BITS;
 /// Values up to 2^40 ns (about 18 minutes) are kept exactly to bucket precision; larger clamp.
 const EXP_MAX: u32 = 40;
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "a const of (40 - SUB_BITS + 2) * 2^SUB_BITS, a few thousand"
+)]
 const BUCKETS: usize = ((EXP_MAX - SUB_BITS + 2) as usize) * SUB as usize;
+
+/// A duration in nanoseconds, saturating at u64::MAX (584 years).
+pub fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// Counts of nanosecond latencies.
 #[derive(Clone)]
@@ -24,6 +33,10 @@ impl Default for Histogram {
     }
 }
 
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the value is clamped below 2^EXP_MAX, so the index is below BUCKETS"
+)]
 fn index_of(value: u64) -> usize {
     let value = value.min((1u64 << EXP_MAX) - 1);
     if value < SUB {
@@ -72,6 +85,10 @@ impl Histogram {
     }
 
     /// The value at quantile `q` (0.0..=1.0) in nanoseconds; 0 when empty.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a float-to-int cast saturates; the rank is clamped to 1..=total"
+    )]
     pub fn quantile(&self, q: f64) -> u64 {
         if self.total == 0 {
             return 0;

@@ -430,21 +430,8 @@ fn measure(server: &mut Grind) -> Result<Vec<Counted>> {
 
 fn ringstore_spec(binary: &Path, port: u16) -> Spec {
     let mut program = vec![binary.to_string_lossy().into_owned()];
-    program.extend(
-        [
-            "serve",
-            "--memcache",
-            &format!("127.0.0.1:{port}"),
-            "--http=off",
-            "--cores",
-            "1",
-            "--memory",
-            "64MiB",
-            "--eventfd-wait",
-            "on",
-        ]
-        .map(String::from),
-    );
+    program.extend(util::serve_on_loopback(port, false));
+    program.extend(["--cores", "1", "--memory", "64MiB", "--eventfd-wait", "on"].map(String::from));
     Spec {
         name: "ringstore",
         program,

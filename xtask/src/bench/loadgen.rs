@@ -247,7 +247,12 @@ impl Generator {
                 next_key: index * spec.keyspace / spec.conns,
             });
         }
-        let entries = (spec.conns as u32 * 2 + 8).next_power_of_two().max(64);
+        let entries = u32::try_from(spec.conns)
+            .context("connection count")?
+            .saturating_mul(2)
+            .saturating_add(8)
+            .next_power_of_two()
+            .max(64);
         Ok(Generator {
             spec: spec.clone(),
             ring: build_ring(entries)?,
@@ -392,7 +397,7 @@ impl Generator {
         let entry = opcode::Send::new(
             types::Fd(conn.stream.as_raw_fd()),
             rest.as_ptr(),
-            rest.len() as u32,
+            sqe_len(rest.len()),
         )
         .flags(libc::MSG_NOSIGNAL)
         .build()
@@ -413,7 +418,7 @@ impl Generator {
         let entry = opcode::Recv::new(
             types::Fd(conn.stream.as_raw_fd()),
             spare.as_mut_ptr(),
-            spare.len() as u32,
+            sqe_len(spare.len()),
         )
         .build()
         .user_data((index as u64) << 1 | RECV);
@@ -451,7 +456,7 @@ impl Generator {
             bail!("recv: {}", std::io::Error::from_raw_os_error(-result));
         }
         conn.rx_end += result as usize;
-        let latency = (now - conn.sent_at).as_nanos() as u64;
+        let latency = super::hist::nanos(now - conn.sent_at);
         while let Some((reply, used)) = split_reply(&conn.rx[conn.rx_start..conn.rx_end]) {
             conn.rx_start += used;
             conn.replies += 1;
@@ -505,4 +510,10 @@ impl Generator {
             std::mem::forget(std::mem::take(&mut self.conns));
         }
     }
+}
+
+/// A buffer length for an SQE (a u32): a longer buffer is used only up to u32::MAX bytes,
+/// which an operation may always transfer less than.
+pub(super) fn sqe_len(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
 }

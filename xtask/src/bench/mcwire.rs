@@ -33,11 +33,13 @@ pub enum Reply {
 
 /// The key for index `index` of the keyspace of values of `value_len` bytes. Fixed width,
 /// so every request of a cell has the same size on both servers.
+#[expect(clippy::expect_used, reason = "io::Write for Vec<u8> never fails")]
 pub fn write_key(out: &mut Vec<u8>, value_len: usize, index: usize) {
     write!(out, "b{value_len}:{index:08}").expect("writing to a Vec");
 }
 
 /// Appends one request for `index` to `out`; `value` is the value for sets.
+#[expect(clippy::expect_used, reason = "io::Write for Vec<u8> never fails")]
 pub fn write_request(out: &mut Vec<u8>, op: Op, value: &[u8], index: usize) {
     match op {
         Op::Get => {

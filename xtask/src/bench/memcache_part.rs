@@ -47,7 +47,10 @@ struct CellResults {
 /// Runs one cell against memcached, the subject and the floor server (when they are up) in
 /// alternating slices. The subject failing costs only its own column: memcached is then
 /// measured alone.
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one cell: its spec, the three servers and the shared load settings"
+)]
 fn memcache_cell(
     o: &Options,
     base_name: &str,
@@ -125,6 +128,127 @@ fn preload_all(o: &Options, server: &Pinned) -> Result<()> {
     Ok(())
 }
 
+/// The two tables a memcache cell adds rows to.
+struct Tables<'a> {
+    table: &'a mut Table,
+    cpu: &'a mut String,
+}
+
+/// The subject against the floor server: throughput and CPU per request, and at depth 1 the
+/// CPU goal.
+fn floor_rows(
+    floor_table: &mut Table,
+    doc: &mut Doc,
+    cell: &str,
+    depth: usize,
+    f: Option<&loadgen::LoadResult>,
+    s: Option<&loadgen::LoadResult>,
+) {
+    let (Some(f), Some(s)) = (f, s) else {
+        return;
+    };
+    floor_table.row(
+        &format!("{cell}: throughput (req/s)"),
+        f.throughput(),
+        Some(s.throughput()),
+        Better::Higher,
+        0,
+    );
+    floor_table.row(
+        &format!("{cell}: server CPU s / M req"),
+        f.server_cpu_per_million(),
+        Some(s.server_cpu_per_million()),
+        Better::Lower,
+        2,
+    );
+    if depth == 1 {
+        let cost = s.server_cpu_per_million() / f.server_cpu_per_million();
+        doc.targets.push(format!(
+            "{cell}: server CPU per request {cost:.2}× the floor's (goal ≤ 1.15×) {}",
+            mark(cost <= 1.15)
+        ));
+    }
+}
+
+/// One cell against the baseline: misses and errors as notes, the rows, CPU use, and the
+/// targets (not against another ringstore binary).
+fn record_cell(
+    o: &Options,
+    tables: &mut Tables<'_>,
+    doc: &mut Doc,
+    (cell, depth): (&str, usize),
+    (base_name, name): (&str, &str),
+    b: &loadgen::LoadResult,
+    s: Option<&loadgen::LoadResult>,
+) {
+    for (who, r) in [(base_name, Some(b)), (name, s)] {
+        if let Some(r) = r.filter(|r| r.misses + r.errors > 0) {
+            doc.note(format!(
+                "{cell}: {who} answered {} misses and {} errors",
+                r.misses, r.errors
+            ));
+        }
+    }
+    let rows: [(&str, f64, Option<f64>, Better, usize); 4] = [
+        (
+            "throughput (req/s)",
+            b.throughput(),
+            s.map(|r| r.throughput()),
+            Better::Higher,
+            0,
+        ),
+        (
+            "p50 latency (µs)",
+            b.p50_us(),
+            s.map(|r| r.p50_us()),
+            Better::Lower,
+            1,
+        ),
+        (
+            "p99 latency (µs)",
+            b.p99_us(),
+            s.map(|r| r.p99_us()),
+            Better::Lower,
+            1,
+        ),
+        (
+            "server CPU s / M req",
+            b.server_cpu_per_million(),
+            s.map(|r| r.server_cpu_per_million()),
+            Better::Lower,
+            2,
+        ),
+    ];
+    for (what, base, subject, better, digits) in rows {
+        tables
+            .table
+            .row(&format!("{cell}: {what}"), base, subject, better, digits);
+    }
+    for (who, r) in [(base_name, Some(b)), (name, s)] {
+        if let Some(r) = r {
+            cpu_row(
+                tables.cpu,
+                cell,
+                who,
+                r.server_cpu_percent(),
+                r.server_core,
+                r.client_cpu_percent(),
+                r.client_core,
+            );
+        }
+    }
+    if let Some(s) = s.filter(|_| o.compare.is_none()) {
+        let goal = if depth == 1 { 1.5 } else { 2.0 };
+        let tput = s.throughput() / b.throughput();
+        let p99 = s.p99_us() / b.p99_us();
+        doc.targets.push(format!(
+            "{cell}: throughput {tput:.2}× (target ≥ {goal}×) {}; p99 {p99:.2}× (target ≤ 1.0×) {}",
+            mark(tput >= goal),
+            mark(p99 <= 1.0)
+        ));
+    }
+}
+
 pub(super) fn memcache_part(
     o: &Options,
     subject: &Subject,
@@ -186,88 +310,14 @@ pub(super) fn memcache_part(
                     o, base_name, &mut base, &mut subj, op, value_len, depth, doc,
                 )
                 .with_context(|| format!("{cell} against {base_name}"))?;
-                if let (Some(f), Some(s)) = (f.as_ref(), s.as_ref()) {
-                    floor_table.row(
-                        &format!("{cell}: throughput (req/s)"),
-                        f.throughput(),
-                        Some(s.throughput()),
-                        Better::Higher,
-                        0,
-                    );
-                    floor_table.row(
-                        &format!("{cell}: server CPU s / M req"),
-                        f.server_cpu_per_million(),
-                        Some(s.server_cpu_per_million()),
-                        Better::Lower,
-                        2,
-                    );
-                    if depth == 1 {
-                        let cost = s.server_cpu_per_million() / f.server_cpu_per_million();
-                        doc.targets.push(format!(
-                            "{cell}: server CPU per request {cost:.2}× the floor's (goal ≤ 1.15×) {}",
-                            mark(cost <= 1.15)
-                        ));
-                    }
-                }
-                for (who, r) in [(base_name, Some(&b)), (name, s.as_ref())] {
-                    if let Some(r) = r.filter(|r| r.misses + r.errors > 0) {
-                        doc.note(format!(
-                            "{cell}: {who} answered {} misses and {} errors",
-                            r.misses, r.errors
-                        ));
-                    }
-                }
-                table.row(
-                    &format!("{cell}: throughput (req/s)"),
-                    b.throughput(),
-                    s.as_ref().map(|r| r.throughput()),
-                    Better::Higher,
-                    0,
-                );
-                table.row(
-                    &format!("{cell}: p50 latency (µs)"),
-                    b.p50_us(),
-                    s.as_ref().map(|r| r.p50_us()),
-                    Better::Lower,
-                    1,
-                );
-                table.row(
-                    &format!("{cell}: p99 latency (µs)"),
-                    b.p99_us(),
-                    s.as_ref().map(|r| r.p99_us()),
-                    Better::Lower,
-                    1,
-                );
-                table.row(
-                    &format!("{cell}: server CPU s / M req"),
-                    b.server_cpu_per_million(),
-                    s.as_ref().map(|r| r.server_cpu_per_million()),
-                    Better::Lower,
-                    2,
-                );
-                for (who, r) in [(base_name, Some(&b)), (name, s.as_ref())] {
-                    if let Some(r) = r {
-                        cpu_row(
-                            &mut cpu,
-                            &cell,
-                            who,
-                            r.server_cpu_percent(),
-                            r.server_core,
-                            r.client_cpu_percent(),
-                            r.client_core,
-                        );
-                    }
-                }
-                if let Some(s) = s.as_ref().filter(|_| o.compare.is_none()) {
-                    let goal = if depth == 1 { 1.5 } else { 2.0 };
-                    let tput = s.throughput() / b.throughput();
-                    let p99 = s.p99_us() / b.p99_us();
-                    doc.targets.push(format!(
-                        "{cell}: throughput {tput:.2}× (target ≥ {goal}×) {}; p99 {p99:.2}× (target ≤ 1.0×) {}",
-                        mark(tput >= goal),
-                        mark(p99 <= 1.0)
-                    ));
-                }
+                floor_rows(&mut floor_table, doc, &cell, depth, f.as_ref(), s.as_ref());
+                let names = (base_name, name);
+                let cell_id = (cell.as_str(), depth);
+                let mut tables = Tables {
+                    table: &mut table,
+                    cpu: &mut cpu,
+                };
+                record_cell(o, &mut tables, doc, cell_id, names, &b, s.as_ref());
                 if op == Op::Get && depth == 1 && value_len == 100 {
                     first_cell = Some((b.clone(), s.clone()));
                 }

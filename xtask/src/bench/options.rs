@@ -50,6 +50,21 @@ pub(super) struct Options {
     pub(super) compare: Option<PathBuf>,
 }
 
+fn parse_part(name: &str) -> Result<Part> {
+    Ok(match name {
+        "memcache" => Part::Memcache,
+        "http" => Part::Http,
+        "memory" => Part::Memory,
+        "durable" => Part::Durable,
+        "udp" => Part::Udp,
+        "icount" => Part::Icount,
+        "cores" => Part::Cores,
+        other => bail!(
+            "--only {other:?}: expected memcache, http, memory, durable, udp, icount or cores"
+        ),
+    })
+}
+
 pub(super) fn parse(args: &[String]) -> Result<Options> {
     let mut o = Options {
         seconds: 5,
@@ -60,40 +75,24 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
         cells: Vec::new(),
         compare: None,
     };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let mut value = || {
-            it.next()
-                .with_context(|| format!("{arg} needs a value\n\n{USAGE}"))
-        };
-        match arg.as_str() {
-            "--seconds" => o.seconds = value()?.parse().context("--seconds")?,
-            "--conns" => o.conns = value()?.parse().context("--conns")?,
-            "--binary" => o.binary = Some(PathBuf::from(value()?)),
-            "--compare-binary" => o.compare = Some(PathBuf::from(value()?)),
-            "--only" => {
-                o.only = Some(match value()?.as_str() {
-                    "memcache" => Part::Memcache,
-                    "http" => Part::Http,
-                    "memory" => Part::Memory,
-                    "durable" => Part::Durable,
-                    "udp" => Part::Udp,
-                    "icount" => Part::Icount,
-                    "cores" => Part::Cores,
-                    other => bail!(
-                        "--only {other:?}: expected memcache, http, memory, durable, udp, icount or cores"
-                    ),
-                })
-            }
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        print!("{USAGE}");
+        std::process::exit(0);
+    }
+    let parsed = crate::cli::parse("bench", args).map_err(|e| anyhow::anyhow!("{e}\n\n{USAGE}"))?;
+    for (flag, value) in parsed.flags {
+        let value = value.unwrap_or_default();
+        match flag {
+            "--seconds" => o.seconds = value.parse().context("--seconds")?,
+            "--conns" => o.conns = value.parse().context("--conns")?,
+            "--binary" => o.binary = Some(PathBuf::from(value)),
+            "--compare-binary" => o.compare = Some(PathBuf::from(value)),
+            "--only" => o.only = Some(parse_part(&value)?),
             "--self-check" => o.self_check = true,
             "--cells" => {
-                o.cells = value()?.split(',').map(parse_cell).collect::<Result<_>>()?;
+                o.cells = value.split(',').map(parse_cell).collect::<Result<_>>()?;
             }
-            "-h" | "--help" => {
-                print!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => bail!("unknown argument {other:?}\n\n{USAGE}"),
+            other => return Err(crate::cli::unhandled("bench", other)),
         }
     }
     if !(1..=60).contains(&o.seconds) || !(1..=1000).contains(&o.conns) {

@@ -221,7 +221,7 @@ fn client(ns: &str, to: SocketAddr, warmup: Duration, measure: Duration) -> Resu
                     last_reply = now;
                     if now >= measure_from {
                         load.done += 1;
-                        load.hist.record(now.duration_since(at).as_nanos() as u64);
+                        load.hist.record(super::hist::nanos(now.duration_since(at)));
                     }
                     send(&sock, &mut sent)?;
                 }

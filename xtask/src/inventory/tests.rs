@@ -248,7 +248,11 @@ fn values_cannot_split_a_kernel_argument_or_expand_in_ipxe() {
 
 #[test]
 fn size_and_host_count_limits_hold() {
-    let big = format!("{}# {}\n", one(""), "x".repeat(INVENTORY_MAX as usize));
+    let big = format!(
+        "{}# {}\n",
+        one(""),
+        "x".repeat(usize::try_from(INVENTORY_MAX).unwrap())
+    );
     assert!(matches!(err(&big), InventoryError::TooLarge));
     let mut many = String::new();
     for i in 0..=HOSTS_MAX {

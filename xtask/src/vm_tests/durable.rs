@@ -97,7 +97,8 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// so a value from another key or an older generation never compares equal.
 fn value_of(key: &str, generation: u32) -> (u32, Vec<u8>) {
     let h = fnv1a(format!("{key}#{generation}").as_bytes());
-    let len = 1 + (h % VALUE_MAX as u64) as usize;
+    // Below VALUE_MAX, so it fits.
+    let len = 1 + usize::try_from(h % VALUE_MAX as u64).unwrap_or(0);
     let pattern = format!("{key}/{generation};");
     let value = pattern.bytes().cycle().take(len).collect();
     ((h >> 32) as u32 & 0xffff, value)

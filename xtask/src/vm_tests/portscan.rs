@@ -117,7 +117,7 @@ pub fn scan_tcp(
                     limits.total.as_secs()
                 );
             }
-            let port = port as u16;
+            let port = u16::try_from(port).context("port past 65535")?;
             match probe(endpoint(target, scope, port), limits.connect)? {
                 Outcome::Open => pass.open.push(port),
                 Outcome::Closed => {}

@@ -66,8 +66,11 @@ pub fn pxe_args(
             let dir = tftp.display().to_string().replace(',', ",,");
             arg.push_str(&format!(",tftp={dir},bootfile={}", crate::pxe::BOOT_SCRIPT));
             netdev = true;
-        } else if !nic && arg.contains("netdev=n0,") && arg.contains("mac=") {
-            let at = arg.find("mac=").expect("checked") + 4;
+        } else if let Some(at) = arg
+            .find("mac=")
+            .filter(|_| !nic && arg.contains("netdev=n0,"))
+        {
+            let at = at + 4;
             arg.replace_range(at..(at + 17).min(arg.len()), mac);
             if matches!(firmware, Firmware::Uefi { .. }) {
                 arg.push_str(",bootindex=1");
@@ -164,7 +167,7 @@ fn check_host(vm: &mut Vm, host: &Host, cpus: usize) -> Result<()> {
 
 /// Two listed MACs boot their own configuration; an unlisted one gets no kernel.
 pub fn pxe_boots_each_host_from_its_mac(image: &Image) -> Result<PxeReport> {
-    let inventory = crate::util::root().join("qemu/pxe/inventory.toml");
+    let inventory = crate::util::root().join(crate::pxe::MINIMAL_INVENTORY);
     let inv = Inventory::load(&inventory)?;
     let tftp = crate::image::appliance_dir()
         .join("vm")

@@ -1,0 +1,372 @@
+//! The one table of xtask's commands and their flags: `cargo xtask help` prints it, every
+//! command's parser reads its arguments through [`parse`], and a test holds README.md to it.
+
+use anyhow::{bail, Result};
+
+/// One flag: `--name VALUE` (or a switch without `value`) and what it does.
+pub struct Flag {
+    pub name: &'static str,
+    pub value: Option<&'static str>,
+    pub help: &'static str,
+}
+
+/// One `cargo xtask` command.
+pub struct Command {
+    pub name: &'static str,
+    /// Positional arguments after the flags (`NAME...`, `OUT`), if the command takes any.
+    pub positional: Option<&'static str>,
+    pub summary: &'static str,
+    pub flags: &'static [Flag],
+}
+
+const fn flag(name: &'static str, value: &'static str, help: &'static str) -> Flag {
+    Flag {
+        name,
+        value: Some(value),
+        help,
+    }
+}
+
+const fn switch(name: &'static str, help: &'static str) -> Flag {
+    Flag {
+        name,
+        value: None,
+        help,
+    }
+}
+
+const AUTHORIZED_KEYS: Flag = flag(
+    "--authorized-keys",
+    "FILE",
+    "the console's SSH keys (OpenSSH authorized_keys) in the initramfs",
+);
+const CONSOLE_PASSWORD_HASH: Flag = flag(
+    "--console-password-hash",
+    "FILE",
+    "the console password's argon2id PHC string (e.g. from `argon2 SALT -id -e`)",
+);
+const SIGNING_KEY: Flag = flag(
+    "--signing-key",
+    "FILE",
+    "the update signing key (64 hex digits, `cargo xtask keygen`); its public half goes in",
+);
+const TEST_KEYS: Flag = switch(
+    "--test-keys",
+    "TEST ONLY: authorize tests/keys/test_ed25519.pub and sign with image/test-signing-key.hex",
+);
+const INVENTORY: Flag = flag("--inventory", "FILE", "the fleet inventory (TOML)");
+
+/// Every command, in the order `help` lists them.
+pub const COMMANDS: &[Command] = &[
+    Command {
+        name: "test",
+        positional: None,
+        summary: "every test: lint, unit, property, fuzz smoke, memccapable, end-to-end, artifact scan, QEMU",
+        flags: &[
+            switch("--quick", "lint and unit tests only"),
+            switch("--skip-vm", "everything but the QEMU tests"),
+        ],
+    },
+    Command {
+        name: "bench",
+        positional: None,
+        summary: "ringstore vs memcached (and nginx for HTTP), side by side; writes target/bench/",
+        flags: &[
+            flag("--seconds", "N", "measured seconds per cell, after 1 s of warm-up (default 5)"),
+            flag("--only", "PART", "memcache, http, memory, durable, udp, icount or cores"),
+            flag("--binary", "PATH", "the ringstore binary (default: cargo build --release)"),
+            flag("--conns", "N", "connections per load generator (default 50)"),
+            switch("--self-check", "memcached (and nginx) against themselves"),
+            flag("--cells", "LIST", "only these memcache cells (OP-VALUEBYTES-DEPTH,...)"),
+            flag("--compare-binary", "PATH", "this ringstore binary is the memcache baseline"),
+        ],
+    },
+    Command {
+        name: "image",
+        positional: None,
+        summary: "build target/appliance/{bzImage,initramfs.img,ringstore.efi,disk.img}",
+        flags: &[
+            AUTHORIZED_KEYS,
+            flag(
+                "--config-authorized-keys",
+                "FILE",
+                "more console keys, in disk.img's config partition",
+            ),
+            CONSOLE_PASSWORD_HASH,
+            SIGNING_KEY,
+            TEST_KEYS,
+            flag("--size", "SIZE", "disk.img's size (256M, 2G)"),
+            flag("--seed", "TEXT", "every GUID and FAT volume id derives from it"),
+            flag("--append", "ARGS", "appended to ringstore.efi's kernel command line"),
+            flag("--out", "DIR", "write everything here instead of target/appliance"),
+        ],
+    },
+    Command {
+        name: "run",
+        positional: None,
+        summary: "build everything and boot the appliance in QEMU; prints how to log in",
+        flags: &[
+            flag("--profile", "NAME", "qemu/profiles/NAME.toml (default numa2)"),
+            flag("--append", "ARGS", "more kernel arguments"),
+            flag("--disk", "FILE", "a data disk file (repeatable)"),
+            flag(
+                "--authorized-keys",
+                "FILE",
+                "log in with your own key instead of the test key",
+            ),
+        ],
+    },
+    Command {
+        name: "pxe",
+        positional: None,
+        summary: "build the image, write the PXE bundle (target/appliance/pxe) and its scaleout/ files",
+        flags: &[
+            INVENTORY,
+            flag("--out", "DIR", "the bundle's folder (default target/appliance/pxe)"),
+            AUTHORIZED_KEYS,
+            CONSOLE_PASSWORD_HASH,
+            SIGNING_KEY,
+            TEST_KEYS,
+        ],
+    },
+    Command {
+        name: "scaleout",
+        positional: None,
+        summary: "write only the twemproxy pool and the client server list",
+        flags: &[
+            INVENTORY,
+            flag("--out", "DIR", "default target/appliance/scaleout"),
+        ],
+    },
+    Command {
+        name: "keygen",
+        positional: Some("OUT"),
+        summary: "write a new update signing key to OUT (mode 0600), print its public half",
+        flags: &[],
+    },
+    Command {
+        name: "vm-test",
+        positional: Some("NAME..."),
+        summary: "the QEMU tests whose names contain NAME (all without one)",
+        flags: &[switch("--help", "list the QEMU tests by name")],
+    },
+];
+
+/// The command named `name` (a programming error if it is not in the table).
+pub fn command(name: &str) -> &'static Command {
+    COMMANDS
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no command {name:?} in cli::COMMANDS"))
+}
+
+impl Command {
+    /// `[--flag VALUE] ...` as one line.
+    pub fn synopsis(&self) -> String {
+        let mut s = String::new();
+        for f in self.flags {
+            match f.value {
+                Some(v) => s.push_str(&format!(" [{} {v}]", f.name)),
+                None => s.push_str(&format!(" [{}]", f.name)),
+            }
+        }
+        if let Some(p) = self.positional {
+            s.push_str(&format!(" {p}"));
+        }
+        s
+    }
+
+    /// The command's own help: synopsis, summary and one line per flag.
+    pub fn help(&self) -> String {
+        let mut s = format!(
+            "cargo xtask {}{}\n    {}\n",
+            self.name,
+            self.synopsis(),
+            self.summary
+        );
+        for f in self.flags {
+            let left = match f.value {
+                Some(v) => format!("{} {v}", f.name),
+                None => f.name.to_string(),
+            };
+            s.push_str(&format!("      {left:<30} {}\n", f.help));
+        }
+        s
+    }
+}
+
+/// `cargo xtask help`.
+pub fn usage() -> String {
+    let mut s = String::from("usage: cargo xtask <command> [flags]\n\n");
+    for c in COMMANDS {
+        s.push_str(&c.help());
+    }
+    s
+}
+
+/// Flags given to a command, in order: the table's name and the value (switches have none).
+pub struct Parsed {
+    pub flags: Vec<(&'static str, Option<String>)>,
+    pub positional: Vec<String>,
+}
+
+/// Splits `args` by `command`'s flag table; an unknown flag or a missing value is an error that
+/// lists the command's flags.
+pub fn parse(command: &str, args: &[String]) -> Result<Parsed> {
+    let cmd = self::command(command);
+    let mut out = Parsed {
+        flags: Vec::new(),
+        positional: Vec::new(),
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        if let Some(f) = cmd.flags.iter().find(|f| f.name == arg) {
+            let value = match f.value {
+                Some(what) => Some(
+                    it.next()
+                        .cloned()
+                        .ok_or_else(|| anyhow::anyhow!("{arg} needs {what}\n\n{}", cmd.help()))?,
+                ),
+                None => None,
+            };
+            out.flags.push((f.name, value));
+        } else if arg.starts_with('-') || cmd.positional.is_none() {
+            bail!("unknown {command} argument {arg:?}\n\n{}", cmd.help());
+        } else {
+            out.positional.push(arg.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// The error for a flag in the table that its command's parser does not handle.
+pub fn unhandled(command: &str, flag: &str) -> anyhow::Error {
+    anyhow::anyhow!("{command}: flag {flag} is in cli::COMMANDS but not handled")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// Every `--flag` README.md names on a line about `cargo xtask CMD`, by command.
+    fn readme_flags() -> BTreeSet<(String, String)> {
+        let text = std::fs::read_to_string(crate::util::root().join("README.md")).unwrap();
+        let mut found = BTreeSet::new();
+        for line in text.lines() {
+            let Some(at) = line.find("cargo xtask ") else {
+                continue;
+            };
+            let rest = &line[at + "cargo xtask ".len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            for word in rest.split(|c: char| c.is_whitespace() || "[]`()|,".contains(c)) {
+                if word.starts_with("--") && word.len() > 2 {
+                    found.insert((name.clone(), word.trim_end_matches('.').to_string()));
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn every_flag_readme_names_exists_and_every_flag_is_in_readme() {
+        let documented = readme_flags();
+        let table: BTreeSet<(String, String)> = COMMANDS
+            .iter()
+            .flat_map(|c| {
+                c.flags
+                    .iter()
+                    .map(|f| (c.name.to_string(), f.name.to_string()))
+            })
+            .collect();
+        let unknown: Vec<_> = documented.difference(&table).collect();
+        assert!(
+            unknown.is_empty(),
+            "README.md names flags xtask lacks: {unknown:?}"
+        );
+        let undocumented: Vec<_> = table.difference(&documented).collect();
+        assert!(
+            undocumented.is_empty(),
+            "flags README.md does not document (on a `cargo xtask CMD` line): {undocumented:?}"
+        );
+        for c in COMMANDS {
+            assert!(
+                documented.iter().any(|(n, _)| n == c.name) || c.flags.is_empty(),
+                "{}",
+                c.name
+            );
+        }
+    }
+
+    /// A value each flag's parser accepts.
+    fn sample(value: &str) -> &'static str {
+        match value {
+            "SIZE" => "1G",
+            "N" => "5",
+            "PART" => "memcache",
+            "LIST" => "get-100-1",
+            _ => "x",
+        }
+    }
+
+    #[test]
+    fn every_flag_in_the_table_is_handled_by_its_parser() {
+        for c in COMMANDS {
+            for f in c.flags {
+                let mut args = vec![f.name.to_string()];
+                args.extend(f.value.map(|v| sample(v).to_string()));
+                let outcome = match c.name {
+                    "image" => crate::image::BootOptions::parse(&args).map(|_| ()),
+                    "pxe" | "scaleout" => {
+                        args.extend(["--inventory".to_string(), "i.toml".to_string()]);
+                        let mut secrets = crate::image::BootOptions::new();
+                        crate::pxe::inventory_args(&args, c.name, "x", &mut secrets).map(|_| ())
+                    }
+                    "run" => crate::run::RunOptions::parse(&args).map(|_| ()),
+                    "bench" => crate::bench::parse_options(&args).map(|_| ()),
+                    "test" => crate::test::parse_options(&args).map(|_| ()),
+                    // Only `--help`, which lists the tests and builds nothing.
+                    "vm-test" => crate::vm_tests::run(&args),
+                    other => panic!("no parser check for {other}"),
+                };
+                if let Err(err) = outcome {
+                    assert!(
+                        !err.to_string().contains("not handled"),
+                        "{} {}: {err}",
+                        c.name,
+                        f.name
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn help_lists_every_flag() {
+        let help = usage();
+        for c in COMMANDS {
+            for f in c.flags {
+                assert!(help.contains(f.name), "{} {}", c.name, f.name);
+            }
+            assert!(help.contains(&format!("cargo xtask {}", c.name)));
+        }
+    }
+
+    #[test]
+    fn parse_takes_table_flags_and_refuses_others() {
+        let args = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let p = parse("image", &args(&["--test-keys", "--out", "d"])).unwrap();
+        assert_eq!(
+            p.flags,
+            [("--test-keys", None), ("--out", Some("d".to_string()))]
+        );
+        assert!(parse("image", &args(&["--out"])).is_err());
+        assert!(parse("image", &args(&["--nope"])).is_err());
+        assert!(parse("image", &args(&["stray"])).is_err());
+        let p = parse("keygen", &args(&["k.hex"])).unwrap();
+        assert_eq!(p.positional, ["k.hex"]);
+    }
+}
