@@ -8,6 +8,7 @@
 //! operator's own choice: PID 1 then leaves isolation to it. `tuning` says which state the box
 //! is in ([`TuningState`]).
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use ringstore_disk::slots;
@@ -265,6 +266,10 @@ fn make_partition(root: &Path, cpus: &[usize]) -> Result<(), String> {
         return Err("the kernel has no cpuset controller (CONFIG_CPUSETS)".into());
     }
     write(&root.join("cgroup.subtree_control"), "+cpuset")?;
+    // The cgroup2 root directory is 0555: without CAP_DAC_OVERRIDE (PID 1's boot set has
+    // none) its owner may mkdir in it only after making it 0755.
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("chmod 0755 {}: {e}", root.display()))?;
     let dir = root.join(PARTITION);
     if let Err(err) = std::fs::create_dir(&dir) {
         if err.kind() != std::io::ErrorKind::AlreadyExists {
