@@ -5,6 +5,7 @@ use std::os::fd::OwnedFd;
 use ringstore_service::Flow;
 
 use crate::linger::Linger;
+use crate::op::GEN_MASK;
 
 /// Bytes of output capacity kept after a flush; larger buffers are shrunk back so idle
 /// connections hold little memory.
@@ -166,9 +167,6 @@ impl<S> Slab<S> {
         Some(conn)
     }
 }
-
-/// Generation bits carried in completion user data.
-pub(crate) const GEN_MASK: u32 = 0x00FF_FFFF;
 
 #[cfg(test)]
 mod tests {

@@ -40,7 +40,6 @@ mod server;
 mod signals;
 pub(crate) use ringstore_sys as sys;
 pub mod topology;
-mod udp;
 // Pushes SQEs whose buffer pointers must outlive their completions, and takes ownership of
 // the descriptors accept completions return.
 #[allow(unsafe_code)]

@@ -5,7 +5,9 @@
 //! and the low 24 bits of the slot's generation in between; data-device ops carry their op
 //! id (which never repeats) in the 56 bits above the tag.
 
-use crate::conn::GEN_MASK;
+/// The bits of a connection slot's generation that `user_data` carries (24, between the tag
+/// and the slot); a slab compares generations under this mask.
+pub(crate) const GEN_MASK: u32 = 0x00FF_FFFF;
 
 /// One io_uring operation of a worker, as its completion names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -156,8 +156,7 @@ impl Server {
             _ => None,
         };
         let xdp = prepared.map(|p| {
-            let attached =
-                crate::datapath::xdp::distribute(p, &cpus, &config.udp_allow, &shared, clock);
+            let attached = crate::datapath::xdp::distribute(p, &cpus, &config.udp_allow, clock);
             let _ = shared
                 .xdp_mode
                 .set(crate::datapath::xdp::modes_line(&attached.attachments));

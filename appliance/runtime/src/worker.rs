@@ -256,7 +256,8 @@ impl<H: Handler> Worker<H> {
             self.now = self.setup.clock.now();
             self.reap();
             // AF_XDP: one bounded burst per socket; work left over means no blocking wait.
-            if self.setup.xdp.as_mut().is_some_and(|x| x.poll()) {
+            let setup = &mut self.setup;
+            if setup.xdp.as_mut().is_some_and(|x| x.poll(&*setup.handler)) {
                 self.pending
                     .push(opcode::Nop::new().build().user_data(Op::Wake.encode()));
             }

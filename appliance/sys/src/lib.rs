@@ -32,7 +32,7 @@ pub use mounts::{mount, MountFlags};
 pub use net::{
     accept, bind_socket, bind_udp_to_device, eventfd, eventfd_signal, interface_addresses,
     local_addr, peer_ip, poll_readable, recv_discard, recv_from, send_nosignal, send_to,
-    set_nodelay, shutdown,
+    set_nodelay, shutdown, zeroed_msghdr,
 };
 pub use netdev::{add_default_route, set_ipv4, set_up};
 pub use power::{disable_ctrl_alt_del, reboot, sync, RebootCommand};

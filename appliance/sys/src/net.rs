@@ -22,6 +22,15 @@ pub(crate) fn with_fd<R>(fd: RawFd, f: impl FnOnce(BorrowedFd<'_>) -> R) -> R {
     f(fd)
 }
 
+/// An all-zero `msghdr` (null pointers, zero lengths) for the caller to fill in: musl's
+/// `msghdr` has private padding fields, so it has no struct literal. The runtime's io_uring
+/// `recvmsg`/`sendmsg` entries point at these.
+pub fn zeroed_msghdr() -> libc::msghdr {
+    // SAFETY: msghdr is a plain C struct of integers and raw pointers (no references, no
+    // niches): all-zero is a valid value of it.
+    unsafe { std::mem::zeroed() }
+}
+
 /// A close-on-exec eventfd. Blocking: io_uring reads on it wait (poll-armed) instead of
 /// failing with EAGAIN, and writes block only if the counter would overflow 2^64-2.
 pub fn eventfd() -> io::Result<OwnedFd> {

@@ -18,6 +18,7 @@ use ringstore_proto::wire::frame;
 use crate::bufring::BufRing;
 use crate::datapath::{Peer, ReplySink};
 use crate::op::Op;
+use crate::sys::zeroed_msghdr;
 
 /// Largest request datagram served (memcached's UDP read buffer is 64 KiB too).
 pub(crate) const REQUEST_MAX: usize = 64 << 10;
@@ -81,12 +82,6 @@ pub(crate) struct KernelUdp<S> {
     pub ready: std::collections::VecDeque<u32>,
     /// Reply scratch (reused).
     pub out: crate::datapath::Reply,
-}
-
-pub(crate) fn zeroed_msghdr() -> libc::msghdr {
-    // All-zero is a valid msghdr: null pointers, zero lengths.
-    // SAFETY: msghdr is a plain C struct of integers and raw pointers (no references, no niches).
-    unsafe { std::mem::zeroed() }
 }
 
 impl<S> KernelUdp<S> {

@@ -66,7 +66,7 @@ impl<H: Handler> Worker<H> {
         let Some(udp) = self.udp.as_mut() else {
             return;
         };
-        handler.udp_count(worker, UdpEvent::Rx);
+        handler.udp_count(worker, UdpEvent::Rx, 1);
         let disk = self.disk.as_ref();
         let pending = &mut self.pending;
         let served = {
@@ -156,7 +156,7 @@ impl<H: Handler> Worker<H> {
         } else {
             UdpEvent::Dropped
         };
-        self.setup.handler.udp_count(self.setup.index, event);
+        self.setup.handler.udp_count(self.setup.index, event, 1);
         if !udp.ready.is_empty() {
             self.send_ready_udp();
         }
@@ -240,8 +240,8 @@ impl<H: Handler> Worker<H> {
 /// Counts what [`datapath::serve_datagram`] did (sent datagrams count at their completion).
 fn count_served<H: Handler>(handler: &H, worker: usize, served: Served) {
     match served {
-        Served::Dropped(DropReason::HeldFull) => handler.udp_count(worker, UdpEvent::HeldFull),
-        Served::Dropped(_) => handler.udp_count(worker, UdpEvent::Dropped),
+        Served::Dropped(DropReason::HeldFull) => handler.udp_count(worker, UdpEvent::HeldFull, 1),
+        Served::Dropped(_) => handler.udp_count(worker, UdpEvent::Dropped, 1),
         Served::Replied(_) | Served::NoReply | Served::Held => {}
     }
 }
