@@ -54,9 +54,8 @@ use ringstore_proto::wire::{frame, udp4};
 pub use ringstore_service::memcache::ResponseMark;
 
 pub(crate) mod kernel_udp;
-// FFI to libexanic (each call's bound stated at the call).
+// libexanic's FFI is its `ffi` module, the only one of it allowed `unsafe`.
 #[cfg(feature = "exanic")]
-#[allow(unsafe_code)]
 pub mod exanic;
 pub mod xdp;
 

@@ -7,7 +7,7 @@
 //! writing alternate per connection: while replies are in flight the connection does not
 //! read, which is the backpressure `Flow::Drain` asks for and keeps output bounded.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
@@ -32,7 +32,7 @@ const BUF_COUNT: u16 = 256;
 const RECVSEND_POLL_FIRST: u16 = 1;
 const BUF_SIZE: usize = 16 << 10;
 /// `eventfd-wait`: the longest a worker sleeps in poll(2) before it looks at its ring again.
-const EVENTFD_WAIT_MS: i32 = 1;
+const EVENTFD_WAIT_MS: u16 = 1;
 
 /// Limits every worker enforces.
 #[derive(Debug, Clone, Copy)]
@@ -303,64 +303,6 @@ impl<H: Handler> Worker<H> {
         }
     }
 
-    /// Pushes queued entries (submitting early if the SQ is full), then one enter that also waits.
-    fn submit_and_wait(&mut self) -> std::io::Result<()> {
-        let mut next = 0;
-        while next < self.pending.len() {
-            {
-                let mut sq = self.ring.submission();
-                while next < self.pending.len() {
-                    // Output buffers and own receive buffers are not touched or freed while their op
-                    // is in flight, the pool lives as long as the ring, the inbox word is leaked, the
-                    // timespec is copied by the kernel at submission, data-device batch buffers
-                    // stay in `DiskWorker::inflight` until their completion (the device fd with them),
-                    // and the compactor's erase block and read buffer stay put until theirs; the
-                    // UDP receive's msghdr and buffer group live as long as the ring, and a UDP
-                    // send slot (boxed msghdr, iovec, address, bytes) is not reused until its
-                    // completion (`KernelUdp::send_done`). A connection's vectored send
-                    // (`worker/send_vec.rs`) has its boxed msghdr and iovec in the `Conn`, untouched
-                    // until the completion, and its iovec points at the output buffer and at pinned
-                    // arena bytes: the pin invariant (store/src/pin.rs) is that a pinned segment is
-                    // not recycled or rewritten until the pin is released, and the session releases
-                    // its pins only in `output_flushed` / `session_closed`, which the worker calls
-                    // after this send's completion (never with a send in flight).
-                    // SAFETY: every entry points only at memory that outlives its completion (above).
-                    if unsafe { sq.push(&self.pending[next]) }.is_err() {
-                        break;
-                    }
-                    next += 1;
-                }
-            }
-            if next < self.pending.len() {
-                self.enter(0)?;
-            }
-        }
-        self.pending.clear();
-        let mut next = 0;
-        while next < self.pending_chains.len() {
-            {
-                let mut sq = self.ring.submission();
-                while next < self.pending_chains.len() {
-                    // Data-device batch buffers stay in `DiskWorker::inflight` until their
-                    // completion (see above); a flush points at no memory.
-                    // SAFETY: both entries point only at memory that outlives their completions.
-                    if unsafe { sq.push_multiple(&self.pending_chains[next]) }.is_err() {
-                        break; // both or neither: the chain never spans two submissions
-                    }
-                    next += 1;
-                }
-            }
-            if next < self.pending_chains.len() {
-                self.enter(0)?;
-            }
-        }
-        self.pending_chains.clear();
-        if self.wait_fd.is_some() {
-            return self.wait_in_eventfd();
-        }
-        self.enter(1)
-    }
-
     /// `eventfd-wait`: submits and reaps without blocking in `io_uring_enter` (a zero timeout);
     /// with no completion, blocks in poll(2) on the eventfd registered with the ring, then looks
     /// again. The poll gives up after `EVENTFD_WAIT_MS`: with DEFER_TASKRUN the kernel signals
@@ -388,32 +330,10 @@ impl<H: Handler> Worker<H> {
             let Some(fd) = &self.wait_fd else {
                 return Ok(());
             };
-            let mut poll = libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: `poll` is one live, writable pollfd for the whole call (nfds = 1).
-            let ready = unsafe { libc::poll(&mut poll, 1, EVENTFD_WAIT_MS) };
-            if ready <= 0 || poll.revents & libc::POLLIN == 0 {
+            if !crate::sys::poll_one_readable(fd.as_fd(), EVENTFD_WAIT_MS) {
                 continue; // timed out or interrupted: look at the ring again
             }
-            let mut count = 0u64;
-            // `fd` is an eventfd this worker owns: read(2) on it writes exactly 8 bytes or fails.
-            // SAFETY: `count` is a live, writable 8-byte local for the whole call (see above).
-            let n = unsafe {
-                libc::read(
-                    fd.as_raw_fd(),
-                    (&mut count as *mut u64).cast(),
-                    std::mem::size_of::<u64>(),
-                )
-            };
-            if n < 0 {
-                let err = std::io::Error::last_os_error();
-                if err.raw_os_error() != Some(libc::EINTR) {
-                    return Err(err);
-                }
-            }
+            crate::sys::eventfd_read(fd.as_fd())?;
         }
     }
 
@@ -481,5 +401,11 @@ mod arm;
 mod conn_io;
 mod disk;
 pub(crate) mod send_vec;
+// The SQE pushes and accepted descriptors: the only `unsafe` of the worker.
+#[allow(
+    unsafe_code,
+    reason = "SQE pointers must outlive their completions; see the module doc"
+)]
+mod sqe;
 mod stop;
 mod udp;

@@ -43,6 +43,29 @@ pub fn eventfd_signal(fd: RawFd) {
     let _ = with_fd(fd, |fd| rustix::io::write(fd, &1u64.to_ne_bytes()));
 }
 
+/// Waits at most `timeout_ms` ms for `fd` to be readable, with one pollfd on the stack (no
+/// allocation: a worker's `eventfd-wait` calls this per idle wait). False on a timeout, an
+/// interruption or an error: the caller looks at its work again either way.
+pub fn poll_one_readable(fd: BorrowedFd<'_>, timeout_ms: u16) -> bool {
+    let timeout = rustix::time::Timespec {
+        tv_sec: i64::from(timeout_ms / 1000),
+        tv_nsec: i64::from(timeout_ms % 1000) * 1_000_000,
+    };
+    let mut pfd = [PollFd::from_borrowed_fd(fd, PollFlags::IN)];
+    matches!(rustix::event::poll(&mut pfd, Some(&timeout)), Ok(n) if n > 0)
+        && pfd[0].revents().contains(PollFlags::IN)
+}
+
+/// Reads (and so resets) the counter of eventfd `fd`; an interrupted read is `Ok(0)`.
+pub fn eventfd_read(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut word = [0u8; 8];
+    match rustix::io::read(fd, &mut word) {
+        Ok(_) => Ok(u64::from_ne_bytes(word)),
+        Err(Errno::INTR) => Ok(0),
+        Err(err) => Err(err.into()),
+    }
+}
+
 /// A bound socket: TCP listening or UDP. `reuseport` adds SO_REUSEPORT; `nonblocking` is for
 /// sockets used with plain syscalls (the acceptor's poll loop, UDP); sockets used only
 /// through io_uring stay blocking so the kernel arms a poll instead of returning EAGAIN.

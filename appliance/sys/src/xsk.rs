@@ -12,6 +12,8 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use crate::mmap::Mapping;
+
 /// Most descriptors the kernel sends per copy-mode `sendto` kick (TX_BATCH_SIZE).
 const KICK_BATCH: u32 = 32;
 
@@ -91,54 +93,6 @@ impl Frame {
     }
 }
 
-/// An anonymous or ring mapping, unmapped on drop.
-struct Mapping {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Mapping {
-    fn new(len: usize, fd: Option<(BorrowedFd<'_>, u64)>) -> io::Result<Mapping> {
-        let (flags, raw, off) = match fd {
-            Some((fd, off)) => (
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd.as_raw_fd(),
-                off as libc::off_t,
-            ),
-            None => (
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            ),
-        };
-        // SAFETY: a fresh mapping at an address the kernel picks: it aliases no Rust object.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                raw,
-                off,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Mapping {
-            ptr: ptr.cast(),
-            len,
-        })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are what mmap returned; nothing borrows the mapping any more.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 /// One mapped ring: producer and consumer indices shared with the kernel, and its entries.
 struct Ring {
     map: Mapping,
@@ -157,9 +111,9 @@ impl Ring {
         pgoff: u64,
     ) -> io::Result<Ring> {
         let len = off.desc as usize + size as usize * std::mem::size_of::<T>();
-        let map = Mapping::new(len, Some((fd, pgoff)))?;
+        let map = Mapping::shared(fd, pgoff, len)?;
         // SAFETY: the kernel's offsets (XDP_MMAP_OFFSETS) lie inside the `len` bytes mapped.
-        let at = |o: u64| unsafe { map.ptr.add(o as usize) };
+        let at = |o: u64| unsafe { map.as_ptr().add(o as usize) };
         Ok(Ring {
             producer: at(off.producer).cast(),
             consumer: at(off.consumer).cast(),
@@ -183,7 +137,7 @@ impl Ring {
     /// Entry `i` (taken modulo the size) as a pointer to `T`.
     fn slot<T>(&self, i: u32) -> *mut T {
         let at = (i & (self.size - 1)) as usize * std::mem::size_of::<T>();
-        debug_assert!(at + std::mem::size_of::<T>() <= self.map.len);
+        debug_assert!(at + std::mem::size_of::<T>() <= self.map.len());
         // SAFETY: `at` is within the `size` entries mapped after `descs`.
         unsafe { self.descs.add(at).cast() }
     }
@@ -285,9 +239,9 @@ impl Xsk {
         // SAFETY: `raw` is a fresh descriptor nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let umem_len = cfg.frames as usize * cfg.frame_size as usize;
-        let umem = Mapping::new(umem_len, None).map_err(err("UMEM mmap"))?;
+        let umem = Mapping::anonymous(umem_len, true).map_err(err("UMEM mmap"))?;
         let reg = libc::xdp_umem_reg {
-            addr: umem.ptr as u64,
+            addr: umem.as_ptr() as u64,
             len: umem_len as u64,
             chunk_size: cfg.frame_size,
             headroom: 0,
@@ -405,8 +359,8 @@ impl Xsk {
     /// Takes up to `max` received frames into `out`; tops the fill ring up first.
     pub fn rx_burst(&mut self, max: u32, out: &mut Vec<Frame>) -> u32 {
         self.refill();
-        let umem = self.umem.ptr as usize;
-        let limit = self.umem.len as u64;
+        let umem = self.umem.as_ptr() as usize;
+        let limit = self.umem.len() as u64;
         let frame_size = u64::from(self.frame_size);
         self.rx.consume(max, &mut |d: libc::xdp_desc| {
             // The kernel's descriptors stay inside one frame; check anyway.
@@ -428,7 +382,8 @@ impl Xsk {
     /// The bytes of `frame` (its data; for an allocated frame, the whole frame).
     pub fn bytes(&mut self, frame: &Frame) -> &mut [u8] {
         assert_eq!(
-            frame.umem, self.umem.ptr as usize,
+            frame.umem,
+            self.umem.as_ptr() as usize,
             "a frame of another UMEM"
         );
         let room = self.room(frame);
@@ -436,25 +391,26 @@ impl Xsk {
         // The range lies inside the UMEM (`room`); the kernel leaves a frame whose token is out
         // alone (module comment); `&mut self` keeps this the only slice of it.
         // SAFETY: in bounds, not shared with the kernel now, and exclusively borrowed.
-        unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.add(frame.addr as usize), len) }
+        unsafe { std::slice::from_raw_parts_mut(self.umem.as_ptr().add(frame.addr as usize), len) }
     }
 
     /// The bytes of `frame`, read-only.
     pub fn data(&self, frame: &Frame) -> &[u8] {
         assert_eq!(
-            frame.umem, self.umem.ptr as usize,
+            frame.umem,
+            self.umem.as_ptr() as usize,
             "a frame of another UMEM"
         );
         let len = (frame.len as usize).min(self.room(frame));
         // SAFETY: as in `bytes`; the shared borrow of `self` excludes any `&mut` slice.
-        unsafe { std::slice::from_raw_parts(self.umem.ptr.add(frame.addr as usize), len) }
+        unsafe { std::slice::from_raw_parts(self.umem.as_ptr().add(frame.addr as usize), len) }
     }
 
     /// Bytes from the frame's data start to the end of its chunk.
     fn room(&self, frame: &Frame) -> usize {
         let frame_size = u64::from(self.frame_size);
         let chunk_end = (frame.addr & !(frame_size - 1)) + frame_size;
-        (chunk_end.min(self.umem.len as u64) - frame.addr) as usize
+        (chunk_end.min(self.umem.len() as u64) - frame.addr) as usize
     }
 
     /// Sets the length of `frame` to `len` (at most the room left in its chunk), so its
@@ -473,7 +429,7 @@ impl Xsk {
         Some(Frame {
             addr,
             len: self.frame_size,
-            umem: self.umem.ptr as usize,
+            umem: self.umem.as_ptr() as usize,
             received: false,
         })
     }
@@ -481,7 +437,8 @@ impl Xsk {
     /// Gives a frame back (a received frame not answered, or an allocated one not sent).
     pub fn recycle(&mut self, frame: Frame) {
         assert_eq!(
-            frame.umem, self.umem.ptr as usize,
+            frame.umem,
+            self.umem.as_ptr() as usize,
             "a frame of another UMEM"
         );
         if frame.received {
@@ -509,7 +466,8 @@ impl Xsk {
         self.scratch.clear();
         for frame in frames.drain(..) {
             assert_eq!(
-                frame.umem, self.umem.ptr as usize,
+                frame.umem,
+                self.umem.as_ptr() as usize,
                 "a frame of another UMEM"
             );
             if frame.received {

@@ -13,7 +13,7 @@
 //! ones) and [`TX_SLOTS`] transmit buffers; replies are built in a TX buffer by
 //! `datapath::FrameSink` and handed to `exanic_transmit_frame` by [`FrameBackend::tx_burst`].
 
-use std::ffi::{c_char, c_int, CString};
+use std::ffi::CString;
 
 use super::{Counters, FrameBackend, Mode, RxDesc, TxDesc};
 
@@ -26,52 +26,12 @@ pub const TX_SLOTS: usize = 64;
 /// `EXANIC_RX_FRAME_SWOVFL` of `exanic/fifo_rx.h`: the reader was lapped.
 const RX_FRAME_SWOVFL: isize = 256;
 
-mod ffi {
-    //! The libexanic functions used, with their C signatures (`exanic/exanic.h`,
-    //! `exanic/fifo_rx.h`, `exanic/fifo_tx.h`). The handle types are opaque here.
-    use std::ffi::{c_char, c_int};
-
-    #[repr(C)]
-    pub struct exanic_t {
-        _opaque: [u8; 0],
-    }
-    #[repr(C)]
-    pub struct exanic_rx_t {
-        _opaque: [u8; 0],
-    }
-    #[repr(C)]
-    pub struct exanic_tx_t {
-        _opaque: [u8; 0],
-    }
-
-    extern "C" {
-        pub fn exanic_acquire_handle(device_name: *const c_char) -> *mut exanic_t;
-        pub fn exanic_release_handle(exanic: *mut exanic_t);
-        pub fn exanic_acquire_rx_buffer(
-            exanic: *mut exanic_t,
-            port_number: c_int,
-            buffer_number: c_int,
-        ) -> *mut exanic_rx_t;
-        pub fn exanic_release_rx_buffer(rx: *mut exanic_rx_t);
-        pub fn exanic_receive_frame(
-            rx: *mut exanic_rx_t,
-            rx_buf: *mut c_char,
-            rx_buf_size: usize,
-            timestamp: *mut u32,
-        ) -> isize;
-        pub fn exanic_acquire_tx_buffer(
-            exanic: *mut exanic_t,
-            port_number: c_int,
-            requested_size: usize,
-        ) -> *mut exanic_tx_t;
-        pub fn exanic_release_tx_buffer(tx: *mut exanic_tx_t);
-        pub fn exanic_transmit_frame(
-            tx: *mut exanic_tx_t,
-            frame: *const c_char,
-            frame_size: usize,
-        ) -> c_int;
-    }
-}
+// The FFI, and with it every `unsafe` of this backend.
+#[allow(
+    unsafe_code,
+    reason = "libexanic's C functions; each call's bound is stated at the call"
+)]
+mod ffi;
 
 /// Why an ExaNIC port could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -88,9 +48,7 @@ pub enum ExanicError {
 
 /// One ExaNIC port, owned by one worker.
 pub struct Exanic {
-    handle: *mut ffi::exanic_t,
-    rx: *mut ffi::exanic_rx_t,
-    tx: *mut ffi::exanic_tx_t,
+    port: ffi::Port,
     rx_bufs: Box<[[u8; FRAME_MAX]]>,
     rx_free: Vec<u32>,
     tx_bufs: Box<[[u8; FRAME_MAX]]>,
@@ -112,32 +70,13 @@ impl Exanic {
     /// Opens `device` (e.g. `exanic0`) port `port`: its handle, RX buffer 0 and a TX buffer.
     pub fn open(device: &str, port: i32) -> Result<Exanic, ExanicError> {
         let name = CString::new(device).map_err(|_| ExanicError::BadName(device.into()))?;
-        // SAFETY: `name` is NUL-terminated and outlives the call.
-        let handle = unsafe { ffi::exanic_acquire_handle(name.as_ptr()) };
-        if handle.is_null() {
-            return Err(ExanicError::Device(device.into()));
-        }
-        // SAFETY: `handle` is a live handle just acquired.
-        let rx = unsafe { ffi::exanic_acquire_rx_buffer(handle, port as c_int, 0) };
-        if rx.is_null() {
-            // SAFETY: acquired above, released once.
-            unsafe { ffi::exanic_release_handle(handle) };
-            return Err(ExanicError::Rx(device.into(), port));
-        }
-        // SAFETY: `handle` is live; 0 asks for the default TX buffer size.
-        let tx = unsafe { ffi::exanic_acquire_tx_buffer(handle, port as c_int, 0) };
-        if tx.is_null() {
-            // SAFETY: both acquired above, each released once.
-            unsafe {
-                ffi::exanic_release_rx_buffer(rx);
-                ffi::exanic_release_handle(handle);
-            }
-            return Err(ExanicError::Tx(device.into(), port));
-        }
+        let opened = ffi::Port::open(&name, port).map_err(|failed| match failed {
+            ffi::Failed::Handle => ExanicError::Device(device.into()),
+            ffi::Failed::Rx => ExanicError::Rx(device.into(), port),
+            ffi::Failed::Tx => ExanicError::Tx(device.into(), port),
+        })?;
         Ok(Exanic {
-            handle,
-            rx,
-            tx,
+            port: opened,
             rx_bufs: vec![[0u8; FRAME_MAX]; RX_SLOTS].into_boxed_slice(),
             rx_free: (0..RX_SLOTS as u32).rev().collect(),
             tx_bufs: vec![[0u8; FRAME_MAX]; TX_SLOTS].into_boxed_slice(),
@@ -150,17 +89,6 @@ impl Exanic {
     /// Times the reader was lapped (each also counted as a drop).
     pub fn lapped(&self) -> u64 {
         self.lapped
-    }
-}
-
-impl Drop for Exanic {
-    fn drop(&mut self) {
-        // SAFETY: all three were acquired in `open` and are released exactly once, here.
-        unsafe {
-            ffi::exanic_release_tx_buffer(self.tx);
-            ffi::exanic_release_rx_buffer(self.rx);
-            ffi::exanic_release_handle(self.handle);
-        }
     }
 }
 
@@ -179,16 +107,7 @@ impl FrameBackend for Exanic {
                 break;
             };
             let buf = &mut self.rx_bufs[slot as usize];
-            // A null timestamp pointer is allowed (libexanic then skips it).
-            // SAFETY: `self.rx` is live; `buf` is writable for FRAME_MAX bytes.
-            let got = unsafe {
-                ffi::exanic_receive_frame(
-                    self.rx,
-                    buf.as_mut_ptr().cast::<c_char>(),
-                    FRAME_MAX,
-                    std::ptr::null_mut(),
-                )
-            };
+            let got = self.port.receive(buf);
             if got == 0 {
                 break;
             }
@@ -247,10 +166,7 @@ impl FrameBackend for Exanic {
                 }
                 continue;
             }
-            // SAFETY: `self.tx` is live; `frame` is readable for `len` <= FRAME_MAX bytes.
-            let rc = unsafe {
-                ffi::exanic_transmit_frame(self.tx, frame.as_ptr().cast::<c_char>(), len)
-            };
+            let rc = self.port.transmit(&frame[..len]);
             if rc == 0 {
                 self.counters.tx += 1;
             } else {
