@@ -85,7 +85,7 @@ impl BufRing {
         let entry = unsafe { &mut *(self.ring.as_ptr() as *mut BufRingEntry).add(index) };
         // SAFETY: bid < entries, so the buffer lies inside `buffers`.
         entry.set_addr(unsafe { self.buffers.as_ptr().add(bid as usize * self.buf_size) } as u64);
-        entry.set_len(self.buf_size as u32);
+        entry.set_len(crate::sys::u32_of(self.buf_size));
         entry.set_bid(bid);
         self.tail = self.tail.wrapping_add(1);
     }

@@ -137,7 +137,7 @@ impl<S> Slab<S> {
         } else {
             self.slots.push(Some(conn));
             self.generations.push(0);
-            ((self.slots.len() - 1) as u32, 0)
+            (crate::sys::u32_of(self.slots.len() - 1), 0)
         }
     }
 

@@ -376,7 +376,7 @@ impl<B: FrameBackend + ?Sized> ReplySink for FrameSink<'_, B> {
                 .copy_from_slice(body);
             if let Ok(len) = udp4::write_reply_headers(buf, &self.req, payload, *self.ip_id) {
                 *self.ip_id = self.ip_id.wrapping_add(1);
-                tx.len = len as u32;
+                tx.len = crate::sys::u32_of(len);
             }
         }
         self.burst.push(tx);

@@ -92,6 +92,10 @@ impl Op {
     /// The op a completion's `user_data` names (`None`: not one of ours).
     pub(crate) fn decode(data: u64) -> Option<Op> {
         let slot = (data >> 32) as u32;
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "keeps bits 8..40; the mask then keeps the generation's 24 of them"
+        )]
         let generation = ((data >> 8) as u32) & GEN_MASK;
         let id = data >> 8;
         Some(match data & 0xff {

@@ -116,35 +116,48 @@ struct Worker<H: Handler> {
 /// could not start) through `ready` first.
 /// Returns the most connections the worker had open at once.
 pub(crate) fn run<H: Handler>(
-    mut setup: WorkerSetup<H>,
+    setup: WorkerSetup<H>,
     ready: SyncSender<Result<Features, String>>,
 ) -> usize {
-    if let Some(cpu) = setup.cpu {
-        if let Err(err) = crate::sys::set_affinity(&[cpu]) {
-            let _ = ready.send(Err(format!(
-                "worker {}: cannot pin to CPU {cpu}: {err}",
-                setup.index
-            )));
-            return 0;
+    let index = setup.index;
+    let mut worker = match Worker::start(setup) {
+        Ok((worker, features)) => {
+            let _ = ready.send(Ok(features));
+            worker
         }
-    }
-    let tuning = setup.limits.tuning;
-    let (ring, mut features) = match crate::ring::build(tuning.io_uring_setup) {
-        Ok(built) => built,
-        Err(err) => {
-            let _ = ready.send(Err(format!(
-                "worker {}: io_uring_setup failed: {err}",
-                setup.index
-            )));
+        Err(why) => {
+            let _ = ready.send(Err(format!("worker {index}: {why}")));
             return 0;
         }
     };
+    worker.serve();
+    if let Some(disk) = worker.disk.take() {
+        disk.uninstall();
+    }
+    worker.peak_conns
+}
+
+/// The ring of a worker with what is registered with it, before the loop starts.
+struct Registered<S> {
+    ring: IoUring,
+    features: Features,
+    bufs: Option<BufRing>,
+    udp: Option<KernelUdp<S>>,
+    wait_fd: Option<OwnedFd>,
+}
+
+/// Pins the thread to `setup.cpu`, builds the ring and registers the receive buffers, the
+/// kernel-UDP backend's buffer group and (`eventfd-wait`) the eventfd. Err: why not.
+fn register<H: Handler>(setup: &mut WorkerSetup<H>) -> Result<Registered<H::Session>, String> {
+    if let Some(cpu) = setup.cpu {
+        crate::sys::set_affinity(&[cpu])
+            .map_err(|err| format!("cannot pin to CPU {cpu}: {err}"))?;
+    }
+    let tuning = setup.limits.tuning;
+    let (ring, mut features) = crate::ring::build(tuning.io_uring_setup)
+        .map_err(|err| format!("io_uring_setup failed: {err}"))?;
     if !crate::ring::supports_needed_ops(&ring) {
-        let _ = ready.send(Err(format!(
-            "worker {}: this kernel's io_uring lacks recv/send/accept/timeout",
-            setup.index
-        )));
-        return 0;
+        return Err("this kernel's io_uring lacks recv/send/accept/timeout".to_string());
     }
     let bufs = if tuning.buf_ring {
         BufRing::register(&ring, BUF_COUNT, BUF_SIZE).ok()
@@ -153,83 +166,74 @@ pub(crate) fn run<H: Handler>(
     };
     features.buf_ring = bufs.is_some();
     let udp = match setup.udp.take() {
-        Some((fd, allow)) => match KernelUdp::new(&ring, fd, allow) {
-            Ok(udp) => Some(udp),
-            Err(err) => {
-                let _ = ready.send(Err(format!(
-                    "worker {}: cannot register the UDP receive buffers: {err}",
-                    setup.index
-                )));
-                return 0;
-            }
-        },
-        None => None,
-    };
-    let now = setup.clock.now();
-    let disk = match &setup.data {
-        Some(serving) => match DiskWorker::install(serving.clone(), setup.index) {
-            Some(disk) => Some(disk),
-            None => {
-                let _ = ready.send(Err(format!(
-                    "worker {}: the data device has no free region for it",
-                    setup.index
-                )));
-                return 0;
-            }
-        },
+        Some((fd, allow)) => Some(
+            KernelUdp::new(&ring, fd, allow)
+                .map_err(|err| format!("cannot register the UDP receive buffers: {err}"))?,
+        ),
         None => None,
     };
     let wait_fd = if tuning.eventfd_wait {
-        match crate::sys::eventfd().and_then(|fd| {
-            ring.submitter().register_eventfd(fd.as_raw_fd())?;
-            Ok(fd)
-        }) {
-            Ok(fd) => Some(fd),
-            Err(err) => {
-                let _ = ready.send(Err(format!(
-                    "worker {}: eventfd-wait: cannot register an eventfd: {err}",
-                    setup.index
-                )));
-                return 0;
-            }
-        }
+        let fd = crate::sys::eventfd()
+            .and_then(|fd| {
+                ring.submitter().register_eventfd(fd.as_raw_fd())?;
+                Ok(fd)
+            })
+            .map_err(|err| format!("eventfd-wait: cannot register an eventfd: {err}"))?;
+        Some(fd)
     } else {
         None
     };
-    let mut worker = Worker {
+    Ok(Registered {
         ring,
+        features,
         bufs,
         udp,
-        udp_errors_logged: 0,
-        conns: Slab::new(),
-        pending: Vec::with_capacity(256),
-        pending_chains: Vec::new(),
-        completions: Vec::with_capacity(256),
-        new_conns: Vec::new(),
-        inbox_word: Box::leak(Box::new(0u64)),
-        tick: Box::new(
-            types::Timespec::new()
-                .sec(setup.limits.tick_ms / 1000)
-                .nsec(((setup.limits.tick_ms % 1000) * 1_000_000) as u32),
-        ),
-        setup,
-        now,
-        stopping_deadline: None,
-        accept_armed: Vec::new(),
-        accept_backoff_until: 0,
-        last_reclaim_ms: now.mono_ms,
-        link_recv: tuning.link_recv,
-        peak_conns: 0,
-        poll_first: tuning.poll_first,
-        disk,
         wait_fd,
-    };
-    let _ = ready.send(Ok(features));
-    worker.serve();
-    if let Some(disk) = worker.disk.take() {
-        disk.uninstall();
+    })
+}
+
+impl<H: Handler> Worker<H> {
+    /// The worker of `setup`, ready to serve, and the ring features it got. Err: why it
+    /// cannot start (its index is added by the caller).
+    fn start(mut setup: WorkerSetup<H>) -> Result<(Worker<H>, Features), String> {
+        let registered = register(&mut setup)?;
+        let now = setup.clock.now();
+        let disk = match &setup.data {
+            Some(serving) => Some(
+                DiskWorker::install(serving.clone(), setup.index)
+                    .ok_or("the data device has no free region for it")?,
+            ),
+            None => None,
+        };
+        let tuning = setup.limits.tuning;
+        let worker = Worker {
+            ring: registered.ring,
+            bufs: registered.bufs,
+            udp: registered.udp,
+            udp_errors_logged: 0,
+            conns: Slab::new(),
+            pending: Vec::with_capacity(256),
+            pending_chains: Vec::new(),
+            completions: Vec::with_capacity(256),
+            new_conns: Vec::new(),
+            inbox_word: Box::leak(Box::new(0u64)),
+            tick: Box::new(types::Timespec::from(std::time::Duration::from_millis(
+                setup.limits.tick_ms,
+            ))),
+            setup,
+            now,
+            stopping_deadline: None,
+            accept_armed: Vec::new(),
+            accept_backoff_until: 0,
+            last_reclaim_ms: now.mono_ms,
+            link_recv: tuning.link_recv,
+            peak_conns: 0,
+            poll_first: tuning.poll_first,
+            disk,
+            wait_fd: registered.wait_fd,
+        };
+        Ok((worker, registered.features))
     }
-    worker.peak_conns
 }
 
 impl<H: Handler> Worker<H> {
@@ -289,7 +293,7 @@ impl<H: Handler> Worker<H> {
             }
         }
         // Whatever is left (only after a ring failure) is closed without ceremony.
-        for slot in 0..self.conns.capacity_slots() as u32 {
+        for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
             if self.conns.remove(slot).is_some() {
                 self.forget_connection();
             }

@@ -15,6 +15,7 @@ mod mmap;
 mod mounts;
 mod net;
 mod netdev;
+mod num;
 mod power;
 mod process;
 mod signals;
@@ -37,6 +38,7 @@ pub use net::{
     recv_from, send_nosignal, send_to, set_nodelay, shutdown, zeroed_msghdr,
 };
 pub use netdev::{add_default_route, set_ipv4, set_up};
+pub use num::{u32_of, usize_of};
 pub use power::{disable_ctrl_alt_del, reboot, sync, RebootCommand};
 pub use process::{
     bounding_set_drop, bounding_set_has, ensure_console_fds, hostname, no_new_privs,

@@ -225,7 +225,7 @@ pub fn bind_udp_to_device(interface: &str, port: u16) -> io::Result<UdpSocket> {
             libc::SOL_SOCKET,
             libc::SO_BINDTODEVICE,
             interface.as_ptr().cast(),
-            interface.len() as libc::socklen_t,
+            crate::num::u32_of(interface.len()),
         )
     };
     if rc < 0 {

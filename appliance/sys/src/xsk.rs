@@ -13,6 +13,11 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::mmap::Mapping;
+use crate::num::{u32_of, usize_of};
+
+/// `AF_XDP` (44) in a `sockaddr_xdp`'s family field.
+#[expect(clippy::cast_possible_truncation, reason = "AF_XDP is 44")]
+const AF_XDP: u16 = libc::AF_XDP as u16;
 
 /// Most descriptors the kernel sends per copy-mode `sendto` kick (TX_BATCH_SIZE).
 const KICK_BATCH: u32 = 32;
@@ -110,10 +115,10 @@ impl Ring {
         size: u32,
         pgoff: u64,
     ) -> io::Result<Ring> {
-        let len = off.desc as usize + size as usize * std::mem::size_of::<T>();
+        let len = usize_of(off.desc) + size as usize * std::mem::size_of::<T>();
         let map = Mapping::shared(fd, pgoff, len)?;
         // SAFETY: the kernel's offsets (XDP_MMAP_OFFSETS) lie inside the `len` bytes mapped.
-        let at = |o: u64| unsafe { map.as_ptr().add(o as usize) };
+        let at = |o: u64| unsafe { map.as_ptr().add(usize_of(o)) };
         Ok(Ring {
             producer: at(off.producer).cast(),
             consumer: at(off.consumer).cast(),
@@ -154,10 +159,10 @@ impl Ring {
         let prod = self.index(self.producer).load(Ordering::Relaxed);
         for (i, item) in items.iter().enumerate() {
             // SAFETY: entries from producer to consumer + size are ours until published below.
-            unsafe { self.slot::<T>(prod.wrapping_add(i as u32)).write(*item) };
+            unsafe { self.slot::<T>(prod.wrapping_add(u32_of(i))).write(*item) };
         }
         self.index(self.producer)
-            .store(prod.wrapping_add(items.len() as u32), Ordering::Release);
+            .store(prod.wrapping_add(u32_of(items.len())), Ordering::Release);
     }
 
     /// Consumer side: reads up to `max` entries into `out` and releases them.
@@ -215,7 +220,7 @@ fn setsockopt<T>(fd: BorrowedFd<'_>, opt: libc::c_int, value: &T) -> io::Result<
             libc::SOL_XDP,
             opt,
             (value as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
+            u32_of(std::mem::size_of::<T>()),
         )
     };
     if rc < 0 {
@@ -259,7 +264,7 @@ impl Xsk {
         }
         // SAFETY: all-zero is a valid xdp_mmap_offsets (plain integers).
         let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-        let mut optlen = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+        let mut optlen = u32_of(std::mem::size_of::<libc::xdp_mmap_offsets>());
         // SAFETY: `off` and `optlen` are live and sized as XDP_MMAP_OFFSETS writes them.
         let rc = unsafe {
             libc::getsockopt(
@@ -313,7 +318,7 @@ impl Xsk {
                 libc::XDP_COPY
             };
         let addr = libc::sockaddr_xdp {
-            sxdp_family: libc::AF_XDP as u16,
+            sxdp_family: AF_XDP,
             sxdp_flags: flags,
             sxdp_ifindex: ifindex,
             sxdp_queue_id: queue,
@@ -324,7 +329,7 @@ impl Xsk {
             libc::bind(
                 xsk.fd.as_raw_fd(),
                 (&addr as *const libc::sockaddr_xdp).cast(),
-                std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+                u32_of(std::mem::size_of::<libc::sockaddr_xdp>()),
             )
         };
         if rc < 0 {
@@ -346,14 +351,14 @@ impl Xsk {
     /// free for the next call).
     fn refill(&mut self) {
         let want = self.fill_frames.saturating_sub(self.rx_frames);
-        let n = want.min(self.fill.free()).min(self.free.len() as u32) as usize;
+        let n = want.min(self.fill.free()).min(u32_of(self.free.len())) as usize;
         if n == 0 {
             return;
         }
         let at = self.free.len() - n;
         self.fill.produce(&self.free[at..]);
         self.free.truncate(at);
-        self.rx_frames += n as u32;
+        self.rx_frames += u32_of(n);
     }
 
     /// Takes up to `max` received frames into `out`; tops the fill ring up first.
@@ -391,7 +396,7 @@ impl Xsk {
         // The range lies inside the UMEM (`room`); the kernel leaves a frame whose token is out
         // alone (module comment); `&mut self` keeps this the only slice of it.
         // SAFETY: in bounds, not shared with the kernel now, and exclusively borrowed.
-        unsafe { std::slice::from_raw_parts_mut(self.umem.as_ptr().add(frame.addr as usize), len) }
+        unsafe { std::slice::from_raw_parts_mut(self.umem.as_ptr().add(usize_of(frame.addr)), len) }
     }
 
     /// The bytes of `frame`, read-only.
@@ -403,14 +408,14 @@ impl Xsk {
         );
         let len = (frame.len as usize).min(self.room(frame));
         // SAFETY: as in `bytes`; the shared borrow of `self` excludes any `&mut` slice.
-        unsafe { std::slice::from_raw_parts(self.umem.as_ptr().add(frame.addr as usize), len) }
+        unsafe { std::slice::from_raw_parts(self.umem.as_ptr().add(usize_of(frame.addr)), len) }
     }
 
     /// Bytes from the frame's data start to the end of its chunk.
     fn room(&self, frame: &Frame) -> usize {
         let frame_size = u64::from(self.frame_size);
         let chunk_end = (frame.addr & !(frame_size - 1)) + frame_size;
-        (chunk_end.min(self.umem.len() as u64) - frame.addr) as usize
+        usize_of(chunk_end.min(self.umem.len() as u64) - frame.addr)
     }
 
     /// Sets the length of `frame` to `len` (at most the room left in its chunk), so its
@@ -419,7 +424,7 @@ impl Xsk {
         if len > self.room(frame) {
             return false;
         }
-        frame.len = len as u32;
+        frame.len = u32_of(len);
         true
     }
 
@@ -459,7 +464,9 @@ impl Xsk {
         let room = self.tx.free() as usize;
         let mut dropped = 0;
         while frames.len() > room {
-            let frame = frames.pop().expect("len > room >= 0");
+            let Some(frame) = frames.pop() else {
+                break;
+            };
             self.recycle(frame);
             dropped += 1;
         }
@@ -479,7 +486,7 @@ impl Xsk {
                 options: 0,
             });
         }
-        self.tx_inflight += self.scratch.len() as u32;
+        self.tx_inflight += u32_of(self.scratch.len());
         self.tx.produce(&self.scratch);
         dropped
     }
@@ -553,7 +560,9 @@ pub fn rx_queue_count(name: &str) -> io::Result<u32> {
     Ok(dir
         .filter_map(Result::ok)
         .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
-        .count() as u32)
+        .count()
+        .try_into()
+        .unwrap_or(u32::MAX))
 }
 
 /// The interface index of `name` (0 when there is no such interface).

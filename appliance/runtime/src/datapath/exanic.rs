@@ -15,6 +15,8 @@
 
 use std::ffi::CString;
 
+use crate::sys::{u32_of, usize_of};
+
 use super::{Counters, FrameBackend, Mode, RxDesc, TxDesc};
 
 /// Largest frame received or sent (a standard MTU frame with headroom).
@@ -78,9 +80,9 @@ impl Exanic {
         Ok(Exanic {
             port: opened,
             rx_bufs: vec![[0u8; FRAME_MAX]; RX_SLOTS].into_boxed_slice(),
-            rx_free: (0..RX_SLOTS as u32).rev().collect(),
+            rx_free: (0..u32_of(RX_SLOTS)).rev().collect(),
             tx_bufs: vec![[0u8; FRAME_MAX]; TX_SLOTS].into_boxed_slice(),
-            tx_free: (0..TX_SLOTS as u32).rev().collect(),
+            tx_free: (0..u32_of(TX_SLOTS)).rev().collect(),
             counters: Counters::default(),
             lapped: 0,
         })
@@ -122,7 +124,7 @@ impl FrameBackend for Exanic {
             self.rx_free.pop();
             burst.push(RxDesc {
                 id: u64::from(slot),
-                len: len as u32,
+                len: u32_of(len),
             });
             self.counters.rx += 1;
             n += 1;
@@ -131,12 +133,14 @@ impl FrameBackend for Exanic {
     }
 
     fn rx_frame(&self, rx: RxDesc) -> &[u8] {
-        let buf = &self.rx_bufs[rx.id as usize % RX_SLOTS];
+        let buf = &self.rx_bufs[usize_of(rx.id) % RX_SLOTS];
         &buf[..(rx.len as usize).min(FRAME_MAX)]
     }
 
     fn recycle(&mut self, rx: RxDesc) {
-        let slot = rx.id as u32;
+        let Ok(slot) = u32::try_from(rx.id) else {
+            return; // not one of ours
+        };
         if (slot as usize) < RX_SLOTS && !self.rx_free.contains(&slot) {
             self.rx_free.push(slot);
         }
@@ -151,18 +155,18 @@ impl FrameBackend for Exanic {
     }
 
     fn tx_buf(&mut self, tx: TxDesc) -> &mut [u8] {
-        &mut self.tx_bufs[tx.id as usize % TX_SLOTS]
+        &mut self.tx_bufs[usize_of(tx.id) % TX_SLOTS]
     }
 
     fn tx_burst(&mut self, burst: &[TxDesc]) {
         for tx in burst {
-            let slot = tx.id as usize % TX_SLOTS;
+            let slot = usize_of(tx.id) % TX_SLOTS;
             let len = (tx.len as usize).min(FRAME_MAX);
             let frame = &self.tx_bufs[slot];
             if len == 0 {
                 // A frame whose build failed: its buffer only goes back.
-                if !self.tx_free.contains(&(slot as u32)) {
-                    self.tx_free.push(slot as u32);
+                if !self.tx_free.contains(&u32_of(slot)) {
+                    self.tx_free.push(u32_of(slot));
                 }
                 continue;
             }
@@ -172,8 +176,8 @@ impl FrameBackend for Exanic {
             } else {
                 self.counters.dropped += 1;
             }
-            if !self.tx_free.contains(&(slot as u32)) {
-                self.tx_free.push(slot as u32);
+            if !self.tx_free.contains(&u32_of(slot)) {
+                self.tx_free.push(u32_of(slot));
             }
         }
     }

@@ -11,7 +11,7 @@
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
-use ringstore_sys::{Frame, Xsk, XskConfig, XskMode};
+use ringstore_sys::{u32_of, usize_of, Frame, Xsk, XskConfig, XskMode};
 
 use super::{poll_frames, Answer, Counters, FrameBackend, Mode, PollScratch, RxDesc, TxDesc};
 use crate::clock::Clock;
@@ -79,7 +79,7 @@ impl FrameBackend for XdpQueue {
     fn rx_burst(&mut self, burst: &mut Vec<RxDesc>, budget: usize) -> usize {
         self.reclaim_tx();
         let mut frames = std::mem::take(&mut self.receiving);
-        self.xsk.rx_burst(budget as u32, &mut frames);
+        self.xsk.rx_burst(u32_of(budget), &mut frames);
         let n = frames.len();
         for frame in frames.drain(..) {
             if frame.is_empty() {
@@ -88,7 +88,7 @@ impl FrameBackend for XdpQueue {
                 self.xsk.recycle(frame);
                 continue;
             }
-            let len = frame.len() as u32;
+            let len = u32_of(frame.len());
             let id = park(&mut self.rx_slots, frame);
             burst.push(RxDesc { id, len });
         }
@@ -98,14 +98,18 @@ impl FrameBackend for XdpQueue {
     }
 
     fn rx_frame(&self, rx: RxDesc) -> &[u8] {
-        match self.rx_slots.get(rx.id as usize) {
+        match self.rx_slots.get(usize_of(rx.id)) {
             Some(Some(frame)) => self.xsk.data(frame),
             _ => &[],
         }
     }
 
     fn recycle(&mut self, rx: RxDesc) {
-        if let Some(frame) = self.rx_slots.get_mut(rx.id as usize).and_then(Option::take) {
+        if let Some(frame) = self
+            .rx_slots
+            .get_mut(usize_of(rx.id))
+            .and_then(Option::take)
+        {
             self.xsk.recycle(frame);
         }
     }
@@ -117,7 +121,7 @@ impl FrameBackend for XdpQueue {
     }
 
     fn tx_buf(&mut self, tx: TxDesc) -> &mut [u8] {
-        match self.tx_slots.get(tx.id as usize) {
+        match self.tx_slots.get(usize_of(tx.id)) {
             Some(Some(frame)) => self.xsk.bytes(frame),
             _ => &mut [],
         }
@@ -126,7 +130,10 @@ impl FrameBackend for XdpQueue {
     fn tx_burst(&mut self, burst: &[TxDesc]) {
         self.sending.clear();
         for tx in burst {
-            let Some(mut frame) = self.tx_slots.get_mut(tx.id as usize).and_then(Option::take)
+            let Some(mut frame) = self
+                .tx_slots
+                .get_mut(usize_of(tx.id))
+                .and_then(Option::take)
             else {
                 continue;
             };
@@ -284,6 +291,7 @@ impl XdpPrepared {
 }
 
 /// What [`distribute`] made: the attachments (kept by the server) and each worker's sockets.
+#[derive(Default)]
 pub(crate) struct Attached {
     pub attachments: Vec<XdpAttachment>,
     pub workers: Vec<Option<XdpWorker>>,

@@ -13,7 +13,7 @@ const REQUEST_HEAD: usize = 24;
 
 /// The held table's id of index `index` at generation `generation`.
 fn held_id(index: usize, generation: u32) -> u32 {
-    (generation << HELD_MAX.trailing_zeros()) | index as u32
+    (generation << HELD_MAX.trailing_zeros()) | crate::sys::u32_of(index)
 }
 
 impl<H: Handler> Worker<H> {
@@ -119,7 +119,7 @@ impl<H: Handler> Worker<H> {
                                         session,
                                         head,
                                         name: saved,
-                                        name_len: name_len as u32,
+                                        name_len: crate::sys::u32_of(name_len),
                                         request_head: request[..request.len().min(REQUEST_HEAD)]
                                             .to_vec(),
                                         // Replies to commands before the held one are
@@ -185,7 +185,7 @@ impl<H: Handler> Worker<H> {
         handler.session_closed(&mut entry.session, None);
         // Released: it leaves the table once its datagrams have send slots (one group commit
         // may release the whole table at once; at most 256 datagrams are in flight).
-        udp.ready.push_back(index as u32);
+        udp.ready.push_back(crate::sys::u32_of(index));
         self.send_ready_udp();
     }
 
@@ -211,7 +211,7 @@ impl<H: Handler> Worker<H> {
                 continue;
             };
             udp.held_gen[index] = udp.held_gen[index].wrapping_add(1) & (u32::MAX >> 10);
-            udp.held_free.push(index as u32);
+            udp.held_free.push(crate::sys::u32_of(index));
             let name = &entry.name[..entry.name_len as usize];
             let mut sink = SendSink::new(
                 &mut udp.slots,

@@ -111,7 +111,7 @@ fn a_lapped_reader_is_a_counted_drop_and_serving_goes_on() {
     let mut nic = Exanic::open("exanic-t2", 0).unwrap();
     let mut scratch = PollScratch::default();
     // More frames than the ring holds arrive while the worker is busy elsewhere.
-    for i in 0..(double::RING_FRAMES as u16 + 10) {
+    for i in 0..(u16::try_from(double::RING_FRAMES).unwrap() + 10) {
         double::inject(
             "exanic-t2",
             &request_frame(&datagram(i, 0, 1, b"version\r\n")),
