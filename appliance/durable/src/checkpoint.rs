@@ -11,6 +11,7 @@ use crate::index::{Entry, Loc};
 use crate::record::{RecordKind, RecordMeta};
 use crate::region::SegState;
 use crate::superblock::{le32, le64};
+use crate::units::{count_u32, key_len_u16};
 
 /// Checkpoint header magic.
 pub const CHECKPOINT_MAGIC: &[u8; 8] = b"RSCKPT01";
@@ -49,14 +50,14 @@ pub fn encode_body<'a>(
     entries: impl ExactSizeIterator<Item = (&'a [u8], &'a Entry)>,
 ) -> Vec<u8> {
     let mut b = Vec::new();
-    b.extend_from_slice(&(regions.len() as u32).to_le_bytes());
+    b.extend_from_slice(&count_u32(regions.len()).to_le_bytes());
     for r in regions {
         b.extend_from_slice(&r.next_open_seq.to_le_bytes());
         let (seg, used, chain) = r.tail.unwrap_or((u32::MAX, 0, 0));
         b.extend_from_slice(&seg.to_le_bytes());
         b.extend_from_slice(&used.to_le_bytes());
         b.extend_from_slice(&chain.to_le_bytes());
-        b.extend_from_slice(&(r.segments.len() as u32).to_le_bytes());
+        b.extend_from_slice(&count_u32(r.segments.len()).to_le_bytes());
         for (state, open_seq) in &r.segments {
             b.push(match state {
                 SegState::Free => 0,
@@ -70,7 +71,7 @@ pub fn encode_body<'a>(
     b.extend_from_slice(&max_cas.to_le_bytes());
     b.extend_from_slice(&(entries.len() as u64).to_le_bytes());
     for (key, e) in entries {
-        b.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        b.extend_from_slice(&key_len_u16(key.len()).to_le_bytes());
         b.extend_from_slice(key);
         b.push(match e.meta.kind {
             RecordKind::Value => 0,
@@ -185,7 +186,11 @@ pub fn decode_body(b: &[u8], expect_regions: u32, segments_per_region: u32) -> O
     let max_seq = c.u64()?;
     let max_cas = c.u64()?;
     let count = c.u64()?;
-    let mut entries = Vec::with_capacity((count as usize).min(b.len() / 60));
+    let mut entries = Vec::with_capacity(
+        usize::try_from(count)
+            .unwrap_or(usize::MAX)
+            .min(b.len() / 60),
+    );
     for _ in 0..count {
         let klen = c.u16()?;
         let key: Box<[u8]> = c.take(usize::from(klen))?.into();

@@ -22,6 +22,7 @@ use crate::error::DurableError;
 use crate::record::RecordKind;
 use crate::region::RegionLog;
 use crate::serving::{Relocation, Serving};
+use crate::units::usize_from;
 
 mod victim;
 
@@ -197,7 +198,7 @@ impl Compactor {
                 let Some(seg) = Self::pick(s, log) else {
                     return Step::Idle;
                 };
-                self.buf.resize(g.segment_size as usize, 0);
+                self.buf.resize(usize_from(g.segment_size), 0);
                 self.phase = Phase::Reading { seg, done: 0 };
                 Step::Busy
             }

@@ -34,7 +34,9 @@ fn overwrites_far_beyond_the_device_stay_within_the_space_bound() {
     let g = s.superblock().geometry;
     let mut log = s.take_log(0).unwrap();
     let mut c = Compactor::new(g.block_size);
-    let value = |k: u64, round: u64| vec![(k + round) as u8; 200 + (k as usize % 7)];
+    let value = |k: u64, round: u64| {
+        vec![u8::try_from((k + round) % 256).unwrap(); 200 + (usize::try_from(k).unwrap() % 7)]
+    };
     let mut written = 0u64;
     let mut token = 0;
     for round in 0..600u64 {
@@ -247,6 +249,10 @@ fn segments_with_records_in_flight_are_not_compacted() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scripted sequence of reads, failures and retries, each step checked: it reads in order"
+)]
 fn reads_are_requested_and_a_failed_or_short_read_gives_up_until_the_retry() {
     let o = Options {
         segment_size: 2 * READ_CHUNK as u64,
@@ -258,10 +264,15 @@ fn reads_are_requested_and_a_failed_or_short_read_gives_up_until_the_retry() {
             .0,
     );
     let g = s.superblock().geometry;
-    assert!(g.segment_size as usize > READ_CHUNK, "two reads per victim");
+    assert!(
+        usize::try_from(g.segment_size).unwrap() > READ_CHUNK,
+        "two reads per victim"
+    );
     let mut log = s.take_log(0).unwrap();
     let mut c = Compactor::new(g.block_size);
-    let value = |k: u64, round: u64| vec![(k * 7 + round) as u8; 12_000 + k as usize];
+    let value = |k: u64, round: u64| {
+        vec![u8::try_from((k * 7 + round) % 256).unwrap(); 12_000 + usize::try_from(k).unwrap()]
+    };
     let (mut token, mut round) = (0, 0);
     // Overwrite until a victim is worth compacting: its first read is asked for.
     let (offset, len) = loop {
@@ -323,7 +334,7 @@ fn reads_are_requested_and_a_failed_or_short_read_gives_up_until_the_retry() {
     c.read_sync(s.device(), offset, now);
     assert_eq!(c.stats().aborted, 1);
     let second = c.step(&s, &mut log, 0, now, true);
-    let rest = g.segment_size as usize - READ_CHUNK;
+    let rest = usize::try_from(g.segment_size).unwrap() - READ_CHUNK;
     assert_eq!(
         second,
         Step::Read {

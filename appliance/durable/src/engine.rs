@@ -132,7 +132,10 @@ impl<D: BlockDevice> Durable<D> {
 
     /// Queue a write of `key` in region `region`. Its [`Ack`] (with `token`) comes from a later
     /// [`Durable::tick`], only after the flush covering it completed. Returns its sequence.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the record's parts (key, value, flags, expiry, cas) plus where and for whom"
+    )]
     pub fn set(
         &mut self,
         region: usize,

@@ -86,10 +86,13 @@ fn checkpoint_restores_state_and_is_consumed() {
 fn value_offset(d: &Durable<SimDevice>, key: &[u8]) -> usize {
     let e = d.index().get(key).unwrap();
     let g = d.superblock().geometry;
-    (g.segment_offset(e.loc.region, e.loc.segment)
-        + u64::from(e.loc.offset)
-        + crate::record::HEADER_LEN as u64
-        + key.len() as u64) as usize
+    usize::try_from(
+        g.segment_offset(e.loc.region, e.loc.segment)
+            + u64::from(e.loc.offset)
+            + crate::record::HEADER_LEN as u64
+            + key.len() as u64,
+    )
+    .unwrap()
 }
 
 /// `set k A; set d D; set f F; set k B; delete d`, each acknowledged, then a crash.

@@ -25,6 +25,7 @@
 //! flush runs: small groups wait behind it and grow (fewer flushes per write). A chained
 //! flush covers its own write only once that write's completion is known too (never by a
 //! later flush's success, which may have run before the write ended).
+use crate::units::usize_from;
 use std::collections::VecDeque;
 
 use crate::error::DurableError;
@@ -199,7 +200,7 @@ impl<T> GroupCommit<T> {
     /// Hands back the buffer of a completed [`Action::WriteBatch`] for a later batch. Buffers
     /// larger than a full batch (a single oversized record) and more than a few are dropped.
     pub fn recycle(&mut self, mut buf: Vec<u8>) {
-        let cap_max = self.limits.max_batch_bytes + self.block as usize;
+        let cap_max = self.limits.max_batch_bytes + usize_from(self.block);
         if self.spare.len() < SPARE_BUFFERS_MAX && buf.capacity() <= cap_max {
             buf.clear();
             self.spare.push(buf);
@@ -275,7 +276,7 @@ impl<T> GroupCommit<T> {
             let buf = self
                 .spare
                 .pop()
-                .unwrap_or_else(|| Vec::with_capacity(self.block as usize));
+                .unwrap_or_else(|| Vec::with_capacity(usize_from(self.block)));
             self.batches.push_back(Batch {
                 seq,
                 offset: at,
@@ -358,7 +359,7 @@ impl<T> GroupCommit<T> {
         };
         let padded = (b.len as u64).div_ceil(block) * block;
         let mut bytes = std::mem::take(&mut b.bytes);
-        bytes.resize(padded as usize, 0);
+        bytes.resize(usize_from(padded), 0);
         if !b.sealed {
             b.sealed = true;
             self.next_offset = b.offset + padded;

@@ -80,7 +80,8 @@ fn a_group_collects_while_both_lanes_flush_unless_it_fills() {
     g.push(Some(2), &[2; 600]).unwrap();
     let (w2, f2, _) = chain(&mut g);
     for t in 3..=5 {
-        g.push(Some(t), &[t as u8; 300]).unwrap();
+        g.push(Some(t), &[u8::try_from(t % 256).unwrap(); 300])
+            .unwrap();
         assert_eq!(g.poll_action(), None, "no lane free: token {t} waits");
     }
     // The next record does not fit: the full batch is cut and written at once, unchained.
@@ -309,8 +310,8 @@ fn model_kernel_never_acks_a_write_before_a_flush_covering_it() {
                 g.relocate(relocations << 30);
             }
             if rng.chance(1, 2) && !g.is_broken() {
-                let len = 8 + rng.below(300) as usize;
-                let token = m.at_of.len() as u32;
+                let len = 8 + usize::try_from(rng.below(300)).unwrap();
+                let token = u32::try_from(m.at_of.len()).unwrap();
                 if let Ok(at) = g.push(Some(token), &vec![1; len]) {
                     m.at_of.push(at);
                 }
@@ -320,7 +321,7 @@ fn model_kernel_never_acks_a_write_before_a_flush_covering_it() {
             // where a flush could be credited with a write it did not wait for.
             let pick = |rng: &mut SimRng, from: &[usize]| match from.last() {
                 Some(&newest) if rng.chance(1, 2) => newest,
-                _ => from[rng.below(from.len() as u64) as usize],
+                _ => from[usize::try_from(rng.below(from.len() as u64)).unwrap()],
             };
             let runnable = m.runnable();
             if !runnable.is_empty() {
@@ -344,7 +345,7 @@ fn model_kernel_never_acks_a_write_before_a_flush_covering_it() {
             while let Some(&i) = m.runnable().first() {
                 m.run(i, false);
             }
-            let i = rng.below(m.ops.len() as u64) as usize;
+            let i = usize::try_from(rng.below(m.ops.len() as u64)).unwrap();
             m.report(&mut g, i);
         }
         assert!(g.is_idle(), "seed {seed}: not idle after the drain");

@@ -173,7 +173,8 @@ fn inflight_write_limit_holds_batches_back() {
 
 /// One batch written and completed, so the next poll would issue a flush.
 fn written(g: &mut GroupCommit<u32>, token: u32) {
-    g.push(Some(token), &[token as u8; 8]).unwrap();
+    g.push(Some(token), &[u8::try_from(token % 256).unwrap(); 8])
+        .unwrap();
     let (w, _, _) = write_id(g.poll_action());
     assert!(g.on_write_complete(w, true).unwrap().acked.is_empty());
 }

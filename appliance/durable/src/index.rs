@@ -69,7 +69,13 @@ impl Index {
 
     fn add_live(&mut self, loc: &Loc, delta: i64) {
         let i = self.slot(loc);
+        debug_assert!(i < self.live.len(), "{loc:?} outside the geometry");
         if let Some(v) = self.live.get_mut(i) {
+            // A record leaves a segment's live bytes only after it entered them.
+            debug_assert!(
+                delta >= 0 || *v >= delta.unsigned_abs(),
+                "{loc:?}: live bytes below zero"
+            );
             *v = v.saturating_add_signed(delta);
         }
     }

@@ -14,6 +14,7 @@
 //! verify only the pieces it covers.
 use crate::record::{RecordKind, RecordMeta, HEADER_LEN, RECORD_MAGIC};
 use crate::superblock::{le32, le64};
+use crate::units::seg_u32;
 
 /// Length of a chunk key.
 pub const CHUNK_KEY_LEN: usize = 14;
@@ -128,7 +129,7 @@ impl Manifest {
         b.extend_from_slice(&self.object.to_le_bytes());
         b.extend_from_slice(&self.len.to_le_bytes());
         b.extend_from_slice(&self.chunk_len.to_le_bytes());
-        b.extend_from_slice(&(self.head.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(seg_u32(self.head.len())).to_le_bytes());
         b.extend_from_slice(&self.head);
         b
     }
@@ -206,7 +207,9 @@ mod tests {
             (1 << 20) - 4096,
             1 << 20,
         ] {
-            let data: Vec<u8> = (0..len).map(|i| (i * 13 + i / 7) as u8).collect();
+            let data: Vec<u8> = (0..len)
+                .map(|i| (i * 13 + i / 7).to_le_bytes()[0])
+                .collect();
             let v = encode_chunk_value(&data);
             let pieces = len.div_ceil(PIECE_LEN);
             assert_eq!(piece_table_len(len), pieces * 4);
@@ -365,7 +368,7 @@ mod tests {
         #[test]
         fn chunks_tile_the_object(len in 0u64..1_000_000, chunk_len in 1u32..70_000,
                                   head_len in 0usize..200, object: u64) {
-            let head_len = head_len.min(len as usize);
+            let head_len = head_len.min(usize::try_from(len).unwrap());
             let m = Manifest { object, len, chunk_len, head: vec![1; head_len] };
             prop_assert_eq!(Manifest::decode(&m.encode()), Some(m.clone()));
             let mut at = 0;

@@ -35,7 +35,7 @@ fn drive(s: &Serving<SimDevice>, log: &mut RegionLog<u64>) -> Settled {
 /// Object bytes derived from a number, so mix-ups are detectable.
 fn object_bytes(n: u64, len: usize) -> Vec<u8> {
     (0..len)
-        .map(|i| (i as u64 * 7 + n * 131 + (i as u64 >> 8)) as u8)
+        .map(|i| u8::try_from((i as u64 * 7 + n * 131 + (i as u64 >> 8)) % 256).unwrap())
         .collect()
 }
 
@@ -66,14 +66,20 @@ fn stage_chunks(
     let m = Manifest {
         object: s.next_object_id(),
         len: bytes.len() as u64,
-        chunk_len: s.chunk_len() as u32,
+        chunk_len: u32::try_from(s.chunk_len()).unwrap(),
         head: bytes[..bytes.len().min(MANIFEST_HEAD_MAX)].to_vec(),
     };
     for i in 0..m.chunks() {
         let (a, b) = m.chunk_range(i);
         *token += 1;
-        s.stage_chunk(log, m.object, i, &bytes[a as usize..b as usize], *token)
-            .unwrap();
+        s.stage_chunk(
+            log,
+            m.object,
+            i,
+            &bytes[usize::try_from(a).unwrap()..usize::try_from(b).unwrap()],
+            *token,
+        )
+        .unwrap();
     }
     m
 }
@@ -127,7 +133,7 @@ fn put_plain(
 fn assert_readable(s: &Serving<SimDevice>, m: &Manifest, bytes: &[u8]) {
     for i in 0..m.chunks() {
         let (a, b) = m.chunk_range(i);
-        let data = &bytes[a as usize..b as usize];
+        let data = &bytes[usize::try_from(a).unwrap()..usize::try_from(b).unwrap()];
         assert_eq!(
             s.read_chunk(m.object, i).unwrap(),
             data,
@@ -511,6 +517,10 @@ fn checkpoint_keeps_manifests_and_sweeps_orphans() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario (upload, replace, compact, restart) whose checks depend on each earlier step"
+)]
 fn background_compaction_moves_chunks_and_reclaims_replaced_objects() {
     let (s, _) = open_with(SimDevice::new(512 * 1024), 1);
     let g = s.superblock().geometry;
@@ -524,7 +534,7 @@ fn background_compaction_moves_chunks_and_reclaims_replaced_objects() {
         // Three keys, each replaced by a fresh object every third round; plain churn between.
         let slot = (round % 3) as usize;
         let key = format!("obj{slot}");
-        let bytes = object_bytes(round, 4096 + (round as usize * 997) % 6000);
+        let bytes = object_bytes(round, 4096 + (usize::try_from(round).unwrap() * 997) % 6000);
         let m = upload(&s, &mut log, key.as_bytes(), &bytes, &mut token);
         written += bytes.len() as u64;
         if current.len() <= slot {
@@ -538,7 +548,7 @@ fn background_compaction_moves_chunks_and_reclaims_replaced_objects() {
                 &s,
                 &mut log,
                 format!("p{k}").as_bytes(),
-                &vec![round as u8; 300],
+                &vec![u8::try_from(round % 256).unwrap(); 300],
                 &mut token,
             );
         }
@@ -560,7 +570,7 @@ fn background_compaction_moves_chunks_and_reclaims_replaced_objects() {
     for i in 0..kept.chunks() {
         let (a, b) = kept.chunk_range(i);
         token += 1;
-        let chunk = &bytes[a as usize..b as usize];
+        let chunk = &bytes[usize::try_from(a).unwrap()..usize::try_from(b).unwrap()];
         s.stage_chunk(&mut log, kept.object, i, chunk, token)
             .unwrap();
         for k in 0..8u64 {
@@ -568,7 +578,7 @@ fn background_compaction_moves_chunks_and_reclaims_replaced_objects() {
                 &s,
                 &mut log,
                 format!("p{k}").as_bytes(),
-                &[i as u8; 900],
+                &[u8::try_from(i % 256).unwrap(); 900],
                 &mut token,
             );
         }
@@ -589,7 +599,7 @@ fn background_compaction_moves_chunks_and_reclaims_replaced_objects() {
                 &s,
                 &mut log,
                 format!("p{k}").as_bytes(),
-                &vec![round as u8; 600],
+                &vec![u8::try_from(round % 256).unwrap(); 600],
                 &mut token,
             );
         }
@@ -665,7 +675,7 @@ fn an_expired_manifest_dropped_by_compaction_takes_its_chunks() {
                 &s,
                 &mut log,
                 format!("p{k}").as_bytes(),
-                &vec![round as u8; 600],
+                &vec![u8::try_from(round % 256).unwrap(); 600],
                 &mut token,
             );
         }
@@ -693,7 +703,7 @@ fn chunk_ranges_return_exactly_the_bytes_asked_for() {
     let mut rng = SimRng::new(7);
     for i in 0..m.chunks() {
         let (a, b) = m.chunk_range(i);
-        let data = &bytes[a as usize..b as usize];
+        let data = &bytes[usize::try_from(a).unwrap()..usize::try_from(b).unwrap()];
         let n = data.len();
         let mut ranges = vec![
             (0, n),
@@ -716,8 +726,8 @@ fn chunk_ranges_return_exactly_the_bytes_asked_for() {
             ]);
         }
         for _ in 0..50 {
-            let x = rng.below(n as u64 + 1) as usize;
-            let y = x + rng.below((n - x) as u64 + 1) as usize;
+            let x = usize::try_from(rng.below(n as u64 + 1)).unwrap();
+            let y = x + usize::try_from(rng.below((n - x) as u64 + 1)).unwrap();
             ranges.push((x, y));
         }
         for (x, y) in ranges {

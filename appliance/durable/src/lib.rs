@@ -39,6 +39,7 @@ mod segment;
 pub mod serving;
 pub mod sim;
 pub mod superblock;
+pub mod units;
 
 pub use compactor::{Compactor, CompactorStats, Step};
 pub use device::{BlockDevice, FileDevice};

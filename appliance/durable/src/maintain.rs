@@ -11,6 +11,7 @@ use crate::index::Loc;
 use crate::record::{scan, RecordKind, RecordMeta};
 use crate::region::{Purpose, SegState};
 use crate::segment::SegmentHeader;
+use crate::units::{seg_u32, usize_from};
 
 /// The stated bound between bytes in sealed segments and live bytes in them.
 pub const SPACE_FACTOR: u64 = 2;
@@ -106,7 +107,7 @@ impl<D: BlockDevice> Durable<D> {
         let g = self.sb.geometry;
         let region = self.regions[r].region();
         let base = g.segment_offset(region, seg);
-        let mut buf = vec![0u8; g.segment_size as usize];
+        let mut buf = vec![0u8; usize_from(g.segment_size)];
         self.dev
             .read_at(base, &mut buf)
             .map_err(|e| DurableError::io(base, &e))?;
@@ -121,8 +122,8 @@ impl<D: BlockDevice> Durable<D> {
                     loc: Loc {
                         region,
                         segment: seg,
-                        offset: pos as u32,
-                        len: rec.len as u32,
+                        offset: seg_u32(pos),
+                        len: seg_u32(rec.len),
                     },
                 });
             });

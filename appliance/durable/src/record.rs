@@ -80,8 +80,8 @@ impl Stamp {
     fn encode(self) -> (u8, u32) {
         let units = (self.durable.min(STAMP_DURABLE_MAX) / 8) & 0xFF_FFFF;
         (
-            (self.tag >> 8) as u8,
-            (u32::from(self.tag as u8) << 24) | units,
+            self.tag.to_le_bytes()[1],
+            (u32::from(self.tag.to_le_bytes()[0]) << 24) | units,
         )
     }
 
@@ -134,6 +134,10 @@ pub fn encoded_len(key_len: usize, value_len: usize) -> usize {
 
 /// Append one record to `out`, chained after `prev_crc`; returns this record's crc.
 /// The caller checks `key.len() <= KEY_LEN_MAX` and `value.len() <= u32::MAX`.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the caller bounds key and value lengths (KEY_LEN_MAX, u32::MAX); asserted"
+)]
 pub fn encode_into(
     out: &mut Vec<u8>,
     prev_crc: u32,
@@ -142,6 +146,12 @@ pub fn encode_into(
     key: &[u8],
     value: &[u8],
 ) -> u32 {
+    debug_assert!(key.len() <= KEY_LEN_MAX, "key of {} bytes", key.len());
+    debug_assert!(
+        u32::try_from(value.len()).is_ok(),
+        "value of {} bytes",
+        value.len()
+    );
     let start = out.len();
     let (b9, w20) = stamp.encode();
     let total = encoded_len(key.len(), value.len());
@@ -160,6 +170,8 @@ pub fn encode_into(
     out.extend_from_slice(key);
     out.extend_from_slice(value);
     out.resize(start + total, 0);
+    debug_assert_eq!(out.len() - start, total);
+    debug_assert!(total.is_multiple_of(8) && total >= HEADER_LEN);
     let crc = record_crc(prev_crc, &out[start..start + HEADER_LEN], key, value);
     out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
     crc
@@ -234,6 +246,10 @@ pub fn decode(buf: &[u8], prev_crc: u32) -> Option<RecordView<'_>> {
     if record_crc(prev_crc, &buf[..HEADER_LEN], key, value) != crc {
         return None;
     }
+    // A record that verified is whole and padded: the next one starts 8-aligned, inside `buf`.
+    debug_assert!(
+        len.is_multiple_of(8) && len >= HEADER_LEN + key_len + value_len && len <= buf.len()
+    );
     let meta = RecordMeta {
         kind,
         flags: le32(buf, 16),
@@ -273,8 +289,15 @@ pub fn scan<'a>(
             pos = pos.div_ceil(block) * block;
         }
         let Some(rec) = buf.get(pos..).and_then(|rest| decode(rest, crc)) else {
+            debug_assert!(start <= end && end <= buf.len().max(start));
             return (end, crc);
         };
+        // Record boundary: records start 8-aligned (batches are block-aligned, records padded
+        // to 8) and each one lies wholly inside the segment.
+        debug_assert!(
+            pos.is_multiple_of(8) || !start.is_multiple_of(8) || !block.is_multiple_of(8)
+        );
+        debug_assert!(pos >= end && pos + rec.len <= buf.len());
         f(pos, &rec);
         crc = rec.crc;
         pos += rec.len;

@@ -17,8 +17,9 @@ use crate::record::{
     RECORD_MAGIC,
 };
 use crate::region::SegState;
-use crate::segment::SegmentHeader;
+use crate::segment::{PrevSegment, SegmentHeader};
 use crate::superblock::{le32, Superblock};
+use crate::units::{seg_u32, usize_from};
 
 /// A place in acknowledged history where the log does not verify: a later record of the
 /// same segment use says the segment was durable past it.
@@ -64,7 +65,8 @@ pub struct RegionScan {
     pub newest: Option<(u32, u64, u32)>,
 }
 
-/// Scan one region.
+/// Scan one region: each segment's passes ([`scan_segment`]), then the claims segment
+/// headers make on the segment written before them ([`judge_claims`]).
 pub fn scan_region<D: BlockDevice + ?Sized>(
     dev: &D,
     sb: &Superblock,
@@ -80,106 +82,247 @@ pub fn scan_region<D: BlockDevice + ?Sized>(
         past_damage: Vec::new(),
         newest: None,
     };
-    // Per segment: (open_seq, end of the verified chain from its header) when in use.
-    let mut chain_ends: Vec<Option<(u64, u32)>> = vec![None; g.segments_per_region as usize];
-    // Headers naming the segment written before them, and whether their own segment has an
-    // acknowledged record (a stamp claiming some of it durable).
-    let mut claims: Vec<(crate::segment::PrevSegment, bool)> = Vec::new();
-    // Verified records past a break with no verdict yet, per segment (for salvage).
-    let mut unclaimed: Vec<(u32, Vec<ScannedRecord>)> = Vec::new();
-    let mut buf = vec![0u8; g.segment_size as usize];
+    let mut claims = Claims {
+        chain_ends: vec![None; g.segments_per_region as usize],
+        made: Vec::new(),
+        unclaimed: Vec::new(),
+    };
+    let mut buf = vec![0u8; usize_from(g.segment_size)];
     for seg in 0..g.segments_per_region {
-        let off = g.segment_offset(region, seg);
-        dev.read_at(off, &mut buf[..block])
-            .map_err(|e| DurableError::io(off, &e))?;
-        let header = SegmentHeader::decode(&buf[..block])
-            .filter(|(h, _)| h.uuid == sb.uuid && h.region == region && h.segment == seg);
-        let Some((h, seed)) = header else {
+        let Some((h, seed)) = read_segment(dev, sb, region, seg, &mut buf)? else {
             out.states.push((SegState::Free, 0));
             continue;
         };
         out.states.push((SegState::Sealed, h.open_seq));
         out.next_open_seq = out.next_open_seq.max(h.open_seq + 1);
-        dev.read_at(off + block as u64, &mut buf[block..])
-            .map_err(|e| DurableError::io(off, &e))?;
-        let tag = h.tag();
-        let at = |pos: usize, r: &RecordView<'_>, seed: u32| ScannedRecord {
+        let at = SegmentUse {
+            region,
+            segment: seg,
+            tag: h.tag(),
+            block,
+        };
+        scan_segment(&buf, at, &h, seed, &mut out, &mut claims);
+    }
+    judge_claims(&mut out, claims, region, block);
+    debug_assert_eq!(out.states.len(), g.segments_per_region as usize);
+    debug_assert!(out
+        .states
+        .iter()
+        .all(|&(_, open_seq)| open_seq < out.next_open_seq));
+    debug_assert!(out
+        .records
+        .iter()
+        .chain(&out.past_damage)
+        .all(|r| r.loc.region == region
+            && u64::from(r.loc.offset) + u64::from(r.loc.len) <= g.segment_size));
+    debug_assert!(out
+        .damaged
+        .iter()
+        .all(|d| d.region == region && d.segment < g.segments_per_region));
+    Ok(out)
+}
+
+/// One use of one segment being scanned: where it is and the tag its records carry.
+#[derive(Debug, Clone, Copy)]
+struct SegmentUse {
+    region: u32,
+    segment: u32,
+    tag: u16,
+    block: usize,
+}
+
+impl SegmentUse {
+    /// The record `r` found at `pos`, chained after `seed`.
+    fn record(self, pos: usize, r: &RecordView<'_>, seed: u32) -> ScannedRecord {
+        ScannedRecord {
             key: r.key.into(),
             meta: r.meta,
             loc: Loc {
-                region,
-                segment: seg,
-                offset: pos as u32,
-                len: r.len as u32,
+                region: self.region,
+                segment: self.segment,
+                offset: seg_u32(pos),
+                len: seg_u32(r.len),
             },
-            value_len: r.value.len() as u32,
+            value_len: seg_u32(r.value.len()),
             seed,
-        };
-        let records = &mut out.records;
-        let mut prev = seed;
-        let mut acked = false;
-        let (mut end, mut chain) = scan(&buf, block, seed, block, |pos, r| {
-            acked |= r.stamp.tag == tag && r.stamp.durable > 0;
-            records.push(at(pos, r, prev));
-            prev = r.crc;
-        });
-        chain_ends[seg as usize] = Some((h.open_seq, end as u32));
-        if out.newest.is_none_or(|(_, o, _)| o < h.open_seq) {
-            out.newest = Some((seg, h.open_seq, end as u32));
-        }
-        // Past the end of the chain: more of this segment's use?
-        let mut later: Vec<(usize, Stamp, ScannedRecord)> = Vec::new();
-        let mut breaks = Vec::new();
-        while let Some((q, seed)) = resync(&buf, end, chain, tag, block) {
-            breaks.push(end);
-            let mut prev = seed;
-            let (e, c) = scan(&buf, q, seed, block, |pos, r| {
-                later.push((pos, r.stamp, at(pos, r, prev)));
-                prev = r.crc;
-            });
-            (end, chain) = (e, c);
-        }
-        let damaged: Vec<usize> = breaks
-            .into_iter()
-            .filter(|&b| {
-                later
-                    .iter()
-                    .any(|(pos, st, _)| *pos > b && st.tag == tag && st.durable as usize > b)
-            })
-            .collect();
-        acked |= later
-            .iter()
-            .any(|(_, st, _)| st.tag == tag && st.durable > 0);
-        if let Some(prev) = h.prev {
-            claims.push((prev, acked));
-        }
-        if let Some(&first) = damaged.first() {
-            out.damaged.extend(damaged.iter().map(|&b| Damage {
-                region,
-                segment: seg,
-                offset: b as u32,
-            }));
-            out.past_damage.extend(
-                later
-                    .into_iter()
-                    .filter(|(pos, ..)| *pos > first)
-                    .map(|(.., r)| r),
-            );
-        } else if !later.is_empty() {
-            unclaimed.push((seg, later.into_iter().map(|(.., r)| r).collect()));
         }
     }
-    // Across segments: once a segment has an acknowledged record, the one its log wrote
-    // before it was durable up to the end its header names (ADR 0016).
-    for (prev, _) in claims.into_iter().filter(|(_, acked)| *acked) {
+
+    /// A stamp of this use that claims some of the segment durable.
+    fn acknowledges(self, st: Stamp) -> bool {
+        st.tag == self.tag && st.durable > 0
+    }
+}
+
+/// What the segment headers of a region say about the segments written before them, kept
+/// until every segment was scanned.
+struct Claims {
+    /// Per segment: (open_seq, end of the verified chain from its header) when in use.
+    chain_ends: Vec<Option<(u64, u32)>>,
+    /// Headers naming the segment written before them, and whether their own segment has an
+    /// acknowledged record (a stamp claiming some of it durable).
+    made: Vec<(PrevSegment, bool)>,
+    /// Verified records past a break with no verdict yet, per segment (for salvage).
+    unclaimed: Vec<(u32, Vec<ScannedRecord>)>,
+}
+
+/// Reads segment `seg` of `region` into `buf`: its header and the crc its first record
+/// chains after, or `None` for a segment not in use (no header of this device, region and
+/// segment). Only a segment in use is read past its header block.
+fn read_segment<D: BlockDevice + ?Sized>(
+    dev: &D,
+    sb: &Superblock,
+    region: u32,
+    seg: u32,
+    buf: &mut [u8],
+) -> Result<Option<(SegmentHeader, u32)>, DurableError> {
+    let g = &sb.geometry;
+    let block = g.block_size as usize;
+    debug_assert_eq!(buf.len(), usize_from(g.segment_size));
+    let off = g.segment_offset(region, seg);
+    dev.read_at(off, &mut buf[..block])
+        .map_err(|e| DurableError::io(off, &e))?;
+    let header = SegmentHeader::decode(&buf[..block])
+        .filter(|(h, _)| h.uuid == sb.uuid && h.region == region && h.segment == seg);
+    if header.is_some() {
+        dev.read_at(off + block as u64, &mut buf[block..])
+            .map_err(|e| DurableError::io(off, &e))?;
+    }
+    Ok(header)
+}
+
+/// The passes over one segment in use: follow its chain from the header (pass 1), search
+/// past each break for more of the same use (pass 2), and judge each break (pass 3): damage
+/// when a later stamp says the segment was durable past it, a torn tail otherwise.
+fn scan_segment(
+    buf: &[u8],
+    at: SegmentUse,
+    h: &SegmentHeader,
+    seed: u32,
+    out: &mut RegionScan,
+    claims: &mut Claims,
+) {
+    let first_record = out.records.len();
+    let (end, chain, mut acked) = follow_chain(buf, at, seed, &mut out.records);
+    claims.chain_ends[at.segment as usize] = Some((h.open_seq, seg_u32(end)));
+    if out.newest.is_none_or(|(_, o, _)| o < h.open_seq) {
+        out.newest = Some((at.segment, h.open_seq, seg_u32(end)));
+    }
+    debug_assert!(out.records[first_record..]
+        .windows(2)
+        .all(|w| w[0].loc.offset + w[0].loc.len <= w[1].loc.offset));
+    let (breaks, later) = search_past_breaks(buf, at, end, chain);
+    let damaged = damaged_breaks(&breaks, &later, at.tag);
+    acked |= later.iter().any(|(_, st, _)| at.acknowledges(*st));
+    if let Some(prev) = h.prev {
+        claims.made.push((prev, acked));
+    }
+    if let Some(&first) = damaged.first() {
+        out.damaged.extend(damaged.iter().map(|&b| Damage {
+            region: at.region,
+            segment: at.segment,
+            offset: seg_u32(b),
+        }));
+        out.past_damage.extend(
+            later
+                .into_iter()
+                .filter(|(pos, ..)| *pos > first)
+                .map(|(.., r)| r),
+        );
+    } else if !later.is_empty() {
+        let later = later.into_iter().map(|(.., r)| r).collect();
+        claims.unclaimed.push((at.segment, later));
+    }
+}
+
+/// Pass 1: the verified chain from the segment header (records appended to `records`).
+/// Returns where it ends, the crc to chain after, and whether a record of it is acknowledged.
+fn follow_chain(
+    buf: &[u8],
+    at: SegmentUse,
+    seed: u32,
+    records: &mut Vec<ScannedRecord>,
+) -> (usize, u32, bool) {
+    let mut prev = seed;
+    let mut acked = false;
+    let (end, chain) = scan(buf, at.block, seed, at.block, |pos, r| {
+        acked |= at.acknowledges(r.stamp);
+        records.push(at.record(pos, r, prev));
+        prev = r.crc;
+    });
+    // Segment boundary: the chain starts after the header block and ends inside the segment.
+    debug_assert!(end >= at.block && end <= buf.len() && end.is_multiple_of(8));
+    debug_assert_eq!(chain, prev);
+    (end, chain, acked)
+}
+
+/// A verified record found past a break of the chain: its offset, stamp and record.
+type Later = (usize, Stamp, ScannedRecord);
+
+/// Pass 2: past the end of the chain, more records of the same segment use, each run found
+/// by [`resync`]. Returns the places where the chain broke (ascending) and the records found
+/// after them.
+fn search_past_breaks(
+    buf: &[u8],
+    at: SegmentUse,
+    mut end: usize,
+    mut chain: u32,
+) -> (Vec<usize>, Vec<Later>) {
+    let mut later: Vec<Later> = Vec::new();
+    let mut breaks = Vec::new();
+    while let Some((q, seed)) = resync(buf, end, chain, at.tag, at.block) {
+        debug_assert!(
+            q > end && q.is_multiple_of(8),
+            "resync went back: {q} <= {end}"
+        );
+        breaks.push(end);
+        let mut prev = seed;
+        let (e, c) = scan(buf, q, seed, at.block, |pos, r| {
+            later.push((pos, r.stamp, at.record(pos, r, prev)));
+            prev = r.crc;
+        });
+        debug_assert!(e > q, "resync found a record that scan does not decode");
+        (end, chain) = (e, c);
+    }
+    debug_assert!(breaks.windows(2).all(|w| w[0] < w[1]));
+    (breaks, later)
+}
+
+/// Pass 3: the breaks that lie in acknowledged history, that is, a record found after one
+/// carries a stamp of this use saying the segment was durable past it (ADR 0016).
+fn damaged_breaks(breaks: &[usize], later: &[Later], tag: u16) -> Vec<usize> {
+    let damaged: Vec<usize> = breaks
+        .iter()
+        .copied()
+        .filter(|&b| {
+            later
+                .iter()
+                .any(|(pos, st, _)| *pos > b && st.tag == tag && st.durable as usize > b)
+        })
+        .collect();
+    debug_assert!(damaged.iter().all(|b| breaks.contains(b)));
+    damaged
+}
+
+/// Pass 4, across segments: once a segment has an acknowledged record, the one its log wrote
+/// before it was durable up to the end its header names (ADR 0016); a chain that ends short
+/// of that is damage.
+fn judge_claims(out: &mut RegionScan, claims: Claims, region: u32, block: usize) {
+    let Claims {
+        chain_ends,
+        made,
+        mut unclaimed,
+    } = claims;
+    let block = seg_u32(block);
+    for (prev, _) in made.into_iter().filter(|(_, acked)| *acked) {
         let Some(Some((open_seq, end))) = chain_ends.get(prev.segment as usize).copied() else {
             continue;
         };
         let known = out.damaged.iter().any(|d| d.segment == prev.segment);
         // A claim on a block boundary may be a padded batch end (a checkpoint's clean tail):
         // the chain then only has to reach that block.
-        let reach = if prev.end.is_multiple_of(block as u32) {
-            end.div_ceil(block as u32) * block as u32
+        let reach = if prev.end.is_multiple_of(block) {
+            end.div_ceil(block) * block
         } else {
             end
         };
@@ -194,7 +337,6 @@ pub fn scan_region<D: BlockDevice + ?Sized>(
             }
         }
     }
-    Ok(out)
 }
 
 /// Where the verified chain (crc `chain`) of a segment use tagged `tag` ends at `end`, the

@@ -7,6 +7,7 @@ use crate::index::Loc;
 use crate::record::{encode_into, encoded_len, RecordMeta, Stamp, KEY_LEN_MAX};
 use crate::segment::{PrevSegment, SegmentHeader};
 use crate::superblock::Geometry;
+use crate::units::{count_u32, seg_u32, usize_from};
 
 /// Free segments a region keeps back from client writes so compaction can always make progress.
 pub const COMPACTION_RESERVE: u32 = 1;
@@ -139,7 +140,7 @@ impl<T> RegionLog<T> {
             .iter()
             .zip(&self.open_seqs)
             .enumerate()
-            .map(|(i, (s, o))| (i as u32, *s, *o))
+            .map(|(i, (s, o))| (count_u32(i), *s, *o))
     }
 
     /// Next open sequence (for checkpoints).
@@ -153,13 +154,13 @@ impl<T> RegionLog<T> {
     pub fn unsettled_since(&self) -> Option<u64> {
         let off = self.commit.oldest_unsettled_offset()?;
         let base = self.geo.segment_offset(self.region, 0);
-        let seg = (off.saturating_sub(base) / self.geo.segment_size) as usize;
+        let seg = usize_from(off.saturating_sub(base) / self.geo.segment_size);
         Some(self.open_seqs.get(seg).copied().unwrap_or(0))
     }
 
     /// Segments not in use.
     pub fn free_count(&self) -> u32 {
-        self.states.iter().filter(|s| **s == SegState::Free).count() as u32
+        count_u32(self.states.iter().filter(|s| **s == SegState::Free).count())
     }
 
     /// True when no write is queued or in flight.
@@ -181,7 +182,7 @@ impl<T> RegionLog<T> {
 
     /// Largest key + value a single record can hold in this geometry.
     pub fn max_record_len(&self) -> usize {
-        (self.geo.segment_size - u64::from(self.geo.block_size)) as usize
+        usize_from(self.geo.segment_size - u64::from(self.geo.block_size))
     }
 
     /// Encode and queue one record. `use_reserve` lets compaction take the last free segment.
@@ -253,17 +254,23 @@ impl<T> RegionLog<T> {
         let loc = Loc {
             region: self.region,
             segment: seg,
-            offset: (at - start) as u32,
-            len: len as u32,
+            offset: seg_u32(usize_from(at - start)),
+            len: seg_u32(len),
         };
         let staged = Staged {
             key: key.into(),
             meta,
             loc,
-            value_len: value.len() as u32,
+            value_len: seg_u32(value.len()),
             seed,
             purpose,
         };
+        // Record boundary: the record lies after the segment header, inside the active segment,
+        // 8-aligned, right after the last record staged in it (or past batch padding).
+        debug_assert_eq!(self.scratch.len(), len);
+        debug_assert!(at >= start + u64::from(self.geo.block_size));
+        debug_assert!(u64::from(loc.offset) + u64::from(loc.len) <= self.geo.segment_size);
+        debug_assert!(loc.offset.is_multiple_of(8));
         let got = self.commit.push(Some(staged), &self.scratch)?;
         debug_assert_eq!(got, at);
         self.chain = crc;
@@ -310,7 +317,8 @@ impl<T> RegionLog<T> {
             .states
             .iter()
             .position(|s| *s == SegState::Free)
-            .ok_or(DurableError::NoSpace)? as u32;
+            .ok_or(DurableError::NoSpace)?;
+        let seg = count_u32(seg);
         self.seal_active();
         let open_seq = self.next_open_seq;
         self.next_open_seq += 1;
@@ -321,7 +329,18 @@ impl<T> RegionLog<T> {
             open_seq,
             prev: self.prev.take(),
         };
+        // Segment boundary: a free segment gets a header of this device, region and segment, one
+        // block long, and recovery must read back exactly what is written here.
+        debug_assert!(header
+            .prev
+            .is_none_or(|p| p.segment != seg || p.open_seq < open_seq));
         let (bytes, crc) = header.encode(self.geo.block_size as usize);
+        debug_assert_eq!(bytes.len(), self.geo.block_size as usize);
+        debug_assert_eq!(
+            SegmentHeader::decode(&bytes)
+                .map(|(h, c)| (h.uuid, h.region, h.segment, h.open_seq, c)),
+            Some((self.uuid, self.region, seg, open_seq, crc))
+        );
         self.commit
             .relocate(self.geo.segment_offset(self.region, seg));
         self.commit.push(None, &bytes)?;
@@ -473,14 +492,23 @@ mod tests {
         let mut segs = std::collections::BTreeSet::new();
         let mut n = 0;
         let err = loop {
-            match l.stage(b"k", &value, meta(n), Purpose::Client(n as u32), false) {
+            match l.stage(
+                b"k",
+                &value,
+                meta(n),
+                Purpose::Client(u32::try_from(n).unwrap()),
+                false,
+            ) {
                 Ok(loc) => segs.insert(loc.segment),
                 Err(e) => break e,
             };
             n += 1;
         };
         assert!(matches!(err, DurableError::NoSpace));
-        assert_eq!(segs.len() as u32, total - COMPACTION_RESERVE);
+        assert_eq!(
+            u32::try_from(segs.len()).unwrap(),
+            total - COMPACTION_RESERVE
+        );
         assert!(l
             .stage(
                 b"k",

@@ -19,6 +19,7 @@
 //! The parts: `staging` (staging writes, the overlay, settling completions), `reads`
 //! (look-ups and the start-up warming pass), `objects` (large-object bookkeeping and chunk
 //! reads). This file holds the shared state, its accessors and the checkpoint at stop.
+use crate::units::count_u32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
@@ -266,7 +267,7 @@ impl<D: BlockDevice> Serving<D> {
                 .map(|seg| index.live_bytes(r, seg))
                 .collect();
             region_live_bytes.push(live.iter().sum());
-            region_live_segments.push(live.iter().filter(|&&b| b > 0).count() as u32);
+            region_live_segments.push(count_u32(live.iter().filter(|&&b| b > 0).count()));
         }
         let records = index.len();
         drop(index);

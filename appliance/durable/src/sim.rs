@@ -1,5 +1,6 @@
 //! A simulated device for tests: records writes and flushes, crashes at a chosen point,
 //! drops or tears unflushed writes (sector-granular, random order) and injects EIO.
+use crate::units::usize_from;
 use std::io;
 use std::sync::Mutex;
 
@@ -149,12 +150,12 @@ impl SimDevice {
         let mut image = s.durable.clone();
         let mut order: Vec<usize> = (0..s.unflushed.len()).collect();
         for i in (1..order.len()).rev() {
-            let j = rng.below(i as u64 + 1) as usize;
+            let j = usize_from(rng.below(i as u64 + 1));
             order.swap(i, j);
         }
         for i in order {
             let (offset, data) = &s.unflushed[i];
-            let base = *offset as usize;
+            let base = usize_from(*offset);
             match rng.below(3) {
                 0 => {}
                 1 => image[base..base + data.len()].copy_from_slice(data),
@@ -193,7 +194,7 @@ impl BlockDevice for SimDevice {
         if s.crashed || overlaps(&s.read_eio, offset, buf.len()) {
             return Err(eio());
         }
-        let at = offset as usize;
+        let at = usize_from(offset);
         buf.copy_from_slice(&s.current[at..at + buf.len()]);
         Ok(())
     }
@@ -204,7 +205,7 @@ impl BlockDevice for SimDevice {
         if Self::tick_crash(&mut s) || overlaps(&s.write_eio, offset, buf.len()) {
             return Err(eio());
         }
-        let at = offset as usize;
+        let at = usize_from(offset);
         s.current[at..at + buf.len()].copy_from_slice(buf);
         s.unflushed.push((offset, buf.to_vec()));
         s.writes += 1;
@@ -222,7 +223,7 @@ impl BlockDevice for SimDevice {
         }
         let pending = std::mem::take(&mut s.unflushed);
         for (offset, data) in pending {
-            let at = offset as usize;
+            let at = usize_from(offset);
             s.durable[at..at + data.len()].copy_from_slice(&data);
         }
         s.flushes += 1;

@@ -1,6 +1,7 @@
 //! The superblock at offset 0: magic, format version, device uuid, geometry and checksum;
 //! plus detection of blank devices and of other filesystems' signatures.
 use crate::error::DurableError;
+use crate::units::usize_from;
 
 /// Magic at offset 0 of a ringstore data device.
 pub const MAGIC: &[u8; 8] = b"RINGSTOR";
@@ -91,6 +92,14 @@ impl Geometry {
     pub fn data_len(&self) -> u64 {
         u64::from(self.regions) * u64::from(self.segments_per_region) * self.segment_size
     }
+
+    /// [`Self::data_len`], or `None` where it overflows: a superblock read off a device is
+    /// hostile even with a valid checksum, so decoding must not multiply blindly.
+    fn checked_data_len(&self) -> Option<u64> {
+        u64::from(self.regions)
+            .checked_mul(u64::from(self.segments_per_region))?
+            .checked_mul(self.segment_size)
+    }
 }
 
 /// Round `v` up to a multiple of `to` (a power of two or any nonzero).
@@ -113,7 +122,7 @@ impl Superblock {
     /// Encode into a [`SUPERBLOCK_LEN`]-byte block.
     pub fn encode(&self) -> Vec<u8> {
         let g = &self.geometry;
-        let mut b = vec![0u8; SUPERBLOCK_LEN as usize];
+        let mut b = vec![0u8; usize_from(SUPERBLOCK_LEN)];
         b[0..8].copy_from_slice(MAGIC);
         b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
         b[12..16].copy_from_slice(&g.block_size.to_le_bytes());
@@ -167,10 +176,11 @@ impl Superblock {
             && g.segments_per_region >= 3
             && g.segment_size >= 4 * u64::from(g.block_size)
             && g.segment_size.is_multiple_of(u64::from(g.block_size))
+            && g.segment_size <= u64::from(u32::MAX)
             && g.checkpoint_offset == SUPERBLOCK_LEN
             && g.data_offset == SUPERBLOCK_LEN + g.checkpoint_len
-            && g.data_offset
-                .checked_add(g.data_len())
+            && g.checked_data_len()
+                .and_then(|len| g.data_offset.checked_add(len))
                 .is_some_and(|end| end <= device_len);
         if !sane {
             return Err(DurableError::CorruptSuperblock(
@@ -220,7 +230,7 @@ pub fn probe(head: &[u8]) -> Probe {
     if at(510, &[0x55, 0xAA]) && (0..4).any(|i| head[446 + i * 16 + 4] != 0) {
         return Probe::Foreign("MBR partition table");
     }
-    let first = &head[..head.len().min(SUPERBLOCK_LEN as usize)];
+    let first = &head[..head.len().min(usize_from(SUPERBLOCK_LEN))];
     if first.iter().all(|&b| b == 0) {
         Probe::Blank
     } else {
@@ -286,6 +296,25 @@ mod tests {
         assert!(matches!(
             Superblock::decode(&b, 1 << 20),
             Err(DurableError::Version { found: 9, .. })
+        ));
+    }
+
+    #[test]
+    fn a_checksummed_geometry_that_overflows_is_refused_not_wrapped() {
+        // Every field passes its own check and the checksum is valid, but regions ×
+        // segments × segment size is past u64: decode must refuse it, never wrap.
+        let mut geometry = geo();
+        geometry.regions = u32::MAX;
+        geometry.segments_per_region = u32::MAX;
+        geometry.segment_size = u64::from(u32::MAX) & !511;
+        let sb = Superblock {
+            uuid: new_uuid(),
+            device_len: u64::MAX,
+            geometry,
+        };
+        assert!(matches!(
+            Superblock::decode(&sb.encode(), u64::MAX),
+            Err(DurableError::CorruptSuperblock(_))
         ));
     }
 

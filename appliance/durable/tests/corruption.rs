@@ -9,6 +9,12 @@
 //! vouch for them) is counted and printed: that is the stated limit.
 //!
 //! `RINGSTORE_CORRUPT_SEEDS=N` runs N seeds (default 1000), `RINGSTORE_SIM_SEED_BASE` shifts them.
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed step fails the test (allow-*-in-tests does not reach an integration test's helpers)"
+)]
+
 use std::collections::HashMap;
 
 use ringstore_durable::record::{scan, Stamp, HEADER_LEN};
@@ -47,7 +53,7 @@ fn key_name(k: u64) -> Vec<u8> {
 
 fn value_for(n: u64, len: usize) -> Vec<u8> {
     let mut v = n.to_le_bytes().to_vec();
-    v.extend((0..len).map(|i| (n as usize * 17 + i) as u8));
+    v.extend((0..len).map(|i| u8::try_from((usize::try_from(n).unwrap() * 17 + i) % 256).unwrap()));
     v
 }
 
@@ -81,8 +87,8 @@ fn chains(img: &[u8], d: &Durable<SimDevice>) -> Vec<Seg> {
     let mut out = Vec::new();
     for region in 0..g.regions {
         for segment in 0..g.segments_per_region {
-            let base = g.segment_offset(region, segment) as usize;
-            let seg = &img[base..base + g.segment_size as usize];
+            let base = usize::try_from(g.segment_offset(region, segment)).unwrap();
+            let seg = &img[base..base + usize::try_from(g.segment_size).unwrap()];
             let stored = le32(seg, 40);
             if &seg[..8] != b"RSSEGMT1" || crc32c::crc32c(&seg[..40]) != stored {
                 continue;
@@ -148,6 +154,10 @@ struct Tally {
     unvouched_rolled_back: usize,
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one seeded scenario: writes, crash, damage, recovery and the verdict on it, read in order"
+)]
 fn run_seed(seed: u64, t: &mut Tally) {
     let mut rng = SimRng::new(seed);
     let (mut d, _) = Durable::open(SimDevice::new(256 * 1024), &options(false)).unwrap();
@@ -171,9 +181,9 @@ fn run_seed(seed: u64, t: &mut Tally) {
         match rng.below(100) {
             0..=69 => {
                 let k = rng.below(KEYS);
-                let region = rng.below(2) as usize;
+                let region = usize::try_from(rng.below(2)).unwrap();
                 let res = if rng.below(100) < 80 {
-                    let value = value_for(next, rng.below(700) as usize);
+                    let value = value_for(next, usize::try_from(rng.below(700)).unwrap());
                     d.set(region, &key_name(k), &value, 0, 0, next, next)
                         .map(|seq| (seq, Some(value)))
                 } else {
@@ -257,10 +267,12 @@ fn run_seed(seed: u64, t: &mut Tally) {
             }
         }
     }
-    if let Some(&(at, len, flip)) = vouched.get(rng.below(vouched.len().max(1) as u64) as usize) {
+    if let Some(&(at, len, flip)) =
+        vouched.get(usize::try_from(rng.below(vouched.len().max(1) as u64)).unwrap())
+    {
         let mut bad = img.clone();
         if flip {
-            let o = rng.below(len as u64) as usize;
+            let o = usize::try_from(rng.below(len as u64)).unwrap();
             bad[at + o] ^= 1 << rng.below(8);
             t.flips += 1;
         } else {
@@ -290,9 +302,11 @@ fn run_seed(seed: u64, t: &mut Tally) {
         }
     }
     // The stated limit: a record no later record of its segment vouches for.
-    if let Some(&(at, len)) = unvouched.get(rng.below(unvouched.len().max(1) as u64) as usize) {
+    if let Some(&(at, len)) =
+        unvouched.get(usize::try_from(rng.below(unvouched.len().max(1) as u64)).unwrap())
+    {
         let mut bad = img;
-        bad[at + rng.below(len as u64) as usize] ^= 1 << rng.below(8);
+        bad[at + usize::try_from(rng.below(len as u64)).unwrap()] ^= 1 << rng.below(8);
         t.unvouched += 1;
         if let Ok((s, _)) = Durable::open(SimDevice::from_image(bad), &options(false)) {
             let got = read_all(&s);
@@ -324,7 +338,8 @@ fn damage_in_flushed_history_is_reported_never_served_as_an_older_value() {
     }
     println!("corruption simulation: {seeds} seeds: {t:?}");
     assert!(
-        t.flips > seeds as usize / 4 && t.lost_sectors > seeds as usize / 20,
+        t.flips > usize::try_from(seeds).unwrap() / 4
+            && t.lost_sectors > usize::try_from(seeds).unwrap() / 20,
         "too few damage cases exercised: {t:?}"
     );
     assert_eq!(t.refused, t.flips + t.lost_sectors);

@@ -4,6 +4,11 @@
 //! key is an acked-or-later write, and every recovered manifest's chunks read back exactly.
 //!
 //! `RINGSTORE_LARGE_SEEDS=N` runs N seeds (default 300).
+#![expect(
+    clippy::unwrap_used,
+    reason = "test code: a failed step fails the test (allow-*-in-tests does not reach an integration test's helpers)"
+)]
+
 use std::collections::HashMap;
 
 use ringstore_durable::compactor::{run_to_idle, Compactor};
@@ -33,7 +38,7 @@ fn options() -> Options {
 /// Object bytes derived from the object id, so any mix-up is detectable.
 fn object_bytes(object: u64, len: u64) -> Vec<u8> {
     (0..len)
-        .map(|i| (i.wrapping_mul(13) ^ object.wrapping_mul(0x9E37)) as u8)
+        .map(|i| u8::try_from((i.wrapping_mul(13) ^ object.wrapping_mul(0x9E37)) % 256).unwrap())
         .collect()
 }
 
@@ -127,13 +132,14 @@ fn verify(s: &Serving<SimDevice>, model: &Model, ctx: &str) -> HashMap<u64, Vec<
                     let chunk = s.read_chunk(m.object, i).unwrap_or_else(|e| {
                         panic!("{ctx}: key {k} object {} chunk {i}: {e}", m.object)
                     });
-                    let want = &bytes[a as usize..b as usize];
+                    let want = &bytes[usize::try_from(a).unwrap()..usize::try_from(b).unwrap()];
                     assert_eq!(chunk, want, "{ctx}: key {k} chunk {i}");
                     // A few ranges of it, read and verified piece by piece.
                     let mut pick = SimRng::new(m.object ^ u64::from(i));
                     for _ in 0..3 {
-                        let x = pick.below(want.len() as u64 + 1) as usize;
-                        let y = x + pick.below((want.len() - x) as u64 + 1) as usize;
+                        let x = usize::try_from(pick.below(want.len() as u64 + 1)).unwrap();
+                        let y =
+                            x + usize::try_from(pick.below((want.len() - x) as u64 + 1)).unwrap();
                         let range = s.read_chunk_range(m.object, i, x, y).unwrap_or_else(|e| {
                             panic!("{ctx}: key {k} object {} chunk {i} {x}..{y}: {e}", m.object)
                         });
@@ -154,6 +160,10 @@ fn verify(s: &Serving<SimDevice>, model: &Model, ctx: &str) -> HashMap<u64, Vec<
 }
 
 /// Returns (crash points, recovered manifests checked).
+#[expect(
+    clippy::too_many_lines,
+    reason = "one seeded scenario: uploads, crashes and recovery checks, read in order"
+)]
 fn run_seed(seed: u64) -> (usize, usize) {
     let mut rng = SimRng::new(seed);
     let (d, _) = Durable::open(SimDevice::new(1 << 20), &options()).unwrap();
@@ -174,7 +184,7 @@ fn run_seed(seed: u64) -> (usize, usize) {
             if s.device().crashed() {
                 break;
             }
-            let r = rng.below(2) as usize;
+            let r = usize::try_from(rng.below(2)).unwrap();
             match rng.below(100) {
                 0..=14 => {
                     // Start an upload: chunks now, manifest once they are all durable.
@@ -185,14 +195,15 @@ fn run_seed(seed: u64) -> (usize, usize) {
                     let manifest = Manifest {
                         object,
                         len,
-                        chunk_len: s.chunk_len() as u32,
-                        head: bytes[..(len as usize).min(64)].to_vec(),
+                        chunk_len: u32::try_from(s.chunk_len()).unwrap(),
+                        head: bytes[..usize::try_from(len).unwrap().min(64)].to_vec(),
                     };
                     let mut tokens = Vec::new();
                     for i in 0..manifest.chunks() {
                         let (a, b) = manifest.chunk_range(i);
                         let t = model.token();
-                        let chunk = &bytes[a as usize..b as usize];
+                        let chunk =
+                            &bytes[usize::try_from(a).unwrap()..usize::try_from(b).unwrap()];
                         if s.stage_chunk(&mut logs[r], object, i, chunk, t).is_ok() {
                             model.chunks.insert(t, None);
                             tokens.push(t);
@@ -212,7 +223,7 @@ fn run_seed(seed: u64) -> (usize, usize) {
                     let t = model.token();
                     let value = format!("v{t}")
                         .into_bytes()
-                        .repeat(1 + rng.below(50) as usize);
+                        .repeat(1 + usize::try_from(rng.below(50)).unwrap());
                     let change = if rng.chance(1, 5) {
                         Mutation::Delete { key: &key_name(k) }
                     } else {
@@ -333,9 +344,12 @@ fn recovered_manifests_always_have_all_their_chunks() {
         manifests += m;
     }
     println!("large objects: {seeds} seeds, {crashes} crash points, {manifests} manifests checked");
-    assert!(crashes > seeds as usize, "too few crash points: {crashes}");
     assert!(
-        manifests > seeds as usize,
+        crashes > usize::try_from(seeds).unwrap(),
+        "too few crash points: {crashes}"
+    );
+    assert!(
+        manifests > usize::try_from(seeds).unwrap(),
         "too few manifests recovered: {manifests}"
     );
 }

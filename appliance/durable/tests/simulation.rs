@@ -3,6 +3,11 @@
 //! recovered and every acknowledged write must be there, intact.
 //!
 //! `RINGSTORE_SIM_SEEDS=N` runs N seeds (default 2000), `RINGSTORE_SIM_SEED_BASE` shifts them.
+#![expect(
+    clippy::unwrap_used,
+    reason = "test code: a failed step fails the test (allow-*-in-tests does not reach an integration test's helpers)"
+)]
+
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -56,7 +61,7 @@ impl std::fmt::Debug for Version {
 /// Value bytes derived from a unique number, so any mix-up or garbage is detectable.
 fn value_for(n: u64, len: usize) -> Vec<u8> {
     let mut v = n.to_le_bytes().to_vec();
-    v.extend((0..len).map(|i| (n as usize * 31 + i) as u8));
+    v.extend((0..len).map(|i| u8::try_from((usize::try_from(n).unwrap() * 31 + i) % 256).unwrap()));
     v
 }
 
@@ -167,9 +172,11 @@ fn run_seed(seed: u64) -> usize {
         }
         if rng.chance(1, 8) {
             let g = d.superblock().geometry;
-            let seg = rng.below(u64::from(g.segments_per_region)) as u32;
-            d.device()
-                .inject_write_eio(g.segment_offset(rng.below(2) as u32, seg), g.segment_size);
+            let seg = u32::try_from(rng.below(u64::from(g.segments_per_region))).unwrap();
+            d.device().inject_write_eio(
+                g.segment_offset(u32::try_from(rng.below(2)).unwrap(), seg),
+                g.segment_size,
+            );
         }
         for _ in 0..rng.below(300) {
             if d.device().crashed() {
@@ -178,10 +185,10 @@ fn run_seed(seed: u64) -> usize {
             match rng.below(100) {
                 0..=74 => {
                     let k = rng.below(KEYS);
-                    let region = rng.below(2) as usize;
+                    let region = usize::try_from(rng.below(2)).unwrap();
                     let token = model.next_token;
                     let is_set = rng.below(100) < 80;
-                    let len = rng.below(1500) as usize;
+                    let len = usize::try_from(rng.below(1500)).unwrap();
                     let res = if is_set {
                         // Content is derived from the token (unique per write), so a mix-up is detectable.
                         let value = value_for(token, len);
@@ -266,8 +273,11 @@ fn acknowledged_writes_survive_random_crashes() {
     }
     println!(
         "simulation: {seeds} seeds, {crashes} crash points, {} rounds, {:.2?}",
-        seeds as usize * ROUNDS,
+        usize::try_from(seeds).unwrap() * ROUNDS,
         started.elapsed()
     );
-    assert!(crashes > seeds as usize, "too few crash points exercised");
+    assert!(
+        crashes > usize::try_from(seeds).unwrap(),
+        "too few crash points exercised"
+    );
 }

@@ -24,11 +24,14 @@ fn space_stays_within_the_stated_factor_of_live_data() {
     for step in 0..20_000u64 {
         let k = rng.below(300);
         let key = format!("k{k}");
-        let region = rng.below(2) as usize;
+        let region = usize::try_from(rng.below(2)).unwrap();
         let value = if rng.chance(1, 10) {
             None
         } else {
-            Some(vec![(step % 251) as u8; rng.below(1200) as usize])
+            Some(vec![
+                (step % 251) as u8;
+                usize::try_from(rng.below(1200)).unwrap()
+            ])
         };
         let res = match &value {
             Some(v) => d.set(region, key.as_bytes(), v, 0, 0, step, step),
@@ -93,7 +96,7 @@ fn recovery_time_per_million_objects() {
         d.set(
             (i % 4) as usize,
             key.as_bytes(),
-            &[i as u8; 32],
+            &[u8::try_from(i % 256).unwrap(); 32],
             0,
             0,
             i + 1,

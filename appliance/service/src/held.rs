@@ -174,11 +174,14 @@ impl HeldReplies {
         }
         let before = out.len();
         let mut used = 0;
-        while let Some(r) = self.replies.front() {
-            if r.after > self.settled {
+        while self
+            .replies
+            .front()
+            .is_some_and(|r| r.after <= self.settled)
+        {
+            let Some(r) = self.replies.pop_front() else {
                 break;
-            }
-            let r = self.replies.pop_front().expect("front exists");
+            };
             let bytes = &self.bytes[used..used + r.len];
             match (r.failed, r.failure) {
                 (false, _) => out.extend_from_slice(bytes),

@@ -352,46 +352,7 @@ impl HttpSession {
                 }
                 State::PutLarge(_) => self.feed_large(data, pos, now, backend, out),
                 State::Stream { .. } => self.stream_step(pos, backend, out),
-                State::PutChunked { decoder, .. } => {
-                    let large = backend.large().zip(backend.device());
-                    let max =
-                        large.map_or(backend.item_size_max() as u64, |(l, _)| l.object_size_max);
-                    match decoder.decode(&data[pos..], Some(&mut self.chunked_body), max) {
-                        Err(e) => {
-                            let status = match e {
-                                ChunkError::TooLarge => Status::PayloadTooLarge,
-                                ChunkError::Malformed => Status::BadRequest,
-                            };
-                            backend.record(self.worker, Event::Response(status));
-                            write_empty(out, status, ConnectionField::Close);
-                            Step::Close
-                        }
-                        Ok(used)
-                            if large.is_some()
-                                && self.chunked_body.len() > backend.item_size_max() =>
-                        {
-                            let (limits, device) = large.expect("checked above");
-                            self.go_large_chunked(limits, device);
-                            Step::Next(pos + used)
-                        }
-                        Ok(used) if decoder.is_done() => {
-                            let State::PutChunked { put, .. } =
-                                std::mem::replace(&mut self.state, State::Head)
-                            else {
-                                unreachable!("matched above")
-                            };
-                            let body = std::mem::take(&mut self.chunked_body);
-                            self.finish_put(&put, &body, now, backend, out);
-                            self.chunked_body = body;
-                            self.chunked_body.clear();
-                            if self.chunked_body.capacity() > RETAINED_CAPACITY {
-                                self.chunked_body = Vec::new();
-                            }
-                            Step::Next(pos + used)
-                        }
-                        Ok(used) => Step::Wait(pos + used),
-                    }
-                }
+                State::PutChunked { .. } => self.chunked_step(data, pos, now, backend, out),
             };
             held.end(mark, real_out, staged());
             match step {
@@ -403,6 +364,55 @@ impl HttpSession {
                     return (data.len(), Flow::Close);
                 }
             }
+        }
+    }
+
+    /// One step of a chunked PUT body: decoded into `chunked_body`, gone large past the item
+    /// limit (with a data device), or stored once the last chunk arrived.
+    fn chunked_step<B: Backend>(
+        &mut self,
+        data: &[u8],
+        pos: usize,
+        now: Now,
+        backend: &B,
+        out: &mut Vec<u8>,
+    ) -> Step {
+        let State::PutChunked { decoder, .. } = &mut self.state else {
+            unreachable!("called in the PutChunked state")
+        };
+        let large = backend.large().zip(backend.device());
+        let max = large.map_or(backend.item_size_max() as u64, |(l, _)| l.object_size_max);
+        match decoder.decode(&data[pos..], Some(&mut self.chunked_body), max) {
+            Err(e) => {
+                let status = match e {
+                    ChunkError::TooLarge => Status::PayloadTooLarge,
+                    ChunkError::Malformed => Status::BadRequest,
+                };
+                backend.record(self.worker, Event::Response(status));
+                write_empty(out, status, ConnectionField::Close);
+                Step::Close
+            }
+            Ok(used) if large.is_some() && self.chunked_body.len() > backend.item_size_max() => {
+                if let Some((limits, device)) = large {
+                    self.go_large_chunked(limits, device);
+                }
+                Step::Next(pos + used)
+            }
+            Ok(used) if decoder.is_done() => {
+                let State::PutChunked { put, .. } = std::mem::replace(&mut self.state, State::Head)
+                else {
+                    unreachable!("matched above")
+                };
+                let body = std::mem::take(&mut self.chunked_body);
+                self.finish_put(&put, &body, now, backend, out);
+                self.chunked_body = body;
+                self.chunked_body.clear();
+                if self.chunked_body.capacity() > RETAINED_CAPACITY {
+                    self.chunked_body = Vec::new();
+                }
+                Step::Next(pos + used)
+            }
+            Ok(used) => Step::Wait(pos + used),
         }
     }
 }

@@ -340,14 +340,12 @@ impl MemcacheSession {
                     remove_old,
                     noreply,
                 } => {
-                    if self.reserve_value(ctx, request_len, buf.len() - pos) {
-                        return (pos, Flow::Continue);
-                    }
-                    // No room to buffer the block: refuse it before reading it, and swallow it.
-                    held.around(
-                        out,
-                        || ctx.staged(),
+                    let Some(used) = self.value_or_refuse(
+                        ctx,
+                        (held, out),
+                        buf.len() - pos,
                         Failure::Fixed,
+                        (line_len, request_len),
                         |target| {
                             storage::refuse_value(
                                 ctx,
@@ -356,11 +354,12 @@ impl MemcacheSession {
                                 remove_old,
                                 noreply,
                                 OUT_OF_MEMORY,
-                            )
+                            );
                         },
-                    );
-                    pos += line_len;
-                    self.swallow = request_len - line_len;
+                    ) else {
+                        return (pos, Flow::Continue);
+                    };
+                    pos += used;
                 }
                 Parse::Close { reply: line } => {
                     if let Some(line) = line {
@@ -408,6 +407,29 @@ impl MemcacheSession {
             return Some(Flow::Continue);
         }
         (pending > ctx.shared.config.out_high_water).then_some(Flow::Drain)
+    }
+
+    /// A storage request whose value is arriving (`buffered` bytes of it from its start are
+    /// here): `None` when there is room to buffer it, so the session waits for the rest.
+    /// Otherwise it is refused before its value is read (`refuse` writes the refusal, in order
+    /// behind any held reply) and the value, after the `head_len` bytes already parsed, is
+    /// swallowed as it arrives (memcached's `conn_swallow`): `Some(head_len)`, the input used.
+    fn value_or_refuse(
+        &mut self,
+        ctx: &Ctx<'_>,
+        (held, out): (&mut HeldReplies, &mut Vec<u8>),
+        buffered: usize,
+        failure: Failure,
+        (head_len, request_len): (usize, usize),
+        refuse: impl FnOnce(&mut Vec<u8>),
+    ) -> Option<usize> {
+        debug_assert!(head_len <= request_len);
+        if self.reserve_value(ctx, request_len, buffered) {
+            return None;
+        }
+        held.around(out, || ctx.staged(), failure, refuse);
+        self.swallow = request_len - head_len;
+        Some(head_len)
     }
 
     /// Reserves room for a storage request of `request_len` bytes whose value is arriving

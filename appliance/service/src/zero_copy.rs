@@ -10,6 +10,7 @@
 //! gone, once no send is in flight): a client that never reads holds its connection's
 //! share until the idle timeout closes it.
 
+use ringstore_durable::units::usize_from;
 use ringstore_store::Pin;
 
 use crate::{Shared, WorkerStats};
@@ -44,7 +45,7 @@ impl ZeroCopy {
     /// worker's caps (the store's cap is checked by the store).
     pub(crate) fn room(&self, stats: &WorkerStats, len: usize) -> bool {
         self.pinned + len <= CONN_PINNED_MAX
-            && stats.pinned_bytes.get() as usize + len <= WORKER_PINNED_MAX
+            && usize_from(stats.pinned_bytes.get()) + len <= WORKER_PINNED_MAX
     }
 
     /// Records `pin`, whose bytes go out at output offset `at`.

@@ -113,8 +113,11 @@ fn the_worker_cap_holds_across_connections() {
     for s in &mut sessions {
         run(&shared, s, b"get big big\r\n");
     }
-    assert!(shared.pinned_bytes() as usize <= WORKER_PINNED_MAX);
-    assert_eq!(shared.pinned_bytes() as usize, WORKER_PINNED_MAX);
+    assert!(usize::try_from(shared.pinned_bytes()).unwrap() <= WORKER_PINNED_MAX);
+    assert_eq!(
+        usize::try_from(shared.pinned_bytes()).unwrap(),
+        WORKER_PINNED_MAX
+    );
     assert_eq!(shared.stats(0).zero_copy_fallbacks.get(), 200 - 64);
     for s in &mut sessions {
         s.on_close(&shared, None);

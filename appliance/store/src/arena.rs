@@ -98,10 +98,10 @@ mod tests {
         for (i, s) in segs.iter_mut().enumerate() {
             assert_eq!(s.bytes.len(), seg_size);
             assert_eq!(s.backing, Backing::Normal);
-            s.bytes.fill(i as u8);
+            s.bytes.fill(u8::try_from(i).unwrap());
         }
         for (i, s) in segs.iter().enumerate() {
-            assert!(s.bytes.iter().all(|&b| b == i as u8));
+            assert!(s.bytes.iter().all(|&b| b == u8::try_from(i).unwrap()));
         }
         let addrs: Vec<usize> = segs.iter().map(|s| s.bytes.as_ptr() as usize).collect();
         recycle(segs);

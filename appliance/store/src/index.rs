@@ -26,12 +26,32 @@ impl Loc {
         debug_assert!(usize::from(slot) < SLOTS_MAX);
         Loc { slot, off }
     }
+    /// The location of byte `off` of segment slot `slot`, both in-range indices of a held
+    /// segment (slots below [`SLOTS_MAX`], offsets below [`SEGMENT_MAX`]).
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "slot < SLOTS_MAX (u16) and off < SEGMENT_MAX (2^32) by construction, asserted"
+    )]
+    pub(crate) fn at(slot: usize, off: usize) -> Loc {
+        debug_assert!(off < SEGMENT_MAX);
+        Loc::new(slot_id(slot), off as u32)
+    }
     pub(crate) fn slot(self) -> usize {
         usize::from(self.slot)
     }
     pub(crate) fn off(self) -> usize {
         self.off as usize
     }
+}
+
+/// The 16-bit number of segment slot `slot` (below [`SLOTS_MAX`]: the shard never holds more).
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "a shard holds fewer than SLOTS_MAX (u16::MAX) segments, asserted"
+)]
+pub(crate) fn slot_id(slot: usize) -> u16 {
+    debug_assert!(slot < SLOTS_MAX);
+    slot as u16
 }
 
 /// Most segments one shard can hold: slot numbers are 16 bits and the word stores slot + 1.
@@ -109,6 +129,10 @@ impl Index {
         tag | ((u64::from(loc.slot) + 1) << self.off_bits) | u64::from(loc.off)
     }
 
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "masked to SLOT_BITS (16) and off_bits (at most 32) bits first"
+    )]
     fn decode(&self, w: u64) -> Loc {
         let slot = (w >> self.off_bits) & ((1 << SLOT_BITS) - 1);
         Loc {
@@ -119,6 +143,10 @@ impl Index {
 
     /// Home bucket of a tag (in place) in a table of `cap` buckets: the tag as a fraction
     /// of 2^64, scaled to the table.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "(tag * cap) >> 64 < cap, a usize"
+    )]
     fn home(tag: u64, cap: usize) -> usize {
         ((u128::from(tag) * cap as u128) >> 64) as usize
     }

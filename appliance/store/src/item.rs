@@ -109,7 +109,7 @@ impl Header {
             shift += 7;
         }
         Header {
-            cas: u64::from_le_bytes(b[CAS..CAS + 8].try_into().expect("8 bytes")),
+            cas: u64::from_le_bytes(array_at(b, CAS)),
             exptime: u32_at(b, EXPTIME),
             last_access: u32_at(b, ACCESS),
             bits,
@@ -158,7 +158,14 @@ pub(crate) fn key(b: &[u8]) -> &[u8] {
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+    u32::from_le_bytes(array_at(b, at))
+}
+
+/// The `N` bytes of `b` from `at` (panics past the end, like indexing).
+fn array_at<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&b[at..at + N]);
+    a
 }
 
 /// What a new item is made of.
@@ -184,6 +191,10 @@ impl NewItem<'_> {
 }
 
 /// Writes `item` at the start of `b`, which must hold [`NewItem::len`] bytes.
+#[expect(
+    clippy::expect_used,
+    reason = "Store::put refuses keys over KEY_LEN_MAX (255) and values over item_size_max (< 4 GiB) before any item is written"
+)]
 pub(crate) fn write(b: &mut [u8], item: &NewItem<'_>) {
     let key_len = u8::try_from(item.key.len()).expect("key length checked by the caller");
     let value_len = u32::try_from(item.value.len()).expect("value length checked by the caller");
@@ -205,11 +216,11 @@ pub(crate) fn write(b: &mut [u8], item: &NewItem<'_>) {
     }
     let mut v = value_len;
     while v >= 0x80 {
-        b[at] = (v as u8 & 0x7f) | 0x80;
+        b[at] = (v.to_le_bytes()[0] & 0x7f) | 0x80;
         v >>= 7;
         at += 1;
     }
-    b[at] = v as u8;
+    b[at] = v.to_le_bytes()[0]; // below 0x80 here
     at += 1;
     b[at..at + item.key.len()].copy_from_slice(item.key);
     at += item.key.len();

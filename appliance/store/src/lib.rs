@@ -226,8 +226,16 @@ pub struct StoreStats {
 #[cfg(test)]
 mod durability_tests;
 #[cfg(test)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "test value patterns take the low byte of an index on purpose"
+)]
 mod external_tests;
 #[cfg(test)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "test value patterns take the low byte of an index on purpose"
+)]
 mod pin_tests;
 #[cfg(test)]
 mod tests;

@@ -17,7 +17,7 @@ use std::hash::BuildHasher;
 
 use crate::arena::Segment;
 pub(crate) use crate::index::Loc;
-use crate::index::{Index, SLOTS_MAX};
+use crate::index::{slot_id, Index, SLOTS_MAX};
 use crate::item::{self, Header, NewItem};
 use crate::pool::Pool;
 use crate::StoreError;
@@ -80,6 +80,17 @@ struct ReapCursor {
     gen: u32,
 }
 
+impl ReapCursor {
+    /// The start of the next segment slot.
+    fn next_slot(self) -> ReapCursor {
+        ReapCursor {
+            slot: self.slot + 1,
+            off: 0,
+            gen: 0,
+        }
+    }
+}
+
 pub(crate) struct Shard {
     slots: Vec<Option<SegSlot>>,
     free_slots: Vec<u16>,
@@ -110,6 +121,10 @@ enum Why {
     Evicted,
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "the index and the FIFO only name held segments: a free slot here is a broken invariant"
+)]
 fn key_at(slots: &[Option<SegSlot>], loc: Loc) -> &[u8] {
     item::key(
         &slots[loc.slot()]
@@ -139,10 +154,18 @@ impl Shard {
         }
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "the index and the FIFO only name held segments: a free slot here is a broken invariant"
+    )]
     fn slot(&self, i: usize) -> &SegSlot {
         self.slots[i].as_ref().expect("held segment")
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "the index and the FIFO only name held segments: a free slot here is a broken invariant"
+    )]
     fn slot_mut(&mut self, i: usize) -> &mut SegSlot {
         self.slots[i].as_mut().expect("held segment")
     }
@@ -215,7 +238,7 @@ impl Shard {
         let s = self.slot_mut(slot);
         s.live_bytes -= h.len();
         s.live_items -= 1;
-        if s.live_items == 0 && self.active != Some(slot as u16) {
+        if s.live_items == 0 && self.active != Some(slot_id(slot)) {
             if let Some(pos) = self.fifo.iter().position(|&f| usize::from(f) == slot) {
                 self.fifo.remove(pos);
                 self.release(sh, slot);
@@ -229,13 +252,17 @@ impl Shard {
     }
 
     /// Gives segment `slot` back to the pool, or keeps it as an orphan while it is pinned.
+    #[expect(
+        clippy::expect_used,
+        reason = "the index and the FIFO only name held segments: a free slot here is a broken invariant"
+    )]
     fn release(&mut self, sh: &Shared, slot: usize) {
         if self.pinned(slot) {
             self.orphan(sh, slot);
             return;
         }
         let s = self.slots[slot].take().expect("held segment");
-        self.free_slots.push(slot as u16);
+        self.free_slots.push(slot_id(slot));
         self.held -= 1;
         sh.pool.give(s.seg, self.held);
     }
@@ -262,7 +289,7 @@ impl Shard {
             s.live_bytes += len;
             s.live_items += 1;
         }
-        let loc = Loc::new(slot as u16, off as u32);
+        let loc = Loc::at(slot, off);
         let slots = &self.slots;
         let old = self
             .index
@@ -323,11 +350,7 @@ impl Shard {
                 continue;
             }
             let Some(s) = self.slots[cur.slot].as_ref() else {
-                cur = ReapCursor {
-                    slot: cur.slot + 1,
-                    off: 0,
-                    gen: 0,
-                };
+                cur = cur.next_slot();
                 slots_passed += 1;
                 continue;
             };
@@ -336,17 +359,13 @@ impl Shard {
                 cur.off = 0;
             }
             if cur.off >= s.write {
-                cur = ReapCursor {
-                    slot: cur.slot + 1,
-                    off: 0,
-                    gen: 0,
-                };
+                cur = cur.next_slot();
                 slots_passed += 1;
                 continue;
             }
             let h = Header::read(&s.seg.bytes[cur.off..]);
             examined += 1;
-            let loc = Loc::new(cur.slot as u16, cur.off as u32);
+            let loc = Loc::at(cur.slot, cur.off);
             cur.off += h.len();
             if h.bits & item::DEAD == 0 && h.expired(now) {
                 let key = &s.seg.bytes[loc.off() + h.key_start()..loc.off() + h.value_start()];

@@ -308,6 +308,10 @@ impl Store {
     /// A flush is applied to a shard by dropping everything in it the first time the shard
     /// is used at or after the flush time; items written after that survive, so a set in
     /// the same second right after `flush_all` is kept.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the flush word packs (epoch << 32 | at): `as u32` takes its low half, `at`"
+    )]
     fn apply_flush(&self, shard: &mut Shard, now: Time) {
         let v = self.flush.load(Ordering::Acquire);
         let epoch = (v >> 32) as u32;
@@ -322,6 +326,10 @@ impl Store {
     /// A later flush_all replaces a pending delayed one (as in memcached); one that has come
     /// due is applied everywhere first. With `at <= now` every shard is emptied before
     /// this returns.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the flush word packs (epoch << 32 | at): `as u32` takes its low half, `at`"
+    )]
     pub fn flush_all(&self, now: Time, at: Time) {
         let _serial = self.flush_lock.lock().unwrap_or_else(|e| e.into_inner());
         let v = self.flush.load(Ordering::Acquire);

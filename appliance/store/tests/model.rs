@@ -10,6 +10,12 @@
 //! (extstore-like stubs in RAM): the answers must not change, and with the tiny budget every
 //! value must still be found (through the device).
 
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed step fails the test (allow-*-in-tests does not reach an integration test's helpers)"
+)]
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -217,6 +223,10 @@ fn parse_number(v: &[u8]) -> Option<u64> {
     std::str::from_utf8(v).ok()?.parse().ok()
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one match arm per command, each checked against the model: it reads as one table"
+)]
 fn run(cmds: Vec<Cmd>, external_threshold: Option<usize>) -> Result<(), TestCaseError> {
     let (s, device) = new_store(16 << 20, external_threshold);
     let s = s.journaled(device.as_deref().map(|d| d as &dyn Journal));

@@ -1,6 +1,7 @@
 //! What one compaction works on: the victim segment [`Compactor`] picks in a region, and per
 //! record of it found by the scan, whether it is dead, copied into the log (within
 //! [`COPY_BUDGET`] a step) or dropped at the erase (checked again just before it).
+use crate::units::seg_u32;
 use std::collections::HashSet;
 
 use super::{Compactor, COPY_BUDGET};
@@ -98,8 +99,8 @@ impl Compactor {
                 let loc = Loc {
                     region,
                     segment: seg,
-                    offset: pos as u32,
-                    len: rec.len as u32,
+                    offset: seg_u32(pos),
+                    len: seg_u32(rec.len),
                 };
                 let plan = match index.get(rec.key) {
                     Some(e) if e.loc == loc && loc.len > 0 => {

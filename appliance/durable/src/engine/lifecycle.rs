@@ -2,6 +2,7 @@
 //! other-version content unless forced), recover the index and region logs from the
 //! clean-shutdown checkpoint or by scanning every region, and at shutdown write the checkpoint
 //! the next open starts from (ADR 0010).
+use crate::units::{count_u32, usize_from};
 use std::time::{Duration, Instant};
 
 use super::{Ack, Durable, OpenReport, Options};
@@ -20,7 +21,7 @@ impl<D: BlockDevice> Durable<D> {
     pub fn open(dev: D, opts: &Options) -> Result<(Self, OpenReport), DurableError> {
         let started = Instant::now();
         let len = dev.len();
-        let mut head = vec![0u8; (PROBE_LEN as u64).min(len) as usize];
+        let mut head = vec![0u8; usize_from((PROBE_LEN as u64).min(len))];
         dev.read_at(0, &mut head)
             .map_err(|e| DurableError::io(0, &e))?;
         let existing = match probe(&head) {
@@ -101,7 +102,7 @@ impl<D: BlockDevice> Durable<D> {
             }
             // After a crash the end of every log may be torn: new writes go to fresh segments.
             let mut log = RegionLog::new(
-                r as u32,
+                count_u32(r),
                 g,
                 self.sb.uuid,
                 limits,
@@ -129,7 +130,7 @@ impl<D: BlockDevice> Durable<D> {
         if body_len > g.checkpoint_len.saturating_sub(BODY_OFFSET) {
             return Ok(false);
         }
-        let mut body = vec![0u8; body_len as usize];
+        let mut body = vec![0u8; usize_from(body_len)];
         let at = g.checkpoint_offset + BODY_OFFSET;
         if self.dev.read_at(at, &mut body).is_err() || crc32c::crc32c(&body) != body_crc {
             return Ok(false);
@@ -166,7 +167,7 @@ impl<D: BlockDevice> Durable<D> {
                 })
                 .collect();
             let mut log = RegionLog::new(
-                r as u32,
+                count_u32(r),
                 g,
                 self.sb.uuid,
                 limits,
@@ -211,7 +212,7 @@ impl<D: BlockDevice> Durable<D> {
         }
         let header = checkpoint::encode_header(&self.sb.uuid, &body, g.block_size as usize);
         body.resize(
-            round_up(body.len() as u64, u64::from(g.block_size)) as usize,
+            usize_from(round_up(body.len() as u64, u64::from(g.block_size))),
             0,
         );
         let at = g.checkpoint_offset + BODY_OFFSET;
@@ -244,7 +245,7 @@ fn format<D: BlockDevice>(dev: &D, opts: &Options) -> Result<Superblock, Durable
     // Everything up to the first region: stale signatures (btrfs at 64 KiB) and any old checkpoint.
     let wipe = (geometry.data_offset - SUPERBLOCK_LEN).min(round_up(PROBE_LEN as u64, 4096));
     let io = |e: std::io::Error| DurableError::io(0, &e);
-    dev.write_at(SUPERBLOCK_LEN, &vec![0u8; wipe as usize])
+    dev.write_at(SUPERBLOCK_LEN, &vec![0u8; usize_from(wipe)])
         .map_err(io)?;
     dev.write_at(0, &sb.encode()).map_err(io)?;
     dev.flush().map_err(io)?;

@@ -2,6 +2,7 @@
 //! manifest names, manifests staged but not settled, uploads in progress and the space they
 //! hold; the start-up sweep of orphaned chunks; reading chunks back (whole or a byte range,
 //! verified piece by piece); removing the chunks of replaced or abandoned objects.
+use crate::units::usize_from;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
@@ -109,7 +110,7 @@ impl<D: BlockDevice> Serving<D> {
     /// payload, so large objects waste no segment tail; in whole 4 KiB, at least 4 KiB.
     pub fn chunk_len(&self) -> usize {
         let g = self.sb.geometry;
-        let payload = (g.segment_size - u64::from(g.block_size)) as usize;
+        let payload = usize_from(g.segment_size - u64::from(g.block_size));
         let per_segment = payload.div_ceil(1 << 20).max(4);
         let slot = payload / per_segment;
         let fit = slot.saturating_sub(encoded_len(CHUNK_KEY_LEN, 0));

@@ -9,6 +9,7 @@ use crate::index::Entry;
 use crate::large::parse_chunk_key;
 use crate::readback::{read_entry, verify};
 use crate::record::RecordView;
+use crate::units::usize_from;
 
 impl<D: BlockDevice> Serving<D> {
     fn flushed(&self, seq: u64, now_unix: u64) -> bool {
@@ -132,7 +133,7 @@ impl<D: BlockDevice> Serving<D> {
                 .map(|(_, e)| u64::from(e.loc.offset) + u64::from(e.loc.len))
                 .max()
                 .unwrap_or(lo);
-            buf.resize((hi - lo) as usize, 0);
+            buf.resize(usize_from(hi - lo), 0);
             if self
                 .dev
                 .read_at(g.segment_offset(region, segment) + lo, &mut buf)
@@ -143,7 +144,7 @@ impl<D: BlockDevice> Serving<D> {
                 continue;
             }
             for (key, e) in &entries[i..j] {
-                let at = (u64::from(e.loc.offset) - lo) as usize;
+                let at = usize_from(u64::from(e.loc.offset) - lo);
                 let rec = buf.get(at..).and_then(|b| verify(b, key, e));
                 f(key, rec);
             }

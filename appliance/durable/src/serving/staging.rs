@@ -3,6 +3,7 @@
 //! the write is visible through the overlay of staged-but-not-durable writes until its
 //! completion is applied ([`Serving::settle`]): durable records enter the index (and the
 //! large-object bookkeeping), failed ones are reported; both leave the overlay.
+use crate::units::usize_from;
 use std::hash::BuildHasher;
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
@@ -39,7 +40,7 @@ pub(super) type OverlayShard = crate::index::KeyMap<Box<[u8]>, Pending>;
 
 impl<D: BlockDevice> Serving<D> {
     pub(super) fn overlay_shard(&self, key: &[u8]) -> MutexGuard<'_, OverlayShard> {
-        lock(&self.overlay[self.hasher.hash_one(key) as usize % OVERLAY_SHARDS])
+        lock(&self.overlay[usize_from(self.hasher.hash_one(key)) % OVERLAY_SHARDS])
     }
 
     /// Encodes the store's mutation `m` into `log` with ack `token`; returns its sequence.

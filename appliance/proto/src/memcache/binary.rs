@@ -385,15 +385,30 @@ enum Command<'a> {
 
 fn command<'a>(h: &Header, extras: &[u8], key: &'a [u8]) -> Command<'a> {
     use opcode::*;
-    let (ext, klen, body) = (h.extras_len, h.key_len, h.body_len);
-    let empty = ext == 0 && klen == 0 && body == 0;
-    let ready = |ok: bool, request: Request<'a>| {
-        if ok {
-            Command::Ready(request)
-        } else {
-            Command::Invalid
+    match h.opcode {
+        GET | GETQ | GETK | GETKQ | TOUCH | GAT | GATQ | GATK | GATKQ => {
+            read_command(h, extras, key)
         }
-    };
+        SET | SETQ | ADD | ADDQ | REPLACE | REPLACEQ | APPEND | APPENDQ | PREPEND | PREPENDQ => {
+            storage_command(h, extras)
+        }
+        _ => other_command(h, extras, key),
+    }
+}
+
+/// `request` when the lengths are what its command takes (`ok`), else [`Command::Invalid`].
+fn ready(ok: bool, request: Request<'_>) -> Command<'_> {
+    if ok {
+        Command::Ready(request)
+    } else {
+        Command::Invalid
+    }
+}
+
+/// get, getk, touch, gat, gatk and their quiet forms.
+fn read_command<'a>(h: &Header, extras: &[u8], key: &'a [u8]) -> Command<'a> {
+    use opcode::*;
+    let (ext, klen, body) = (h.extras_len, h.key_len, h.body_len);
     let op = h.opcode;
     match op {
         GET | GETQ | GETK | GETKQ => ready(
@@ -406,7 +421,7 @@ fn command<'a>(h: &Header, extras: &[u8], key: &'a [u8]) -> Command<'a> {
                 touch: None,
             }),
         ),
-        TOUCH | GAT | GATQ | GATK | GATKQ => {
+        _ => {
             if ext != 4 || klen == 0 {
                 return Command::Invalid;
             }
@@ -418,6 +433,15 @@ fn command<'a>(h: &Header, extras: &[u8], key: &'a [u8]) -> Command<'a> {
                 touch: Some(be32(extras)),
             }))
         }
+    }
+}
+
+/// set, add, replace, append, prepend and their quiet forms: a value follows the key.
+fn storage_command<'a>(h: &Header, extras: &[u8]) -> Command<'a> {
+    use opcode::*;
+    let (ext, klen) = (h.extras_len, h.key_len);
+    let op = h.opcode;
+    match op {
         SET | SETQ | ADD | ADDQ | REPLACE | REPLACEQ => {
             if ext != 8 || klen == 0 {
                 return Command::Invalid;
@@ -434,7 +458,7 @@ fn command<'a>(h: &Header, extras: &[u8], key: &'a [u8]) -> Command<'a> {
                 quiet: matches!(op, SETQ | ADDQ | REPLACEQ),
             }
         }
-        APPEND | APPENDQ | PREPEND | PREPENDQ => {
+        _ => {
             if ext != 0 || klen == 0 {
                 return Command::Invalid;
             }
@@ -449,6 +473,16 @@ fn command<'a>(h: &Header, extras: &[u8], key: &'a [u8]) -> Command<'a> {
                 quiet: matches!(op, APPENDQ | PREPENDQ),
             }
         }
+    }
+}
+
+/// delete, incr/decr, quit, flush, noop, version, stat, SASL, and unknown opcodes.
+fn other_command<'a>(h: &Header, extras: &[u8], key: &'a [u8]) -> Command<'a> {
+    use opcode::*;
+    let (ext, klen, body) = (h.extras_len, h.key_len, h.body_len);
+    let empty = ext == 0 && klen == 0 && body == 0;
+    let op = h.opcode;
+    match op {
         DELETE | DELETEQ => ready(
             klen > 0 && ext == 0 && body == klen,
             Request::Delete {

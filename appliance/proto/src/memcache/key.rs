@@ -104,8 +104,9 @@ pub fn base64_decode(input: &[u8], out: &mut [u8]) -> Option<usize> {
         for &c in &g[..4 - pad] {
             v = (v << 6) | sextet(c)?;
         }
-        v <<= 6 * pad as u32;
-        let bytes = [(v >> 16) as u8, (v >> 8) as u8, v as u8];
+        v <<= [0, 6, 12][pad]; // the missing sextets (pad <= 2, checked above)
+        let [_, b0, b1, b2] = v.to_be_bytes();
+        let bytes = [b0, b1, b2];
         let take = 3 - pad;
         if n + take > out.len() {
             return None;

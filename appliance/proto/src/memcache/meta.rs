@@ -54,6 +54,16 @@ pub struct MetaFlags<'a> {
     pub delta: u64,
 }
 
+/// memcached's reply to a flag whose argument does not parse.
+const BAD_TOKEN: &str = "CLIENT_ERROR bad token in command line format";
+
+/// What one flag token did to the flags being parsed.
+enum Flag {
+    Taken,
+    /// Refused, with memcached's message when it has its own (else the line's format error).
+    Bad(Option<&'static str>),
+}
+
 impl<'a> MetaFlags<'a> {
     /// The flag tokens in request order.
     pub fn tokens(&self) -> impl Iterator<Item = MetaFlag<'a>> + 'a {
@@ -95,79 +105,79 @@ impl<'a> MetaFlags<'a> {
         let mut seen = [false; 128];
         let mut err: Option<&'static str> = None;
         let mut has_error = false;
-        const BAD_TOKEN: &str = "CLIENT_ERROR bad token in command line format";
         for &tok in toks.from(start) {
             let o = tok[0];
             if o >= 127 || seen[usize::from(o)] {
                 return Err("CLIENT_ERROR duplicate flag");
             }
             seen[usize::from(o)] = true;
-            let arg = &tok[1..];
-            match o {
-                b'b' => match MetaKey::base64(key.raw()) {
-                    Some(k) => *key = k,
-                    None => {
-                        err = Some("CLIENT_ERROR error decoding key");
-                        has_error = true;
-                    }
-                },
-                b'N' | b'T' | b'R' => match strtol32(arg) {
-                    Some(v) => match o {
-                        b'N' => f.vivify = Some(v),
-                        b'T' => f.ttl = Some(v),
-                        _ => f.recache = Some(v),
-                    },
-                    None => {
-                        err = Some(BAD_TOKEN);
-                        has_error = true;
-                    }
-                },
-                b'l' | b'O' | b'P' | b'L' | b'k' | b's' | b't' | b'c' | b'f' | b'h' => {}
-                b'v' => f.value = true,
-                b'u' => f.no_update = true,
-                b'q' => f.quiet = true,
-                b'I' => f.invalidate = true,
-                b'F' => match strtoul32(arg) {
-                    Some(v) => f.client_flags = v,
-                    None => has_error = true,
-                },
-                b'C' | b'E' => match strtoull(arg) {
-                    Some(v) if o == b'C' => f.cas = Some(v),
-                    Some(v) => f.explicit_cas = Some(v),
-                    None => {
-                        err = Some(BAD_TOKEN);
-                        has_error = true;
-                    }
-                },
-                b'M' => {
-                    if tok.len() != 2 {
-                        err = Some("CLIENT_ERROR incorrect length for M token");
-                        has_error = true;
-                    } else {
-                        f.mode = Some(tok[1]);
-                    }
+            if let Flag::Bad(e) = f.take_flag(tok, key)? {
+                // memcached keeps parsing; the last error that has a message is the reply.
+                if e.is_some() {
+                    err = e;
                 }
-                b'J' => match strtoull(arg) {
-                    Some(v) => f.initial = v,
-                    None => {
-                        err = Some("CLIENT_ERROR invalid numeric initial value");
-                        has_error = true;
-                    }
-                },
-                b'D' => match strtoull(arg) {
-                    Some(v) => f.delta = v,
-                    None => {
-                        err = Some("CLIENT_ERROR invalid numeric delta value");
-                        has_error = true;
-                    }
-                },
-                _ => return Err("CLIENT_ERROR invalid flag"),
+                has_error = true;
             }
         }
         if has_error {
             return Err(err.unwrap_or(BAD_FORMAT));
         }
         Ok(f)
+    }
+
+    /// Applies one flag token (`tok[0]` the letter) to the flags; `Bad` for a token memcached
+    /// refuses after reading the whole line, `Err` for one it refuses at once.
+    fn take_flag(&mut self, tok: &[u8], key: &mut MetaKey<'a>) -> Result<Flag, &'static str> {
+        let o = tok[0];
+        let arg = &tok[1..];
+        match o {
+            b'b' => match MetaKey::base64(key.raw()) {
+                Some(k) => *key = k,
+                None => return Ok(Flag::Bad(Some("CLIENT_ERROR error decoding key"))),
+            },
+            b'N' | b'T' | b'R' => match strtol32(arg) {
+                Some(v) => match o {
+                    b'N' => self.vivify = Some(v),
+                    b'T' => self.ttl = Some(v),
+                    _ => self.recache = Some(v),
+                },
+                None => return Ok(Flag::Bad(Some(BAD_TOKEN))),
+            },
+            b'l' | b'O' | b'P' | b'L' | b'k' | b's' | b't' | b'c' | b'f' | b'h' => {}
+            b'v' => self.value = true,
+            b'u' => self.no_update = true,
+            b'q' => self.quiet = true,
+            b'I' => self.invalidate = true,
+            b'F' => match strtoul32(arg) {
+                Some(v) => self.client_flags = v,
+                None => return Ok(Flag::Bad(None)),
+            },
+            b'C' | b'E' => match strtoull(arg) {
+                Some(v) if o == b'C' => self.cas = Some(v),
+                Some(v) => self.explicit_cas = Some(v),
+                None => return Ok(Flag::Bad(Some(BAD_TOKEN))),
+            },
+            b'M' => {
+                if tok.len() != 2 {
+                    return Ok(Flag::Bad(Some("CLIENT_ERROR incorrect length for M token")));
+                }
+                self.mode = Some(tok[1]);
+            }
+            b'J' => match strtoull(arg) {
+                Some(v) => self.initial = v,
+                None => {
+                    return Ok(Flag::Bad(Some(
+                        "CLIENT_ERROR invalid numeric initial value",
+                    )))
+                }
+            },
+            b'D' => match strtoull(arg) {
+                Some(v) => self.delta = v,
+                None => return Ok(Flag::Bad(Some("CLIENT_ERROR invalid numeric delta value"))),
+            },
+            _ => return Err("CLIENT_ERROR invalid flag"),
+        }
+        Ok(Flag::Taken)
     }
 
     fn opaque_too_long(&self) -> bool {

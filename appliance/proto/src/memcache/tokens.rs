@@ -124,12 +124,20 @@ pub fn strtoull(s: &[u8]) -> Option<u64> {
 
 /// memcached `safe_strtoul` into a `uint32_t`: parsed as 64-bit `unsigned long`, then
 /// truncated (so `4294967296` becomes 0, as memcached stores it).
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "memcached truncates to uint32_t here; so do we, on purpose"
+)]
 pub fn strtoul32(s: &[u8]) -> Option<u32> {
     strtoull(s).map(|v| v as u32)
 }
 
 /// memcached `safe_strtol` into an `int32_t`: parsed as 64-bit `long`, refused above
 /// `INT_MAX`, truncated below `INT_MIN` (memcached does not check that side).
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "below INT_MIN memcached truncates the long to int32_t unchecked; so do we, on purpose"
+)]
 pub fn strtol32(s: &[u8]) -> Option<i32> {
     let (neg, mag, end) = scan(s)?;
     let mag = mag?;

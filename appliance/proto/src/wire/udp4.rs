@@ -95,7 +95,8 @@ fn fold(mut sum: u64) -> u16 {
     while sum >> 16 != 0 {
         sum = (sum & 0xffff) + (sum >> 16);
     }
-    !(sum as u16)
+    // The loop leaves at most 16 bits.
+    !u16::try_from(sum).unwrap_or(u16::MAX)
 }
 
 /// The sum of the UDP pseudo header (addresses, protocol, UDP length).
@@ -184,7 +185,10 @@ pub fn write_reply_headers(
     if payload_len > PAYLOAD_MAX || buf.len() < frame_len {
         return Err(Udp4Error::TooLarge);
     }
-    let udp_len = (UDP_LEN + payload_len) as u16;
+    // Both fit 16 bits: payload_len <= PAYLOAD_MAX.
+    let udp_len = u16::try_from(UDP_LEN + payload_len).map_err(|_| Udp4Error::TooLarge)?;
+    let ip_len =
+        u16::try_from(IPV4_LEN + UDP_LEN + payload_len).map_err(|_| Udp4Error::TooLarge)?;
     let (eth, rest) = buf.split_at_mut(ETH_LEN);
     eth[0..6].copy_from_slice(&req.src_mac);
     eth[6..12].copy_from_slice(&req.dst_mac);
@@ -192,7 +196,7 @@ pub fn write_reply_headers(
     let (ip, rest) = rest.split_at_mut(IPV4_LEN);
     ip[0] = 0x45;
     ip[1] = 0;
-    ip[2..4].copy_from_slice(&(IPV4_LEN as u16 + udp_len).to_be_bytes());
+    ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
     ip[4..6].copy_from_slice(&ip_id.to_be_bytes());
     ip[6..8].copy_from_slice(&0x4000u16.to_be_bytes());
     ip[8] = DEFAULT_TTL;
@@ -269,7 +273,7 @@ mod tests {
             sum += hi | lo;
             sum = (sum & 0xffff) + (sum >> 16);
         }
-        !(sum as u16)
+        !u16::try_from(sum).unwrap()
     }
 
     #[test]
@@ -295,7 +299,7 @@ mod tests {
         let mut pseudo = Vec::new();
         pseudo.extend_from_slice(&frame[26..34]);
         pseudo.extend_from_slice(&[0, PROTO_UDP]);
-        pseudo.extend_from_slice(&(udp.len() as u16).to_be_bytes());
+        pseudo.extend_from_slice(&u16::try_from(udp.len()).unwrap().to_be_bytes());
         let mut zeroed = udp.to_vec();
         zeroed[6..8].fill(0);
         pseudo.extend_from_slice(&zeroed);

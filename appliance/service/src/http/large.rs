@@ -9,6 +9,7 @@
 //! A crash before the manifest is durable leaves only unreferenced chunks, which recovery
 //! drops.
 
+use ringstore_durable::units::usize_from;
 use ringstore_durable::{Manifest, MANIFEST_HEAD_MAX};
 use ringstore_proto::http::{write_empty, ChunkError, ChunkedDecoder, ConnectionField, Status};
 
@@ -263,14 +264,14 @@ impl HttpSession {
             let head_len = m.head.len() as u64;
             if stream.next < head_len {
                 let to = stream.end.min(head_len);
-                out.extend_from_slice(&m.head[stream.next as usize..to as usize]);
+                out.extend_from_slice(&m.head[usize_from(stream.next)..usize_from(to)]);
                 stream.next = to;
                 continue;
             }
             let index = u32::try_from(stream.next / u64::from(m.chunk_len)).unwrap_or(u32::MAX);
             let (start, stop) = m.chunk_range(index);
             let to = stream.end.min(stop);
-            let (from, upto) = ((stream.next - start) as usize, (to - start) as usize);
+            let (from, upto) = (usize_from(stream.next - start), usize_from(to - start));
             // The whole chunk: one read, verified by the record's crc. Part of it (a range, or
             // the rest of the first chunk after the head): only the pieces that part covers,
             // each verified by its own crc.

@@ -190,7 +190,7 @@ impl Device {
         while self.settled.get() < self.staged() {
             let token = self.settled.get() + 1;
             self.settled.set(token);
-            let object = self.token_objects.borrow()[token as usize - 1];
+            let object = self.token_objects.borrow()[usize::try_from(token).unwrap() - 1];
             let ok = !self.fail_objects.borrow().contains(&object);
             session.on_durable(token, ok, out);
         }
@@ -232,7 +232,9 @@ const NOW: Now = Now {
 };
 
 fn body(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i * 7 + i / 251) as u8).collect()
+    (0..len)
+        .map(|i| u8::try_from((i * 7 + i / 251) % 256).unwrap())
+        .collect()
 }
 
 fn put_request(key: &str, body: &[u8]) -> Vec<u8> {
@@ -269,7 +271,7 @@ fn a_put_over_item_size_max_goes_to_the_device_and_reads_back_whole_and_in_range
         let m = Manifest::decode(&manifest).unwrap();
         assert_eq!(
             (m.len, m.chunks(), m.chunk_len),
-            (data.len() as u64, 6, CHUNK as u32)
+            (data.len() as u64, 6, u32::try_from(CHUNK).unwrap())
         );
         assert_eq!(m.head, data[..m.head.len()]);
 
@@ -464,7 +466,7 @@ fn a_large_put_is_a_partial_request_only_while_short_of_its_progress_window() {
     let dev = Device::new();
     let mut session = HttpSession::new(0);
     let mut out = Vec::new();
-    let window = large::LARGE_PUT_MIN_PROGRESS as usize;
+    let window = usize::try_from(large::LARGE_PUT_MIN_PROGRESS).unwrap();
     let req = put_request("slow", &body(3 * window + 10));
     let head = req.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
     let mut feed = |session: &mut HttpSession, bytes: &[u8]| {

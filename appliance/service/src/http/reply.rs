@@ -1,6 +1,7 @@
 //! Answers to object API requests: GET/HEAD (with Range and If-None-Match), PUT, DELETE,
 //! written straight into the connection's output buffer.
 
+use ringstore_durable::units::usize_from;
 use ringstore_proto::http::{
     if_range_matches, none_match_hits, resolve_range, write_empty, ConnectionField, HeadWriter,
     RangeOutcome, RequestHead, Status,
@@ -31,7 +32,10 @@ pub struct Stream {
 /// in `out_hold` first, and a large object's stream reserves the chunk it buffers at a time
 /// in `stream_hold` (the session's input hold, idle during a GET); without room the answer is
 /// 503 and nothing of the value is copied.
-#[allow(clippy::too_many_arguments)] // one request's context; a struct would only rename it
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one request's context; a struct would only rename it"
+)]
 pub fn get<B: Backend>(
     backend: &B,
     key: &[u8],
@@ -89,7 +93,7 @@ pub fn get<B: Backend>(
             let (status, range) = write_object(object, len, head, with_body, connection, out);
             if let Some((first, last)) = range {
                 // first <= last < len == value.len(), so both fit in usize.
-                out.extend_from_slice(&object.value[first as usize..=last as usize]);
+                out.extend_from_slice(&object.value[usize_from(first)..=usize_from(last)]);
             }
             (status, None)
         }

@@ -57,21 +57,20 @@ impl MemcacheSession {
                     key,
                     remove_old,
                 } => {
-                    if self.reserve_value(ctx, request_len, buf.len() - pos) {
-                        return (pos, Flow::Continue);
-                    }
-                    // No room to buffer the value: refuse it before reading it, and swallow it.
-                    held.around(
-                        out,
-                        || ctx.staged(),
+                    let Some(used) = self.value_or_refuse(
+                        ctx,
+                        (held, out),
+                        buf.len() - pos,
                         Failure::Binary(head),
+                        (head_len, request_len),
                         |target| {
                             storage::refused(ctx, key, remove_old, false);
                             response::error(target, head, Status::OutOfMemory);
                         },
-                    );
-                    pos += head_len;
-                    self.swallow = request_len - head_len;
+                    ) else {
+                        return (pos, Flow::Continue);
+                    };
+                    pos += used;
                 }
                 Parse::Done {
                     head,

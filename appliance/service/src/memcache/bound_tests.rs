@@ -100,7 +100,11 @@ fn a_multiget_naming_one_big_value_many_times_is_produced_as_it_drains() {
 fn a_paused_get_resumes_in_order_with_pipelined_requests_behind_it() {
     let shared = shared(64 << 20);
     for i in 0..10 {
-        set(&shared, &format!("k{i}"), &vec![b'a' + i as u8; 20 << 10]);
+        set(
+            &shared,
+            &format!("k{i}"),
+            &vec![b'a' + u8::try_from(i).unwrap(); 20 << 10],
+        );
     }
     let line = b"get k0 k1 k2 k3 k4 k5 k6 k7 k8 k9 nope\r\nget k9\r\nmn\r\n";
     let mut s = Session::new(Protocol::Memcache, 0);
@@ -120,7 +124,11 @@ fn a_paused_get_resumes_in_order_with_pipelined_requests_behind_it() {
         Shared::new(store, config, Topology::default(), 1, 1, 0)
     };
     for i in 0..10 {
-        set(&roomy, &format!("k{i}"), &vec![b'a' + i as u8; 20 << 10]);
+        set(
+            &roomy,
+            &format!("k{i}"),
+            &vec![b'a' + u8::try_from(i).unwrap(); 20 << 10],
+        );
     }
     let mut whole = Vec::new();
     let mut s2 = Session::new(Protocol::Memcache, 0);

@@ -60,7 +60,7 @@ mod tests {
         assert_eq!(expiry(10, now), Expiry::At(110));
         assert_eq!(
             expiry(RELATIVE_LIMIT, now),
-            Expiry::At(100 + RELATIVE_LIMIT as u32)
+            Expiry::At(100 + u32::try_from(RELATIVE_LIMIT).unwrap())
         );
         assert_eq!(expiry(1_700_000_050, now), Expiry::At(150));
         assert_eq!(expiry(1_700_000_000, now), Expiry::Expired);

@@ -10,7 +10,7 @@
 //! answered, and the runtime calls the session again once the output has been sent.
 
 use ringstore_proto::memcache::{reply, GetRequest};
-use ringstore_store::{ReadOpts, Write};
+use ringstore_store::{ReadOpts, StoreError, Write};
 
 use super::expiry::{expiry, Expiry};
 use super::storage::store_error;
@@ -45,7 +45,6 @@ pub(crate) fn get(
     zc: &mut ZeroCopy,
 ) -> Progress {
     let store = ctx.store();
-    let budget = &ctx.shared.conn_memory;
     let high_water = ctx.shared.config.out_high_water;
     let now = ctx.now.store;
     let touch = g.touch.map(|e| expiry(i64::from(e), ctx.now));
@@ -65,47 +64,17 @@ pub(crate) fn get(
         if index > cursor && out.len() + zc.pinned > high_water {
             return Progress::Paused(index);
         }
-        let mut no_room = false;
-        let mut spliced = None;
-        let pin_from = match zc.enabled && ctx.device.is_none() {
-            true => ZERO_COPY_MIN,
-            false => usize::MAX,
+        let found = match read_key(ctx, out, out_hold, zc, key, opts, with_cas) {
+            Ok(Read::NoRoom) => {
+                // The hit is counted; its reply is the error and the rest of the keys go unread.
+                ctx.stats.cmd_get.inc();
+                ctx.stats.get_hits.inc();
+                reply::line(out, OUT_OF_MEMORY_GET);
+                return Progress::Done;
+            }
+            Ok(read) => Ok(read == Read::Hit),
+            Err(e) => Err(e),
         };
-        let found = store.try_get_pinned(key, now, opts, pin_from, |item, pin| match item {
-            Some(it) => {
-                if it.value.len() >= pin_from {
-                    if zc.room(ctx.stats, it.value.len()) && pin.want() {
-                        let cas = with_cas.then_some(it.cas);
-                        reply::value_header(out, it.key, it.flags, it.value.len(), cas);
-                        spliced = Some(out.len());
-                        out.extend_from_slice(b"\r\n");
-                        return true;
-                    }
-                    ctx.stats.zero_copy_fallbacks.inc();
-                }
-                let extra = it.key.len() + it.value.len() + VALUE_OVERHEAD;
-                if !out_hold.room_for_output(budget, out.len(), extra) {
-                    no_room = true;
-                    return false;
-                }
-                reply::value(out, it.key, it.flags, it.value, with_cas.then_some(it.cas));
-                true
-            }
-            None => false,
-        });
-        let found = found.map(|(hit, pin)| {
-            if let (Some(at), Some(pin)) = (spliced, pin) {
-                zc.push(ctx.stats, at, pin);
-            }
-            hit
-        });
-        if no_room {
-            // The hit is counted; its reply is the error and the rest of the keys go unread.
-            ctx.stats.cmd_get.inc();
-            ctx.stats.get_hits.inc();
-            reply::line(out, OUT_OF_MEMORY_GET);
-            return Progress::Done;
-        }
         let found = match found {
             Ok(true) if touch == Some(Expiry::Expired) => {
                 // Touched into the past: the value was served, now it is gone.
@@ -136,6 +105,70 @@ pub(crate) fn get(
     }
     out.extend_from_slice(b"END\r\n");
     Progress::Done
+}
+
+/// What reading one key of a get wrote.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// Its value (copied, or its header with the value to splice from a pin).
+    Hit,
+    Miss,
+    /// A hit with no room in the connection-memory budget for its value: nothing written.
+    NoRoom,
+}
+
+/// Reads `key` and writes its value into `out`: copied, or (a big value, without a data
+/// device, within the pin caps) as a header with the value spliced from the pinned item.
+fn read_key(
+    ctx: &Ctx<'_>,
+    out: &mut Vec<u8>,
+    out_hold: &mut Hold,
+    zc: &mut ZeroCopy,
+    key: &[u8],
+    opts: ReadOpts,
+    with_cas: bool,
+) -> Result<Read, StoreError> {
+    let budget = &ctx.shared.conn_memory;
+    let mut no_room = false;
+    let mut spliced = None;
+    let pin_from = match zc.enabled && ctx.device.is_none() {
+        true => ZERO_COPY_MIN,
+        false => usize::MAX,
+    };
+    let found = ctx
+        .store()
+        .try_get_pinned(key, ctx.now.store, opts, pin_from, |item, pin| match item {
+            Some(it) => {
+                if it.value.len() >= pin_from {
+                    if zc.room(ctx.stats, it.value.len()) && pin.want() {
+                        let cas = with_cas.then_some(it.cas);
+                        reply::value_header(out, it.key, it.flags, it.value.len(), cas);
+                        spliced = Some(out.len());
+                        out.extend_from_slice(b"\r\n");
+                        return true;
+                    }
+                    ctx.stats.zero_copy_fallbacks.inc();
+                }
+                let extra = it.key.len() + it.value.len() + VALUE_OVERHEAD;
+                if !out_hold.room_for_output(budget, out.len(), extra) {
+                    no_room = true;
+                    return false;
+                }
+                reply::value(out, it.key, it.flags, it.value, with_cas.then_some(it.cas));
+                true
+            }
+            None => false,
+        });
+    let found = found.map(|(hit, pin)| {
+        if let (Some(at), Some(pin)) = (spliced, pin) {
+            zc.push(ctx.stats, at, pin);
+        }
+        hit
+    });
+    if no_room {
+        return Ok(Read::NoRoom);
+    }
+    found.map(|hit| if hit { Read::Hit } else { Read::Miss })
 }
 
 /// Counts one key of a get, or of a gat or touch (`touch`), as a hit or a miss.

@@ -51,20 +51,28 @@ fn echo_tail(
 ) {
     for tok in flags.tokens() {
         match tok[0] {
-            b'O' => {
-                out.push(b' ');
-                out.extend_from_slice(tok);
-            }
-            b'k' => push_key(out, key, mkey.is_binary()),
             b'c' => {
                 if let Some(cas) = cas {
                     meta_num(out, b'c', cas);
                 }
             }
-            _ => {}
+            _ => echo_opaque_or_key(out, tok, key, mkey),
         }
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// Echoes `tok` when it is the opaque (`O`) or the key (`k`) flag, which every meta reply
+/// returns as the client gave them; nothing for any other flag.
+fn echo_opaque_or_key(out: &mut Vec<u8>, tok: &[u8], key: &[u8], mkey: &MetaKey<'_>) {
+    match tok[0] {
+        b'O' => {
+            out.push(b' ');
+            out.extend_from_slice(tok);
+        }
+        b'k' => push_key(out, key, mkey.is_binary()),
+        _ => {}
+    }
 }
 
 mod ma;

@@ -5,6 +5,7 @@ use ringstore_proto::memcache::reply::{self, stat, stat_str};
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::{Ctx, COMPAT_VERSION};
+use crate::{StatsTotals, StoreStats};
 
 pub(crate) fn stats(ctx: &Ctx<'_>, out: &mut Vec<u8>, req: StatsRequest) {
     match req {
@@ -36,9 +37,19 @@ pub(crate) fn stats(ctx: &Ctx<'_>, out: &mut Vec<u8>, req: StatsRequest) {
     reply::line(out, "END");
 }
 
+/// `stats` with no argument: memcached's general statistics in its order, then ringstore's.
 fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
+    let (t, store) = ctx.shared.totals_and_store();
+    process(ctx, out);
+    connections(ctx, out, &t);
+    commands(out, &t);
+    traffic_and_items(ctx, out, &t, &store);
+    datapath_and_placement(ctx, out, &t, &store);
+}
+
+/// The process: identity, version, uptime and CPU time.
+fn process(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     let shared = ctx.shared;
-    let (t, store) = shared.totals_and_store();
     stat(out, "pid", u64::from(shared.pid()));
     stat(
         out,
@@ -55,6 +66,11 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     let (user_us, system_us) = shared.rusage.get().map_or((0, 0), |f| f());
     seconds(out, "rusage_user", user_us);
     seconds(out, "rusage_system", system_us);
+}
+
+/// Connections and the connection-memory budget.
+fn connections(ctx: &Ctx<'_>, out: &mut Vec<u8>, t: &StatsTotals) {
+    let shared = ctx.shared;
     stat(out, "max_connections", shared.config.max_conns as u64);
     stat(out, "curr_connections", shared.curr_connections());
     stat(out, "total_connections", t.conns_opened);
@@ -67,6 +83,10 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat(out, "conn_memory_peak", budget.peak() as u64);
     stat(out, "conn_memory_limit", budget.limit() as u64);
     stat(out, "conn_memory_refused", budget.refused());
+}
+
+/// Commands and their hits and misses.
+fn commands(out: &mut Vec<u8>, t: &StatsTotals) {
     stat(out, "cmd_get", t.cmd_get);
     stat(out, "cmd_set", t.cmd_set);
     stat(out, "cmd_flush", t.cmd_flush);
@@ -92,6 +112,11 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     // No SASL or ascii authentication.
     stat(out, "auth_cmds", 0);
     stat(out, "auth_errors", 0);
+}
+
+/// Bytes moved, listening, threads and the store's items.
+fn traffic_and_items(ctx: &Ctx<'_>, out: &mut Vec<u8>, t: &StatsTotals, store: &StoreStats) {
+    let shared = ctx.shared;
     stat(out, "bytes_read", t.bytes_read);
     stat(out, "bytes_written", t.bytes_written);
     stat(out, "limit_maxbytes", store.limit_maxbytes);
@@ -115,6 +140,12 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     // (`external-value-min`), and stubs the device no longer backed (dropped, read as a miss).
     stat(out, "get_extstore", store.external_reads);
     stat(out, "get_aborted_extstore", store.external_lost);
+}
+
+/// ringstore's own: HTTP, UDP, zero-copy and XDP counters, NUMA placement, the data device,
+/// memory backing and the workers' capabilities.
+fn datapath_and_placement(ctx: &Ctx<'_>, out: &mut Vec<u8>, t: &StatsTotals, store: &StoreStats) {
+    let shared = ctx.shared;
     stat(out, "http_requests", t.http_requests);
     stat(out, "http_responses_4xx", t.http_responses_4xx);
     stat(out, "http_responses_5xx", t.http_responses_5xx);

@@ -32,12 +32,12 @@ fn check(ix: &Index) {
 fn locations_at_their_limits_round_trip() {
     for seg_size in [1usize, 2, 4096, (1 << 20) + 4096, 1 << 31, SEGMENT_MAX] {
         let mut ix = Index::new(seg_size);
-        let max_off = (seg_size - 1) as u32;
+        let max_off = u32::try_from(seg_size - 1).unwrap();
         let locs = [
             Loc::new(0, 0),
-            Loc::new((SLOTS_MAX - 1) as u16, max_off),
+            Loc::new(u16::try_from(SLOTS_MAX - 1).unwrap(), max_off),
             Loc::new(0, max_off),
-            Loc::new((SLOTS_MAX - 1) as u16, 0),
+            Loc::new(u16::try_from(SLOTS_MAX - 1).unwrap(), 0),
         ];
         let hashes = [0u64, u64::MAX, 1 << 63, u64::MAX >> 1];
         for (&h, &l) in hashes.iter().zip(&locs) {
@@ -77,17 +77,17 @@ fn keys_with_one_hash_are_told_apart_by_their_locations() {
     let h = 0x1234_5678_9abc_def0;
     let n = 2000u32;
     for i in 0..n {
-        ix.insert_new(h, Loc::new(i as u16, i));
+        ix.insert_new(h, Loc::new(u16::try_from(i).unwrap(), i));
     }
     check(&ix);
     for i in (0..n).step_by(2) {
-        assert!(ix.remove(h, Loc::new(i as u16, i)));
+        assert!(ix.remove(h, Loc::new(u16::try_from(i).unwrap(), i)));
     }
     assert!(!ix.remove(h, Loc::new(0, 0)), "already removed");
     check(&ix);
     assert_eq!(ix.len(), n as usize / 2);
     for i in 0..n {
-        let l = Loc::new(i as u16, i);
+        let l = Loc::new(u16::try_from(i).unwrap(), i);
         assert_eq!(ix.find(h, |x| x == l).is_some(), i % 2 == 1, "{i}");
     }
     // A different tag with the same home is not confused with them.
@@ -111,21 +111,21 @@ fn a_full_table_holds_seven_eighths_then_grows_by_a_quarter() {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         hashes.push(x);
-        ix.insert_new(x, Loc::new(hashes.len() as u16, 0));
+        ix.insert_new(x, Loc::new(u16::try_from(hashes.len()).unwrap(), 0));
     }
     assert_eq!(ix.capacity(), cap, "filled without growing");
     assert_eq!(ix.len(), cap * 7 / 8);
     assert_eq!(ix.allocation_size(), cap * 8);
     check(&ix);
     for (i, &h) in hashes.iter().enumerate() {
-        let l = Loc::new(i as u16 + 1, 0);
+        let l = Loc::new(u16::try_from(i + 1).unwrap(), 0);
         assert_eq!(ix.find(h, |x| x == l), Some(l));
     }
     ix.insert_new(7, Loc::new(9999, 0));
     assert_eq!(ix.capacity(), cap + cap / 4);
     check(&ix);
     for (i, &h) in hashes.iter().enumerate() {
-        assert!(ix.remove(h, Loc::new(i as u16 + 1, 0)));
+        assert!(ix.remove(h, Loc::new(u16::try_from(i + 1).unwrap(), 0)));
     }
     assert!(ix.remove(7, Loc::new(9999, 0)));
     assert_eq!(ix.len(), 0);

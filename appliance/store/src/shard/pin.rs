@@ -1,7 +1,7 @@
 //! One shard's side of pins (see `pin.rs`): granting a pin on an item's value, releasing
 //! it, and turning a pinned segment that would be freed or rewritten into an orphan.
 
-use super::{Loc, Shard, Shared};
+use super::{slot_id, Loc, Shard, Shared};
 use crate::item::Header;
 use std::sync::atomic::Ordering;
 
@@ -22,16 +22,14 @@ impl Shard {
             "an external stub has no value bytes"
         );
         let (start, len) = (loc.off() + h.value_start(), h.value_len);
-        let s = self.slots[slot]
-            .as_mut()
-            .expect("index points at a held segment");
+        let s = self.slot_mut(slot);
         if s.pins == 0 {
             sh.pins.segments.fetch_add(1, Ordering::AcqRel);
         }
         s.pins += 1;
         sh.pins.granted.fetch_add(1, Ordering::Relaxed);
         let addr = s.seg.bytes[start..start + len].as_ptr().expose_provenance();
-        (slot as u16, addr, len)
+        (slot_id(slot), addr, len)
     }
 
     /// Releases one pin of segment `slot` (whose bytes include `addr`); the last pin of an
@@ -67,7 +65,7 @@ impl Shard {
     /// Segment `slot`, which holds no live item and is in neither the FIFO nor active, is
     /// pinned: keep it (counted in use) until its last pin goes. Nothing walks it meanwhile.
     pub(super) fn orphan(&mut self, sh: &Shared, slot: usize) {
-        let s = self.slots[slot].as_mut().expect("held segment");
+        let s = self.slot_mut(slot);
         if !s.orphan {
             s.orphan = true;
             sh.pins.orphans.fetch_add(1, Ordering::AcqRel);

@@ -3,7 +3,7 @@
 //! deletes and evicts what the second chance does not keep (docs/adr/0003-eviction.md).
 use std::hash::BuildHasher;
 
-use super::{Loc, SegSlot, Shard, Shared, Why, SLOTS_MAX};
+use super::{slot_id, Loc, SegSlot, Shard, Shared, Why, SLOTS_MAX};
 use crate::item::{self, Header};
 use crate::StoreError;
 
@@ -42,6 +42,10 @@ impl Shard {
 
     /// Finds `len` bytes in the active segment, taking a segment from the pool or
     /// reclaiming the oldest one when it is full.
+    #[expect(
+        clippy::expect_used,
+        reason = "mostly_dead returns a position inside the FIFO it just walked"
+    )]
     pub(super) fn alloc(
         &mut self,
         sh: &Shared,
@@ -74,7 +78,7 @@ impl Shard {
                     continue;
                 }
                 self.active = None;
-                self.fifo.push_back(a as u16);
+                self.fifo.push_back(slot_id(a));
             }
             if self.free_slots.len() + (SLOTS_MAX - self.slots.len()) > 0 {
                 if let Some(seg) = sh.pool.take(self.held) {
@@ -95,7 +99,7 @@ impl Shard {
                         }
                         None => {
                             self.slots.push(Some(fresh));
-                            (self.slots.len() - 1) as u16
+                            slot_id(self.slots.len() - 1)
                         }
                     };
                     self.held += 1;
@@ -156,7 +160,7 @@ impl Shard {
             if h.bits & item::DEAD == 0 {
                 let key_range = rd + h.key_start()..rd + h.value_start();
                 let hash = sh.hasher.hash_one(&self.slot(slot).seg.bytes[key_range]);
-                let old = Loc::new(slot as u16, rd as u32);
+                let old = Loc::at(slot, rd);
                 let expired = h.expired(now);
                 let wanted = which == Keep::All || h.bits & item::ACCESSED != 0;
                 if !expired && wanted && wr + len <= keep {
@@ -165,7 +169,7 @@ impl Shard {
                     if which == Keep::Accessed {
                         item::set_bits(&mut s.seg.bytes[wr..], h.bits & !item::ACCESSED);
                     }
-                    let new = Loc::new(slot as u16, wr as u32);
+                    let new = Loc::at(slot, wr);
                     self.index.replace(hash, |l| l == old, new);
                     wr += len;
                     kept_items += 1;

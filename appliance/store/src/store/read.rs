@@ -53,6 +53,10 @@ impl Store {
     }
 
     /// The read behind `get` and `try_get`; a refused touch hands `f` back uncalled.
+    #[expect(
+        clippy::expect_used,
+        reason = "read_with calls its closure at most once, and not at all when it refuses"
+    )]
     fn read<R, F: FnOnce(Option<ItemRef<'_>>) -> R>(
         &self,
         key: &[u8],
@@ -139,8 +143,13 @@ impl Store {
         let pin = match request.wanted {
             true => {
                 let (slot, addr, len) = shard.pin(&self.shared, loc);
+                #[expect(
+                    clippy::cast_possible_truncation,
+                    reason = "the shard count is a power of two far below 2^32 (Store::new)"
+                )]
+                let shard_index = self.shard_of(hash) as u32;
                 Some(Pin {
-                    shard: self.shard_of(hash) as u32,
+                    shard: shard_index,
                     slot,
                     addr,
                     len,

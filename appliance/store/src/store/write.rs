@@ -2,6 +2,15 @@
 
 use super::*;
 
+/// Where one write lands: the key, its hash, the clock and the journal it is recorded in.
+#[derive(Clone, Copy)]
+struct Target<'k, 'j> {
+    hash: u64,
+    key: &'k [u8],
+    now: Time,
+    journal: Option<&'j dyn Journal>,
+}
+
 impl Store {
     /// [`Journaled::update`] with the journal passed in.
     pub(crate) fn update_logged<'v, R>(
@@ -26,134 +35,206 @@ impl Store {
             }
             None => f(None),
         };
-        let cas = match write {
-            Write::Nothing => None,
-            Write::Put { value, meta } => {
-                Some(self.put(&mut shard, hash, key, value, meta, now, false, journal)?)
-            }
+        let at = Target {
+            hash,
+            key,
+            now,
+            journal,
+        };
+        let cas = self.apply(&mut shard, at, found.as_ref(), write)?;
+        Ok(Updated { result, cas })
+    }
+
+    /// Carries out the caller's decision on the item `found` (if any); the new CAS unique
+    /// when something was written. Inlined: a SET's path stays one frame, as before the split
+    /// (callgrind: a separate frame cost about 45 instructions per set).
+    #[inline(always)]
+    fn apply(
+        &self,
+        shard: &mut Shard,
+        at: Target<'_, '_>,
+        found: Option<&Found>,
+        write: Write<'_>,
+    ) -> Result<Option<u64>, StoreError> {
+        match write {
+            Write::Nothing => Ok(None),
+            Write::Put { value, meta } => self.put(shard, at, value, meta, false).map(Some),
             Write::PutStale {
                 value,
                 meta,
                 win_token_sent,
-            } => {
-                let cas = self.put(&mut shard, hash, key, value, meta, now, false, journal)?;
-                if let Some(loc) = shard.lookup(&self.shared, hash, key, now) {
-                    let b = shard.bytes_mut(loc);
-                    let bits = Header::read(b).bits;
-                    let win = if win_token_sent { item::WIN } else { 0 };
-                    item::set_bits(b, bits | item::STALE | win);
-                }
-                Some(cas)
-            }
+            } => self
+                .put_stale(shard, at, value, meta, win_token_sent)
+                .map(Some),
             Write::PutLarge { manifest, meta } => {
-                if journal.is_none() {
+                if at.journal.is_none() {
                     return Err(StoreError::TooLarge); // no device to hold the rest
                 }
-                Some(self.put(&mut shard, hash, key, manifest, meta, now, true, journal)?)
+                self.put(shard, at, manifest, meta, true).map(Some)
             }
             Write::PutNumber { value, meta } => {
                 let mut buf = [0u8; 20];
                 let digits = decimal(value, &mut buf);
-                Some(self.put(&mut shard, hash, key, digits, meta, now, false, journal)?)
+                self.put(shard, at, digits, meta, false).map(Some)
             }
-            Write::Append {
-                suffix: extra,
-                meta,
-            }
-            | Write::Prepend {
-                prefix: extra,
-                meta,
-            } => match &found {
-                None => None,
-                Some(found) => {
-                    let (_, h, old) = found.view(&shard);
-                    // A large object is not a memcache value: it cannot grow through append.
-                    if h.bits & item::LARGE != 0
-                        || old.len() + extra.len() > self.config.item_size_max
-                    {
-                        return Err(StoreError::TooLarge);
-                    }
-                    let mut joined = Vec::with_capacity(old.len() + extra.len());
-                    if matches!(write, Write::Append { .. }) {
-                        joined.extend_from_slice(old);
-                        joined.extend_from_slice(extra);
-                    } else {
-                        joined.extend_from_slice(extra);
-                        joined.extend_from_slice(old);
-                    }
-                    Some(self.put(&mut shard, hash, key, &joined, meta, now, false, journal)?)
-                }
+            Write::Append { suffix, meta } => match found {
+                None => Ok(None),
+                Some(found) => self.join(shard, at, found, Joined::Append(suffix), meta),
+            },
+            Write::Prepend { prefix, meta } => match found {
+                None => Ok(None),
+                Some(found) => self.join(shard, at, found, Joined::Prepend(prefix), meta),
             },
             Write::Meta {
                 exptime,
                 stale,
                 win_token_sent,
-                ..
-            }
-            | Write::MetaWithCas {
+                new_cas,
+            } => match found {
+                None => Ok(None),
+                Some(found) => {
+                    let cas = if new_cas { NewCas::Next } else { NewCas::Keep };
+                    let marks = Marks {
+                        stale,
+                        win_token_sent,
+                    };
+                    self.rewrite_meta(shard, at, found, exptime, marks, cas)
+                        .map(Some)
+                }
+            },
+            Write::MetaWithCas {
                 exptime,
                 stale,
                 win_token_sent,
-                ..
-            } => match &found {
-                None => None,
+                cas,
+            } => match found {
+                None => Ok(None),
                 Some(found) => {
-                    let loc = found.loc;
-                    let (_, h, value) = found.view(&shard);
-                    let mut bits = h.bits & !(item::STALE | item::WIN);
-                    if stale {
-                        bits |= item::STALE;
-                    }
-                    if win_token_sent {
-                        bits |= item::WIN;
-                    }
-                    let cas = match write {
-                        Write::MetaWithCas { cas, .. } => cas,
-                        Write::Meta { new_cas: true, .. } => self.next_cas(),
-                        _ => h.cas,
+                    let marks = Marks {
+                        stale,
+                        win_token_sent,
                     };
-                    if let Some(journal) = journal {
-                        journal.record(Mutation::Put {
-                            key,
-                            value,
-                            flags: h.flags,
-                            exptime,
-                            cas,
-                            large: h.bits & item::LARGE != 0,
-                        })?;
-                    }
-                    let b = shard.bytes_mut(loc);
-                    item::set_exptime(b, exptime);
-                    item::set_bits(b, bits);
-                    item::set_cas(b, cas);
-                    Some(cas)
+                    self.rewrite_meta(shard, at, found, exptime, marks, NewCas::Given(cas))
+                        .map(Some)
                 }
             },
             Write::Delete => {
                 if let Some(found) = found {
-                    if let Some(journal) = journal {
-                        journal.record(Mutation::Delete { key })?;
+                    if let Some(journal) = at.journal {
+                        journal.record(Mutation::Delete { key: at.key })?;
                     }
-                    shard.delete(&self.shared, hash, found.loc);
+                    shard.delete(&self.shared, at.hash, found.loc);
                 }
-                None
+                Ok(None)
             }
-        };
-        Ok(Updated { result, cas })
+        }
     }
 
-    #[allow(clippy::too_many_arguments)] // the item's parts, passed through from `update`
+    /// `value` stored, then marked stale (and won, if the win token was sent).
+    fn put_stale(
+        &self,
+        shard: &mut Shard,
+        at: Target<'_, '_>,
+        value: &[u8],
+        meta: NewMeta,
+        win_token_sent: bool,
+    ) -> Result<u64, StoreError> {
+        let cas = self.put(shard, at, value, meta, false)?;
+        if let Some(loc) = shard.lookup(&self.shared, at.hash, at.key, at.now) {
+            let b = shard.bytes_mut(loc);
+            let bits = Header::read(b).bits;
+            let win = if win_token_sent { item::WIN } else { 0 };
+            item::set_bits(b, bits | item::STALE | win);
+        }
+        Ok(cas)
+    }
+
+    /// The existing value with `extra` joined on one side (append/prepend), stored anew.
+    fn join(
+        &self,
+        shard: &mut Shard,
+        at: Target<'_, '_>,
+        found: &Found,
+        extra: Joined<'_>,
+        meta: NewMeta,
+    ) -> Result<Option<u64>, StoreError> {
+        let (_, h, old) = found.view(shard);
+        let extra_len = match extra {
+            Joined::Append(b) | Joined::Prepend(b) => b.len(),
+        };
+        // A large object is not a memcache value: it cannot grow through append.
+        if h.bits & item::LARGE != 0 || old.len() + extra_len > self.config.item_size_max {
+            return Err(StoreError::TooLarge);
+        }
+        let mut joined = Vec::with_capacity(old.len() + extra_len);
+        match extra {
+            Joined::Append(suffix) => {
+                joined.extend_from_slice(old);
+                joined.extend_from_slice(suffix);
+            }
+            Joined::Prepend(prefix) => {
+                joined.extend_from_slice(prefix);
+                joined.extend_from_slice(old);
+            }
+        }
+        self.put(shard, at, &joined, meta, false).map(Some)
+    }
+
+    /// The item's TTL, stale/win marks and CAS unique changed in place (journal first).
+    fn rewrite_meta(
+        &self,
+        shard: &mut Shard,
+        at: Target<'_, '_>,
+        found: &Found,
+        exptime: Time,
+        marks: Marks,
+        new_cas: NewCas,
+    ) -> Result<u64, StoreError> {
+        let loc = found.loc;
+        let (_, h, value) = found.view(shard);
+        let mut bits = h.bits & !(item::STALE | item::WIN);
+        if marks.stale {
+            bits |= item::STALE;
+        }
+        if marks.win_token_sent {
+            bits |= item::WIN;
+        }
+        let cas = match new_cas {
+            NewCas::Given(cas) => cas,
+            NewCas::Next => self.next_cas(),
+            NewCas::Keep => h.cas,
+        };
+        if let Some(journal) = at.journal {
+            journal.record(Mutation::Put {
+                key: at.key,
+                value,
+                flags: h.flags,
+                exptime,
+                cas,
+                large: h.bits & item::LARGE != 0,
+            })?;
+        }
+        let b = shard.bytes_mut(loc);
+        item::set_exptime(b, exptime);
+        item::set_bits(b, bits);
+        item::set_cas(b, cas);
+        Ok(cas)
+    }
+
     fn put(
         &self,
         shard: &mut Shard,
-        hash: u64,
-        key: &[u8],
+        at: Target<'_, '_>,
         value: &[u8],
         meta: NewMeta,
-        now: Time,
         large: bool,
-        journal: Option<&dyn Journal>,
     ) -> Result<u64, StoreError> {
+        let Target {
+            hash,
+            key,
+            now,
+            journal,
+        } = at;
         if value.len() > self.config.item_size_max || key.len() > KEY_LEN_MAX {
             return Err(StoreError::TooLarge);
         }
@@ -192,4 +273,29 @@ impl Store {
         }
         stored
     }
+}
+
+/// The bytes an append or prepend joins to the existing value, and on which side.
+#[derive(Clone, Copy)]
+enum Joined<'v> {
+    Append(&'v [u8]),
+    Prepend(&'v [u8]),
+}
+
+/// The stale and win-token marks a metadata rewrite leaves on the item.
+#[derive(Clone, Copy)]
+struct Marks {
+    stale: bool,
+    win_token_sent: bool,
+}
+
+/// The CAS unique a metadata rewrite gives the item.
+#[derive(Clone, Copy)]
+enum NewCas {
+    /// The one it has.
+    Keep,
+    /// A fresh one from the store's counter.
+    Next,
+    /// The caller's (meta `E`).
+    Given(u64),
 }

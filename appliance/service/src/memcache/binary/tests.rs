@@ -12,10 +12,14 @@ use crate::{Flow, Now, Protocol, Session};
 /// A request frame.
 fn req(op: u8, key: &[u8], extras: &[u8], value: &[u8], opaque: u32, cas: u64) -> Vec<u8> {
     let mut f = vec![0x80, op];
-    f.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    f.push(extras.len() as u8);
+    f.extend_from_slice(&u16::try_from(key.len()).unwrap().to_be_bytes());
+    f.push(u8::try_from(extras.len()).unwrap());
     f.extend_from_slice(&[0, 0, 0]);
-    f.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
+    f.extend_from_slice(
+        &u32::try_from(extras.len() + key.len() + value.len())
+            .unwrap()
+            .to_be_bytes(),
+    );
     f.extend_from_slice(&opaque.to_be_bytes());
     f.extend_from_slice(&cas.to_be_bytes());
     f.extend_from_slice(extras);
@@ -35,11 +39,15 @@ fn res(
     cas: u64,
 ) -> Vec<u8> {
     let mut f = vec![0x81, op];
-    f.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    f.push(extras.len() as u8);
+    f.extend_from_slice(&u16::try_from(key.len()).unwrap().to_be_bytes());
+    f.push(u8::try_from(extras.len()).unwrap());
     f.push(0);
     f.extend_from_slice(&status.to_be_bytes());
-    f.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
+    f.extend_from_slice(
+        &u32::try_from(extras.len() + key.len() + value.len())
+            .unwrap()
+            .to_be_bytes(),
+    );
     f.extend_from_slice(&opaque.to_be_bytes());
     f.extend_from_slice(&cas.to_be_bytes());
     f.extend_from_slice(extras);

@@ -47,12 +47,7 @@ fn hit_reply(
                 u64::from(ctx.now.store.saturating_sub(it.last_access)),
             ),
             b'h' => out.extend_from_slice(if it.fetched { b" h1" } else { b" h0" }),
-            b'O' => {
-                out.push(b' ');
-                out.extend_from_slice(tok);
-            }
-            b'k' => push_key(out, key, m.key.is_binary()),
-            _ => {}
+            _ => echo_opaque_or_key(out, tok, key, &m.key),
         }
     }
     if it.win_token_sent {
