@@ -13,8 +13,6 @@
 //! 2 MiB ring (128-byte chunks), timestamps (always 0), flow steering, several ports or
 //! buffers, TX feedback slots and their back pressure.
 
-#![allow(non_camel_case_types)]
-
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::Mutex;
@@ -77,17 +75,20 @@ pub fn open_count(name: &str) -> usize {
 }
 
 /// `exanic_t`: the device it names.
+#[allow(non_camel_case_types, reason = "libexanic's C type name")]
 pub struct exanic_t {
     device: String,
 }
 
 /// `exanic_rx_t`: the next frame this reader takes.
+#[allow(non_camel_case_types, reason = "libexanic's C type name")]
 pub struct exanic_rx_t {
     device: String,
     next: u64,
 }
 
 /// `exanic_tx_t`.
+#[allow(non_camel_case_types, reason = "libexanic's C type name")]
 pub struct exanic_tx_t {
     device: String,
 }
@@ -281,7 +282,7 @@ mod tests {
                 0
             );
             for i in 0..(RING_FRAMES + 3) {
-                inject("double-t", &[i as u8; 10]);
+                inject("double-t", &[u8::try_from(i % 256).unwrap(); 10]);
             }
             let got = exanic_receive_frame(rx, buf.as_mut_ptr(), 64, std::ptr::null_mut());
             assert_eq!(got, -EXANIC_RX_FRAME_SWOVFL);

@@ -26,6 +26,11 @@ fn serve(extra: &[&str]) -> Serving {
 }
 
 /// Starts `ringstore serve`, optionally under a hard open-file limit (via the shell's ulimit).
+#[expect(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "test helper: a failure fails the test"
+)]
 fn serve_with_fd_limit(extra: &[&str], nofile: Option<u32>) -> Serving {
     let mut command = match nofile {
         Some(limit) => {
@@ -86,12 +91,14 @@ fn serve_with_fd_limit(extra: &[&str], nofile: Option<u32>) -> Serving {
     }
 }
 
+#[expect(clippy::unwrap_used, reason = "test helper: a failure fails the test")]
 fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     s
 }
 
+#[expect(clippy::expect_used, reason = "test helper: a failure fails the test")]
 fn read_until(stream: &mut TcpStream, end: &[u8]) -> Vec<u8> {
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
@@ -122,6 +129,7 @@ fn signal(child: &Child, sig: i32) {
     let _ = ringstore_sys::kill(child.id(), sig);
 }
 
+#[expect(clippy::unwrap_used, reason = "test helper: a failure fails the test")]
 fn wait_exit(child: &mut Child) -> i32 {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -274,6 +282,7 @@ fn bad_flag_is_one_line_and_exit_two() {
 }
 
 /// Runs `ringstore serve ARGS` to its exit (within 20 s); returns (code, stderr, stdout).
+#[expect(clippy::unwrap_used, reason = "test helper: a failure fails the test")]
 fn serve_exit(args: &[&str]) -> (Option<i32>, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ringstore"))
         .arg("serve")
@@ -377,6 +386,7 @@ fn version_and_help() {
 }
 
 /// CPU time (user + system, clock ticks) the process has used.
+#[expect(clippy::unwrap_used, reason = "test helper: a failure fails the test")]
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after = &stat[stat.rfind(')').unwrap() + 2..];

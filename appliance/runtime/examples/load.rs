@@ -26,6 +26,11 @@ struct Args {
     set_every: usize,
 }
 
+#[expect(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "a measurement tool run by hand: a failure should stop it with the message"
+)]
 fn parse_args() -> Args {
     let mut a = Args {
         addr: "127.0.0.1:11211".parse().unwrap(),
@@ -68,6 +73,11 @@ fn read_reply(stream: &mut TcpStream, buf: &mut Vec<u8>, end: &[u8]) -> bool {
     true
 }
 
+#[expect(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "a measurement tool run by hand: a failure should stop it with the message"
+)]
 fn preload(a: &Args) {
     let mut s = TcpStream::connect(a.addr).expect("connect");
     let value = vec![b'v'; a.value_size];
@@ -81,6 +91,11 @@ fn preload(a: &Args) {
     }
 }
 
+#[expect(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "a measurement tool run by hand: a failure should stop it with the message"
+)]
 fn long_thread(a: Arc<Args>, conns: usize, seed: usize, stop: Arc<AtomicBool>) -> Vec<u64> {
     let mut streams: Vec<TcpStream> = (0..conns)
         .map(|_| TcpStream::connect(a.addr).expect("connect"))
@@ -123,6 +138,10 @@ fn long_thread(a: Arc<Args>, conns: usize, seed: usize, stop: Arc<AtomicBool>) -
     counts
 }
 
+#[expect(
+    clippy::unwrap_used,
+    reason = "a measurement tool run by hand: a failure should stop it with the message"
+)]
 fn short_thread(a: Arc<Args>, seed: usize, stop: Arc<AtomicBool>) -> Vec<u64> {
     let mut count = 0u64;
     let mut buf = Vec::with_capacity(4096);
@@ -145,6 +164,10 @@ fn short_thread(a: Arc<Args>, seed: usize, stop: Arc<AtomicBool>) -> Vec<u64> {
     vec![count]
 }
 
+#[expect(
+    clippy::unwrap_used,
+    reason = "a measurement tool run by hand: a failure should stop it with the message"
+)]
 fn main() {
     let a = Arc::new(parse_args());
     preload(&a);

@@ -62,6 +62,10 @@ fn thread_cpu() -> f64 {
 }
 
 /// (ops per wall second, ops per CPU second) with `threads` threads on one shared store.
+#[expect(
+    clippy::unwrap_used,
+    reason = "a measurement tool run by hand: a failure should stop it with the message"
+)]
 fn shared(store: &Arc<Store>, threads: usize, secs: u64) -> (f64, f64) {
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..threads)
@@ -92,6 +96,10 @@ fn shared(store: &Arc<Store>, threads: usize, secs: u64) -> (f64, f64) {
 }
 
 /// Every operation is sent to an owner thread on the other CPU and its answer awaited.
+#[expect(
+    clippy::unwrap_used,
+    reason = "a measurement tool run by hand: a failure should stop it with the message"
+)]
 fn forwarded(store: &Arc<Store>, secs: u64) -> f64 {
     let (to_owner, owner_rx) = sync_channel::<u64>(1024);
     let (to_caller, caller_rx) = sync_channel::<()>(1024);
@@ -122,6 +130,10 @@ fn forwarded(store: &Arc<Store>, secs: u64) -> f64 {
     ops as f64 / started.elapsed().as_secs_f64()
 }
 
+#[expect(
+    clippy::unwrap_used,
+    reason = "a measurement tool run by hand: a failure should stop it with the message"
+)]
 fn main() {
     let secs: u64 = std::env::args()
         .nth(1)

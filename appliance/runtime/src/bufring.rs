@@ -1,5 +1,9 @@
 //! A worker's receive buffer pool as an io_uring provided-buffer ring: the kernel picks a
 //! free buffer when data arrives, so idle connections hold no receive memory.
+//!
+//! The mappings are `sys::Mapping`s; the ring's entries and tail are written here through
+//! raw pointers, because only this code knows which slots are ours (between the kernel's
+//! head and our tail) and which buffers the kernel has handed back (ADR-0017's amendment).
 
 use std::io;
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -7,41 +11,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use io_uring::types::BufRingEntry;
 use io_uring::IoUring;
 
-/// An anonymous private mapping, unmapped on drop.
-struct Mapping {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Mapping {
-    fn new(len: usize) -> io::Result<Mapping> {
-        // SAFETY: anonymous private mapping of `len` bytes; no file, no fixed address.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Mapping {
-            ptr: ptr.cast(),
-            len,
-        })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing borrows the mapping past drop.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
+use crate::sys::Mapping;
 
 /// A provided-buffer ring of one worker: group [`BufRing::GROUP`] for TCP receives,
 /// [`BufRing::UDP_GROUP`] for the kernel-UDP backend's multishot `recvmsg`.
@@ -52,9 +22,6 @@ pub(crate) struct BufRing {
     buf_size: usize,
     tail: u16,
 }
-
-// SAFETY: the mappings are owned exclusively by one worker; moving the owner between threads is fine.
-unsafe impl Send for BufRing {}
 
 impl BufRing {
     pub(crate) const GROUP: u16 = 0;
@@ -75,13 +42,17 @@ impl BufRing {
         assert!(entries.is_power_of_two());
         let ring_bytes =
             (entries as usize * std::mem::size_of::<BufRingEntry>()).next_multiple_of(4096);
-        let ring_map = Mapping::new(ring_bytes)?;
-        let buffers = Mapping::new(entries as usize * buf_size)?;
+        let ring_map = Mapping::anonymous(ring_bytes, false)?;
+        let buffers = Mapping::anonymous(entries as usize * buf_size, false)?;
         // The owner drops the io_uring (or unregisters) before dropping this BufRing.
         // SAFETY: the ring mapping is page aligned, holds `entries` entries and lives as long as this BufRing.
         unsafe {
-            ring.submitter()
-                .register_buf_ring_with_flags(ring_map.ptr as u64, entries, group, 0)?
+            ring.submitter().register_buf_ring_with_flags(
+                ring_map.as_ptr() as u64,
+                entries,
+                group,
+                0,
+            )?
         };
         let mut pool = BufRing {
             ring: ring_map,
@@ -103,7 +74,7 @@ impl BufRing {
         // The kernel handed this buffer to us (CQE with F_BUFFER) and will not write it until we push it back.
         // SAFETY: bid < entries so the range lies inside `buffers`, and the kernel is done with it.
         unsafe {
-            std::slice::from_raw_parts(self.buffers.ptr.add(bid as usize * self.buf_size), len)
+            std::slice::from_raw_parts(self.buffers.as_ptr().add(bid as usize * self.buf_size), len)
         }
     }
 
@@ -111,10 +82,10 @@ impl BufRing {
         let index = (self.tail & (self.entries - 1)) as usize;
         // Slots between the kernel's head and our tail are ours to write.
         // SAFETY: index < entries, so the entry lies inside the ring mapping, and the slot is ours.
-        let entry = unsafe { &mut *(self.ring.ptr as *mut BufRingEntry).add(index) };
+        let entry = unsafe { &mut *(self.ring.as_ptr() as *mut BufRingEntry).add(index) };
         // SAFETY: bid < entries, so the buffer lies inside `buffers`.
-        entry.set_addr(unsafe { self.buffers.ptr.add(bid as usize * self.buf_size) } as u64);
-        entry.set_len(self.buf_size as u32);
+        entry.set_addr(unsafe { self.buffers.as_ptr().add(bid as usize * self.buf_size) } as u64);
+        entry.set_len(crate::sys::u32_of(self.buf_size));
         entry.set_bid(bid);
         self.tail = self.tail.wrapping_add(1);
     }
@@ -122,7 +93,7 @@ impl BufRing {
     fn publish(&self) {
         // SAFETY: the ring base is valid; the tail field is a u16 the kernel reads atomically.
         let tail = unsafe {
-            &*(BufRingEntry::tail(self.ring.ptr as *const BufRingEntry) as *const AtomicU16)
+            &*(BufRingEntry::tail(self.ring.as_ptr() as *const BufRingEntry) as *const AtomicU16)
         };
         tail.store(self.tail, Ordering::Release);
     }

@@ -31,9 +31,9 @@ impl Clock {
         let elapsed = self.start.elapsed();
         let secs = elapsed.as_secs();
         Now {
-            store: secs.min(u32::MAX as u64) as u32,
+            store: u32::try_from(secs).unwrap_or(u32::MAX),
             unix: self.unix_start + secs,
-            mono_ms: elapsed.as_millis() as u64,
+            mono_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
         }
     }
 }

@@ -5,6 +5,7 @@ use std::os::fd::OwnedFd;
 use ringstore_service::Flow;
 
 use crate::linger::Linger;
+use crate::op::GEN_MASK;
 
 /// Bytes of output capacity kept after a flush; larger buffers are shrunk back so idle
 /// connections hold little memory.
@@ -136,7 +137,7 @@ impl<S> Slab<S> {
         } else {
             self.slots.push(Some(conn));
             self.generations.push(0);
-            ((self.slots.len() - 1) as u32, 0)
+            (crate::sys::u32_of(self.slots.len() - 1), 0)
         }
     }
 
@@ -166,9 +167,6 @@ impl<S> Slab<S> {
         Some(conn)
     }
 }
-
-/// Generation bits carried in completion user data.
-pub(crate) const GEN_MASK: u32 = 0x00FF_FFFF;
 
 #[cfg(test)]
 mod tests {

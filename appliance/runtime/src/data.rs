@@ -31,7 +31,7 @@ pub(crate) fn open(
     let shown = path.display();
     let dev = FileDevice::open(path)
         .map_err(|e| RuntimeError::DataRefused(format!("cannot open data device {shown}: {e}")))?;
-    let regions = cpus.len() as u32;
+    let regions = crate::sys::u32_of(cpus.len());
     let opts = Options {
         regions,
         segment_size: segment_size(
@@ -130,9 +130,12 @@ pub(crate) fn attach(
         let exptime = if item.exptime == 0 {
             0
         } else {
-            item.exptime
-                .saturating_sub(unix_start)
-                .clamp(1, u64::from(u32::MAX)) as u32
+            u32::try_from(
+                item.exptime
+                    .saturating_sub(unix_start)
+                    .clamp(1, u64::from(u32::MAX)),
+            )
+            .unwrap_or(u32::MAX)
         };
         let fetched = Fetched {
             value: item.value,

@@ -18,7 +18,7 @@
 //! Both kinds meet in one sans-IO function, [`serve_datagram`]: "request datagram (memcache
 //! frame header + one request) + a way to answer it + a [`ReplySink`]" in, reply datagrams
 //! out (memcached's 8-byte header on each, `ringstore_proto::wire::frame`, at most
-//! `frame::DATAGRAM_MAX` bytes each, at most [`crate::udp::REPLY_MAX`] bytes of reply per
+//! `frame::DATAGRAM_MAX` bytes each, at most [`REPLY_MAX`] bytes of reply per
 //! request). The kernel backend's sink queues `sendmsg`s; a frame backend's sink
 //! ([`FrameSink`]) writes each datagram into a TX buffer behind Ethernet/IPv4/UDP headers
 //! from `ringstore_proto::wire::udp4::write_reply_headers` (addresses swapped, lengths and
@@ -47,19 +47,28 @@
 //! indefinitely: it waits with a short timeout (or, for AF_XDP, the XSK fd's readiness
 //! through a poll SQE on the ring) so frames are picked up promptly.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
+use ipnet::IpNet;
 use ringstore_proto::wire::{frame, udp4};
 pub use ringstore_service::memcache::ResponseMark;
 
-// A zeroed `libc::msghdr` (musl's has private padding fields, so no struct literal).
-#[allow(unsafe_code)]
 pub(crate) mod kernel_udp;
-// FFI to libexanic (each call's bound stated at the call).
+// libexanic's FFI is its `ffi` module, the only one of it allowed `unsafe`.
 #[cfg(feature = "exanic")]
-#[allow(unsafe_code)]
 pub mod exanic;
 pub mod xdp;
+
+/// Reply bytes one request datagram may produce (47 datagrams). memcache over UDP is an
+/// amplification vector (a 54-byte `get` naming a large value thousands of times), so a
+/// longer reply is replaced by the protocol's "too large" reply (`Handler::udp_request`);
+/// TCP serves such requests.
+pub(crate) const REPLY_MAX: usize = 64 << 10;
+
+/// Whether datagrams from `peer` are answered (`allow` empty: every source).
+pub(crate) fn allowed(allow: &[IpNet], peer: Option<IpAddr>) -> bool {
+    allow.is_empty() || peer.is_some_and(|ip| allow.iter().any(|net| net.contains(&ip)))
+}
 
 /// How a worker's memcache-UDP traffic is carried (shown in logs, `stats` and the console).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,7 +212,7 @@ pub fn serve_datagram(
             return Served::Dropped(DropReason::MultiDatagram)
         }
     };
-    if !crate::udp::allowed(allow, Some(peer.ip())) {
+    if !allowed(allow, Some(peer.ip())) {
         return Served::Dropped(DropReason::NotAllowed);
     }
     reply.clear();
@@ -367,7 +376,7 @@ impl<B: FrameBackend + ?Sized> ReplySink for FrameSink<'_, B> {
                 .copy_from_slice(body);
             if let Ok(len) = udp4::write_reply_headers(buf, &self.req, payload, *self.ip_id) {
                 *self.ip_id = self.ip_id.wrapping_add(1);
-                tx.len = len as u32;
+                tx.len = crate::sys::u32_of(len);
             }
         }
         self.burst.push(tx);

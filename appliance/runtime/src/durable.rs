@@ -223,11 +223,14 @@ impl DiskWorker {
                     bytes,
                     chained,
                 } => {
-                    let entry =
-                        opcode::Write::new(types::Fd(self.fd), bytes.as_ptr(), bytes.len() as u32)
-                            .offset(offset)
-                            .build()
-                            .user_data(Op::DiskWrite { id }.encode());
+                    let entry = opcode::Write::new(
+                        types::Fd(self.fd),
+                        bytes.as_ptr(),
+                        crate::sys::u32_of(bytes.len()),
+                    )
+                    .offset(offset)
+                    .build()
+                    .user_data(Op::DiskWrite { id }.encode());
                     // The Vec's heap buffer does not move when the Vec is moved into the list.
                     self.inflight.push((id, bytes));
                     if chained {
@@ -319,7 +322,9 @@ impl DiskWorker {
             Err(err) => eprintln!("ringstore: data device completion refused: {err}"),
         }
         while w.recs.front().is_some_and(|r| r.state != 0) {
-            let rec = w.recs.pop_front().expect("front exists");
+            let Some(rec) = w.recs.pop_front() else {
+                break;
+            };
             let token = w.front_token;
             w.front_token += 1;
             if let Some((slot, generation)) = rec.conn {
@@ -332,7 +337,9 @@ impl DiskWorker {
             .front()
             .is_some_and(|&(token, _, _)| token <= settled_through)
         {
-            let (_, object, chunks) = w.abandoned.pop_front().expect("front exists");
+            let Some((_, object, chunks)) = w.abandoned.pop_front() else {
+                break;
+            };
             serving.abandon_object(object, chunks);
         }
         serving.set_pending_floor(

@@ -1,10 +1,14 @@
-//! The seam between the I/O loop and what a connection's bytes mean: the real service
-//! (sans-IO sessions over the shared store) or, in tests, a tiny echo.
+//! The seam between the I/O loop and what a connection's or a datagram's bytes mean: the
+//! real service (sans-IO sessions over the shared store) or, in tests, a tiny echo. This is
+//! the one place where the runtime meets the service: connections, every datapath backend's
+//! request datagrams (kernel UDP, AF_XDP, ExaNIC: [`Handler::udp_request`]) and their counters.
 
 use std::sync::Arc;
 
 use ringstore_service::zero_copy::Splice;
 use ringstore_service::{Device, Flow, Now, Protocol, Session, Shared};
+
+use crate::datapath::{Reply, REPLY_MAX};
 
 /// What a worker calls for each connection. Monomorphised: no dynamic dispatch per request.
 pub(crate) trait Handler: Send + Sync + 'static {
@@ -65,7 +69,7 @@ pub(crate) trait Handler: Send + Sync + 'static {
         request: &[u8],
         now: Now,
         device: Option<&dyn Device>,
-        out: &mut crate::datapath::Reply,
+        out: &mut Reply,
     ) -> Option<Self::Session> {
         let _ = (worker, now, device);
         out.clear();
@@ -76,14 +80,15 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn udp_bound_reply(&self, request: &[u8], out: &mut Vec<u8>) {
         let _ = (request, out);
     }
-    /// Counts a memcache UDP event on `worker`'s slot.
-    fn udp_count(&self, worker: usize, event: UdpEvent) {
-        let _ = (worker, event);
+    /// Counts `n` memcache UDP events of one kind on `worker`'s slot.
+    fn udp_count(&self, worker: usize, event: UdpEvent, n: u64) {
+        let _ = (worker, event, n);
     }
 }
 
 /// What [`Handler::udp_count`] counts (memcache `stats`: `udp_rx_datagrams`,
-/// `udp_tx_datagrams`, `udp_dropped`, `udp_held_full`).
+/// `udp_tx_datagrams`, `udp_dropped`, `udp_held_full`; AF_XDP's frame counters `xdp_rx`,
+/// `xdp_tx`, `xdp_drop`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum UdpEvent {
     Rx,
@@ -91,6 +96,12 @@ pub(crate) enum UdpEvent {
     Dropped,
     /// Dropped because the held table was full (counted as `Dropped` too).
     HeldFull,
+    /// Frames an AF_XDP socket received.
+    XdpRx,
+    /// Frames an AF_XDP socket transmitted.
+    XdpTx,
+    /// Frames an AF_XDP socket dropped.
+    XdpDrop,
 }
 
 /// The production handler: [`Session`]s executing against [`Shared`].
@@ -103,6 +114,8 @@ const RECLAIM_BUDGET: usize = 1000;
 /// expired items its LRU crawler has not reclaimed yet; no read ever sees such an item,
 /// and eviction takes it sooner when memory is needed.
 const REAP_GRACE_SECS: u32 = 60;
+/// What a UDP request whose reply would pass [`REPLY_MAX`] gets instead.
+const REPLY_TOO_LARGE: &[u8] = b"SERVER_ERROR reply too large for UDP\r\n";
 
 impl Handler for ServiceHandler {
     type Session = Session;
@@ -159,29 +172,70 @@ impl Handler for ServiceHandler {
     fn forget_if_cas(&self, key: &[u8], cas: u64, now: Now) {
         self.0.store.forget_if_cas(key, cas, now.store);
     }
+    /// Runs `request` (one request datagram) through a fresh memcache session counted on
+    /// `worker`'s slot; the reply, at most [`REPLY_MAX`] bytes, is left in `reply`.
+    ///
+    /// With a data device (`device`), a write is journaled and its reply held until its
+    /// records are settled: the session is returned (`Some`) and the caller keeps it until
+    /// [`Session::awaits_durable`] is false after [`Session::on_durable`], then sends what
+    /// that wrote to its output (through [`Handler::udp_bound_reply`]).
     fn udp_request(
         &self,
         worker: usize,
         request: &[u8],
         now: Now,
         device: Option<&dyn Device>,
-        out: &mut crate::datapath::Reply,
+        reply: &mut Reply,
     ) -> Option<Session> {
-        crate::udp::answer(&self.0, worker, request, now, device, out)
+        reply.clear();
+        let out = &mut reply.bytes;
+        // Each datagram picks its protocol by its first byte (text, or binary after 0x80), as
+        // memcached's UDP does: nothing of an earlier datagram's carries over.
+        let mut session = Session::new(Protocol::Memcache, worker);
+        session.mark_responses();
+        let mut next = request;
+        loop {
+            let flow = session.on_bytes(next, now, &self.0, device, out);
+            next = &[];
+            if flow != Flow::Drain || out.len() > REPLY_MAX {
+                break;
+            }
+        }
+        if device.is_some() && session.awaits_durable() {
+            // The reply waits in the session; bounded when it is released.
+            return Some(session);
+        }
+        if out.len() > REPLY_MAX {
+            self.udp_bound_reply(request, out);
+        } else {
+            reply.marks = session.take_response_marks();
+        }
+        session.on_output_flushed();
+        session.on_close(&self.0, device);
+        None
     }
+    /// Replaces a reply longer than [`REPLY_MAX`] by the protocol's "too large" reply to
+    /// `request`.
     fn udp_bound_reply(&self, request: &[u8], out: &mut Vec<u8>) {
-        crate::udp::bound_reply(request, out)
+        if out.len() > REPLY_MAX {
+            out.clear();
+            ringstore_service::memcache::reply_too_large(request, REPLY_TOO_LARGE, out);
+        }
     }
-    fn udp_count(&self, worker: usize, event: UdpEvent) {
+    #[inline]
+    fn udp_count(&self, worker: usize, event: UdpEvent, n: u64) {
         let stats = self.0.stats(worker);
         match event {
-            UdpEvent::Rx => stats.udp_rx_datagrams.inc(),
-            UdpEvent::Tx => stats.udp_tx_datagrams.inc(),
-            UdpEvent::Dropped => stats.udp_dropped.inc(),
+            UdpEvent::Rx => stats.udp_rx_datagrams.add(n),
+            UdpEvent::Tx => stats.udp_tx_datagrams.add(n),
+            UdpEvent::Dropped => stats.udp_dropped.add(n),
             UdpEvent::HeldFull => {
-                stats.udp_dropped.inc();
-                stats.udp_held_full.inc();
+                stats.udp_dropped.add(n);
+                stats.udp_held_full.add(n);
             }
+            UdpEvent::XdpRx => stats.xdp_rx.add(n),
+            UdpEvent::XdpTx => stats.xdp_tx.add(n),
+            UdpEvent::XdpDrop => stats.xdp_drop.add(n),
         }
     }
 }

@@ -99,7 +99,13 @@ pub fn choose_node(
                     describe()
                 )));
             }
-            let node = *nodes.iter().next().expect("one node");
+            // Not empty: every reached interface (there is one) has a node.
+            let Some(&node) = nodes.first() else {
+                return Err(RuntimeError::Numa(format!(
+                    "cannot choose a NUMA node automatically: no interface has a NUMA node; {}",
+                    describe()
+                )));
+            };
             if topology.node(node).is_none() {
                 return Err(RuntimeError::Numa(format!(
                     "cannot choose a NUMA node automatically: the interfaces' node {node} has no CPUs; {}",
@@ -242,7 +248,7 @@ pub(crate) mod tests {
         let mut t = Topology::read_from(&root).unwrap();
         std::fs::remove_dir_all(root).unwrap();
         for (n, i) in t.interfaces.iter_mut().enumerate() {
-            i.addrs = vec![IpAddr::from([10, 0, 0, n as u8])];
+            i.addrs = vec![IpAddr::from([10, 0, 0, u8::try_from(n).unwrap()])];
         }
         t
     }

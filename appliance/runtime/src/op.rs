@@ -5,7 +5,9 @@
 //! and the low 24 bits of the slot's generation in between; data-device ops carry their op
 //! id (which never repeats) in the 56 bits above the tag.
 
-use crate::conn::GEN_MASK;
+/// The bits of a connection slot's generation that `user_data` carries (24, between the tag
+/// and the slot); a slab compares generations under this mask.
+pub(crate) const GEN_MASK: u32 = 0x00FF_FFFF;
 
 /// One io_uring operation of a worker, as its completion names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +92,10 @@ impl Op {
     /// The op a completion's `user_data` names (`None`: not one of ours).
     pub(crate) fn decode(data: u64) -> Option<Op> {
         let slot = (data >> 32) as u32;
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "keeps bits 8..40; the mask then keeps the generation's 24 of them"
+        )]
         let generation = ((data >> 8) as u32) & GEN_MASK;
         let id = data >> 8;
         Some(match data & 0xff {

@@ -72,111 +72,26 @@ impl Server {
         crate::sys::ignore_sigpipe();
         crate::sys::return_freed_memory_promptly();
         crate::sys::raise_nofile_limit();
-        let topology =
-            Topology::read().map_err(|e| RuntimeError::io("reading /sys topology", e))?;
-        let node = choose_node(&topology, config.numa, &config.listen_ips())?;
-        let mut cpus = worker_cpus(&topology, node, config.cores, &crate::sys::affinity())?;
-        // The device is opened (formatted, or refused) before anything listens.
-        let durable = match &config.data {
-            Some(path) => Some(crate::data::open(path, config, &mut cpus)?),
-            None => None,
-        };
-        let node_cpus = topology
-            .node(node)
-            .map(|n| n.cpus.clone())
-            .unwrap_or_default();
-        bind_thread_to_cpus(&node_cpus)?;
-        let memory_binding = bind_memory(&topology, node)?;
-
+        let placed = place(config)?;
+        let (node, cpus) = (placed.node, placed.cpus);
         let bound = crate::listeners::bind(config, cpus.len())?;
         let udp_sockets = bound.udp.len();
-
-        let store = Store::new(StoreConfig {
-            memory_bytes: usize::try_from(config.memory).unwrap_or(usize::MAX),
-            item_size_max: config.item_size_max,
-            shards: (cpus.len() * 64).next_power_of_two().clamp(64, 4096),
-            huge_pages: true,
-            // Extstore-like values need the device to read them back from.
-            external_threshold: if config.data.is_some() {
-                config.external_value_min
-            } else {
-                0
-            },
-        })?;
-        let clock = Clock::start();
-        let service_config = ServiceConfig {
-            item_size_max: config.item_size_max,
-            max_line: LINE_MAX,
-            out_high_water: OUT_HIGH_WATER,
-            max_conns: config.max_conns,
-            object_size_max: if config.data.is_some() {
-                config.object_size_max
-            } else {
-                0
-            },
-            conn_memory: config.conn_memory,
-        };
-        let service_topology = ServiceTopology {
-            numa_node: node,
-            worker_cpus: cpus.clone(),
-            // Read once at start (PID 1 sets it before it starts the server); a system name that
-            // is not a valid host name (it could hold spaces or line ends) is not listed.
-            hostname: config.hostname.clone().unwrap_or_else(|| {
-                ringstore_config::parse_hostname(&crate::sys::hostname()).unwrap_or_default()
-            }),
-        };
-        let shared = Shared::new(
-            store,
-            service_config,
-            service_topology,
-            cpus.len(),
-            std::process::id(),
-            clock.unix_start(),
-        );
-        let data = durable.map(|durable| crate::data::attach(durable, &shared.store, clock));
-
-        let limits = Limits {
-            max_conns: config.max_conns,
-            idle_timeout_ms: config.idle_timeout_secs.saturating_mul(1000),
-            request_timeout_ms: config.request_timeout_secs.saturating_mul(1000),
-            out_hard_cap: OUT_HARD_CAP_BASE + config.item_size_max,
-            drain_deadline_ms: DRAIN_DEADLINE_MS,
-            tick_ms: TICK_MS,
-            tuning: config.tuning,
-        };
+        let (shared, clock) = shared_state(config, node, &cpus)?;
+        let data = placed
+            .durable
+            .map(|durable| crate::data::attach(durable, &shared.store, clock));
         let handler = Arc::new(ServiceHandler(shared.clone()));
-        // AF_XDP: program, map and sockets are made before the workers start (under PID 1
-        // before privileges drop: `prepared`); each queue goes to the worker on its IRQ's CPU.
-        let prepared = match (prepared, config.xdp.is_empty(), bound.addrs.udp) {
-            (Some(p), _, _) => Some(p),
-            // The port steered is the bound one (`udp` may name port 0).
-            (None, false, Some(udp)) => {
-                Some(crate::datapath::xdp::prepare(&config.xdp, udp.port())?)
-            }
-            _ => None,
-        };
-        let xdp = prepared.map(|p| {
-            let attached =
-                crate::datapath::xdp::distribute(p, &cpus, &config.udp_allow, &shared, clock);
-            let _ = shared
-                .xdp_mode
-                .set(crate::datapath::xdp::modes_line(&attached.attachments));
-            attached
-        });
-        let (xdp_attachments, xdp_map, xdp_workers) = match xdp {
-            Some(a) => (a.attachments, a.map, a.workers),
-            None => (Vec::new(), Vec::new(), Vec::new()),
-        };
+        let xdp = attach_xdp(config, prepared, bound.addrs.udp, &cpus, &shared, clock)?;
         let plane = Plane::start(PlaneSetup {
             handler: handler.clone(),
             cpus: cpus.iter().map(|&c| Some(c)).collect(),
-            limits,
+            limits: limits(config),
             clock,
             tcp: bound.tcp,
             data: data.clone(),
             udp: bound.udp,
             udp_allow: config.udp_allow.clone(),
-            xdp: xdp_workers,
+            xdp: xdp.workers,
         })?;
         if udp_sockets > 0 {
             eprintln!(
@@ -193,7 +108,7 @@ impl Server {
         );
         eprintln!(
             "ringstore: numa node {node} (memory {}), workers on CPUs {}, placement {:?}, store {:?}, io_uring {}",
-            match memory_binding {
+            match placed.memory_binding {
                 MemoryBinding::Bound => "bound",
                 MemoryBinding::SingleNode => "single node",
             },
@@ -208,10 +123,10 @@ impl Server {
             plane,
             node,
             cpus,
-            memory_binding,
+            memory_binding: placed.memory_binding,
             data,
-            xdp: xdp_attachments,
-            xdp_map,
+            xdp: xdp.attachments,
+            xdp_map: xdp.map,
             clock,
         })
     }
@@ -311,6 +226,132 @@ impl Server {
         }
         stopped
     }
+}
+
+/// Where the server runs: the node, the worker CPUs, the data device opened on them, and
+/// how memory is bound.
+struct Placed {
+    node: u32,
+    cpus: Vec<usize>,
+    durable: Option<ringstore_durable::Durable<FileDevice>>,
+    memory_binding: MemoryBinding,
+}
+
+/// Chooses the node and the worker CPUs, opens the data device (formatted, or refused)
+/// before anything listens, and binds this thread's CPUs and memory to the node, so the
+/// store's arena is allocated there.
+fn place(config: &Config) -> Result<Placed, RuntimeError> {
+    let topology = Topology::read().map_err(|e| RuntimeError::io("reading /sys topology", e))?;
+    let node = choose_node(&topology, config.numa, &config.listen_ips())?;
+    let mut cpus = worker_cpus(&topology, node, config.cores, &crate::sys::affinity())?;
+    let durable = match &config.data {
+        Some(path) => Some(crate::data::open(path, config, &mut cpus)?),
+        None => None,
+    };
+    let node_cpus = topology
+        .node(node)
+        .map(|n| n.cpus.clone())
+        .unwrap_or_default();
+    bind_thread_to_cpus(&node_cpus)?;
+    let memory_binding = bind_memory(&topology, node)?;
+    Ok(Placed {
+        node,
+        cpus,
+        durable,
+        memory_binding,
+    })
+}
+
+/// The store and the service state every worker shares, and the clock started once the
+/// store is built.
+fn shared_state(
+    config: &Config,
+    node: u32,
+    cpus: &[usize],
+) -> Result<(Arc<Shared>, Clock), RuntimeError> {
+    let store = Store::new(StoreConfig {
+        memory_bytes: usize::try_from(config.memory).unwrap_or(usize::MAX),
+        item_size_max: config.item_size_max,
+        shards: (cpus.len() * 64).next_power_of_two().clamp(64, 4096),
+        huge_pages: true,
+        // Extstore-like values need the device to read them back from.
+        external_threshold: if config.data.is_some() {
+            config.external_value_min
+        } else {
+            0
+        },
+    })?;
+    let clock = Clock::start();
+    let service_config = ServiceConfig {
+        item_size_max: config.item_size_max,
+        max_line: LINE_MAX,
+        out_high_water: OUT_HIGH_WATER,
+        max_conns: config.max_conns,
+        object_size_max: if config.data.is_some() {
+            config.object_size_max
+        } else {
+            0
+        },
+        conn_memory: config.conn_memory,
+    };
+    let service_topology = ServiceTopology {
+        numa_node: node,
+        worker_cpus: cpus.to_vec(),
+        // Read once at start (PID 1 sets it before it starts the server); a system name that
+        // is not a valid host name (it could hold spaces or line ends) is not listed.
+        hostname: config.hostname.clone().unwrap_or_else(|| {
+            ringstore_config::parse_hostname(&crate::sys::hostname()).unwrap_or_default()
+        }),
+    };
+    let shared = Shared::new(
+        store,
+        service_config,
+        service_topology,
+        cpus.len(),
+        std::process::id(),
+        clock.unix_start(),
+    );
+    Ok((shared, clock))
+}
+
+/// The limits every worker enforces, from `config`.
+fn limits(config: &Config) -> Limits {
+    Limits {
+        max_conns: config.max_conns,
+        idle_timeout_ms: config.idle_timeout_secs.saturating_mul(1000),
+        request_timeout_ms: config.request_timeout_secs.saturating_mul(1000),
+        out_hard_cap: OUT_HARD_CAP_BASE + config.item_size_max,
+        drain_deadline_ms: DRAIN_DEADLINE_MS,
+        tick_ms: TICK_MS,
+        tuning: config.tuning,
+    }
+}
+
+/// AF_XDP: program, map and sockets are made before the workers start (under PID 1 before
+/// privileges drop: `prepared`; otherwise here, for `--xdp`, steering the bound UDP port);
+/// each queue goes to the worker on its IRQ's CPU. Empty without XDP.
+fn attach_xdp(
+    config: &Config,
+    prepared: Option<crate::XdpPrepared>,
+    udp: Option<std::net::SocketAddr>,
+    cpus: &[usize],
+    shared: &Shared,
+    clock: Clock,
+) -> Result<crate::datapath::xdp::Attached, RuntimeError> {
+    let prepared = match (prepared, config.xdp.is_empty(), udp) {
+        (Some(p), _, _) => Some(p),
+        // The port steered is the bound one (`udp` may name port 0).
+        (None, false, Some(udp)) => Some(crate::datapath::xdp::prepare(&config.xdp, udp.port())?),
+        _ => None,
+    };
+    let Some(prepared) = prepared else {
+        return Ok(crate::datapath::xdp::Attached::default());
+    };
+    let attached = crate::datapath::xdp::distribute(prepared, cpus, &config.udp_allow, clock);
+    let _ = shared
+        .xdp_mode
+        .set(crate::datapath::xdp::modes_line(&attached.attachments));
+    Ok(attached)
 }
 
 /// The union of `CapEff` over this process's serving threads (`ringstore-*` threads), read

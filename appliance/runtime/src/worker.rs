@@ -7,7 +7,7 @@
 //! writing alternate per connection: while replies are in flight the connection does not
 //! read, which is the backpressure `Flow::Drain` asks for and keeps output bounded.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
@@ -32,7 +32,7 @@ const BUF_COUNT: u16 = 256;
 const RECVSEND_POLL_FIRST: u16 = 1;
 const BUF_SIZE: usize = 16 << 10;
 /// `eventfd-wait`: the longest a worker sleeps in poll(2) before it looks at its ring again.
-const EVENTFD_WAIT_MS: i32 = 1;
+const EVENTFD_WAIT_MS: u16 = 1;
 
 /// Limits every worker enforces.
 #[derive(Debug, Clone, Copy)]
@@ -116,35 +116,48 @@ struct Worker<H: Handler> {
 /// could not start) through `ready` first.
 /// Returns the most connections the worker had open at once.
 pub(crate) fn run<H: Handler>(
-    mut setup: WorkerSetup<H>,
+    setup: WorkerSetup<H>,
     ready: SyncSender<Result<Features, String>>,
 ) -> usize {
-    if let Some(cpu) = setup.cpu {
-        if let Err(err) = crate::sys::set_affinity(&[cpu]) {
-            let _ = ready.send(Err(format!(
-                "worker {}: cannot pin to CPU {cpu}: {err}",
-                setup.index
-            )));
-            return 0;
+    let index = setup.index;
+    let mut worker = match Worker::start(setup) {
+        Ok((worker, features)) => {
+            let _ = ready.send(Ok(features));
+            worker
         }
-    }
-    let tuning = setup.limits.tuning;
-    let (ring, mut features) = match crate::ring::build(tuning.io_uring_setup) {
-        Ok(built) => built,
-        Err(err) => {
-            let _ = ready.send(Err(format!(
-                "worker {}: io_uring_setup failed: {err}",
-                setup.index
-            )));
+        Err(why) => {
+            let _ = ready.send(Err(format!("worker {index}: {why}")));
             return 0;
         }
     };
+    worker.serve();
+    if let Some(disk) = worker.disk.take() {
+        disk.uninstall();
+    }
+    worker.peak_conns
+}
+
+/// The ring of a worker with what is registered with it, before the loop starts.
+struct Registered<S> {
+    ring: IoUring,
+    features: Features,
+    bufs: Option<BufRing>,
+    udp: Option<KernelUdp<S>>,
+    wait_fd: Option<OwnedFd>,
+}
+
+/// Pins the thread to `setup.cpu`, builds the ring and registers the receive buffers, the
+/// kernel-UDP backend's buffer group and (`eventfd-wait`) the eventfd. Err: why not.
+fn register<H: Handler>(setup: &mut WorkerSetup<H>) -> Result<Registered<H::Session>, String> {
+    if let Some(cpu) = setup.cpu {
+        crate::sys::set_affinity(&[cpu])
+            .map_err(|err| format!("cannot pin to CPU {cpu}: {err}"))?;
+    }
+    let tuning = setup.limits.tuning;
+    let (ring, mut features) = crate::ring::build(tuning.io_uring_setup)
+        .map_err(|err| format!("io_uring_setup failed: {err}"))?;
     if !crate::ring::supports_needed_ops(&ring) {
-        let _ = ready.send(Err(format!(
-            "worker {}: this kernel's io_uring lacks recv/send/accept/timeout",
-            setup.index
-        )));
-        return 0;
+        return Err("this kernel's io_uring lacks recv/send/accept/timeout".to_string());
     }
     let bufs = if tuning.buf_ring {
         BufRing::register(&ring, BUF_COUNT, BUF_SIZE).ok()
@@ -153,83 +166,74 @@ pub(crate) fn run<H: Handler>(
     };
     features.buf_ring = bufs.is_some();
     let udp = match setup.udp.take() {
-        Some((fd, allow)) => match KernelUdp::new(&ring, fd, allow) {
-            Ok(udp) => Some(udp),
-            Err(err) => {
-                let _ = ready.send(Err(format!(
-                    "worker {}: cannot register the UDP receive buffers: {err}",
-                    setup.index
-                )));
-                return 0;
-            }
-        },
-        None => None,
-    };
-    let now = setup.clock.now();
-    let disk = match &setup.data {
-        Some(serving) => match DiskWorker::install(serving.clone(), setup.index) {
-            Some(disk) => Some(disk),
-            None => {
-                let _ = ready.send(Err(format!(
-                    "worker {}: the data device has no free region for it",
-                    setup.index
-                )));
-                return 0;
-            }
-        },
+        Some((fd, allow)) => Some(
+            KernelUdp::new(&ring, fd, allow)
+                .map_err(|err| format!("cannot register the UDP receive buffers: {err}"))?,
+        ),
         None => None,
     };
     let wait_fd = if tuning.eventfd_wait {
-        match crate::sys::eventfd().and_then(|fd| {
-            ring.submitter().register_eventfd(fd.as_raw_fd())?;
-            Ok(fd)
-        }) {
-            Ok(fd) => Some(fd),
-            Err(err) => {
-                let _ = ready.send(Err(format!(
-                    "worker {}: eventfd-wait: cannot register an eventfd: {err}",
-                    setup.index
-                )));
-                return 0;
-            }
-        }
+        let fd = crate::sys::eventfd()
+            .and_then(|fd| {
+                ring.submitter().register_eventfd(fd.as_raw_fd())?;
+                Ok(fd)
+            })
+            .map_err(|err| format!("eventfd-wait: cannot register an eventfd: {err}"))?;
+        Some(fd)
     } else {
         None
     };
-    let mut worker = Worker {
+    Ok(Registered {
         ring,
+        features,
         bufs,
         udp,
-        udp_errors_logged: 0,
-        conns: Slab::new(),
-        pending: Vec::with_capacity(256),
-        pending_chains: Vec::new(),
-        completions: Vec::with_capacity(256),
-        new_conns: Vec::new(),
-        inbox_word: Box::leak(Box::new(0u64)),
-        tick: Box::new(
-            types::Timespec::new()
-                .sec(setup.limits.tick_ms / 1000)
-                .nsec(((setup.limits.tick_ms % 1000) * 1_000_000) as u32),
-        ),
-        setup,
-        now,
-        stopping_deadline: None,
-        accept_armed: Vec::new(),
-        accept_backoff_until: 0,
-        last_reclaim_ms: now.mono_ms,
-        link_recv: tuning.link_recv,
-        peak_conns: 0,
-        poll_first: tuning.poll_first,
-        disk,
         wait_fd,
-    };
-    let _ = ready.send(Ok(features));
-    worker.serve();
-    if let Some(disk) = worker.disk.take() {
-        disk.uninstall();
+    })
+}
+
+impl<H: Handler> Worker<H> {
+    /// The worker of `setup`, ready to serve, and the ring features it got. Err: why it
+    /// cannot start (its index is added by the caller).
+    fn start(mut setup: WorkerSetup<H>) -> Result<(Worker<H>, Features), String> {
+        let registered = register(&mut setup)?;
+        let now = setup.clock.now();
+        let disk = match &setup.data {
+            Some(serving) => Some(
+                DiskWorker::install(serving.clone(), setup.index)
+                    .ok_or("the data device has no free region for it")?,
+            ),
+            None => None,
+        };
+        let tuning = setup.limits.tuning;
+        let worker = Worker {
+            ring: registered.ring,
+            bufs: registered.bufs,
+            udp: registered.udp,
+            udp_errors_logged: 0,
+            conns: Slab::new(),
+            pending: Vec::with_capacity(256),
+            pending_chains: Vec::new(),
+            completions: Vec::with_capacity(256),
+            new_conns: Vec::new(),
+            inbox_word: Box::leak(Box::new(0u64)),
+            tick: Box::new(types::Timespec::from(std::time::Duration::from_millis(
+                setup.limits.tick_ms,
+            ))),
+            setup,
+            now,
+            stopping_deadline: None,
+            accept_armed: Vec::new(),
+            accept_backoff_until: 0,
+            last_reclaim_ms: now.mono_ms,
+            link_recv: tuning.link_recv,
+            peak_conns: 0,
+            poll_first: tuning.poll_first,
+            disk,
+            wait_fd: registered.wait_fd,
+        };
+        Ok((worker, registered.features))
     }
-    worker.peak_conns
 }
 
 impl<H: Handler> Worker<H> {
@@ -256,7 +260,8 @@ impl<H: Handler> Worker<H> {
             self.now = self.setup.clock.now();
             self.reap();
             // AF_XDP: one bounded burst per socket; work left over means no blocking wait.
-            if self.setup.xdp.as_mut().is_some_and(|x| x.poll()) {
+            let setup = &mut self.setup;
+            if setup.xdp.as_mut().is_some_and(|x| x.poll(&*setup.handler)) {
                 self.pending
                     .push(opcode::Nop::new().build().user_data(Op::Wake.encode()));
             }
@@ -288,7 +293,7 @@ impl<H: Handler> Worker<H> {
             }
         }
         // Whatever is left (only after a ring failure) is closed without ceremony.
-        for slot in 0..self.conns.capacity_slots() as u32 {
+        for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
             if self.conns.remove(slot).is_some() {
                 self.forget_connection();
             }
@@ -300,64 +305,6 @@ impl<H: Handler> Worker<H> {
                 .submitter()
                 .unregister_buf_ring(BufRing::UDP_GROUP);
         }
-    }
-
-    /// Pushes queued entries (submitting early if the SQ is full), then one enter that also waits.
-    fn submit_and_wait(&mut self) -> std::io::Result<()> {
-        let mut next = 0;
-        while next < self.pending.len() {
-            {
-                let mut sq = self.ring.submission();
-                while next < self.pending.len() {
-                    // Output buffers and own receive buffers are not touched or freed while their op
-                    // is in flight, the pool lives as long as the ring, the inbox word is leaked, the
-                    // timespec is copied by the kernel at submission, data-device batch buffers
-                    // stay in `DiskWorker::inflight` until their completion (the device fd with them),
-                    // and the compactor's erase block and read buffer stay put until theirs; the
-                    // UDP receive's msghdr and buffer group live as long as the ring, and a UDP
-                    // send slot (boxed msghdr, iovec, address, bytes) is not reused until its
-                    // completion (`KernelUdp::send_done`). A connection's vectored send
-                    // (`worker/send_vec.rs`) has its boxed msghdr and iovec in the `Conn`, untouched
-                    // until the completion, and its iovec points at the output buffer and at pinned
-                    // arena bytes: the pin invariant (store/src/pin.rs) is that a pinned segment is
-                    // not recycled or rewritten until the pin is released, and the session releases
-                    // its pins only in `output_flushed` / `session_closed`, which the worker calls
-                    // after this send's completion (never with a send in flight).
-                    // SAFETY: every entry points only at memory that outlives its completion (above).
-                    if unsafe { sq.push(&self.pending[next]) }.is_err() {
-                        break;
-                    }
-                    next += 1;
-                }
-            }
-            if next < self.pending.len() {
-                self.enter(0)?;
-            }
-        }
-        self.pending.clear();
-        let mut next = 0;
-        while next < self.pending_chains.len() {
-            {
-                let mut sq = self.ring.submission();
-                while next < self.pending_chains.len() {
-                    // Data-device batch buffers stay in `DiskWorker::inflight` until their
-                    // completion (see above); a flush points at no memory.
-                    // SAFETY: both entries point only at memory that outlives their completions.
-                    if unsafe { sq.push_multiple(&self.pending_chains[next]) }.is_err() {
-                        break; // both or neither: the chain never spans two submissions
-                    }
-                    next += 1;
-                }
-            }
-            if next < self.pending_chains.len() {
-                self.enter(0)?;
-            }
-        }
-        self.pending_chains.clear();
-        if self.wait_fd.is_some() {
-            return self.wait_in_eventfd();
-        }
-        self.enter(1)
     }
 
     /// `eventfd-wait`: submits and reaps without blocking in `io_uring_enter` (a zero timeout);
@@ -387,32 +334,10 @@ impl<H: Handler> Worker<H> {
             let Some(fd) = &self.wait_fd else {
                 return Ok(());
             };
-            let mut poll = libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: `poll` is one live, writable pollfd for the whole call (nfds = 1).
-            let ready = unsafe { libc::poll(&mut poll, 1, EVENTFD_WAIT_MS) };
-            if ready <= 0 || poll.revents & libc::POLLIN == 0 {
+            if !crate::sys::poll_one_readable(fd.as_fd(), EVENTFD_WAIT_MS) {
                 continue; // timed out or interrupted: look at the ring again
             }
-            let mut count = 0u64;
-            // `fd` is an eventfd this worker owns: read(2) on it writes exactly 8 bytes or fails.
-            // SAFETY: `count` is a live, writable 8-byte local for the whole call (see above).
-            let n = unsafe {
-                libc::read(
-                    fd.as_raw_fd(),
-                    (&mut count as *mut u64).cast(),
-                    std::mem::size_of::<u64>(),
-                )
-            };
-            if n < 0 {
-                let err = std::io::Error::last_os_error();
-                if err.raw_os_error() != Some(libc::EINTR) {
-                    return Err(err);
-                }
-            }
+            crate::sys::eventfd_read(fd.as_fd())?;
         }
     }
 
@@ -480,5 +405,11 @@ mod arm;
 mod conn_io;
 mod disk;
 pub(crate) mod send_vec;
+// The SQE pushes and accepted descriptors: the only `unsafe` of the worker.
+#[allow(
+    unsafe_code,
+    reason = "SQE pointers must outlive their completions; see the module doc"
+)]
+mod sqe;
 mod stop;
 mod udp;

@@ -7,6 +7,10 @@ use std::time::Duration;
 use ringstore_config::Config;
 use ringstore_runtime::Server;
 
+#[expect(
+    clippy::expect_used,
+    reason = "test helper: a failed read fails the test"
+)]
 fn read_until(stream: &mut TcpStream, end: &[u8]) -> Vec<u8> {
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];

@@ -132,7 +132,7 @@ fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
             libc::SYS_bpf,
             cmd,
             attr as *mut T as *mut libc::c_void,
-            std::mem::size_of::<T>() as libc::c_uint,
+            crate::num::u32_of(std::mem::size_of::<T>()),
         )
     };
     if rc < 0 {
@@ -143,6 +143,10 @@ fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
 }
 
 /// A descriptor bpf(2) returned.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "bpf(2) returns an int in a long: a descriptor always fits in RawFd"
+)]
 fn owned(rc: libc::c_long) -> OwnedFd {
     // SAFETY: bpf(2) returned a new file descriptor that nothing else owns.
     unsafe { OwnedFd::from_raw_fd(rc as RawFd) }
@@ -245,11 +249,11 @@ pub fn prog_load_xdp(insns: &[Insn], name: &str) -> Result<OwnedFd, BpfError> {
     prog_name[..n].copy_from_slice(&name.as_bytes()[..n]);
     let attr = |log: &mut [u8]| ProgLoad {
         prog_type: BPF_PROG_TYPE_XDP,
-        insn_cnt: insns.len() as u32,
+        insn_cnt: crate::num::u32_of(insns.len()),
         insns: insns.as_ptr() as u64,
         license: LICENSE.as_ptr() as u64,
         log_level: u32::from(!log.is_empty()),
-        log_size: log.len() as u32,
+        log_size: crate::num::u32_of(log.len()),
         log_buf: if log.is_empty() {
             0
         } else {
@@ -345,7 +349,11 @@ mod tests {
         let prog = steer_program(7, 11211);
         for (at, insn) in prog.iter().enumerate() {
             if insn.code == JNE_K || insn.code == JGT_X {
-                assert_eq!(at as i16 + 1 + insn.off, 22, "jump at {at}");
+                assert_eq!(
+                    i16::try_from(at).unwrap() + 1 + insn.off,
+                    22,
+                    "jump at {at}"
+                );
             }
         }
         assert_eq!((prog[22].code, prog[22].imm), (MOV64_K, XDP_PASS));
@@ -356,7 +364,13 @@ mod tests {
         );
         // The port compares against the bytes as they lie in the packet.
         let wire = 11211u16.to_be_bytes();
-        assert_eq!(prog[15].imm as u16, u16::from_ne_bytes(wire));
-        assert_eq!(prog[6].imm as u16, u16::from_ne_bytes([0x08, 0x00]));
+        assert_eq!(
+            u16::try_from(prog[15].imm).unwrap(),
+            u16::from_ne_bytes(wire)
+        );
+        assert_eq!(
+            u16::try_from(prog[6].imm).unwrap(),
+            u16::from_ne_bytes([0x08, 0x00])
+        );
     }
 }

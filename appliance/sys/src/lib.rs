@@ -11,9 +11,11 @@
 mod bpf;
 mod cpus;
 mod fs;
+mod mmap;
 mod mounts;
 mod net;
 mod netdev;
+mod num;
 mod power;
 mod process;
 mod signals;
@@ -28,13 +30,15 @@ pub use cpus::{
     CPULIST_LEN_MAX, CPULIST_SPAN_MAX,
 };
 pub use fs::read_trim;
+pub use mmap::Mapping;
 pub use mounts::{mount, MountFlags};
 pub use net::{
-    accept, bind_socket, bind_udp_to_device, eventfd, eventfd_signal, interface_addresses,
-    local_addr, peer_ip, poll_readable, recv_discard, recv_from, send_nosignal, send_to,
-    set_nodelay, shutdown,
+    accept, bind_socket, bind_udp_to_device, eventfd, eventfd_read, eventfd_signal,
+    interface_addresses, local_addr, peer_ip, poll_one_readable, poll_readable, recv_discard,
+    recv_from, send_nosignal, send_to, set_nodelay, shutdown, zeroed_msghdr,
 };
 pub use netdev::{add_default_route, set_ipv4, set_up};
+pub use num::{u32_of, usize_of};
 pub use power::{disable_ctrl_alt_del, reboot, sync, RebootCommand};
 pub use process::{
     bounding_set_drop, bounding_set_has, ensure_console_fds, hostname, no_new_privs,

@@ -22,6 +22,15 @@ pub(crate) fn with_fd<R>(fd: RawFd, f: impl FnOnce(BorrowedFd<'_>) -> R) -> R {
     f(fd)
 }
 
+/// An all-zero `msghdr` (null pointers, zero lengths) for the caller to fill in: musl's
+/// `msghdr` has private padding fields, so it has no struct literal. The runtime's io_uring
+/// `recvmsg`/`sendmsg` entries point at these.
+pub fn zeroed_msghdr() -> libc::msghdr {
+    // SAFETY: msghdr is a plain C struct of integers and raw pointers (no references, no
+    // niches): all-zero is a valid value of it.
+    unsafe { std::mem::zeroed() }
+}
+
 /// A close-on-exec eventfd. Blocking: io_uring reads on it wait (poll-armed) instead of
 /// failing with EAGAIN, and writes block only if the counter would overflow 2^64-2.
 pub fn eventfd() -> io::Result<OwnedFd> {
@@ -32,6 +41,29 @@ pub fn eventfd() -> io::Result<OwnedFd> {
 pub fn eventfd_signal(fd: RawFd) {
     // An error (counter overflow) still leaves the eventfd readable.
     let _ = with_fd(fd, |fd| rustix::io::write(fd, &1u64.to_ne_bytes()));
+}
+
+/// Waits at most `timeout_ms` ms for `fd` to be readable, with one pollfd on the stack (no
+/// allocation: a worker's `eventfd-wait` calls this per idle wait). False on a timeout, an
+/// interruption or an error: the caller looks at its work again either way.
+pub fn poll_one_readable(fd: BorrowedFd<'_>, timeout_ms: u16) -> bool {
+    let timeout = rustix::time::Timespec {
+        tv_sec: i64::from(timeout_ms / 1000),
+        tv_nsec: i64::from(timeout_ms % 1000) * 1_000_000,
+    };
+    let mut pfd = [PollFd::from_borrowed_fd(fd, PollFlags::IN)];
+    matches!(rustix::event::poll(&mut pfd, Some(&timeout)), Ok(n) if n > 0)
+        && pfd[0].revents().contains(PollFlags::IN)
+}
+
+/// Reads (and so resets) the counter of eventfd `fd`; an interrupted read is `Ok(0)`.
+pub fn eventfd_read(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut word = [0u8; 8];
+    match rustix::io::read(fd, &mut word) {
+        Ok(_) => Ok(u64::from_ne_bytes(word)),
+        Err(Errno::INTR) => Ok(0),
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// A bound socket: TCP listening or UDP. `reuseport` adds SO_REUSEPORT; `nonblocking` is for
@@ -193,7 +225,7 @@ pub fn bind_udp_to_device(interface: &str, port: u16) -> io::Result<UdpSocket> {
             libc::SOL_SOCKET,
             libc::SO_BINDTODEVICE,
             interface.as_ptr().cast(),
-            interface.len() as libc::socklen_t,
+            crate::num::u32_of(interface.len()),
         )
     };
     if rc < 0 {

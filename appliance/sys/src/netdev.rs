@@ -56,9 +56,16 @@ fn ioctl_result(rc: libc::c_int, what: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// `AF_INET` (2) in a `sockaddr`'s family field.
+#[expect(clippy::cast_possible_truncation, reason = "AF_INET is 2")]
+const AF_INET: libc::sa_family_t = libc::AF_INET as libc::sa_family_t;
+/// `IFF_UP` (1) in an `ifreq`'s flags field.
+#[expect(clippy::cast_possible_truncation, reason = "IFF_UP is 1")]
+const IFF_UP: libc::c_short = libc::IFF_UP as libc::c_short;
+
 fn sockaddr_in(addr: Ipv4Addr) -> libc::sockaddr {
     let sin = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_family: AF_INET,
         sin_port: 0,
         sin_addr: libc::in_addr {
             s_addr: u32::from(addr).to_be(),
@@ -81,7 +88,7 @@ pub fn set_up(name: &str) -> io::Result<()> {
     )?;
     // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
     let flags = unsafe { req.ifr_ifru.ifru_flags };
-    req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
+    req.ifr_ifru.ifru_flags = flags | IFF_UP;
     ioctl_ifreq(
         &fd,
         libc::SIOCSIFFLAGS as libc::Ioctl,

@@ -48,6 +48,9 @@ pub fn set_nofile_limit(files: u64) -> io::Result<()> {
 
 /// Allocations at least this large get their own mapping, returned to the kernel on free.
 pub const MALLOC_MMAP_THRESHOLD: usize = 64 << 10;
+/// [`MALLOC_MMAP_THRESHOLD`] as mallopt's `int` (64 KiB fits).
+const MMAP_THRESHOLD: libc::c_int = 64 << 10;
+const _: () = assert!(MMAP_THRESHOLD as usize == MALLOC_MMAP_THRESHOLD);
 
 /// Makes memory freed by finished requests go back to the kernel (ADR 0012).
 ///
@@ -62,11 +65,8 @@ pub fn return_freed_memory_promptly() {
     {
         // SAFETY: mallopt only changes allocator tunables; called before the workers start.
         unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD as libc::c_int);
-            libc::mallopt(
-                libc::M_TRIM_THRESHOLD,
-                (2 * MALLOC_MMAP_THRESHOLD) as libc::c_int,
-            );
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD);
         }
     }
 }
@@ -142,7 +142,7 @@ pub fn ensure_console_fds() {
 /// CPU time the calling thread has used (CLOCK_THREAD_CPUTIME_ID).
 pub fn thread_cpu_time() -> Duration {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    Duration::new(ts.tv_sec as u64, u32::try_from(ts.tv_nsec).unwrap_or(0))
 }
 
 /// The process's CPU time, user and system, in microseconds (memcache `stats rusage_*`).

@@ -166,7 +166,10 @@ mod tests {
 
     #[test]
     // reap_children, not Child::wait, collects it: that is what is tested.
-    #[allow(clippy::zombie_processes)]
+    #[allow(
+        clippy::zombie_processes,
+        reason = "reap_children, not Child::wait, collects the child: that is what is tested"
+    )]
     fn kill_and_reap_a_child() {
         let child = std::process::Command::new("sleep")
             .arg("30")

@@ -12,6 +12,13 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use crate::mmap::Mapping;
+use crate::num::{u32_of, usize_of};
+
+/// `AF_XDP` (44) in a `sockaddr_xdp`'s family field.
+#[expect(clippy::cast_possible_truncation, reason = "AF_XDP is 44")]
+const AF_XDP: u16 = libc::AF_XDP as u16;
+
 /// Most descriptors the kernel sends per copy-mode `sendto` kick (TX_BATCH_SIZE).
 const KICK_BATCH: u32 = 32;
 
@@ -91,54 +98,6 @@ impl Frame {
     }
 }
 
-/// An anonymous or ring mapping, unmapped on drop.
-struct Mapping {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Mapping {
-    fn new(len: usize, fd: Option<(BorrowedFd<'_>, u64)>) -> io::Result<Mapping> {
-        let (flags, raw, off) = match fd {
-            Some((fd, off)) => (
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd.as_raw_fd(),
-                off as libc::off_t,
-            ),
-            None => (
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            ),
-        };
-        // SAFETY: a fresh mapping at an address the kernel picks: it aliases no Rust object.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                raw,
-                off,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Mapping {
-            ptr: ptr.cast(),
-            len,
-        })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are what mmap returned; nothing borrows the mapping any more.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 /// One mapped ring: producer and consumer indices shared with the kernel, and its entries.
 struct Ring {
     map: Mapping,
@@ -156,10 +115,10 @@ impl Ring {
         size: u32,
         pgoff: u64,
     ) -> io::Result<Ring> {
-        let len = off.desc as usize + size as usize * std::mem::size_of::<T>();
-        let map = Mapping::new(len, Some((fd, pgoff)))?;
+        let len = usize_of(off.desc) + size as usize * std::mem::size_of::<T>();
+        let map = Mapping::shared(fd, pgoff, len)?;
         // SAFETY: the kernel's offsets (XDP_MMAP_OFFSETS) lie inside the `len` bytes mapped.
-        let at = |o: u64| unsafe { map.ptr.add(o as usize) };
+        let at = |o: u64| unsafe { map.as_ptr().add(usize_of(o)) };
         Ok(Ring {
             producer: at(off.producer).cast(),
             consumer: at(off.consumer).cast(),
@@ -183,7 +142,7 @@ impl Ring {
     /// Entry `i` (taken modulo the size) as a pointer to `T`.
     fn slot<T>(&self, i: u32) -> *mut T {
         let at = (i & (self.size - 1)) as usize * std::mem::size_of::<T>();
-        debug_assert!(at + std::mem::size_of::<T>() <= self.map.len);
+        debug_assert!(at + std::mem::size_of::<T>() <= self.map.len());
         // SAFETY: `at` is within the `size` entries mapped after `descs`.
         unsafe { self.descs.add(at).cast() }
     }
@@ -200,10 +159,10 @@ impl Ring {
         let prod = self.index(self.producer).load(Ordering::Relaxed);
         for (i, item) in items.iter().enumerate() {
             // SAFETY: entries from producer to consumer + size are ours until published below.
-            unsafe { self.slot::<T>(prod.wrapping_add(i as u32)).write(*item) };
+            unsafe { self.slot::<T>(prod.wrapping_add(u32_of(i))).write(*item) };
         }
         self.index(self.producer)
-            .store(prod.wrapping_add(items.len() as u32), Ordering::Release);
+            .store(prod.wrapping_add(u32_of(items.len())), Ordering::Release);
     }
 
     /// Consumer side: reads up to `max` entries into `out` and releases them.
@@ -261,7 +220,7 @@ fn setsockopt<T>(fd: BorrowedFd<'_>, opt: libc::c_int, value: &T) -> io::Result<
             libc::SOL_XDP,
             opt,
             (value as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
+            u32_of(std::mem::size_of::<T>()),
         )
     };
     if rc < 0 {
@@ -285,9 +244,9 @@ impl Xsk {
         // SAFETY: `raw` is a fresh descriptor nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let umem_len = cfg.frames as usize * cfg.frame_size as usize;
-        let umem = Mapping::new(umem_len, None).map_err(err("UMEM mmap"))?;
+        let umem = Mapping::anonymous(umem_len, true).map_err(err("UMEM mmap"))?;
         let reg = libc::xdp_umem_reg {
-            addr: umem.ptr as u64,
+            addr: umem.as_ptr() as u64,
             len: umem_len as u64,
             chunk_size: cfg.frame_size,
             headroom: 0,
@@ -305,7 +264,7 @@ impl Xsk {
         }
         // SAFETY: all-zero is a valid xdp_mmap_offsets (plain integers).
         let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-        let mut optlen = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+        let mut optlen = u32_of(std::mem::size_of::<libc::xdp_mmap_offsets>());
         // SAFETY: `off` and `optlen` are live and sized as XDP_MMAP_OFFSETS writes them.
         let rc = unsafe {
             libc::getsockopt(
@@ -359,7 +318,7 @@ impl Xsk {
                 libc::XDP_COPY
             };
         let addr = libc::sockaddr_xdp {
-            sxdp_family: libc::AF_XDP as u16,
+            sxdp_family: AF_XDP,
             sxdp_flags: flags,
             sxdp_ifindex: ifindex,
             sxdp_queue_id: queue,
@@ -370,7 +329,7 @@ impl Xsk {
             libc::bind(
                 xsk.fd.as_raw_fd(),
                 (&addr as *const libc::sockaddr_xdp).cast(),
-                std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+                u32_of(std::mem::size_of::<libc::sockaddr_xdp>()),
             )
         };
         if rc < 0 {
@@ -392,21 +351,21 @@ impl Xsk {
     /// free for the next call).
     fn refill(&mut self) {
         let want = self.fill_frames.saturating_sub(self.rx_frames);
-        let n = want.min(self.fill.free()).min(self.free.len() as u32) as usize;
+        let n = want.min(self.fill.free()).min(u32_of(self.free.len())) as usize;
         if n == 0 {
             return;
         }
         let at = self.free.len() - n;
         self.fill.produce(&self.free[at..]);
         self.free.truncate(at);
-        self.rx_frames += n as u32;
+        self.rx_frames += u32_of(n);
     }
 
     /// Takes up to `max` received frames into `out`; tops the fill ring up first.
     pub fn rx_burst(&mut self, max: u32, out: &mut Vec<Frame>) -> u32 {
         self.refill();
-        let umem = self.umem.ptr as usize;
-        let limit = self.umem.len as u64;
+        let umem = self.umem.as_ptr() as usize;
+        let limit = self.umem.len() as u64;
         let frame_size = u64::from(self.frame_size);
         self.rx.consume(max, &mut |d: libc::xdp_desc| {
             // The kernel's descriptors stay inside one frame; check anyway.
@@ -428,7 +387,8 @@ impl Xsk {
     /// The bytes of `frame` (its data; for an allocated frame, the whole frame).
     pub fn bytes(&mut self, frame: &Frame) -> &mut [u8] {
         assert_eq!(
-            frame.umem, self.umem.ptr as usize,
+            frame.umem,
+            self.umem.as_ptr() as usize,
             "a frame of another UMEM"
         );
         let room = self.room(frame);
@@ -436,25 +396,26 @@ impl Xsk {
         // The range lies inside the UMEM (`room`); the kernel leaves a frame whose token is out
         // alone (module comment); `&mut self` keeps this the only slice of it.
         // SAFETY: in bounds, not shared with the kernel now, and exclusively borrowed.
-        unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.add(frame.addr as usize), len) }
+        unsafe { std::slice::from_raw_parts_mut(self.umem.as_ptr().add(usize_of(frame.addr)), len) }
     }
 
     /// The bytes of `frame`, read-only.
     pub fn data(&self, frame: &Frame) -> &[u8] {
         assert_eq!(
-            frame.umem, self.umem.ptr as usize,
+            frame.umem,
+            self.umem.as_ptr() as usize,
             "a frame of another UMEM"
         );
         let len = (frame.len as usize).min(self.room(frame));
         // SAFETY: as in `bytes`; the shared borrow of `self` excludes any `&mut` slice.
-        unsafe { std::slice::from_raw_parts(self.umem.ptr.add(frame.addr as usize), len) }
+        unsafe { std::slice::from_raw_parts(self.umem.as_ptr().add(usize_of(frame.addr)), len) }
     }
 
     /// Bytes from the frame's data start to the end of its chunk.
     fn room(&self, frame: &Frame) -> usize {
         let frame_size = u64::from(self.frame_size);
         let chunk_end = (frame.addr & !(frame_size - 1)) + frame_size;
-        (chunk_end.min(self.umem.len as u64) - frame.addr) as usize
+        usize_of(chunk_end.min(self.umem.len() as u64) - frame.addr)
     }
 
     /// Sets the length of `frame` to `len` (at most the room left in its chunk), so its
@@ -463,7 +424,7 @@ impl Xsk {
         if len > self.room(frame) {
             return false;
         }
-        frame.len = len as u32;
+        frame.len = u32_of(len);
         true
     }
 
@@ -473,7 +434,7 @@ impl Xsk {
         Some(Frame {
             addr,
             len: self.frame_size,
-            umem: self.umem.ptr as usize,
+            umem: self.umem.as_ptr() as usize,
             received: false,
         })
     }
@@ -481,7 +442,8 @@ impl Xsk {
     /// Gives a frame back (a received frame not answered, or an allocated one not sent).
     pub fn recycle(&mut self, frame: Frame) {
         assert_eq!(
-            frame.umem, self.umem.ptr as usize,
+            frame.umem,
+            self.umem.as_ptr() as usize,
             "a frame of another UMEM"
         );
         if frame.received {
@@ -502,14 +464,17 @@ impl Xsk {
         let room = self.tx.free() as usize;
         let mut dropped = 0;
         while frames.len() > room {
-            let frame = frames.pop().expect("len > room >= 0");
+            let Some(frame) = frames.pop() else {
+                break;
+            };
             self.recycle(frame);
             dropped += 1;
         }
         self.scratch.clear();
         for frame in frames.drain(..) {
             assert_eq!(
-                frame.umem, self.umem.ptr as usize,
+                frame.umem,
+                self.umem.as_ptr() as usize,
                 "a frame of another UMEM"
             );
             if frame.received {
@@ -521,7 +486,7 @@ impl Xsk {
                 options: 0,
             });
         }
-        self.tx_inflight += self.scratch.len() as u32;
+        self.tx_inflight += u32_of(self.scratch.len());
         self.tx.produce(&self.scratch);
         dropped
     }
@@ -595,7 +560,9 @@ pub fn rx_queue_count(name: &str) -> io::Result<u32> {
     Ok(dir
         .filter_map(Result::ok)
         .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
-        .count() as u32)
+        .count()
+        .try_into()
+        .unwrap_or(u32::MAX))
 }
 
 /// The interface index of `name` (0 when there is no such interface).

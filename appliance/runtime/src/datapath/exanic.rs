@@ -13,7 +13,9 @@
 //! ones) and [`TX_SLOTS`] transmit buffers; replies are built in a TX buffer by
 //! `datapath::FrameSink` and handed to `exanic_transmit_frame` by [`FrameBackend::tx_burst`].
 
-use std::ffi::{c_char, c_int, CString};
+use std::ffi::CString;
+
+use crate::sys::{u32_of, usize_of};
 
 use super::{Counters, FrameBackend, Mode, RxDesc, TxDesc};
 
@@ -26,52 +28,12 @@ pub const TX_SLOTS: usize = 64;
 /// `EXANIC_RX_FRAME_SWOVFL` of `exanic/fifo_rx.h`: the reader was lapped.
 const RX_FRAME_SWOVFL: isize = 256;
 
-mod ffi {
-    //! The libexanic functions used, with their C signatures (`exanic/exanic.h`,
-    //! `exanic/fifo_rx.h`, `exanic/fifo_tx.h`). The handle types are opaque here.
-    use std::ffi::{c_char, c_int};
-
-    #[repr(C)]
-    pub struct exanic_t {
-        _opaque: [u8; 0],
-    }
-    #[repr(C)]
-    pub struct exanic_rx_t {
-        _opaque: [u8; 0],
-    }
-    #[repr(C)]
-    pub struct exanic_tx_t {
-        _opaque: [u8; 0],
-    }
-
-    extern "C" {
-        pub fn exanic_acquire_handle(device_name: *const c_char) -> *mut exanic_t;
-        pub fn exanic_release_handle(exanic: *mut exanic_t);
-        pub fn exanic_acquire_rx_buffer(
-            exanic: *mut exanic_t,
-            port_number: c_int,
-            buffer_number: c_int,
-        ) -> *mut exanic_rx_t;
-        pub fn exanic_release_rx_buffer(rx: *mut exanic_rx_t);
-        pub fn exanic_receive_frame(
-            rx: *mut exanic_rx_t,
-            rx_buf: *mut c_char,
-            rx_buf_size: usize,
-            timestamp: *mut u32,
-        ) -> isize;
-        pub fn exanic_acquire_tx_buffer(
-            exanic: *mut exanic_t,
-            port_number: c_int,
-            requested_size: usize,
-        ) -> *mut exanic_tx_t;
-        pub fn exanic_release_tx_buffer(tx: *mut exanic_tx_t);
-        pub fn exanic_transmit_frame(
-            tx: *mut exanic_tx_t,
-            frame: *const c_char,
-            frame_size: usize,
-        ) -> c_int;
-    }
-}
+// The FFI, and with it every `unsafe` of this backend.
+#[allow(
+    unsafe_code,
+    reason = "libexanic's C functions; each call's bound is stated at the call"
+)]
+mod ffi;
 
 /// Why an ExaNIC port could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -88,9 +50,7 @@ pub enum ExanicError {
 
 /// One ExaNIC port, owned by one worker.
 pub struct Exanic {
-    handle: *mut ffi::exanic_t,
-    rx: *mut ffi::exanic_rx_t,
-    tx: *mut ffi::exanic_tx_t,
+    port: ffi::Port,
     rx_bufs: Box<[[u8; FRAME_MAX]]>,
     rx_free: Vec<u32>,
     tx_bufs: Box<[[u8; FRAME_MAX]]>,
@@ -112,36 +72,17 @@ impl Exanic {
     /// Opens `device` (e.g. `exanic0`) port `port`: its handle, RX buffer 0 and a TX buffer.
     pub fn open(device: &str, port: i32) -> Result<Exanic, ExanicError> {
         let name = CString::new(device).map_err(|_| ExanicError::BadName(device.into()))?;
-        // SAFETY: `name` is NUL-terminated and outlives the call.
-        let handle = unsafe { ffi::exanic_acquire_handle(name.as_ptr()) };
-        if handle.is_null() {
-            return Err(ExanicError::Device(device.into()));
-        }
-        // SAFETY: `handle` is a live handle just acquired.
-        let rx = unsafe { ffi::exanic_acquire_rx_buffer(handle, port as c_int, 0) };
-        if rx.is_null() {
-            // SAFETY: acquired above, released once.
-            unsafe { ffi::exanic_release_handle(handle) };
-            return Err(ExanicError::Rx(device.into(), port));
-        }
-        // SAFETY: `handle` is live; 0 asks for the default TX buffer size.
-        let tx = unsafe { ffi::exanic_acquire_tx_buffer(handle, port as c_int, 0) };
-        if tx.is_null() {
-            // SAFETY: both acquired above, each released once.
-            unsafe {
-                ffi::exanic_release_rx_buffer(rx);
-                ffi::exanic_release_handle(handle);
-            }
-            return Err(ExanicError::Tx(device.into(), port));
-        }
+        let opened = ffi::Port::open(&name, port).map_err(|failed| match failed {
+            ffi::Failed::Handle => ExanicError::Device(device.into()),
+            ffi::Failed::Rx => ExanicError::Rx(device.into(), port),
+            ffi::Failed::Tx => ExanicError::Tx(device.into(), port),
+        })?;
         Ok(Exanic {
-            handle,
-            rx,
-            tx,
+            port: opened,
             rx_bufs: vec![[0u8; FRAME_MAX]; RX_SLOTS].into_boxed_slice(),
-            rx_free: (0..RX_SLOTS as u32).rev().collect(),
+            rx_free: (0..u32_of(RX_SLOTS)).rev().collect(),
             tx_bufs: vec![[0u8; FRAME_MAX]; TX_SLOTS].into_boxed_slice(),
-            tx_free: (0..TX_SLOTS as u32).rev().collect(),
+            tx_free: (0..u32_of(TX_SLOTS)).rev().collect(),
             counters: Counters::default(),
             lapped: 0,
         })
@@ -150,17 +91,6 @@ impl Exanic {
     /// Times the reader was lapped (each also counted as a drop).
     pub fn lapped(&self) -> u64 {
         self.lapped
-    }
-}
-
-impl Drop for Exanic {
-    fn drop(&mut self) {
-        // SAFETY: all three were acquired in `open` and are released exactly once, here.
-        unsafe {
-            ffi::exanic_release_tx_buffer(self.tx);
-            ffi::exanic_release_rx_buffer(self.rx);
-            ffi::exanic_release_handle(self.handle);
-        }
     }
 }
 
@@ -179,16 +109,7 @@ impl FrameBackend for Exanic {
                 break;
             };
             let buf = &mut self.rx_bufs[slot as usize];
-            // A null timestamp pointer is allowed (libexanic then skips it).
-            // SAFETY: `self.rx` is live; `buf` is writable for FRAME_MAX bytes.
-            let got = unsafe {
-                ffi::exanic_receive_frame(
-                    self.rx,
-                    buf.as_mut_ptr().cast::<c_char>(),
-                    FRAME_MAX,
-                    std::ptr::null_mut(),
-                )
-            };
+            let got = self.port.receive(buf);
             if got == 0 {
                 break;
             }
@@ -203,7 +124,7 @@ impl FrameBackend for Exanic {
             self.rx_free.pop();
             burst.push(RxDesc {
                 id: u64::from(slot),
-                len: len as u32,
+                len: u32_of(len),
             });
             self.counters.rx += 1;
             n += 1;
@@ -212,12 +133,14 @@ impl FrameBackend for Exanic {
     }
 
     fn rx_frame(&self, rx: RxDesc) -> &[u8] {
-        let buf = &self.rx_bufs[rx.id as usize % RX_SLOTS];
+        let buf = &self.rx_bufs[usize_of(rx.id) % RX_SLOTS];
         &buf[..(rx.len as usize).min(FRAME_MAX)]
     }
 
     fn recycle(&mut self, rx: RxDesc) {
-        let slot = rx.id as u32;
+        let Ok(slot) = u32::try_from(rx.id) else {
+            return; // not one of ours
+        };
         if (slot as usize) < RX_SLOTS && !self.rx_free.contains(&slot) {
             self.rx_free.push(slot);
         }
@@ -232,32 +155,29 @@ impl FrameBackend for Exanic {
     }
 
     fn tx_buf(&mut self, tx: TxDesc) -> &mut [u8] {
-        &mut self.tx_bufs[tx.id as usize % TX_SLOTS]
+        &mut self.tx_bufs[usize_of(tx.id) % TX_SLOTS]
     }
 
     fn tx_burst(&mut self, burst: &[TxDesc]) {
         for tx in burst {
-            let slot = tx.id as usize % TX_SLOTS;
+            let slot = usize_of(tx.id) % TX_SLOTS;
             let len = (tx.len as usize).min(FRAME_MAX);
             let frame = &self.tx_bufs[slot];
             if len == 0 {
                 // A frame whose build failed: its buffer only goes back.
-                if !self.tx_free.contains(&(slot as u32)) {
-                    self.tx_free.push(slot as u32);
+                if !self.tx_free.contains(&u32_of(slot)) {
+                    self.tx_free.push(u32_of(slot));
                 }
                 continue;
             }
-            // SAFETY: `self.tx` is live; `frame` is readable for `len` <= FRAME_MAX bytes.
-            let rc = unsafe {
-                ffi::exanic_transmit_frame(self.tx, frame.as_ptr().cast::<c_char>(), len)
-            };
+            let rc = self.port.transmit(&frame[..len]);
             if rc == 0 {
                 self.counters.tx += 1;
             } else {
                 self.counters.dropped += 1;
             }
-            if !self.tx_free.contains(&(slot as u32)) {
-                self.tx_free.push(slot as u32);
+            if !self.tx_free.contains(&u32_of(slot)) {
+                self.tx_free.push(u32_of(slot));
             }
         }
     }

@@ -18,6 +18,7 @@ use ringstore_proto::wire::frame;
 use crate::bufring::BufRing;
 use crate::datapath::{Peer, ReplySink};
 use crate::op::Op;
+use crate::sys::{u32_of, zeroed_msghdr};
 
 /// Largest request datagram served (memcached's UDP read buffer is 64 KiB too).
 pub(crate) const REQUEST_MAX: usize = 64 << 10;
@@ -83,12 +84,6 @@ pub(crate) struct KernelUdp<S> {
     pub out: crate::datapath::Reply,
 }
 
-pub(crate) fn zeroed_msghdr() -> libc::msghdr {
-    // All-zero is a valid msghdr: null pointers, zero lengths.
-    // SAFETY: msghdr is a plain C struct of integers and raw pointers (no references, no niches).
-    unsafe { std::mem::zeroed() }
-}
-
 impl<S> KernelUdp<S> {
     /// The backend over `fd` with its buffers registered with `ring`.
     pub(crate) fn new(
@@ -98,7 +93,7 @@ impl<S> KernelUdp<S> {
     ) -> std::io::Result<KernelUdp<S>> {
         let bufs = BufRing::register_group(ring, BufRing::UDP_GROUP, RX_BUFS, RX_BUF)?;
         let mut recv_msg = Box::new(zeroed_msghdr());
-        recv_msg.msg_namelen = NAME_LEN as u32;
+        recv_msg.msg_namelen = u32_of(NAME_LEN);
         let slots = (0..SEND_SLOTS)
             .map(|_| SendSlot {
                 msg: zeroed_msghdr(),
@@ -117,9 +112,9 @@ impl<S> KernelUdp<S> {
             recv_msg,
             recv_armed: false,
             slots,
-            free: (0..SEND_SLOTS as u32).rev().collect(),
+            free: (0..u32_of(SEND_SLOTS)).rev().collect(),
             held: (0..HELD_MAX).map(|_| None).collect(),
-            held_free: (0..HELD_MAX as u32).rev().collect(),
+            held_free: (0..u32_of(HELD_MAX)).rev().collect(),
             held_gen: vec![0; HELD_MAX],
             ready: std::collections::VecDeque::with_capacity(HELD_MAX),
             out: crate::datapath::Reply::default(),
@@ -205,7 +200,7 @@ impl ReplySink for SendSink<'_> {
         slot.iov.iov_base = slot.buf.as_mut_ptr().cast();
         slot.iov.iov_len = len;
         slot.msg.msg_name = slot.name.as_mut_ptr().cast();
-        slot.msg.msg_namelen = name_len as u32;
+        slot.msg.msg_namelen = u32_of(name_len);
         slot.msg.msg_iov = &mut slot.iov;
         slot.msg.msg_iovlen = 1;
         self.pending.push(
@@ -241,7 +236,7 @@ mod tests {
     #[test]
     fn peer_addresses_parse_from_raw_sockaddrs() {
         let mut v4 = [0u8; 16];
-        v4[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        v4[..2].copy_from_slice(&u16::try_from(libc::AF_INET).unwrap().to_ne_bytes());
         v4[2..4].copy_from_slice(&11211u16.to_be_bytes());
         v4[4..8].copy_from_slice(&[127, 0, 0, 1]);
         assert_eq!(
@@ -249,7 +244,7 @@ mod tests {
             Some(Peer::Socket("127.0.0.1:11211".parse().unwrap()))
         );
         let mut v6 = [0u8; 28];
-        v6[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+        v6[..2].copy_from_slice(&u16::try_from(libc::AF_INET6).unwrap().to_ne_bytes());
         v6[2..4].copy_from_slice(&5u16.to_be_bytes());
         v6[23] = 1;
         assert_eq!(peer_of(&v6), Some(Peer::Socket("[::1]:5".parse().unwrap())));

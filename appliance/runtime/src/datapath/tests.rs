@@ -39,7 +39,7 @@ impl FrameBackend for MemBackend {
             };
             burst.push(RxDesc {
                 id: self.held.len() as u64,
-                len: frame.len() as u32,
+                len: u32::try_from(frame.len()).unwrap(),
             });
             self.held.push(Some(frame));
             n += 1;
@@ -48,10 +48,15 @@ impl FrameBackend for MemBackend {
         n
     }
     fn rx_frame(&self, rx: RxDesc) -> &[u8] {
-        self.held[rx.id as usize].as_deref().expect("not recycled")
+        self.held[usize::try_from(rx.id).unwrap()]
+            .as_deref()
+            .expect("not recycled")
     }
     fn recycle(&mut self, rx: RxDesc) {
-        assert!(self.held[rx.id as usize].take().is_some(), "recycled twice");
+        assert!(
+            self.held[usize::try_from(rx.id).unwrap()].take().is_some(),
+            "recycled twice"
+        );
     }
     fn tx_alloc(&mut self) -> Option<TxDesc> {
         if self.tx_free == 0 {
@@ -65,12 +70,12 @@ impl FrameBackend for MemBackend {
         })
     }
     fn tx_buf(&mut self, tx: TxDesc) -> &mut [u8] {
-        &mut self.tx_bufs[tx.id as usize]
+        &mut self.tx_bufs[usize::try_from(tx.id).unwrap()]
     }
     fn tx_burst(&mut self, burst: &[TxDesc]) {
         self.tx_free += burst.iter().filter(|tx| tx.len == 0).count();
         for tx in burst.iter().filter(|tx| tx.len > 0) {
-            let buf = &self.tx_bufs[tx.id as usize];
+            let buf = &self.tx_bufs[usize::try_from(tx.id).unwrap()];
             self.sent.push(buf[..tx.len as usize].to_vec());
             self.counters.tx += 1;
         }
@@ -155,7 +160,10 @@ fn a_long_reply_is_split_and_sent_whole_or_not_at_all() {
     for (seq, f) in b.sent.iter().enumerate() {
         let p = udp4::parse(f).unwrap().payload;
         assert!(p.len() <= frame::DATAGRAM_MAX);
-        assert_eq!(&p[..8], &datagram(3, seq as u16, 4, b"")[..]);
+        assert_eq!(
+            &p[..8],
+            &datagram(3, u16::try_from(seq).unwrap(), 4, b"")[..]
+        );
         joined.extend_from_slice(&p[8..]);
     }
     assert_eq!(joined.len(), 5000);

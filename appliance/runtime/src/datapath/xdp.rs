@@ -5,18 +5,17 @@
 //! loads the program, attaches it (native, else generic), opens a socket per queue
 //! (zero-copy, else copy) and puts it in the queue's XSKMAP slot. [`XdpWorker::poll`] is
 //! called from the worker's loop: a bounded burst per socket through
-//! [`super::poll_frames`], which parses with `proto::wire` and answers with the shared
-//! sans-IO path. The program stays attached while [`XdpAttachment`] (its BPF link) lives:
+//! [`super::poll_frames`], which parses with `proto::wire` and answers through the worker's
+//! handler (`Handler::udp_request`), as every datapath backend does. The program stays attached while [`XdpAttachment`] (its BPF link) lives:
 //! dropping it, or the process ending, leaves the interface clean.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::sync::Arc;
 
-use ringstore_service::Shared;
-use ringstore_sys::{Frame, Xsk, XskConfig, XskMode};
+use ringstore_sys::{u32_of, usize_of, Frame, Xsk, XskConfig, XskMode};
 
 use super::{poll_frames, Answer, Counters, FrameBackend, Mode, PollScratch, RxDesc, TxDesc};
 use crate::clock::Clock;
+use crate::handler::{Handler, UdpEvent};
 use crate::RuntimeError;
 
 /// Frames one socket takes per loop iteration.
@@ -80,7 +79,7 @@ impl FrameBackend for XdpQueue {
     fn rx_burst(&mut self, burst: &mut Vec<RxDesc>, budget: usize) -> usize {
         self.reclaim_tx();
         let mut frames = std::mem::take(&mut self.receiving);
-        self.xsk.rx_burst(budget as u32, &mut frames);
+        self.xsk.rx_burst(u32_of(budget), &mut frames);
         let n = frames.len();
         for frame in frames.drain(..) {
             if frame.is_empty() {
@@ -89,7 +88,7 @@ impl FrameBackend for XdpQueue {
                 self.xsk.recycle(frame);
                 continue;
             }
-            let len = frame.len() as u32;
+            let len = u32_of(frame.len());
             let id = park(&mut self.rx_slots, frame);
             burst.push(RxDesc { id, len });
         }
@@ -99,14 +98,18 @@ impl FrameBackend for XdpQueue {
     }
 
     fn rx_frame(&self, rx: RxDesc) -> &[u8] {
-        match self.rx_slots.get(rx.id as usize) {
+        match self.rx_slots.get(usize_of(rx.id)) {
             Some(Some(frame)) => self.xsk.data(frame),
             _ => &[],
         }
     }
 
     fn recycle(&mut self, rx: RxDesc) {
-        if let Some(frame) = self.rx_slots.get_mut(rx.id as usize).and_then(Option::take) {
+        if let Some(frame) = self
+            .rx_slots
+            .get_mut(usize_of(rx.id))
+            .and_then(Option::take)
+        {
             self.xsk.recycle(frame);
         }
     }
@@ -118,7 +121,7 @@ impl FrameBackend for XdpQueue {
     }
 
     fn tx_buf(&mut self, tx: TxDesc) -> &mut [u8] {
-        match self.tx_slots.get(tx.id as usize) {
+        match self.tx_slots.get(usize_of(tx.id)) {
             Some(Some(frame)) => self.xsk.bytes(frame),
             _ => &mut [],
         }
@@ -127,7 +130,10 @@ impl FrameBackend for XdpQueue {
     fn tx_burst(&mut self, burst: &[TxDesc]) {
         self.sending.clear();
         for tx in burst {
-            let Some(mut frame) = self.tx_slots.get_mut(tx.id as usize).and_then(Option::take)
+            let Some(mut frame) = self
+                .tx_slots
+                .get_mut(usize_of(tx.id))
+                .and_then(Option::take)
             else {
                 continue;
             };
@@ -179,7 +185,6 @@ impl std::fmt::Debug for XdpAttachment {
 pub(crate) struct XdpWorker {
     queues: Vec<XdpQueue>,
     scratch: PollScratch,
-    shared: Arc<Shared>,
     clock: Clock,
     allow: Vec<ipnet::IpNet>,
     port: u16,
@@ -197,14 +202,15 @@ impl XdpWorker {
             .collect()
     }
 
-    /// One bounded burst on every socket. Returns true when work is left (frames still in
-    /// an rx ring, or transmits not complete): the worker must not block in its next wait.
-    pub(crate) fn poll(&mut self) -> bool {
+    /// One bounded burst on every socket, each request answered through `handler`. Returns
+    /// true when work is left (frames still in an rx ring, or transmits not complete): the
+    /// worker must not block in its next wait.
+    pub(crate) fn poll<H: Handler>(&mut self, handler: &H) -> bool {
         let mut busy = false;
         for q in &mut self.queues {
             q.xsk.wake_rx();
             let tx_max = q.tx_max();
-            let (shared, clock, worker) = (&*self.shared, &self.clock, self.worker);
+            let (clock, worker) = (&self.clock, self.worker);
             let polled = poll_frames(
                 q,
                 self.port,
@@ -214,27 +220,25 @@ impl XdpWorker {
                 &mut self.scratch,
                 |_, request, reply| {
                     // No data device here: frame backends answer at once (ADR 0021).
-                    let held =
-                        crate::udp::answer(shared, worker, request, clock.now(), None, reply);
+                    let held = handler.udp_request(worker, request, clock.now(), None, reply);
                     debug_assert!(held.is_none(), "nothing is held without a device");
                     Answer::Now
                 },
             );
             q.counters.dropped += polled.dropped as u64;
             // The datagram counters every memcache UDP backend keeps, beside the frame ones.
-            let slot = self.shared.stats(self.worker);
-            slot.udp_rx_datagrams
-                .add((polled.frames.saturating_sub(polled.dropped)) as u64);
-            slot.udp_tx_datagrams.add(polled.datagrams as u64);
-            slot.udp_dropped.add(polled.dropped as u64);
+            let received = polled.frames.saturating_sub(polled.dropped);
+            handler.udp_count(worker, UdpEvent::Rx, received as u64);
+            handler.udp_count(worker, UdpEvent::Tx, polled.datagrams as u64);
+            handler.udp_count(worker, UdpEvent::Dropped, polled.dropped as u64);
             busy |= q.busy();
         }
-        self.report();
+        self.report(handler);
         busy
     }
 
     /// Adds what the sockets counted since the last report to the worker's stats slot.
-    fn report(&mut self) {
+    fn report<H: Handler>(&mut self, handler: &H) {
         let mut now = Counters::default();
         for q in &self.queues {
             let c = q.counters();
@@ -242,10 +246,13 @@ impl XdpWorker {
             now.tx += c.tx;
             now.dropped += c.dropped;
         }
-        let slot = self.shared.stats(self.worker);
-        slot.xdp_rx.add(now.rx - self.reported.rx);
-        slot.xdp_tx.add(now.tx - self.reported.tx);
-        slot.xdp_drop.add(now.dropped - self.reported.dropped);
+        handler.udp_count(self.worker, UdpEvent::XdpRx, now.rx - self.reported.rx);
+        handler.udp_count(self.worker, UdpEvent::XdpTx, now.tx - self.reported.tx);
+        handler.udp_count(
+            self.worker,
+            UdpEvent::XdpDrop,
+            now.dropped - self.reported.dropped,
+        );
         self.reported = now;
     }
 }
@@ -284,6 +291,7 @@ impl XdpPrepared {
 }
 
 /// What [`distribute`] made: the attachments (kept by the server) and each worker's sockets.
+#[derive(Default)]
 pub(crate) struct Attached {
     pub attachments: Vec<XdpAttachment>,
     pub workers: Vec<Option<XdpWorker>>,
@@ -397,7 +405,6 @@ pub(crate) fn distribute(
     prepared: XdpPrepared,
     worker_cpus: &[usize],
     allow: &[ipnet::IpNet],
-    shared: &Arc<Shared>,
     clock: Clock,
 ) -> Attached {
     let workers = worker_cpus.len().max(1);
@@ -423,7 +430,6 @@ pub(crate) fn distribute(
         let slot = attached.workers[worker].get_or_insert_with(|| XdpWorker {
             queues: Vec::new(),
             scratch: PollScratch::default(),
-            shared: shared.clone(),
             clock,
             allow: allow.to_vec(),
             port: prepared.port,

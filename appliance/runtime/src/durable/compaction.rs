@@ -31,10 +31,14 @@ impl DiskWorker {
                 // The buffer lives in the compactor, unmoved and untouched, until `on_read`
                 // (fed by `read_complete`); the loop sleeps until the completion.
                 sqes.push(
-                    opcode::Read::new(types::Fd(self.fd), buf.as_mut_ptr(), buf.len() as u32)
-                        .offset(offset)
-                        .build()
-                        .user_data(Op::DiskCompactRead { id }.encode()),
+                    opcode::Read::new(
+                        types::Fd(self.fd),
+                        buf.as_mut_ptr(),
+                        crate::sys::u32_of(buf.len()),
+                    )
+                    .offset(offset)
+                    .build()
+                    .user_data(Op::DiskCompactRead { id }.encode()),
                 );
                 self.reading = Some(id);
                 false
@@ -46,11 +50,15 @@ impl DiskWorker {
                 // The write and its flush are linked: the flush runs only after the write, and a
                 // failed write cancels it. The block lives in the compactor until `on_erased`.
                 sqes.push(
-                    opcode::Write::new(types::Fd(self.fd), block.as_ptr(), block.len() as u32)
-                        .offset(offset)
-                        .build()
-                        .flags(squeue::Flags::IO_LINK)
-                        .user_data(Op::DiskErase { id }.encode()),
+                    opcode::Write::new(
+                        types::Fd(self.fd),
+                        block.as_ptr(),
+                        crate::sys::u32_of(block.len()),
+                    )
+                    .offset(offset)
+                    .build()
+                    .flags(squeue::Flags::IO_LINK)
+                    .user_data(Op::DiskErase { id }.encode()),
                 );
                 sqes.push(
                     opcode::Fsync::new(types::Fd(self.fd))

@@ -111,9 +111,12 @@ impl Backfill for DeviceBackfill {
                 exptime: if item.exptime == 0 {
                     0
                 } else {
-                    item.exptime
-                        .saturating_sub(self.unix_start)
-                        .clamp(1, u64::from(u32::MAX)) as Time
+                    Time::try_from(
+                        item.exptime
+                            .saturating_sub(self.unix_start)
+                            .clamp(1, u64::from(u32::MAX)),
+                    )
+                    .unwrap_or(Time::MAX)
                 },
                 cas: item.cas,
                 large: item.large,

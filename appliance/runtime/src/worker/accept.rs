@@ -21,8 +21,7 @@ impl<H: Handler> Worker<H> {
     pub(super) fn on_accept(&mut self, index: usize, res: i32) {
         self.accept_armed[index] = false;
         if res >= 0 {
-            // SAFETY: a successful accept returns a fresh descriptor that nobody else owns.
-            let fd = unsafe { OwnedFd::from_raw_fd(res) };
+            let fd = super::sqe::adopt_accepted(res);
             let protocol = self.setup.listeners[index].1;
             if self.stopping_deadline.is_some() {
                 return;

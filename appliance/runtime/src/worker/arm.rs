@@ -38,7 +38,7 @@ impl<H: Handler> Worker<H> {
             .build()
             .user_data(
                 Op::XdpReady {
-                    index: index as u32,
+                    index: crate::sys::u32_of(index),
                 }
                 .encode(),
             );
@@ -52,7 +52,7 @@ impl<H: Handler> Worker<H> {
             .build()
             .user_data(
                 Op::Accept {
-                    index: index as u32,
+                    index: crate::sys::u32_of(index),
                 }
                 .encode(),
             );
@@ -75,14 +75,18 @@ impl<H: Handler> Worker<H> {
         };
         let fd = types::Fd(conn.fd.as_raw_fd());
         let entry = if pooled {
-            opcode::Recv::new(fd, std::ptr::null_mut(), BUF_SIZE as u32)
+            opcode::Recv::new(fd, std::ptr::null_mut(), crate::sys::u32_of(BUF_SIZE))
                 .buf_group(BufRing::GROUP)
                 .ioprio(ioprio)
                 .build()
                 .flags(squeue::Flags::BUFFER_SELECT)
         } else {
+            #[expect(
+                clippy::expect_used,
+                reason = "without a buffer pool every connection gets its own buffer at open"
+            )]
             let buf = conn.own_buf.as_mut().expect("own buffer without a pool");
-            opcode::Recv::new(fd, buf.as_mut_ptr(), buf.len() as u32)
+            opcode::Recv::new(fd, buf.as_mut_ptr(), crate::sys::u32_of(buf.len()))
                 .ioprio(ioprio)
                 .build()
         };
@@ -104,7 +108,7 @@ impl<H: Handler> Worker<H> {
         let splices = handler.splices(&conn.session);
         let entry = if splices.is_empty() {
             let rest = &conn.out[conn.sent..];
-            let len = rest.len().min(u32::MAX as usize) as u32;
+            let len = u32::try_from(rest.len()).unwrap_or(u32::MAX);
             opcode::Send::new(types::Fd(conn.fd.as_raw_fd()), rest.as_ptr(), len)
                 .flags(libc::MSG_NOSIGNAL)
                 .build()

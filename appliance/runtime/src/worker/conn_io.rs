@@ -125,6 +125,10 @@ impl<H: Handler> Worker<H> {
             let len = res as usize;
             // The connection's own buffer (no buffer ring) is lent out for the call.
             let own_buf = conn.own_buf.take();
+            #[expect(
+                clippy::expect_used,
+                reason = "without a buffer pool every connection has its own buffer, lent only here"
+            )]
             let input: &[u8] = match (bid, &self.bufs) {
                 (Some(bid), Some(bufs)) => bufs.filled(bid, len),
                 _ => &own_buf.as_deref().expect("own buffer")[..len],

@@ -22,7 +22,7 @@ pub(crate) struct VecSend {
 impl VecSend {
     pub(crate) fn new() -> Box<VecSend> {
         Box::new(VecSend {
-            msg: crate::datapath::kernel_udp::zeroed_msghdr(),
+            msg: crate::sys::zeroed_msghdr(),
             iov: Vec::with_capacity(IOV_PER_SEND),
         })
     }

@@ -26,7 +26,7 @@ impl<H: Handler> Worker<H> {
         let now = self.now.mono_ms;
         let limits = self.setup.limits;
         let past_deadline = self.stopping_deadline.is_some_and(|d| now >= d);
-        for slot in 0..self.conns.capacity_slots() as u32 {
+        for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
             let Some(conn) = self.conns.at_mut(slot) else {
                 continue;
             };
@@ -54,14 +54,17 @@ impl<H: Handler> Worker<H> {
     pub(super) fn begin_stop(&mut self) {
         self.stopping_deadline = Some(self.now.mono_ms + self.setup.limits.drain_deadline_ms);
         for i in 0..self.setup.listeners.len() {
-            let target = Op::Accept { index: i as u32 }.encode();
+            let target = Op::Accept {
+                index: crate::sys::u32_of(i),
+            }
+            .encode();
             self.pending.push(
                 opcode::AsyncCancel::new(target)
                     .build()
                     .user_data(Op::Cancel.encode()),
             );
         }
-        for slot in 0..self.conns.capacity_slots() as u32 {
+        for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
             let Some(conn) = self.conns.at_mut(slot) else {
                 continue;
             };

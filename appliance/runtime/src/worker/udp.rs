@@ -13,7 +13,7 @@ const REQUEST_HEAD: usize = 24;
 
 /// The held table's id of index `index` at generation `generation`.
 fn held_id(index: usize, generation: u32) -> u32 {
-    (generation << HELD_MAX.trailing_zeros()) | index as u32
+    (generation << HELD_MAX.trailing_zeros()) | crate::sys::u32_of(index)
 }
 
 impl<H: Handler> Worker<H> {
@@ -66,80 +66,51 @@ impl<H: Handler> Worker<H> {
         let Some(udp) = self.udp.as_mut() else {
             return;
         };
-        handler.udp_count(worker, UdpEvent::Rx);
+        handler.udp_count(worker, UdpEvent::Rx, 1);
         let disk = self.disk.as_ref();
         let pending = &mut self.pending;
-        let served = {
+        let served = 'served: {
             let buf = udp.bufs.filled(bid, len);
-            match types::RecvMsgOut::parse(buf, &udp.recv_msg) {
-                Ok(msg) if !msg.is_payload_truncated() && !msg.is_name_data_truncated() => {
-                    let name = msg.name_data();
-                    match datapath::kernel_udp::peer_of(name) {
-                        Some(peer) => {
-                            let mut sink = SendSink::new(
-                                &mut udp.slots,
-                                &mut udp.free,
-                                &udp.fd,
-                                name,
-                                pending,
-                            );
-                            let held = &mut udp.held;
-                            let held_free = &mut udp.held_free;
-                            let held_gen = &mut udp.held_gen;
-                            datapath::serve_datagram(
-                                msg.payload_data(),
-                                &peer,
-                                &udp.allow,
-                                &mut udp.out,
-                                |head, request, out| {
-                                    let Some(disk) = disk else {
-                                        handler.udp_request(worker, request, now, None, out);
-                                        return Answer::Now;
-                                    };
-                                    let Some(&index) = held_free.last() else {
-                                        return Answer::HeldFull;
-                                    };
-                                    let index = index as usize;
-                                    let id = held_id(index, held_gen[index]);
-                                    let device = disk.for_conn(HELD_SLOT, id);
-                                    let Some(session) = handler.udp_request(
-                                        worker,
-                                        request,
-                                        now,
-                                        Some(&device),
-                                        out,
-                                    ) else {
-                                        return Answer::Now;
-                                    };
-                                    held_free.pop();
-                                    let mut saved = [0u8; NAME_LEN];
-                                    let name_len = name.len().min(NAME_LEN);
-                                    saved[..name_len].copy_from_slice(&name[..name_len]);
-                                    held[index] = Some(Held {
-                                        session,
-                                        head,
-                                        name: saved,
-                                        name_len: name_len as u32,
-                                        request_head: request[..request.len().min(REQUEST_HEAD)]
-                                            .to_vec(),
-                                        // Replies to commands before the held one are
-                                        // already here; the held ones follow them.
-                                        out: datapath::Reply {
-                                            bytes: std::mem::take(&mut out.bytes),
-                                            marks: Vec::new(),
-                                        },
-                                    });
-                                    Answer::Held
-                                },
-                                &mut sink,
-                            )
-                        }
-                        None => Served::Dropped(DropReason::NotOurs),
-                    }
-                }
+            let msg = match types::RecvMsgOut::parse(buf, &udp.recv_msg) {
+                Ok(msg) if !msg.is_payload_truncated() && !msg.is_name_data_truncated() => msg,
                 // Longer than a receive buffer, or a peer address that does not fit.
-                _ => Served::Dropped(DropReason::Lost),
-            }
+                _ => break 'served Served::Dropped(DropReason::Lost),
+            };
+            let name = msg.name_data();
+            let Some(peer) = datapath::kernel_udp::peer_of(name) else {
+                break 'served Served::Dropped(DropReason::NotOurs);
+            };
+            let mut sink = SendSink::new(&mut udp.slots, &mut udp.free, &udp.fd, name, pending);
+            let held = &mut udp.held;
+            let held_free = &mut udp.held_free;
+            let held_gen = &mut udp.held_gen;
+            datapath::serve_datagram(
+                msg.payload_data(),
+                &peer,
+                &udp.allow,
+                &mut udp.out,
+                |head, request, out| {
+                    let Some(disk) = disk else {
+                        handler.udp_request(worker, request, now, None, out);
+                        return Answer::Now;
+                    };
+                    let Some(&index) = held_free.last() else {
+                        return Answer::HeldFull;
+                    };
+                    let index = index as usize;
+                    let id = held_id(index, held_gen[index]);
+                    let device = disk.for_conn(HELD_SLOT, id);
+                    let Some(session) =
+                        handler.udp_request(worker, request, now, Some(&device), out)
+                    else {
+                        return Answer::Now;
+                    };
+                    held_free.pop();
+                    held[index] = Some(held_entry(session, head, name, request, out));
+                    Answer::Held
+                },
+                &mut sink,
+            )
         };
         udp.bufs.recycle(bid);
         count_served(handler, worker, served);
@@ -156,7 +127,7 @@ impl<H: Handler> Worker<H> {
         } else {
             UdpEvent::Dropped
         };
-        self.setup.handler.udp_count(self.setup.index, event);
+        self.setup.handler.udp_count(self.setup.index, event, 1);
         if !udp.ready.is_empty() {
             self.send_ready_udp();
         }
@@ -185,7 +156,7 @@ impl<H: Handler> Worker<H> {
         handler.session_closed(&mut entry.session, None);
         // Released: it leaves the table once its datagrams have send slots (one group commit
         // may release the whole table at once; at most 256 datagrams are in flight).
-        udp.ready.push_back(index as u32);
+        udp.ready.push_back(crate::sys::u32_of(index));
         self.send_ready_udp();
     }
 
@@ -211,7 +182,7 @@ impl<H: Handler> Worker<H> {
                 continue;
             };
             udp.held_gen[index] = udp.held_gen[index].wrapping_add(1) & (u32::MAX >> 10);
-            udp.held_free.push(index as u32);
+            udp.held_free.push(crate::sys::u32_of(index));
             let name = &entry.name[..entry.name_len as usize];
             let mut sink = SendSink::new(
                 &mut udp.slots,
@@ -237,11 +208,37 @@ impl<H: Handler> Worker<H> {
     }
 }
 
+/// The held-table entry of `request` from peer `name` (a raw sockaddr), whose reply waits in
+/// `session` for the data device; `out` holds the replies to the commands before the held
+/// one, which the held ones follow.
+fn held_entry<S>(
+    session: S,
+    head: ringstore_proto::wire::frame::Frame,
+    name: &[u8],
+    request: &[u8],
+    out: &mut datapath::Reply,
+) -> Held<S> {
+    let mut saved = [0u8; NAME_LEN];
+    let name_len = name.len().min(NAME_LEN);
+    saved[..name_len].copy_from_slice(&name[..name_len]);
+    Held {
+        session,
+        head,
+        name: saved,
+        name_len: crate::sys::u32_of(name_len),
+        request_head: request[..request.len().min(REQUEST_HEAD)].to_vec(),
+        out: datapath::Reply {
+            bytes: std::mem::take(&mut out.bytes),
+            marks: Vec::new(),
+        },
+    }
+}
+
 /// Counts what [`datapath::serve_datagram`] did (sent datagrams count at their completion).
 fn count_served<H: Handler>(handler: &H, worker: usize, served: Served) {
     match served {
-        Served::Dropped(DropReason::HeldFull) => handler.udp_count(worker, UdpEvent::HeldFull),
-        Served::Dropped(_) => handler.udp_count(worker, UdpEvent::Dropped),
+        Served::Dropped(DropReason::HeldFull) => handler.udp_count(worker, UdpEvent::HeldFull, 1),
+        Served::Dropped(_) => handler.udp_count(worker, UdpEvent::Dropped, 1),
         Served::Replied(_) | Served::NoReply | Served::Held => {}
     }
 }

@@ -5,11 +5,13 @@
 use super::*;
 use crate::datapath::tests::{datagram, request_frame};
 use crate::datapath::{poll_frames, Answer, PollScratch};
+use crate::handler::{Handler, ServiceHandler};
 use ringstore_exanic_double as double;
 use ringstore_proto::wire::udp4;
 use ringstore_service::{ServiceConfig, Shared, Store, StoreConfig, Topology};
 
-fn shared() -> std::sync::Arc<Shared> {
+/// The production handler over a small store: requests answered as a worker answers them.
+fn service() -> ServiceHandler {
     let store = Store::new(StoreConfig {
         memory_bytes: 16 << 20,
         item_size_max: 1 << 20,
@@ -18,18 +20,22 @@ fn shared() -> std::sync::Arc<Shared> {
         external_threshold: 0,
     })
     .unwrap();
-    Shared::new(
+    ServiceHandler(Shared::new(
         store,
         ServiceConfig::default(),
         Topology::default(),
         1,
         1,
         0,
-    )
+    ))
 }
 
-/// Polls `nic` once, answering through a memcache session of `shared`.
-fn poll(nic: &mut Exanic, shared: &Shared, scratch: &mut PollScratch) -> crate::datapath::Polled {
+/// Polls `nic` once, answering through `service` (the handler call every backend makes).
+fn poll(
+    nic: &mut Exanic,
+    service: &ServiceHandler,
+    scratch: &mut PollScratch,
+) -> crate::datapath::Polled {
     let clock = crate::clock::Clock::start();
     poll_frames(
         nic,
@@ -39,7 +45,7 @@ fn poll(nic: &mut Exanic, shared: &Shared, scratch: &mut PollScratch) -> crate::
         TX_SLOTS,
         scratch,
         |_, request, reply| {
-            crate::udp::answer(shared, 0, request, clock.now(), None, reply);
+            service.udp_request(0, request, clock.now(), None, reply);
             Answer::Now
         },
     )
@@ -60,7 +66,7 @@ fn payloads(device: &str) -> Vec<Vec<u8>> {
 #[test]
 fn memcache_frames_in_reply_frames_out() {
     double::create("exanic-t1");
-    let shared = shared();
+    let service = service();
     let mut nic = Exanic::open("exanic-t1", 0).unwrap();
     assert_eq!(nic.mode(), Mode::Exanic);
     let mut scratch = PollScratch::default();
@@ -72,7 +78,7 @@ fn memcache_frames_in_reply_frames_out() {
         "exanic-t1",
         &request_frame(&datagram(2, 0, 1, b"get k nothere\r\n")),
     );
-    let polled = poll(&mut nic, &shared, &mut scratch);
+    let polled = poll(&mut nic, &service, &mut scratch);
     assert_eq!((polled.frames, polled.replied), (2, 2));
     let sent = payloads("exanic-t1");
     assert_eq!(sent[0], datagram(1, 0, 1, b"STORED\r\n"));
@@ -87,7 +93,7 @@ fn memcache_frames_in_reply_frames_out() {
     set.extend_from_slice(b"\r\n");
     // The request itself is larger than one ExaNIC frame buffer: truncated, dropped.
     double::inject("exanic-t1", &request_frame(&datagram(3, 0, 1, &set)));
-    let polled = poll(&mut nic, &shared, &mut scratch);
+    let polled = poll(&mut nic, &service, &mut scratch);
     assert_eq!(polled.frames, 0);
     assert_eq!(nic.counters().dropped, 1);
     drop(nic);
@@ -101,17 +107,17 @@ fn memcache_frames_in_reply_frames_out() {
 #[test]
 fn a_lapped_reader_is_a_counted_drop_and_serving_goes_on() {
     double::create("exanic-t2");
-    let shared = shared();
+    let service = service();
     let mut nic = Exanic::open("exanic-t2", 0).unwrap();
     let mut scratch = PollScratch::default();
     // More frames than the ring holds arrive while the worker is busy elsewhere.
-    for i in 0..(double::RING_FRAMES as u16 + 10) {
+    for i in 0..(u16::try_from(double::RING_FRAMES).unwrap() + 10) {
         double::inject(
             "exanic-t2",
             &request_frame(&datagram(i, 0, 1, b"version\r\n")),
         );
     }
-    let polled = poll(&mut nic, &shared, &mut scratch);
+    let polled = poll(&mut nic, &service, &mut scratch);
     assert_eq!(polled.frames, 0, "what was overwritten is gone");
     assert_eq!(nic.lapped(), 1);
     assert_eq!(nic.counters().dropped, 1);
@@ -120,7 +126,7 @@ fn a_lapped_reader_is_a_counted_drop_and_serving_goes_on() {
         "exanic-t2",
         &request_frame(&datagram(99, 0, 1, b"version\r\n")),
     );
-    let polled = poll(&mut nic, &shared, &mut scratch);
+    let polled = poll(&mut nic, &service, &mut scratch);
     assert_eq!(polled.replied, 1);
     let sent = payloads("exanic-t2");
     assert_eq!(sent.len(), 1);
@@ -128,7 +134,7 @@ fn a_lapped_reader_is_a_counted_drop_and_serving_goes_on() {
     // Garbage on the wire (not IPv4, short) is dropped by the datapath, not answered.
     double::inject("exanic-t2", &[0xff; 20]);
     double::inject("exanic-t2", &request_frame(b"short"));
-    let polled = poll(&mut nic, &shared, &mut scratch);
+    let polled = poll(&mut nic, &service, &mut scratch);
     assert_eq!((polled.frames, polled.dropped, polled.replied), (2, 2, 0));
 }
 
