@@ -1,6 +1,7 @@
 //! The A/B slots on the ESP (ADR 0025): systemd-boot as `\EFI\BOOT\BOOTX64.EFI`, the two UKIs
 //! in `\EFI\Linux\`, `loader.conf` naming the committed slot as the default, and the trial
-//! record PID 1 keeps beside it.
+//! record PID 1 keeps beside it, and the tuned entry (`loader/entries/ringstore-X.conf`) a
+//! slot's own first boot writes to give its next boots the worker CPUs' `nohz_full=`.
 
 use std::fmt;
 
@@ -28,6 +29,20 @@ impl Slot {
         }
     }
 
+    /// The id of the slot's tuned entry (the same UKI with the boot arguments PID 1 wrote):
+    /// systemd-boot names a Type #1 entry by its file name.
+    pub fn tuned_entry_id(self) -> &'static str {
+        match self {
+            Slot::A => "ringstore-a.conf",
+            Slot::B => "ringstore-b.conf",
+        }
+    }
+
+    /// The tuned entry's path on the ESP.
+    pub fn tuned_entry_path(self) -> String {
+        format!("loader/entries/{}", self.tuned_entry_id())
+    }
+
     /// The UKI's path on the ESP.
     pub fn path(self) -> String {
         format!("EFI/Linux/{}", self.entry_id())
@@ -40,11 +55,13 @@ impl Slot {
         }
     }
 
-    /// The slot of a systemd-boot entry id (`LoaderEntrySelected`), any case.
+    /// The slot of a systemd-boot entry id (`LoaderEntrySelected`), any case: the UKI's own
+    /// entry or the slot's tuned entry.
     pub fn from_entry_id(id: &str) -> Option<Slot> {
-        [Slot::A, Slot::B]
-            .into_iter()
-            .find(|s| s.entry_id().eq_ignore_ascii_case(id.trim()))
+        let id = id.trim();
+        [Slot::A, Slot::B].into_iter().find(|s| {
+            s.entry_id().eq_ignore_ascii_case(id) || s.tuned_entry_id().eq_ignore_ascii_case(id)
+        })
     }
 }
 
@@ -60,11 +77,35 @@ impl fmt::Display for Slot {
 /// `loader.conf` booting `default` with no menu, no editor (the kernel command line cannot be
 /// changed at the console) and no automatic entries.
 pub fn loader_conf(default: Slot) -> String {
+    loader_conf_booting(default.entry_id())
+}
+
+/// [`loader_conf`] with `default` naming entry `id` (a slot's UKI or its tuned entry).
+pub fn loader_conf_booting(id: &str) -> String {
     format!(
         "# Written by ringstore (ADR 0025): the committed slot boots; a trial uses LoaderEntryOneShot.\n\
-         timeout 0\ndefault {}\neditor no\nauto-entries no\nauto-firmware no\n",
-        default.entry_id()
+         timeout 0\ndefault {id}\neditor no\nauto-entries no\nauto-firmware no\n"
     )
+}
+
+/// The tuned entry of `slot`: its UKI booted with `options` as the whole kernel command line
+/// (systemd-stub uses the loader's options in place of the UKI's `.cmdline` when Secure Boot
+/// is off; with Secure Boot on it keeps its own, and the entry changes nothing).
+pub fn tuned_entry(slot: Slot, options: &str) -> String {
+    format!(
+        "# Written by ringstore: slot {slot}'s image command line plus the boot arguments its tuning needs.\n\
+         title ringstore slot {slot} (tuned)\nefi /{}\noptions {}\n",
+        slot.path(),
+        options.trim()
+    )
+}
+
+/// The `options` line of a tuned entry.
+pub fn entry_options(entry: &str) -> Option<&str> {
+    entry
+        .lines()
+        .find_map(|l| l.strip_prefix("options "))
+        .map(str::trim)
 }
 
 /// The `default` slot a `loader.conf` names.
@@ -134,6 +175,23 @@ mod tests {
             );
         }
         assert_eq!(default_slot("timeout 0\ndefault other.efi\n"), None);
+        // The tuned entry stands for its slot, in loader.conf and in LoaderEntrySelected.
+        for slot in [Slot::A, Slot::B] {
+            let conf = loader_conf_booting(slot.tuned_entry_id());
+            assert_eq!(default_slot(&conf), Some(slot));
+            assert!(conf.contains("editor no"), "{conf}");
+        }
+        assert_eq!(
+            Slot::B.tuned_entry_path(),
+            "loader/entries/ringstore-b.conf"
+        );
+        let entry = tuned_entry(Slot::A, " console=ttyS0 nohz_full=1 ");
+        assert!(
+            entry.contains("\nefi /EFI/Linux/ringstore-a.efi\n"),
+            "{entry}"
+        );
+        assert_eq!(entry_options(&entry), Some("console=ttyS0 nohz_full=1"));
+        assert_eq!(entry_options("title x\n"), None);
         assert_eq!(Slot::A.other(), Slot::B);
         assert_eq!(Slot::B.path(), "EFI/Linux/ringstore-b.efi");
     }

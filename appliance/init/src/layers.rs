@@ -112,6 +112,44 @@ impl Layers {
             .collect()
     }
 
+    /// Whether a config partition layer is in.
+    pub fn has_partition(&self) -> bool {
+        self.layers
+            .iter()
+            .any(|(origin, _)| *origin == Origin::ConfigPartition)
+    }
+
+    /// The layers without the config partition's.
+    pub fn without_partition(&self) -> Layers {
+        Layers {
+            layers: self
+                .layers
+                .iter()
+                .filter(|(origin, _)| *origin != Origin::ConfigPartition)
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// Why the config partition's layer is at fault, if it is: the layers do not parse (PID 1's
+    /// keys) or resolve (the server's) with it, and do without it. A fault of the image or the
+    /// kernel command line is not the partition's: it stays with the layers.
+    pub fn partition_fault(&self, running: &str) -> Option<String> {
+        if !self.has_partition() {
+            return None;
+        }
+        let problem = |layers: &Layers| -> Option<String> {
+            if let Err(err) = crate::cmdline::split(&layers.effective(running)) {
+                return Some(err.to_string());
+            }
+            ringstore_config::origin::resolve(&layers.config_layers())
+                .err()
+                .map(|err| err.to_string())
+        };
+        let with = problem(self)?;
+        problem(&self.without_partition()).is_none().then_some(with)
+    }
+
     /// The origin of the value that wins for `key` (`ip`, `ringstore.memory`), if any layer sets it.
     pub fn origin_of(&self, key: &str) -> Option<Origin> {
         let norm = |k: &str| k.replace('-', "_");
@@ -200,5 +238,28 @@ mod tests {
         let err =
             ringstore_config::Config::from_kernel_cmdline(&layers.effective(IMAGE)).unwrap_err();
         assert!(err.to_string().contains("colour"), "{err}");
+    }
+
+    #[test]
+    fn a_partition_fault_is_the_partitions_alone() {
+        for bad in ["colour = \"red\"", "memory = \"lots\"", "ip = \"nonsense\""] {
+            let layers = Layers::build(IMAGE, IMAGE, Some(bad)).unwrap();
+            let fault = layers.partition_fault(IMAGE);
+            assert!(fault.is_some(), "{bad}: no fault");
+            let without = layers.without_partition();
+            assert!(!without.has_partition() && without.partition_fault(IMAGE).is_none());
+            assert_eq!(without.layers.len(), 2);
+        }
+        let layers = Layers::build(IMAGE, IMAGE, Some("colour = \"red\"")).unwrap();
+        assert!(
+            layers.partition_fault(IMAGE).unwrap().contains("colour"),
+            "the error names the key"
+        );
+        let good = Layers::build(IMAGE, IMAGE, Some("max_conns = 10\n")).unwrap();
+        assert_eq!(good.partition_fault(IMAGE), None);
+        // A bad key on the kernel command line is not the partition's fault.
+        let running = format!("{IMAGE} ringstore.colour=red");
+        let layers = Layers::build(&running, IMAGE, Some("max_conns = 10\n")).unwrap();
+        assert_eq!(layers.partition_fault(&running), None);
     }
 }

@@ -20,6 +20,7 @@
 
 pub mod bootdisk;
 pub mod cmdline;
+pub mod config_partition;
 pub mod console;
 pub mod datadev;
 pub mod fetch;
@@ -36,6 +37,7 @@ pub mod plane;
 pub mod power;
 pub mod privs;
 pub mod signals;
+pub mod slots_report;
 pub mod state;
 pub mod sysinfo;
 pub mod threads;
@@ -66,6 +68,8 @@ pub fn run() -> ! {
     let booted = catch_unwind(AssertUnwindSafe(|| boot(&machine, &mut on_fatal)));
     // A trial boot of a new slot is decided here, ready or not (ADR 0025).
     let _ = catch_unwind(|| update::decide_trial(&machine));
+    // Then the boot arguments the next boot needs (the trial's verdict may have rebooted).
+    let _ = catch_unwind(|| tuning::isolation::after_trial(&machine));
     match booted {
         Ok(Ok(())) => {}
         Ok(Err(Fatal(what))) => power::fatal(&machine, on_fatal, &what),
@@ -141,7 +145,8 @@ fn boot(machine: &Arc<Machine>, on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     };
 
     // Before the network (a lease keeper may log it) and the server (its `stats` reads it).
-    hostname::apply(config.as_ref(), &options.ip);
+    let named = hostname::apply(config.as_ref(), &options.ip);
+    machine.state().hostname_from = Some(named.describe());
     let configured = net::bring_up(&options.ip);
     machine.state().configured = configured;
 
@@ -161,45 +166,65 @@ fn boot(machine: &Arc<Machine>, on_fatal: &mut OnFatal) -> Result<(), Fatal> {
 /// The command line after the configuration layers (`layers.rs`): on a disk boot (the image
 /// carries its own command line) the config partition's `/ringstore.toml` sits between the
 /// image's keys and the keys added on the running kernel's command line. A config partition
-/// that cannot be read or parsed is logged and left out: the box still boots and says why.
-/// The layers and the partition's console keys are recorded in `machine`.
+/// file that cannot be read, parsed or resolved is ignored whole: the box still boots, on the
+/// image's settings, and says why in the log, `status` and `tuning` (`config_partition.rs`).
+/// The layers, the partition's console keys and what became of its file are recorded in
+/// `machine`.
 fn effective_cmdline(machine: &Machine, running: &str) -> String {
+    use config_partition::PartitionFile;
     let image = std::fs::read_to_string(layers::IMAGE_CMDLINE).unwrap_or_default();
-    let partition = if image.trim().is_empty() {
-        None
-    } else {
+    let mut partition = None;
+    let mut file = String::new();
+    if !image.trim().is_empty() {
         let layout = ringstore_disk::Layout::builtin();
         match bootdisk::wait_for(&layout, ringstore_disk::Role::Config, bootdisk::DISK_WAIT) {
-            None => {
-                info!("no config partition found; using the image's command line");
-                None
-            }
+            None => info!("no config partition found; using the image's command line"),
             Some(found) => {
                 // The console's keys from the partition, for load_credentials after boot.
                 machine.state().partition_keys = bootdisk::read_authorized_keys(&found).transpose();
-                match bootdisk::read_config(&found) {
-                    Ok(Some(text)) => {
-                        info!(
-                            "config partition {} partition {}: {} read",
-                            found.disk.display(),
-                            found.number,
-                            bootdisk::CONFIG_FILE
-                        );
-                        Some(text)
-                    }
-                    Ok(None) => None,
-                    Err(why) => {
-                        error!("{why}; ignored");
-                        None
-                    }
-                }
+                file = format!(
+                    "{} partition {}: {}",
+                    found.disk.display(),
+                    found.number,
+                    bootdisk::CONFIG_FILE
+                );
+                partition = Some(bootdisk::read_config(&found));
             }
         }
+    }
+    let refuse = |error: String| {
+        let error = config_partition::reason(&error);
+        error!(
+            "config partition {file}: {error}; {}",
+            config_partition::IGNORED
+        );
+        PartitionFile::Refused {
+            file: file.clone(),
+            error,
+        }
     };
-    let built = layers::Layers::build(running, &image, partition.as_deref()).or_else(|err| {
-        error!("{err}; ignored");
-        layers::Layers::build(running, &image, None)
-    });
+    let (text, mut outcome) = match partition {
+        None | Some(Ok(None)) => (None, PartitionFile::Absent),
+        Some(Err(why)) => (None, refuse(why)),
+        Some(Ok(Some(text))) => (Some(text), PartitionFile::Used { file: file.clone() }),
+    };
+    let built = match layers::Layers::build(running, &image, text.as_deref()) {
+        Ok(layers) => match layers.partition_fault(running) {
+            Some(fault) => {
+                outcome = refuse(fault);
+                Ok(layers.without_partition())
+            }
+            None => Ok(layers),
+        },
+        Err(err) => {
+            outcome = refuse(err.to_string());
+            layers::Layers::build(running, &image, None)
+        }
+    };
+    if let PartitionFile::Used { file } = &outcome {
+        info!("config partition {file} read");
+    }
+    machine.state().partition_file = outcome;
     match built {
         Ok(layers) => {
             let line = layers.effective(running);
@@ -272,6 +297,10 @@ fn serve(machine: &Machine, config: &ringstore_config::Config) -> Result<(), Fat
         // PID 1's own thread keeps off the worker CPUs from here on. Only after the start: the
         // server's threads inherit the starting thread's CPU set.
         set_affinity(&placement.housekeeping);
+    }
+    if started.is_ok() {
+        // The workers are pinned now: their CPUs become an isolated partition.
+        tuning::isolation::at_start(machine, &placement);
     }
     match started {
         Ok(server) => {

@@ -64,6 +64,13 @@ pub const MOUNTS: &[Mount] = &[
         required: false,
     },
     Mount {
+        target: "/sys/fs/cgroup",
+        fstype: "cgroup2",
+        data: "",
+        flags: NOSUID_NODEV_NOEXEC,
+        required: false,
+    },
+    Mount {
         target: "/sys/fs/bpf",
         fstype: "bpf",
         data: "mode=0700",

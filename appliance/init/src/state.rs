@@ -34,6 +34,12 @@ pub struct State {
     /// The config partition's console keys as boot read them (`Err`: why not), until the
     /// console loads its credentials.
     pub partition_keys: Option<Result<String, String>>,
+    /// Where boot's host name came from (`hostname::Source::describe`).
+    pub hostname_from: Option<String>,
+    /// The config partition's ringstore.toml: used, refused (and why) or absent.
+    pub partition_file: crate::config_partition::PartitionFile,
+    /// Worker CPU isolation and the boot arguments this boot gave the next (`tuning/isolation.rs`).
+    pub isolation: crate::tuning::isolation::Isolation,
 }
 
 /// The A/B slots as this boot found them (`update::boot_state`).

@@ -4,6 +4,8 @@
 //! note is shown but leaves the report clean. The fast path hooks in through
 //! [`Facts::xdp`] (one mode per interface; "not attached" until it lands).
 
+pub mod isolation;
+
 use serde_json::{json, Value};
 
 use crate::machine::Machine;
@@ -62,9 +64,19 @@ pub struct Facts {
     pub hugepages: Vec<(u32, u64)>,
     /// Huge pages the configured memory needs on the serving node.
     pub hugepage_budget: u64,
+    /// CPUs isolated by `isolcpus=` at boot (`/sys/devices/system/cpu/isolated`).
     pub isolated: Vec<usize>,
     pub nohz_full: Vec<usize>,
     pub interfaces: Vec<Interface>,
+    /// The CPUs that should be isolated and `nohz_full` (`isolation::wanted`).
+    pub isolate: Vec<usize>,
+    /// CPUs in isolated cpuset partitions (`/sys/fs/cgroup/cpuset.cpus.isolated`).
+    pub runtime_isolated: Vec<usize>,
+    /// What boot did to isolate at run time and about the next boot's arguments.
+    pub runtime: isolation::Runtime,
+    pub boot_args: isolation::BootArgs,
+    /// The config partition's file and error, when boot refused it.
+    pub config_partition: Option<(String, String)>,
 }
 
 /// One check's result.
@@ -159,8 +171,8 @@ pub fn verify(f: &Facts) -> Vec<Check> {
             .iter()
             .map(|&(node, pages)| hugepage_check(f, node, pages)),
     );
-    out.push(cpu_set_check("isolated", &f.workers, &f.isolated));
-    out.push(cpu_set_check("nohz_full", &f.workers, &f.nohz_full));
+    out.extend(isolation::config_check(f));
+    out.extend(isolation::checks(f));
     for i in &up {
         out.extend(i.irqs.iter().map(|q| irq_check(&f.workers, i, q)));
         out.push(queues_check(f, i));
@@ -365,13 +377,18 @@ pub fn xdp_mode(iface: &str, xdp_lines: &[String]) -> Option<String> {
 /// Reads the facts of `machine` (`None` while nothing was placed).
 pub fn gather(machine: &Machine) -> Option<Facts> {
     // A copy of what PID 1 recorded: the /sys and /proc reads below run without the lock.
-    let (placement, memory, nic_irqs, xdp_lines) = {
+    let (placement, memory, nic_irqs, xdp_lines, isolation, config_partition) = {
         let state = machine.state();
         (
             state.placement.clone()?,
             state.config.as_ref().map_or(0, |c| c.memory),
             state.nic_irqs.clone(),
             crate::plane::xdp_lines(state.server.as_deref()),
+            state.isolation.clone(),
+            state
+                .partition_file
+                .refused()
+                .map(|(file, error)| (file.to_string(), error.to_string())),
         )
     };
     let hugepages = hugepages_per_node();
@@ -405,12 +422,17 @@ pub fn gather(machine: &Machine) -> Option<Facts> {
         .collect();
     Some(Facts {
         serving_node: placement.node,
+        isolate: isolation::wanted(&placement.workers, &placement.housekeeping),
         workers: placement.workers,
         hugepages,
         hugepage_budget: crate::hugepages::pages_for(memory),
         isolated: read_cpus("/sys/devices/system/cpu/isolated"),
         nohz_full: read_cpus("/sys/devices/system/cpu/nohz_full"),
         interfaces,
+        runtime_isolated: read_cpus(&format!("{}/cpuset.cpus.isolated", isolation::CGROUP_ROOT)),
+        runtime: isolation.runtime,
+        boot_args: isolation.boot_args,
+        config_partition,
     })
 }
 
@@ -503,6 +525,7 @@ mod tests {
             hugepage_budget: 32,
             isolated: vec![2, 3],
             nohz_full: vec![2, 3],
+            isolate: vec![2, 3],
             interfaces: vec![Interface {
                 name: "eth0".into(),
                 up: true,
@@ -527,6 +550,7 @@ mod tests {
                     },
                 ],
             }],
+            ..Facts::default()
         }
     }
 

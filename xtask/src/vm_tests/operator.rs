@@ -27,6 +27,9 @@ pub(super) const DOCUMENTED: &[(&str, &[&str])] = &[
             "version",
             "kernel",
             "uptime_s",
+            "hostname",
+            "hostname_from",
+            "config_partition",
             "numa_node",
             "worker_cpus",
             "addresses",
@@ -49,7 +52,12 @@ pub(super) const DOCUMENTED: &[(&str, &[&str])] = &[
             "checks",
             "serving_node",
             "worker_cpus",
+            "state",
         ],
+    ),
+    (
+        "slots",
+        &["esp", "booted", "committed", "slots", "last_trial"],
     ),
 ];
 

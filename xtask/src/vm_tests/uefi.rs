@@ -1,6 +1,7 @@
 //! QEMU tests of the boot forms under OVMF (UEFI firmware): `disk.img` boots through
 //! systemd-boot into slot A's `ringstore.efi`, reads the config partition, finds its data
-//! partition by type, serves, and keeps what was written across a reboot (ADR 0024).
+//! partition by type, serves, and keeps what was written across a reboot (ADR 0024); the same
+//! boots check what the default image gives on its own (`first_boot.rs`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -9,6 +10,7 @@ use anyhow::{ensure, Context, Result};
 use ringstore_disk::{fat, Role};
 
 use super::client::{exchange, http_put_get, memcache_set_get, tcp};
+use super::first_boot;
 use super::vm::{scratch_dir, Vm};
 use super::{BOOT_LIMIT, PROMPT};
 use crate::image::{appliance_dir, BootImage, BootOptions, Image};
@@ -185,13 +187,22 @@ pub fn uefi_args(disk: &Path, vars: &Path, socket: &Path, forwards: &[Forward]) 
 pub struct DiskReport {
     pub ready_wall: Duration,
     pub second_ready_wall: Duration,
+    /// A fresh QEMU on the same disk, its config partition refused, to ready.
+    pub third_ready_wall: Duration,
     pub efi_kib: u64,
 }
 
 /// disk.img under OVMF: boots to the ready line through systemd-boot (slot A), the config
 /// partition's `max_conns` takes effect over the image's command line, the data
 /// partition is found (`ringstore.data=auto`) and serves; after `reboot` a key and an object
-/// written before are still there.
+/// written before are still there. The first boot also has the default host name, `slots
+/// --json`'s fields and the first boot's tuning state (run-time isolated, `nohz_full` written
+/// for the next boot); the reboot is fully tuned; a third boot, its config partition given a
+/// bad key, serves on the image's settings and says so in `status` and `tuning`.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one machine's three boots in order: the checks of each boot depend on the one before"
+)]
 pub fn disk_boots_serves_and_keeps_data(image: &Image) -> Result<DiskReport> {
     // The image says 500 connections, the config partition 999: the partition wins. The
     // config partition authorizes a key the image does not; the image carries a password hash.
@@ -259,6 +270,9 @@ pub fn disk_boots_serves_and_keeps_data(image: &Image) -> Result<DiskReport> {
         "`data` after a set: {data:?}"
     );
     http_put_get(vm.port("http", 0)?)?;
+    first_boot::default_hostname(&mut vm)?;
+    first_boot::slots_fields(&mut vm)?;
+    first_boot::tuning_state(&mut vm, "boot-arguments-pending", "none (pending")?;
     let before_reboot = vm.output().len();
     vm.command_no_wait("reboot")?;
     let ready2 = vm.wait_for(READY, before_reboot, BOOT_LIMIT)?;
@@ -273,10 +287,31 @@ pub fn disk_boots_serves_and_keeps_data(image: &Image) -> Result<DiskReport> {
         got.starts_with("HTTP/1.1 200"),
         "after the reboot GET answered {got:?}"
     );
+    // The reboot came up through the tuned entry the first boot wrote.
+    first_boot::tuning_state(&mut vm, "fully-tuned", "1")?;
+    let slots = vm.command("slots")?;
+    ensure!(
+        slots.contains("booted A") && slots.contains("committed A"),
+        "the tuned entry's boot:\n{slots}"
+    );
+    ensure!(
+        vm.command("status")?
+            .contains(&format!("hostname {}", first_boot::DEFAULT_HOSTNAME)),
+        "the host name changed across the reboot"
+    );
+    vm.poweroff()?;
+    drop(vm);
+    machine.write_config("max_conns = 999\ncolour = \"red\"\n")?;
+    let mut vm = machine.boot("uefi_disk_bad_config")?;
+    let ready = vm.wait_for(READY, 0, BOOT_LIMIT)?;
+    let third_ready_wall = vm.started.elapsed();
+    vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
+    first_boot::bad_config_reported(&mut vm)?;
     vm.poweroff()?;
     Ok(DiskReport {
         ready_wall,
         second_ready_wall: second_ready_wall - ready_wall,
+        third_ready_wall,
         efi_kib: std::fs::metadata(&images.efi)?.len() / 1024,
     })
 }

@@ -30,15 +30,15 @@ const STATS_MAX: usize = 64 << 10;
 pub fn status(ctx: &mut Ctx, _: &[&str]) -> Output {
     let state = ctx.machine.state();
     let mut out = Output::new();
-    status_system(&mut out);
+    status_system(&mut out, &state);
     status_placement(&mut out, &state);
     status_cpus_and_memory(&mut out);
     status_serving(&mut out, &state);
     out
 }
 
-/// Version, kernel, uptime and host name.
-fn status_system(out: &mut Output) {
+/// Version, kernel, uptime, host name (and where it came from), the config partition's file.
+fn status_system(out: &mut Output, state: &State) {
     let kernel = crate::sysinfo::kernel_release();
     let uptime = crate::sysinfo::uptime_secs();
     out.line(format!(
@@ -51,6 +51,9 @@ fn status_system(out: &mut Output) {
     out.set("version", env!("CARGO_PKG_VERSION"));
     out.set("kernel", kernel);
     out.set("uptime_s", json!((uptime * 10.0).round() / 10.0));
+    out.set("hostname_from", json!(state.hostname_from));
+    out.line(state.partition_file.status_line());
+    out.set("config_partition", state.partition_file.json());
 }
 
 /// The serving node, its worker and housekeeping CPUs and its huge pages (`numa_node none`
@@ -332,6 +335,7 @@ pub fn tuning(ctx: &mut Ctx, _: &[&str]) -> Output {
     };
     let checks = crate::tuning::verify(&facts);
     let differences = checks.iter().filter(|c| c.difference).count();
+    let tuned = crate::tuning::isolation::state(&checks, &facts);
     let mut out = Output::new();
     out.line(format!(
         "serving node {}, workers on CPUs {}: {}",
@@ -343,6 +347,7 @@ pub fn tuning(ctx: &mut Ctx, _: &[&str]) -> Output {
             format!("{differences} differences")
         }
     ));
+    out.line(format!("state {}", tuned.describe()));
     for c in &checks {
         out.line(format!(
             "{} {:<10} {:<16} wanted {}; in effect {}{}",
@@ -360,6 +365,7 @@ pub fn tuning(ctx: &mut Ctx, _: &[&str]) -> Output {
     out.set("serving_node", facts.serving_node);
     out.set("worker_cpus", json!(facts.workers));
     out.set("clean", differences == 0);
+    out.set("state", tuned.name());
     out.set("differences", differences);
     out.set(
         "checks",
@@ -463,16 +469,16 @@ pub fn log(_: &mut Ctx, _: &[&str]) -> Output {
     out
 }
 
+/// `slots`: booted, committed, each slot's file and size, the last trial (`slots_report.rs`).
 pub fn slots(ctx: &mut Ctx, _: &[&str]) -> Output {
-    let mut out = Output::new();
     // A copy: reading the ESP must not hold the machine's lock.
     let slots = ctx.machine.state().slots.clone();
-    let lines = crate::update::slots_lines(&slots);
-    for l in &lines {
-        out.line(l.clone());
+    let report = crate::slots_report::slots(&slots);
+    Output {
+        ok: true,
+        text: report.text,
+        fields: report.fields,
     }
-    out.set("lines", lines);
-    out
 }
 
 pub fn update(ctx: &mut Ctx, args: &[&str]) -> Output {

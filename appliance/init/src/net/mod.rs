@@ -51,16 +51,14 @@ pub fn bring_up(setting: &IpSetting) -> Vec<Configured> {
             client,
             gateway,
             prefix_len,
-            hostname,
             device,
+            ..
         } => {
             let Some(interface) = device.clone().or_else(|| nics.first().cloned()) else {
                 error!("ip= names no device and there is no NIC");
                 return Vec::new();
             };
-            if let Some(hostname) = hostname {
-                set_hostname(hostname);
-            }
+            // ip='s HOSTNAME field was set (or passed over for the hostname key) by hostname.rs.
             let configured = Configured {
                 interface,
                 address: *client,
@@ -123,12 +121,6 @@ fn apply(configured: &Configured) -> std::io::Result<()> {
             .unwrap_or_default()
     );
     Ok(())
-}
-
-fn set_hostname(name: &str) {
-    if std::fs::write("/proc/sys/kernel/hostname", name).is_err() {
-        warn!("cannot set hostname {name:?}");
-    }
 }
 
 fn dhcp_all(interfaces: &[String]) -> Vec<Configured> {

@@ -19,7 +19,7 @@ pub(super) fn loader_var(name: &str) -> std::path::PathBuf {
 }
 
 /// The ESP's FAT file system, opened for writing.
-pub(super) fn esp_fs(
+pub(crate) fn esp_fs(
     found: &Found,
 ) -> Result<fatfs::FileSystem<ringstore_disk::Slice<std::fs::File>>, String> {
     let volume = found.open(true).map_err(|e| format!("ESP: {e}"))?;

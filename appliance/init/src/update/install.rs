@@ -123,7 +123,9 @@ fn write_slot<T: Read + Write + Seek>(
     if back.as_deref() != Some(image) {
         return Err(format!("slot {target} reads back different bytes"));
     }
-    Ok(())
+    // The slot's tuned entry carried the old image's command line: its new image's first
+    // committed boot writes its own (`tuning/isolation.rs`).
+    fat::remove_file(fs, &target.tuned_entry_path()).map_err(|e| format!("ESP: {e}"))
 }
 
 /// Records the pending trial of `target` and points the one-shot entry at it. If the entry

@@ -11,7 +11,7 @@
 //! read back after recovery. Only then does it make itself the default (commit, `verdict.rs`).
 //! Any failure records why and reboots; a hang is reset by the watchdog; either way the one-shot
 //! entry is spent, so the next boot is the old slot, which reports the outcome at boot
-//! (`boot.rs`) and in `slots` (`lines.rs`). `esp.rs` reads and writes the ESP and the EFI
+//! (`boot.rs`) and in `slots` (`crate::slots_report`). `esp.rs` reads and writes the ESP and the EFI
 //! variables for all of them.
 //!
 //! The slots as found live in the machine's state (`state::SlotsState`); everything here that
@@ -21,13 +21,12 @@ mod boot;
 mod canary;
 mod esp;
 mod install;
-mod lines;
 mod verdict;
 mod watchdog;
 
 pub use boot::boot_state;
 pub use canary::{canary, CANARY_KEY, CANARY_OP_LIMIT};
+pub(crate) use esp::esp_fs;
 pub use install::{update, FETCH_LIMIT, IMAGE_MAX};
-pub use lines::slots_lines;
 pub use verdict::decide_trial;
 pub use watchdog::{arm_watchdog, TRIAL_LIMIT};
