@@ -80,22 +80,9 @@ pub struct Ack {
     pub result: Result<(), DurableError>,
 }
 
-/// A value read back from the device.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Item {
-    /// Client flags.
-    pub flags: u32,
-    /// Absolute expiry (Unix seconds), 0 = never.
-    pub exptime: u64,
-    /// CAS unique.
-    pub cas: u64,
-    /// Write sequence.
-    pub seq: u64,
-    /// The value; for a large object (`large`), an encoded [`crate::large::Manifest`].
-    pub value: Vec<u8>,
-    /// The record is a manifest: the object's bytes are in chunk records.
-    pub large: bool,
-}
+// `Item` is what a read back gives: it lives beside the read-back (`readback.rs`), which
+// this engine calls, so the two do not import each other.
+pub use crate::readback::Item;
 
 /// An open data device.
 #[derive(Debug)]

@@ -3,11 +3,27 @@
 //! before decoding it into an [`Item`]. [`crate::Durable::get`] and every read of
 //! [`crate::Serving`] (look-ups, chunk reads, start-up warming) go through it.
 use crate::device::BlockDevice;
-use crate::engine::Item;
 use crate::error::DurableError;
 use crate::index::{Entry, Loc};
 use crate::record::{decode, RecordKind, RecordMeta, RecordView};
 use crate::superblock::Geometry;
+
+/// A value read back from the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    /// Client flags.
+    pub flags: u32,
+    /// Absolute expiry (Unix seconds), 0 = never.
+    pub exptime: u64,
+    /// CAS unique.
+    pub cas: u64,
+    /// Write sequence.
+    pub seq: u64,
+    /// The value; for a large object (`large`), an encoded [`crate::large::Manifest`].
+    pub value: Vec<u8>,
+    /// The record is a manifest: the object's bytes are in chunk records.
+    pub large: bool,
+}
 
 /// Device offset of the record at `loc`.
 pub(crate) fn record_offset(g: &Geometry, loc: &Loc) -> u64 {

@@ -48,6 +48,6 @@ pub(crate) fn count_u32(n: usize) -> u32 {
 )]
 #[inline]
 pub(crate) fn key_len_u16(n: usize) -> u16 {
-    debug_assert!(n <= crate::record::KEY_LEN_MAX, "key of {n} bytes");
+    debug_assert!(u16::try_from(n).is_ok(), "key of {n} bytes");
     n as u16
 }

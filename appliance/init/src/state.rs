@@ -39,7 +39,7 @@ pub struct State {
     /// The config partition's ringstore.toml: used, refused (and why) or absent.
     pub partition_file: crate::config_partition::PartitionFile,
     /// Worker CPU isolation and the boot arguments this boot gave the next (`tuning/isolation.rs`).
-    pub isolation: crate::tuning::isolation::Isolation,
+    pub isolation: Isolation,
 }
 
 /// The A/B slots as this boot found them (`update::boot_state`).
@@ -54,4 +54,39 @@ pub struct SlotsState {
     pub trying: bool,
     /// The token the canary expects under `update::CANARY_KEY` (from the trial record).
     pub canary_token: Option<String>,
+}
+
+/// What boot did to isolate the worker CPUs at run time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Runtime {
+    /// Nothing to isolate (no placement, or every worker shares the housekeeping CPU).
+    #[default]
+    NotNeeded,
+    /// `isolcpus=` on the command line: isolation is the operator's.
+    LeftToIsolcpus,
+    /// The isolated partition holds the CPUs.
+    Partition,
+    /// The partition could not be made: why.
+    Failed(String),
+}
+
+/// What boot did about the boot arguments the next boot needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum BootArgs {
+    /// The running kernel has them (or none are needed).
+    #[default]
+    InEffect,
+    /// Written to the ESP for the next boot.
+    Pending { entry: String, options: String },
+    /// Needed but not written: why.
+    NotWritten(String),
+}
+
+/// The isolation as boot left it (kept in PID 1's state for `tuning`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Isolation {
+    /// The CPUs to isolate (`tuning::isolation::wanted`).
+    pub wanted: Vec<usize>,
+    pub runtime: Runtime,
+    pub boot_args: BootArgs,
 }

@@ -53,6 +53,10 @@ pub(crate) struct Conn<S> {
     /// Flushes in a row that used at most a quarter of `out`'s capacity.
     small_flushes: u8,
     /// `sendmsg` state for output with spliced values (made on first use).
+    // The one import from `worker` back into `conn`, on purpose: the connection owns its
+    // vectored send's state (the iovecs and msghdr the kernel reads until the SENDMSG
+    // completes, so it must live as long as the connection's op), while the type and the
+    // code that fills and submits it stay with the worker's ring code (`worker/send_vec.rs`).
     pub vec_send: Option<Box<crate::worker::send_vec::VecSend>>,
 }
 

@@ -59,11 +59,9 @@ pub(crate) mod kernel_udp;
 pub mod exanic;
 pub mod xdp;
 
-/// Reply bytes one request datagram may produce (47 datagrams). memcache over UDP is an
-/// amplification vector (a 54-byte `get` naming a large value thousands of times), so a
-/// longer reply is replaced by the protocol's "too large" reply (`Handler::udp_request`);
-/// TCP serves such requests.
-pub(crate) const REPLY_MAX: usize = 64 << 10;
+// The reply type and its bound belong to the seam every backend answers through
+// (`handler.rs`): the datapath uses the handler, never the other way round.
+pub use crate::handler::{Reply, REPLY_MAX};
 
 /// Whether datagrams from `peer` are answered (`allow` empty: every source).
 pub(crate) fn allowed(allow: &[IpNet], peer: Option<IpAddr>) -> bool {
@@ -175,22 +173,6 @@ pub enum Answer {
     Held,
     /// No room to hold it: dropped.
     HeldFull,
-}
-
-/// A request's reply: its bytes and where each of its responses ends (memcached frames
-/// every response separately: one per command, one per key of a multi-key get). No marks:
-/// the whole reply is one response.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Reply {
-    pub bytes: Vec<u8>,
-    pub marks: Vec<ResponseMark>,
-}
-
-impl Reply {
-    pub fn clear(&mut self) {
-        self.bytes.clear();
-        self.marks.clear();
-    }
 }
 
 /// The one per-request function of every backend: checks the frame header and the source,

@@ -5,10 +5,31 @@
 
 use std::sync::Arc;
 
+use ringstore_service::memcache::ResponseMark;
 use ringstore_service::zero_copy::Splice;
 use ringstore_service::{Device, Flow, Now, Protocol, Session, Shared};
 
-use crate::datapath::{Reply, REPLY_MAX};
+/// Reply bytes one request datagram may produce (47 datagrams). memcache over UDP is an
+/// amplification vector (a 54-byte `get` naming a large value thousands of times), so a
+/// longer reply is replaced by the protocol's "too large" reply (`Handler::udp_request`);
+/// TCP serves such requests.
+pub const REPLY_MAX: usize = 64 << 10;
+
+/// A request's reply: its bytes and where each of its responses ends (memcached frames
+/// every response separately: one per command, one per key of a multi-key get). No marks:
+/// the whole reply is one response.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub bytes: Vec<u8>,
+    pub marks: Vec<ResponseMark>,
+}
+
+impl Reply {
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.marks.clear();
+    }
+}
 
 /// What a worker calls for each connection. Monomorphised: no dynamic dispatch per request.
 pub(crate) trait Handler: Send + Sync + 'static {

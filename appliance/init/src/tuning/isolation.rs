@@ -20,40 +20,9 @@ pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// The partition's cgroup under it.
 pub const PARTITION: &str = "ringstore-workers";
 
-/// What boot did to isolate the worker CPUs at run time.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum Runtime {
-    /// Nothing to isolate (no placement, or every worker shares the housekeeping CPU).
-    #[default]
-    NotNeeded,
-    /// `isolcpus=` on the command line: isolation is the operator's.
-    LeftToIsolcpus,
-    /// The isolated partition holds the CPUs.
-    Partition,
-    /// The partition could not be made: why.
-    Failed(String),
-}
-
-/// What boot did about the boot arguments the next boot needs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum BootArgs {
-    /// The running kernel has them (or none are needed).
-    #[default]
-    InEffect,
-    /// Written to the ESP for the next boot.
-    Pending { entry: String, options: String },
-    /// Needed but not written: why.
-    NotWritten(String),
-}
-
-/// The isolation as boot left it (kept in PID 1's state for `tuning`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Isolation {
-    /// The CPUs to isolate ([`wanted`]).
-    pub wanted: Vec<usize>,
-    pub runtime: Runtime,
-    pub boot_args: BootArgs,
-}
+// The plain data boot leaves for `tuning` lives in `state.rs`, so the state imports
+// nothing above it.
+pub use crate::state::{BootArgs, Isolation, Runtime};
 
 /// The CPUs to isolate: the worker CPUs, less the lowest when the workers take every online
 /// CPU, because the kernel needs one housekeeping CPU (it keeps the boot CPU out of
