@@ -19,6 +19,7 @@ mod inventory;
 mod kernel;
 mod keygen;
 mod keyscan;
+mod layering;
 mod pxe;
 mod qemu;
 mod run;
