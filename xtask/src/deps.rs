@@ -57,6 +57,8 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ),
     ("php-cli", "/usr/bin/php"),
     ("php-memcached", "/etc/php/8.2/mods-available/memcached.ini"),
+    // TLS tests (ringstore-tls, tests/e2e/test_tls.py): throwaway CAs and certificates.
+    ("openssl", "/usr/bin/openssl"),
 ];
 
 /// Python packages for the end-to-end tests, pinned.
