@@ -40,6 +40,9 @@ pub enum RuntimeError {
     /// The data device could not be opened, recovered or checkpointed.
     #[error("{0}")]
     Data(String),
+    /// The TLS certificates could not be read (a usage error: the files given).
+    #[error("{0}")]
+    Tls(String),
     /// A worker thread panicked or could not be joined.
     #[error("worker {0} failed")]
     Worker(usize),

@@ -113,6 +113,17 @@ pub struct Shared {
     pub rusage: std::sync::OnceLock<fn() -> (u64, u64)>,
     /// The AF_XDP mode per interface (`IF:MODE,...`, `stats xdp_mode`); unset: no XDP.
     pub xdp_mode: std::sync::OnceLock<String>,
+    /// The TLS certificates (set by the runtime when a TLS listener is on): `refresh_certs`
+    /// and the TLS stats.
+    pub tls: std::sync::OnceLock<Arc<dyn TlsControl>>,
+}
+
+/// What the service may ask of the TLS layer (ADR 0031).
+pub trait TlsControl: Send + Sync {
+    /// Reads the certificate files again; new handshakes use them. The error is one line.
+    fn refresh(&self) -> Result<(), String>;
+    /// Seconds since the certificates in use were read.
+    fn secs_since_refresh(&self) -> u64;
 }
 
 impl Shared {
@@ -140,6 +151,7 @@ impl Shared {
             baseline: std::sync::Mutex::new(StatsTotals::default()),
             rusage: std::sync::OnceLock::new(),
             xdp_mode: std::sync::OnceLock::new(),
+            tls: std::sync::OnceLock::new(),
         })
     }
 

@@ -3,8 +3,8 @@
 //! received bytes to [`ServerTls::read`] and sends what it appends to its output; plaintext to
 //! send is sealed with [`ServerTls::seal`]. No I/O, no threads, no unsafe.
 //!
-//! Bounds: a connection buffers at most [`INCOMING_MAX`] received bytes that are not yet a
-//! whole record or handshake message (rustls refuses records over 16 KiB + 2 KiB and
+//! Bounds: a connection buffers at most [`INCOMING_MAX`] received bytes during the handshake
+//! and [`OPEN_INCOMING_MAX`] after it that are not yet a whole record or handshake message (rustls refuses records over 16 KiB + 2 KiB and
 //! handshake messages over 64 KiB itself); a peer error (garbage, plaintext, an oversized
 //! record, a renegotiation attempt) ends the connection with the TLS alert rustls queued.
 #![forbid(unsafe_code)]
@@ -14,4 +14,4 @@ mod session;
 
 pub use config::{CertStore, MinVersion, Settings, Verify, ALPN_HTTP1};
 pub use rustls::ServerConfig;
-pub use session::{Progress, ServerTls, TlsError, INCOMING_MAX};
+pub use session::{Progress, ServerTls, TlsError, INCOMING_MAX, OPEN_INCOMING_MAX};

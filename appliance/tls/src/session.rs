@@ -14,6 +14,10 @@ use rustls::ServerConfig;
 /// handshake, a whole handshake message: rustls joins fragments in place, up to 64 KiB).
 pub const INCOMING_MAX: usize = (64 << 10) + (18 << 10);
 
+/// Received bytes held after the handshake: less than one whole record (header, 16 KiB of
+/// plaintext, the 2 KiB expansion TLS allows) plus a few bytes of a next record's header.
+pub const OPEN_INCOMING_MAX: usize = 5 + (16 << 10) + (2 << 10) + 5;
+
 /// Bytes a sealed record adds at most to its plaintext (header 5, TLS 1.2 explicit nonce 8,
 /// tag 16, TLS 1.3 content type 1), rounded up.
 const RECORD_OVERHEAD: usize = 40;
@@ -39,7 +43,7 @@ pub enum TlsError {
     Verifier(String),
     #[error("tls: {0}")]
     Rustls(#[from] rustls::Error),
-    #[error("tls: more than {INCOMING_MAX} bytes received that are not a whole record")]
+    #[error("tls: more bytes received than a record or handshake message may hold")]
     IncomingFull,
     #[error("tls: the connection cannot send application data now")]
     NotWritable,
@@ -141,7 +145,12 @@ impl ServerTls {
         }
         self.incoming.extend_from_slice(input);
         let result = self.process(plain, out);
-        if result.is_ok() && self.incoming.len() > INCOMING_MAX {
+        let limit = if self.handshaking {
+            INCOMING_MAX
+        } else {
+            OPEN_INCOMING_MAX
+        };
+        if result.is_ok() && self.incoming.len() > limit {
             self.failed = true;
             return Err(TlsError::IncomingFull);
         }

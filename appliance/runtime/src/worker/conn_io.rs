@@ -5,7 +5,7 @@ use super::send_vec;
 use super::*;
 
 impl<H: Handler> Worker<H> {
-    pub(super) fn open_connection(&mut self, fd: OwnedFd, protocol: Protocol) {
+    pub(super) fn open_connection(&mut self, fd: OwnedFd, endpoint: Endpoint) {
         if self.stopping_deadline.is_some() {
             drop(fd);
             self.forget_connection();
@@ -17,12 +17,20 @@ impl<H: Handler> Worker<H> {
         } else {
             None
         };
-        let session = self.setup.handler.open(protocol, self.setup.index);
+        let handler = &self.setup.handler;
+        let session = if endpoint.tls {
+            handler.open_tls(endpoint.protocol, self.setup.index)
+        } else {
+            handler.open(endpoint.protocol, self.setup.index)
+        };
         let (slot, _) = self
             .conns
             .insert(Conn::new(fd, session, self.now.mono_ms, own_buf));
         self.setup.handler.conn_opened(self.setup.index);
         self.peak_conns = self.peak_conns.max(self.conns.live());
+        // A session with a request under way from the start (a TLS handshake) is timed
+        // from the open: the request timeout closes a client that never sends.
+        self.note_partial(slot);
         self.arm_recv(slot);
     }
 
