@@ -112,6 +112,20 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn udp_count(&self, worker: usize, event: UdpEvent, n: u64) {
         let _ = (worker, event, n);
     }
+    /// Called by the worker right after [`Handler::on_bytes`] of received bytes, with the
+    /// connection's socket and output, before anything of that output is sent and with no
+    /// receive in flight: where a TLS session can go to the kernel (kernel TLS), the TLS
+    /// wrapper installs its keys on `fd` now and puts what the session wrote in `out`, in
+    /// the clear, for the kernel to encrypt. False: close the connection.
+    fn after_bytes(
+        &self,
+        session: &mut Self::Session,
+        fd: std::os::fd::BorrowedFd<'_>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let _ = (session, fd, out);
+        true
+    }
     /// Counts one TLS event on `worker`'s slot (the TLS wrapper calls it on the handler it wraps).
     fn tls_count(&self, worker: usize, event: TlsEvent) {
         let _ = (worker, event);
@@ -124,9 +138,7 @@ pub(crate) trait Handler: Send + Sync + 'static {
 pub(crate) enum TlsEvent {
     Handshake,
     HandshakeError,
-    #[expect(dead_code, reason = "kernel TLS installs count them (next step)")]
     KtlsTx,
-    #[expect(dead_code, reason = "kernel TLS installs count them (next step)")]
     KtlsRx,
 }
 

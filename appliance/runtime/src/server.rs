@@ -87,7 +87,13 @@ impl Server {
                 .tls
                 .set(Arc::new(crate::tls::CertControl(certs.clone())));
         }
-        let handler = Arc::new(Tls::new(ServiceHandler(shared.clone()), certs, cpus.len()));
+        // The io_uring worker calls after_bytes: finished sessions may go to the kernel.
+        let handler = Arc::new(Tls::new(
+            ServiceHandler(shared.clone()),
+            certs,
+            cpus.len(),
+            true,
+        ));
         let xdp = attach_xdp(config, prepared, bound.addrs.udp, &cpus, &shared, clock)?;
         let plane = Plane::start(PlaneSetup {
             handler: handler.clone(),

@@ -5,10 +5,12 @@
 //! as it would see the connection's output) is sealed into the connection's output.
 //!
 //! Bounds: at most [`HANDSHAKES_PER_WORKER`] handshakes in progress per worker (a connection
-//! over it is closed without an answer, counted as a handshake error); a handshake is a
+//! whose first bytes arrive over it is closed without an answer, counted as a handshake
+//! error); a connection that has sent nothing holds no handshake state. A handshake is a
 //! request under way from the open, so `--request-timeout` closes one not finished in time.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use ringstore_service::zero_copy::Splice;
@@ -28,17 +30,30 @@ pub(crate) struct Tls<H> {
     certs: Option<Arc<CertStore>>,
     /// Handshakes in progress, per worker slot.
     handshaking: Box<[AtomicUsize]>,
+    /// Hand finished sessions to the kernel (the runtime calls [`Handler::after_bytes`]).
+    kernel_offload: bool,
+    /// The kernel refused the TLS ULP once (no CONFIG_TLS): not asked again.
+    kernel_lacks_tls: AtomicBool,
 }
 
 impl<H> Tls<H> {
     /// `certs`: `None` when no TLS listener is on (every session is plain).
-    pub(crate) fn new(inner: H, certs: Option<Arc<CertStore>>, workers: usize) -> Tls<H> {
+    /// `kernel_offload`: the runtime calls [`Handler::after_bytes`] after each received
+    /// chunk, so finished sessions may go to the kernel (kernel TLS).
+    pub(crate) fn new(
+        inner: H,
+        certs: Option<Arc<CertStore>>,
+        workers: usize,
+        kernel_offload: bool,
+    ) -> Tls<H> {
         Tls {
             inner,
             certs,
             handshaking: (0..workers.max(1) + 1)
                 .map(|_| AtomicUsize::new(0))
                 .collect(),
+            kernel_offload,
+            kernel_lacks_tls: AtomicBool::new(false),
         }
     }
 
@@ -55,17 +70,27 @@ pub(crate) struct TlsSession<S> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
+    /// Nothing received yet: no handshake state is held (a connection that never sends
+    /// costs no handshake slot; the request timeout closes it).
+    Waiting,
     /// Over the limit of handshakes in progress: closed at its first bytes or the timeout.
     Refused,
     /// Holds one of its worker's handshake slots.
     Handshaking,
     Open,
+    /// Handshake done and nothing held in user space: the session goes to the kernel in
+    /// [`Handler::after_bytes`] (its output waits unsealed until then).
+    Handover,
+    /// The kernel encrypts and decrypts: bytes pass through.
+    Kernel,
     Failed,
 }
 
 struct TlsState {
     conn: Option<ServerTls>,
     phase: Phase,
+    /// An HTTPS connection (ALPN http/1.1).
+    https: bool,
     worker: usize,
     /// Plaintext received, for the wrapped session.
     plain_in: Vec<u8>,
@@ -75,12 +100,41 @@ struct TlsState {
 }
 
 impl<H: Handler> Tls<H> {
+    /// The first bytes of a handshake arrived: a slot of its worker and rustls' state, or
+    /// [`Phase::Refused`] over [`HANDSHAKES_PER_WORKER`].
+    fn admit(&self, t: &mut TlsState) {
+        let Some(certs) = &self.certs else {
+            t.phase = Phase::Refused;
+            return;
+        };
+        let slot = self.slot(t.worker);
+        let admitted = slot
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < HANDSHAKES_PER_WORKER).then_some(n + 1)
+            })
+            .is_ok();
+        t.conn = admitted
+            .then(|| ServerTls::new(certs.config(t.https)).ok())
+            .flatten();
+        t.phase = match (admitted, t.conn.is_some()) {
+            (_, true) => Phase::Handshaking,
+            (true, false) => {
+                slot.fetch_sub(1, Ordering::Relaxed);
+                Phase::Refused
+            }
+            (false, _) => Phase::Refused,
+        };
+    }
+
     /// Ends the handshake phase of `t` (`ok`: completed), giving back its slot and counting.
     fn end_handshake(&self, t: &mut TlsState, ok: bool) {
         if t.phase == Phase::Handshaking {
             self.slot(t.worker).fetch_sub(1, Ordering::Relaxed);
         }
-        if matches!(t.phase, Phase::Handshaking | Phase::Refused) {
+        if matches!(
+            t.phase,
+            Phase::Waiting | Phase::Handshaking | Phase::Refused
+        ) {
             let event = if ok {
                 TlsEvent::Handshake
             } else {
@@ -97,8 +151,13 @@ impl<H: Handler> Tls<H> {
             self.inner.splices(inner).is_empty(),
             "open_tls sessions copy"
         );
-        if self.inner.awaits_durable(inner) || t.sealed == t.plain_out.len() {
-            return true; // a held reply is sealed once the data device released it
+        if self.inner.awaits_durable(inner)
+            || t.sealed == t.plain_out.len()
+            || t.phase == Phase::Handover
+        {
+            // A held reply is sealed once the data device released it; a session being
+            // handed to the kernel sends its output in the clear (after_bytes).
+            return true;
         }
         let Some(conn) = t.conn.as_mut() else {
             return false;
@@ -120,6 +179,15 @@ impl<H: Handler> Tls<H> {
         let Some(t) = tls.as_deref_mut() else {
             return Flow::Close;
         };
+        if t.phase == Phase::Waiting {
+            if input.is_empty() {
+                return Flow::Continue;
+            }
+            self.admit(t);
+        }
+        if t.phase == Phase::Kernel {
+            return self.inner.on_bytes(inner, input, now, device, out);
+        }
         let (Some(conn), Phase::Handshaking | Phase::Open) = (t.conn.as_mut(), t.phase) else {
             self.end_handshake(t, false);
             return Flow::Close;
@@ -130,7 +198,14 @@ impl<H: Handler> Tls<H> {
                 Ok(progress) => {
                     peer_closed = progress.peer_closed;
                     if progress.handshake_done {
+                        let hand_over = self.kernel_offload
+                            && out.is_empty()
+                            && conn.can_hand_over()
+                            && !self.kernel_lacks_tls.load(Ordering::Relaxed);
                         self.end_handshake(t, true);
+                        if hand_over {
+                            t.phase = Phase::Handover;
+                        }
                     }
                 }
                 Err(_) => {
@@ -140,7 +215,7 @@ impl<H: Handler> Tls<H> {
                 }
             }
         }
-        if t.phase != Phase::Open {
+        if !matches!(t.phase, Phase::Open | Phase::Handover) {
             return if peer_closed {
                 Flow::Close
             } else {
@@ -157,12 +232,71 @@ impl<H: Handler> Tls<H> {
         if peer_closed && flow == Flow::Continue {
             flow = Flow::Close;
         }
-        if flow == Flow::Close {
+        if flow == Flow::Close && t.phase == Phase::Open {
             if let Some(conn) = t.conn.as_mut() {
                 conn.close_notify(out);
             }
         }
         flow
+    }
+
+    /// [`Handler::after_bytes`] for a session in [`Phase::Handover`]: the keys to the
+    /// kernel, or (the kernel lacks TLS) on in user space.
+    fn hand_over(&self, t: &mut TlsState, fd: BorrowedFd<'_>, out: &mut Vec<u8>) -> bool {
+        let installed = crate::sys::install_kernel_tls(fd, || {
+            let secrets = t.conn.take()?.into_kernel()?;
+            Some((
+                kernel_keys(secrets.version, secrets.tx),
+                kernel_keys(secrets.version, secrets.rx),
+            ))
+        });
+        match installed {
+            Ok(()) => {
+                t.phase = Phase::Kernel;
+                self.inner.tls_count(t.worker, TlsEvent::KtlsTx);
+                self.inner.tls_count(t.worker, TlsEvent::KtlsRx);
+                // What the session wrote since the handshake goes out in the clear: the
+                // kernel encrypts it.
+                out.extend_from_slice(&t.plain_out[t.sealed..]);
+                t.sealed = t.plain_out.len();
+                true
+            }
+            Err(crate::sys::KtlsError::Unavailable(e)) => {
+                if !self.kernel_lacks_tls.swap(true, Ordering::Relaxed) {
+                    eprintln!("ringstore: tls in user space (the kernel has no TLS: {e})");
+                }
+                t.phase = Phase::Open;
+                let Some(conn) = t.conn.as_mut() else {
+                    return false;
+                };
+                let sealed = conn.seal(&t.plain_out[t.sealed..], out).is_ok();
+                t.sealed = t.plain_out.len();
+                sealed
+            }
+            Err(e) => {
+                // The ULP is on but the keys were not taken: the socket is unusable.
+                eprintln!("ringstore: closing a TLS connection: {e}");
+                t.phase = Phase::Failed;
+                false
+            }
+        }
+    }
+}
+
+/// The kernel's form of one direction's secrets.
+fn kernel_keys(version: u16, d: ringstore_tls::DirectionSecrets) -> crate::sys::KtlsKeys {
+    use crate::sys::KtlsCipher;
+    use ringstore_tls::KernelCipher;
+    crate::sys::KtlsKeys {
+        version,
+        cipher: match d.cipher {
+            KernelCipher::AesGcm128 => KtlsCipher::AesGcm128,
+            KernelCipher::AesGcm256 => KtlsCipher::AesGcm256,
+            KernelCipher::Chacha20Poly1305 => KtlsCipher::Chacha20Poly1305,
+        },
+        key: d.key,
+        iv: d.iv,
+        seq: d.seq,
     }
 }
 
@@ -175,31 +309,15 @@ impl<H: Handler> Handler for Tls<H> {
         }
     }
     fn open_tls(&self, protocol: Protocol, worker: usize) -> Self::Session {
-        let Some(certs) = &self.certs else {
+        if self.certs.is_none() {
             return self.open(protocol, worker);
-        };
-        let admitted = self
-            .slot(worker)
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < HANDSHAKES_PER_WORKER).then_some(n + 1)
-            })
-            .is_ok();
-        let conn = admitted
-            .then(|| ServerTls::new(certs.config(protocol == Protocol::Http)).ok())
-            .flatten();
-        if admitted && conn.is_none() {
-            self.slot(worker).fetch_sub(1, Ordering::Relaxed);
         }
-        let phase = if conn.is_some() {
-            Phase::Handshaking
-        } else {
-            Phase::Refused
-        };
         TlsSession {
             inner: self.inner.open_tls(protocol, worker),
             tls: Some(Box::new(TlsState {
-                conn,
-                phase,
+                conn: None,
+                phase: Phase::Waiting,
+                https: protocol == Protocol::Http,
                 worker,
                 plain_in: Vec::new(),
                 plain_out: Vec::new(),
@@ -239,7 +357,7 @@ impl<H: Handler> Handler for Tls<H> {
     }
     fn has_partial_request(&self, s: &Self::Session) -> bool {
         match s.tls.as_deref() {
-            Some(t) if t.phase != Phase::Open => true,
+            Some(t) if !matches!(t.phase, Phase::Open | Phase::Handover | Phase::Kernel) => true,
             Some(t) => {
                 t.conn.as_ref().is_some_and(|c| c.buffered() > 0)
                     || self.inner.has_partial_request(&s.inner)
@@ -268,8 +386,11 @@ impl<H: Handler> Handler for Tls<H> {
     }
     fn session_closed(&self, s: &mut Self::Session, device: Option<&dyn Device>) {
         if let Some(t) = s.tls.as_deref_mut() {
-            if matches!(t.phase, Phase::Handshaking | Phase::Refused) {
-                self.end_handshake(t, false);
+            match t.phase {
+                Phase::Handshaking | Phase::Refused => self.end_handshake(t, false),
+                // Never sent a byte: not a handshake (memcached counts none either).
+                Phase::Waiting => t.phase = Phase::Failed,
+                Phase::Open | Phase::Handover | Phase::Kernel | Phase::Failed => {}
             }
         }
         self.inner.session_closed(&mut s.inner, device);
@@ -303,6 +424,12 @@ impl<H: Handler> Handler for Tls<H> {
     }
     fn tls_count(&self, worker: usize, event: TlsEvent) {
         self.inner.tls_count(worker, event)
+    }
+    fn after_bytes(&self, s: &mut Self::Session, fd: BorrowedFd<'_>, out: &mut Vec<u8>) -> bool {
+        match s.tls.as_deref_mut() {
+            Some(t) if t.phase == Phase::Handover => self.hand_over(t, fd, out),
+            _ => true,
+        }
     }
 }
 

@@ -14,4 +14,7 @@ mod session;
 
 pub use config::{CertStore, MinVersion, Settings, Verify, ALPN_HTTP1};
 pub use rustls::ServerConfig;
-pub use session::{Progress, ServerTls, TlsError, INCOMING_MAX, OPEN_INCOMING_MAX};
+pub use session::{
+    DirectionSecrets, KernelCipher, KernelSecrets, Progress, ServerTls, TlsError, INCOMING_MAX,
+    OPEN_INCOMING_MAX,
+};

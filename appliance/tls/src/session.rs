@@ -299,3 +299,72 @@ impl ServerTls {
         }
     }
 }
+
+/// The AEADs kernel TLS takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelCipher {
+    AesGcm128,
+    AesGcm256,
+    Chacha20Poly1305,
+}
+
+/// One direction's traffic secrets for the kernel: key, 12-byte IV, next sequence number.
+pub struct DirectionSecrets {
+    pub cipher: KernelCipher,
+    pub key: Vec<u8>,
+    pub iv: [u8; 12],
+    pub seq: u64,
+}
+
+/// A session's traffic secrets, handed over once the handshake is done (kernel TLS).
+pub struct KernelSecrets {
+    /// 0x0303 (TLS 1.2) or 0x0304 (TLS 1.3).
+    pub version: u16,
+    pub tx: DirectionSecrets,
+    pub rx: DirectionSecrets,
+}
+
+fn direction((seq, secrets): (u64, rustls::ConnectionTrafficSecrets)) -> Option<DirectionSecrets> {
+    use rustls::ConnectionTrafficSecrets as S;
+    let (cipher, key, iv) = match secrets {
+        S::Aes128Gcm { key, iv } => (KernelCipher::AesGcm128, key, iv),
+        S::Aes256Gcm { key, iv } => (KernelCipher::AesGcm256, key, iv),
+        S::Chacha20Poly1305 { key, iv } => (KernelCipher::Chacha20Poly1305, key, iv),
+        _ => return None,
+    };
+    Some(DirectionSecrets {
+        cipher,
+        key: key.as_ref().to_vec(),
+        iv: iv.as_ref().try_into().ok()?,
+        seq,
+    })
+}
+
+impl ServerTls {
+    /// Whether the session may go to the kernel now: handshake done, no received bytes held.
+    pub fn can_hand_over(&self) -> bool {
+        !self.handshaking && !self.failed && self.incoming.is_empty()
+    }
+
+    /// Gives up the session's traffic secrets (rustls keeps nothing; this connection no
+    /// longer reads or seals here). `None` when the session cannot be handed over. What
+    /// the kernel cannot do for such a session: TLS 1.3 post-handshake messages (no
+    /// tickets are sent; a client's KeyUpdate reaches the kernel as a control record,
+    /// which ends the connection).
+    pub fn into_kernel(self) -> Option<KernelSecrets> {
+        if !self.can_hand_over() {
+            return None;
+        }
+        let version = match self.conn.protocol_version()? {
+            rustls::ProtocolVersion::TLSv1_2 => 0x0303,
+            rustls::ProtocolVersion::TLSv1_3 => 0x0304,
+            _ => return None,
+        };
+        let (secrets, _kernel) = self.conn.dangerous_into_kernel_connection().ok()?;
+        Some(KernelSecrets {
+            version,
+            tx: direction(secrets.tx)?,
+            rx: direction(secrets.rx)?,
+        })
+    }
+}

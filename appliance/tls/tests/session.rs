@@ -328,3 +328,25 @@ fn reload_changes_new_handshakes_only() {
     assert!(store.reload().is_err());
     let _ = subject(store.config(false));
 }
+
+#[test]
+fn secrets_for_the_kernel_only_after_the_handshake() {
+    let certs = TestCerts::make();
+    let server = fresh(&certs);
+    assert!(!server.can_hand_over());
+    assert!(server.into_kernel().is_none());
+    for versions in [&[&rustls::version::TLS13][..], &[&rustls::version::TLS12]] {
+        let mut server = fresh(&certs);
+        let mut c = client(client_config(&certs, None, versions));
+        pump(&mut server, &mut c, &mut Vec::new(), usize::MAX).unwrap();
+        assert!(server.can_hand_over());
+        let secrets = server.into_kernel().unwrap();
+        let tls13 = versions[0] == &rustls::version::TLS13;
+        assert_eq!(secrets.version, if tls13 { 0x0304 } else { 0x0303 });
+        // No session tickets: nothing was sent under the traffic keys yet (TLS 1.3); TLS
+        // 1.2's Finished went under them (sequence 1).
+        assert_eq!(secrets.tx.seq, u64::from(!tls13));
+        assert!(matches!(secrets.tx.key.len(), 16 | 32));
+        assert_ne!(secrets.tx.key, secrets.rx.key);
+    }
+}

@@ -141,7 +141,7 @@ impl<H: Handler> Worker<H> {
                 (Some(bid), Some(bufs)) => bufs.filled(bid, len),
                 _ => &own_buf.as_deref().expect("own buffer")[..len],
             };
-            let flow = call_session(
+            let mut flow = call_session(
                 &*self.setup.handler,
                 self.disk.as_mut(),
                 conn,
@@ -149,6 +149,15 @@ impl<H: Handler> Worker<H> {
                 input,
                 self.now,
             );
+            // No receive is in flight and nothing of this output was sent: the moment a
+            // TLS session may go to the kernel (tls.rs).
+            if !self
+                .setup
+                .handler
+                .after_bytes(&mut conn.session, conn.fd.as_fd(), &mut conn.out)
+            {
+                flow = Flow::Close;
+            }
             conn.own_buf = own_buf;
             if let (Some(bid), Some(bufs)) = (bid, self.bufs.as_mut()) {
                 bufs.recycle(bid);
