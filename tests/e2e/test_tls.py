@@ -408,3 +408,50 @@ def test_tls_only_refuses_plain_listeners(certs):
         capture_output=True, timeout=20,
     )
     assert p.returncode == 2 and len(p.stderr.decode().strip().splitlines()) == 1, p.stderr
+
+
+def test_renegotiation_is_refused(server_factory, certs):
+    server = tls_server(server_factory, certs)
+    host, port = fields(server)["memcache_tls"]
+    script = "printf 'version\\n'; sleep 0.5; printf 'R\\n'; sleep 0.5; printf 'version\\n'; sleep 0.5"
+    out = subprocess.run(
+        f"({script}) | openssl s_client -connect {host}:{port} -tls1_2 -CAfile {certs['ca.pem']}"
+        " -servername localhost -crlf",
+        shell=True, capture_output=True, timeout=20,
+    )
+    text = out.stdout + out.stderr
+    assert b"RENEGOTIATING" in text
+    # rustls answers the second ClientHello with a no_renegotiation alert; nothing after
+    # it is served.
+    assert b"no renegotiation" in text
+    assert text.count(b"VERSION ") == 1
+    assert raw(server.mc, b"version\r\n").startswith(b"VERSION ")
+
+
+def test_the_kernel_without_tls_leaves_sessions_in_user_space(server_factory, certs):
+    if os.path.exists("/sys/module/tls"):
+        pytest.skip("this kernel has TLS offload: the QEMU test covers it")
+    server = tls_server(server_factory, certs)
+    for _ in range(3):
+        with tls_connect(fields(server)["memcache_tls"], client_context(certs)) as s:
+            assert ask(s, b"set u 0 0 1\r\n1\r\nget u\r\n", b"END\r\n").endswith(b"END\r\n")
+    st = stats(server.mc)
+    assert (st["tls_handshakes"], st["tls_ktls_tx"], st["tls_ktls_rx"]) == ("3", "0", "0")
+    assert server.stop() == 0
+    log = server.proc.stderr.read().decode()
+    # Said once (the first session tried; later ones are not handed over again).
+    assert log.count("tls in user space (the kernel has no TLS") == 1, log
+
+
+def test_a_nagle_client_is_not_held_by_a_delayed_ack(server_factory, certs):
+    # Without session tickets the server has nothing to say after the client's Finished; a
+    # client with Nagle on (pymemcache's default) then waits for the delayed ACK (40 ms)
+    # before its first request goes out. Measured before the fix: 22 handshakes/s.
+    server = tls_server(server_factory, certs)
+    addr = fields(server)["memcache_tls"]
+    ctx = client_context(certs)
+    start = time.monotonic()
+    for _ in range(20):
+        with tls_connect(addr, ctx) as s:
+            assert ask(s, b"version\r\n").startswith(b"VERSION ")
+    assert (time.monotonic() - start) / 20 < 0.025

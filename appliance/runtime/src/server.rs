@@ -81,18 +81,30 @@ impl Server {
         let data = placed
             .durable
             .map(|durable| crate::data::attach(durable, &shared.store, clock));
-        let certs = crate::tls::load_certs(config).map_err(|e| RuntimeError::Tls(e.to_string()))?;
+        // Kernel TLS where the kernel has it (the io_uring worker calls after_bytes).
+        let kernel_tls = config.tls.enabled() && crate::sys::kernel_has_tls();
+        let certs = crate::tls::load_certs(config, kernel_tls)
+            .map_err(|e| RuntimeError::Tls(e.to_string()))?;
+        if config.tls.enabled() {
+            eprintln!(
+                "ringstore: tls {}",
+                if kernel_tls {
+                    "with kernel offload (CONFIG_TLS)"
+                } else {
+                    "in user space (the kernel has no TLS)"
+                }
+            );
+        }
         if let Some(certs) = &certs {
             let _ = shared
                 .tls
                 .set(Arc::new(crate::tls::CertControl(certs.clone())));
         }
-        // The io_uring worker calls after_bytes: finished sessions may go to the kernel.
         let handler = Arc::new(Tls::new(
             ServiceHandler(shared.clone()),
             certs,
             cpus.len(),
-            true,
+            kernel_tls,
         ));
         let xdp = attach_xdp(config, prepared, bound.addrs.udp, &cpus, &shared, clock)?;
         let plane = Plane::start(PlaneSetup {

@@ -252,6 +252,7 @@ impl<H: Handler> Tls<H> {
         });
         match installed {
             Ok(()) => {
+                crate::sys::quick_ack(fd);
                 t.phase = Phase::Kernel;
                 self.inner.tls_count(t.worker, TlsEvent::KtlsTx);
                 self.inner.tls_count(t.worker, TlsEvent::KtlsRx);
@@ -263,7 +264,7 @@ impl<H: Handler> Tls<H> {
             }
             Err(crate::sys::KtlsError::Unavailable(e)) => {
                 if !self.kernel_lacks_tls.swap(true, Ordering::Relaxed) {
-                    eprintln!("ringstore: tls in user space (the kernel has no TLS: {e})");
+                    eprintln!("ringstore: tls in user space from now on (the kernel refused the TLS ULP: {e})");
                 }
                 t.phase = Phase::Open;
                 let Some(conn) = t.conn.as_mut() else {
@@ -434,8 +435,10 @@ impl<H: Handler> Handler for Tls<H> {
 }
 
 /// The certificates of `config`'s TLS listeners, read now; `None` when none is on.
+/// `kernel_tls`: sessions will be handed to the kernel (it has TLS and the runtime offloads).
 pub(crate) fn load_certs(
     config: &ringstore_config::Config,
+    kernel_tls: bool,
 ) -> Result<Option<Arc<CertStore>>, ringstore_tls::TlsError> {
     let tls = &config.tls;
     let (true, Some(cert), Some(key)) = (tls.enabled(), &tls.cert, &tls.key) else {
@@ -455,6 +458,7 @@ pub(crate) fn load_certs(
         } else {
             ringstore_tls::MinVersion::Tls12
         },
+        kernel_tls,
     };
     CertStore::load(settings).map(|c| Some(Arc::new(c)))
 }

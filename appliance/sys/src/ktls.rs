@@ -126,6 +126,32 @@ pub fn install_kernel_tls(
     Ok(())
 }
 
+/// Whether this kernel has the TLS ULP: tried on a loopback TCP connection made for the
+/// purpose (ENOENT: no `CONFIG_TLS`).
+pub fn kernel_has_tls() -> bool {
+    let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else {
+        return false;
+    };
+    let Ok(addr) = listener.local_addr() else {
+        return false;
+    };
+    let Ok(_client) = std::net::TcpStream::connect(addr) else {
+        return false;
+    };
+    let Ok((server, _)) = listener.accept() else {
+        return false;
+    };
+    use std::os::fd::AsFd;
+    set(server.as_fd(), libc::IPPROTO_TCP, libc::TCP_ULP, b"tls").is_ok()
+}
+
+/// Asks for the ACK of what `fd` received to go out now (TCP_QUICKACK): a TLS 1.3
+/// handshake that ends with nothing to send would otherwise leave the client's Finished
+/// unacknowledged for the delayed-ACK time, which a Nagle client waits for.
+pub fn quick_ack(fd: BorrowedFd<'_>) {
+    let _ = rustix::net::sockopt::set_tcp_quickack(fd, true);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,5 +209,6 @@ mod tests {
             assert!(!asked);
         }
         drop(client);
+        assert_eq!(kernel_has_tls(), has_tls);
     }
 }

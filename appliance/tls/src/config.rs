@@ -44,6 +44,8 @@ pub struct Settings {
     pub ca: Option<PathBuf>,
     pub verify: Verify,
     pub min_version: MinVersion,
+    /// Sessions will be handed to kernel TLS: no TLS 1.3 session tickets (see below).
+    pub kernel_tls: bool,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
@@ -120,10 +122,13 @@ impl Settings {
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         // Keys may go to the kernel after the handshake (kernel TLS); rustls then keeps none.
         config.enable_secret_extraction = true;
-        // No TLS 1.3 session tickets: each one is a post-handshake record that kernel TLS
-        // receive would deliver as a control message. TLS 1.2 resumes by session ID from
-        // rustls' bounded in-memory cache (256 sessions); TLS 1.3 does full handshakes.
-        config.send_tls13_tickets = 0;
+        // With kernel TLS, no TLS 1.3 session tickets: they are records the server seals
+        // right after the handshake, and the kernel can take a session only with nothing
+        // sealed in user space still to send. Without it, two tickets as OpenSSL sends
+        // (and resumption from rustls' bounded cache of 256 sessions): a ticket also ACKs
+        // the client's Finished at once, which a Nagle client otherwise waits 40 ms for
+        // (delayed ACK) before its first request.
+        config.send_tls13_tickets = if self.kernel_tls { 0 } else { 2 };
         config.max_early_data_size = 0;
         Ok(Arc::new(config))
     }

@@ -24,6 +24,7 @@ fn settings(certs: &TestCerts, verify: Verify) -> Settings {
         ca: (verify != Verify::None).then(|| certs.path("ca.pem")),
         verify,
         min_version: MinVersion::Tls12,
+        kernel_tls: true,
     }
 }
 
