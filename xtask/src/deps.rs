@@ -62,7 +62,8 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
 ];
 
 /// Python packages for the end-to-end tests, pinned.
-const PIP_PACKAGES: &[&str] = &["pymemcache==4.0.0", "pytest==8.3.4"];
+/// cryptography: the TLS tests make their throwaway CA and certificates with it.
+const PIP_PACKAGES: &[&str] = &["pymemcache==4.0.0", "pytest==8.3.4", "cryptography==44.0.0"];
 
 /// Installs every missing apt package in one `apt-get install`.
 pub fn apt() -> Result<()> {
