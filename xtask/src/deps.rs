@@ -59,6 +59,8 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("php-memcached", "/etc/php/8.2/mods-available/memcached.ini"),
     // tests/e2e/test_auth.py: saslpasswd2 writes the sasldb memcached -S checks PLAIN against.
     ("sasl2-bin", "/usr/sbin/saslpasswd2"),
+    // TLS tests (ringstore-tls, tests/e2e/test_tls.py): throwaway CAs and certificates.
+    ("openssl", "/usr/bin/openssl"),
 ];
 
 /// Python packages for the end-to-end tests, pinned.
@@ -67,6 +69,8 @@ const PIP_PACKAGES: &[&str] = &[
     "pytest==8.3.4",
     // tests/e2e/test_auth.py: a binary-protocol client with SASL PLAIN.
     "python-binary-memcached==0.33.0",
+    // tests/e2e/test_tls.py: the throwaway CA and certificates.
+    "cryptography==44.0.0",
 ];
 
 /// Installs every missing apt package in one `apt-get install`.

@@ -3,7 +3,7 @@
 use crate::value::{
     parse_count, parse_endpoint, parse_hostname, parse_networks, parse_size, parse_switch,
 };
-use crate::{Config, IoUringSetup, NumaChoice, Placement};
+use crate::{Config, IoUringSetup, NumaChoice, Placement, TlsVerify};
 
 /// One configuration key.
 #[derive(Debug)]
@@ -267,6 +267,86 @@ pub static KEYS: &[KeyInfo] = &[
         hidden: false,
         apply: |c, v| parse_hostname(v).map(|h| c.hostname = Some(h)).ok_or(()),
     },
+    // TLS (ADR 0031).
+    KeyInfo {
+        name: "memcache-tls",
+        expected: ENDPOINT,
+        help: "memcache (text, meta, binary) over TLS (default off; needs tls-cert and tls-key)",
+        endpoint: true,
+        hidden: false,
+        apply: |c, v| parse_endpoint(v).map(|e| c.tls.memcache = e).ok_or(()),
+    },
+    KeyInfo {
+        name: "https",
+        expected: ENDPOINT,
+        help: "HTTP object API over TLS, ALPN http/1.1 (default off; needs tls-cert and tls-key)",
+        endpoint: true,
+        hidden: false,
+        apply: |c, v| parse_endpoint(v).map(|e| c.tls.https = e).ok_or(()),
+    },
+    KeyInfo {
+        name: "tls-only",
+        expected: "on or off",
+        help: "refuse to start while a plain data listener (memcache, http, udp) is on (default off)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| parse_switch(v).map(|on| c.tls.only = on).ok_or(()),
+    },
+    KeyInfo {
+        name: "tls-cert",
+        expected: "a path to a PEM certificate chain",
+        help: "the TLS listeners' certificate chain, PEM (read at start, on SIGHUP and refresh_certs)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| parse_path(v).map(|p| c.tls.cert = Some(p)).ok_or(()),
+    },
+    KeyInfo {
+        name: "tls-key",
+        expected: "a path to a PEM private key",
+        help: "the certificate's private key, PEM",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| parse_path(v).map(|p| c.tls.key = Some(p)).ok_or(()),
+    },
+    KeyInfo {
+        name: "tls-ca",
+        expected: "a path to PEM CA certificates",
+        help: "CAs client certificates are verified against (with tls-verify request or require)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| parse_path(v).map(|p| c.tls.ca = Some(p)).ok_or(()),
+    },
+    KeyInfo {
+        name: "tls-verify",
+        expected: "none, request or require",
+        help: "client certificates: none, request (a bad one is refused), require (default none)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| {
+            c.tls.verify = match v.trim() {
+                "none" => TlsVerify::None,
+                "request" => TlsVerify::Request,
+                "require" => TlsVerify::Require,
+                _ => return Err(()),
+            };
+            Ok(())
+        },
+    },
+    KeyInfo {
+        name: "tls-min-version",
+        expected: "1.2 or 1.3",
+        help: "lowest TLS version accepted (default 1.2)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| {
+            c.tls.min_tls13 = match v.trim() {
+                "1.2" => false,
+                "1.3" => true,
+                _ => return Err(()),
+            };
+            Ok(())
+        },
+    },
     KeyInfo {
         name: "auth-file",
         expected: "a path to a file of user:password lines (memcached -Y), or off",
@@ -360,6 +440,12 @@ pub fn known_list() -> String {
         .map(|k| k.name)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A non-empty path of at most 4096 bytes without NUL.
+fn parse_path(v: &str) -> Option<std::path::PathBuf> {
+    let v = v.trim();
+    (!v.is_empty() && v.len() <= 4096 && !v.contains('\0')).then(|| v.into())
 }
 
 /// Longest interface name Linux accepts (IFNAMSIZ - 1).

@@ -132,8 +132,70 @@ pub struct Config {
     pub http_tokens: Option<PathBuf>,
     /// `placement` (hidden): connection placement mode, for measurement.
     pub placement: Placement,
+    /// TLS listeners and certificates (`memcache-tls`, `https`, `tls-*`; ADR 0031).
+    pub tls: TlsConfig,
     /// Hidden data-plane switches.
     pub tuning: Tuning,
+}
+
+/// `--tls-verify`: client certificates (memcached's `ssl_verify_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsVerify {
+    /// None asked for (mode 0).
+    #[default]
+    None,
+    /// Asked for; one that does not verify against `tls-ca` is refused (mode 1).
+    Request,
+    /// Required, signed by `tls-ca` (modes 2 and 3).
+    Require,
+}
+
+/// TLS listeners and certificates.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TlsConfig {
+    /// `memcache-tls`: memcache (text, meta, binary) over TLS; default off.
+    pub memcache: Option<SocketAddr>,
+    /// `https`: the HTTP object API over TLS (ALPN http/1.1); default off.
+    pub https: Option<SocketAddr>,
+    /// `tls-only`: refuse to start with a plain data listener (memcache, http, udp) on.
+    pub only: bool,
+    /// `tls-cert`: PEM certificate chain.
+    pub cert: Option<PathBuf>,
+    /// `tls-key`: PEM private key.
+    pub key: Option<PathBuf>,
+    /// `tls-ca`: PEM CA certificates client certificates are verified against.
+    pub ca: Option<PathBuf>,
+    pub verify: TlsVerify,
+    /// `tls-min-version 1.3` (default 1.2).
+    pub min_tls13: bool,
+}
+
+impl TlsConfig {
+    /// Whether any TLS listener is on.
+    pub fn enabled(&self) -> bool {
+        self.memcache.is_some() || self.https.is_some()
+    }
+
+    fn validate(&self, plain: &[(&str, Option<SocketAddr>)]) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Inconsistent(m));
+        if self.enabled() && (self.cert.is_none() || self.key.is_none()) {
+            return bad("memcache-tls and https need tls-cert and tls-key".into());
+        }
+        if self.verify != TlsVerify::None && self.ca.is_none() {
+            return bad("tls-verify request or require needs tls-ca".into());
+        }
+        if self.only {
+            if !self.enabled() {
+                return bad("tls-only needs memcache-tls or https".into());
+            }
+            if let Some((name, Some(addr))) = plain.iter().find(|(_, a)| a.is_some()) {
+                return bad(format!(
+                    "tls-only refuses plain listeners: {name} is on at {addr} (set {name} to off)"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `data-recover`: what a start does when recovery finds a record in acknowledged history that
@@ -181,6 +243,7 @@ impl Default for Config {
             auth_file: None,
             http_tokens: None,
             placement: Placement::Acceptor,
+            tls: TlsConfig::default(),
             tuning: Tuning::default(),
         }
     }
@@ -215,11 +278,17 @@ impl Config {
     /// The IPs the TCP and UDP endpoints bind, in the order memcache, HTTP, UDP (those that
     /// are on): what the NUMA choice looks at, for the server and PID 1 alike.
     pub fn listen_ips(&self) -> Vec<std::net::IpAddr> {
-        [self.memcache, self.http, self.udp]
-            .into_iter()
-            .flatten()
-            .map(|a| a.ip())
-            .collect()
+        [
+            self.memcache,
+            self.http,
+            self.udp,
+            self.tls.memcache,
+            self.tls.https,
+        ]
+        .into_iter()
+        .flatten()
+        .map(|a| a.ip())
+        .collect()
     }
 
     /// Sets one key from its text form; `key` may be spelled with dashes or underscores.
@@ -341,11 +410,20 @@ impl Config {
 
     /// Checks the rules that span keys.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.memcache.is_none() && self.http.is_none() && self.udp.is_none() {
+        if self.memcache.is_none()
+            && self.http.is_none()
+            && self.udp.is_none()
+            && !self.tls.enabled()
+        {
             return Err(ConfigError::Inconsistent(
                 "every endpoint is off: enable memcache, http or udp".into(),
             ));
         }
+        self.tls.validate(&[
+            ("memcache", self.memcache),
+            ("http", self.http),
+            ("udp", self.udp),
+        ])?;
         if !self.xdp.is_empty() && self.udp.is_none() {
             return Err(ConfigError::Inconsistent(
                 "xdp serves memcache UDP: set udp (its port is the one steered) too".into(),

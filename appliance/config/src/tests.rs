@@ -287,3 +287,58 @@ fn eventfd_wait_is_hidden_off_by_default_and_parses() {
     assert!(Config::from_args(["--eventfd-wait", "maybe"]).is_err());
     assert!(!keys::known_list().contains("eventfd-wait"));
 }
+
+#[test]
+fn tls_keys_and_their_rules() {
+    let base = ["--tls-cert", "/c.pem", "--tls-key", "/k.pem"];
+    let with = |extra: &[&str]| Config::from_args(base.iter().chain(extra.iter()));
+    let c = with(&["--memcache-tls", "127.0.0.1:0", "--tls-min-version", "1.3"]).unwrap();
+    assert!(c.tls.enabled() && c.tls.min_tls13);
+    assert_eq!(c.tls.cert.as_deref(), Some(std::path::Path::new("/c.pem")));
+    // A TLS listener needs a certificate and key.
+    let err = Config::from_args(["--https", "127.0.0.1:0"]).unwrap_err();
+    assert!(
+        err.to_string().contains("need tls-cert and tls-key"),
+        "{err}"
+    );
+    // require without a CA.
+    let err = with(&["--https", "127.0.0.1:0", "--tls-verify", "require"]).unwrap_err();
+    assert!(err.to_string().contains("needs tls-ca"), "{err}");
+    assert!(with(&["--tls-verify", "sometimes"]).is_err());
+    assert!(with(&["--tls-min-version", "1.1"]).is_err());
+    // tls-only refuses every plain listener, the default ones included.
+    let err = with(&["--https", "127.0.0.1:0", "--tls-only", "on"]).unwrap_err();
+    assert!(err.to_string().contains("memcache is on"), "{err}");
+    let err = with(&[
+        "--https",
+        "127.0.0.1:0",
+        "--tls-only",
+        "on",
+        "--memcache",
+        "off",
+        "--http",
+        "off",
+        "--udp",
+        "127.0.0.1:0",
+    ])
+    .unwrap_err();
+    assert!(err.to_string().contains("udp is on"), "{err}");
+    let c = with(&[
+        "--https",
+        "127.0.0.1:0",
+        "--tls-only",
+        "on",
+        "--memcache",
+        "off",
+        "--http",
+        "off",
+    ])
+    .unwrap();
+    assert!(c.tls.only && c.memcache.is_none());
+    // The same keys in TOML.
+    let c = Config::from_toml_str(
+        "memcache-tls = \"127.0.0.1:0\"\ntls-cert = \"/c\"\ntls-key = \"/k\"\ntls-ca = \"/ca\"\ntls-verify = \"request\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.tls.verify, crate::TlsVerify::Request);
+}

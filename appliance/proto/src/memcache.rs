@@ -147,6 +147,8 @@ pub enum Request<'a> {
     Verbosity { noreply: bool },
     /// `quit`: close after sending what is pending.
     Quit,
+    /// `refresh_certs [noreply]`: read the TLS certificates again (memcached's command).
+    RefreshCerts { noreply: bool },
     /// `mg`.
     MetaGet(MetaGet<'a>),
     /// `ms` with its data block.
@@ -297,6 +299,9 @@ fn dispatch<'a>(line: &'a [u8], line_end: usize, input: &'a [u8], limits: &Limit
         b"version" => done(Request::Version),
         b"quit" => done(Request::Quit),
         b"verbosity" => done(misc::parse_verbosity(&toks)),
+        b"refresh_certs" => done(Request::RefreshCerts {
+            noreply: toks.noreply(),
+        }),
         b"lru_crawler" => done(crawler::parse_lru_crawler(&toks)),
         b"shutdown" => done(Request::reply(crawler::SHUTDOWN_DISABLED)),
         _ if looks_like_http(&toks) => Parse::Close { reply: None },

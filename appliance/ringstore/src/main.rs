@@ -85,7 +85,7 @@ fn serve(args: &[String]) -> ExitCode {
     };
     // Blocked before any thread exists, so every thread inherits the block and SIGTERM/SIGINT
     // reach only the signalfd.
-    let signals = match TerminationSignals::install() {
+    let signals = match TerminationSignals::install_with_hangup() {
         Ok(signals) => signals,
         Err(err) => {
             eprintln!("ringstore: {err}");
@@ -107,11 +107,17 @@ fn serve(args: &[String]) -> ExitCode {
         eprintln!("ringstore: cannot write the ready line to stdout");
     }
     drop(stdout);
-    let signal = match signals.wait() {
-        Ok(signal) => signal,
-        Err(err) => {
-            eprintln!("ringstore: {err}; stopping");
-            0
+    let signal = loop {
+        match signals.wait() {
+            // SIGHUP: the TLS certificates again (CertControl logs the outcome).
+            Ok(libc_sig::SIGHUP) => {
+                let _ = server.reload_certs();
+            }
+            Ok(signal) => break signal,
+            Err(err) => {
+                eprintln!("ringstore: {err}; stopping");
+                break 0;
+            }
         }
     };
     let name = match signal {
@@ -142,6 +148,7 @@ fn is_usage_error(err: &RuntimeError) -> bool {
             | RuntimeError::DataRefused(_)
             | RuntimeError::AuthFile(_)
             | RuntimeError::Store(_)
+            | RuntimeError::Tls(_)
     ) || matches!(
         err,
         RuntimeError::Bind { source, .. } if matches!(
@@ -172,6 +179,7 @@ fn start_error(err: &RuntimeError, config: &Config) -> String {
 
 /// The two signal numbers this binary names (Linux values on every architecture we build for).
 mod libc_sig {
+    pub const SIGHUP: i32 = 1;
     pub const SIGINT: i32 = 2;
     pub const SIGTERM: i32 = 15;
 }

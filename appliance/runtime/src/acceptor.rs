@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use ringstore_service::Protocol;
 
+use crate::listeners::Endpoint;
+
 use crate::handler::Handler;
 use crate::inbox::{least_loaded, Inbox};
 
@@ -24,19 +26,22 @@ const LINGER: Duration = Duration::from_millis(500);
 /// Pause after EMFILE/ENFILE before accepting again (the pending connection stays queued).
 const FD_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Writes the protocol's refusal and half-closes; the caller drops (or lingers) the fd.
-pub(crate) fn refuse_now(fd: &OwnedFd, protocol: Protocol) {
-    let message = match protocol {
+/// Writes the protocol's refusal and half-closes; the caller drops (or lingers) the fd. A TLS
+/// endpoint gets no plaintext refusal: the connection is just closed.
+pub(crate) fn refuse_now(fd: &OwnedFd, endpoint: Endpoint) {
+    let message = match endpoint.protocol {
         Protocol::Memcache => MEMCACHE_REFUSAL,
         Protocol::Http => HTTP_REFUSAL,
     };
-    let _ = crate::sys::send_nosignal(fd.as_raw_fd(), message);
+    if !endpoint.tls {
+        let _ = crate::sys::send_nosignal(fd.as_raw_fd(), message);
+    }
     crate::sys::shutdown(fd.as_raw_fd(), libc::SHUT_WR);
 }
 
 pub(crate) struct Acceptor<H: Handler> {
     pub listener: OwnedFd,
-    pub protocol: Protocol,
+    pub endpoint: Endpoint,
     pub inboxes: Vec<Arc<Inbox>>,
     pub open: Arc<AtomicUsize>,
     pub max_conns: usize,
@@ -122,12 +127,12 @@ impl<H: Handler> Acceptor<H> {
             Some(fd)
         } else {
             let worker = least_loaded(&self.inboxes);
-            self.inboxes[worker].push(fd, self.protocol).err()
+            self.inboxes[worker].push(fd, self.endpoint).err()
         };
         if let Some(fd) = refused {
             self.open.fetch_sub(1, Ordering::AcqRel);
             self.handler.conn_refused();
-            refuse_now(&fd, self.protocol);
+            refuse_now(&fd, self.endpoint);
             if lingering.len() < LINGERING_MAX {
                 lingering.push((fd, Instant::now() + LINGER));
             }

@@ -43,6 +43,9 @@ pub enum RuntimeError {
     /// The `--auth-file` cannot be read or is not `user:password` lines: a usage error.
     #[error("{0}")]
     AuthFile(String),
+    /// The TLS certificates could not be read (a usage error: the files given).
+    #[error("{0}")]
+    Tls(String),
     /// A worker thread panicked or could not be joined.
     #[error("worker {0} failed")]
     Worker(usize),

@@ -35,6 +35,13 @@ impl Reply {
 pub(crate) trait Handler: Send + Sync + 'static {
     type Session;
     fn open(&self, protocol: Protocol, worker: usize) -> Self::Session;
+    /// A session for a connection of a TLS listener (ADR 0031). For the TLS wrapper
+    /// ([`crate::tls::Tls`]) a session that decrypts and seals; for the handler it wraps, a
+    /// session whose output is all in `out` (no [`Handler::splices`]: it gets sealed). The
+    /// default: [`Handler::open`].
+    fn open_tls(&self, protocol: Protocol, worker: usize) -> Self::Session {
+        self.open(protocol, worker)
+    }
     /// `device`: the worker's data device for this connection, when one is attached.
     fn on_bytes(
         &self,
@@ -105,6 +112,34 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn udp_count(&self, worker: usize, event: UdpEvent, n: u64) {
         let _ = (worker, event, n);
     }
+    /// Called by the worker right after [`Handler::on_bytes`] of received bytes, with the
+    /// connection's socket and output, before anything of that output is sent and with no
+    /// receive in flight: where a TLS session can go to the kernel (kernel TLS), the TLS
+    /// wrapper installs its keys on `fd` now and puts what the session wrote in `out`, in
+    /// the clear, for the kernel to encrypt. False: close the connection.
+    fn after_bytes(
+        &self,
+        session: &mut Self::Session,
+        fd: std::os::fd::BorrowedFd<'_>,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let _ = (session, fd, out);
+        true
+    }
+    /// Counts one TLS event on `worker`'s slot (the TLS wrapper calls it on the handler it wraps).
+    fn tls_count(&self, worker: usize, event: TlsEvent) {
+        let _ = (worker, event);
+    }
+}
+
+/// What [`Handler::tls_count`] counts (memcache `stats`: `tls_handshakes`,
+/// `tls_handshake_errors`, `tls_ktls_tx`, `tls_ktls_rx`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TlsEvent {
+    Handshake,
+    HandshakeError,
+    KtlsTx,
+    KtlsRx,
 }
 
 /// What [`Handler::udp_count`] counts (memcache `stats`: `udp_rx_datagrams`,
@@ -145,6 +180,10 @@ impl Handler for ServiceHandler {
         let mut session = Session::for_connection(protocol, worker, &self.0);
         session.enable_zero_copy();
         session
+    }
+    /// TLS output is sealed from `out`: values are copied into it, not sent from the item.
+    fn open_tls(&self, protocol: Protocol, worker: usize) -> Session {
+        Session::new(protocol, worker)
     }
     #[inline]
     fn on_bytes(
@@ -257,6 +296,15 @@ impl Handler for ServiceHandler {
             UdpEvent::XdpRx => stats.xdp_rx.add(n),
             UdpEvent::XdpTx => stats.xdp_tx.add(n),
             UdpEvent::XdpDrop => stats.xdp_drop.add(n),
+        }
+    }
+    fn tls_count(&self, worker: usize, event: TlsEvent) {
+        let stats = self.0.stats(worker);
+        match event {
+            TlsEvent::Handshake => stats.tls_handshakes.inc(),
+            TlsEvent::HandshakeError => stats.tls_handshake_errors.inc(),
+            TlsEvent::KtlsTx => stats.tls_ktls_tx.inc(),
+            TlsEvent::KtlsRx => stats.tls_ktls_rx.inc(),
         }
     }
 }

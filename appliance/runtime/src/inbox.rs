@@ -6,11 +6,11 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use ringstore_service::Protocol;
+use crate::listeners::Endpoint;
 
 /// One worker's queue of new connections and its load (active + queued connections).
 pub(crate) struct Inbox {
-    queue: Mutex<VecDeque<(OwnedFd, Protocol)>>,
+    queue: Mutex<VecDeque<(OwnedFd, Endpoint)>>,
     capacity: usize,
     eventfd: OwnedFd,
     load: AtomicUsize,
@@ -36,13 +36,13 @@ impl Inbox {
     }
 
     /// Queues a connection and wakes the worker; gives the fd back when the queue is full.
-    pub(crate) fn push(&self, fd: OwnedFd, protocol: Protocol) -> Result<(), OwnedFd> {
+    pub(crate) fn push(&self, fd: OwnedFd, endpoint: Endpoint) -> Result<(), OwnedFd> {
         {
             let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             if queue.len() >= self.capacity {
                 return Err(fd);
             }
-            queue.push_back((fd, protocol));
+            queue.push_back((fd, endpoint));
         }
         self.load.fetch_add(1, Ordering::Relaxed);
         crate::sys::eventfd_signal(self.eventfd());
@@ -55,7 +55,7 @@ impl Inbox {
     }
 
     /// Takes every queued connection (they stay counted in the load until closed).
-    pub(crate) fn drain_into(&self, into: &mut Vec<(OwnedFd, Protocol)>) {
+    pub(crate) fn drain_into(&self, into: &mut Vec<(OwnedFd, Endpoint)>) {
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         into.extend(queue.drain(..));
     }
@@ -88,6 +88,7 @@ pub(crate) fn least_loaded(inboxes: &[std::sync::Arc<Inbox>]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ringstore_service::Protocol;
     use std::sync::Arc;
 
     fn fd() -> OwnedFd {
@@ -100,13 +101,15 @@ mod tests {
         for _ in 0..6 {
             let w = least_loaded(&inboxes);
             inboxes[w]
-                .push(fd(), Protocol::Memcache)
+                .push(fd(), Endpoint::plain(Protocol::Memcache))
                 .map_err(drop)
                 .unwrap();
         }
         assert!(inboxes.iter().all(|i| i.load() == 2), "round robin by load");
         assert!(
-            inboxes[0].push(fd(), Protocol::Http).is_err(),
+            inboxes[0]
+                .push(fd(), Endpoint::plain(Protocol::Http))
+                .is_err(),
             "queue is bounded"
         );
         let mut taken = Vec::new();

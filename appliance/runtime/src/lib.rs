@@ -42,6 +42,7 @@ mod plane;
 mod ring;
 mod server;
 mod signals;
+mod tls;
 pub(crate) use ringstore_sys as sys;
 pub mod topology;
 mod worker;

@@ -160,7 +160,10 @@ mod plane_tests {
                 tuning: ringstore_config::Tuning::default(),
             },
             clock: Clock::start(),
-            tcp: vec![(Protocol::Memcache, vec![fd])],
+            tcp: vec![(
+                crate::listeners::Endpoint::plain(Protocol::Memcache),
+                vec![fd],
+            )],
             data: None,
             udp: Vec::new(),
             udp_allow: Vec::new(),

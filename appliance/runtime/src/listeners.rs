@@ -15,16 +15,21 @@ pub struct LocalAddrs {
     pub memcache: Option<SocketAddr>,
     pub http: Option<SocketAddr>,
     pub udp: Option<SocketAddr>,
+    pub memcache_tls: Option<SocketAddr>,
+    pub https: Option<SocketAddr>,
 }
 
 impl LocalAddrs {
-    /// `ready memcache=IP:PORT http=IP:PORT[ udp=IP:PORT]`; endpoints that are off are omitted.
+    /// `ready memcache=IP:PORT http=IP:PORT[ udp=IP:PORT][ memcache_tls=IP:PORT][ https=IP:PORT]`;
+    /// endpoints that are off are omitted.
     pub fn ready_line(&self) -> String {
         let mut line = String::from("ready");
         for (name, addr) in [
             ("memcache", self.memcache),
             ("http", self.http),
             ("udp", self.udp),
+            ("memcache_tls", self.memcache_tls),
+            ("https", self.https),
         ] {
             if let Some(addr) = addr {
                 line.push_str(&format!(" {name}={addr}"));
@@ -34,11 +39,27 @@ impl LocalAddrs {
     }
 }
 
+/// What a TCP listener serves: a protocol, in the clear or over TLS (ADR 0031).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    pub protocol: Protocol,
+    pub tls: bool,
+}
+
+impl Endpoint {
+    pub(crate) fn plain(protocol: Protocol) -> Endpoint {
+        Endpoint {
+            protocol,
+            tls: false,
+        }
+    }
+}
+
 /// Every bound socket.
 pub(crate) struct Bound {
     pub addrs: LocalAddrs,
     /// Per TCP endpoint: its listeners (1, or one per worker with reuseport).
-    pub tcp: Vec<(Protocol, Vec<OwnedFd>)>,
+    pub tcp: Vec<(Endpoint, Vec<OwnedFd>)>,
     /// memcache UDP: one socket per worker, an SO_REUSEPORT group (empty: off).
     pub udp: Vec<OwnedFd>,
 }
@@ -80,12 +101,31 @@ pub(crate) fn bind(config: &Config, workers: usize) -> Result<Bound, RuntimeErro
     if let Some(addr) = config.memcache {
         let (local, fds) = bind_tcp("memcache", addr, copies)?;
         bound.addrs.memcache = Some(local);
-        bound.tcp.push((Protocol::Memcache, fds));
+        bound.tcp.push((Endpoint::plain(Protocol::Memcache), fds));
     }
     if let Some(addr) = config.http {
         let (local, fds) = bind_tcp("http", addr, copies)?;
         bound.addrs.http = Some(local);
-        bound.tcp.push((Protocol::Http, fds));
+        bound.tcp.push((Endpoint::plain(Protocol::Http), fds));
+    }
+    for (endpoint, addr, protocol) in [
+        ("memcache-tls", config.tls.memcache, Protocol::Memcache),
+        ("https", config.tls.https, Protocol::Http),
+    ] {
+        if let Some(addr) = addr {
+            let (local, fds) = bind_tcp(endpoint, addr, copies)?;
+            match protocol {
+                Protocol::Memcache => bound.addrs.memcache_tls = Some(local),
+                Protocol::Http => bound.addrs.https = Some(local),
+            }
+            bound.tcp.push((
+                Endpoint {
+                    protocol,
+                    tls: true,
+                },
+                fds,
+            ));
+        }
     }
     if let Some(addr) = config.udp {
         let err = |source| RuntimeError::Bind {
@@ -119,6 +159,7 @@ mod tests {
             memcache: Some("127.0.0.1:5".parse().unwrap()),
             http: None,
             udp: Some("127.0.0.1:7".parse().unwrap()),
+            ..LocalAddrs::default()
         };
         assert_eq!(
             addrs.ready_line(),

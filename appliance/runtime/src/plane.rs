@@ -8,6 +8,8 @@ use std::thread::JoinHandle;
 
 use ringstore_service::Protocol;
 
+use crate::listeners::Endpoint;
+
 use crate::acceptor::Acceptor;
 use crate::clock::Clock;
 use crate::handler::Handler;
@@ -40,7 +42,7 @@ pub(crate) struct PlaneSetup<H: Handler> {
     pub limits: Limits,
     pub clock: Clock,
     /// Per TCP endpoint: one listener (acceptor placement) or one per worker (reuseport).
-    pub tcp: Vec<(Protocol, Vec<OwnedFd>)>,
+    pub tcp: Vec<(Endpoint, Vec<OwnedFd>)>,
     /// The data device (`--data`); worker i drives region i.
     pub data: Option<Arc<ringstore_durable::Serving<ringstore_durable::FileDevice>>>,
     /// memcache UDP: one socket of the SO_REUSEPORT group per worker (empty: off).
@@ -95,16 +97,16 @@ impl Plane {
 
         let reuseport = setup.tcp.iter().any(|(_, fds)| fds.len() > 1);
         plane.reuseport = reuseport;
-        let mut per_worker: Vec<Vec<(OwnedFd, Protocol)>> =
+        let mut per_worker: Vec<Vec<(OwnedFd, Endpoint)>> =
             (0..workers).map(|_| Vec::new()).collect();
         let mut shared_listeners = Vec::new();
-        for (protocol, fds) in setup.tcp {
+        for (endpoint, fds) in setup.tcp {
             if reuseport {
                 for (i, fd) in fds.into_iter().enumerate() {
-                    per_worker[i % workers].push((fd, protocol));
+                    per_worker[i % workers].push((fd, endpoint));
                 }
             } else {
-                shared_listeners.extend(fds.into_iter().map(|fd| (fd, protocol)));
+                shared_listeners.extend(fds.into_iter().map(|fd| (fd, endpoint)));
             }
         }
 
@@ -149,10 +151,10 @@ impl Plane {
             }
         }
 
-        for (listener, protocol) in shared_listeners {
+        for (listener, endpoint) in shared_listeners {
             let acceptor = Acceptor {
                 listener,
-                protocol,
+                endpoint,
                 inboxes: inboxes.clone(),
                 open: open.clone(),
                 max_conns: setup.limits.max_conns,
@@ -160,9 +162,11 @@ impl Plane {
                 handler: setup.handler.clone(),
                 draining: plane.draining.clone(),
             };
-            let name = match protocol {
-                Protocol::Memcache => "ringstore-accept-memcache",
-                Protocol::Http => "ringstore-accept-http",
+            let name = match (endpoint.protocol, endpoint.tls) {
+                (Protocol::Memcache, false) => "ringstore-accept-memcache",
+                (Protocol::Http, false) => "ringstore-accept-http",
+                (Protocol::Memcache, true) => "ringstore-accept-mc-tls",
+                (Protocol::Http, true) => "ringstore-accept-https",
             };
             plane
                 .acceptors

@@ -12,6 +12,7 @@ use crate::listeners::LocalAddrs;
 use crate::numa::{bind_memory, bind_thread_to_cpus, choose_node, worker_cpus, MemoryBinding};
 use crate::plane::{Plane, PlaneSetup};
 use crate::sys::format_cpus;
+use crate::tls::Tls;
 use crate::topology::Topology;
 use crate::worker::Limits;
 use crate::RuntimeError;
@@ -83,7 +84,31 @@ impl Server {
         let data = placed
             .durable
             .map(|durable| crate::data::attach(durable, &shared.store, clock));
-        let handler = Arc::new(ServiceHandler(shared.clone()));
+        // Kernel TLS where the kernel has it (the io_uring worker calls after_bytes).
+        let kernel_tls = config.tls.enabled() && crate::sys::kernel_has_tls();
+        let certs = crate::tls::load_certs(config, kernel_tls)
+            .map_err(|e| RuntimeError::Tls(e.to_string()))?;
+        if config.tls.enabled() {
+            eprintln!(
+                "ringstore: tls {}",
+                if kernel_tls {
+                    "with kernel offload (CONFIG_TLS)"
+                } else {
+                    "in user space (the kernel has no TLS)"
+                }
+            );
+        }
+        if let Some(certs) = &certs {
+            let _ = shared
+                .tls
+                .set(Arc::new(crate::tls::CertControl(certs.clone())));
+        }
+        let handler = Arc::new(Tls::new(
+            ServiceHandler(shared.clone()),
+            certs,
+            cpus.len(),
+            kernel_tls,
+        ));
         let xdp = attach_xdp(config, prepared, bound.addrs.udp, &cpus, &shared, clock)?;
         let plane = Plane::start(PlaneSetup {
             handler: handler.clone(),
@@ -202,6 +227,15 @@ impl Server {
         reply.append(&mut out);
         reply.truncate(max);
         reply
+    }
+
+    /// Reads the TLS certificates again (SIGHUP): new handshakes use them, open sessions keep
+    /// theirs. The error (the old certificates stay) is one line; without TLS, nothing to do.
+    pub fn reload_certs(&self) -> Result<(), String> {
+        match self.shared.tls.get() {
+            Some(tls) => tls.refresh(),
+            None => Ok(()),
+        }
     }
 
     /// Starts or ends draining: new TCP connections are refused (memcache `ERROR Too many

@@ -22,6 +22,16 @@ impl TerminationSignals {
         Ok(TerminationSignals { fd })
     }
 
+    /// [`TerminationSignals::install`] with SIGHUP too (`ringstore serve`: reload the TLS
+    /// certificates); [`TerminationSignals::wait`] then returns it as well.
+    pub fn install_with_hangup() -> Result<TerminationSignals, RuntimeError> {
+        let set = crate::sys::signal_set(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
+        crate::sys::block_signals(&set);
+        let fd = crate::sys::signalfd(&set)
+            .map_err(|e| RuntimeError::io("signalfd(SIGTERM, SIGINT, SIGHUP)", e))?;
+        Ok(TerminationSignals { fd })
+    }
+
     /// Blocks until SIGTERM or SIGINT arrives; returns the signal number.
     pub fn wait(&self) -> Result<i32, RuntimeError> {
         crate::sys::read_signal(self.fd.as_raw_fd())

@@ -49,7 +49,7 @@ fn start(limits: Limits, workers: usize, reuseport: bool) -> Running {
             fds.push(crate::sys::bind_socket(addr, true, true, false).unwrap());
         }
         addrs.push(addr);
-        tcp.push((protocol, fds));
+        tcp.push((crate::listeners::Endpoint::plain(protocol), fds));
     }
     let echo = Arc::new(Echo::default());
     let plane = Plane::start(PlaneSetup {

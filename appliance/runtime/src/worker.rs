@@ -13,7 +13,9 @@ use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
-use ringstore_service::{Device, Flow, Now, Protocol};
+use ringstore_service::{Device, Flow, Now};
+
+use crate::listeners::Endpoint;
 
 use crate::bufring::BufRing;
 use crate::clock::Clock;
@@ -63,7 +65,7 @@ pub(crate) struct WorkerSetup<H: Handler> {
     pub limits: Limits,
     pub clock: Clock,
     /// Reuseport placement: this worker's own listeners.
-    pub listeners: Vec<(OwnedFd, Protocol)>,
+    pub listeners: Vec<(OwnedFd, Endpoint)>,
     /// This worker runs the expiry reaper.
     pub reaper: bool,
     /// The data device, when `--data` is on: this worker drives region `index`.
@@ -88,7 +90,7 @@ struct Worker<H: Handler> {
     /// flush chained behind it (`DiskWorker::pump`).
     pending_chains: Vec<[squeue::Entry; 2]>,
     completions: Vec<(u64, i32, u32)>,
-    new_conns: Vec<(OwnedFd, Protocol)>,
+    new_conns: Vec<(OwnedFd, Endpoint)>,
     setup: WorkerSetup<H>,
     /// The 8-byte target of the eventfd read; leaked so a read cancelled at teardown can never write freed memory.
     inbox_word: *mut u64,

@@ -116,6 +116,17 @@ pub struct Shared {
     pub xdp_mode: std::sync::OnceLock<String>,
     /// `--auth-file`: set by the runtime before the first connection; unset: no login asked.
     pub auth: std::sync::OnceLock<auth::Auth>,
+    /// The TLS certificates (set by the runtime when a TLS listener is on): `refresh_certs`
+    /// and the TLS stats.
+    pub tls: std::sync::OnceLock<Arc<dyn TlsControl>>,
+}
+
+/// What the service may ask of the TLS layer (ADR 0031).
+pub trait TlsControl: Send + Sync {
+    /// Reads the certificate files again; new handshakes use them. The error is one line.
+    fn refresh(&self) -> Result<(), String>;
+    /// Seconds since the certificates in use were read.
+    fn secs_since_refresh(&self) -> u64;
 }
 
 impl Shared {
@@ -144,6 +155,7 @@ impl Shared {
             rusage: std::sync::OnceLock::new(),
             xdp_mode: std::sync::OnceLock::new(),
             auth: std::sync::OnceLock::new(),
+            tls: std::sync::OnceLock::new(),
         })
     }
 

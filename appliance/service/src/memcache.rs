@@ -537,6 +537,7 @@ impl MemcacheSession {
                 }
             }
             Request::Quit => return Flow::Close,
+            Request::RefreshCerts { noreply } => admin::refresh_certs(ctx, out, noreply),
             Request::MetaGet(m) => meta::mg(ctx, out, &mut self.out_hold, &m),
             Request::MetaSet(m) => meta::ms(ctx, out, &m),
             Request::MetaDelete(m) => meta::md(ctx, out, &m),

@@ -144,6 +144,16 @@ counters! {
     auth_cmds,
     /// Of those, the ones refused (memcached `auth_errors`).
     auth_errors,
+    // TLS (ADR 0031).
+    /// TLS handshakes completed.
+    tls_handshakes,
+    /// TLS handshakes that failed (bad client certificate, garbage, plaintext, timeout) or
+    /// were refused over the per-worker limit of handshakes in progress.
+    tls_handshake_errors,
+    /// TLS sessions whose sending the kernel took over (kernel TLS TX).
+    tls_ktls_tx,
+    /// TLS sessions whose receiving the kernel took over (kernel TLS RX).
+    tls_ktls_rx,
 }
 
 #[cfg(test)]

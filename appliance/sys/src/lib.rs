@@ -11,6 +11,7 @@
 mod bpf;
 mod cpus;
 mod fs;
+mod ktls;
 mod mmap;
 mod mounts;
 mod net;
@@ -30,6 +31,10 @@ pub use cpus::{
     CPULIST_LEN_MAX, CPULIST_SPAN_MAX,
 };
 pub use fs::read_trim;
+pub use ktls::{
+    install_kernel_tls, kernel_has_tls, quick_ack, KtlsCipher, KtlsError, KtlsKeys, KTLS_TLS12,
+    KTLS_TLS13,
+};
 pub use mmap::Mapping;
 pub use mounts::{mount, MountFlags};
 pub use net::{

@@ -12,8 +12,8 @@ impl<H: Handler> Worker<H> {
     pub(super) fn take_inbox(&mut self) {
         let mut fresh = std::mem::take(&mut self.new_conns);
         self.setup.inbox.drain_into(&mut fresh);
-        for (fd, protocol) in fresh.drain(..) {
-            self.open_connection(fd, protocol);
+        for (fd, endpoint) in fresh.drain(..) {
+            self.open_connection(fd, endpoint);
         }
         self.new_conns = fresh;
     }
@@ -22,17 +22,17 @@ impl<H: Handler> Worker<H> {
         self.accept_armed[index] = false;
         if res >= 0 {
             let fd = super::sqe::adopt_accepted(res);
-            let protocol = self.setup.listeners[index].1;
+            let endpoint = self.setup.listeners[index].1;
             if self.stopping_deadline.is_some() {
                 return;
             }
             if self.setup.open.fetch_add(1, Ordering::AcqRel) >= self.setup.limits.max_conns {
                 self.setup.open.fetch_sub(1, Ordering::AcqRel);
                 self.setup.handler.conn_refused();
-                crate::acceptor::refuse_now(&fd, protocol);
+                crate::acceptor::refuse_now(&fd, endpoint);
             } else {
                 self.setup.inbox.add_load();
-                self.open_connection(fd, protocol);
+                self.open_connection(fd, endpoint);
             }
             self.arm_accept(index);
             return;

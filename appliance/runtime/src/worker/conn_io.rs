@@ -5,7 +5,7 @@ use super::send_vec;
 use super::*;
 
 impl<H: Handler> Worker<H> {
-    pub(super) fn open_connection(&mut self, fd: OwnedFd, protocol: Protocol) {
+    pub(super) fn open_connection(&mut self, fd: OwnedFd, endpoint: Endpoint) {
         if self.stopping_deadline.is_some() {
             drop(fd);
             self.forget_connection();
@@ -17,13 +17,20 @@ impl<H: Handler> Worker<H> {
         } else {
             None
         };
-        let session = self.setup.handler.open(protocol, self.setup.index);
+        let handler = &self.setup.handler;
+        let session = if endpoint.tls {
+            handler.open_tls(endpoint.protocol, self.setup.index)
+        } else {
+            handler.open(endpoint.protocol, self.setup.index)
+        };
         let (slot, _) = self
             .conns
             .insert(Conn::new(fd, session, self.now.mono_ms, own_buf));
         self.setup.handler.conn_opened(self.setup.index);
         self.peak_conns = self.peak_conns.max(self.conns.live());
-        // A connection that must log in first is on the request timer from its accept.
+        // A session with a request under way from the start (a TLS handshake, a login the
+        // auth file asks for) is timed from the open: the request timeout closes a client
+        // that never sends.
         self.note_partial(slot);
         self.arm_recv(slot);
     }
@@ -135,7 +142,7 @@ impl<H: Handler> Worker<H> {
                 (Some(bid), Some(bufs)) => bufs.filled(bid, len),
                 _ => &own_buf.as_deref().expect("own buffer")[..len],
             };
-            let flow = call_session(
+            let mut flow = call_session(
                 &*self.setup.handler,
                 self.disk.as_mut(),
                 conn,
@@ -143,6 +150,15 @@ impl<H: Handler> Worker<H> {
                 input,
                 self.now,
             );
+            // No receive is in flight and nothing of this output was sent: the moment a
+            // TLS session may go to the kernel (tls.rs).
+            if !self
+                .setup
+                .handler
+                .after_bytes(&mut conn.session, conn.fd.as_fd(), &mut conn.out)
+            {
+                flow = Flow::Close;
+            }
             conn.own_buf = own_buf;
             if let (Some(bid), Some(bufs)) = (bid, self.bufs.as_mut()) {
                 bufs.recycle(bid);

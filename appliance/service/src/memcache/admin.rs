@@ -82,3 +82,18 @@ pub(crate) fn flush_all(ctx: &Ctx<'_>, out: &mut Vec<u8>, delay: i32, noreply: b
         Err(_) => reply::line(out, "SERVER_ERROR cannot log flush_all to the data device"),
     }
 }
+
+/// `refresh_certs`: memcached's replies, `OK` or its error line (`Error TLS not enabled`
+/// without a TLS listener). New handshakes use the new certificates; open sessions keep theirs.
+pub(crate) fn refresh_certs(ctx: &Ctx<'_>, out: &mut Vec<u8>, noreply: bool) {
+    let reply = match ctx.shared.tls.get() {
+        None => "Error TLS not enabled".to_string(),
+        Some(tls) => match tls.refresh() {
+            Ok(()) => "OK".to_string(),
+            Err(e) => format!("Error refreshing certificates: {e}"),
+        },
+    };
+    if !noreply {
+        reply::line(out, &reply);
+    }
+}

@@ -164,6 +164,19 @@ fn datapath_and_placement(ctx: &Ctx<'_>, out: &mut Vec<u8>, t: &StatsTotals, sto
     stat(out, "xdp_rx", t.xdp_rx);
     stat(out, "xdp_tx", t.xdp_tx);
     stat(out, "xdp_drop", t.xdp_drop);
+    if let Some(tls) = shared.tls.get() {
+        // TLS, with memcached's names where it has one (ADR 0031).
+        stat(out, "tls_handshakes", t.tls_handshakes);
+        stat(out, "tls_handshake_errors", t.tls_handshake_errors);
+        stat(out, "ssl_handshake_errors", t.tls_handshake_errors);
+        stat(out, "tls_ktls_tx", t.tls_ktls_tx);
+        stat(out, "tls_ktls_rx", t.tls_ktls_rx);
+        stat(
+            out,
+            "time_since_server_cert_refresh",
+            tls.secs_since_refresh(),
+        );
+    }
     stat(out, "numa_node", u64::from(shared.topology.numa_node));
     out.extend_from_slice(b"STAT worker_cpus ");
     for (i, cpu) in shared.topology.worker_cpus.iter().enumerate() {

@@ -1,0 +1,486 @@
+//! TLS at the `Handler` seam (docs/adr/0031-tls-rustls-ring-sans-io.md): [`Tls`] wraps the
+//! service's handler so every runtime that drives a [`Handler`] serves TLS listeners with no
+//! TLS code of its own. A TLS connection's received bytes go through [`ServerTls::read`]; the
+//! plaintext goes to the wrapped session, whose output (in a plaintext buffer it sees exactly
+//! as it would see the connection's output) is sealed into the connection's output.
+//!
+//! Bounds: at most [`HANDSHAKES_PER_WORKER`] handshakes in progress per worker (a connection
+//! whose first bytes arrive over it is closed without an answer, counted as a handshake
+//! error); a connection that has sent nothing holds no handshake state. A handshake is a
+//! request under way from the open, so `--request-timeout` closes one not finished in time.
+
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use ringstore_service::zero_copy::Splice;
+use ringstore_service::{Device, Flow, Now, Protocol};
+use ringstore_tls::{CertStore, ServerTls};
+
+use crate::handler::{Handler, Reply, TlsEvent, UdpEvent};
+
+/// Handshakes in progress one worker allows. Each holds rustls' handshake state (a few KiB)
+/// and at most `ringstore_tls::INCOMING_MAX` (82 KiB) of received bytes: about 11.5 MiB
+/// per worker at worst (README, "Memory bound").
+pub(crate) const HANDSHAKES_PER_WORKER: usize = 128;
+
+/// The TLS wrapper around handler `H`.
+pub(crate) struct Tls<H> {
+    pub inner: H,
+    certs: Option<Arc<CertStore>>,
+    /// Handshakes in progress, per worker slot.
+    handshaking: Box<[AtomicUsize]>,
+    /// Hand finished sessions to the kernel (the runtime calls [`Handler::after_bytes`]).
+    kernel_offload: bool,
+    /// The kernel refused the TLS ULP once (no CONFIG_TLS): not asked again.
+    kernel_lacks_tls: AtomicBool,
+}
+
+impl<H> Tls<H> {
+    /// `certs`: `None` when no TLS listener is on (every session is plain).
+    /// `kernel_offload`: the runtime calls [`Handler::after_bytes`] after each received
+    /// chunk, so finished sessions may go to the kernel (kernel TLS).
+    pub(crate) fn new(
+        inner: H,
+        certs: Option<Arc<CertStore>>,
+        workers: usize,
+        kernel_offload: bool,
+    ) -> Tls<H> {
+        Tls {
+            inner,
+            certs,
+            handshaking: (0..workers.max(1) + 1)
+                .map(|_| AtomicUsize::new(0))
+                .collect(),
+            kernel_offload,
+            kernel_lacks_tls: AtomicBool::new(false),
+        }
+    }
+
+    fn slot(&self, worker: usize) -> &AtomicUsize {
+        &self.handshaking[worker.min(self.handshaking.len() - 1)]
+    }
+}
+
+/// A connection's session: the wrapped one, and the TLS state of a TLS connection.
+pub(crate) struct TlsSession<S> {
+    inner: S,
+    tls: Option<Box<TlsState>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Nothing received yet: no handshake state is held (a connection that never sends
+    /// costs no handshake slot; the request timeout closes it).
+    Waiting,
+    /// Over the limit of handshakes in progress: closed at its first bytes or the timeout.
+    Refused,
+    /// Holds one of its worker's handshake slots.
+    Handshaking,
+    Open,
+    /// Handshake done and nothing held in user space: the session goes to the kernel in
+    /// [`Handler::after_bytes`] (its output waits unsealed until then).
+    Handover,
+    /// The kernel encrypts and decrypts: bytes pass through.
+    Kernel,
+    Failed,
+}
+
+struct TlsState {
+    conn: Option<ServerTls>,
+    phase: Phase,
+    /// An HTTPS connection (ALPN http/1.1).
+    https: bool,
+    worker: usize,
+    /// Plaintext received, for the wrapped session.
+    plain_in: Vec<u8>,
+    /// The wrapped session's output since the last flush; `sealed` bytes of it are sealed.
+    plain_out: Vec<u8>,
+    sealed: usize,
+}
+
+impl<H: Handler> Tls<H> {
+    /// The first bytes of a handshake arrived: a slot of its worker and rustls' state, or
+    /// [`Phase::Refused`] over [`HANDSHAKES_PER_WORKER`].
+    fn admit(&self, t: &mut TlsState) {
+        let Some(certs) = &self.certs else {
+            t.phase = Phase::Refused;
+            return;
+        };
+        let slot = self.slot(t.worker);
+        let admitted = slot
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < HANDSHAKES_PER_WORKER).then_some(n + 1)
+            })
+            .is_ok();
+        t.conn = admitted
+            .then(|| ServerTls::new(certs.config(t.https)).ok())
+            .flatten();
+        t.phase = match (admitted, t.conn.is_some()) {
+            (_, true) => Phase::Handshaking,
+            (true, false) => {
+                slot.fetch_sub(1, Ordering::Relaxed);
+                Phase::Refused
+            }
+            (false, _) => Phase::Refused,
+        };
+    }
+
+    /// Ends the handshake phase of `t` (`ok`: completed), giving back its slot and counting.
+    fn end_handshake(&self, t: &mut TlsState, ok: bool) {
+        if t.phase == Phase::Handshaking {
+            self.slot(t.worker).fetch_sub(1, Ordering::Relaxed);
+        }
+        if matches!(
+            t.phase,
+            Phase::Waiting | Phase::Handshaking | Phase::Refused
+        ) {
+            let event = if ok {
+                TlsEvent::Handshake
+            } else {
+                TlsEvent::HandshakeError
+            };
+            self.inner.tls_count(t.worker, event);
+        }
+        t.phase = if ok { Phase::Open } else { Phase::Failed };
+    }
+
+    /// Seals what the wrapped session wrote since the last call; false on an error.
+    fn seal_new(&self, inner: &H::Session, t: &mut TlsState, out: &mut Vec<u8>) -> bool {
+        debug_assert!(
+            self.inner.splices(inner).is_empty(),
+            "open_tls sessions copy"
+        );
+        if self.inner.awaits_durable(inner)
+            || t.sealed == t.plain_out.len()
+            || t.phase == Phase::Handover
+        {
+            // A held reply is sealed once the data device released it; a session being
+            // handed to the kernel sends its output in the clear (after_bytes).
+            return true;
+        }
+        let Some(conn) = t.conn.as_mut() else {
+            return false;
+        };
+        let sealed = conn.seal(&t.plain_out[t.sealed..], out).is_ok();
+        t.sealed = t.plain_out.len();
+        sealed
+    }
+
+    fn tls_bytes(
+        &self,
+        s: &mut TlsSession<H::Session>,
+        input: &[u8],
+        now: Now,
+        device: Option<&dyn Device>,
+        out: &mut Vec<u8>,
+    ) -> Flow {
+        let TlsSession { inner, tls } = s;
+        let Some(t) = tls.as_deref_mut() else {
+            return Flow::Close;
+        };
+        if t.phase == Phase::Waiting {
+            if input.is_empty() {
+                return Flow::Continue;
+            }
+            self.admit(t);
+        }
+        if t.phase == Phase::Kernel {
+            return self.inner.on_bytes(inner, input, now, device, out);
+        }
+        let (Some(conn), Phase::Handshaking | Phase::Open) = (t.conn.as_mut(), t.phase) else {
+            self.end_handshake(t, false);
+            return Flow::Close;
+        };
+        let mut peer_closed = false;
+        if !input.is_empty() || t.phase == Phase::Handshaking {
+            match conn.read(input, &mut t.plain_in, out) {
+                Ok(progress) => {
+                    peer_closed = progress.peer_closed;
+                    if progress.handshake_done {
+                        let hand_over = self.kernel_offload
+                            && out.is_empty()
+                            && conn.can_hand_over()
+                            && !self.kernel_lacks_tls.load(Ordering::Relaxed);
+                        self.end_handshake(t, true);
+                        if hand_over {
+                            t.phase = Phase::Handover;
+                        }
+                    }
+                }
+                Err(_) => {
+                    // The alert is in `out`: sent, then the connection closes.
+                    self.end_handshake(t, false);
+                    return Flow::Close;
+                }
+            }
+        }
+        if !matches!(t.phase, Phase::Open | Phase::Handover) {
+            return if peer_closed {
+                Flow::Close
+            } else {
+                Flow::Continue
+            };
+        }
+        let mut flow = self
+            .inner
+            .on_bytes(inner, &t.plain_in, now, device, &mut t.plain_out);
+        t.plain_in.clear();
+        if !self.seal_new(inner, t, out) {
+            return Flow::Close;
+        }
+        if peer_closed && flow == Flow::Continue {
+            flow = Flow::Close;
+        }
+        if flow == Flow::Close && t.phase == Phase::Open {
+            if let Some(conn) = t.conn.as_mut() {
+                conn.close_notify(out);
+            }
+        }
+        flow
+    }
+
+    /// [`Handler::after_bytes`] for a session in [`Phase::Handover`]: the keys to the
+    /// kernel, or (the kernel lacks TLS) on in user space.
+    fn hand_over(&self, t: &mut TlsState, fd: BorrowedFd<'_>, out: &mut Vec<u8>) -> bool {
+        let installed = crate::sys::install_kernel_tls(fd, || {
+            let secrets = t.conn.take()?.into_kernel()?;
+            Some((
+                kernel_keys(secrets.version, secrets.tx),
+                kernel_keys(secrets.version, secrets.rx),
+            ))
+        });
+        match installed {
+            Ok(()) => {
+                crate::sys::quick_ack(fd);
+                t.phase = Phase::Kernel;
+                self.inner.tls_count(t.worker, TlsEvent::KtlsTx);
+                self.inner.tls_count(t.worker, TlsEvent::KtlsRx);
+                // What the session wrote since the handshake goes out in the clear: the
+                // kernel encrypts it.
+                out.extend_from_slice(&t.plain_out[t.sealed..]);
+                t.sealed = t.plain_out.len();
+                true
+            }
+            Err(crate::sys::KtlsError::Unavailable(e)) => {
+                if !self.kernel_lacks_tls.swap(true, Ordering::Relaxed) {
+                    eprintln!("ringstore: tls in user space from now on (the kernel refused the TLS ULP: {e})");
+                }
+                t.phase = Phase::Open;
+                let Some(conn) = t.conn.as_mut() else {
+                    return false;
+                };
+                let sealed = conn.seal(&t.plain_out[t.sealed..], out).is_ok();
+                t.sealed = t.plain_out.len();
+                sealed
+            }
+            Err(e) => {
+                // The ULP is on but the keys were not taken: the socket is unusable.
+                eprintln!("ringstore: closing a TLS connection: {e}");
+                t.phase = Phase::Failed;
+                false
+            }
+        }
+    }
+}
+
+/// The kernel's form of one direction's secrets.
+fn kernel_keys(version: u16, d: ringstore_tls::DirectionSecrets) -> crate::sys::KtlsKeys {
+    use crate::sys::KtlsCipher;
+    use ringstore_tls::KernelCipher;
+    crate::sys::KtlsKeys {
+        version,
+        cipher: match d.cipher {
+            KernelCipher::AesGcm128 => KtlsCipher::AesGcm128,
+            KernelCipher::AesGcm256 => KtlsCipher::AesGcm256,
+            KernelCipher::Chacha20Poly1305 => KtlsCipher::Chacha20Poly1305,
+        },
+        key: d.key,
+        iv: d.iv,
+        seq: d.seq,
+    }
+}
+
+impl<H: Handler> Handler for Tls<H> {
+    type Session = TlsSession<H::Session>;
+    fn open(&self, protocol: Protocol, worker: usize) -> Self::Session {
+        TlsSession {
+            inner: self.inner.open(protocol, worker),
+            tls: None,
+        }
+    }
+    fn open_tls(&self, protocol: Protocol, worker: usize) -> Self::Session {
+        if self.certs.is_none() {
+            return self.open(protocol, worker);
+        }
+        TlsSession {
+            inner: self.inner.open_tls(protocol, worker),
+            tls: Some(Box::new(TlsState {
+                conn: None,
+                phase: Phase::Waiting,
+                https: protocol == Protocol::Http,
+                worker,
+                plain_in: Vec::new(),
+                plain_out: Vec::new(),
+                sealed: 0,
+            })),
+        }
+    }
+    #[inline]
+    fn on_bytes(
+        &self,
+        s: &mut Self::Session,
+        input: &[u8],
+        now: Now,
+        device: Option<&dyn Device>,
+        out: &mut Vec<u8>,
+    ) -> Flow {
+        if s.tls.is_none() {
+            return self.inner.on_bytes(&mut s.inner, input, now, device, out);
+        }
+        self.tls_bytes(s, input, now, device, out)
+    }
+    fn on_durable(&self, s: &mut Self::Session, token: u64, ok: bool, out: &mut Vec<u8>) {
+        match s.tls.as_deref_mut() {
+            None => self.inner.on_durable(&mut s.inner, token, ok, out),
+            Some(t) => {
+                self.inner
+                    .on_durable(&mut s.inner, token, ok, &mut t.plain_out);
+                // A sealing failure leaves the connection to its next call, which closes it.
+                if !self.seal_new(&s.inner, t, out) {
+                    t.phase = Phase::Failed;
+                }
+            }
+        }
+    }
+    fn awaits_durable(&self, s: &Self::Session) -> bool {
+        self.inner.awaits_durable(&s.inner)
+    }
+    fn has_partial_request(&self, s: &Self::Session) -> bool {
+        match s.tls.as_deref() {
+            Some(t) if !matches!(t.phase, Phase::Open | Phase::Handover | Phase::Kernel) => true,
+            Some(t) => {
+                t.conn.as_ref().is_some_and(|c| c.buffered() > 0)
+                    || self.inner.has_partial_request(&s.inner)
+            }
+            None => self.inner.has_partial_request(&s.inner),
+        }
+    }
+    fn splices<'s>(&self, s: &'s Self::Session) -> &'s [Splice] {
+        match s.tls {
+            Some(_) => &[],
+            None => self.inner.splices(&s.inner),
+        }
+    }
+    fn output_flushed(&self, s: &mut Self::Session) {
+        if let Some(t) = s.tls.as_deref_mut() {
+            t.plain_out.clear();
+            t.sealed = 0;
+        }
+        self.inner.output_flushed(&mut s.inner);
+    }
+    fn conn_opened(&self, worker: usize) {
+        self.inner.conn_opened(worker)
+    }
+    fn conn_closed(&self, worker: usize) {
+        self.inner.conn_closed(worker)
+    }
+    fn session_closed(&self, s: &mut Self::Session, device: Option<&dyn Device>) {
+        if let Some(t) = s.tls.as_deref_mut() {
+            match t.phase {
+                Phase::Handshaking | Phase::Refused => self.end_handshake(t, false),
+                // Never sent a byte: not a handshake (memcached counts none either).
+                Phase::Waiting => t.phase = Phase::Failed,
+                Phase::Open | Phase::Handover | Phase::Kernel | Phase::Failed => {}
+            }
+        }
+        self.inner.session_closed(&mut s.inner, device);
+    }
+    fn conn_refused(&self) {
+        self.inner.conn_refused()
+    }
+    fn reclaim(&self, now: Now) {
+        self.inner.reclaim(now)
+    }
+    fn forget_if_cas(&self, key: &[u8], cas: u64, now: Now) {
+        self.inner.forget_if_cas(key, cas, now)
+    }
+    fn udp_request(
+        &self,
+        worker: usize,
+        request: &[u8],
+        now: Now,
+        device: Option<&dyn Device>,
+        out: &mut Reply,
+    ) -> Option<Self::Session> {
+        self.inner
+            .udp_request(worker, request, now, device, out)
+            .map(|inner| TlsSession { inner, tls: None })
+    }
+    fn udp_bound_reply(&self, request: &[u8], out: &mut Vec<u8>) {
+        self.inner.udp_bound_reply(request, out)
+    }
+    fn udp_count(&self, worker: usize, event: UdpEvent, n: u64) {
+        self.inner.udp_count(worker, event, n)
+    }
+    fn tls_count(&self, worker: usize, event: TlsEvent) {
+        self.inner.tls_count(worker, event)
+    }
+    fn after_bytes(&self, s: &mut Self::Session, fd: BorrowedFd<'_>, out: &mut Vec<u8>) -> bool {
+        match s.tls.as_deref_mut() {
+            Some(t) if t.phase == Phase::Handover => self.hand_over(t, fd, out),
+            _ => true,
+        }
+    }
+}
+
+/// The certificates of `config`'s TLS listeners, read now; `None` when none is on.
+/// `kernel_tls`: sessions will be handed to the kernel (it has TLS and the runtime offloads).
+pub(crate) fn load_certs(
+    config: &ringstore_config::Config,
+    kernel_tls: bool,
+) -> Result<Option<Arc<CertStore>>, ringstore_tls::TlsError> {
+    let tls = &config.tls;
+    let (true, Some(cert), Some(key)) = (tls.enabled(), &tls.cert, &tls.key) else {
+        return Ok(None);
+    };
+    let settings = ringstore_tls::Settings {
+        cert: cert.clone(),
+        key: key.clone(),
+        ca: tls.ca.clone(),
+        verify: match tls.verify {
+            ringstore_config::TlsVerify::None => ringstore_tls::Verify::None,
+            ringstore_config::TlsVerify::Request => ringstore_tls::Verify::Request,
+            ringstore_config::TlsVerify::Require => ringstore_tls::Verify::Require,
+        },
+        min_version: if tls.min_tls13 {
+            ringstore_tls::MinVersion::Tls13
+        } else {
+            ringstore_tls::MinVersion::Tls12
+        },
+        kernel_tls,
+    };
+    CertStore::load(settings).map(|c| Some(Arc::new(c)))
+}
+
+/// The certificates as the service sees them (`refresh_certs`, the TLS stats).
+pub(crate) struct CertControl(pub Arc<CertStore>);
+
+impl ringstore_service::TlsControl for CertControl {
+    fn refresh(&self) -> Result<(), String> {
+        let result = self
+            .0
+            .reload()
+            .map_err(|e| e.to_string().replace(['\r', '\n'], " "));
+        match &result {
+            Ok(()) => eprintln!("ringstore: tls certificates reloaded"),
+            Err(e) => {
+                eprintln!("ringstore: tls certificates not reloaded (the old ones stay): {e}")
+            }
+        }
+        result
+    }
+    fn secs_since_refresh(&self) -> u64 {
+        self.0.secs_since_refresh()
+    }
+}
