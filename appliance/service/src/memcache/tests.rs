@@ -326,6 +326,38 @@ fn touch_delete_flush() {
 }
 
 #[test]
+fn huge_exptimes_and_lengths_truncate_like_memcached() {
+    // memcached 1.6.18 truncates the long to int32: 2147483648 is negative, 99999999999
+    // an absolute time in 2008 (both expired at once), 4294967301 is 5 s.
+    check(
+        b"set a 0 2147483648 1\r\nx\r\nset b 0 99999999999 1\r\nx\r\nset c 0 4294967301 1\r\nx\r\nget a b c\r\n",
+        b"STORED\r\nSTORED\r\nSTORED\r\nVALUE c 0 1\r\nx\r\nEND\r\n",
+    );
+    check(
+        b"set a 0 0 1\r\nx\r\ngat 99999999999 a\r\nget a\r\n",
+        b"STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\nEND\r\n",
+    );
+    check(
+        b"set a 0 0 1\r\nx\r\nmg a v T2147483648\r\nget a\r\nms a 1 T99999999999\r\ny\r\nget a\r\n",
+        b"STORED\r\nVA 1\r\nx\r\nEND\r\nHD\r\nEND\r\n",
+    );
+    // A data length of 4294967296 is 0: the block must be empty.
+    check(
+        b"set a 0 0 4294967296\r\nx\r\nset b 0 0 4294967296\r\n\r\nms c 4294967296\r\nx\r\n",
+        b"CLIENT_ERROR bad data chunk\r\nERROR\r\nSTORED\r\nCLIENT_ERROR bad data chunk\r\nERROR\r\n",
+    );
+    check(
+        b"set a 0 0 2147483648\r\n",
+        b"CLIENT_ERROR bad command line format\r\n",
+    );
+    // flush_all: an absolute time before the start flushes nothing; a negative one, all.
+    check(
+        b"set a 0 0 1\r\nx\r\nflush_all 99999999999\r\nget a\r\nflush_all 2147483648\r\nget a\r\n",
+        b"STORED\r\nOK\r\nVALUE a 0 1\r\nx\r\nEND\r\nOK\r\nEND\r\n",
+    );
+}
+
+#[test]
 fn gat_gats() {
     check(
         b"set a 0 0 1\r\nx\r\ngat 100 a a\r\ngats -1 a\r\nget a\r\n",
