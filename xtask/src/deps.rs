@@ -57,6 +57,15 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ),
     ("php-cli", "/usr/bin/php"),
     ("php-memcached", "/etc/php/8.2/mods-available/memcached.ini"),
+    // The Perl clients of tests/clients/perl_idle.pl (idle connections, issue 25).
+    (
+        "libcache-memcached-fast-perl",
+        "/usr/lib/x86_64-linux-gnu/perl5/5.36/Cache/Memcached/Fast.pm",
+    ),
+    (
+        "libcache-memcached-perl",
+        "/usr/share/perl5/Cache/Memcached.pm",
+    ),
 ];
 
 /// Python packages for the end-to-end tests, pinned.
