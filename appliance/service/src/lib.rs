@@ -13,6 +13,7 @@ mod held;
 pub mod http;
 pub mod memcache;
 mod stats;
+pub mod watch;
 pub mod zero_copy;
 #[cfg(test)]
 mod zero_copy_tests;
@@ -113,6 +114,8 @@ pub struct Shared {
     pub rusage: std::sync::OnceLock<fn() -> (u64, u64)>,
     /// The AF_XDP mode per interface (`IF:MODE,...`, `stats xdp_mode`); unset: no XDP.
     pub xdp_mode: std::sync::OnceLock<String>,
+    /// memcached's `watch`: the per-worker log rings and who watches (`watch.rs`).
+    pub watch: watch::Hub,
 }
 
 impl Shared {
@@ -140,6 +143,7 @@ impl Shared {
             baseline: std::sync::Mutex::new(StatsTotals::default()),
             rusage: std::sync::OnceLock::new(),
             xdp_mode: std::sync::OnceLock::new(),
+            watch: watch::Hub::new(workers.max(1) + 1),
         })
     }
 
@@ -372,6 +376,16 @@ impl Session {
     pub fn release_output(&mut self, shared: &Shared) {
         if let SessionKind::Memcache(s) = &mut self.inner {
             s.release_splices(shared);
+        }
+    }
+
+    /// A `watch` connection's log lines since the last call (none for other sessions);
+    /// true when it appended any. The runtime calls it on its tick while no output is
+    /// pending, so a watcher's output stays bounded by one poll.
+    pub fn poll_output(&mut self, shared: &Shared, out: &mut Vec<u8>) -> bool {
+        match &mut self.inner {
+            SessionKind::Memcache(s) => s.poll_watch(shared, out),
+            SessionKind::Http(_) => false,
         }
     }
 
