@@ -150,3 +150,63 @@ def real_memcached(udp=False, extra=(), env=None):
     finally:
         proc.kill()
         proc.wait()
+
+
+LONG_IDLE_S = 310  # past ringstore's old default idle timeout (300 s)
+
+
+class LongIdle:
+    """The Perl idle-connection clients against ringstore (default idle timeout) and a real
+    memcached, started when `test_idle.py`'s long test is collected, so their 310 s sleep
+    runs beside the rest of the suite."""
+
+    def __init__(self):
+        import test_idle  # the script's runner lives beside the tests that use it
+
+        self.stack = contextlib.ExitStack()
+        self.server = Server("--memory", "16MiB")
+        self.stack.callback(self.server.proc.kill)
+        theirs = self.stack.enter_context(real_memcached())
+        self.procs = [test_idle.perl_idle(addr, LONG_IDLE_S) for addr in (self.server.mc, theirs)]
+        for p in self.procs:
+            self.stack.callback(p.kill)
+
+    def results(self):
+        """Each client run's sorted lines (ringstore's, memcached's), waiting for them."""
+        import test_idle
+
+        try:
+            return [test_idle.perl_lines(p, timeout=LONG_IDLE_S + 60) for p in self.procs]
+        finally:
+            self.close()
+
+    def close(self):
+        self.stack.close()
+
+
+_long_idle = []
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "long_idle: waits for the background idle clients; runs last")
+
+
+@pytest.hookimpl(trylast=True)  # after `-k`/`-m` deselection
+def pytest_collection_modifyitems(session, config, items):
+    """Moves the `long_idle` test to the end and starts its clients now."""
+    long = [i for i in items if i.get_closest_marker("long_idle")]
+    if not long:
+        return
+    items[:] = [i for i in items if not i.get_closest_marker("long_idle")] + long
+    _long_idle.append(LongIdle())
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for background in _long_idle:
+        background.close()
+
+
+@pytest.fixture
+def long_idle():
+    assert _long_idle, "started at collection"
+    return _long_idle[0]

@@ -341,3 +341,66 @@ def test_key_dump_with_a_data_device_lists_ram_keys_and_external_values(server_f
         assert [l.split(b" ")[0] for l in lines] == [b"", b"key=ext", b"key=small"], lines
     finally:
         c.close()
+
+
+def test_huge_exptimes_and_lengths_match_memcached(server, memcached):
+    # memcached 1.6.18 reads these with strtol and truncates the long to int32 unchecked:
+    # 2147483648 is negative, 99999999999 is 1215752191 (an absolute time in 2008), both
+    # expired at once; 4294967301 is 5 s; a length of 4294967296 is 0. memcached gives a
+    # set that expires on arrival a CAS unique, ringstore does not, so `gats` CAS differ.
+    steps = [
+        b"set k 0 2147483648 1\r\nx\r\nget k\r\n",
+        b"set k 0 99999999999 1\r\nx\r\nget k\r\n",
+        b"set k 0 -99999999999 1\r\nx\r\nget k\r\n",
+        b"set k 0 999999999999999999999 1\r\nx\r\nget k\r\n",  # past a long: refused
+        b"set k 0 4294967301 1\r\nx\r\nmg k v t\r\n",
+        b"set k 0 0 1\r\nx\r\ngats 99999999999 k\r\nget k\r\n",
+        b"set k 0 0 1\r\nx\r\ngat 2147483648 k\r\nget k\r\n",
+        b"set k 0 0 1\r\nx\r\ngats 4294967301 k\r\nmg k t\r\n",
+        b"set k 0 0 1\r\nx\r\ntouch k 99999999999\r\nget k\r\n",
+        b"set k 0 0 1\r\nx\r\nmg k v T99999999999\r\nget k\r\n",
+        b"set k 0 0 1\r\nx\r\nmg k v T2147483648\r\nget k\r\n",
+        b"ms k 1 T99999999999\r\nx\r\nget k\r\n",
+        b"ms k 1 T4294967301\r\nx\r\nmg k v t\r\n",
+        b"set k 0 0 1\r\nx\r\ngat 99999999999999999999 k\r\n",
+        b"set k 0 0 4294967296\r\nx\r\n",
+        b"set k 0 0 4294967296\r\n\r\nget k\r\n",
+        b"set k 0 0 4294967297\r\nx\r\nget k\r\n",
+        b"set k 0 0 2147483648\r\n",
+        b"set k 0 0 99999999999999999999\r\n",
+        b"ms k 4294967296\r\nx\r\n",
+        b"ms k 4294967296\r\n\r\nmg k v\r\n",
+        b"ms k 2147483648\r\n",
+        b"ms k 99999999999999999999\r\n",
+        # Last: memcached's flush_all takes a CAS unique, ringstore's does not.
+        b"set k 0 0 1\r\nx\r\nflush_all 99999999999\r\nget k\r\n",  # before the start: nothing
+        b"flush_all 2147483648\r\nget k\r\n",  # negative: everything, now
+        b"set k 0 0 1\r\nx\r\nflush_all 4294967296\r\nget k\r\n",  # 0: now
+        b"set k 0 0 1\r\nx\r\nflush_all 99999999999999999999\r\nget k\r\n",
+    ]
+    cas = re.compile(rb"^(VALUE k \d+ \d+) \d+\r$", re.M)
+    ours, theirs = both(server, memcached, steps)
+    for step, a, b in zip(steps, ours, theirs):
+        a, b = (cas.sub(rb"\1 C\r", normalised(x)) for x in (a, b))
+        assert a == b, f"{step!r}: ringstore {a!r}, memcached {b!r}"
+
+
+def test_control_byte_keys_get_memcacheds_invalid_key_error(server, memcached):
+    # memcached 1.6.18 stores keys with control bytes; ringstore refuses them (the README's
+    # differences) with the error memcached gives for a key it finds invalid (too long).
+    long_key = b"k" * 251
+    for bad in (b"a\x01b", b"a\x7fb", b"a\tb"):
+        ours, theirs = both(server, memcached, [
+            b"set " + bad + b" 0 0 1\r\nx\r\n",
+            b"get " + bad + b"\r\n",
+            b"mg " + bad + b" v\r\n",
+            b"delete " + bad + b"\r\n",
+        ])
+        _, invalid = both(server, memcached, [
+            b"set " + long_key + b" 0 0 1\r\nx\r\n",
+            b"get " + long_key + b"\r\n",
+            b"mg " + long_key + b" v\r\n",
+            b"delete " + long_key + b"\r\n",
+        ])
+        assert ours == invalid, (bad, ours, invalid)
+        assert theirs[0] == b"STORED\r\n", theirs  # memcached itself takes the key

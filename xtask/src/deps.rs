@@ -61,6 +61,15 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("sasl2-bin", "/usr/sbin/saslpasswd2"),
     // TLS tests (ringstore-tls, tests/e2e/test_tls.py): throwaway CAs and certificates.
     ("openssl", "/usr/bin/openssl"),
+    // The Perl clients of tests/clients/perl_idle.pl (idle connections, issue 25).
+    (
+        "libcache-memcached-fast-perl",
+        "/usr/lib/x86_64-linux-gnu/perl5/5.36/Cache/Memcached/Fast.pm",
+    ),
+    (
+        "libcache-memcached-perl",
+        "/usr/share/perl5/Cache/Memcached.pm",
+    ),
 ];
 
 /// Python packages for the end-to-end tests, pinned.

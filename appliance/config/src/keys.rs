@@ -234,7 +234,7 @@ pub static KEYS: &[KeyInfo] = &[
     KeyInfo {
         name: "idle-timeout",
         expected: "seconds from 0 to 31536000 (0 = never)",
-        help: "close connections idle this many seconds (default 300, 0 = never)",
+        help: "close connections idle this many seconds (default 0 = never, as memcached)",
         endpoint: false,
         hidden: false,
         apply: |c, v| match parse_count(v) {

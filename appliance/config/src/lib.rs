@@ -237,7 +237,7 @@ impl Default for Config {
             item_size_max: 1 << 20,
             object_size_max: 4 << 30,
             external_value_min: 64 << 10,
-            idle_timeout_secs: 300,
+            idle_timeout_secs: 0,
             request_timeout_secs: 10,
             hostname: None,
             auth_file: None,

@@ -13,7 +13,7 @@ fn defaults_match_the_product() {
     assert_eq!(c.memory, 64 << 20);
     assert_eq!(c.max_conns, 4096);
     assert_eq!(c.item_size_max, 1 << 20);
-    assert_eq!(c.idle_timeout_secs, 300);
+    assert_eq!(c.idle_timeout_secs, 0);
     assert_eq!(c.request_timeout_secs, 10);
     assert_eq!(c.placement, Placement::Acceptor);
 }

@@ -145,6 +145,8 @@ pub enum Request<'a> {
     Version,
     /// `verbosity <level> [noreply]`.
     Verbosity { noreply: bool },
+    /// `watch [kind ...]`: the connection becomes a log watcher (`misc::WatchKinds`).
+    Watch(misc::WatchKinds),
     /// `quit`: close after sending what is pending.
     Quit,
     /// `refresh_certs [noreply]`: read the TLS certificates again (memcached's command).
@@ -302,6 +304,7 @@ fn dispatch<'a>(line: &'a [u8], line_end: usize, input: &'a [u8], limits: &Limit
         b"refresh_certs" => done(Request::RefreshCerts {
             noreply: toks.noreply(),
         }),
+        b"watch" => done(misc::parse_watch(&toks)),
         b"lru_crawler" => done(crawler::parse_lru_crawler(&toks)),
         b"shutdown" => done(Request::reply(crawler::SHUTDOWN_DISABLED)),
         _ if looks_like_http(&toks) => Parse::Close { reply: None },

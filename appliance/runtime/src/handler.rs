@@ -73,6 +73,13 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn output_flushed(&self, session: &mut Self::Session) {
         let _ = session;
     }
+    /// Output a session produces without input (memcached's `watch` log lines), appended
+    /// to `out`; true when it appended any. The worker calls it on its tick for each
+    /// connection with no output pending and no send in flight.
+    fn poll_output(&self, session: &mut Self::Session, out: &mut Vec<u8>) -> bool {
+        let _ = (session, out);
+        false
+    }
     fn conn_opened(&self, worker: usize);
     fn conn_closed(&self, worker: usize);
     /// The connection of `session` is gone (before [`Handler::conn_closed`]).
@@ -211,6 +218,9 @@ impl Handler for ServiceHandler {
     fn output_flushed(&self, session: &mut Session) {
         session.on_output_flushed();
         session.release_output(&self.0);
+    }
+    fn poll_output(&self, session: &mut Session, out: &mut Vec<u8>) -> bool {
+        session.poll_output(&self.0, out)
     }
     fn conn_opened(&self, worker: usize) {
         self.0.conn_opened(worker)

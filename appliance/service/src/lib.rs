@@ -14,6 +14,7 @@ mod held;
 pub mod http;
 pub mod memcache;
 mod stats;
+pub mod watch;
 pub mod zero_copy;
 #[cfg(test)]
 mod zero_copy_tests;
@@ -127,6 +128,8 @@ pub trait TlsControl: Send + Sync {
     fn refresh(&self) -> Result<(), String>;
     /// Seconds since the certificates in use were read.
     fn secs_since_refresh(&self) -> u64;
+    /// memcached's `watch`: the per-worker log rings and who watches (`watch.rs`).
+    pub watch: watch::Hub,
 }
 
 impl Shared {
@@ -156,6 +159,7 @@ impl Shared {
             xdp_mode: std::sync::OnceLock::new(),
             auth: std::sync::OnceLock::new(),
             tls: std::sync::OnceLock::new(),
+            watch: watch::Hub::new(workers.max(1) + 1),
         })
     }
 
@@ -388,6 +392,16 @@ impl Session {
     pub fn release_output(&mut self, shared: &Shared) {
         if let SessionKind::Memcache(s) = &mut self.inner {
             s.release_splices(shared);
+        }
+    }
+
+    /// A `watch` connection's log lines since the last call (none for other sessions);
+    /// true when it appended any. The runtime calls it on its tick while no output is
+    /// pending, so a watcher's output stays bounded by one poll.
+    pub fn poll_output(&mut self, shared: &Shared, out: &mut Vec<u8>) -> bool {
+        match &mut self.inner {
+            SessionKind::Memcache(s) => s.poll_watch(shared, out),
+            SessionKind::Http(_) => false,
         }
     }
 

@@ -33,6 +33,7 @@ mod storage;
 mod tests;
 
 use ringstore_proto::memcache::binary::{response, Head, Status, REQUEST_MAGIC};
+use ringstore_proto::memcache::misc::WatchKinds;
 use ringstore_proto::memcache::{parse, reply, Limits, Parse, Request, OUT_OF_MEMORY, TOO_LARGE};
 
 use ringstore_store::Journaled;
@@ -57,6 +58,10 @@ const RETAINED_CAPACITY: usize = 16 * 1024;
 /// Everything a command needs while it runs.
 pub(crate) struct Ctx<'s> {
     pub shared: &'s Shared,
+    /// The worker serving the session (its `watch` ring).
+    pub worker: usize,
+    /// The session's connection number in `watch` lines (0 until one is logged).
+    pub cfd: &'s std::cell::Cell<u64>,
     pub stats: &'s WorkerStats,
     pub now: Now,
     /// The worker's data device, when one is attached.
@@ -64,6 +69,35 @@ pub(crate) struct Ctx<'s> {
 }
 
 impl<'s> Ctx<'s> {
+    /// Logs a `watch` fetcher line for `key` (`size`: the value's length on a hit).
+    pub fn watch_get(&self, key: &[u8], found: bool, size: usize) {
+        let hub = &self.shared.watch;
+        if hub.wants(WatchKinds::FETCHERS) {
+            let cfd = self.cfd();
+            hub.log(self.worker, WatchKinds::FETCHERS, self.now, |l| {
+                crate::watch::item_get(l, key, found, cfd, size)
+            });
+        }
+    }
+
+    /// Logs a `watch` mutation line.
+    pub fn watch_store(&self, line: crate::watch::StoreLine<'_>) {
+        let hub = &self.shared.watch;
+        if hub.wants(WatchKinds::MUTATIONS) {
+            let cfd = self.cfd();
+            hub.log(self.worker, WatchKinds::MUTATIONS, self.now, |l| {
+                crate::watch::item_store(l, line, cfd)
+            });
+        }
+    }
+
+    fn cfd(&self) -> u64 {
+        if self.cfd.get() == 0 {
+            self.cfd.set(self.shared.watch.conn_id());
+        }
+        self.cfd.get()
+    }
+
     /// The store, with writes logged to the data device first.
     pub fn store(&self) -> Journaled<'s> {
         self.shared
@@ -114,6 +148,10 @@ pub struct MemcacheSession {
     pub(crate) zc: ZeroCopy,
     /// `--auth-file`: whether the connection must still log in (`auth.rs`).
     gate: auth::Gate,
+    /// Set once the connection sent `watch`: it then only receives log lines.
+    watcher: Option<Box<crate::watch::Watcher>>,
+    /// The connection number its `watch` lines carry (`cfd=`), given when first needed.
+    cfd: u64,
 }
 
 /// The end of one response in a session's output (memcached frames each of its UDP
@@ -166,6 +204,16 @@ impl MemcacheSession {
             marks: None,
             zc: ZeroCopy::default(),
             gate: auth::Gate::Unresolved,
+            watcher: None,
+            cfd: 0,
+        }
+    }
+
+    /// A watcher's new log lines (`watch.rs`); false for any other connection.
+    pub fn poll_watch(&mut self, shared: &Shared, out: &mut Vec<u8>) -> bool {
+        match &mut self.watcher {
+            Some(w) => shared.watch.poll(w, out),
+            None => false,
         }
     }
 
@@ -247,8 +295,11 @@ impl MemcacheSession {
                 .bytes()
                 .min(out.len().saturating_sub(OUT_FREE)),
         );
+        let cfd = std::cell::Cell::new(self.cfd);
         let ctx = Ctx {
             shared,
+            worker: self.worker,
+            cfd: &cfd,
             stats,
             now,
             device,
@@ -272,6 +323,7 @@ impl MemcacheSession {
             self.pending = buf;
             flow
         };
+        self.cfd = cfd.get();
         if flow != Flow::Close {
             flow = self.hold_input(shared, out, flow);
         }
@@ -340,6 +392,9 @@ impl MemcacheSession {
         out: &mut Vec<u8>,
         held: &mut HeldReplies,
     ) -> (usize, Flow) {
+        if self.watcher.is_some() {
+            return (buf.len(), Flow::Continue); // a watcher's input is ignored, as memcached's
+        }
         if self.mode == Mode::Undecided {
             match buf.first() {
                 None => return (0, Flow::Continue),
@@ -424,6 +479,9 @@ impl MemcacheSession {
                         // A paused get: it stays unconsumed at the head of the input.
                         Flow::Drain => return (pos, Flow::Drain),
                         Flow::Continue => pos += consumed,
+                    }
+                    if self.watcher.is_some() {
+                        return (buf.len(), Flow::Continue);
                     }
                     if !held.is_holding() {
                         mark(&mut self.marks, out.len(), false);
@@ -531,6 +589,13 @@ impl MemcacheSession {
                 out.extend_from_slice(b"VERSION ");
                 reply::line(out, COMPAT_VERSION);
             }
+            Request::Watch(kinds) => match ctx.shared.watch.join(kinds) {
+                Some(w) => {
+                    self.watcher = Some(Box::new(w));
+                    reply::line(out, "OK");
+                }
+                None => reply::line(out, crate::watch::TOO_MANY),
+            },
             Request::Verbosity { noreply } => {
                 if !noreply {
                     reply::line(out, "OK");

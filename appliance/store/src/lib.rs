@@ -221,6 +221,11 @@ pub struct StoreStats {
     pub pins_granted: u64,
     /// Pins refused because `pinned_segments` was at its cap (the value was copied).
     pub pins_refused: u64,
+    /// Bytes of one segment (`stats slabs`: a page).
+    pub segment_size: u64,
+    /// Bytes never written at the ends of the segments shards hold (`stats slabs`'
+    /// `free_chunks_end`).
+    pub unwritten_bytes: u64,
 }
 
 #[cfg(test)]

@@ -385,6 +385,16 @@ impl Shard {
         })
     }
 
+    /// Bytes never written at the ends of this shard's segments (the active one's free
+    /// tail, and what a sealed one left when the next item did not fit).
+    pub(crate) fn unwritten_bytes(&self, seg_size: usize) -> u64 {
+        self.slots
+            .iter()
+            .flatten()
+            .map(|s| seg_size.saturating_sub(s.write) as u64)
+            .sum()
+    }
+
     /// Hands every segment back (the store is being dropped).
     pub(crate) fn drain(&mut self) -> Vec<Segment> {
         self.index.clear();

@@ -425,7 +425,9 @@ impl Store {
             st.evicted_unfetched += c.evicted_unfetched;
             st.get_expired += c.get_expired;
             st.get_flushed += c.get_flushed;
+            st.unwritten_bytes += shard.unwritten_bytes(self.shared.seg_size);
         }
+        st.segment_size = self.shared.seg_size as u64;
         st.segment_bytes = self.shared.pool.segment_bytes() as u64;
         st.external_reads = self.external_reads.load(Ordering::Relaxed);
         st.external_lost = self.external_lost.load(Ordering::Relaxed);

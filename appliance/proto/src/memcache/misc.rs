@@ -1,4 +1,4 @@
-//! `stats`, `verbosity`: the administrative commands.
+//! `stats`, `verbosity`, `watch`: the administrative commands.
 
 use super::tokens::{strtoul32, Tokens};
 use super::{Request, BAD_FORMAT, ERROR};
@@ -60,6 +60,49 @@ pub(crate) fn parse_stats<'a>(toks: &Tokens<'a>) -> Request<'a> {
     }
 }
 
+/// The event kinds a `watch` asked for, as bits (`WatchKinds::FETCHERS` ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WatchKinds(pub u8);
+
+impl WatchKinds {
+    /// `fetchers`: item reads (`type=item_get`).
+    pub const FETCHERS: u8 = 1;
+    /// `mutations`: item stores (`type=item_store`).
+    pub const MUTATIONS: u8 = 2;
+    /// `evictions`: items evicted for space (`type=eviction`).
+    pub const EVICTIONS: u8 = 4;
+    /// `connevents`: connections opened and closed.
+    pub const CONNEVENTS: u8 = 8;
+
+    /// True when any kind in `mask` was asked for.
+    pub fn any(self, mask: u8) -> bool {
+        self.0 & mask != 0
+    }
+}
+
+/// memcached 1.6.18's `watch` words: no word means `fetchers`; a word it does not know is
+/// `ERROR`. Kinds ringstore has no events of (`rawcmds`, `sysevents`, `deletions`, the
+/// proxy's) are accepted and produce nothing.
+pub(crate) fn parse_watch<'a>(toks: &Tokens<'a>) -> Request<'a> {
+    let words = toks.from(1);
+    if words.is_empty() {
+        return Request::Watch(WatchKinds(WatchKinds::FETCHERS));
+    }
+    let mut kinds = 0;
+    for word in words {
+        kinds |= match *word {
+            b"fetchers" => WatchKinds::FETCHERS,
+            b"mutations" => WatchKinds::MUTATIONS,
+            b"evictions" => WatchKinds::EVICTIONS,
+            b"connevents" => WatchKinds::CONNEVENTS,
+            b"rawcmds" | b"sysevents" | b"deletions" | b"proxyreqs" | b"proxyevents"
+            | b"proxyuser" => 0,
+            _ => return Request::reply(ERROR),
+        };
+    }
+    Request::Watch(WatchKinds(kinds))
+}
+
 pub(crate) fn parse_verbosity<'a>(toks: &Tokens<'a>) -> Request<'a> {
     let n = toks.ntokens();
     if n != 3 && n != 4 {
@@ -76,6 +119,22 @@ pub(crate) fn parse_verbosity<'a>(toks: &Tokens<'a>) -> Request<'a> {
 mod tests {
     use super::super::testing::req;
     use super::*;
+
+    #[test]
+    fn watch_words_as_memcached() {
+        let w = |k| Request::Watch(WatchKinds(k));
+        assert_eq!(req(b"watch\r\n"), w(WatchKinds::FETCHERS));
+        assert_eq!(
+            req(b"watch fetchers mutations evictions connevents\r\n"),
+            w(15)
+        );
+        assert_eq!(
+            req(b"watch mutations rawcmds\r\n"),
+            w(WatchKinds::MUTATIONS)
+        );
+        assert_eq!(req(b"watch deletions\r\n"), w(0));
+        assert_eq!(req(b"watch fetchers foo\r\n"), Request::reply(ERROR));
+    }
 
     #[test]
     fn stats_subcommands() {

@@ -132,11 +132,14 @@ pub fn strtoul32(s: &[u8]) -> Option<u32> {
     strtoull(s).map(|v| v as u32)
 }
 
-/// memcached `safe_strtol` into an `int32_t`: parsed as 64-bit `long`, refused above
-/// `INT_MAX`, truncated below `INT_MIN` (memcached does not check that side).
+/// memcached 1.6.18 `safe_strtol` into an `int32_t`: parsed as a 64-bit `long` (refused
+/// only on `ERANGE`), then truncated to its low 32 bits unchecked. So an exptime of
+/// `2147483648` becomes `-2147483648` (expired at once), `99999999999` becomes
+/// `1215752191` (an absolute time in 2008: expired at once), `4294967301` becomes 5, and a
+/// data length of `4294967296` becomes 0, all as memcached 1.6.18 reads them.
 #[expect(
     clippy::cast_possible_truncation,
-    reason = "below INT_MIN memcached truncates the long to int32_t unchecked; so do we, on purpose"
+    reason = "memcached truncates the long to int32_t unchecked; so do we, on purpose"
 )]
 pub fn strtol32(s: &[u8]) -> Option<i32> {
     let (neg, mag, end) = scan(s)?;
@@ -152,9 +155,6 @@ pub fn strtol32(s: &[u8]) -> Option<i32> {
         }
         mag as i64
     };
-    if l > i64::from(i32::MAX) {
-        return None;
-    }
     if !ends_ok(s, end) {
         return None;
     }
@@ -208,7 +208,13 @@ mod tests {
     fn strtol32_matches_memcached() {
         assert_eq!(strtol32(b"-1"), Some(-1));
         assert_eq!(strtol32(b"2147483647"), Some(i32::MAX));
-        assert_eq!(strtol32(b"2147483648"), None);
+        assert_eq!(strtol32(b"2147483648"), Some(i32::MIN));
+        assert_eq!(strtol32(b"99999999999"), Some(1_215_752_191));
+        assert_eq!(strtol32(b"4294967301"), Some(5));
+        assert_eq!(strtol32(b"4294967296"), Some(0));
+        assert_eq!(strtol32(b"9223372036854775807"), Some(-1));
+        assert_eq!(strtol32(b"9223372036854775808"), None);
+        assert_eq!(strtol32(b"-9223372036854775808"), Some(0));
         assert_eq!(strtol32(b"abc"), None);
         assert_eq!(strtol32(b"10\t"), Some(10));
         assert_eq!(strtol32(b"99999999999999999999"), None);

@@ -18,6 +18,7 @@ impl<H: Handler> Worker<H> {
             }
         }
         self.check_timeouts();
+        self.poll_output();
         self.arm_udp();
         self.arm_tick();
     }
@@ -47,6 +48,26 @@ impl<H: Handler> Worker<H> {
                 && now.saturating_sub(conn.last_active_ms) >= limits.idle_timeout_ms;
             if slow || idle || past_deadline {
                 self.close(slot);
+            }
+        }
+    }
+
+    /// Output sessions produce without input (`watch`): asked of every connection with
+    /// nothing pending, so what one holds is at most one poll's worth.
+    pub(super) fn poll_output(&mut self) {
+        let handler = Arc::clone(&self.setup.handler);
+        for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
+            let Some(conn) = self.conns.at_mut(slot) else {
+                continue;
+            };
+            let busy =
+                conn.closing || conn.linger.is_some() || conn.send_armed || conn.awaits_device;
+            if busy || !conn.out.is_empty() {
+                continue;
+            }
+            if handler.poll_output(&mut conn.session, &mut conn.out) && !conn.out.is_empty() {
+                conn.after_send = Flow::Continue;
+                self.arm_send(slot);
             }
         }
     }

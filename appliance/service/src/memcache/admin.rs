@@ -65,8 +65,26 @@ pub(crate) fn touch(ctx: &Ctx<'_>, out: &mut Vec<u8>, key: &[u8], exptime: i32, 
     }
 }
 
+/// memcached's `process_started`: 62 s (`ITEM_UPDATE_INTERVAL` + 2) before the start.
+const PROCESS_STARTED_BEFORE_START: i64 = 62;
+
+/// True for a `flush_all` delay memcached 1.6.18 turns into no flush at all: an absolute
+/// time at or before its `process_started` (`realtime` gives 1, so `oldest_live` is 0).
+/// `flush_all 99999999999` reads as 1215752191 (in 2008) and is one.
+fn flushes_nothing(delay: i32, now: crate::Now) -> bool {
+    let started = i64::try_from(now.unix).unwrap_or(i64::MAX) - i64::from(now.store);
+    let delay = i64::from(delay);
+    delay > super::expiry::RELATIVE_LIMIT && delay <= started - PROCESS_STARTED_BEFORE_START
+}
+
 pub(crate) fn flush_all(ctx: &Ctx<'_>, out: &mut Vec<u8>, delay: i32, noreply: bool) {
     ctx.stats.cmd_flush.inc();
+    if flushes_nothing(delay, ctx.now) {
+        if !noreply {
+            reply::line(out, "OK");
+        }
+        return;
+    }
     let now = ctx.now.store;
     let at = if delay > 0 {
         match expiry(i64::from(delay), ctx.now) {

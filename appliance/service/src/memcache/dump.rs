@@ -61,17 +61,8 @@ fn unix_time(t: Time, now: Now) -> i64 {
     i64::try_from(now.unix).unwrap_or(i64::MAX) - i64::from(now.store) + i64::from(t)
 }
 
-/// memcached's `uriencode`: every byte but `A-Z a-z 0-9 - . _ ~` as `%XX`.
-fn push_uriencoded(out: &mut Vec<u8>, key: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in key {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b);
-        } else {
-            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-        }
-    }
-}
+/// memcached's `uriencode` (shared with the `watch` lines).
+use crate::watch::push_key as push_uriencoded;
 
 /// ` cas=<n> fetch=<yes|no> cls=1 size=<n>`: the tail memcached's metadump and `me` lines
 /// share (one item class: 1).

@@ -64,15 +64,19 @@ pub(crate) fn get(
         if index > cursor && out.len() + zc.pinned > high_water {
             return Progress::Paused(index);
         }
+        let mut size = 0;
         let found = match read_key(ctx, out, out_hold, zc, key, opts, with_cas) {
-            Ok(Read::NoRoom) => {
+            Ok((Read::NoRoom, _)) => {
                 // The hit is counted; its reply is the error and the rest of the keys go unread.
                 ctx.stats.cmd_get.inc();
                 ctx.stats.get_hits.inc();
                 reply::line(out, OUT_OF_MEMORY_GET);
                 return Progress::Done;
             }
-            Ok(read) => Ok(read == Read::Hit),
+            Ok((read, len)) => {
+                size = len;
+                Ok(read == Read::Hit)
+            }
             Err(e) => Err(e),
         };
         let found = match found {
@@ -98,6 +102,7 @@ pub(crate) fn get(
             }
         };
         count(ctx, touch.is_some(), hit);
+        ctx.watch_get(key, hit, size);
         if keys.peek().is_some() {
             // memcached answers each key but the last as its own response (END joins the last).
             super::mark(marks, out.len(), true);
@@ -119,6 +124,7 @@ enum Read {
 
 /// Reads `key` and writes its value into `out`: copied, or (a big value, without a data
 /// device, within the pin caps) as a header with the value spliced from the pinned item.
+/// Also returns the value's length (0 on a miss).
 fn read_key(
     ctx: &Ctx<'_>,
     out: &mut Vec<u8>,
@@ -127,8 +133,9 @@ fn read_key(
     key: &[u8],
     opts: ReadOpts,
     with_cas: bool,
-) -> Result<Read, StoreError> {
+) -> Result<(Read, usize), StoreError> {
     let budget = &ctx.shared.conn_memory;
+    let mut size = 0;
     let mut no_room = false;
     let mut spliced = None;
     let pin_from = match zc.enabled && ctx.device.is_none() {
@@ -139,6 +146,7 @@ fn read_key(
         .store()
         .try_get_pinned(key, ctx.now.store, opts, pin_from, |item, pin| match item {
             Some(it) => {
+                size = it.value.len();
                 if it.value.len() >= pin_from {
                     if zc.room(ctx.stats, it.value.len()) && pin.want() {
                         let cas = with_cas.then_some(it.cas);
@@ -166,9 +174,15 @@ fn read_key(
         hit
     });
     if no_room {
-        return Ok(Read::NoRoom);
+        return Ok((Read::NoRoom, size));
     }
-    found.map(|hit| if hit { Read::Hit } else { Read::Miss })
+    found.map(|hit| {
+        if hit {
+            (Read::Hit, size)
+        } else {
+            (Read::Miss, 0)
+        }
+    })
 }
 
 /// Counts one key of a get, or of a gat or touch (`touch`), as a hit or a miss.

@@ -26,15 +26,51 @@ pub(crate) fn stats(ctx: &Ctx<'_>, out: &mut Vec<u8>, req: StatsRequest) {
                 stat(out, "items:1:evicted_unfetched", s.evicted_unfetched);
             }
         }
-        StatsRequest::Slabs => {
-            let s = ctx.shared.store.stats();
-            stat(out, "active_slabs", u64::from(s.curr_items > 0));
-            stat(out, "total_malloced", s.arena_bytes);
-        }
+        StatsRequest::Slabs => slabs(ctx, out),
         StatsRequest::Sizes => stat_str(out, "sizes_status", "disabled"),
         StatsRequest::Conns | StatsRequest::Empty => {}
     }
     reply::line(out, "END");
+}
+
+/// Item alignment in a segment: the smallest `chunk_size` `stats slabs` reports.
+const CHUNK_ALIGN: u64 = 8;
+
+/// `stats slabs`: memcached's per-class lines for class 1, the one class `stats items`
+/// reports (shown while it has items), as ringstore's segment store gives them (ADR 0036):
+/// a page is a segment, a chunk an item of the mean live size. So `used_chunks` is the item
+/// count, `total_chunks` what the held segments fit at that size, `free_chunks_end` what
+/// their never-written tails fit, and the hit counters are the whole server's.
+fn slabs(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
+    let (t, s) = ctx.shared.totals_and_store();
+    if s.curr_items > 0 {
+        let chunk = s.bytes.div_ceil(s.curr_items).next_multiple_of(CHUNK_ALIGN);
+        let per_page = s.segment_size / chunk;
+        let pages = s.segment_bytes / s.segment_size.max(1);
+        let total = pages * per_page;
+        let free = total.saturating_sub(s.curr_items);
+        stat(out, "1:chunk_size", chunk);
+        stat(out, "1:chunks_per_page", per_page);
+        stat(out, "1:total_pages", pages);
+        stat(out, "1:total_chunks", total);
+        stat(out, "1:used_chunks", s.curr_items);
+        stat(out, "1:free_chunks", free);
+        stat(
+            out,
+            "1:free_chunks_end",
+            (s.unwritten_bytes / chunk).min(free),
+        );
+        stat(out, "1:get_hits", t.get_hits);
+        stat(out, "1:cmd_set", t.cmd_set);
+        stat(out, "1:delete_hits", t.delete_hits);
+        stat(out, "1:incr_hits", t.incr_hits);
+        stat(out, "1:decr_hits", t.decr_hits);
+        stat(out, "1:cas_hits", t.cas_hits);
+        stat(out, "1:cas_badval", t.cas_badval);
+        stat(out, "1:touch_hits", t.touch_hits);
+    }
+    stat(out, "active_slabs", u64::from(s.curr_items > 0));
+    stat(out, "total_malloced", s.segment_bytes);
 }
 
 /// `stats` with no argument: memcached's general statistics in its order, then ringstore's.

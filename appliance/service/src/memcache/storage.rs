@@ -31,6 +31,34 @@ pub(crate) fn put<'v>(value: &'v [u8], flags: u32, exp: Expiry, cas: Option<u64>
     }
 }
 
+/// Logs a `watch` mutation line (memcached's `item_store`) for one storage command.
+pub(crate) fn watch_store(
+    ctx: &Ctx<'_>,
+    key: &[u8],
+    cmd: &str,
+    outcome: Outcome,
+    exp: Expiry,
+    size: usize,
+) {
+    let status = match outcome {
+        Outcome::Stored => "stored",
+        Outcome::NotStored => "not_stored",
+        Outcome::Exists => "exists",
+        Outcome::NotFound => "not_found",
+    };
+    let ttl = match exp {
+        Expiry::At(ringstore_store::NEVER) | Expiry::Expired => 0,
+        Expiry::At(t) => u64::from(t.saturating_sub(ctx.now.store)),
+    };
+    ctx.watch_store(crate::watch::StoreLine {
+        key,
+        status,
+        cmd,
+        ttl,
+        size,
+    });
+}
+
 pub(crate) fn store(ctx: &Ctx<'_>, out: &mut Vec<u8>, s: &StoreRequest<'_>) {
     let cas = if s.kind == StoreKind::Cas {
         s.cas_unique
@@ -118,6 +146,17 @@ pub(crate) fn apply(
         });
     if let Err(e) = &result {
         count_store_error(ctx, e);
+    }
+    if let Ok(done) = &result {
+        let cmd = match kind {
+            StoreKind::Set => "set",
+            StoreKind::Add => "add",
+            StoreKind::Replace => "replace",
+            StoreKind::Append => "append",
+            StoreKind::Prepend => "prepend",
+            StoreKind::Cas => "cas",
+        };
+        watch_store(ctx, key, cmd, done.result, exp, v.data.len());
     }
     if let (StoreKind::Cas, Ok(done)) = (kind, &result) {
         match done.result {

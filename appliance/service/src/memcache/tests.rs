@@ -326,6 +326,38 @@ fn touch_delete_flush() {
 }
 
 #[test]
+fn huge_exptimes_and_lengths_truncate_like_memcached() {
+    // memcached 1.6.18 truncates the long to int32: 2147483648 is negative, 99999999999
+    // an absolute time in 2008 (both expired at once), 4294967301 is 5 s.
+    check(
+        b"set a 0 2147483648 1\r\nx\r\nset b 0 99999999999 1\r\nx\r\nset c 0 4294967301 1\r\nx\r\nget a b c\r\n",
+        b"STORED\r\nSTORED\r\nSTORED\r\nVALUE c 0 1\r\nx\r\nEND\r\n",
+    );
+    check(
+        b"set a 0 0 1\r\nx\r\ngat 99999999999 a\r\nget a\r\n",
+        b"STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\nEND\r\n",
+    );
+    check(
+        b"set a 0 0 1\r\nx\r\nmg a v T2147483648\r\nget a\r\nms a 1 T99999999999\r\ny\r\nget a\r\n",
+        b"STORED\r\nVA 1\r\nx\r\nEND\r\nHD\r\nEND\r\n",
+    );
+    // A data length of 4294967296 is 0: the block must be empty.
+    check(
+        b"set a 0 0 4294967296\r\nx\r\nset b 0 0 4294967296\r\n\r\nms c 4294967296\r\nx\r\n",
+        b"CLIENT_ERROR bad data chunk\r\nERROR\r\nSTORED\r\nCLIENT_ERROR bad data chunk\r\nERROR\r\n",
+    );
+    check(
+        b"set a 0 0 2147483648\r\n",
+        b"CLIENT_ERROR bad command line format\r\n",
+    );
+    // flush_all: an absolute time before the start flushes nothing; a negative one, all.
+    check(
+        b"set a 0 0 1\r\nx\r\nflush_all 99999999999\r\nget a\r\nflush_all 2147483648\r\nget a\r\n",
+        b"STORED\r\nOK\r\nVALUE a 0 1\r\nx\r\nEND\r\nOK\r\nEND\r\n",
+    );
+}
+
+#[test]
 fn gat_gats() {
     check(
         b"set a 0 0 1\r\nx\r\ngat 100 a a\r\ngats -1 a\r\nget a\r\n",
@@ -913,4 +945,62 @@ fn response_marks_split_the_output_as_memcached_frames_udp_replies() {
         many.take_response_marks().len(),
         crate::memcache::RESPONSE_MARKS_MAX
     );
+}
+
+/// `stats slabs` as name → value, for the lines that are numbers.
+fn slab_stats(shared: &Arc<Shared>) -> std::collections::HashMap<String, u64> {
+    let (out, _) = feed(shared, &[b"stats slabs\r\n"]);
+    let text = String::from_utf8(out).expect("ascii");
+    assert!(text.ends_with("END\r\n"), "{text}");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("STAT "))
+        .map(|l| {
+            let (k, v) = l.split_once(' ').expect("name value");
+            (k.to_string(), v.parse().expect("number"))
+        })
+        .collect()
+}
+
+#[test]
+fn stats_slabs_reports_class_1_from_the_segments() {
+    let shared = shared();
+    let empty = slab_stats(&shared);
+    assert_eq!(empty.len(), 2, "{empty:?}");
+    assert_eq!(empty["active_slabs"], 0);
+    let (out, _) = feed(
+        &shared,
+        &[b"set a 0 0 10\r\n0123456789\r\nset b 0 0 10\r\n0123456789\r\nset c 0 0 1\r\nx\r\nget a\r\ndelete c\r\nincr a 1\r\ntouch b 0\r\n"],
+    );
+    assert!(
+        out.ends_with(b"TOUCHED\r\n"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    let s = slab_stats(&shared);
+    assert_eq!(s["active_slabs"], 1);
+    assert_eq!(s["1:used_chunks"], 2);
+    let chunk = s["1:chunk_size"];
+    assert!(chunk.trailing_zeros() >= 3 && chunk > 10, "{s:?}");
+    assert_eq!(
+        s["1:total_chunks"],
+        s["1:total_pages"] * s["1:chunks_per_page"]
+    );
+    assert_eq!(s["1:free_chunks"] + s["1:used_chunks"], s["1:total_chunks"]);
+    assert!(s["1:total_pages"] >= 1 && s["1:free_chunks_end"] <= s["1:free_chunks"]);
+    // Little is written yet: most of the held segments' space is their unwritten tails.
+    assert!(s["1:free_chunks_end"] * 2 > s["1:free_chunks"], "{s:?}");
+    let st = shared.store.stats();
+    assert_eq!(s["total_malloced"], st.segment_bytes);
+    assert_eq!(s["1:total_pages"] * st.segment_size, st.segment_bytes);
+    assert_eq!(s["1:chunks_per_page"], st.segment_size / chunk);
+    for (name, want) in [
+        ("1:get_hits", 1),
+        ("1:cmd_set", 3),
+        ("1:delete_hits", 1),
+        ("1:incr_hits", 1),
+        ("1:touch_hits", 1),
+        ("1:cas_hits", 0),
+    ] {
+        assert_eq!(s[name], want, "{name}: {s:?}");
+    }
 }

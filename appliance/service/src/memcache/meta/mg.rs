@@ -76,6 +76,7 @@ pub(crate) fn mg(ctx: &Ctx<'_>, out: &mut Vec<u8>, out_hold: &mut Hold, m: &Meta
     let now = ctx.now.store;
     let start = out.len();
     let mut got = Got::NeedsWrite;
+    let mut size = 0;
     if f.vivify.is_none() && f.recache.is_none() && ttl != Some(Expiry::Expired) {
         let touch = match ttl {
             Some(Expiry::At(t)) => Some(t),
@@ -90,6 +91,7 @@ pub(crate) fn mg(ctx: &Ctx<'_>, out: &mut Vec<u8>, out_hold: &mut Hold, m: &Meta
             None => Got::Miss,
             Some(it) if it.stale && !it.win_token_sent => Got::NeedsWrite,
             Some(it) => {
+                size = it.value.len();
                 hit_reply(out, out_hold, ctx, m, key, &it, false);
                 Got::Hit
             }
@@ -99,6 +101,7 @@ pub(crate) fn mg(ctx: &Ctx<'_>, out: &mut Vec<u8>, out_hold: &mut Hold, m: &Meta
     if got == Got::NeedsWrite {
         got = mg_decide(ctx, out, out_hold, m, key, ttl);
     }
+    ctx.watch_get(key, got == Got::Hit, size);
     let s = ctx.stats;
     match (ttl.is_some(), got == Got::Hit) {
         (true, hit) => {

@@ -1,6 +1,7 @@
 //! ms: set with meta flags (modes, CAS, invalidation, base64 keys).
 
 use super::*;
+use crate::memcache::storage::{watch_store, Outcome};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum SetOutcome {
@@ -71,6 +72,21 @@ pub(crate) fn ms(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaSet<'_>) {
             return;
         }
     };
+    let outcome = match done.result {
+        SetOutcome::Stored => Outcome::Stored,
+        SetOutcome::NotStored => Outcome::NotStored,
+        SetOutcome::Exists => Outcome::Exists,
+        SetOutcome::NotFound => Outcome::NotFound,
+    };
+    let cmd = match m.mode {
+        b'E' => "add",
+        b'A' => "append",
+        b'P' => "prepend",
+        b'R' => "replace",
+        _ if f.cas.is_some() => "cas",
+        _ => "set",
+    };
+    watch_store(ctx, key, cmd, outcome, exp, data.len());
     if f.cas.is_some() && matches!(m.mode, b'S' | b'R') {
         let s = ctx.stats;
         match done.result {
