@@ -379,6 +379,26 @@ impl<H: Handler> Handler for Tls<H> {
         }
         self.inner.output_flushed(&mut s.inner);
     }
+    /// A `watch` session's log lines: sealed like any other output (in the clear once the
+    /// kernel holds the keys); nothing while the handshake is under way.
+    fn poll_output(&self, s: &mut Self::Session, out: &mut Vec<u8>) -> bool {
+        let TlsSession { inner, tls } = s;
+        let Some(t) = tls.as_deref_mut() else {
+            return self.inner.poll_output(inner, out);
+        };
+        match t.phase {
+            Phase::Kernel => self.inner.poll_output(inner, out),
+            Phase::Open => {
+                if !self.inner.poll_output(inner, &mut t.plain_out) {
+                    return false;
+                }
+                // A failed seal leaves the bytes unsent; the next read closes the session.
+                let _ = self.seal_new(inner, t, out);
+                !out.is_empty()
+            }
+            _ => false,
+        }
+    }
     fn conn_opened(&self, worker: usize) {
         self.inner.conn_opened(worker)
     }

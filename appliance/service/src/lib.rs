@@ -120,6 +120,8 @@ pub struct Shared {
     /// The TLS certificates (set by the runtime when a TLS listener is on): `refresh_certs`
     /// and the TLS stats.
     pub tls: std::sync::OnceLock<Arc<dyn TlsControl>>,
+    /// memcached's `watch`: the per-worker log rings and who watches (`watch.rs`).
+    pub watch: watch::Hub,
 }
 
 /// What the service may ask of the TLS layer (ADR 0031).
@@ -128,8 +130,6 @@ pub trait TlsControl: Send + Sync {
     fn refresh(&self) -> Result<(), String>;
     /// Seconds since the certificates in use were read.
     fn secs_since_refresh(&self) -> u64;
-    /// memcached's `watch`: the per-worker log rings and who watches (`watch.rs`).
-    pub watch: watch::Hub,
 }
 
 impl Shared {
