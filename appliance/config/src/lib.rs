@@ -128,6 +128,12 @@ pub struct Config {
     pub placement: Placement,
     /// Hidden data-plane switches.
     pub tuning: Tuning,
+    /// `sub-memory`: bytes of item memory on every other online NUMA node (0 = off); needs
+    /// an explicit `numa` node (ADR 0035).
+    pub sub_memory: u64,
+    /// `sub-memory-simulated` (hidden, tests only): on a one-node machine one sub region on
+    /// the serving node stands in for a foreign node.
+    pub sub_memory_simulated: bool,
 }
 
 /// `data-recover`: what a start does when recovery finds a record in acknowledged history that
@@ -174,6 +180,8 @@ impl Default for Config {
             hostname: None,
             placement: Placement::Acceptor,
             tuning: Tuning::default(),
+            sub_memory: 0,
+            sub_memory_simulated: false,
         }
     }
 }
@@ -348,6 +356,11 @@ impl Config {
             // acknowledged before its group commit. Refused rather than half durable.
             return Err(ConfigError::Inconsistent(
                 "xdp with data is not supported: UDP writes through AF_XDP would be acknowledged before they are durable".into(),
+            ));
+        }
+        if self.sub_memory > 0 && !matches!(self.numa, NumaChoice::Node(_)) {
+            return Err(ConfigError::Inconsistent(
+                "sub-memory needs an explicit --numa NODE (the node served from; sub regions go on the others), not auto".into(),
             ));
         }
         if self.item_size_max as u64 > self.memory {
