@@ -45,6 +45,10 @@ struct SegSlot {
     orphan: bool,
     /// 0: the local region; `r + 1`: sub region `r` (ADR 0035).
     region: u8,
+    /// Its items that became warm (read twice, `tier::WARM_SCORE`) since it was last
+    /// compacted (sub segments only): the sub lane evicts the one of its oldest segments
+    /// with the fewest.
+    hot: u32,
 }
 
 /// The local region's lane of segments.

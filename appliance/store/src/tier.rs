@@ -16,6 +16,9 @@ use crate::Time;
 pub const PROMOTE_SCORE: u16 = 4;
 /// A score halves after this many seconds without a read.
 pub const SCORE_HALF_LIFE_SECS: Time = 4;
+/// A score at which a foreign item counts as warm: its segment is then spared by the sub
+/// regions' eviction while colder ones are at hand (read more than once since demoted).
+pub(crate) const WARM_SCORE: u16 = 2;
 /// Items waiting for promotion per shard; more are not queued until the exchange catches up
 /// (their scores stay, so their next read queues them).
 pub(crate) const PROMOTE_QUEUE_MAX: usize = 256;
@@ -87,12 +90,12 @@ impl Scores {
 
     /// Counts a read of the foreign item `hash` at `now`; queues it once its score reaches
     /// [`PROMOTE_SCORE`]. A full table first decays every entry (dropping those at zero); a
-    /// read that still finds no room is not counted.
-    pub(crate) fn hit(&mut self, hash: u64, now: Time) {
+    /// read that still finds no room is not counted. Returns the new score (0: not counted).
+    pub(crate) fn hit(&mut self, hash: u64, now: Time) -> u16 {
         if self.map.len() >= self.max && !self.map.contains_key(&hash) {
             self.decay_all(now);
             if self.map.len() >= self.max {
-                return;
+                return 0;
             }
         }
         let s = self.map.entry(hash).or_insert(Score {
@@ -106,6 +109,7 @@ impl Scores {
             s.queued = true;
             self.queue.push(hash);
         }
+        s.value
     }
 
     /// Applies the decay to every entry and drops those that reach zero.

@@ -3,7 +3,7 @@
 //! deletes and evicts what the second chance does not keep (docs/adr/0003-eviction.md).
 use std::hash::BuildHasher;
 
-use super::{slot_id, Loc, SegSlot, Shard, Shared, Why, LOCAL, SLOTS_MAX};
+use super::{slot_id, Loc, SegSlot, Shard, Shared, Why, LOCAL, SLOTS_MAX, SUB};
 use crate::item::{self, Header};
 use crate::StoreError;
 
@@ -75,6 +75,7 @@ impl Shard {
                 if s.live_items == 0 {
                     // Nothing live in the full active segment: start it over.
                     s.write = 0;
+                    s.hot = 0;
                     let g = self.gen();
                     self.slot_mut(a).gen = g;
                     continue;
@@ -94,6 +95,7 @@ impl Shard {
                         pins: 0,
                         orphan: false,
                         region,
+                        hot: 0,
                     };
                     let slot = match self.free_slots.pop() {
                         Some(i) => {
@@ -120,7 +122,7 @@ impl Shard {
                 self.lanes[lane].active = Some(victim);
                 continue;
             }
-            let Some(victim) = self.lanes[lane].fifo.pop_front() else {
+            let Some(victim) = self.eviction_victim(lane) else {
                 return Err(StoreError::OutOfMemory);
             };
             if self.pinned(usize::from(victim)) {
@@ -149,6 +151,27 @@ impl Shard {
             let seg = sh.subs[r].take(usize::MAX)?;
             Some((seg, u8::try_from(r + 1).ok()?))
         })
+    }
+
+    /// The segment `lane` reclaims next, taken out of its FIFO: the local lane's oldest (FIFO
+    /// with second chance, ADR 0003); the sub lane's one with the fewest warm items among
+    /// its [`DEAD_SCAN`] oldest (the oldest of those), so the hot items waiting there are
+    /// not evicted by the room their own promotion makes.
+    fn eviction_victim(&mut self, lane: usize) -> Option<u16> {
+        if lane == LOCAL {
+            return self.lanes[LOCAL].fifo.pop_front();
+        }
+        let (pos, _) = self.lanes[SUB]
+            .fifo
+            .iter()
+            .take(DEAD_SCAN)
+            .map(|&f| match self.pinned(usize::from(f)) {
+                true => u32::MAX,
+                false => self.slot(usize::from(f)).hot,
+            })
+            .enumerate()
+            .min_by_key(|&(i, accessed)| (accessed, i))?;
+        self.lanes[SUB].fifo.remove(pos)
     }
 
     /// Among the oldest [`DEAD_SCAN`] segments, the one with the fewest live bytes if at
@@ -209,6 +232,7 @@ impl Shard {
         s.write = wr;
         s.live_bytes = wr;
         s.live_items = kept_items;
+        s.hot = 0;
         s.gen = g;
     }
 }

@@ -45,11 +45,14 @@ impl Shard {
         if sh.subs.is_empty() {
             return;
         }
-        if self.slot(loc.slot()).region == 0 {
+        let slot = loc.slot();
+        if self.slot(slot).region == 0 {
             self.counters.get_hits_local += 1;
         } else {
             self.counters.get_hits_foreign += 1;
-            self.scores.hit(hash, now);
+            if self.scores.hit(hash, now) == crate::tier::WARM_SCORE {
+                self.slot_mut(slot).hot += 1;
+            }
         }
     }
 
