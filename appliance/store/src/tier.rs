@@ -65,7 +65,8 @@ struct Score {
 /// A shard's scores of foreign items (by key hash), bounded to `max` entries.
 #[derive(Debug, Default)]
 pub(crate) struct Scores {
-    map: HashMap<u64, Score>,
+    /// Keyed by the key's hash already: a cheap fixed hasher is enough.
+    map: HashMap<u64, Score, foldhash::fast::FixedState>,
     max: usize,
     /// Hashes of items to promote, oldest first, at most [`PROMOTE_QUEUE_MAX`].
     pub queue: Vec<u64>,
@@ -82,7 +83,7 @@ impl Scores {
     /// whose share of the sub regions is `share` bytes.
     pub(crate) fn new(share: usize) -> Scores {
         Scores {
-            map: HashMap::new(),
+            map: HashMap::default(),
             max: (share / SCORE_BYTES_PER_ENTRY).max(SCORES_MIN),
             queue: Vec::new(),
         }

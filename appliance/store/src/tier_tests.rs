@@ -568,3 +568,44 @@ proptest! {
         }
     }
 }
+
+/// The score keeping's cost on the GET path (ADR 0035): ns per read of a store without sub
+/// regions, of local items with them, and of foreign items (scored). A measurement, run by
+/// hand: `cargo test --release -p ringstore-store --lib get_cost -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement; prints numbers"]
+fn get_cost_with_and_without_sub_memory() {
+    fn per_read(s: &Store, keys: &[Vec<u8>], rounds: usize) -> f64 {
+        let opts = ReadOpts {
+            mark_access: true,
+            ..ReadOpts::default()
+        };
+        let start = std::time::Instant::now();
+        let mut found = 0usize;
+        for r in 0..rounds {
+            for k in keys {
+                // A new time each round keeps the foreign scores below the threshold.
+                let now = 1 + (r as Time) * SCORE_HALF_LIFE_SECS * 4;
+                found += s.get(k, now, opts, |i| i.map_or(0, |i| i.value.len()));
+            }
+        }
+        assert!(found > 0);
+        start.elapsed().as_nanos() as f64 / (rounds * keys.len()) as f64
+    }
+    let plain = Store::new(config(8 * MIB)).expect("store");
+    let s = tiered(8 * MIB, 8 * MIB);
+    for i in 0..12_000 {
+        put(&plain, &key(i), &value(i, VALUE), NEVER, 1);
+        put(&s, &key(i), &value(i, VALUE), NEVER, 1);
+    }
+    let local: Vec<Vec<u8>> = (9_000..12_000).map(key).collect();
+    let foreign: Vec<Vec<u8>> = (0..3_000).map(key).collect();
+    assert!(local.iter().all(|k| s.region_of(k, 1) == Some(0)));
+    assert!(foreign.iter().all(|k| s.region_of(k, 1) == Some(1)));
+    for _ in 0..3 {
+        let a = per_read(&plain, &local, 200);
+        let b = per_read(&s, &local, 200);
+        let c = per_read(&s, &foreign, 200);
+        println!("ns/get: no sub memory {a:.1}, local hit with sub memory {b:.1} ({:.3}x), foreign hit (scored) {c:.1} ({:.3}x)", b / a, c / a);
+    }
+}
