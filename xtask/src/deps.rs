@@ -57,10 +57,17 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ),
     ("php-cli", "/usr/bin/php"),
     ("php-memcached", "/etc/php/8.2/mods-available/memcached.ini"),
+    // tests/e2e/test_auth.py: saslpasswd2 writes the sasldb memcached -S checks PLAIN against.
+    ("sasl2-bin", "/usr/sbin/saslpasswd2"),
 ];
 
 /// Python packages for the end-to-end tests, pinned.
-const PIP_PACKAGES: &[&str] = &["pymemcache==4.0.0", "pytest==8.3.4"];
+const PIP_PACKAGES: &[&str] = &[
+    "pymemcache==4.0.0",
+    "pytest==8.3.4",
+    // tests/e2e/test_auth.py: a binary-protocol client with SASL PLAIN.
+    "python-binary-memcached==0.33.0",
+];
 
 /// Installs every missing apt package in one `apt-get install`.
 pub fn apt() -> Result<()> {
