@@ -426,6 +426,33 @@ pub static KEYS: &[KeyInfo] = &[
         hidden: true,
         apply: |c, v| parse_switch(v).map(|on| c.tuning.eventfd_wait = on).ok_or(()),
     },
+    // NUMA sub memory (issue 23, ADR 0035).
+    KeyInfo {
+        name: "sub-memory",
+        expected: "a size like 32MiB or 4GiB (0 = off), with an explicit --numa NODE",
+        help: "item memory on every other online NUMA node, bound there, for items demoted from --memory instead of evicted (default 0 = off; needs --numa NODE)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| match parse_size(v) {
+            Some(0) => {
+                c.sub_memory = 0;
+                Ok(())
+            }
+            Some(n) if n >= 1 << 20 => {
+                c.sub_memory = n;
+                Ok(())
+            }
+            _ => Err(()),
+        },
+    },
+    KeyInfo {
+        name: "sub-memory-simulated",
+        expected: "on or off",
+        help: "test only: on a one-node machine one sub region on the serving node stands in for a foreign node (a simulation: nothing is remote)",
+        endpoint: false,
+        hidden: true,
+        apply: |c, v| parse_switch(v).map(|on| c.sub_memory_simulated = on).ok_or(()),
+    },
 ];
 
 /// The key spelled `canonical` (dashes).

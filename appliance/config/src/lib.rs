@@ -136,6 +136,12 @@ pub struct Config {
     pub tls: TlsConfig,
     /// Hidden data-plane switches.
     pub tuning: Tuning,
+    /// `sub-memory`: bytes of item memory on every other online NUMA node (0 = off); needs
+    /// an explicit `numa` node (ADR 0035).
+    pub sub_memory: u64,
+    /// `sub-memory-simulated` (hidden, tests only): on a one-node machine one sub region on
+    /// the serving node stands in for a foreign node.
+    pub sub_memory_simulated: bool,
 }
 
 /// `--tls-verify`: client certificates (memcached's `ssl_verify_mode`).
@@ -245,6 +251,8 @@ impl Default for Config {
             placement: Placement::Acceptor,
             tls: TlsConfig::default(),
             tuning: Tuning::default(),
+            sub_memory: 0,
+            sub_memory_simulated: false,
         }
     }
 }
@@ -441,6 +449,11 @@ impl Config {
             // unauthenticated); refused rather than an open side door.
             return Err(ConfigError::Inconsistent(
                 "auth-file with udp: memcache over UDP cannot log in; turn udp off".into(),
+            ));
+        }
+        if self.sub_memory > 0 && !matches!(self.numa, NumaChoice::Node(_)) {
+            return Err(ConfigError::Inconsistent(
+                "sub-memory needs an explicit --numa NODE (the node served from; sub regions go on the others), not auto".into(),
             ));
         }
         if self.item_size_max as u64 > self.memory {

@@ -342,3 +342,32 @@ fn tls_keys_and_their_rules() {
     .unwrap();
     assert_eq!(c.tls.verify, crate::TlsVerify::Request);
 }
+
+#[test]
+fn sub_memory_needs_an_explicit_node_and_a_size_of_at_least_1mib() {
+    assert_eq!(Config::default().sub_memory, 0);
+    let c = Config::from_args(["--numa", "1", "--sub-memory", "32MiB"]).unwrap();
+    assert_eq!(c.sub_memory, 32 << 20);
+    assert!(!c.sub_memory_simulated);
+    let err = Config::from_args(["--sub-memory", "32MiB"]).unwrap_err();
+    assert!(matches!(err, ConfigError::Inconsistent(_)), "{err}");
+    assert!(err.to_string().contains("--numa NODE"), "{err}");
+    let err = Config::from_args(["--numa", "auto", "--sub_memory=1GiB"]).unwrap_err();
+    assert!(matches!(err, ConfigError::Inconsistent(_)), "{err}");
+    assert!(Config::from_args(["--numa", "0", "--sub-memory", "4KiB"]).is_err());
+    let off = Config::from_args(["--sub-memory", "0"]).unwrap();
+    assert_eq!(off.sub_memory, 0);
+    let toml = Config::from_kernel_cmdline("ringstore.numa=1 ringstore.sub_memory=32MiB").unwrap();
+    assert_eq!(toml.sub_memory, 32 << 20);
+    let sim = Config::from_args([
+        "--numa",
+        "0",
+        "--sub-memory",
+        "8MiB",
+        "--sub-memory-simulated",
+        "on",
+    ])
+    .unwrap();
+    assert!(sim.sub_memory_simulated);
+    assert!(crate::keys::find("sub-memory-simulated").unwrap().hidden);
+}

@@ -33,6 +33,11 @@ pub trait Serving: Send {
     fn xdp_lines(&self) -> Vec<String> {
         Vec::new()
     }
+    /// With `sub_memory` (ADR 0035): each item memory region as `(node, kind, bytes,
+    /// used_bytes)`, the local one first; empty without sub memory.
+    fn memory_regions(&self) -> Vec<(u32, &'static str, u64, u64)> {
+        Vec::new()
+    }
 }
 
 /// The AF_XDP lines of `server`, for the console's `irq` and `net` and the tuning verifier:
@@ -152,6 +157,20 @@ impl Serving for RuntimeServer {
     }
     fn xdp_lines(&self) -> Vec<String> {
         self.0.xdp_lines()
+    }
+    fn memory_regions(&self) -> Vec<(u32, &'static str, u64, u64)> {
+        let store = &self.0.shared().store;
+        if store.sub_regions().is_empty() {
+            return Vec::new();
+        }
+        store
+            .regions()
+            .iter()
+            .map(|r| match r.node {
+                None => (self.0.numa_node(), "local", r.bytes, r.used_bytes),
+                Some(n) => (n, "sub", r.bytes, r.used_bytes),
+            })
+            .collect()
     }
     fn admin(&self, request: &[u8], max: usize) -> Vec<u8> {
         self.0.admin(request, max)

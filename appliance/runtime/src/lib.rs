@@ -37,6 +37,7 @@ mod inbox;
 mod linger;
 mod listeners;
 pub mod numa;
+pub mod numa_sub;
 mod op;
 mod plane;
 mod ring;

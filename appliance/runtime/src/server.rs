@@ -42,6 +42,8 @@ pub struct Server {
     xdp: Vec<crate::datapath::xdp::XdpAttachment>,
     xdp_map: Vec<String>,
     clock: Clock,
+    /// The NUMA exchange thread (with `--sub-memory`); stopped when dropped.
+    exchange: Option<crate::numa_sub::Exchange>,
 }
 
 impl std::fmt::Debug for Server {
@@ -79,7 +81,7 @@ impl Server {
         let (node, cpus) = (placed.node, placed.cpus);
         let bound = crate::listeners::bind(config, cpus.len())?;
         let udp_sockets = bound.udp.len();
-        let (shared, clock) = shared_state(config, node, &cpus)?;
+        let (shared, clock) = shared_state(config, node, &cpus, &placed.sub_regions)?;
         crate::auth::enable(&shared, auth_files);
         let data = placed
             .durable
@@ -127,6 +129,8 @@ impl Server {
                 crate::datapath::Mode::KernelUdp
             );
         }
+        let exchange =
+            crate::numa_sub::Exchange::start(shared.clone(), clock, placed.exchange_cpus)?;
         let _ = shared.rusage.set(crate::sys::process_cpu_time);
         // Every worker has started (Plane::start waits for them): publish the union of their
         // effective capability sets for `stats worker_capeff`.
@@ -156,6 +160,7 @@ impl Server {
             xdp: xdp.attachments,
             xdp_map: xdp.map,
             clock,
+            exchange,
         })
     }
 
@@ -255,6 +260,7 @@ impl Server {
 
     /// Stops accepting, finishes in-flight requests and flushes replies (at most 5 s), joins every thread.
     pub fn shutdown(mut self) -> Result<(), RuntimeError> {
+        drop(self.exchange.take());
         let stopped = self.plane.stop();
         // The workers (and their sockets) are gone: detach the programs.
         self.xdp.clear();
@@ -278,6 +284,9 @@ struct Placed {
     cpus: Vec<usize>,
     durable: Option<ringstore_durable::Durable<FileDevice>>,
     memory_binding: MemoryBinding,
+    /// `--sub-memory` regions on the other nodes (ADR 0035), and where their exchange runs.
+    sub_regions: Vec<ringstore_store::SubRegion>,
+    exchange_cpus: Vec<usize>,
 }
 
 /// Chooses the node and the worker CPUs, opens the data device (formatted, or refused)
@@ -287,6 +296,8 @@ fn place(config: &Config) -> Result<Placed, RuntimeError> {
     let topology = Topology::read().map_err(|e| RuntimeError::io("reading /sys topology", e))?;
     let node = choose_node(&topology, config.numa, &config.listen_ips())?;
     let mut cpus = worker_cpus(&topology, node, config.cores, &crate::sys::affinity())?;
+    let sub_regions =
+        crate::numa_sub::sub_regions(&topology, node, config, std::path::Path::new("/sys"))?;
     let durable = match &config.data {
         Some(path) => Some(crate::data::open(path, config, &mut cpus)?),
         None => None,
@@ -297,11 +308,14 @@ fn place(config: &Config) -> Result<Placed, RuntimeError> {
         .unwrap_or_default();
     bind_thread_to_cpus(&node_cpus)?;
     let memory_binding = bind_memory(&topology, node)?;
+    let exchange_cpus = crate::numa_sub::exchange_cpus(&topology, node, &cpus);
     Ok(Placed {
         node,
         cpus,
         durable,
         memory_binding,
+        sub_regions,
+        exchange_cpus,
     })
 }
 
@@ -311,8 +325,9 @@ fn shared_state(
     config: &Config,
     node: u32,
     cpus: &[usize],
+    sub_regions: &[ringstore_store::SubRegion],
 ) -> Result<(Arc<Shared>, Clock), RuntimeError> {
-    let store = Store::new(StoreConfig {
+    let store_config = StoreConfig {
         memory_bytes: usize::try_from(config.memory).unwrap_or(usize::MAX),
         item_size_max: config.item_size_max,
         shards: (cpus.len() * 64).next_power_of_two().clamp(64, 4096),
@@ -323,7 +338,17 @@ fn shared_state(
         } else {
             0
         },
-    })?;
+    };
+    let store = Store::with_sub_regions(store_config, sub_regions)?;
+    for r in store.regions().iter().filter(|_| !sub_regions.is_empty()) {
+        match r.node {
+            None => eprintln!("ringstore: local region on node {node}: {} bytes", r.bytes),
+            Some(n) => eprintln!(
+                "ringstore: sub region on node {n}: {} bytes (mbind)",
+                r.bytes
+            ),
+        }
+    }
     let clock = Clock::start();
     let service_config = ServiceConfig {
         item_size_max: config.item_size_max,

@@ -22,7 +22,14 @@ pub(crate) const HUGE_PAGE: usize = 1 << 21;
 pub(crate) struct Segment {
     pub bytes: &'static mut [u8],
     pub backing: Backing,
+    /// `None`: the local arena (placed by the allocating thread's memory policy); `Some(n)`:
+    /// a sub region bound to node `n` (ADR 0035). Recycled only into the same kind.
+    pub home: Option<u32>,
 }
+
+/// Binds a fresh mapping's pages to a node before any is touched (the store has no
+/// `unsafe`; the caller passes `ringstore_sys::mbind_bind` or a test stand-in).
+pub type BindFn = fn(&mut [u8], u32) -> std::io::Result<()>;
 
 /// Segments of dropped stores, kept for reuse because leaked mappings cannot be unmapped.
 static RECYCLED: Mutex<Vec<Segment>> = Mutex::new(Vec::new());
@@ -39,12 +46,27 @@ pub(crate) fn allocate(
     seg_size: usize,
     huge_pages: bool,
 ) -> std::io::Result<Vec<Segment>> {
+    allocate_at(count, seg_size, huge_pages, None)
+}
+
+/// [`allocate`] for a sub region: `home` is `(node, bind)`; the mapping is bound with
+/// `bind` before its pages are touched. Sub regions use transparent huge pages, never
+/// MAP_HUGETLB: a hugetlb reservation is taken at mmap under the thread's (local) policy,
+/// and a fault on a node with no reserved page would be SIGBUS (ADR 0035).
+pub(crate) fn allocate_at(
+    count: usize,
+    seg_size: usize,
+    huge_pages: bool,
+    home: Option<(u32, Option<BindFn>)>,
+) -> std::io::Result<Vec<Segment>> {
+    let node = home.map(|(n, _)| n);
     let mut out = Vec::with_capacity(count);
     {
         let mut list = RECYCLED.lock().unwrap_or_else(|e| e.into_inner());
         let mut i = 0;
         while i < list.len() && out.len() < count {
             let fits = list[i].bytes.len() == seg_size
+                && list[i].home == node
                 && (huge_pages || list[i].backing == Backing::Normal);
             if fits {
                 out.push(list.swap_remove(i));
@@ -55,13 +77,17 @@ pub(crate) fn allocate(
     }
     let missing = count - out.len();
     if missing > 0 {
-        let (map, backing) = map_arena(missing * seg_size, huge_pages)?;
+        let (map, backing) = match home {
+            None => map_arena(missing * seg_size, huge_pages)?,
+            Some((n, bind)) => map_bound(missing * seg_size, huge_pages, n, bind)?,
+        };
         let mut rest: &'static mut [u8] = Box::leak(Box::new(map)).as_mut();
         for _ in 0..missing {
             let (seg, tail) = rest.split_at_mut(seg_size);
             out.push(Segment {
                 bytes: seg,
                 backing,
+                home: node,
             });
             rest = tail;
         }
@@ -84,6 +110,25 @@ fn map_arena(len: usize, huge_pages: bool) -> std::io::Result<(MmapMut, Backing)
         return Ok((map, backing));
     }
     Ok((MmapOptions::new().len(len).map_anon()?, Backing::Normal))
+}
+
+/// Maps `len` bytes of a sub region: normal pages bound to `node` by `bind` (if any), then
+/// advised MADV_HUGEPAGE when `huge_pages`.
+fn map_bound(
+    len: usize,
+    huge_pages: bool,
+    node: u32,
+    bind: Option<BindFn>,
+) -> std::io::Result<(MmapMut, Backing)> {
+    let mut map = MmapOptions::new().len(len).map_anon()?;
+    if let Some(bind) = bind {
+        bind(&mut map[..], node)?;
+    }
+    let backing = match huge_pages && map.advise(Advice::HugePage).is_ok() {
+        true => Backing::TransparentHuge,
+        false => Backing::Normal,
+    };
+    Ok((map, backing))
 }
 
 #[cfg(test)]

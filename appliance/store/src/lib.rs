@@ -15,6 +15,7 @@ mod pin;
 mod pool;
 mod shard;
 mod store;
+mod tier;
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -23,9 +24,11 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 pub use durability::{Backfill, Fetched, Journal, Mutation};
 pub use pin::{Pin, PinRequest};
 
+pub use arena::BindFn;
 use item::{Header, NewItem};
 use shard::{Shard, Shared};
 pub use store::{DumpCursor, DumpItem, Journaled, Store};
+pub use tier::{RegionStats, SubRegion, PROMOTE_SCORE, SCORE_HALF_LIFE_SECS};
 
 /// Longest key the store accepts, in bytes (keys are stored with an 8-bit length; memcache
 /// and HTTP keys are at most 250). Longer keys are never found and writing one is
@@ -226,6 +229,21 @@ pub struct StoreStats {
     /// Bytes never written at the ends of the segments shards hold (`stats slabs`'
     /// `free_chunks_end`).
     pub unwritten_bytes: u64,
+    // NUMA sub memory (issue 23, ADR 0035); all zero without sub regions.
+    /// Bytes of live items in the local region (`bytes` split by where they are).
+    pub numa_local_bytes: u64,
+    /// Bytes of live items in the sub regions on other nodes.
+    pub numa_foreign_bytes: u64,
+    /// Reads that found their item in the local region.
+    pub get_hits_local: u64,
+    /// Reads that found their item in a sub region (these count toward its score).
+    pub get_hits_foreign: u64,
+    /// Items copied from a sub region to the local one (their score crossed the threshold).
+    pub numa_promotions: u64,
+    /// Items copied from the local region to a sub region instead of being evicted.
+    pub numa_demotions: u64,
+    /// CPU time the background exchange has used ([`Store::add_exchange_cpu`]).
+    pub numa_exchange_cpu_usec: u64,
 }
 
 #[cfg(test)]
@@ -244,3 +262,9 @@ mod external_tests;
 mod pin_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "test value patterns take the low byte of an index on purpose"
+)]
+mod tier_tests;

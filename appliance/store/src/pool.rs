@@ -93,6 +93,17 @@ impl Pool {
         self.lock().in_use * self.seg_size
     }
 
+    /// Segments not handed out.
+    pub(crate) fn free_count(&self) -> usize {
+        self.lock().free.len()
+    }
+
+    /// Bytes of every segment it was made with.
+    pub(crate) fn total_bytes(&self) -> usize {
+        let p = self.lock();
+        (p.free.len() + p.in_use) * self.seg_size
+    }
+
     /// Whether segments in use plus the index exceed the budget.
     pub(crate) fn over_budget(&self) -> bool {
         self.segment_bytes() + self.index_bytes() > self.budget

@@ -25,6 +25,7 @@ use crate::StoreError;
 mod dump;
 mod pin;
 mod space;
+mod tier;
 
 pub(crate) use dump::WalkPos;
 
@@ -42,6 +43,33 @@ struct SegSlot {
     pins: u32,
     /// Its items are gone and only pins hold it; freed at the last unpin.
     orphan: bool,
+    /// 0: the local region; `r + 1`: sub region `r` (ADR 0035).
+    region: u8,
+    /// Its items that became warm (read twice, `tier::WARM_SCORE`) since it was last
+    /// compacted (sub segments only): the sub lane evicts the one of its oldest segments
+    /// with the fewest.
+    hot: u32,
+}
+
+/// The local region's lane of segments.
+pub(crate) const LOCAL: usize = 0;
+/// The sub regions' lane (every sub region together).
+pub(crate) const SUB: usize = 1;
+
+/// The segments a shard holds in one lane (local or sub): a FIFO and the active one.
+#[derive(Default)]
+struct Lane {
+    /// Non-active segments, oldest first.
+    fifo: VecDeque<u16>,
+    active: Option<u16>,
+    held: usize,
+}
+
+impl SegSlot {
+    /// [`LOCAL`] or [`SUB`].
+    fn lane(&self) -> usize {
+        usize::from(self.region != 0)
+    }
 }
 
 /// Read-only context every shard shares.
@@ -51,6 +79,8 @@ pub(crate) struct Shared {
     pub seg_size: usize,
     /// Store-wide pin accounting and cap (`pin.rs`).
     pub pins: crate::pin::PinCounts,
+    /// The sub regions' pools, in [`crate::SubRegion`] order (empty: no sub memory).
+    pub subs: Vec<Pool>,
 }
 
 /// Counters kept per shard and summed for `stats`.
@@ -66,6 +96,10 @@ pub(crate) struct Counters {
     /// Look-ups of a key the last flush_all removed (memcached `get_flushed`), as far as
     /// [`FLUSHED_TRACKED`] remembers them.
     pub get_flushed: u64,
+    pub get_hits_local: u64,
+    pub get_hits_foreign: u64,
+    pub promotions: u64,
+    pub demotions: u64,
 }
 
 /// Keys of one shard a flush_all removed whose hashes are kept, so a later look-up of one
@@ -94,11 +128,9 @@ impl ReapCursor {
 pub(crate) struct Shard {
     slots: Vec<Option<SegSlot>>,
     free_slots: Vec<u16>,
-    /// Non-active segments, oldest first.
-    fifo: VecDeque<u16>,
-    active: Option<u16>,
+    /// [`LOCAL`] and [`SUB`].
+    lanes: [Lane; 2],
     index: Index,
-    held: usize,
     next_gen: u32,
     reap: ReapCursor,
     /// Epoch of the last flush_all applied to this shard.
@@ -108,6 +140,10 @@ pub(crate) struct Shard {
     /// `flushed_len`), each forgotten once looked up.
     flushed: [u64; FLUSHED_TRACKED],
     flushed_len: usize,
+    /// Scores of foreign items and the promotion queue (empty without sub regions).
+    scores: crate::tier::Scores,
+    /// Where an item being demoted or promoted is copied through.
+    scratch: Vec<u8>,
 }
 
 /// Why an item is dropped; decides which counter it lands in.
@@ -137,20 +173,21 @@ fn key_at(slots: &[Option<SegSlot>], loc: Loc) -> &[u8] {
 
 impl Shard {
     /// An empty shard whose segments are `seg_size` bytes.
-    pub(crate) fn new(seg_size: usize) -> Shard {
+    /// `sub_share` is its share of the sub regions' bytes (sizes its score table).
+    pub(crate) fn new(seg_size: usize, sub_share: usize) -> Shard {
         Shard {
             slots: Vec::new(),
             free_slots: Vec::new(),
-            fifo: VecDeque::new(),
-            active: None,
+            lanes: [Lane::default(), Lane::default()],
             index: Index::new(seg_size),
-            held: 0,
             next_gen: 0,
             reap: ReapCursor::default(),
             flush_epoch: 0,
             counters: Counters::default(),
             flushed: [0; FLUSHED_TRACKED],
             flushed_len: 0,
+            scores: crate::tier::Scores::new(sub_share),
+            scratch: Vec::new(),
         }
     }
 
@@ -238,9 +275,11 @@ impl Shard {
         let s = self.slot_mut(slot);
         s.live_bytes -= h.len();
         s.live_items -= 1;
-        if s.live_items == 0 && self.active != Some(slot_id(slot)) {
-            if let Some(pos) = self.fifo.iter().position(|&f| usize::from(f) == slot) {
-                self.fifo.remove(pos);
+        let lane = s.lane();
+        if s.live_items == 0 && self.lanes[lane].active != Some(slot_id(slot)) {
+            let fifo = &mut self.lanes[lane].fifo;
+            if let Some(pos) = fifo.iter().position(|&f| usize::from(f) == slot) {
+                fifo.remove(pos);
                 self.release(sh, slot);
             }
         }
@@ -263,8 +302,13 @@ impl Shard {
         }
         let s = self.slots[slot].take().expect("held segment");
         self.free_slots.push(slot_id(slot));
-        self.held -= 1;
-        sh.pool.give(s.seg, self.held);
+        let lane = &mut self.lanes[s.lane()];
+        lane.held -= 1;
+        match s.region {
+            0 => sh.pool.give(s.seg, lane.held),
+            // Sub pools guarantee no shard any segment (see `Shard::take_segment`).
+            r => sh.subs[usize::from(r) - 1].give(s.seg, usize::MAX),
+        }
     }
 
     fn gen(&mut self) -> u32 {
@@ -282,7 +326,7 @@ impl Shard {
     ) -> Result<u64, StoreError> {
         let len = new.len();
         self.ensure_index_room(sh, new.now);
-        let (slot, off) = self.alloc(sh, len, new.now)?;
+        let (slot, off) = self.alloc(sh, len, new.now, LOCAL)?;
         {
             let s = self.slot_mut(slot);
             item::write(&mut s.seg.bytes[off..off + len], new);
@@ -318,8 +362,11 @@ impl Shard {
             self.flushed_len += 1;
         }
         self.index.clear();
-        self.fifo.clear();
-        self.active = None;
+        self.scores.clear();
+        for lane in &mut self.lanes {
+            lane.fifo.clear();
+            lane.active = None;
+        }
         for i in 0..self.slots.len() {
             if self.slots[i].is_some() {
                 self.release(sh, i);
@@ -395,12 +442,19 @@ impl Shard {
             .sum()
     }
 
+    /// Bytes of live items in the local region and in the sub regions.
+    pub(crate) fn usage_by_lane(&self) -> [u64; 2] {
+        let mut out = [0, 0];
+        for s in self.slots.iter().flatten() {
+            out[s.lane()] += s.live_bytes as u64;
+        }
+        out
+    }
+
     /// Hands every segment back (the store is being dropped).
     pub(crate) fn drain(&mut self) -> Vec<Segment> {
         self.index.clear();
-        self.fifo.clear();
-        self.active = None;
-        self.held = 0;
+        self.lanes = [Lane::default(), Lane::default()];
         // A segment still pinned is leaked, never recycled: its pins may still be read.
         self.slots
             .drain(..)

@@ -33,6 +33,11 @@ pub struct Store {
     /// Counters of external items ([`StoreStats::external_reads`], [`StoreStats::external_lost`]).
     external_reads: AtomicU64,
     external_lost: AtomicU64,
+    /// The sub regions (ADR 0035), in the order of `shared.subs`.
+    sub_regions: Vec<SubRegion>,
+    /// Next shard the exchange looks at.
+    exchange_next: AtomicUsize,
+    exchange_cpu_usec: AtomicU64,
 }
 
 /// An item found under its shard lock: where it is and, for an external item, its value
@@ -66,6 +71,33 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// The pools of the sub regions, each mapped and bound to its node.
+fn sub_pools(subs: &[SubRegion], seg_size: usize) -> Result<Vec<pool::Pool>, StoreError> {
+    if subs.len() >= usize::from(u8::MAX) {
+        return Err(StoreError::Config(format!(
+            "{} sub regions, at most 254",
+            subs.len()
+        )));
+    }
+    subs.iter()
+        .map(|r| {
+            let count = r.bytes / seg_size;
+            if count == 0 {
+                return Err(StoreError::Config(format!(
+                    "sub memory {} on node {} holds no segment of {seg_size} bytes",
+                    r.bytes, r.node
+                )));
+            }
+            let segs = arena::allocate_at(count, seg_size, r.huge_pages, Some((r.node, r.bind)))
+                .map_err(|e| {
+                    StoreError::Config(format!("cannot map sub memory on node {}: {e}", r.node))
+                })?;
+            // No shard is guaranteed a sub segment (`shards` 0: nothing reserved).
+            Ok(pool::Pool::new(segs, seg_size, count * seg_size, 0))
+        })
+        .collect()
+}
+
 /// Smallest segment; larger when `item_size_max` or the number of segments needs it.
 const SEGMENT_MIN: usize = 1 << 20;
 /// Average segments per shard stay under this so slot numbers (16 bits) never run out.
@@ -76,6 +108,14 @@ const SEGMENTS_PER_SHARD_MIN: usize = 8;
 impl Store {
     /// Allocates the arena (bind the calling thread to the NUMA node first) and an empty index.
     pub fn new(config: StoreConfig) -> Result<Store, StoreError> {
+        Store::with_sub_regions(config, &[])
+    }
+
+    /// [`Store::new`] with sub regions on other NUMA nodes (ADR 0035): items the local
+    /// arena cannot keep are demoted there instead of evicted, and read-hot ones promoted
+    /// back by [`Store::exchange`]. Each region must hold at least one segment.
+    pub fn with_sub_regions(config: StoreConfig, subs: &[SubRegion]) -> Result<Store, StoreError> {
+        let sub_total: usize = subs.iter().map(|r| r.bytes).sum();
         if config.item_size_max == 0 || config.item_size_max > ITEM_SIZE_MAX_LIMIT {
             return Err(StoreError::Config(format!(
                 "item_size_max {} must be between 1 and {ITEM_SIZE_MAX_LIMIT}",
@@ -90,7 +130,7 @@ impl Store {
         }
         let seg_size = (item::HEADER_MAX + KEY_LEN_MAX + config.item_size_max)
             .max(SEGMENT_MIN)
-            .max(config.memory_bytes / (config.shards * SEGMENTS_PER_SHARD_MAX))
+            .max((config.memory_bytes + sub_total) / (config.shards * SEGMENTS_PER_SHARD_MAX))
             .next_multiple_of(4096);
         if seg_size > crate::index::SEGMENT_MAX {
             return Err(StoreError::Config(format!(
@@ -126,15 +166,18 @@ impl Store {
             .min_by_key(|b| backing_rank(*b))
             .unwrap_or(Backing::Normal);
         let pool = pool::Pool::new(segs, seg_size, config.memory_bytes, shard_count);
+        let sub_pools = sub_pools(subs, seg_size)?;
+        let sub_segments = sub_pools.iter().map(|p| p.free_count()).sum::<usize>();
         Ok(Store {
             shards: (0..shard_count)
-                .map(|_| Mutex::new(Shard::new(seg_size)))
+                .map(|_| Mutex::new(Shard::new(seg_size, sub_total / shard_count)))
                 .collect(),
             shared: Shared {
                 pool,
                 hasher: foldhash::fast::RandomState::default(),
                 seg_size,
-                pins: crate::pin::PinCounts::new(segments),
+                pins: crate::pin::PinCounts::new(segments + sub_segments),
+                subs: sub_pools,
             },
             cas: AtomicU64::new(0),
             flush: AtomicU64::new(0),
@@ -148,6 +191,9 @@ impl Store {
             backfill: OnceLock::new(),
             external_reads: AtomicU64::new(0),
             external_lost: AtomicU64::new(0),
+            sub_regions: subs.to_vec(),
+            exchange_next: AtomicUsize::new(0),
+            exchange_cpu_usec: AtomicU64::new(0),
         })
     }
 
@@ -397,11 +443,89 @@ impl Store {
         shard.unpin(&self.shared, pin.slot, pin.addr);
     }
 
+    /// Which region holds `key` (0 local, `r + 1` sub region `r`), if it is present (tests).
+    #[cfg(test)]
+    pub(crate) fn region_of(&self, key: &[u8], now: Time) -> Option<u8> {
+        self.place_of(key, now).map(|(region, _)| region)
+    }
+
+    /// The region and the shard-local segment slot holding `key` (tests).
+    #[cfg(test)]
+    pub(crate) fn place_of(&self, key: &[u8], now: Time) -> Option<(u8, usize)> {
+        let hash = self.shared.hasher.hash_one(key);
+        let mut shard = self.lock(hash, now);
+        let loc = shard.lookup(&self.shared, hash, key, now)?;
+        Some((shard.region_at(loc), loc.slot()))
+    }
+
+    /// Free segments of every sub region together (tests).
+    #[cfg(test)]
+    pub(crate) fn sub_free_segments(&self) -> usize {
+        self.shared.subs.iter().map(|p| p.free_count()).sum()
+    }
+
+    /// Items queued for promotion in every shard (tests).
+    #[cfg(test)]
+    pub(crate) fn queued_promotions(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().expect("shard").queued())
+            .sum()
+    }
+
     /// A copy of a pin's bytes, read through the segment that holds them (tests).
     #[cfg(test)]
     pub(crate) fn pinned_copy(&self, pin: &Pin) -> Vec<u8> {
         let shard = self.shards[pin.shard as usize].lock().expect("shard");
         shard.pinned_copy(pin.slot, pin.addr, pin.len)
+    }
+
+    /// One step of the background exchange (ADR 0035): promotes up to `max_items` queued
+    /// foreign items to the local region, looking at the shards in turn from where the last
+    /// step stopped and holding one shard lock at a time; returns how many were tried.
+    /// Nothing to do without sub regions.
+    pub fn exchange(&self, now: Time, max_items: usize) -> usize {
+        if self.sub_regions.is_empty() {
+            return 0;
+        }
+        let n = self.shards.len();
+        let start = self.exchange_next.fetch_add(1, Ordering::Relaxed);
+        let mut tried = 0;
+        for i in 0..n {
+            if tried >= max_items {
+                break;
+            }
+            let mut shard = self.lock_index((start + i) % n, now);
+            tried += shard.exchange(&self.shared, now, max_items - tried);
+        }
+        tried
+    }
+
+    /// Adds CPU time the exchange's thread used ([`StoreStats::numa_exchange_cpu_usec`]).
+    pub fn add_exchange_cpu(&self, usec: u64) {
+        self.exchange_cpu_usec.fetch_add(usec, Ordering::Relaxed);
+    }
+
+    /// The sub regions this store was made with.
+    pub fn sub_regions(&self) -> &[SubRegion] {
+        &self.sub_regions
+    }
+
+    /// Each region's size and fill: the local one first, then the sub regions.
+    pub fn regions(&self) -> Vec<RegionStats> {
+        let mut out = vec![RegionStats {
+            node: None,
+            bytes: self.arena_bytes,
+            used_bytes: self.shared.pool.segment_bytes() as u64,
+        }];
+        for (r, p) in self.sub_regions.iter().zip(&self.shared.subs) {
+            out.push(RegionStats {
+                node: Some(r.node),
+                bytes: p.total_bytes() as u64,
+                used_bytes: p.segment_bytes() as u64,
+            });
+        }
+        out
     }
 
     /// A snapshot of the counters.
@@ -426,6 +550,15 @@ impl Store {
             st.get_expired += c.get_expired;
             st.get_flushed += c.get_flushed;
             st.unwritten_bytes += shard.unwritten_bytes(self.shared.seg_size);
+            if !self.sub_regions.is_empty() {
+                let [local, foreign] = shard.usage_by_lane();
+                st.numa_local_bytes += local;
+                st.numa_foreign_bytes += foreign;
+                st.get_hits_local += c.get_hits_local;
+                st.get_hits_foreign += c.get_hits_foreign;
+                st.numa_promotions += c.promotions;
+                st.numa_demotions += c.demotions;
+            }
         }
         st.segment_size = self.shared.seg_size as u64;
         st.segment_bytes = self.shared.pool.segment_bytes() as u64;
@@ -437,6 +570,7 @@ impl Store {
         st.orphaned_segments = pins.orphans.load(Ordering::Relaxed) as u64;
         st.pins_granted = pins.granted.load(Ordering::Relaxed);
         st.pins_refused = pins.refused.load(Ordering::Relaxed);
+        st.numa_exchange_cpu_usec = self.exchange_cpu_usec.load(Ordering::Relaxed);
         st
     }
 }
@@ -444,6 +578,9 @@ impl Store {
 impl Drop for Store {
     fn drop(&mut self) {
         let mut segs = self.shared.pool.drain();
+        for p in &mut self.shared.subs {
+            segs.extend(p.drain());
+        }
         for s in self.shards.iter_mut() {
             segs.extend(s.get_mut().unwrap_or_else(|e| e.into_inner()).drain());
         }

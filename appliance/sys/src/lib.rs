@@ -27,8 +27,8 @@ pub use bpf::{
     BpfError, Insn, XdpAttach, STEER_PROGRAM_LEN,
 };
 pub use cpus::{
-    affinity, cpumask_hex, format_cpus, parse_cpulist, set_affinity, set_mempolicy_bind,
-    CPULIST_LEN_MAX, CPULIST_SPAN_MAX,
+    affinity, cpumask_hex, format_cpus, mbind_bind, parse_cpulist, set_affinity,
+    set_mempolicy_bind, CPULIST_LEN_MAX, CPULIST_SPAN_MAX,
 };
 pub use fs::read_trim;
 pub use ktls::{

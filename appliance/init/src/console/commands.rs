@@ -139,11 +139,31 @@ fn status_serving(out: &mut Output, state: &State) {
         (None, None) => out.line("not serving yet"),
     }
     if let Some(server) = &state.server {
+        memory_regions(out, server.as_ref());
         let conns = server.connections();
         out.line(format!("connections {conns}"));
         out.set("connections", conns);
         out.set("draining", server.draining());
     }
+}
+
+/// With `ringstore.sub_memory` (ADR 0035): one line per item memory region with its node
+/// and fill, e.g. `memory region node 0 sub: 12 of 32 MiB used`.
+fn memory_regions(out: &mut Output, server: &dyn crate::plane::Serving) {
+    let regions = server.memory_regions();
+    if regions.is_empty() {
+        return;
+    }
+    let mut listed = Vec::new();
+    for (node, kind, bytes, used) in regions {
+        out.line(format!(
+            "memory region node {node} {kind}: {} of {} MiB used",
+            used >> 20,
+            bytes >> 20
+        ));
+        listed.push(json!({"node": node, "kind": kind, "bytes": bytes, "used_bytes": used}));
+    }
+    out.set("memory_regions", listed);
 }
 
 /// PID 1's own view, appended to `stats` for the keys the server does not report.

@@ -81,6 +81,7 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     commands(out, &t);
     traffic_and_items(ctx, out, &t, &store);
     datapath_and_placement(ctx, out, &t, &store);
+    numa_sub_memory(ctx, out, &store);
 }
 
 /// The process: identity, version, uptime and CPU time.
@@ -233,6 +234,21 @@ fn datapath_and_placement(ctx: &Ctx<'_>, out: &mut Vec<u8>, t: &StatsTotals, sto
         "worker_capeff",
         &format!("{:016x}", shared.worker_capeff.load(Relaxed)),
     );
+}
+
+/// NUMA sub memory (issue 23, ADR 0035): where the items are, reads by region, the moves
+/// and the exchange's CPU time. Listed only with `--sub-memory`.
+fn numa_sub_memory(ctx: &Ctx<'_>, out: &mut Vec<u8>, store: &StoreStats) {
+    if ctx.shared.store.sub_regions().is_empty() {
+        return;
+    }
+    stat(out, "numa_local_bytes", store.numa_local_bytes);
+    stat(out, "numa_foreign_bytes", store.numa_foreign_bytes);
+    stat(out, "get_hits_local", store.get_hits_local);
+    stat(out, "get_hits_foreign", store.get_hits_foreign);
+    stat(out, "numa_promotions", store.numa_promotions);
+    stat(out, "numa_demotions", store.numa_demotions);
+    stat(out, "numa_exchange_cpu_usec", store.numa_exchange_cpu_usec);
 }
 
 /// `STAT <name> <s>.<µs>`, memcached's form for CPU times.

@@ -73,6 +73,7 @@ impl Shard {
         s.write = 0;
         s.live_bytes = 0;
         s.live_items = 0;
+        s.hot = 0;
     }
 }
 

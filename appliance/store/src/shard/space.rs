@@ -3,7 +3,7 @@
 //! deletes and evicts what the second chance does not keep (docs/adr/0003-eviction.md).
 use std::hash::BuildHasher;
 
-use super::{slot_id, Loc, SegSlot, Shard, Shared, Why, SLOTS_MAX};
+use super::{slot_id, Loc, SegSlot, Shard, Shared, Why, LOCAL, SLOTS_MAX, SUB};
 use crate::item::{self, Header};
 use crate::StoreError;
 
@@ -30,7 +30,7 @@ impl Shard {
         self.index.grow();
         sh.pool.index_grew(before, self.index.allocation_size());
         while sh.pool.over_budget() {
-            let Some(victim) = self.fifo.pop_front() else {
+            let Some(victim) = self.lanes[LOCAL].fifo.pop_front() else {
                 break;
             };
             self.compact(sh, usize::from(victim), 0, Keep::Accessed, now);
@@ -40,8 +40,9 @@ impl Shard {
         }
     }
 
-    /// Finds `len` bytes in the active segment, taking a segment from the pool or
-    /// reclaiming the oldest one when it is full.
+    /// Finds `len` bytes in the active segment of `lane` ([`LOCAL`] or [`SUB`]), taking a
+    /// segment from the pool or reclaiming the oldest one when it is full. Reclaiming a
+    /// local segment demotes what it does not keep to the sub regions when they have room.
     #[expect(
         clippy::expect_used,
         reason = "mostly_dead returns a position inside the FIFO it just walked"
@@ -51,10 +52,11 @@ impl Shard {
         sh: &Shared,
         len: usize,
         now: u32,
+        lane: usize,
     ) -> Result<(usize, usize), StoreError> {
         debug_assert!(len <= sh.seg_size);
         loop {
-            if let Some(a) = self.active {
+            if let Some(a) = self.lanes[lane].active {
                 let a = usize::from(a);
                 let seg_size = sh.seg_size;
                 let pinned = self.pinned(a);
@@ -66,22 +68,23 @@ impl Shard {
                 }
                 if s.live_items == 0 && pinned {
                     // Nothing live, but a send still reads it: keep it aside (an orphan).
-                    self.active = None;
+                    self.lanes[lane].active = None;
                     self.orphan(sh, a);
                     continue;
                 }
                 if s.live_items == 0 {
                     // Nothing live in the full active segment: start it over.
                     s.write = 0;
+                    s.hot = 0;
                     let g = self.gen();
                     self.slot_mut(a).gen = g;
                     continue;
                 }
-                self.active = None;
-                self.fifo.push_back(slot_id(a));
+                self.lanes[lane].active = None;
+                self.lanes[lane].fifo.push_back(slot_id(a));
             }
             if self.free_slots.len() + (SLOTS_MAX - self.slots.len()) > 0 {
-                if let Some(seg) = sh.pool.take(self.held) {
+                if let Some((seg, region)) = self.take_segment(sh, lane) {
                     let g = self.gen();
                     let fresh = SegSlot {
                         seg,
@@ -91,6 +94,8 @@ impl Shard {
                         gen: g,
                         pins: 0,
                         orphan: false,
+                        region,
+                        hot: 0,
                     };
                     let slot = match self.free_slots.pop() {
                         Some(i) => {
@@ -102,19 +107,22 @@ impl Shard {
                             slot_id(self.slots.len() - 1)
                         }
                     };
-                    self.held += 1;
-                    self.active = Some(slot);
+                    self.lanes[lane].held += 1;
+                    self.lanes[lane].active = Some(slot);
                     continue;
                 }
             }
-            if let Some(pos) = self.mostly_dead(sh.seg_size, len) {
+            if let Some(pos) = self.mostly_dead(sh.seg_size, len, lane) {
                 // Garbage from overwrites and deletes is reclaimed without evicting anything.
-                let victim = self.fifo.remove(pos).expect("position from the FIFO");
+                let victim = self.lanes[lane]
+                    .fifo
+                    .remove(pos)
+                    .expect("position from the FIFO");
                 self.compact(sh, usize::from(victim), sh.seg_size, Keep::All, now);
-                self.active = Some(victim);
+                self.lanes[lane].active = Some(victim);
                 continue;
             }
-            let Some(victim) = self.fifo.pop_front() else {
+            let Some(victim) = self.eviction_victim(lane) else {
                 return Err(StoreError::OutOfMemory);
             };
             if self.pinned(usize::from(victim)) {
@@ -126,14 +134,50 @@ impl Shard {
             }
             let keep = (sh.seg_size / 2).min(sh.seg_size - len);
             self.compact(sh, usize::from(victim), keep, Keep::Accessed, now);
-            self.active = Some(victim);
+            self.lanes[lane].active = Some(victim);
         }
+    }
+
+    /// A free segment for `lane` and its region number: the local pool's (within its
+    /// guarantees), or the sub pool with the most free segments. Sub pools guarantee no
+    /// shard any segment: a shard without one evicts as it would without sub memory.
+    fn take_segment(&self, sh: &Shared, lane: usize) -> Option<(crate::arena::Segment, u8)> {
+        if lane == LOCAL {
+            return sh.pool.take(self.lanes[LOCAL].held).map(|s| (s, 0));
+        }
+        let mut order: Vec<usize> = (0..sh.subs.len()).collect();
+        order.sort_by_key(|&r| std::cmp::Reverse(sh.subs[r].free_count()));
+        order.into_iter().find_map(|r| {
+            let seg = sh.subs[r].take(usize::MAX)?;
+            Some((seg, u8::try_from(r + 1).ok()?))
+        })
+    }
+
+    /// The segment `lane` reclaims next, taken out of its FIFO: the local lane's oldest (FIFO
+    /// with second chance, ADR 0003); the sub lane's one with the fewest warm items among
+    /// its [`DEAD_SCAN`] oldest (the oldest of those), so the hot items waiting there are
+    /// not evicted by the room their own promotion makes.
+    fn eviction_victim(&mut self, lane: usize) -> Option<u16> {
+        if lane == LOCAL {
+            return self.lanes[LOCAL].fifo.pop_front();
+        }
+        let (pos, _) = self.lanes[SUB]
+            .fifo
+            .iter()
+            .take(DEAD_SCAN)
+            .map(|&f| match self.pinned(usize::from(f)) {
+                true => u32::MAX,
+                false => self.slot(usize::from(f)).hot,
+            })
+            .enumerate()
+            .min_by_key(|&(i, accessed)| (accessed, i))?;
+        self.lanes[SUB].fifo.remove(pos)
     }
 
     /// Among the oldest [`DEAD_SCAN`] segments, the one with the fewest live bytes if at
     /// most half of it is live and compacting it leaves room for `len` more bytes.
-    fn mostly_dead(&self, seg_size: usize, len: usize) -> Option<usize> {
-        let (pos, live) = self
+    fn mostly_dead(&self, seg_size: usize, len: usize, lane: usize) -> Option<usize> {
+        let (pos, live) = self.lanes[lane]
             .fifo
             .iter()
             .take(DEAD_SCAN)
@@ -148,8 +192,10 @@ impl Shard {
 
     /// Compacts segment `slot` in place: keeps live items (all, or those accessed since they
     /// were written or last copied, clearing that bit) while they fit in `keep` bytes, and
-    /// drops the rest (expired ones as reclaimed, others as evicted).
+    /// drops the rest (expired ones as reclaimed); a local segment's other items are
+    /// demoted to the sub regions while they have room, the rest evicted.
     fn compact(&mut self, sh: &Shared, slot: usize, keep: usize, which: Keep, now: u32) {
+        let demote = self.slot(slot).region == 0 && !sh.subs.is_empty();
         let mut rd = 0;
         let mut wr = 0;
         let mut kept_items = 0;
@@ -173,7 +219,7 @@ impl Shard {
                     self.index.replace(hash, |l| l == old, new);
                     wr += len;
                     kept_items += 1;
-                } else {
+                } else if expired || !demote || !self.demote(sh, hash, old, len, now) {
                     let why = if expired { Why::Expired } else { Why::Evicted };
                     self.index.remove(hash, old);
                     self.count_drop(why, h.bits);
@@ -186,6 +232,7 @@ impl Shard {
         s.write = wr;
         s.live_bytes = wr;
         s.live_items = kept_items;
+        s.hot = 0;
         s.gen = g;
     }
 }

@@ -101,6 +101,9 @@ impl Store {
         if h.bits & item::LARGE != 0 && !opts.see_large {
             return Ok((f(None, &mut request), None));
         }
+        if opts.mark_access {
+            shard.note_hit(&self.shared, hash, loc, now);
+        }
         let mut shown = h;
         if opts.touch.is_some() && journal.is_none() && self.journal_required() {
             return Err((StoreError::OutOfMemory, f)); // a touch that cannot be logged
