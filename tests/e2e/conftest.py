@@ -121,9 +121,10 @@ def raw(addr, payload, expect_close=False, timeout=5.0, read_until=None):
 
 
 @contextlib.contextmanager
-def real_memcached(udp=False):
-    """A real memcached on a free loopback port (also on UDP, same port, when `udp`);
-    yields its address. Skips the test when memcached is not installed."""
+def real_memcached(udp=False, extra=(), env=None):
+    """A real memcached on a free loopback port (also on UDP, same port, when `udp`), with
+    `extra` arguments and `env` as its environment; yields its address. Skips the test when
+    memcached is not installed."""
     path = shutil.which("memcached")
     if path is None:
         pytest.skip("memcached is not installed")
@@ -134,7 +135,8 @@ def real_memcached(udp=False):
     args = [path, "-U", str(port) if udp else "0", "-l", "127.0.0.1", "-p", str(port)]
     if os.geteuid() == 0:
         args += ["-u", "nobody"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    args += list(extra)
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 10
         while True:

@@ -63,12 +63,19 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("skopeo", "/usr/bin/skopeo"),
     ("iptables", "/usr/sbin/iptables"),
     ("runc", "/usr/sbin/runc"),
-    // The durable bench's peer (Redis 7, appendfsync always) and its client tools.
+    // The durable bench's peer (Redis 7, appendfsync always).
     ("redis-server", "/usr/bin/redis-server"),
+    // tests/e2e/test_auth.py: saslpasswd2 writes the sasldb memcached -S checks PLAIN against.
+    ("sasl2-bin", "/usr/sbin/saslpasswd2"),
 ];
 
 /// Python packages for the end-to-end tests, pinned.
-const PIP_PACKAGES: &[&str] = &["pymemcache==4.0.0", "pytest==8.3.4"];
+const PIP_PACKAGES: &[&str] = &[
+    "pymemcache==4.0.0",
+    "pytest==8.3.4",
+    // tests/e2e/test_auth.py: a binary-protocol client with SASL PLAIN.
+    "python-binary-memcached==0.33.0",
+];
 
 /// Installs every missing apt package in one `apt-get install`.
 pub fn apt() -> Result<()> {

@@ -22,6 +22,15 @@ pub struct KeyInfo {
     pub apply: fn(&mut Config, &str) -> Result<(), ()>,
 }
 
+/// A path, or `off` (`None`); an empty value is refused.
+fn path_or_off(v: &str) -> Result<Option<std::path::PathBuf>, ()> {
+    match v.trim() {
+        "" => Err(()),
+        v if v.eq_ignore_ascii_case("off") => Ok(None),
+        v => Ok(Some(v.into())),
+    }
+}
+
 const ENDPOINT: &str = "an address IP:PORT (port 0 = any free port) or off";
 
 /// Every key, in the order `ringstore help` lists them.
@@ -120,14 +129,7 @@ pub static KEYS: &[KeyInfo] = &[
         help: "data device or file for durability (default off: RAM only)",
         endpoint: false,
         hidden: false,
-        apply: |c, v| {
-            let v = v.trim();
-            if v.is_empty() {
-                return Err(());
-            }
-            c.data = if v.eq_ignore_ascii_case("off") { None } else { Some(v.into()) };
-            Ok(())
-        },
+        apply: |c, v| path_or_off(v).map(|p| c.data = p),
     },
     KeyInfo {
         name: "data-format",
@@ -264,6 +266,22 @@ pub static KEYS: &[KeyInfo] = &[
         endpoint: false,
         hidden: false,
         apply: |c, v| parse_hostname(v).map(|h| c.hostname = Some(h)).ok_or(()),
+    },
+    KeyInfo {
+        name: "auth-file",
+        expected: "a path to a file of user:password lines (memcached -Y), or off",
+        help: "memcache connections log in first: text set login, binary SASL PLAIN (default off)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| path_or_off(v).map(|p| c.auth_file = p),
+    },
+    KeyInfo {
+        name: "http-tokens",
+        expected: "a path to a file of NAME SHA256-HEX read|write [KEY-PREFIX] lines, or off",
+        help: "HTTP requests need Authorization: Bearer TOKEN (default off)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| path_or_off(v).map(|p| c.http_tokens = p),
     },
     KeyInfo {
         name: "placement",

@@ -124,6 +124,12 @@ pub struct Config {
     pub request_timeout_secs: u64,
     /// `hostname`: the host name PID 1 sets and `stats` reports; `None` = the system's.
     pub hostname: Option<String>,
+    /// `auth-file`: memcached `-Y` users (`user:password` lines); memcache connections log
+    /// in first (text `set` login, binary SASL PLAIN). `None` = no login.
+    pub auth_file: Option<PathBuf>,
+    /// `http-tokens`: `NAME SHA256-OF-TOKEN read|write [KEY-PREFIX]` lines; every HTTP
+    /// request carries `Authorization: Bearer TOKEN`. `None` = open.
+    pub http_tokens: Option<PathBuf>,
     /// `placement` (hidden): connection placement mode, for measurement.
     pub placement: Placement,
     /// Hidden data-plane switches.
@@ -172,6 +178,8 @@ impl Default for Config {
             idle_timeout_secs: 300,
             request_timeout_secs: 10,
             hostname: None,
+            auth_file: None,
+            http_tokens: None,
             placement: Placement::Acceptor,
             tuning: Tuning::default(),
         }
@@ -348,6 +356,13 @@ impl Config {
             // acknowledged before its group commit. Refused rather than half durable.
             return Err(ConfigError::Inconsistent(
                 "xdp with data is not supported: UDP writes through AF_XDP would be acknowledged before they are durable".into(),
+            ));
+        }
+        if self.auth_file.is_some() && self.udp.is_some() {
+            // memcache over UDP has no connection to log in on (memcached -Y leaves UDP
+            // unauthenticated); refused rather than an open side door.
+            return Err(ConfigError::Inconsistent(
+                "auth-file with udp: memcache over UDP cannot log in; turn udp off".into(),
             ));
         }
         if self.item_size_max as u64 > self.memory {

@@ -151,6 +151,7 @@ fn is_usage_error(err: &RuntimeError) -> bool {
         RuntimeError::Numa(_)
             | RuntimeError::Cores { .. }
             | RuntimeError::DataRefused(_)
+            | RuntimeError::AuthFile(_)
             | RuntimeError::Store(_)
     ) || matches!(
         err,

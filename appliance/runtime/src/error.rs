@@ -40,6 +40,9 @@ pub enum RuntimeError {
     /// The data device could not be opened, recovered or checkpointed.
     #[error("{0}")]
     Data(String),
+    /// The `--auth-file` cannot be read or is not `user:password` lines: a usage error.
+    #[error("{0}")]
+    AuthFile(String),
     /// A worker thread panicked or could not be joined.
     #[error("worker {0} failed")]
     Worker(usize),

@@ -142,7 +142,7 @@ impl Handler for ServiceHandler {
     type Session = Session;
     fn open(&self, protocol: Protocol, worker: usize) -> Session {
         // Connections (TCP) send big GET values from the item; UDP sessions copy.
-        let mut session = Session::new(protocol, worker);
+        let mut session = Session::for_connection(protocol, worker, &self.0);
         session.enable_zero_copy();
         session
     }

@@ -19,6 +19,7 @@
 #![deny(unsafe_code)]
 
 mod acceptor;
+pub mod auth;
 // The provided-buffer ring: memory shared with the kernel, written through raw pointers.
 #[allow(
     unsafe_code,

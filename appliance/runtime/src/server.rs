@@ -72,11 +72,14 @@ impl Server {
         crate::sys::ignore_sigpipe();
         crate::sys::return_freed_memory_promptly();
         crate::sys::raise_nofile_limit();
+        // Read before anything is bound or mapped: a file at fault refuses the start.
+        let auth_files = crate::auth::load(config)?;
         let placed = place(config)?;
         let (node, cpus) = (placed.node, placed.cpus);
         let bound = crate::listeners::bind(config, cpus.len())?;
         let udp_sockets = bound.udp.len();
         let (shared, clock) = shared_state(config, node, &cpus)?;
+        crate::auth::enable(&shared, auth_files);
         let data = placed
             .durable
             .map(|durable| crate::data::attach(durable, &shared.store, clock));
@@ -159,6 +162,12 @@ impl Server {
     }
 
     /// The NUMA node served from.
+    /// Reads `--auth-file` and `--http-tokens` again (SIGHUP, console): new logins and
+    /// requests are checked against them; a file at fault keeps the old ones (`Err`).
+    pub fn reload_auth(&self, config: &Config) -> Result<bool, RuntimeError> {
+        crate::auth::reload(&self.shared, config)
+    }
+
     pub fn numa_node(&self) -> u32 {
         self.node
     }

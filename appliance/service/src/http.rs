@@ -30,6 +30,9 @@
 //!   that cannot be read (device error, object replaced meanwhile) ends the connection, so
 //!   the client sees a short body, never wrong bytes.
 
+mod access;
+#[cfg(test)]
+mod access_tests;
 mod backend;
 mod large;
 #[cfg(test)]

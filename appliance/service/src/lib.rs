@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+pub mod auth;
 pub mod budget;
 pub mod device;
 mod held;
@@ -113,6 +114,8 @@ pub struct Shared {
     pub rusage: std::sync::OnceLock<fn() -> (u64, u64)>,
     /// The AF_XDP mode per interface (`IF:MODE,...`, `stats xdp_mode`); unset: no XDP.
     pub xdp_mode: std::sync::OnceLock<String>,
+    /// `--auth-file`: set by the runtime before the first connection; unset: no login asked.
+    pub auth: std::sync::OnceLock<auth::Auth>,
 }
 
 impl Shared {
@@ -140,6 +143,7 @@ impl Shared {
             baseline: std::sync::Mutex::new(StatsTotals::default()),
             rusage: std::sync::OnceLock::new(),
             xdp_mode: std::sync::OnceLock::new(),
+            auth: std::sync::OnceLock::new(),
         })
     }
 
@@ -401,7 +405,19 @@ impl Session {
         }
     }
 
-    /// True while part of a request is buffered (the slow-client timer runs only then).
+    /// A connection's session: with `--auth-file`, a memcache one must log in first (until
+    /// then [`Session::has_partial_request`] is true, so the slow-client timer runs from
+    /// the accept). A session made with [`Session::new`] finds out on its first bytes.
+    pub fn for_connection(protocol: Protocol, worker: usize, shared: &Shared) -> Session {
+        let mut session = Session::new(protocol, worker);
+        if let SessionKind::Memcache(s) = &mut session.inner {
+            s.resolve_gate(shared);
+        }
+        session
+    }
+
+    /// True while part of a request is buffered, or a memcache connection has not logged in
+    /// under `--auth-file` (the slow-client timer runs only then).
     pub fn has_partial_request(&self) -> bool {
         match &self.inner {
             SessionKind::Memcache(s) => s.has_partial_request(),

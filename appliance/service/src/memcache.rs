@@ -14,6 +14,9 @@
 
 mod admin;
 mod arith;
+mod auth;
+#[cfg(test)]
+mod auth_tests;
 mod binary;
 #[cfg(test)]
 mod bound_tests;
@@ -23,6 +26,7 @@ mod dump;
 pub mod expiry;
 mod get;
 mod meta;
+mod sasl;
 mod stats;
 mod storage;
 #[cfg(test)]
@@ -108,6 +112,8 @@ pub struct MemcacheSession {
     marks: Option<Vec<ResponseMark>>,
     /// GET values sent from the item (`zero_copy.rs`).
     pub(crate) zc: ZeroCopy,
+    /// `--auth-file`: whether the connection must still log in (`auth.rs`).
+    gate: auth::Gate,
 }
 
 /// The end of one response in a session's output (memcached frames each of its UDP
@@ -159,7 +165,31 @@ impl MemcacheSession {
             mode: Mode::Undecided,
             marks: None,
             zc: ZeroCopy::default(),
+            gate: auth::Gate::Unresolved,
         }
+    }
+
+    /// Decides from `shared` whether this connection must log in (once; later calls keep
+    /// what was decided).
+    pub fn resolve_gate(&mut self, shared: &Shared) {
+        if matches!(self.gate, auth::Gate::Unresolved) {
+            self.gate = auth::Gate::for_shared(shared);
+        }
+    }
+
+    /// The connection logged in (text `set` login or binary SASL).
+    fn log_in(&mut self) {
+        self.gate = auth::Gate::Open;
+    }
+
+    /// A failed SASL attempt: the connection must log in again.
+    fn log_out(&mut self) {
+        self.gate = auth::Gate::Locked(auth::Login::default());
+    }
+
+    /// True while the connection has not logged in under `--auth-file`.
+    pub fn locked(&self) -> bool {
+        !matches!(self.gate, auth::Gate::Open)
     }
 
     /// From now on, note where each response ends in the output (text protocol, while no
@@ -290,6 +320,7 @@ impl MemcacheSession {
     pub fn has_partial_request(&self) -> bool {
         (!self.pending.is_empty() && self.get_cursor == 0 && self.dump.is_none())
             || self.swallow > 0
+            || matches!(self.gate, auth::Gate::Locked(_))
     }
 
     /// Parses and executes requests from `buf`; returns the bytes used and the next step.
@@ -316,11 +347,23 @@ impl MemcacheSession {
                 Some(_) => self.mode = Mode::Text,
             }
         }
+        self.resolve_gate(ctx.shared);
         if self.mode == Mode::Binary {
             return self.run_binary(buf, ctx, out, held);
         }
-        let limits = ctx.limits();
         let mut pos = 0;
+        if let auth::Gate::Locked(login) = &mut self.gate {
+            let (used, step) = login.run(buf, ctx, out);
+            match step {
+                auth::Step::More => return (used, Flow::Continue),
+                auth::Step::Close => return (buf.len(), Flow::Close),
+                auth::Step::LoggedIn => {
+                    self.log_in();
+                    pos = used;
+                }
+            }
+        }
+        let limits = ctx.limits();
         self.awaiting = 0;
         loop {
             if let Some(flow) = self.before_request(

@@ -140,6 +140,10 @@ counters! {
     /// A gauge, not a counter: value bytes pinned for sends in flight now (the owning worker
     /// adds and subtracts; `stats` shows the sum, unaffected by `stats reset`).
     pinned_bytes,
+    /// Authentication attempts: text `set` logins and binary SASL auth (memcached `auth_cmds`).
+    auth_cmds,
+    /// Of those, the ones refused (memcached `auth_errors`).
+    auth_errors,
 }
 
 #[cfg(test)]

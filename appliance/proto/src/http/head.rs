@@ -147,6 +147,8 @@ pub struct RequestHead<'a> {
     pub ttl: Option<i64>,
     /// `X-Flags`.
     pub flags: Option<u32>,
+    /// `Authorization` (its value; `--http-tokens` reads `Bearer TOKEN`).
+    pub authorization: Option<&'a [u8]>,
 }
 
 /// Bytes of empty lines (CRLF or LF) before a request line, which RFC 9112 §2.2 says to ignore.

@@ -14,6 +14,10 @@ pub enum Status {
     PartialContent,
     NotModified,
     BadRequest,
+    /// No valid bearer token (`--http-tokens`); sent with `WWW-Authenticate: Bearer`.
+    Unauthorized,
+    /// The token may not do this (read-only, or another key prefix).
+    Forbidden,
     NotFound,
     MethodNotAllowed,
     LengthRequired,
@@ -40,6 +44,8 @@ impl Status {
             Status::PartialContent => 206,
             Status::NotModified => 304,
             Status::BadRequest => 400,
+            Status::Unauthorized => 401,
+            Status::Forbidden => 403,
             Status::NotFound => 404,
             Status::MethodNotAllowed => 405,
             Status::LengthRequired => 411,
@@ -66,6 +72,8 @@ impl Status {
             Status::PartialContent => b"HTTP/1.1 206 Partial Content\r\n",
             Status::NotModified => b"HTTP/1.1 304 Not Modified\r\n",
             Status::BadRequest => b"HTTP/1.1 400 Bad Request\r\n",
+            Status::Unauthorized => b"HTTP/1.1 401 Unauthorized\r\n",
+            Status::Forbidden => b"HTTP/1.1 403 Forbidden\r\n",
             Status::NotFound => b"HTTP/1.1 404 Not Found\r\n",
             Status::MethodNotAllowed => b"HTTP/1.1 405 Method Not Allowed\r\n",
             Status::LengthRequired => b"HTTP/1.1 411 Length Required\r\n",
@@ -163,6 +171,12 @@ impl<'a> HeadWriter<'a> {
         self
     }
 
+    /// `WWW-Authenticate: Bearer` on a 401 (RFC 6750 §3).
+    pub fn www_authenticate(self) -> Self {
+        self.out.extend_from_slice(b"WWW-Authenticate: Bearer\r\n");
+        self
+    }
+
     /// Writes `Connection` (if any) and the blank line that ends the head.
     pub fn finish(self, connection: ConnectionField) {
         match connection {
@@ -190,6 +204,9 @@ pub fn write_empty(out: &mut Vec<u8>, status: Status, connection: ConnectionFiel
     }
     if status == Status::MethodNotAllowed {
         head = head.allow();
+    }
+    if status == Status::Unauthorized {
+        head = head.www_authenticate();
     }
     head.finish(connection);
 }

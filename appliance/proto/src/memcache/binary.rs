@@ -64,6 +64,11 @@ pub mod opcode {
     pub const GATKQ: u8 = 0x24;
 }
 
+/// Longest SASL mechanism name (memcached `MAX_SASL_MECH_LEN`).
+pub const SASL_MECH_MAX: usize = 32;
+/// Largest SASL auth or step data read (PLAIN: authorization id, user and password).
+pub const SASL_DATA_MAX: usize = 1024;
+
 /// Response statuses, with the message memcached sends in an error's body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -76,6 +81,8 @@ pub enum Status {
     NonNumeric,
     UnknownCommand,
     OutOfMemory,
+    /// Not logged in (`PROTOCOL_BINARY_RESPONSE_AUTH_ERROR`; ringstore `--auth-file`).
+    AuthError,
     /// The data device could not make a write durable (no memcached equivalent; 0x84 is
     /// `PROTOCOL_BINARY_RESPONSE_EINTERNAL` in memcached's `protocol_binary.h`).
     Internal,
@@ -94,6 +101,7 @@ impl Status {
             Status::NonNumeric => 0x0006,
             Status::UnknownCommand => 0x0081,
             Status::OutOfMemory => 0x0082,
+            Status::AuthError => 0x0020,
             Status::Internal => 0x0084,
         }
     }
@@ -110,6 +118,7 @@ impl Status {
             Status::NonNumeric => "Non-numeric server-side value for incr or decr",
             Status::UnknownCommand => "Unknown command",
             Status::OutOfMemory => "Out of memory",
+            Status::AuthError => "Auth failure.",
             Status::Internal => "Data device write failed",
         }
     }
@@ -225,6 +234,22 @@ pub enum Request<'a> {
     Stat {
         key: &'a [u8],
     },
+    /// `SASL list mechs`.
+    SaslListMechs,
+    /// `SASL auth` (`step` false) or `SASL step`, with the whole of its data.
+    Sasl {
+        mech: &'a [u8],
+        data: &'a [u8],
+        step: bool,
+    },
+    /// A SASL auth or step whose mechanism name is over [`SASL_MECH_MAX`] (`status`
+    /// "Invalid arguments", as memcached) or whose data is over [`SASL_DATA_MAX`] ("Out of
+    /// memory", memcached's answer when it cannot hold the data); `swallow` bytes follow.
+    /// A server without SASL answers "Unknown command" and swallows the same bytes.
+    SaslRefused {
+        status: Status,
+        swallow: usize,
+    },
     /// An error response decided by the parser: then `swallow` bytes are discarded, or
     /// the connection is closed after the response.
     Error {
@@ -327,6 +352,9 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Parse<'a> {
     match command(&h, extras, key) {
         Command::Ready(request) => done(request),
         Command::Invalid => error(Status::InvalidArguments, head_len),
+        Command::SaslData { step } => {
+            sasl_data(input, head, head_len + (h.body_len - h.key_len), key, step)
+        }
         Command::Value {
             kind,
             flags,
@@ -369,6 +397,28 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Parse<'a> {
     }
 }
 
+/// A SASL auth or step once its `request_len` bytes are all there.
+fn sasl_data<'a>(
+    input: &'a [u8],
+    head: Head,
+    request_len: usize,
+    mech: &'a [u8],
+    step: bool,
+) -> Parse<'a> {
+    let Some(whole) = input.get(..request_len) else {
+        return Parse::Incomplete;
+    };
+    Parse::Done {
+        head,
+        request: Request::Sasl {
+            mech,
+            data: &whole[HEADER_LEN + mech.len()..],
+            step,
+        },
+        consumed: request_len,
+    }
+}
+
 /// What the opcode and lengths make of a request whose extras and key are whole.
 enum Command<'a> {
     Ready(Request<'a>),
@@ -381,6 +431,10 @@ enum Command<'a> {
     },
     /// Lengths this command does not take: "Invalid arguments", then close.
     Invalid,
+    /// SASL auth or step: its data follows the key.
+    SaslData {
+        step: bool,
+    },
 }
 
 fn command<'a>(h: &Header, extras: &[u8], key: &'a [u8]) -> Command<'a> {
@@ -516,10 +570,26 @@ fn other_command<'a>(h: &Header, extras: &[u8], key: &'a [u8]) -> Command<'a> {
         NOOP => ready(empty, Request::Noop),
         VERSION => ready(empty, Request::Version),
         STAT => ready(ext == 0, Request::Stat { key }),
-        // memcached without SASL configured: "Unknown command", the rest of the body
-        // swallowed.
-        SASL_LIST_MECHS => ready(empty, unknown(0)),
-        SASL_AUTH | SASL_STEP => ready(ext == 0 && klen != 0, unknown(body - klen)),
+        // The session answers these (memcached without SASL configured: "Unknown command",
+        // the rest of the body swallowed).
+        SASL_LIST_MECHS => ready(empty, Request::SaslListMechs),
+        SASL_AUTH | SASL_STEP => {
+            let swallow = body - klen;
+            if ext != 0 || klen == 0 {
+                Command::Invalid
+            } else if klen > SASL_MECH_MAX || swallow > SASL_DATA_MAX {
+                let status = if klen > SASL_MECH_MAX {
+                    Status::InvalidArguments
+                } else {
+                    Status::OutOfMemory
+                };
+                Command::Ready(Request::SaslRefused { status, swallow })
+            } else {
+                Command::SaslData {
+                    step: op == SASL_STEP,
+                }
+            }
+        }
         // memcached swallows the whole body length after the extras and key it already
         // read, so a body eats as many bytes of what follows (checked against 1.6.18).
         _ => Command::Ready(unknown(body)),

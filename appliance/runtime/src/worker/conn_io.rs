@@ -23,6 +23,8 @@ impl<H: Handler> Worker<H> {
             .insert(Conn::new(fd, session, self.now.mono_ms, own_buf));
         self.setup.handler.conn_opened(self.setup.index);
         self.peak_conns = self.peak_conns.max(self.conns.live());
+        // A connection that must log in first is on the request timer from its accept.
+        self.note_partial(slot);
         self.arm_recv(slot);
     }
 

@@ -93,6 +93,10 @@ pub trait Backend {
     fn large(&self) -> Option<LargeLimits> {
         None
     }
+    /// `--http-tokens` (and the failure log): `None` serves every request unauthenticated.
+    fn auth(&self) -> Option<&crate::auth::Auth> {
+        None
+    }
     /// Large objects: publish `manifest` under `key` (every chunk is durable).
     fn put_large(&self, key: &[u8], manifest: &[u8], flags: u32, ttl: i64, now: Now) -> PutOutcome {
         let _ = (key, manifest, flags, ttl, now);
@@ -114,6 +118,8 @@ pub struct StoreBackend<'a> {
     pub conn_memory: Option<&'a std::sync::Arc<crate::budget::ConnMemory>>,
     /// The worker's data device, when one is attached.
     pub device: Option<&'a dyn Device>,
+    /// `--http-tokens`, when given.
+    pub auth: Option<&'a crate::auth::Auth>,
 }
 
 impl<'a> StoreBackend<'a> {
@@ -130,6 +136,7 @@ impl<'a> StoreBackend<'a> {
             object_size_max: shared.config.object_size_max,
             conn_memory: Some(&shared.conn_memory),
             device,
+            auth: shared.auth.get(),
         }
     }
 
@@ -140,6 +147,9 @@ impl<'a> StoreBackend<'a> {
 }
 
 impl Backend for StoreBackend<'_> {
+    fn auth(&self) -> Option<&crate::auth::Auth> {
+        self.auth
+    }
     fn record(&self, _worker: usize, event: Event) {
         let Some(stats) = self.stats else { return };
         match event {

@@ -50,6 +50,9 @@ impl HttpSession {
         if head.method != Method::Other && decode_key(head.target, &mut key).is_err() {
             return self.fail(backend, out, Status::BadRequest);
         }
+        if let Err(status) = access::check(backend, head, key.as_bytes(), now) {
+            return self.refuse_access(backend, head, pos, out, status);
+        }
         if head.method == Method::Put {
             return self.start_put(head, key, pos, backend, out);
         }

@@ -30,6 +30,7 @@ fn backend(store: &Store) -> StoreBackend<'_> {
         object_size_max: 0,
         conn_memory: None,
         device: None,
+        auth: None,
     }
 }
 

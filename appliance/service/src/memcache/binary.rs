@@ -28,6 +28,14 @@ use crate::budget::Hold;
 use crate::held::{Failure, HeldReplies};
 use crate::Flow;
 
+/// A binary request on a connection that has not logged in under `--auth-file`: memcached
+/// `-S`'s answer, an "Auth failure." frame (0x20) echoing opcode and opaque, then the
+/// connection is closed. A storage request's value is never buffered.
+fn refuse_unauthenticated(head: Head, out: &mut Vec<u8>, held: &mut HeldReplies) -> Flow {
+    held.write(out, |out| response::error(out, head, Status::AuthError));
+    Flow::Close
+}
+
 impl MemcacheSession {
     /// Parses and executes binary requests from `buf` (the binary twin of
     /// [`MemcacheSession::run_held`]); returns the bytes used and the next step.
@@ -50,6 +58,9 @@ impl MemcacheSession {
             match binary::parse(&buf[pos..], &limits) {
                 Parse::Incomplete => return (pos, Flow::Continue),
                 Parse::Close => return (buf.len(), Flow::Close),
+                Parse::AwaitingValue { head, .. } if self.locked() => {
+                    return (buf.len(), refuse_unauthenticated(head, out, held));
+                }
                 Parse::AwaitingValue {
                     head,
                     request_len,
@@ -71,6 +82,11 @@ impl MemcacheSession {
                         return (pos, Flow::Continue);
                     };
                     pos += used;
+                }
+                Parse::Done { head, request, .. }
+                    if self.locked() && !super::sasl::allowed_unauthenticated(&request) =>
+                {
+                    return (buf.len(), refuse_unauthenticated(head, out, held));
                 }
                 Parse::Done {
                     head,
@@ -123,6 +139,19 @@ impl MemcacheSession {
             Request::Noop => response::ok(out, head, 0),
             Request::Version => response::text(out, head, COMPAT_VERSION.as_bytes()),
             Request::Stat { key } => stat(ctx, out, head, key),
+            Request::SaslListMechs => super::sasl::list_mechs(ctx, out, head),
+            Request::Sasl { mech, data, step } => {
+                // A failed attempt logs an authenticated connection out, as memcached does.
+                match super::sasl::auth(ctx, out, head, mech, data, step) {
+                    Some(true) => self.log_in(),
+                    Some(false) => self.log_out(),
+                    None => {}
+                }
+            }
+            Request::SaslRefused { status, swallow } => {
+                super::sasl::refused(ctx, out, head, status);
+                self.swallow = swallow;
+            }
             Request::Error {
                 status,
                 swallow,

@@ -109,9 +109,9 @@ fn commands(out: &mut Vec<u8>, t: &StatsTotals) {
     stat(out, "touch_misses", t.touch_misses);
     stat(out, "store_too_large", t.store_too_large);
     stat(out, "store_no_memory", t.store_no_memory);
-    // No SASL or ascii authentication.
-    stat(out, "auth_cmds", 0);
-    stat(out, "auth_errors", 0);
+    // `--auth-file`: text logins and binary SASL attempts (memcache/auth.rs).
+    stat(out, "auth_cmds", t.auth_cmds);
+    stat(out, "auth_errors", t.auth_errors);
 }
 
 /// Bytes moved, listening, threads and the store's items.

@@ -1,6 +1,6 @@
 //! Header field lines: their syntax, the fields the object API reads (Content-Length,
 //! Transfer-Encoding, Connection, Expect, Range, If-None-Match, If-Range, X-TTL,
-//! Cache-Control max-age, Host, X-Flags), and the rules that combine them into a
+//! Cache-Control max-age, Host, X-Flags, Authorization), and the rules that combine them into a
 //! [`RequestHead`] (framing, keep-alive, expectations, Host presence).
 use super::host::valid_host;
 use super::syntax::{
@@ -25,6 +25,9 @@ pub(super) struct Fields<'a> {
     x_ttl: Option<i64>,
     max_age: Option<i64>,
     flags: Option<u32>,
+    authorization: Option<&'a [u8]>,
+    /// `Authorization` field lines seen (more than one is refused: which would count?).
+    authorizations: u32,
     /// `Host` field lines seen.
     hosts: u32,
     host_invalid: bool,
@@ -102,6 +105,9 @@ impl<'a> Fields<'a> {
                 // Signed: memcache exptime rules apply, so a negative age stores an expired item.
                 self.max_age = Some(parse_i64_saturating(arg).ok_or(HeadError::Malformed)?);
             }
+        } else if is("authorization") {
+            self.authorizations += 1;
+            self.authorization = Some(value);
         } else if is("host") {
             self.hosts += 1;
             self.host_invalid |= !valid_host(value);
@@ -125,6 +131,9 @@ impl<'a> Fields<'a> {
         }
         if self.host_invalid {
             return Err(HeadError::InvalidHost);
+        }
+        if self.authorizations > 1 {
+            return Err(HeadError::Malformed);
         }
         if self.hosts == 0 && version == Version::Http11 {
             return Err(HeadError::MissingHost);
@@ -168,6 +177,7 @@ impl<'a> Fields<'a> {
             if_range: self.if_range,
             ttl: self.x_ttl.or(self.max_age),
             flags: self.flags,
+            authorization: self.authorization,
         })
     }
 }

@@ -265,7 +265,7 @@ fn unknown_commands_and_sasl_swallow_like_memcached() {
     assert_eq!(done(&input).1, unknown(4));
     assert_eq!(
         req(&frame(SASL_LIST_MECHS, &[], &[], &[], 0, 0)),
-        unknown(0)
+        Request::SaslListMechs
     );
     let input = frame(SASL_AUTH, b"PLAIN", &[], b"\0u\0p", 0, 0);
     assert_eq!(
@@ -275,7 +275,39 @@ fn unknown_commands_and_sasl_swallow_like_memcached() {
                 opcode: SASL_AUTH,
                 opaque: 0
             },
-            unknown(4),
+            Request::Sasl {
+                mech: b"PLAIN",
+                data: b"\0u\0p",
+                step: false
+            },
+            33
+        )
+    );
+    assert_eq!(parse(&input[..32], &LIMITS), Parse::Incomplete);
+    let input = frame(SASL_STEP, b"PLAIN", &[], &[], 0, 0);
+    assert!(matches!(done(&input).1, Request::Sasl { step: true, .. }));
+    // Over the bounds: refused from the header, the data swallowed, never buffered.
+    let long_mech = frame(SASL_AUTH, &[b'M'; 33], &[], b"xy", 0, 0);
+    assert_eq!(
+        done(&long_mech).1,
+        Request::SaslRefused {
+            status: Status::InvalidArguments,
+            swallow: 2
+        }
+    );
+    let mut big = frame(SASL_AUTH, b"PLAIN", &[], &[], 0, 0);
+    big[8..12].copy_from_slice(&u32::try_from(5 + SASL_DATA_MAX + 1).unwrap().to_be_bytes());
+    assert_eq!(
+        done(&big),
+        (
+            Head {
+                opcode: SASL_AUTH,
+                opaque: 0
+            },
+            Request::SaslRefused {
+                status: Status::OutOfMemory,
+                swallow: SASL_DATA_MAX + 1
+            },
             29
         )
     );

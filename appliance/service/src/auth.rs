@@ -1,0 +1,462 @@
+//! Authentication material and its checks: memcached's `-Y` user file (`--auth-file`: text
+//! logins and binary SASL PLAIN) and the rate-bounded log of failed attempts (ADR 0032).
+//!
+//! Secrets are never kept as given: each user name and password is held as its SHA-256
+//! digest, and a check hashes what the client sent and compares it with every entry in
+//! constant time (`subtle`), so neither the time a check takes nor anything in memory, the
+//! log or `stats` says how much of a password was right.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use sha2::{Digest, Sha256};
+use subtle::{Choice, ConstantTimeEq};
+
+/// Largest `--auth-file` accepted.
+pub const AUTH_FILE_MAX: usize = 1 << 20;
+/// Most `user:password` lines (memcached keeps 8 and drops the rest silently; ringstore
+/// refuses a longer file instead).
+pub const AUTH_ENTRIES_MAX: usize = 1024;
+/// Longest line, line end excluded (memcached reads at most 255 bytes a line).
+pub const AUTH_LINE_MAX: usize = 255;
+/// At most one log line per this many milliseconds reports failed attempts (with the count
+/// of those not reported on a line of their own).
+pub const AUTH_LOG_INTERVAL_MS: u64 = 1000;
+
+/// Why an `--auth-file` was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AuthFileError {
+    #[error("it is larger than {AUTH_FILE_MAX} bytes")]
+    TooLarge,
+    #[error("line {0} is not user:password")]
+    Malformed(usize),
+    #[error("line {0} is longer than {AUTH_LINE_MAX} bytes")]
+    LongLine(usize),
+    #[error("it has more than {AUTH_ENTRIES_MAX} entries")]
+    TooMany,
+    #[error("it has no user:password line")]
+    Empty,
+}
+
+/// One `user:password` line, as digests.
+struct Entry {
+    user: [u8; 32],
+    pass: [u8; 32],
+}
+
+/// The users of an `--auth-file`.
+pub struct Credentials {
+    entries: Vec<Entry>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credentials({} users)", self.entries.len())
+    }
+}
+
+fn digest(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+impl Credentials {
+    /// Reads memcached's `-Y` format: one `user:password` per line; the user ends at the
+    /// first `:`, the password at the line end (`\n`, `\r\n`). A line without `:` (an empty
+    /// one too) refuses the whole file, as memcached refuses to start.
+    pub fn parse(text: &[u8]) -> Result<Credentials, AuthFileError> {
+        if text.len() > AUTH_FILE_MAX {
+            return Err(AuthFileError::TooLarge);
+        }
+        let body = text.strip_suffix(b"\n").unwrap_or(text);
+        if body.is_empty() {
+            return Err(AuthFileError::Empty);
+        }
+        let mut entries = Vec::new();
+        for (i, line) in body.split(|&b| b == b'\n').enumerate() {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.len() > AUTH_LINE_MAX {
+                return Err(AuthFileError::LongLine(i + 1));
+            }
+            let colon = line
+                .iter()
+                .position(|&b| b == b':')
+                .ok_or(AuthFileError::Malformed(i + 1))?;
+            if entries.len() == AUTH_ENTRIES_MAX {
+                return Err(AuthFileError::TooMany);
+            }
+            entries.push(Entry {
+                user: digest(&line[..colon]),
+                pass: digest(&line[colon + 1..]),
+            });
+        }
+        Ok(Credentials { entries })
+    }
+
+    /// Users in the file.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Always false (a file without users is refused); for clippy's `len` rule.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// True when `user` with `pass` is a line of the file. Every entry is compared, in
+    /// constant time, whatever matched before.
+    pub fn check(&self, user: &[u8], pass: &[u8]) -> bool {
+        let (user, pass) = (digest(user), digest(pass));
+        let found = self.entries.iter().fold(Choice::from(0), |found, e| {
+            found | (e.user.ct_eq(&user) & e.pass.ct_eq(&pass))
+        });
+        found.into()
+    }
+}
+
+/// The failure log: at most one line per [`AUTH_LOG_INTERVAL_MS`], whatever the rate of
+/// failed attempts; the lines never carry what the client sent.
+#[derive(Debug, Default)]
+pub struct AuthLog {
+    /// Monotonic milliseconds before which no line is written.
+    next_ms: AtomicU64,
+    /// Failures not reported on a line yet.
+    unreported: AtomicU64,
+    sink: OnceLock<fn(&str)>,
+}
+
+impl AuthLog {
+    /// Notes one failed attempt of `kind` at `now_ms`; writes a line when the interval has
+    /// passed. Returns whether it wrote one.
+    pub fn failed(&self, now_ms: u64, kind: &str) -> bool {
+        let next = self.next_ms.load(Relaxed);
+        if now_ms < next
+            || self
+                .next_ms
+                .compare_exchange(next, now_ms + AUTH_LOG_INTERVAL_MS, Relaxed, Relaxed)
+                .is_err()
+        {
+            self.unreported.fetch_add(1, Relaxed);
+            return false;
+        }
+        let earlier = self.unreported.swap(0, Relaxed);
+        if let Some(sink) = self.sink.get() {
+            sink(&format!(
+                "ringstore: authentication failed ({kind}); {earlier} earlier failures not logged one by one"
+            ));
+        }
+        true
+    }
+}
+
+/// A value a reload may replace while sessions read it (they keep the copy they took).
+#[derive(Debug)]
+pub struct Reloadable<T>(RwLock<Arc<T>>);
+
+impl<T> Reloadable<T> {
+    pub fn new(value: T) -> Reloadable<T> {
+        Reloadable(RwLock::new(Arc::new(value)))
+    }
+
+    /// The value now in force.
+    pub fn get(&self) -> Arc<T> {
+        Arc::clone(&self.0.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Puts `value` in force for every later [`Reloadable::get`].
+    pub fn replace(&self, value: T) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(value);
+    }
+}
+
+/// What `--auth-file` and `--http-tokens` turn on, kept in [`crate::Shared`].
+#[derive(Debug)]
+pub struct Auth {
+    /// `--auth-file`: memcache connections log in first.
+    pub users: Option<Reloadable<Credentials>>,
+    /// `--http-tokens`: every HTTP request carries a bearer token.
+    pub tokens: Option<Reloadable<HttpTokens>>,
+    pub log: AuthLog,
+}
+
+impl Auth {
+    /// Auth with `users` and/or `tokens`; failure lines go to `sink` (the runtime's log).
+    pub fn new(users: Option<Credentials>, tokens: Option<HttpTokens>, sink: fn(&str)) -> Auth {
+        let log = AuthLog::default();
+        let _ = log.sink.set(sink);
+        Auth {
+            users: users.map(Reloadable::new),
+            tokens: tokens.map(Reloadable::new),
+            log,
+        }
+    }
+}
+
+/// Most lines of an `--http-tokens` file.
+pub const TOKENS_MAX: usize = 1024;
+/// Longest token name or key prefix.
+pub const TOKEN_FIELD_MAX: usize = 250;
+
+/// What an HTTP token may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Token {
+    /// The name the file gives it (for the operator; logged, never the token).
+    pub name: String,
+    /// PUT and DELETE too (`write`); else GET and HEAD only (`read`).
+    pub write: bool,
+    /// Keys it may touch start with this (empty: every key).
+    pub prefix: Vec<u8>,
+}
+
+/// The tokens of an `--http-tokens` file, each kept as the SHA-256 the file gives.
+pub struct HttpTokens {
+    entries: Vec<([u8; 32], Token)>,
+}
+
+impl std::fmt::Debug for HttpTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HttpTokens({} tokens)", self.entries.len())
+    }
+}
+
+/// Why an `--http-tokens` file was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TokensFileError {
+    #[error("it is larger than {AUTH_FILE_MAX} bytes")]
+    TooLarge,
+    #[error("line {0} is not NAME SHA256-HEX read|write [KEY-PREFIX]")]
+    Malformed(usize),
+    #[error("line {0}: the hash is not 64 hex digits")]
+    BadHash(usize),
+    #[error("line {0}: the name or prefix is longer than {TOKEN_FIELD_MAX} bytes")]
+    LongField(usize),
+    #[error("it has more than {TOKENS_MAX} tokens")]
+    TooMany,
+    #[error("it has no token line")]
+    Empty,
+}
+
+fn hex32(text: &str) -> Option<[u8; 32]> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in bytes.chunks(2).enumerate() {
+        let digits = std::str::from_utf8(pair).ok()?;
+        out[i] = u8::from_str_radix(digits, 16).ok()?;
+    }
+    Some(out)
+}
+
+impl HttpTokens {
+    /// Reads `NAME SHA256-OF-TOKEN read|write [KEY-PREFIX]` lines (fields separated by
+    /// spaces or tabs; empty lines and lines starting with `#` are skipped).
+    pub fn parse(text: &str) -> Result<HttpTokens, TokensFileError> {
+        if text.len() > AUTH_FILE_MAX {
+            return Err(TokensFileError::TooLarge);
+        }
+        let mut entries = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let n = i + 1;
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (name, hash, mode, prefix) = match fields[..] {
+                [name, hash, mode] => (name, hash, mode, ""),
+                [name, hash, mode, prefix] => (name, hash, mode, prefix),
+                _ => return Err(TokensFileError::Malformed(n)),
+            };
+            let write = match mode {
+                "read" => false,
+                "write" => true,
+                _ => return Err(TokensFileError::Malformed(n)),
+            };
+            let hash = hex32(hash).ok_or(TokensFileError::BadHash(n))?;
+            if name.len() > TOKEN_FIELD_MAX || prefix.len() > TOKEN_FIELD_MAX {
+                return Err(TokensFileError::LongField(n));
+            }
+            if entries.len() == TOKENS_MAX {
+                return Err(TokensFileError::TooMany);
+            }
+            let token = Token {
+                name: name.to_string(),
+                write,
+                prefix: prefix.as_bytes().to_vec(),
+            };
+            entries.push((hash, token));
+        }
+        if entries.is_empty() {
+            return Err(TokensFileError::Empty);
+        }
+        Ok(HttpTokens { entries })
+    }
+
+    /// Tokens in the file.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Always false (a file without tokens is refused); for clippy's `len` rule.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The token whose hash is SHA-256(`presented`). Every entry is compared in constant
+    /// time; the first match wins.
+    pub fn find(&self, presented: &[u8]) -> Option<&Token> {
+        let hash = digest(presented);
+        let mut found = None;
+        for (known, token) in &self.entries {
+            let hit: bool = known.ct_eq(&hash).into();
+            if hit && found.is_none() {
+                found = Some(token);
+            }
+        }
+        found
+    }
+}
+
+/// The token of an `Authorization: Bearer TOKEN` value (RFC 6750 §2.1; the scheme is
+/// case-insensitive).
+pub fn bearer(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = value.split_at(value.len().min(7));
+    if !scheme.eq_ignore_ascii_case(b"bearer ") {
+        return None;
+    }
+    let token = rest.trim_ascii();
+    (!token.is_empty()).then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_file_is_memcacheds_format() {
+        let c = Credentials::parse(b"alice:secret\r\nbob:hun:ter2\n").unwrap();
+        assert_eq!(c.len(), 2);
+        assert!(c.check(b"alice", b"secret"));
+        assert!(
+            c.check(b"bob", b"hun:ter2"),
+            "the password runs to the line end"
+        );
+        assert!(!c.check(b"alice", b"secre"));
+        assert!(!c.check(b"alice", b"secret "));
+        assert!(
+            !c.check(b"bob", b"secret"),
+            "a password belongs to its own user"
+        );
+        assert!(!c.check(b"", b""));
+    }
+
+    #[test]
+    fn malformed_files_are_refused() {
+        assert_eq!(
+            Credentials::parse(b"alice:x\n\nbob:y\n").unwrap_err(),
+            AuthFileError::Malformed(2)
+        );
+        assert_eq!(
+            Credentials::parse(b"nocolon").unwrap_err(),
+            AuthFileError::Malformed(1)
+        );
+        assert_eq!(Credentials::parse(b"").unwrap_err(), AuthFileError::Empty);
+        let long = format!("u:{}\n", "p".repeat(AUTH_LINE_MAX));
+        assert_eq!(
+            Credentials::parse(long.as_bytes()).unwrap_err(),
+            AuthFileError::LongLine(1)
+        );
+        let many = "u:p\n".repeat(AUTH_ENTRIES_MAX + 1);
+        assert_eq!(
+            Credentials::parse(many.as_bytes()).unwrap_err(),
+            AuthFileError::TooMany
+        );
+        let big = vec![b'a'; AUTH_FILE_MAX + 1];
+        assert_eq!(
+            Credentials::parse(&big).unwrap_err(),
+            AuthFileError::TooLarge
+        );
+    }
+
+    #[test]
+    fn no_secret_in_memory_or_debug() {
+        let c = Credentials::parse(b"alice:topsecretpw\n").unwrap();
+        assert_eq!(format!("{c:?}"), "Credentials(1 users)");
+        let raw: Vec<u8> = c
+            .entries
+            .iter()
+            .flat_map(|e| e.user.iter().chain(&e.pass))
+            .copied()
+            .collect();
+        assert!(!raw.windows(5).any(|w| w == b"topse"));
+    }
+
+    #[test]
+    fn http_token_files() {
+        let good = digest(b"tok-read");
+        let hex: String = good.iter().map(|b| format!("{b:02x}")).collect();
+        let text = format!(
+            "# comment\n\nreader {hex} read\nwriter {} write users/\n",
+            "ab".repeat(32)
+        );
+        let t = HttpTokens::parse(&text).unwrap();
+        assert_eq!(t.len(), 2);
+        let found = t.find(b"tok-read").unwrap();
+        assert_eq!(
+            (found.name.as_str(), found.write, found.prefix.as_slice()),
+            ("reader", false, &b""[..])
+        );
+        assert!(t.find(b"tok-rea").is_none());
+        assert!(t.find(&good).is_none(), "the hash itself is not the token");
+        assert_eq!(format!("{t:?}"), "HttpTokens(2 tokens)");
+        assert_eq!(
+            HttpTokens::parse("a b").unwrap_err(),
+            TokensFileError::Malformed(1)
+        );
+        assert_eq!(
+            HttpTokens::parse(&format!("a {hex} admin")).unwrap_err(),
+            TokensFileError::Malformed(1)
+        );
+        assert_eq!(
+            HttpTokens::parse("a 12 read").unwrap_err(),
+            TokensFileError::BadHash(1)
+        );
+        assert_eq!(
+            HttpTokens::parse(&format!("a {} read", "zz".repeat(32))).unwrap_err(),
+            TokensFileError::BadHash(1)
+        );
+        assert_eq!(
+            HttpTokens::parse("# nothing\n").unwrap_err(),
+            TokensFileError::Empty
+        );
+        let many = format!("a {hex} read\n").repeat(TOKENS_MAX + 1);
+        assert_eq!(
+            HttpTokens::parse(&many).unwrap_err(),
+            TokensFileError::TooMany
+        );
+    }
+
+    #[test]
+    fn bearer_values() {
+        assert_eq!(bearer(b"Bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"bearer   abc "), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"Basic abc"), None);
+        assert_eq!(bearer(b"Bearer "), None);
+        assert_eq!(bearer(b"Bearerabc"), None);
+    }
+
+    #[test]
+    fn a_flood_of_failures_writes_one_line_a_second() {
+        let log = AuthLog::default();
+        let written = (0..10_000u64)
+            .filter(|i| log.failed(5_000 + i / 10, "x"))
+            .count();
+        // 10 000 failures over 1 000 ms of clock: the first line, and one when the second
+        // interval begins.
+        assert_eq!(written, 1);
+        assert!(log.failed(6_000, "x"));
+        assert_eq!(log.unreported.load(Relaxed), 0);
+        assert!(!log.failed(6_999, "x"));
+    }
+}

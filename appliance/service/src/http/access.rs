@@ -1,0 +1,59 @@
+//! `--http-tokens`: each request carries `Authorization: Bearer TOKEN`; a missing or unknown
+//! token is 401 with `WWW-Authenticate: Bearer`, a read-only token's PUT or DELETE and any
+//! token's request for a key outside its prefix are 403. The token is looked up by its
+//! SHA-256 in constant time (`auth.rs`); a 401 is logged at the bounded rate, without the
+//! token.
+
+use super::request::connection_field;
+use super::*;
+use crate::auth::bearer;
+
+/// Whether the request in `head` for `key` may go on; `Err` is the status to answer.
+pub(super) fn check<B: Backend>(
+    backend: &B,
+    head: &RequestHead<'_>,
+    key: &[u8],
+    now: Now,
+) -> Result<(), Status> {
+    let Some(auth) = backend.auth() else {
+        return Ok(());
+    };
+    let Some(tokens) = &auth.tokens else {
+        return Ok(());
+    };
+    let tokens = tokens.get();
+    let Some(token) = head
+        .authorization
+        .and_then(bearer)
+        .and_then(|t| tokens.find(t))
+    else {
+        auth.log.failed(now.mono_ms, "HTTP bearer token");
+        return Err(Status::Unauthorized);
+    };
+    let writes = matches!(head.method, Method::Put | Method::Delete);
+    if (writes && !token.write) || !key.starts_with(&token.prefix) {
+        return Err(Status::Forbidden);
+    }
+    Ok(())
+}
+
+impl HttpSession {
+    /// Answers a refused request: the connection stays open when the request has no body
+    /// (nothing to skip), and closes (lingering) when it has one: a refused body is never
+    /// read into memory.
+    pub(super) fn refuse_access<B: Backend>(
+        &mut self,
+        backend: &B,
+        head: &RequestHead<'_>,
+        pos: usize,
+        out: &mut Vec<u8>,
+        status: Status,
+    ) -> Step {
+        if !matches!(head.body, BodyFraming::None) || !head.keep_alive {
+            return self.fail(backend, out, status);
+        }
+        backend.record(self.worker, Event::Response(status));
+        write_empty(out, status, connection_field(true, head.version));
+        Step::Next(pos)
+    }
+}
