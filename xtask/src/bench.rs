@@ -34,6 +34,7 @@ mod memory;
 mod memory_part;
 mod options;
 mod procs;
+mod redis;
 mod report;
 mod saturation;
 mod subject;

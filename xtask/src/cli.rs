@@ -102,6 +102,15 @@ pub const COMMANDS: &[Command] = &[
         ],
     },
     Command {
+        name: "oci",
+        positional: None,
+        summary: "the container image: target/oci/ringstore.tar (OCI archive, reproducible; podman load -i)",
+        flags: &[switch(
+            "--check",
+            "then load and run it with podman as `cargo xtask test` does",
+        )],
+    },
+    Command {
         name: "run",
         positional: None,
         summary: "build everything and boot the appliance in QEMU; prints how to log in",
@@ -328,6 +337,7 @@ mod tests {
                     "run" => crate::run::RunOptions::parse(&args).map(|_| ()),
                     "bench" => crate::bench::parse_options(&args).map(|_| ()),
                     "test" => crate::test::parse_options(&args).map(|_| ()),
+                    "oci" => crate::oci::parse_options(&args).map(|_| ()),
                     // Only `--help`, which lists the tests and builds nothing.
                     "vm-test" => crate::vm_tests::run(&args),
                     other => panic!("no parser check for {other}"),

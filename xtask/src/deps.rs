@@ -57,6 +57,14 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ),
     ("php-cli", "/usr/bin/php"),
     ("php-memcached", "/etc/php/8.2/mods-available/memcached.ini"),
+    // The container image's test (cargo xtask oci, ADR 0034): podman runs it, skopeo reads it.
+    // netavark (podman's network) needs iptables; runc where crun refuses the cgroup layout.
+    ("podman", "/usr/bin/podman"),
+    ("skopeo", "/usr/bin/skopeo"),
+    ("iptables", "/usr/sbin/iptables"),
+    ("runc", "/usr/sbin/runc"),
+    // The durable bench's peer (Redis 7, appendfsync always).
+    ("redis-server", "/usr/bin/redis-server"),
     // tests/e2e/test_auth.py: saslpasswd2 writes the sasldb memcached -S checks PLAIN against.
     ("sasl2-bin", "/usr/sbin/saslpasswd2"),
     // TLS tests (ringstore-tls, tests/e2e/test_tls.py): throwaway CAs and certificates.

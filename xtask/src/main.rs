@@ -20,6 +20,7 @@ mod kernel;
 mod keygen;
 mod keyscan;
 mod layering;
+mod oci;
 mod pxe;
 mod qemu;
 mod run;
@@ -43,6 +44,7 @@ fn main() -> Result<()> {
         // The bench's floor server, started by `cargo xtask bench` (bench/floor.rs).
         "bench-floor" => bench::floor::main(rest),
         "image" => image::run(rest),
+        "oci" => oci::run(rest),
         "run" => run::run(rest),
         "pxe" => pxe::run(rest),
         "scaleout" => scaleout::run(rest),

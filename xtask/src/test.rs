@@ -79,6 +79,10 @@ fn run_steps(opts: &Options) -> Result<()> {
     }
     step("memccapable (ascii and binary)", &memccapable)?;
     step("end-to-end (pymemcache, curl)", &end_to_end)?;
+    step(
+        "container image (cargo xtask oci, podman)",
+        &crate::oci::podman::check,
+    )?;
     if !opts.quick && !opts.skip_vm {
         step("QEMU appliance tests", &vm_tests)?;
     }

@@ -69,8 +69,8 @@ fn date_field(value: i64) -> u16 {
     u16::try_from(value).unwrap_or(1)
 }
 
-/// Howard Hinnant's days-since-1970 → (year, month, day).
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
+/// Howard Hinnant's days-since-1970 → (year, month, day) (also the OCI image's `created`).
+pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;

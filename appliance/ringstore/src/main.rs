@@ -13,10 +13,12 @@ use ringstore_runtime::{RuntimeError, Server, TerminationSignals};
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 fn main() -> ExitCode {
-    if std::process::id() == 1 {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // PID 1 is the appliance's init, unless asked to serve: a container's entrypoint
+    // (`/ringstore serve`, the OCI image of ADR 0034) is PID 1 of its namespace too.
+    if std::process::id() == 1 && !is_container_serve(&args) {
         run_init();
     }
-    let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("serve") => serve(&args[1..]),
         Some("init") => run_init(),
@@ -38,6 +40,15 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `ringstore serve ...` (or `--version`, which a container probe asks): what a container runs
+/// as its PID 1. The kernel starts the appliance's /init with no such first argument.
+fn is_container_serve(args: &[String]) -> bool {
+    matches!(
+        args.first().map(String::as_str),
+        Some("serve" | "--version")
+    )
 }
 
 /// PID 1 of the appliance; never returns.

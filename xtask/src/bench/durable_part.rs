@@ -1,5 +1,6 @@
-//! The durable part: `--data` SET throughput on disk and tmpfs against RAM only, then the time
-//! to recover 1M objects after kill -9 and after SIGTERM.
+//! The durable part: `--data` SET throughput on disk and tmpfs against RAM only, then the time to
+//! recover 1M objects after kill -9 and after SIGTERM, then SET against Redis `appendfsync
+//! always` and the disk's flush bound (redis.rs).
 
 use super::doc::{mark, Doc};
 use super::options::Options;
@@ -25,6 +26,9 @@ pub(super) fn durable_part(
     drop(configs);
     recovery_section(binary, out_dir, doc, &mut section)?;
     doc.sections.push(section);
+    if let Err(e) = super::redis::redis_section(o, binary, out_dir, doc) {
+        doc.note(format!("durable vs Redis: failed: {e:#}"));
+    }
     Ok(())
 }
 

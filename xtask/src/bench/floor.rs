@@ -43,6 +43,7 @@ impl Shape {
                 r
             }
             Op::Set => b"STORED\r\n".to_vec(),
+            Op::RespSet => b"+OK\r\n".to_vec(),
         };
         Shape {
             request_len: request.len(),

@@ -1,5 +1,6 @@
 //! The few memcache text-protocol bytes the benchmark speaks: `get`/`set` requests and a
-//! reply splitter that finds complete replies in a receive buffer without copying.
+//! reply splitter that finds complete replies in a receive buffer without copying; and one
+//! RESP request, Redis's `SET`, for the durable cell against Redis (bench/redis.rs).
 
 use std::io::Write;
 
@@ -8,13 +9,15 @@ use std::io::Write;
 pub enum Op {
     Get,
     Set,
+    /// `SET key value` in RESP (Redis), answered `+OK`.
+    RespSet,
 }
 
 impl Op {
     pub fn name(self) -> &'static str {
         match self {
             Op::Get => "GET",
-            Op::Set => "SET",
+            Op::Set | Op::RespSet => "SET",
         }
     }
 }
@@ -54,6 +57,15 @@ pub fn write_request(out: &mut Vec<u8>, op: Op, value: &[u8], index: usize) {
             out.extend_from_slice(value);
             out.extend_from_slice(b"\r\n");
         }
+        Op::RespSet => {
+            let mut key = Vec::new();
+            write_key(&mut key, value.len(), index);
+            write!(out, "*3\r\n$3\r\nSET\r\n${}\r\n", key.len()).expect("writing to a Vec");
+            out.extend_from_slice(&key);
+            write!(out, "\r\n${}\r\n", value.len()).expect("writing to a Vec");
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        }
     }
 }
 
@@ -87,7 +99,8 @@ pub fn split_reply(buf: &[u8]) -> Option<(Reply, usize)> {
     }
     let reply = match line {
         b"END" => Reply::Miss,
-        b"STORED" => Reply::Stored,
+        // RESP's simple-string answer to SET.
+        b"STORED" | b"+OK" => Reply::Stored,
         _ => Reply::Other,
     };
     Some((reply, head))
@@ -105,6 +118,15 @@ mod tests {
         out.clear();
         write_request(&mut out, Op::Set, b"abc", 12);
         assert_eq!(out, b"set b3:00000012 0 0 3\r\nabc\r\n");
+        out.clear();
+        write_request(&mut out, Op::RespSet, b"abc", 12);
+        assert_eq!(
+            out,
+            b"*3\r\n$3\r\nSET\r\n$11\r\nb3:00000012\r\n$3\r\nabc\r\n"
+        );
+        let replies = b"+OK\r\n-ERR out of memory\r\n";
+        assert_eq!(split_reply(replies), Some((Reply::Stored, 5)));
+        assert_eq!(split_reply(&replies[5..]).map(|r| r.0), Some(Reply::Other));
     }
 
     #[test]

@@ -222,10 +222,39 @@ pub fn start_floor(op: super::mcwire::Op, value_len: usize) -> Result<Pinned> {
     let op_name = match op {
         super::mcwire::Op::Get => "get",
         super::mcwire::Op::Set => "set",
+        super::mcwire::Op::RespSet => bail!("the floor server speaks memcache only"),
     };
     cmd.args(["bench-floor", "--port", &port.to_string(), "--op", op_name])
         .args(["--value-len", &value_len.to_string()]);
     spawn_listening("floor", cmd, port).context("starting the floor server")
+}
+
+/// Redis with its append-only file in `dir`: `appendonly yes`, `appendfsync always` (every
+/// acknowledged write fsynced first), no RDB snapshots, every thread on `SERVER_CPU`.
+pub fn start_redis(dir: &Path) -> Result<Pinned> {
+    let port = free_port()?;
+    let mut cmd = pinned(SERVER_CPU, "redis-server");
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args([
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+        ])
+        .args([
+            "--protected-mode",
+            "no",
+            "--daemonize",
+            "no",
+            "--logfile",
+            "",
+        ])
+        .arg("--dir")
+        .arg(dir);
+    eprintln!("+ {}", command_line(&cmd));
+    spawn_listening("redis", cmd, port).context("starting redis-server (apt install redis-server)")
 }
 
 /// nginx in single-process mode (one process serves) with `conf`, on `SERVER_CPU`.
