@@ -39,6 +39,18 @@ pub enum Placement {
     ReusePort,
 }
 
+/// `io`: which I/O runtime the workers run (ADR 0033).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoRuntime {
+    /// io_uring when a ring with the needed features can be set up, else epoll.
+    #[default]
+    Auto,
+    /// io_uring only; a start where it cannot be set up fails (exit 1).
+    IoUring,
+    /// The readiness (epoll) runtime.
+    Epoll,
+}
+
 /// `io-uring-setup` (hidden): which io_uring setup flags a worker tries first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IoUringSetup {
@@ -126,6 +138,8 @@ pub struct Config {
     pub hostname: Option<String>,
     /// `placement` (hidden): connection placement mode, for measurement.
     pub placement: Placement,
+    /// `io`: the I/O runtime (auto, io_uring or epoll).
+    pub io: IoRuntime,
     /// Hidden data-plane switches.
     pub tuning: Tuning,
 }
@@ -173,6 +187,7 @@ impl Default for Config {
             request_timeout_secs: 10,
             hostname: None,
             placement: Placement::Acceptor,
+            io: IoRuntime::Auto,
             tuning: Tuning::default(),
         }
     }

@@ -287,3 +287,14 @@ fn eventfd_wait_is_hidden_off_by_default_and_parses() {
     assert!(Config::from_args(["--eventfd-wait", "maybe"]).is_err());
     assert!(!keys::known_list().contains("eventfd-wait"));
 }
+
+#[test]
+fn io_runtime_is_auto_by_default_and_takes_the_three_names() {
+    assert_eq!(Config::default().io, crate::IoRuntime::Auto);
+    let c = Config::from_kernel_cmdline("ringstore.io=epoll").unwrap();
+    assert_eq!(c.io, crate::IoRuntime::Epoll);
+    let c = Config::from_toml_str("io = \"io_uring\"").unwrap();
+    assert_eq!(c.io, crate::IoRuntime::IoUring);
+    assert!(Config::from_toml_str("io = \"poll\"").is_err());
+    assert!(Config::from_kernel_cmdline("ringstore.io=").is_err());
+}

@@ -140,6 +140,7 @@ fn is_usage_error(err: &RuntimeError) -> bool {
         RuntimeError::Numa(_)
             | RuntimeError::Cores { .. }
             | RuntimeError::DataRefused(_)
+            | RuntimeError::Unsupported(_)
             | RuntimeError::Store(_)
     ) || matches!(
         err,

@@ -38,6 +38,7 @@ mod listeners;
 pub mod numa;
 mod op;
 mod plane;
+mod readiness;
 mod ring;
 mod server;
 mod signals;

@@ -113,6 +113,9 @@ pub struct Shared {
     pub rusage: std::sync::OnceLock<fn() -> (u64, u64)>,
     /// The AF_XDP mode per interface (`IF:MODE,...`, `stats xdp_mode`); unset: no XDP.
     pub xdp_mode: std::sync::OnceLock<String>,
+    /// The workers' I/O runtime, `io_uring` or `epoll` (`stats io_runtime`); set by the
+    /// runtime at start.
+    pub io_runtime: std::sync::OnceLock<&'static str>,
 }
 
 impl Shared {
@@ -140,6 +143,7 @@ impl Shared {
             baseline: std::sync::Mutex::new(StatsTotals::default()),
             rusage: std::sync::OnceLock::new(),
             xdp_mode: std::sync::OnceLock::new(),
+            io_runtime: std::sync::OnceLock::new(),
         })
     }
 

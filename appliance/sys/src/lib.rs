@@ -10,6 +10,7 @@
 
 mod bpf;
 mod cpus;
+mod epoll;
 mod fs;
 mod mmap;
 mod mounts;
@@ -28,6 +29,9 @@ pub use bpf::{
 pub use cpus::{
     affinity, cpumask_hex, format_cpus, parse_cpulist, set_affinity, set_mempolicy_bind,
     CPULIST_LEN_MAX, CPULIST_SPAN_MAX,
+};
+pub use epoll::{
+    recv_nowait, send_nowait, sendmsg_nowait, set_nonblocking, Epoll, Readiness, Transfer, Watch,
 };
 pub use fs::read_trim;
 pub use mmap::Mapping;

@@ -184,6 +184,9 @@ fn datapath_and_placement(ctx: &Ctx<'_>, out: &mut Vec<u8>, t: &StatsTotals, sto
         "worker_capeff",
         &format!("{:016x}", shared.worker_capeff.load(Relaxed)),
     );
+    // The workers' I/O runtime (`--io`, ADR 0033).
+    let io_runtime = shared.io_runtime.get().copied().unwrap_or("io_uring");
+    stat_str(out, "io_runtime", io_runtime);
 }
 
 /// `STAT <name> <s>.<µs>`, memcached's form for CPU times.
