@@ -79,6 +79,7 @@ pub const COMMANDS: &[Command] = &[
             switch("--self-check", "memcached (and nginx) against themselves"),
             flag("--cells", "LIST", "only these memcache cells (OP-VALUEBYTES-DEPTH,...)"),
             flag("--compare-binary", "PATH", "this ringstore binary is the memcache baseline"),
+            flag("--io", "RUNTIME", "the ringstore subject's --io in the memcache cells (auto, io_uring, epoll)"),
         ],
     },
     Command {

@@ -77,8 +77,16 @@ fn run_steps(opts: &Options) -> Result<()> {
     if !opts.quick {
         step("fuzz smoke", &fuzz_smoke)?;
     }
-    step("memccapable (ascii and binary)", &memccapable)?;
-    step("end-to-end (pymemcache, curl)", &end_to_end)?;
+    step("memccapable (ascii and binary)", &|| {
+        memccapable("io_uring")
+    })?;
+    step("memccapable on the epoll runtime", &|| memccapable("epoll"))?;
+    step("end-to-end (pymemcache, curl)", &|| end_to_end(None))?;
+    // The whole suite again on the readiness runtime (ADR 0033): the fixtures pass
+    // `--io epoll` to every server they start; what that runtime refuses is skipped.
+    step("end-to-end on the epoll runtime", &|| {
+        end_to_end(Some("epoll"))
+    })?;
     step(
         "container image (cargo xtask oci, podman)",
         &crate::oci::podman::check,
@@ -153,9 +161,10 @@ fn fuzz_smoke() -> Result<()> {
     Ok(())
 }
 
-fn memccapable() -> Result<()> {
+/// memccapable (text and binary) against a server on I/O runtime `io` (`--io`).
+fn memccapable(io: &str) -> Result<()> {
     let binary = release_binary()?;
-    let server = crate::util::Server::start(&binary, &[])?;
+    let server = crate::util::Server::start(&binary, &["--io", io])?;
     let (host, port) = server.memcache_host_port()?;
     let out = Command::new("memccapable")
         .args(["-t", "5", "-h", &host, "-p", &port.to_string()])
@@ -171,11 +180,17 @@ fn memccapable() -> Result<()> {
     Ok(())
 }
 
-fn end_to_end() -> Result<()> {
+/// The e2e suite; with `io`, every server the fixtures start runs that I/O runtime
+/// (`RINGSTORE_IO`, passed as `--io`).
+fn end_to_end(io: Option<&str>) -> Result<()> {
     let binary = release_binary()?;
     let python = deps::python_env()?;
+    let mut pytest = Command::new(python);
+    if let Some(io) = io {
+        pytest.env("RINGSTORE_IO", io);
+    }
     exec(
-        Command::new(python)
+        pytest
             .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/e2e"])
             .env("RINGSTORE_BIN", &binary)
             // tests/e2e/test_scaleout.py runs `xtask scaleout` through the binary running now.

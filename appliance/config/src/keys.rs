@@ -3,7 +3,7 @@
 use crate::value::{
     parse_count, parse_endpoint, parse_hostname, parse_networks, parse_size, parse_switch,
 };
-use crate::{Config, IoUringSetup, NumaChoice, Placement, TlsVerify};
+use crate::{Config, IoRuntime, IoUringSetup, NumaChoice, Placement, TlsVerify};
 
 /// One configuration key.
 #[derive(Debug)]
@@ -362,6 +362,22 @@ pub static KEYS: &[KeyInfo] = &[
         endpoint: false,
         hidden: false,
         apply: |c, v| path_or_off(v).map(|p| c.http_tokens = p),
+    },
+    KeyInfo {
+        name: "io",
+        expected: "auto, io_uring or epoll",
+        help: "I/O runtime: io_uring, epoll, or auto (io_uring when it can be set up, else epoll; default auto)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| {
+            c.io = match v.trim() {
+                "auto" => IoRuntime::Auto,
+                "io_uring" => IoRuntime::IoUring,
+                "epoll" => IoRuntime::Epoll,
+                _ => return Err(()),
+            };
+            Ok(())
+        },
     },
     KeyInfo {
         name: "placement",

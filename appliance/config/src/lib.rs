@@ -39,6 +39,18 @@ pub enum Placement {
     ReusePort,
 }
 
+/// `io`: which I/O runtime the workers run (ADR 0033).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoRuntime {
+    /// io_uring when a ring with the needed features can be set up, else epoll.
+    #[default]
+    Auto,
+    /// io_uring only; a start where it cannot be set up fails (exit 1).
+    IoUring,
+    /// The readiness (epoll) runtime.
+    Epoll,
+}
+
 /// `io-uring-setup` (hidden): which io_uring setup flags a worker tries first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IoUringSetup {
@@ -134,6 +146,8 @@ pub struct Config {
     pub placement: Placement,
     /// TLS listeners and certificates (`memcache-tls`, `https`, `tls-*`; ADR 0031).
     pub tls: TlsConfig,
+    /// `io`: the I/O runtime (auto, io_uring or epoll).
+    pub io: IoRuntime,
     /// Hidden data-plane switches.
     pub tuning: Tuning,
     /// `sub-memory`: bytes of item memory on every other online NUMA node (0 = off); needs
@@ -250,6 +264,7 @@ impl Default for Config {
             http_tokens: None,
             placement: Placement::Acceptor,
             tls: TlsConfig::default(),
+            io: IoRuntime::Auto,
             tuning: Tuning::default(),
             sub_memory: 0,
             sub_memory_simulated: false,

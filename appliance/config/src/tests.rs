@@ -371,3 +371,14 @@ fn sub_memory_needs_an_explicit_node_and_a_size_of_at_least_1mib() {
     assert!(sim.sub_memory_simulated);
     assert!(crate::keys::find("sub-memory-simulated").unwrap().hidden);
 }
+
+#[test]
+fn io_runtime_is_auto_by_default_and_takes_the_three_names() {
+    assert_eq!(Config::default().io, crate::IoRuntime::Auto);
+    let c = Config::from_kernel_cmdline("ringstore.io=epoll").unwrap();
+    assert_eq!(c.io, crate::IoRuntime::Epoll);
+    let c = Config::from_toml_str("io = \"io_uring\"").unwrap();
+    assert_eq!(c.io, crate::IoRuntime::IoUring);
+    assert!(Config::from_toml_str("io = \"poll\"").is_err());
+    assert!(Config::from_kernel_cmdline("ringstore.io=").is_err());
+}

@@ -158,6 +158,7 @@ fn is_usage_error(err: &RuntimeError) -> bool {
             | RuntimeError::Cores { .. }
             | RuntimeError::DataRefused(_)
             | RuntimeError::AuthFile(_)
+            | RuntimeError::Unsupported(_)
             | RuntimeError::Store(_)
             | RuntimeError::Tls(_)
     ) || matches!(

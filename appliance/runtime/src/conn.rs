@@ -58,6 +58,9 @@ pub(crate) struct Conn<S> {
     // completes, so it must live as long as the connection's op), while the type and the
     // code that fills and submits it stay with the worker's ring code (`worker/send_vec.rs`).
     pub vec_send: Option<Box<crate::worker::send_vec::VecSend>>,
+    /// The readiness runtime only: the socket may hold input (an edge was reported and no
+    /// read has found it empty since; ADR 0033).
+    pub ready_in: bool,
 }
 
 impl<S> Conn<S> {
@@ -78,7 +81,31 @@ impl<S> Conn<S> {
             linger: None,
             small_flushes: 0,
             vec_send: None,
+            ready_in: false,
         }
+    }
+
+    /// Whether the worker's tick closes this connection at `now_ms`: its lingering close
+    /// ran out, its started request is older than `request_timeout_ms` (a slow client), it
+    /// sat idle `idle_timeout_ms` (0 = never), or the stop's drain deadline passed. Both
+    /// runtimes ask this (ADR 0033).
+    pub(crate) fn due_to_close(
+        &self,
+        now_ms: u64,
+        request_timeout_ms: u64,
+        idle_timeout_ms: u64,
+        past_deadline: bool,
+    ) -> bool {
+        if let Some(linger) = &self.linger {
+            return linger.expired(now_ms) || past_deadline;
+        }
+        let slow = self
+            .partial_since_ms
+            .is_some_and(|since| now_ms.saturating_sub(since) >= request_timeout_ms);
+        let idle = idle_timeout_ms > 0
+            && self.partial_since_ms.is_none()
+            && now_ms.saturating_sub(self.last_active_ms) >= idle_timeout_ms;
+        slow || idle || past_deadline
     }
 
     pub(crate) fn in_flight(&self) -> bool {

@@ -46,6 +46,14 @@ pub enum RuntimeError {
     /// The TLS certificates could not be read (a usage error: the files given).
     #[error("{0}")]
     Tls(String),
+    /// `--io io_uring` where no ring with the needed features can be set up: the reason, the
+    /// likely causes and the remedies, in one line.
+    #[error("{0}")]
+    IoUring(String),
+    /// Something the chosen I/O runtime does not serve (the epoll runtime and `--data`,
+    /// `--udp`, `--xdp`): a usage error.
+    #[error("{0}")]
+    Unsupported(String),
     /// A worker thread panicked or could not be joined.
     #[error("worker {0} failed")]
     Worker(usize),

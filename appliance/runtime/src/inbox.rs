@@ -49,6 +49,13 @@ impl Inbox {
         Ok(())
     }
 
+    /// Resets the wakeup counter (the readiness runtime's level-triggered watch of it; the
+    /// io_uring worker's read does this itself).
+    pub(crate) fn clear_wakeups(&self) {
+        use std::os::fd::AsFd;
+        let _ = crate::sys::eventfd_read(self.eventfd.as_fd());
+    }
+
     /// Wakes the worker without a connection (stop requests).
     pub(crate) fn wake(&self) {
         crate::sys::eventfd_signal(self.eventfd());

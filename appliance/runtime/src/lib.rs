@@ -40,6 +40,7 @@ pub mod numa;
 pub mod numa_sub;
 mod op;
 mod plane;
+mod readiness;
 mod ring;
 mod server;
 mod signals;

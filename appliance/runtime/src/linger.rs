@@ -168,6 +168,7 @@ mod plane_tests {
             udp: Vec::new(),
             udp_allow: Vec::new(),
             xdp: Vec::new(),
+            runtime: crate::tests::test_runtime(),
         })
         .unwrap();
         (plane, addr)
@@ -178,6 +179,11 @@ mod plane_tests {
         stream.read_to_end(&mut got)?;
         Ok(got)
     }
+
+    crate::tests::also_on_epoll!(
+        a_reply_before_the_close_survives_a_client_still_writing,
+        a_client_that_never_stops_is_cut_at_the_byte_bound,
+    );
 
     #[test]
     fn a_reply_before_the_close_survives_a_client_still_writing() {

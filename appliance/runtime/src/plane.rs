@@ -18,6 +18,26 @@ use crate::ring::Features;
 use crate::worker::{Limits, WorkerSetup};
 use crate::RuntimeError;
 
+/// Which loop the workers run (`--io`, ADR 0033): both drive the same [`Handler`] with the
+/// same placement, inbox, connection table and limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Runtime {
+    /// One io_uring ring per worker (`worker.rs`).
+    IoUring,
+    /// One epoll instance per worker (`readiness.rs`).
+    Epoll,
+}
+
+impl Runtime {
+    /// The name `stats io_runtime` and the log give it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Runtime::IoUring => "io_uring",
+            Runtime::Epoll => "epoll",
+        }
+    }
+}
+
 /// Running workers and acceptors.
 pub(crate) struct Plane {
     stop: Arc<AtomicBool>,
@@ -51,6 +71,8 @@ pub(crate) struct PlaneSetup<H: Handler> {
     pub udp_allow: Vec<ipnet::IpNet>,
     /// Per worker (by index): its AF_XDP sockets; shorter than `cpus` (or empty) = none.
     pub xdp: Vec<Option<crate::datapath::xdp::XdpWorker>>,
+    /// The workers' loop.
+    pub runtime: Runtime,
 }
 
 fn spawn_named<T: Send + 'static>(
@@ -131,11 +153,14 @@ impl Plane {
                 xdp: xdp[index].take(),
             };
             let ready = ready_tx.clone();
-            plane
-                .workers
-                .push(spawn_named(format!("ringstore-w{index}"), move || {
-                    crate::worker::run(worker_setup, ready)
-                })?);
+            let runtime = setup.runtime;
+            plane.workers.push(spawn_named(
+                format!("ringstore-w{index}"),
+                move || match runtime {
+                    Runtime::IoUring => crate::worker::run(worker_setup, ready),
+                    Runtime::Epoll => crate::readiness::run(worker_setup, ready),
+                },
+            )?);
         }
         drop(ready_tx);
         for _ in 0..workers {

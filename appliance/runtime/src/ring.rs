@@ -93,6 +93,28 @@ pub(crate) fn build(setup: IoUringSetup) -> std::io::Result<(IoUring, Features)>
     Err(last_err.unwrap_or_else(|| std::io::Error::other("io_uring_setup failed")))
 }
 
+/// Whether a worker could set up its ring here (`--io auto`): a ring as a worker builds it,
+/// and the opcodes it needs. Err: why not, in the words the log and `--io io_uring` give.
+pub(crate) fn probe(setup: IoUringSetup) -> Result<(), String> {
+    let ring = match build(setup) {
+        Ok((ring, _)) => ring,
+        Err(err) => {
+            return Err(match err.raw_os_error() {
+                Some(libc::EPERM) => {
+                    "io_uring not permitted (seccomp or kernel.io_uring_disabled)".to_string()
+                }
+                Some(libc::ENOSYS) => "io_uring not in this kernel (ENOSYS)".to_string(),
+                _ => format!("io_uring_setup failed: {err}"),
+            })
+        }
+    };
+    if supports_needed_ops(&ring) {
+        Ok(())
+    } else {
+        Err("this kernel's io_uring lacks recv/send/accept/timeout".to_string())
+    }
+}
+
 /// Whether the kernel supports the opcodes the worker needs.
 pub(crate) fn supports_needed_ops(ring: &IoUring) -> bool {
     let mut probe = Probe::new();

@@ -3,14 +3,14 @@
 
 use std::sync::Arc;
 
-use ringstore_config::Config;
+use ringstore_config::{Config, IoRuntime};
 use ringstore_service::{ServiceConfig, Shared, Store, StoreConfig, Topology as ServiceTopology};
 
 use crate::clock::Clock;
 use crate::handler::ServiceHandler;
 use crate::listeners::LocalAddrs;
 use crate::numa::{bind_memory, bind_thread_to_cpus, choose_node, worker_cpus, MemoryBinding};
-use crate::plane::{Plane, PlaneSetup};
+use crate::plane::{Plane, PlaneSetup, Runtime};
 use crate::sys::format_cpus;
 use crate::tls::Tls;
 use crate::topology::Topology;
@@ -77,6 +77,7 @@ impl Server {
         crate::sys::raise_nofile_limit();
         // Read before anything is bound or mapped: a file at fault refuses the start.
         let auth_files = crate::auth::load(config)?;
+        let runtime = choose_runtime(config)?;
         let placed = place(config)?;
         let (node, cpus) = (placed.node, placed.cpus);
         let bound = crate::listeners::bind(config, cpus.len())?;
@@ -122,7 +123,9 @@ impl Server {
             udp: bound.udp,
             udp_allow: config.udp_allow.clone(),
             xdp: xdp.workers,
+            runtime,
         })?;
+        let _ = shared.io_runtime.set(runtime.name());
         if udp_sockets > 0 {
             eprintln!(
                 "ringstore: udp {} on {udp_sockets} workers (one SO_REUSEPORT socket each)",
@@ -139,7 +142,7 @@ impl Server {
             std::sync::atomic::Ordering::Relaxed,
         );
         eprintln!(
-            "ringstore: numa node {node} (memory {}), workers on CPUs {}, placement {:?}, store {:?}, io_uring {}",
+            "ringstore: numa node {node} (memory {}), workers on CPUs {}, placement {:?}, store {:?}, {}",
             match placed.memory_binding {
                 MemoryBinding::Bound => "bound",
                 MemoryBinding::SingleNode => "single node",
@@ -147,7 +150,10 @@ impl Server {
             format_cpus(&cpus),
             config.placement,
             shared.store.backing(),
-            plane.features()
+            match runtime {
+                Runtime::IoUring => format!("io_uring {}", plane.features()),
+                Runtime::Epoll => "io epoll".to_string(),
+            }
         );
         Ok(Server {
             shared,
@@ -275,6 +281,47 @@ impl Server {
         }
         stopped
     }
+}
+
+/// What `--io io_uring` says when no ring can be set up: the reason, then the likely causes
+/// and what to do about each.
+const IO_URING_REMEDIES: &str = "likely causes: a seccomp profile that denies io_uring_setup, io_uring_enter and io_uring_register (Docker's, podman's and containerd's default profiles do), or sysctl kernel.io_uring_disabled=1 or 2; remedies: run with --io epoll (or --io auto), give the container a seccomp profile that allows those three calls, or set kernel.io_uring_disabled=0";
+
+/// The workers' runtime for `config.io` (ADR 0033): `auto` probes for a ring as a worker
+/// would build it and falls back to epoll, saying why; `io_uring` fails with the reason and
+/// the remedies. The epoll runtime refuses what it does not serve.
+fn choose_runtime(config: &Config) -> Result<Runtime, RuntimeError> {
+    let runtime = match config.io {
+        IoRuntime::Epoll => Runtime::Epoll,
+        IoRuntime::IoUring => match crate::ring::probe(config.tuning.io_uring_setup) {
+            Ok(()) => Runtime::IoUring,
+            Err(why) => {
+                return Err(RuntimeError::IoUring(format!(
+                    "--io io_uring: {why}; {IO_URING_REMEDIES}"
+                )))
+            }
+        },
+        IoRuntime::Auto => match crate::ring::probe(config.tuning.io_uring_setup) {
+            Ok(()) => Runtime::IoUring,
+            Err(why) => {
+                eprintln!("ringstore: {why}; serving with epoll");
+                Runtime::Epoll
+            }
+        },
+    };
+    if runtime == Runtime::Epoll {
+        let unsupported = [
+            (config.data.is_some(), "--data"),
+            (config.udp.is_some(), "--udp"),
+            (!config.xdp.is_empty(), "--xdp"),
+        ];
+        if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {
+            return Err(RuntimeError::Unsupported(format!(
+                "{flag} is not served by the epoll runtime yet (ADR 0033); it needs io_uring (--io io_uring)"
+            )));
+        }
+    }
+    Ok(runtime)
 }
 
 /// Where the server runs: the node, the worker CPUs, the data device opened on them, and

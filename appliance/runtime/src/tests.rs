@@ -13,8 +13,53 @@ use ringstore_service::Protocol;
 
 use crate::clock::Clock;
 use crate::handler::echo::Echo;
-use crate::plane::{Plane, PlaneSetup};
+use crate::plane::{Plane, PlaneSetup, Runtime};
 use crate::worker::Limits;
+
+thread_local! {
+    /// The runtime [`start`] gives the plane in this test's thread (io_uring unless a test
+    /// of [`also_on_epoll`] set it).
+    static RUNTIME: std::cell::Cell<Runtime> = const { std::cell::Cell::new(Runtime::IoUring) };
+}
+
+/// The runtime the plane under test runs.
+pub(crate) fn test_runtime() -> Runtime {
+    RUNTIME.with(std::cell::Cell::get)
+}
+
+/// Runs `test` with the readiness (epoll) runtime.
+pub(crate) fn on_epoll(test: fn()) {
+    RUNTIME.with(|r| r.set(Runtime::Epoll));
+    test();
+}
+
+/// The listed plane tests again, on the epoll runtime (module `on_epoll`).
+macro_rules! also_on_epoll {
+    ($($name:ident),* $(,)?) => {
+        mod on_epoll {
+            $(
+                #[test]
+                fn $name() {
+                    crate::tests::on_epoll(super::$name)
+                }
+            )*
+        }
+    };
+}
+pub(crate) use also_on_epoll;
+
+also_on_epoll!(
+    acceptor_placement_with_buffer_ring,
+    reuseport_placement,
+    many_connections_on_few_workers,
+    beyond_max_conns_is_refused_cleanly,
+    idle_connections_are_closed,
+    trickling_clients_hit_the_request_timeout,
+    client_vanishing_mid_request_is_harmless,
+    stop_finishes_inflight_and_closes_idle,
+    stop_deadline_bounds_a_stuck_request,
+    reaper_runs_about_once_a_second,
+);
 
 struct Running {
     plane: Plane,
@@ -62,6 +107,7 @@ fn start(limits: Limits, workers: usize, reuseport: bool) -> Running {
         udp: Vec::new(),
         udp_allow: Vec::new(),
         xdp: Vec::new(),
+        runtime: test_runtime(),
     })
     .unwrap();
     Running {
@@ -410,6 +456,7 @@ fn start_udp(workers: usize) -> (Plane, SocketAddr) {
         udp,
         udp_allow: Vec::new(),
         xdp: Vec::new(),
+        runtime: crate::plane::Runtime::IoUring,
     })
     .unwrap();
     (plane, addr)

@@ -76,6 +76,22 @@ pub(crate) struct WorkerSetup<H: Handler> {
     pub xdp: Option<crate::datapath::xdp::XdpWorker>,
 }
 
+impl<H: Handler> WorkerSetup<H> {
+    /// A connection this worker accepted itself (reuseport placement), counted against
+    /// `--max-conns` and this worker's load: `Some` to serve, or `None` once refused with
+    /// the protocol's refusal. Both runtimes admit through here.
+    pub(crate) fn admit_own(&self, fd: OwnedFd, endpoint: Endpoint) -> Option<OwnedFd> {
+        if self.open.fetch_add(1, Ordering::AcqRel) >= self.limits.max_conns {
+            self.open.fetch_sub(1, Ordering::AcqRel);
+            self.handler.conn_refused();
+            crate::acceptor::refuse_now(&fd, endpoint);
+            return None;
+        }
+        self.inbox.add_load();
+        Some(fd)
+    }
+}
+
 struct Worker<H: Handler> {
     // Field order matters: the ring is dropped (and its buffer registration released) before the pool.
     ring: IoUring,

@@ -122,6 +122,9 @@ pub struct Shared {
     pub tls: std::sync::OnceLock<Arc<dyn TlsControl>>,
     /// memcached's `watch`: the per-worker log rings and who watches (`watch.rs`).
     pub watch: watch::Hub,
+    /// The workers' I/O runtime, `io_uring` or `epoll` (`stats io_runtime`); set by the
+    /// runtime at start.
+    pub io_runtime: std::sync::OnceLock<&'static str>,
 }
 
 /// What the service may ask of the TLS layer (ADR 0031).
@@ -160,6 +163,7 @@ impl Shared {
             auth: std::sync::OnceLock::new(),
             tls: std::sync::OnceLock::new(),
             watch: watch::Hub::new(workers.max(1) + 1),
+            io_runtime: std::sync::OnceLock::new(),
         })
     }
 

@@ -10,6 +10,7 @@
 
 mod bpf;
 mod cpus;
+mod epoll;
 mod fs;
 mod ktls;
 mod mmap;
@@ -29,6 +30,9 @@ pub use bpf::{
 pub use cpus::{
     affinity, cpumask_hex, format_cpus, mbind_bind, parse_cpulist, set_affinity,
     set_mempolicy_bind, CPULIST_LEN_MAX, CPULIST_SPAN_MAX,
+};
+pub use epoll::{
+    recv_nowait, send_nowait, sendmsg_nowait, set_nonblocking, Epoll, Readiness, Transfer, Watch,
 };
 pub use fs::read_trim;
 pub use ktls::{

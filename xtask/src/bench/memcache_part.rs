@@ -268,12 +268,19 @@ pub(super) fn memcache_part(
     preload_all(o, &base)?;
     let name = match (&o.compare, subject) {
         (Some(_), Subject::Ringstore(path)) => binary_label(path),
+        (None, Subject::Ringstore(_)) if o.io.is_some() => {
+            format!(
+                "{} ({})",
+                subject.memcache_name(),
+                o.io.as_deref().unwrap_or_default()
+            )
+        }
         _ => subject.memcache_name().to_string(),
     };
     let name = name.as_str();
     let base_name = base_name.as_str();
     let mut subj = match subject
-        .start_memcache(1024)
+        .start_memcache(1024, o.io.as_deref())
         .and_then(|s| preload_all(o, &s).map(|()| s))
     {
         Ok(s) => {

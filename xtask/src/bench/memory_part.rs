@@ -18,7 +18,7 @@ pub(super) fn memory_part(subject: &Subject, doc: &mut Doc) -> Result<()> {
         memory::measure(&mut server, MEMORY_ITEMS)?
     };
     let name = subject.memcache_name();
-    let subj = match subject.start_memcache(512) {
+    let subj = match subject.start_memcache(512, None) {
         Ok(mut server) => {
             doc.command(&server.command);
             memory::measure(&mut server, MEMORY_ITEMS)

@@ -25,6 +25,8 @@ const USAGE: &str =
   --compare-binary PATH
                  memcache cells: this ringstore binary is the baseline instead of memcached
                  (e.g. the musl build against the glibc build)
+  --io RUNTIME   the ringstore subject's --io in the memcache cells (auto, io_uring,
+                 epoll; default: the server's default, auto)
 ";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -48,6 +50,8 @@ pub(super) struct Options {
     pub(super) cells: Vec<(Op, usize, usize)>,
     /// `--compare-binary`: a second ringstore as the memcache baseline.
     pub(super) compare: Option<PathBuf>,
+    /// `--io`: the ringstore subject's I/O runtime in the memcache cells.
+    pub(super) io: Option<String>,
 }
 
 fn parse_part(name: &str) -> Result<Part> {
@@ -74,6 +78,7 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
         self_check: false,
         cells: Vec::new(),
         compare: None,
+        io: None,
     };
     if args.iter().any(|a| a == "-h" || a == "--help") {
         print!("{USAGE}");
@@ -87,6 +92,10 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
             "--conns" => o.conns = value.parse().context("--conns")?,
             "--binary" => o.binary = Some(PathBuf::from(value)),
             "--compare-binary" => o.compare = Some(PathBuf::from(value)),
+            "--io" => match value.as_str() {
+                "auto" | "io_uring" | "epoll" => o.io = Some(value),
+                other => bail!("--io {other:?}: expected auto, io_uring or epoll"),
+            },
             "--only" => o.only = Some(parse_part(&value)?),
             "--self-check" => o.self_check = true,
             "--cells" => {

@@ -29,9 +29,13 @@ impl Subject {
         }
     }
 
-    pub(super) fn start_memcache(&self, memory_mib: u64) -> Result<Pinned> {
+    /// The subject's memcache server; a ringstore runs `--io` of `io` when given.
+    pub(super) fn start_memcache(&self, memory_mib: u64, io: Option<&str>) -> Result<Pinned> {
         match self {
-            Subject::Ringstore(binary) => procs::start_ringstore(binary, memory_mib),
+            Subject::Ringstore(binary) => match io {
+                Some(io) => procs::start_ringstore_with(binary, memory_mib, &["--io", io]),
+                None => procs::start_ringstore(binary, memory_mib),
+            },
             Subject::Baseline => procs::start_memcached(memory_mib),
         }
     }

@@ -26,12 +26,7 @@ impl<H: Handler> Worker<H> {
             if self.stopping_deadline.is_some() {
                 return;
             }
-            if self.setup.open.fetch_add(1, Ordering::AcqRel) >= self.setup.limits.max_conns {
-                self.setup.open.fetch_sub(1, Ordering::AcqRel);
-                self.setup.handler.conn_refused();
-                crate::acceptor::refuse_now(&fd, endpoint);
-            } else {
-                self.setup.inbox.add_load();
+            if let Some(fd) = self.setup.admit_own(fd, endpoint) {
                 self.open_connection(fd, endpoint);
             }
             self.arm_accept(index);

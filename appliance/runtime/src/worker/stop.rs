@@ -34,19 +34,12 @@ impl<H: Handler> Worker<H> {
             if conn.closing {
                 continue;
             }
-            if let Some(linger) = &conn.linger {
-                if linger.expired(now) || past_deadline {
-                    self.close(slot);
-                }
-                continue;
-            }
-            let slow = conn
-                .partial_since_ms
-                .is_some_and(|since| now.saturating_sub(since) >= limits.request_timeout_ms);
-            let idle = limits.idle_timeout_ms > 0
-                && conn.partial_since_ms.is_none()
-                && now.saturating_sub(conn.last_active_ms) >= limits.idle_timeout_ms;
-            if slow || idle || past_deadline {
+            if conn.due_to_close(
+                now,
+                limits.request_timeout_ms,
+                limits.idle_timeout_ms,
+                past_deadline,
+            ) {
                 self.close(slot);
             }
         }

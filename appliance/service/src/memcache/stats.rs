@@ -234,6 +234,9 @@ fn datapath_and_placement(ctx: &Ctx<'_>, out: &mut Vec<u8>, t: &StatsTotals, sto
         "worker_capeff",
         &format!("{:016x}", shared.worker_capeff.load(Relaxed)),
     );
+    // The workers' I/O runtime (`--io`, ADR 0033).
+    let io_runtime = shared.io_runtime.get().copied().unwrap_or("io_uring");
+    stat_str(out, "io_runtime", io_runtime);
 }
 
 /// NUMA sub memory (issue 23, ADR 0035): where the items are, reads by region, the moves

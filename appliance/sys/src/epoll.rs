@@ -1,0 +1,201 @@
+//! The readiness runtime's syscalls (ADR 0033): an epoll instance, nonblocking sockets, and
+//! the vectored send that carries values straight from the item. Through rustix.
+
+use std::io;
+use std::io::IoSlice;
+use std::os::fd::{AsFd, OwnedFd, RawFd};
+
+use rustix::event::epoll;
+use rustix::io::Errno;
+use rustix::net::{RecvFlags, SendAncillaryBuffer, SendFlags};
+
+use crate::net::with_fd;
+
+/// What a descriptor was ready for, as one epoll event reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Readiness {
+    /// The key the descriptor was registered with.
+    pub key: u64,
+    pub readable: bool,
+    pub writable: bool,
+    /// The peer hung up or the socket has an error: the next read or write says which.
+    pub hangup: bool,
+}
+
+/// An epoll instance (close-on-exec) and its event buffer.
+pub struct Epoll {
+    fd: OwnedFd,
+    events: Vec<epoll::Event>,
+}
+
+/// How a descriptor is watched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// Edge-triggered input and output (a connection: registered once, never modified).
+    EdgeReadWrite,
+    /// Level-triggered input (listeners, eventfds: read until empty each time).
+    LevelRead,
+}
+
+impl Epoll {
+    /// A new instance whose [`Epoll::wait`] reports at most `batch` events per call.
+    pub fn new(batch: usize) -> io::Result<Epoll> {
+        Ok(Epoll {
+            fd: epoll::create(epoll::CreateFlags::CLOEXEC)?,
+            events: Vec::with_capacity(batch.max(1)),
+        })
+    }
+
+    /// Watches `fd` under `key`. The caller keeps `fd` open until it is removed or closed
+    /// (closing removes it).
+    pub fn add(&self, fd: RawFd, key: u64, watch: Watch) -> io::Result<()> {
+        let flags = match watch {
+            Watch::EdgeReadWrite => {
+                epoll::EventFlags::IN
+                    | epoll::EventFlags::OUT
+                    | epoll::EventFlags::RDHUP
+                    | epoll::EventFlags::ET
+            }
+            Watch::LevelRead => epoll::EventFlags::IN,
+        };
+        with_fd(fd, |fd| {
+            epoll::add(&self.fd, fd, epoll::EventData::new_u64(key), flags)
+        })?;
+        Ok(())
+    }
+
+    /// Stops watching `fd` (before it is handed elsewhere; a close does this by itself).
+    pub fn remove(&self, fd: RawFd) {
+        let _ = with_fd(fd, |fd| epoll::delete(&self.fd, fd));
+    }
+
+    /// Waits at most `timeout_ms` (0 = just look) and appends what became ready to `ready`.
+    /// An interrupted wait reports nothing.
+    pub fn wait(&mut self, timeout_ms: u64, ready: &mut Vec<Readiness>) -> io::Result<()> {
+        let timeout = rustix::time::Timespec {
+            tv_sec: i64::try_from(timeout_ms / 1000).unwrap_or(i64::MAX),
+            tv_nsec: i64::try_from(timeout_ms % 1000).unwrap_or(0) * 1_000_000,
+        };
+        self.events.clear();
+        match epoll::wait(
+            self.fd.as_fd(),
+            rustix::buffer::spare_capacity(&mut self.events),
+            Some(&timeout),
+        ) {
+            Ok(_) => {}
+            Err(Errno::INTR) => return Ok(()),
+            Err(err) => return Err(err.into()),
+        }
+        ready.extend(self.events.iter().map(|event| {
+            let flags = event.flags;
+            Readiness {
+                key: event.data.u64(),
+                readable: flags.intersects(epoll::EventFlags::IN | epoll::EventFlags::RDHUP),
+                writable: flags.contains(epoll::EventFlags::OUT),
+                hangup: flags.intersects(epoll::EventFlags::HUP | epoll::EventFlags::ERR),
+            }
+        }));
+        Ok(())
+    }
+}
+
+/// Makes `fd` nonblocking (a readiness loop must never block in a read or write).
+pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    with_fd(fd, |fd| {
+        let flags = rustix::fs::fcntl_getfl(fd)?;
+        rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::NONBLOCK)
+    })?;
+    Ok(())
+}
+
+/// What a nonblocking read or write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transfer {
+    /// This many bytes (0 from a read: the peer closed).
+    Done(usize),
+    /// Nothing now: wait for readiness.
+    WouldBlock,
+    /// The socket failed (reset, broken pipe): close it.
+    Failed,
+}
+
+fn transfer(result: Result<usize, Errno>) -> Transfer {
+    match result {
+        Ok(n) => Transfer::Done(n),
+        Err(Errno::AGAIN | Errno::INTR) => Transfer::WouldBlock,
+        Err(_) => Transfer::Failed,
+    }
+}
+
+/// One nonblocking `recv` into `buf`.
+pub fn recv_nowait(fd: RawFd, buf: &mut [u8]) -> Transfer {
+    transfer(with_fd(fd, |fd| {
+        rustix::net::recv(fd, buf, RecvFlags::DONTWAIT).map(|(n, _)| n)
+    }))
+}
+
+/// One nonblocking `send` without SIGPIPE.
+pub fn send_nowait(fd: RawFd, bytes: &[u8]) -> Transfer {
+    let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+    transfer(with_fd(fd, |fd| rustix::net::send(fd, bytes, flags)))
+}
+
+/// One nonblocking `sendmsg` of `iov` without SIGPIPE: a connection's output with values
+/// sent from the item (ADR 0027). The kernel copies the bytes before it returns, so the
+/// caller may release what `iov` points into as soon as it has.
+pub fn sendmsg_nowait(fd: RawFd, iov: &[IoSlice<'_>]) -> Transfer {
+    let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+    let mut control = SendAncillaryBuffer::default();
+    transfer(with_fd(fd, |fd| {
+        rustix::net::sendmsg(fd, iov, &mut control, flags)
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn an_edge_is_reported_once_and_a_level_until_drained() {
+        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        set_nonblocking(b.as_raw_fd()).unwrap();
+        let mut ep = Epoll::new(8).unwrap();
+        ep.add(b.as_raw_fd(), 7, Watch::EdgeReadWrite).unwrap();
+        let mut ready = Vec::new();
+        ep.wait(100, &mut ready).unwrap();
+        assert_eq!(ready.len(), 1, "writable at first");
+        assert!(ready[0].writable && !ready[0].readable && ready[0].key == 7);
+        ready.clear();
+        ep.wait(0, &mut ready).unwrap();
+        assert!(ready.is_empty(), "an edge is not reported again");
+        a.write_all(b"hello").unwrap();
+        ep.wait(100, &mut ready).unwrap();
+        assert!(ready.iter().any(|r| r.readable));
+        let mut buf = [0u8; 16];
+        assert_eq!(recv_nowait(b.as_raw_fd(), &mut buf), Transfer::Done(5));
+        assert_eq!(recv_nowait(b.as_raw_fd(), &mut buf), Transfer::WouldBlock);
+        let iov = [IoSlice::new(b"ab"), IoSlice::new(b"cd")];
+        assert_eq!(sendmsg_nowait(b.as_raw_fd(), &iov), Transfer::Done(4));
+        let ev = crate::eventfd().unwrap();
+        ep.add(ev.as_raw_fd(), 9, Watch::LevelRead).unwrap();
+        crate::eventfd_signal(ev.as_raw_fd());
+        for _ in 0..2 {
+            ready.clear();
+            ep.wait(100, &mut ready).unwrap();
+            assert!(ready.iter().any(|r| r.key == 9), "level: again until read");
+        }
+        let mut got = [0u8; 4];
+        std::io::Read::read_exact(&mut a, &mut got).unwrap();
+        assert_eq!(&got, b"abcd");
+        drop(a);
+        ready.clear();
+        ep.wait(100, &mut ready).unwrap();
+        assert!(
+            ready.iter().any(|r| r.key == 7 && r.readable),
+            "peer closed: {ready:?}"
+        );
+        assert_eq!(recv_nowait(b.as_raw_fd(), &mut buf), Transfer::Done(0));
+    }
+}
