@@ -129,6 +129,9 @@ pub fn build_kernel() -> Result<Kernel> {
     let cache = cache_dir();
     let out = cache.join(&key);
     let bzimage = out.join("bzImage");
+    // Held until this function returns: a second job (a helper's worktree beside a CI clone)
+    // waits here instead of building into the same `OUT.build` and breaking both builds.
+    let _lock = lock_entry(&cache, &key)?;
     if bzimage.exists() {
         let version = std::fs::read_to_string(out.join("version"))
             .unwrap_or_default()
@@ -153,6 +156,29 @@ pub fn build_kernel() -> Result<Kernel> {
         .trim()
         .to_string();
     Ok(Kernel { bzimage, version })
+}
+
+/// Takes the cache entry `key`'s build lock (an exclusive `flock` on `CACHE/KEY.lock`), saying
+/// so when another job holds it; the lock goes with the returned file.
+fn lock_entry(cache: &Path, key: &str) -> Result<std::fs::File> {
+    use rustix::fs::{flock, FlockOperation};
+    std::fs::create_dir_all(cache).with_context(|| format!("creating {}", cache.display()))?;
+    let path = cache.join(format!("{key}.lock"));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+        eprintln!(
+            "kernel: another job is building this kernel; waiting for it ({})",
+            path.display()
+        );
+        flock(&file, FlockOperation::LockExclusive)
+            .with_context(|| format!("locking {}", path.display()))?;
+    }
+    Ok(file)
 }
 
 /// How many lines this build will print: the most recent finished build's log in the cache
@@ -290,6 +316,19 @@ fn run_with_progress(mut cmd: Command, log: &Path, expected: u64) -> Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_second_job_cannot_take_an_entry_being_built() {
+        use rustix::fs::{flock, FlockOperation};
+        let dir =
+            std::env::temp_dir().join(format!("ringstore-kernel-lock-{}", std::process::id()));
+        let held = lock_entry(&dir, "k").unwrap();
+        let other = std::fs::File::open(dir.join("k.lock")).unwrap();
+        assert!(flock(&other, FlockOperation::NonBlockingLockExclusive).is_err());
+        drop(held);
+        assert!(flock(&other, FlockOperation::NonBlockingLockExclusive).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn cache_key_changes_with_every_input() {
