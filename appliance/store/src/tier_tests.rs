@@ -114,6 +114,17 @@ fn new_items_go_local_and_the_oldest_are_demoted_not_evicted() {
     assert_eq!(regions.len(), 2);
     assert_eq!((regions[0].node, regions[1].node), (None, Some(1)));
     assert!(regions[1].used_bytes > 0 && regions[1].used_bytes <= regions[1].bytes);
+    for r in &regions {
+        let spanned: u64 = r.spans.iter().map(|&(_, len)| len).sum();
+        assert_eq!(spanned, r.bytes, "the spans cover the region: {r:?}");
+        assert!(
+            r.spans.windows(2).all(|w| w[0].0 + w[0].1 < w[1].0),
+            "merged: {r:?}"
+        );
+    }
+    let (local, sub) = (&regions[0].spans, &regions[1].spans);
+    let overlaps = |a: (u64, u64), b: (u64, u64)| a.0 < b.0 + b.1 && b.0 < a.0 + a.1;
+    assert!(local.iter().all(|&a| sub.iter().all(|&b| !overlaps(a, b))));
 }
 
 #[test]
