@@ -10,6 +10,7 @@ mod first_boot;
 mod kernel_panic;
 pub(crate) mod netns;
 mod numa2;
+mod numa_sub;
 mod operator;
 mod portscan;
 mod pxe;
@@ -56,6 +57,13 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
                 r.ready_secs,
                 r.ready_wall.as_secs_f64(),
                 r.poweroff.as_secs_f64()
+            ))
+        }),
+        ("numa2_sub_memory_keeps_more_and_promotes_hot", |i| {
+            numa_sub::sub_memory_keeps_more_and_promotes_hot(i).map(|r| format!(
+                "{} keys kept with sub memory, {} without (100 MiB written in {:.1} s); last hot pass {} local / {} foreign hits; {} promotions; exchange {} us CPU in {} s; numa_maps {:?}",
+                r.kept, r.kept_plain, r.write_secs, r.last_pass_local, r.last_pass_foreign,
+                r.promotions, r.exchange_cpu_usec, r.uptime, r.numa_maps
             ))
         }),
         ("console_login_and_json", operator::console_login_and_json),
