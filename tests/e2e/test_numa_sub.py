@@ -152,10 +152,12 @@ def test_restart_with_a_data_device_loads_local_then_sub_and_scores_start_fresh(
     hot = ids[:2000]  # the oldest: demoted when the local region filled
     for _ in range(8):
         get_batched(c, hot)
+    # Hot before the restart: promotions start (256 queued per shard at a time; the rest
+    # would queue on their next read) and every hot key's score is at the threshold.
     deadline = time.monotonic() + 20
-    while int(stats(c)["numa_promotions"]) < len(hot) // 2 and time.monotonic() < deadline:
+    while int(stats(c)["numa_promotions"]) == 0 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert int(stats(c)["numa_promotions"]) >= len(hot) // 2, stats(c)
+    assert int(stats(c)["numa_promotions"]) > 0, stats(c)
     s.stop()  # SIGTERM: checkpointed
 
     s = server_factory(*args)
