@@ -237,6 +237,14 @@ fn record_cell(
             );
         }
     }
+    if let Some(s) = s.filter(|_| o.sub_memory) {
+        let cost = s.server_cpu_per_million() / b.server_cpu_per_million();
+        doc.targets.push(format!(
+            "{cell}: server CPU per request with sub memory {cost:.2}× without (goal ≤ 1.03×) {}",
+            mark(cost <= 1.03)
+        ));
+        return;
+    }
     if let Some(s) = s.filter(|_| o.compare.is_none()) {
         let goal = if depth == 1 { 1.5 } else { 2.0 };
         let tput = s.throughput() / b.throughput();
