@@ -28,6 +28,7 @@ use anyhow::{bail, Result};
 use crate::image::Image;
 use kernel_panic::kernel_panic_fails_the_wait;
 use numa2::numa2_serves;
+use numa_sub::sub_memory_keeps_more_and_promotes_hot as numa_sub_test;
 use scan::scan_finds_only_data_ports;
 use twonic::{twonic_refuses_without_numa, twonic_serves_with_numa1};
 
@@ -59,13 +60,7 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
                 r.poweroff.as_secs_f64()
             ))
         }),
-        ("numa2_sub_memory_keeps_more_and_promotes_hot", |i| {
-            numa_sub::sub_memory_keeps_more_and_promotes_hot(i).map(|r| format!(
-                "{} keys kept with sub memory, {} without (100 MiB written in {:.1} s); last hot pass {} local / {} foreign hits; {} promotions; exchange {} us CPU in {} s; numa_maps {:?}",
-                r.kept, r.kept_plain, r.write_secs, r.last_pass_local, r.last_pass_foreign,
-                r.promotions, r.exchange_cpu_usec, r.uptime, r.numa_maps
-            ))
-        }),
+        ("numa2_sub_memory", numa_sub_test),
         ("console_login_and_json", operator::console_login_and_json),
         (
             "tuning_names_each_difference",

@@ -269,13 +269,10 @@ const SUB_MEMORY_ARGS: [&str; 6] = [
 ];
 const SUB_MEMORY_NAME: &str = "ringstore --numa 0 --sub-memory 256MiB (simulated)";
 
-pub(super) fn memcache_part(
-    o: &Options,
-    subject: &Subject,
-    out_dir: &Path,
-    doc: &mut Doc,
-) -> Result<()> {
-    let (mut base, base_name) = match (&o.compare, subject) {
+/// The baseline server and its name: memcached, `--compare-binary`, or (`--sub-memory`) the
+/// subject without sub memory.
+fn start_baseline(o: &Options, subject: &Subject) -> Result<(Pinned, String)> {
+    Ok(match (&o.compare, subject) {
         (None, Subject::Ringstore(path)) if o.sub_memory => (
             procs::start_ringstore_with(path, 1024, &["--numa", "0"])?,
             "ringstore --numa 0".to_string(),
@@ -287,7 +284,16 @@ pub(super) fn memcache_part(
             (procs::start_ringstore(path, 1024)?, binary_label(path))
         }
         _ => (procs::start_memcached(1024)?, "memcached".to_string()),
-    };
+    })
+}
+
+pub(super) fn memcache_part(
+    o: &Options,
+    subject: &Subject,
+    out_dir: &Path,
+    doc: &mut Doc,
+) -> Result<()> {
+    let (mut base, base_name) = start_baseline(o, subject)?;
     doc.command(&base.command);
     preload_all(o, &base)?;
     let name = match (&o.compare, subject) {

@@ -248,8 +248,18 @@ fn last_pass(port: u16, reader: &mut Reader, hot: &[usize]) -> Result<(u64, u64)
     }
 }
 
-/// numa2 with `ringstore.sub_memory=32MiB` against the same stream without it (module doc).
-pub fn sub_memory_keeps_more_and_promotes_hot(image: &Image) -> Result<SubMemoryReport> {
+/// numa2 with `ringstore.sub_memory=32MiB` against the same stream without it (module doc);
+/// what it measured, in a line.
+pub fn sub_memory_keeps_more_and_promotes_hot(image: &Image) -> Result<String> {
+    let r = run(image)?;
+    Ok(format!(
+        "{} keys kept with sub memory, {} without (100 MiB written in {:.1} s); last hot pass {} local / {} foreign hits; {} promotions; exchange {} us CPU in {} s; numa_maps {:?}",
+        r.kept, r.kept_plain, r.write_secs, r.last_pass_local, r.last_pass_foreign,
+        r.promotions, r.exchange_cpu_usec, r.uptime, r.numa_maps
+    ))
+}
+
+fn run(image: &Image) -> Result<SubMemoryReport> {
     let kept_plain = kept_without_sub_memory(image)?;
     let mut vm = boot(
         image,
