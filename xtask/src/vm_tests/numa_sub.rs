@@ -254,29 +254,20 @@ fn last_pass(port: u16, reader: &mut Reader, hot: &[usize]) -> Result<(u64, u64)
     }
 }
 
-/// numa2 with `ringstore.sub_memory=32MiB` against the same stream without it (module doc);
-/// what it measured, in a line.
-pub fn sub_memory_keeps_more_and_promotes_hot(image: &Image) -> Result<String> {
-    let r = run(image)?;
-    Ok(format!(
-        "{} keys kept with sub memory, {} without (100 MiB written in {:.1} s); last hot pass {} local / {} foreign hits; {} promotions; exchange {} us CPU in {} s; numa_maps {:?}",
-        r.kept, r.kept_plain, r.write_secs, r.last_pass_local, r.last_pass_foreign,
-        r.promotions, r.exchange_cpu_usec, r.uptime, r.numa_maps
-    ))
+/// What the client half measured (the part that needs no VM: [`read_back_and_promote`]).
+struct Driven {
+    kept: usize,
+    promotions: u64,
+    local: u64,
+    foreign: u64,
+    cpu: u64,
+    uptime: u64,
 }
 
-fn run(image: &Image) -> Result<SubMemoryReport> {
-    let kept_plain = kept_without_sub_memory(image)?;
-    let mut vm = boot(
-        image,
-        "numa_sub",
-        &format!("{ARGS} ringstore.sub_memory=32MiB"),
-    )?;
-    let port = vm.port("memcache", 0)?;
-    let write_secs = write_all(port)?;
-    let st = stats(port)?;
-    ensure!(stat(&st, "numa_demotions")? > 0, "nothing demoted: {st:?}");
-    let numa_maps = check_numa_maps(&mut vm)?;
+/// After [`write_all`]: reads every key once (exact values), checks the keys kept against
+/// `kept_plain`, reads the oldest [`HOT`] present [`HOT_READS`] times, and checks the last
+/// pass's local hits and the exchange's CPU bound.
+fn read_back_and_promote(port: u16, kept_plain: usize) -> Result<Driven> {
     let mut reader = Reader::new(port)?;
     // One read of every key: each present one answers its exact value.
     let kept = reader.present(&(0..ITEMS).collect::<Vec<_>>())?;
@@ -303,17 +294,81 @@ fn run(image: &Image) -> Result<SubMemoryReport> {
         cpu <= uptime * 50_000 + 50_000,
         "the exchange used {cpu} us of CPU in {uptime} s, over 5% of a core"
     );
-    let promotions = stat(&st, "numa_promotions")?;
+    Ok(Driven {
+        kept: kept.len(),
+        promotions: stat(&st, "numa_promotions")?,
+        local,
+        foreign,
+        cpu,
+        uptime,
+    })
+}
+
+/// numa2 with `ringstore.sub_memory=32MiB` against the same stream without it (module doc);
+/// what it measured, in a line.
+pub fn sub_memory_keeps_more_and_promotes_hot(image: &Image) -> Result<String> {
+    let r = run(image)?;
+    Ok(format!(
+        "{} keys kept with sub memory, {} without (100 MiB written in {:.1} s); last hot pass {} local / {} foreign hits; {} promotions; exchange {} us CPU in {} s; numa_maps {:?}",
+        r.kept, r.kept_plain, r.write_secs, r.last_pass_local, r.last_pass_foreign,
+        r.promotions, r.exchange_cpu_usec, r.uptime, r.numa_maps
+    ))
+}
+
+fn run(image: &Image) -> Result<SubMemoryReport> {
+    let kept_plain = kept_without_sub_memory(image)?;
+    let mut vm = boot(
+        image,
+        "numa_sub",
+        &format!("{ARGS} ringstore.sub_memory=32MiB"),
+    )?;
+    let port = vm.port("memcache", 0)?;
+    let write_secs = write_all(port)?;
+    let st = stats(port)?;
+    ensure!(stat(&st, "numa_demotions")? > 0, "nothing demoted: {st:?}");
+    let numa_maps = check_numa_maps(&mut vm)?;
+    let d = read_back_and_promote(port, kept_plain)?;
     vm.poweroff()?;
     Ok(SubMemoryReport {
         kept_plain,
-        kept: kept.len(),
+        kept: d.kept,
         write_secs,
-        promotions,
-        last_pass_local: local,
-        last_pass_foreign: foreign,
-        exchange_cpu_usec: cpu,
-        uptime,
+        promotions: d.promotions,
+        last_pass_local: d.local,
+        last_pass_foreign: d.foreign,
+        exchange_cpu_usec: d.cpu,
+        uptime: d.uptime,
         numa_maps,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The client half of the QEMU test against host servers (`target/release/ringstore`,
+    /// the sub region simulated on this one-node host): checks the protocol and the flow.
+    #[test]
+    #[ignore = "needs target/release/ringstore; about a minute"]
+    fn client_half_against_a_host_server() {
+        let binary = crate::util::root().join("target/release/ringstore");
+        let base = ["--numa", "0", "--cores", "1", "--memory", "32MiB"];
+        let plain = crate::util::Server::start(&binary, &base).expect("plain server");
+        let port = plain.memcache_host_port().expect("port").1;
+        write_all(port).expect("write");
+        let kept_plain =
+            usize::try_from(stat(&stats(port).expect("stats"), "curr_items").expect("curr_items"))
+                .expect("fits");
+        drop(plain);
+        let mut args = base.to_vec();
+        args.extend(["--sub-memory", "32MiB", "--sub-memory-simulated", "on"]);
+        let sub = crate::util::Server::start(&binary, &args).expect("sub server");
+        let port = sub.memcache_host_port().expect("port").1;
+        let secs = write_all(port).expect("write");
+        let d = read_back_and_promote(port, kept_plain).expect("the QEMU test's checks");
+        println!(
+            "kept {} (without {kept_plain}), written in {secs:.1} s, last pass {} local / {} foreign, {} promotions, exchange {} us in {} s",
+            d.kept, d.local, d.foreign, d.promotions, d.cpu, d.uptime
+        );
+    }
 }
