@@ -130,3 +130,56 @@ def test_sub_memory_is_refused_with_one_line_and_exit_2():
     assert rc == 2 and len(err) == 1 and re.search("only node 0", err[0]), err
     rc, err = refusal("--numa", "0", "--sub-memory", "64TiB", "--sub-memory-simulated", "on")
     assert rc == 2 and "cannot back" in err[-1], err
+
+
+RESTART_WRITTEN = 24 * 1024  # 1.5x the local region
+
+
+def test_restart_with_a_data_device_loads_local_then_sub_and_scores_start_fresh(server_factory, tmp_path):
+    """Recovery puts items into the local region first and demotes into the sub region as the
+    local one fills (the same path as a write); scores live in RAM only and start at zero."""
+    path = tmp_path / "data.img"
+    with open(path, "wb") as f:
+        f.truncate(256 << 20)
+    args = ("--data", str(path), "--numa", "0", "--cores", "1", "--memory", f"{LOCAL}MiB",
+            "--sub-memory", f"{LOCAL}MiB", "--sub-memory-simulated", "on")
+    s = server_factory(*args)
+    c = Client(s.mc, timeout=10)
+    ids = list(range(RESTART_WRITTEN))
+    for start in range(0, RESTART_WRITTEN, 500):
+        failed = c.set_many({key(i): value(i) for i in ids[start : start + 500]}, noreply=False)
+        assert not failed, f"sets refused: {failed[:5]}"
+    hot = ids[:2000]  # the oldest: demoted when the local region filled
+    for _ in range(8):
+        get_batched(c, hot)
+    # Hot before the restart: promotions start (256 queued per shard at a time; the rest
+    # would queue on their next read) and every hot key's score is at the threshold.
+    deadline = time.monotonic() + 20
+    while int(stats(c)["numa_promotions"]) == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert int(stats(c)["numa_promotions"]) > 0, stats(c)
+    s.stop()  # SIGTERM: checkpointed
+
+    s = server_factory(*args)
+    c = Client(s.mc, timeout=10)
+    st = stats(c)
+    # Loaded local first: the local region is full before anything went to the sub region.
+    assert int(st["numa_local_bytes"]) >= 0.6 * (LOCAL << 20), st
+    assert int(st["numa_demotions"]) > 0 and int(st["numa_foreign_bytes"]) > 0, st
+    assert int(st["curr_items"]) == RESTART_WRITTEN, "all fit in the two regions: none left on the device only"
+    # Scores start fresh: counters at zero, and three reads of each key (one short of the
+    # promotion score; the hot set had 9 before the restart) promote nothing.
+    assert (int(st["numa_promotions"]), int(st["get_hits_foreign"])) == (0, 0), st
+    for _ in range(3):
+        got = get_batched(c, ids)
+        assert len(got) == len(ids) and all(got[key(i)] == value(i) for i in ids[::97])
+    time.sleep(1.0)
+    st = stats(c)
+    assert int(st["get_hits_foreign"]) > 0, st
+    assert int(st["numa_promotions"]) == 0, f"scores survived the restart: {st}"
+    # The fourth read reaches the score: the same keys are promoted now.
+    get_batched(c, ids)
+    deadline = time.monotonic() + 20
+    while int(stats(c)["numa_promotions"]) == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert int(stats(c)["numa_promotions"]) > 0, stats(c)

@@ -80,6 +80,7 @@ pub const COMMANDS: &[Command] = &[
             flag("--cells", "LIST", "only these memcache cells (OP-VALUEBYTES-DEPTH,...)"),
             flag("--compare-binary", "PATH", "this ringstore binary is the memcache baseline"),
             flag("--io", "RUNTIME", "the ringstore subject's --io in the memcache cells (auto, io_uring, epoll)"),
+            switch("--sub-memory", "memcache cells: ringstore --numa 0 against itself with simulated --sub-memory"),
         ],
     },
     Command {

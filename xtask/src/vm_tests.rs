@@ -10,6 +10,7 @@ mod first_boot;
 mod kernel_panic;
 pub(crate) mod netns;
 mod numa2;
+mod numa_sub;
 mod operator;
 mod portscan;
 mod pxe;
@@ -27,6 +28,7 @@ use anyhow::{bail, Result};
 use crate::image::Image;
 use kernel_panic::kernel_panic_fails_the_wait;
 use numa2::numa2_serves;
+use numa_sub::sub_memory_keeps_more_and_promotes_hot as numa_sub_test;
 use scan::scan_finds_only_data_ports;
 use twonic::{twonic_refuses_without_numa, twonic_serves_with_numa1};
 
@@ -58,6 +60,7 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
                 r.poweroff.as_secs_f64()
             ))
         }),
+        ("numa2_sub_memory", numa_sub_test),
         ("console_login_and_json", operator::console_login_and_json),
         (
             "tuning_names_each_difference",

@@ -33,11 +33,25 @@ pub trait Serving: Send {
     fn xdp_lines(&self) -> Vec<String> {
         Vec::new()
     }
-    /// With `sub_memory` (ADR 0035): each item memory region as `(node, kind, bytes,
-    /// used_bytes)`, the local one first; empty without sub memory.
-    fn memory_regions(&self) -> Vec<(u32, &'static str, u64, u64)> {
+    /// With `sub_memory` (ADR 0035): each item memory region, the local one first; empty
+    /// without sub memory.
+    fn memory_regions(&self) -> Vec<MemoryRegion> {
         Vec::new()
     }
+}
+
+/// One item memory region (ADR 0035) as the console and the tuning verifier see it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryRegion {
+    /// The node its pages should be on.
+    pub node: u32,
+    /// `local` (the serving node's) or `sub`.
+    pub kind: &'static str,
+    pub bytes: u64,
+    /// Bytes of its segments handed to shards.
+    pub used_bytes: u64,
+    /// Its address ranges `(start, length)`, ascending.
+    pub spans: Vec<(u64, u64)>,
 }
 
 /// The AF_XDP lines of `server`, for the console's `irq` and `net` and the tuning verifier:
@@ -158,17 +172,26 @@ impl Serving for RuntimeServer {
     fn xdp_lines(&self) -> Vec<String> {
         self.0.xdp_lines()
     }
-    fn memory_regions(&self) -> Vec<(u32, &'static str, u64, u64)> {
+    fn memory_regions(&self) -> Vec<MemoryRegion> {
         let store = &self.0.shared().store;
         if store.sub_regions().is_empty() {
             return Vec::new();
         }
         store
             .regions()
-            .iter()
-            .map(|r| match r.node {
-                None => (self.0.numa_node(), "local", r.bytes, r.used_bytes),
-                Some(n) => (n, "sub", r.bytes, r.used_bytes),
+            .into_iter()
+            .map(|r| {
+                let (node, kind) = match r.node {
+                    None => (self.0.numa_node(), "local"),
+                    Some(n) => (n, "sub"),
+                };
+                MemoryRegion {
+                    node,
+                    kind,
+                    bytes: r.bytes,
+                    used_bytes: r.used_bytes,
+                    spans: r.spans,
+                }
             })
             .collect()
     }

@@ -5,6 +5,7 @@
 //! [`Facts::xdp`] (one mode per interface; "not attached" until it lands).
 
 pub mod isolation;
+pub mod numa_maps;
 
 use serde_json::{json, Value};
 
@@ -77,13 +78,15 @@ pub struct Facts {
     pub boot_args: isolation::BootArgs,
     /// The config partition's file and error, when boot refused it.
     pub config_partition: Option<(String, String)>,
+    /// With `sub_memory`: each item memory region's pages by node (ADR 0035).
+    pub numa_pages: Vec<numa_maps::RegionPages>,
 }
 
 /// One check's result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
     /// Stable name: `nic_node`, `hugepages`, `isolated`, `nohz_full`, `irq`, `queues`, `xdp`,
-    /// `rps`, `xps`.
+    /// `rps`, `xps`, `numa_maps`.
     pub check: &'static str,
     /// What it is about (`eth0`, `node 1`, `irq 25`, `cpus`).
     pub subject: String,
@@ -171,6 +174,7 @@ pub fn verify(f: &Facts) -> Vec<Check> {
             .iter()
             .map(|&(node, pages)| hugepage_check(f, node, pages)),
     );
+    out.extend(numa_maps::checks(&f.numa_pages));
     out.extend(isolation::config_check(f));
     out.extend(isolation::checks(f));
     for i in &up {
@@ -377,7 +381,7 @@ pub fn xdp_mode(iface: &str, xdp_lines: &[String]) -> Option<String> {
 /// Reads the facts of `machine` (`None` while nothing was placed).
 pub fn gather(machine: &Machine) -> Option<Facts> {
     // A copy of what PID 1 recorded: the /sys and /proc reads below run without the lock.
-    let (placement, memory, nic_irqs, xdp_lines, isolation, config_partition) = {
+    let (placement, memory, nic_irqs, xdp_lines, isolation, config_partition, regions) = {
         let state = machine.state();
         (
             state.placement.clone()?,
@@ -389,7 +393,20 @@ pub fn gather(machine: &Machine) -> Option<Facts> {
                 .partition_file
                 .refused()
                 .map(|(file, error)| (file.to_string(), error.to_string())),
+            state
+                .server
+                .as_ref()
+                .map(|s| s.memory_regions())
+                .unwrap_or_default(),
         )
+    };
+    let numa_pages = match regions.is_empty() {
+        true => Vec::new(),
+        false => numa_maps::count(
+            &std::fs::read_to_string("/proc/self/numa_maps").unwrap_or_default(),
+            &std::fs::read_to_string("/proc/self/maps").unwrap_or_default(),
+            &regions,
+        ),
     };
     let hugepages = hugepages_per_node();
     let interrupts = crate::irq::parse_interrupts(
@@ -433,6 +450,7 @@ pub fn gather(machine: &Machine) -> Option<Facts> {
         runtime: isolation.runtime,
         boot_args: isolation.boot_args,
         config_partition,
+        numa_pages,
     })
 }
 

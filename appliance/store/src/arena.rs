@@ -95,6 +95,23 @@ pub(crate) fn allocate_at(
     Ok(out)
 }
 
+/// The address ranges `(start, length)` of `segs`, ascending, adjacent ones merged.
+pub(crate) fn spans(segs: &[Segment]) -> Vec<(u64, u64)> {
+    let mut ranges: Vec<(u64, u64)> = segs
+        .iter()
+        .map(|s| (s.bytes.as_ptr() as u64, s.bytes.len() as u64))
+        .collect();
+    ranges.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (start, len) in ranges {
+        match out.last_mut() {
+            Some(last) if last.0 + last.1 == start => last.1 += len,
+            _ => out.push((start, len)),
+        }
+    }
+    out
+}
+
 /// Maps `len` bytes: MAP_HUGETLB, else a normal map advised MADV_HUGEPAGE, else normal pages.
 fn map_arena(len: usize, huge_pages: bool) -> std::io::Result<(MmapMut, Backing)> {
     if huge_pages {

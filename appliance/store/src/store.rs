@@ -35,6 +35,8 @@ pub struct Store {
     external_lost: AtomicU64,
     /// The sub regions (ADR 0035), in the order of `shared.subs`.
     sub_regions: Vec<SubRegion>,
+    /// Each region's address ranges, the local arena first, then `sub_regions` in order.
+    region_spans: Vec<Vec<(u64, u64)>>,
     /// Next shard the exchange looks at.
     exchange_next: AtomicUsize,
     exchange_cpu_usec: AtomicU64,
@@ -71,8 +73,8 @@ impl std::fmt::Debug for Store {
     }
 }
 
-/// The pools of the sub regions, each mapped and bound to its node.
-fn sub_pools(subs: &[SubRegion], seg_size: usize) -> Result<Vec<pool::Pool>, StoreError> {
+/// The pools of the sub regions, each mapped and bound to its node, with their address ranges.
+fn sub_pools(subs: &[SubRegion], seg_size: usize) -> Result<Vec<SubPool>, StoreError> {
     if subs.len() >= usize::from(u8::MAX) {
         return Err(StoreError::Config(format!(
             "{} sub regions, at most 254",
@@ -92,11 +94,15 @@ fn sub_pools(subs: &[SubRegion], seg_size: usize) -> Result<Vec<pool::Pool>, Sto
                 .map_err(|e| {
                     StoreError::Config(format!("cannot map sub memory on node {}: {e}", r.node))
                 })?;
+            let spans = arena::spans(&segs);
             // No shard is guaranteed a sub segment (`shards` 0: nothing reserved).
-            Ok(pool::Pool::new(segs, seg_size, count * seg_size, 0))
+            Ok((pool::Pool::new(segs, seg_size, count * seg_size, 0), spans))
         })
         .collect()
 }
+
+/// A sub region's pool and its address ranges.
+type SubPool = (pool::Pool, Vec<(u64, u64)>);
 
 /// Smallest segment; larger when `item_size_max` or the number of segments needs it.
 const SEGMENT_MIN: usize = 1 << 20;
@@ -165,8 +171,11 @@ impl Store {
             .map(|s| s.backing)
             .min_by_key(|b| backing_rank(*b))
             .unwrap_or(Backing::Normal);
+        let mut spans = vec![arena::spans(&segs)];
         let pool = pool::Pool::new(segs, seg_size, config.memory_bytes, shard_count);
-        let sub_pools = sub_pools(subs, seg_size)?;
+        let (sub_pools, sub_spans): (Vec<pool::Pool>, Vec<_>) =
+            sub_pools(subs, seg_size)?.into_iter().unzip();
+        spans.extend(sub_spans);
         let sub_segments = sub_pools.iter().map(|p| p.free_count()).sum::<usize>();
         Ok(Store {
             shards: (0..shard_count)
@@ -192,6 +201,7 @@ impl Store {
             external_reads: AtomicU64::new(0),
             external_lost: AtomicU64::new(0),
             sub_regions: subs.to_vec(),
+            region_spans: spans,
             exchange_next: AtomicUsize::new(0),
             exchange_cpu_usec: AtomicU64::new(0),
         })
@@ -517,12 +527,20 @@ impl Store {
             node: None,
             bytes: self.arena_bytes,
             used_bytes: self.shared.pool.segment_bytes() as u64,
+            spans: self.region_spans[0].clone(),
         }];
-        for (r, p) in self.sub_regions.iter().zip(&self.shared.subs) {
+        let sub_spans = self.region_spans.iter().skip(1);
+        for ((r, p), spans) in self
+            .sub_regions
+            .iter()
+            .zip(&self.shared.subs)
+            .zip(sub_spans)
+        {
             out.push(RegionStats {
                 node: Some(r.node),
                 bytes: p.total_bytes() as u64,
                 used_bytes: p.segment_bytes() as u64,
+                spans: spans.clone(),
             });
         }
         out

@@ -43,7 +43,7 @@ pub struct SubRegion {
 }
 
 /// One region's fill, for `stats` and the console.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegionStats {
     /// `None`: the local region; `Some(n)`: the sub region on node `n`.
     pub node: Option<u32>,
@@ -51,6 +51,9 @@ pub struct RegionStats {
     pub bytes: u64,
     /// Bytes of its segments handed to shards.
     pub used_bytes: u64,
+    /// Its address ranges `(start, length)`, ascending and merged: what the tuning check
+    /// looks up in `/proc/self/numa_maps`.
+    pub spans: Vec<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, Copy)]

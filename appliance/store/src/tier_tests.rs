@@ -114,6 +114,17 @@ fn new_items_go_local_and_the_oldest_are_demoted_not_evicted() {
     assert_eq!(regions.len(), 2);
     assert_eq!((regions[0].node, regions[1].node), (None, Some(1)));
     assert!(regions[1].used_bytes > 0 && regions[1].used_bytes <= regions[1].bytes);
+    for r in &regions {
+        let spanned: u64 = r.spans.iter().map(|&(_, len)| len).sum();
+        assert_eq!(spanned, r.bytes, "the spans cover the region: {r:?}");
+        assert!(
+            r.spans.windows(2).all(|w| w[0].0 + w[0].1 < w[1].0),
+            "merged: {r:?}"
+        );
+    }
+    let (local, sub) = (&regions[0].spans, &regions[1].spans);
+    let overlaps = |a: (u64, u64), b: (u64, u64)| a.0 < b.0 + b.1 && b.0 < a.0 + a.1;
+    assert!(local.iter().all(|&a| sub.iter().all(|&b| !overlaps(a, b))));
 }
 
 #[test]
@@ -608,4 +619,84 @@ fn get_cost_with_and_without_sub_memory() {
         let c = per_read(&s, &foreign, 200);
         println!("ns/get: no sub memory {a:.1}, local hit with sub memory {b:.1} ({:.3}x), foreign hit (scored) {c:.1} ({:.3}x)", b / a, c / a);
     }
+}
+
+/// Keys drawn by Zipf(`s`) over `0..n` from a fixed xorshift stream (rank 0 the hottest).
+struct Zipf {
+    cdf: Vec<f64>,
+    state: u64,
+}
+
+impl Zipf {
+    fn new(n: usize, s: f64, seed: u64) -> Zipf {
+        let mut acc = 0.0;
+        let mut cdf: Vec<f64> = (1..=n)
+            .map(|r| {
+                acc += 1.0 / (r as f64).powf(s);
+                acc
+            })
+            .collect();
+        cdf.iter_mut().for_each(|c| *c /= acc);
+        Zipf { cdf, state: seed }
+    }
+
+    fn next(&mut self) -> usize {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        let u = (self.state >> 11) as f64 / (1u64 << 53) as f64;
+        self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
+    }
+}
+
+/// Cache-aside Zipf(0.99) requests (get; on a miss, set) over `n` keys, the ranks scattered
+/// over the write order; the exchange runs every 256 requests as the background thread would.
+/// Returns the misses of `measured` requests after `warm` requests of warm-up.
+fn zipf_misses(s: &Store, n: usize, warm: usize, measured: usize) -> usize {
+    let mut zipf = Zipf::new(n, 0.99, 0x9e37_79b9_7f4a_7c15);
+    let mut misses = 0;
+    for r in 0..warm + measured {
+        let now = 1 + (r / 20_000) as Time; // 20,000 requests a second
+        let id = (zipf.next() * 7_919) % n; // 7,919 is prime: ranks spread over the keys
+        if read(s, &key(id), now).is_none() {
+            put(s, &key(id), &value(id, VALUE), NEVER, now);
+            misses += usize::from(r >= warm);
+        }
+        if r % 256 == 255 {
+            s.exchange(now, 256);
+        }
+    }
+    misses
+}
+
+#[test]
+#[ignore = "a measurement; prints numbers (docs/BENCHMARKS.md, issue 23)"]
+fn zipf_hit_ratio_with_and_without_sub_memory() {
+    // How many 1 KiB items the local region alone keeps: the key space is 1.5x that.
+    let probe = Store::new(config(16 * MIB)).expect("store");
+    for i in 0..40_000 {
+        put(&probe, &key(i), &value(i, VALUE), NEVER, 1);
+    }
+    let local_items = probe.stats().curr_items as usize;
+    let n = local_items * 3 / 2;
+    let (warm, measured) = (4 * n, 400_000);
+    let plain = Store::new(config(16 * MIB)).expect("store");
+    let tiered = tiered(16 * MIB, 16 * MIB);
+    let without = zipf_misses(&plain, n, warm, measured);
+    let with = zipf_misses(&tiered, n, warm, measured);
+    let st = tiered.stats();
+    println!(
+        "Zipf(0.99) over {n} keys (1.5x the {local_items} the 16 MiB local region keeps), {measured} requests after {warm}: misses without sub memory {without} (hit ratio {:.4}), with 16 MiB simulated sub memory {with} (hit ratio {:.4}); {:.1}x fewer misses; promotions {}, demotions {}, hits local {} foreign {}",
+        1.0 - without as f64 / measured as f64,
+        1.0 - with as f64 / measured as f64,
+        without as f64 / with.max(1) as f64,
+        st.numa_promotions,
+        st.numa_demotions,
+        st.get_hits_local,
+        st.get_hits_foreign
+    );
+    assert!(
+        with * 2 <= without,
+        "misses not cut by half: {with} vs {without}"
+    );
 }

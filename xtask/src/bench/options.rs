@@ -8,7 +8,7 @@ use std::path::PathBuf;
 const USAGE: &str =
     "usage: cargo xtask bench [--seconds N] [--only memcache|http|memory|durable|udp|icount|cores] [--binary PATH]
                          [--conns N] [--self-check] [--cells get-100-1,set-4096-16,...]
-                         [--compare-binary PATH]
+                         [--compare-binary PATH] [--io RUNTIME] [--sub-memory]
 
   --seconds N    measured seconds per cell, after 1 s of warm-up (default 5; durable: at most 10)
   --only PART    run one part: memcache (GET/SET vs memcached), http (GET vs nginx), memory,
@@ -27,6 +27,9 @@ const USAGE: &str =
                  (e.g. the musl build against the glibc build)
   --io RUNTIME   the ringstore subject's --io in the memcache cells (auto, io_uring,
                  epoll; default: the server's default, auto)
+  --sub-memory   memcache cells: ringstore --numa 0 is the baseline and the subject is the same
+                 binary with --sub-memory 256MiB --sub-memory-simulated on (issue 23: the score
+                 keeping's cost on the GET path)
 ";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -52,6 +55,8 @@ pub(super) struct Options {
     pub(super) compare: Option<PathBuf>,
     /// `--io`: the ringstore subject's I/O runtime in the memcache cells.
     pub(super) io: Option<String>,
+    /// `--sub-memory`: the memcache cells compare ringstore with and without sub memory.
+    pub(super) sub_memory: bool,
 }
 
 fn parse_part(name: &str) -> Result<Part> {
@@ -79,6 +84,7 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
         cells: Vec::new(),
         compare: None,
         io: None,
+        sub_memory: false,
     };
     if args.iter().any(|a| a == "-h" || a == "--help") {
         print!("{USAGE}");
@@ -98,6 +104,7 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
             },
             "--only" => o.only = Some(parse_part(&value)?),
             "--self-check" => o.self_check = true,
+            "--sub-memory" => o.sub_memory = true,
             "--cells" => {
                 o.cells = value.split(',').map(parse_cell).collect::<Result<_>>()?;
             }
@@ -107,14 +114,17 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
     if !(1..=60).contains(&o.seconds) || !(1..=1000).contains(&o.conns) {
         bail!("--seconds must be 1..=60 and --conns 1..=1000");
     }
-    if o.compare.is_some() {
+    if o.sub_memory && (o.compare.is_some() || o.self_check) {
+        bail!("--sub-memory excludes --compare-binary and --self-check");
+    }
+    if o.compare.is_some() || o.sub_memory {
         if o.self_check {
             bail!("--compare-binary and --self-check exclude each other");
         }
         match o.only {
             None => o.only = Some(Part::Memcache),
             Some(Part::Memcache) => {}
-            Some(_) => bail!("--compare-binary applies to the memcache cells only"),
+            Some(_) => bail!("--compare-binary and --sub-memory apply to the memcache cells only"),
         }
     }
     Ok(o)
@@ -152,6 +162,14 @@ mod tests {
         assert!(o.cells == [(Op::Get, 100, 1), (Op::Set, 4096, 16)]);
         assert!(parse(&args(&["--cells", "get-100-2"])).is_err());
         assert!(parse(&args(&["--cells", "del-100-1"])).is_err());
+    }
+
+    #[test]
+    fn sub_memory_runs_the_memcache_cells_alone() {
+        let o = parse(&args(&["--sub-memory", "--cells", "get-100-1"])).unwrap();
+        assert!(o.sub_memory && o.only == Some(Part::Memcache));
+        assert!(parse(&args(&["--sub-memory", "--self-check"])).is_err());
+        assert!(parse(&args(&["--sub-memory", "--only", "http"])).is_err());
     }
 
     #[test]

@@ -155,13 +155,16 @@ fn memory_regions(out: &mut Output, server: &dyn crate::plane::Serving) {
         return;
     }
     let mut listed = Vec::new();
-    for (node, kind, bytes, used) in regions {
+    for r in regions {
         out.line(format!(
-            "memory region node {node} {kind}: {} of {} MiB used",
-            used >> 20,
-            bytes >> 20
+            "memory region node {} {}: {} of {} MiB used",
+            r.node,
+            r.kind,
+            r.used_bytes >> 20,
+            r.bytes >> 20
         ));
-        listed.push(json!({"node": node, "kind": kind, "bytes": bytes, "used_bytes": used}));
+        listed.push(json!({"node": r.node, "kind": r.kind, "bytes": r.bytes,
+                           "used_bytes": r.used_bytes}));
     }
     out.set("memory_regions", listed);
 }
