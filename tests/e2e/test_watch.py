@@ -149,3 +149,59 @@ def test_skipped_lines_are_announced(server):
     # A watcher's backlog is bounded: what it got is far less than what happened.
     assert len(gets) < 20000
     c.close()
+
+
+def fill(addr, count, size=5000):
+    """`count` sets of `size` bytes, every other one with a TTL; returns when all answered."""
+    c = socket.create_connection(addr, timeout=10)
+    value = b"v" * size
+    for start in range(0, count, 100):
+        batch = b"".join(b"set fill%d 0 %d %d\r\n%s\r\n" % (i, 100 * (i % 2), size, value)
+                         for i in range(start, min(count, start + 100)))
+        c.sendall(batch)
+        got = b""
+        while got.count(b"\r\n") < min(100, count - start):
+            got += c.recv(1 << 16)
+        assert set(got.split()) == {b"STORED"}, got[:80]
+    c.close()
+
+
+def eviction_shapes(lines):
+    shapes = {}
+    for line in lines:
+        d = dict(f.split("=", 1) for f in shape(line))
+        if d.get("type") == "eviction":
+            shapes.setdefault((d["fetch"], d["ttl"]), shape(line))
+    return shapes
+
+
+def test_eviction_lines_have_memcacheds_shape(server_factory):
+    from conftest import real_memcached
+    small = server_factory("--memory", "8MiB")
+    with real_memcached(extra=("-m", "2", "-I", "512k")) as theirs:
+        results = []
+        for addr, count in ((small.mc, 4000), (theirs, 2000)):
+            w = watcher(addr, b"watch evictions\r\n")
+            time.sleep(0.2)
+            fill(addr, count)
+            lines = read_lines(w, lambda d: d.count(b"type=eviction") >= 200)
+            w.close()
+            results.append((eviction_shapes(lines), lines))
+    (ours, our_lines), (theirs_shapes, _) = results
+    # memcached writes `ttl=-1` for an item that never expires, the seconds left otherwise.
+    assert ("no", "-1") in ours and ("no", "N") in ours, our_lines[:3]
+    for kind, s in ours.items():
+        assert kind in theirs_shapes, f"{kind} is not a line memcached writes"
+        # memcached's clsid is its slab class; ringstore's is always 1. Both are numbers.
+        assert s == theirs_shapes[kind], f"ringstore {s}, memcached {theirs_shapes[kind]}"
+    assert all(re.search(r" key=fill\d+ ", l) and l.endswith(" size=5000") for l in our_lines
+               if "type=eviction" in l)
+
+
+def test_evictions_are_logged_only_while_watched(server_factory):
+    small = server_factory("--memory", "8MiB")
+    w = watcher(small.mc, b"watch fetchers\r\n")
+    fill(small.mc, 4000)
+    assert b"evictions " in raw(small.mc, b"stats\r\n", read_until=b"END\r\n")
+    assert read_lines(w, lambda d: False, timeout=0.5) == [], "no eviction line for a fetcher watcher"
+    w.close()
