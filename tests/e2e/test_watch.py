@@ -205,3 +205,34 @@ def test_evictions_are_logged_only_while_watched(server_factory):
     assert b"evictions " in raw(small.mc, b"stats\r\n", read_until=b"END\r\n")
     assert read_lines(w, lambda d: False, timeout=0.5) == [], "no eviction line for a fetcher watcher"
     w.close()
+
+
+def test_connection_lines_have_memcacheds_shape(server):
+    from conftest import real_memcached
+    with real_memcached() as theirs:
+        results = []
+        for addr in (server.mc, theirs):
+            w = watcher(addr, b"watch connevents\r\n")
+            time.sleep(0.2)
+            c = socket.create_connection(addr, timeout=5)
+            port = c.getsockname()[1]
+            c.sendall(b"version\r\n")
+            assert c.recv(100).startswith(b"VERSION")
+            c.close()
+            lines = read_lines(w, lambda d: b"conn_close" in d)
+            w.close()
+            mine = [l for l in lines if f" rport={port} " in l]
+            results.append(mine)
+            assert [l.split(" type=")[1].split()[0] for l in mine] == ["conn_new", "conn_close"], lines
+            cfds = {l.rsplit(" cfd=", 1)[1] for l in mine}
+            assert len(cfds) == 1, "both lines name the same connection"
+        ours, theirs_lines = results
+        assert [shape(l) for l in ours] == [shape(l) for l in theirs_lines]
+        assert " rip=127.0.0.1 " in ours[0] and " transport=tcp " in ours[0]
+
+
+def test_no_connection_lines_for_other_watchers(server):
+    w = watcher(server.mc, b"watch mutations\r\n")
+    socket.create_connection(server.mc, timeout=5).close()
+    assert read_lines(w, lambda d: False, timeout=0.5) == []
+    w.close()

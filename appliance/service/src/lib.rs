@@ -419,12 +419,22 @@ impl Session {
         }
     }
 
+    /// The connection's peer, told once after it opened (`watch connevents`).
+    pub fn peer_known(&mut self, shared: &Shared, peer: std::net::SocketAddr) {
+        if let SessionKind::Memcache(s) = &mut self.inner {
+            s.peer_known(shared, peer);
+        }
+    }
+
     /// The connection is gone: give up what a request in progress holds (a large upload's
     /// chunks on the data device).
     pub fn on_close(&mut self, shared: &Shared, device: Option<&dyn Device>) {
         match &mut self.inner {
             SessionKind::Http(s) => s.on_close(&http::StoreBackend::of(shared, s.worker(), device)),
-            SessionKind::Memcache(s) => s.release_splices(shared),
+            SessionKind::Memcache(s) => {
+                s.release_splices(shared);
+                s.log_conn_event(shared, true);
+            }
         }
     }
 

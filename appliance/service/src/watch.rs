@@ -143,6 +143,14 @@ impl Hub {
         }
     }
 
+    /// [`Hub::log`] stamped by the system clock, for events outside a request (a
+    /// connection opened or closed).
+    pub fn log_now(&self, worker: usize, bit: u8, body: impl FnOnce(&mut Vec<u8>)) {
+        if let Some(ring) = self.rings.get(worker) {
+            self.log_into(ring, bit, unix_micros(), body);
+        }
+    }
+
     /// [`Hub::log`] into `ring`, stamped `micros` (Unix time in microseconds).
     fn log_into(&self, ring: &Ring, bit: u8, micros: u64, body: impl FnOnce(&mut Vec<u8>)) {
         let Ok(mut lines) = ring.lines.try_lock() else {
@@ -218,11 +226,10 @@ impl ringstore_store::EvictionLog for Hub {
         let Some(ring) = self.rings.last() else {
             return;
         };
-        // The store has no Unix clock; the system's (vDSO, no syscall) stamps the line.
-        let micros = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-        self.log_into(ring, WatchKinds::EVICTIONS, micros, |l| eviction(l, item));
+        // The store has no Unix clock; the system's stamps the line.
+        self.log_into(ring, WatchKinds::EVICTIONS, unix_micros(), |l| {
+            eviction(l, item)
+        });
     }
 }
 
@@ -248,6 +255,13 @@ fn skipped_line(out: &mut Vec<u8>, n: u64) {
 fn micros_of(now: Now) -> u64 {
     let secs = now.unix.saturating_sub(u64::from(now.store));
     secs * 1_000_000 + now.mono_ms * 1000
+}
+
+/// The system clock in Unix microseconds (a vDSO read, no syscall).
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 /// memcached's `ts=SECONDS.MICROS`.
@@ -326,6 +340,19 @@ pub fn eviction(out: &mut Vec<u8>, item: &Evicted<'_>) {
     out.extend_from_slice(b" clsid=1 size=");
     push_num(out, item.size as u64);
     out.push(b'\n');
+}
+
+/// `type=conn_new rip=IP rport=PORT transport=tcp cfd=F` or, when `closed`,
+/// `type=conn_close rip=IP rport=PORT transport=tcp reason=normal cfd=F` (memcached's
+/// connection lines; ringstore's sessions do not learn why a connection ended).
+pub fn conn_event(out: &mut Vec<u8>, peer: std::net::SocketAddr, closed: bool, cfd: u64) {
+    let kind = if closed { "conn_close" } else { "conn_new" };
+    let reason = if closed { " reason=normal" } else { "" };
+    let (ip, port) = (peer.ip(), peer.port());
+    let _ = writeln!(
+        out,
+        "type={kind} rip={ip} rport={port} transport=tcp{reason} cfd={cfd}"
+    );
 }
 
 /// What an `item_store` line says.

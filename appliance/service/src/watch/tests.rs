@@ -147,3 +147,16 @@ fn evictions_go_to_the_store_ring_only_while_watched() {
     drop(w);
     assert!(!hub.wanted());
 }
+
+#[test]
+fn connection_lines_have_memcacheds_fields() {
+    let peer: std::net::SocketAddr = "127.0.0.1:5000".parse().expect("addr");
+    let mut out = Vec::new();
+    conn_event(&mut out, peer, false, 4);
+    conn_event(&mut out, peer, true, 4);
+    assert_eq!(
+        out,
+        b"type=conn_new rip=127.0.0.1 rport=5000 transport=tcp cfd=4\n\
+          type=conn_close rip=127.0.0.1 rport=5000 transport=tcp reason=normal cfd=4\n"
+    );
+}
