@@ -214,6 +214,32 @@ impl Hub {
     }
 }
 
+/// A watcher outside any connection (the appliance console's `watch`): its lines are
+/// pulled with [`Feed::poll`], on the puller's own schedule.
+#[derive(Debug)]
+pub struct Feed {
+    hub: Arc<Hub>,
+    watcher: Watcher,
+}
+
+impl Feed {
+    /// A watcher of what `words` (memcache `watch` words) ask for; the error is the line
+    /// memcached would answer (`ERROR`, or [`TOO_MANY`]).
+    pub fn join(hub: &Arc<Hub>, words: &[&[u8]]) -> Result<Feed, &'static str> {
+        let kinds = ringstore_proto::memcache::misc::watch_kinds(words).ok_or("ERROR")?;
+        let watcher = hub.join(kinds).ok_or(TOO_MANY)?;
+        Ok(Feed {
+            hub: Arc::clone(hub),
+            watcher,
+        })
+    }
+
+    /// Appends the lines not seen yet (bounded as a connection's poll); true when any.
+    pub fn poll(&mut self, out: &mut Vec<u8>) -> bool {
+        self.hub.poll(&mut self.watcher, out)
+    }
+}
+
 /// `watch evictions`: the store tells of each item it evicts while a watcher wants them.
 /// Several workers may evict at once: one that finds the ring held loses the line (counted,
 /// so watchers are told with `skipped=N`).
