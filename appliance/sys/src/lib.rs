@@ -21,6 +21,7 @@ mod num;
 mod power;
 mod process;
 mod signals;
+mod tty;
 mod xsk;
 
 pub use bpf::{
@@ -59,4 +60,5 @@ pub use signals::{
     block_signals, ignore_sigpipe, install_noop_handlers, kill, read_signal, reap_children,
     set_signal_mask, signal_set, signal_this_thread, signalfd, termination_set, wait_signal,
 };
+pub use tty::KeysAtOnce;
 pub use xsk::{ifindex, rx_queue_count, Frame, Xsk, XskConfig, XskError, XskMode};

@@ -107,7 +107,8 @@ pub fn stream(
 }
 
 /// Waits up to one tick for console input; what was typed is read and dropped (EOF or a
-/// read error count as a key: nobody is there to watch).
+/// read error count as a key: nobody is there to watch). While a watch runs the console
+/// delivers each key at once ([`ringstore_sys::KeysAtOnce`]), Ctrl-C included.
 fn console_key() -> bool {
     let stdin = std::io::stdin();
     if !ringstore_sys::poll_one_readable(stdin.as_fd(), TICK_MS) {
@@ -136,6 +137,8 @@ pub fn run(ctx: &mut Ctx, args: &[&str]) -> Output {
             bounds.count, bounds.secs
         ));
     }
+    let stdin = std::io::stdin();
+    let _keys = ringstore_sys::KeysAtOnce::start(stdin.as_fd());
     let started = Instant::now();
     let deadline = started + Duration::from_secs(bounds.secs);
     let mut kept = Vec::new();
