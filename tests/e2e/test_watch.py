@@ -47,7 +47,8 @@ def shape(line):
     for f in line.split(" "):
         name, _, value = f.partition("=")
         if name == "ts":
-            value = re.sub(r"^\d+\.\d{6}$", "T", value)
+            # memcached writes `%d.%d`: the microseconds unpadded (`.8858` is 8858 us).
+            value = re.sub(r"^\d+\.\d{1,6}$", "T", value)
         elif name == "key":
             value = "K" if re.fullmatch(r"[A-Za-z0-9._~%-]+", value) else value
         elif re.fullmatch(r"\d+", value):

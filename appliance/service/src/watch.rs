@@ -290,10 +290,10 @@ fn unix_micros() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
-/// memcached's `ts=SECONDS.MICROS`.
+/// memcached's `ts=SECONDS.MICROS`, the microseconds unpadded as its `%d.%d` writes them.
 fn timestamp(out: &mut Vec<u8>, micros: u64) {
     let (secs, frac) = (micros / 1_000_000, micros % 1_000_000);
-    let _ = write!(out, "ts={secs}.{frac:06}");
+    let _ = write!(out, "ts={secs}.{frac}");
 }
 
 /// Writes `n` in decimal (no allocation: `Vec<u8>`'s `io::Write` cannot fail).

@@ -144,6 +144,12 @@ fn evictions_go_to_the_store_ring_only_while_watched() {
         ]
     );
     assert!(text.starts_with("ts=1"), "{text}");
+    let mut stamp = Vec::new();
+    timestamp(&mut stamp, 1_700_000_000_008_858);
+    assert_eq!(
+        stamp, b"ts=1700000000.8858",
+        "unpadded, as memcached's %d.%d"
+    );
     drop(w);
     assert!(!hub.wanted());
 }
