@@ -372,11 +372,22 @@ def test_huge_exptimes_and_lengths_match_memcached(server, memcached):
         b"ms k 4294967296\r\n\r\nmg k v\r\n",
         b"ms k 2147483648\r\n",
         b"ms k 99999999999999999999\r\n",
+        b"ms k 1 T2147483648\r\nx\r\nget k\r\n",
+        b"ms k 1 T-1\r\nx\r\nget k\r\n",
+        b"set k 0 0 1\r\nx\r\ngats 2147483648 k\r\nget k\r\n",
+        b"set k 0 0 1\r\nx\r\ntouch k 2147483648\r\nget k\r\n",
+        b"add k 0 99999999999 1\r\nx\r\nget k\r\n",
+        b"replace k 0 2147483648 1\r\nx\r\nget k\r\n",
+        b"cas k 0 99999999999 1 1\r\nx\r\n",
+        b"set k 0 0 1\r\nx\r\nappend k 0 99999999999 1\r\ny\r\nget k\r\n",
+        b"set k 0 0 -1\r\nx\r\n",
+        b"ms k -1\r\nx\r\n",
         # Last: memcached's flush_all takes a CAS unique, ringstore's does not.
         b"set k 0 0 1\r\nx\r\nflush_all 99999999999\r\nget k\r\n",  # before the start: nothing
         b"flush_all 2147483648\r\nget k\r\n",  # negative: everything, now
         b"set k 0 0 1\r\nx\r\nflush_all 4294967296\r\nget k\r\n",  # 0: now
         b"set k 0 0 1\r\nx\r\nflush_all 99999999999999999999\r\nget k\r\n",
+        b"flush_all -1\r\nget k\r\n",
     ]
     cas = re.compile(rb"^(VALUE k \d+ \d+) \d+\r$", re.M)
     ours, theirs = both(server, memcached, steps)
@@ -390,17 +401,10 @@ def test_control_byte_keys_get_memcacheds_invalid_key_error(server, memcached):
     # differences) with the error memcached gives for a key it finds invalid (too long).
     long_key = b"k" * 251
     for bad in (b"a\x01b", b"a\x7fb", b"a\tb"):
-        ours, theirs = both(server, memcached, [
-            b"set " + bad + b" 0 0 1\r\nx\r\n",
-            b"get " + bad + b"\r\n",
-            b"mg " + bad + b" v\r\n",
-            b"delete " + bad + b"\r\n",
-        ])
-        _, invalid = both(server, memcached, [
-            b"set " + long_key + b" 0 0 1\r\nx\r\n",
-            b"get " + long_key + b"\r\n",
-            b"mg " + long_key + b" v\r\n",
-            b"delete " + long_key + b"\r\n",
-        ])
+        commands = [b"set %s 0 0 1\r\nx\r\n", b"get %s\r\n", b"mg %s v\r\n", b"ms %s 1\r\nx\r\n",
+                    b"touch %s 0\r\n", b"gat 0 %s\r\n", b"gats 0 %s\r\n", b"incr %s 1\r\n",
+                    b"ma %s\r\n", b"md %s\r\n", b"delete %s\r\n"]
+        ours, theirs = both(server, memcached, [c % bad for c in commands])
+        _, invalid = both(server, memcached, [c % long_key for c in commands])
         assert ours == invalid, (bad, ours, invalid)
         assert theirs[0] == b"STORED\r\n", theirs  # memcached itself takes the key

@@ -47,7 +47,8 @@ def shape(line):
     for f in line.split(" "):
         name, _, value = f.partition("=")
         if name == "ts":
-            value = re.sub(r"^\d+\.\d{6}$", "T", value)
+            # memcached writes `%d.%d`: the microseconds unpadded (`.8858` is 8858 us).
+            value = re.sub(r"^\d+\.\d{1,6}$", "T", value)
         elif name == "key":
             value = "K" if re.fullmatch(r"[A-Za-z0-9._~%-]+", value) else value
         elif re.fullmatch(r"\d+", value):
@@ -149,3 +150,90 @@ def test_skipped_lines_are_announced(server):
     # A watcher's backlog is bounded: what it got is far less than what happened.
     assert len(gets) < 20000
     c.close()
+
+
+def fill(addr, count, size=5000):
+    """`count` sets of `size` bytes, every other one with a TTL; returns when all answered."""
+    c = socket.create_connection(addr, timeout=10)
+    value = b"v" * size
+    for start in range(0, count, 100):
+        batch = b"".join(b"set fill%d 0 %d %d\r\n%s\r\n" % (i, 100 * (i % 2), size, value)
+                         for i in range(start, min(count, start + 100)))
+        c.sendall(batch)
+        got = b""
+        while got.count(b"\r\n") < min(100, count - start):
+            got += c.recv(1 << 16)
+        assert set(got.split()) == {b"STORED"}, got[:80]
+    c.close()
+
+
+def eviction_shapes(lines):
+    shapes = {}
+    for line in lines:
+        d = dict(f.split("=", 1) for f in shape(line))
+        if d.get("type") == "eviction":
+            shapes.setdefault((d["fetch"], d["ttl"]), shape(line))
+    return shapes
+
+
+def test_eviction_lines_have_memcacheds_shape(server_factory):
+    from conftest import real_memcached
+    small = server_factory("--memory", "8MiB")
+    with real_memcached(extra=("-m", "2", "-I", "512k")) as theirs:
+        results = []
+        for addr, count in ((small.mc, 4000), (theirs, 2000)):
+            w = watcher(addr, b"watch evictions\r\n")
+            time.sleep(0.2)
+            fill(addr, count)
+            lines = read_lines(w, lambda d: d.count(b"type=eviction") >= 200)
+            w.close()
+            results.append((eviction_shapes(lines), lines))
+    (ours, our_lines), (theirs_shapes, _) = results
+    # memcached writes `ttl=-1` for an item that never expires, the seconds left otherwise.
+    assert ("no", "-1") in ours and ("no", "N") in ours, our_lines[:3]
+    for kind, s in ours.items():
+        assert kind in theirs_shapes, f"{kind} is not a line memcached writes"
+        # memcached's clsid is its slab class; ringstore's is always 1. Both are numbers.
+        assert s == theirs_shapes[kind], f"ringstore {s}, memcached {theirs_shapes[kind]}"
+    assert all(re.search(r" key=fill\d+ ", l) and l.endswith(" size=5000") for l in our_lines
+               if "type=eviction" in l)
+
+
+def test_evictions_are_logged_only_while_watched(server_factory):
+    small = server_factory("--memory", "8MiB")
+    w = watcher(small.mc, b"watch fetchers\r\n")
+    fill(small.mc, 4000)
+    assert b"evictions " in raw(small.mc, b"stats\r\n", read_until=b"END\r\n")
+    assert read_lines(w, lambda d: False, timeout=0.5) == [], "no eviction line for a fetcher watcher"
+    w.close()
+
+
+def test_connection_lines_have_memcacheds_shape(server):
+    from conftest import real_memcached
+    with real_memcached() as theirs:
+        results = []
+        for addr in (server.mc, theirs):
+            w = watcher(addr, b"watch connevents\r\n")
+            time.sleep(0.2)
+            c = socket.create_connection(addr, timeout=5)
+            port = c.getsockname()[1]
+            c.sendall(b"version\r\n")
+            assert c.recv(100).startswith(b"VERSION")
+            c.close()
+            lines = read_lines(w, lambda d: b"conn_close" in d)
+            w.close()
+            mine = [l for l in lines if f" rport={port} " in l]
+            results.append(mine)
+            assert [l.split(" type=")[1].split()[0] for l in mine] == ["conn_new", "conn_close"], lines
+            cfds = {l.rsplit(" cfd=", 1)[1] for l in mine}
+            assert len(cfds) == 1, "both lines name the same connection"
+        ours, theirs_lines = results
+        assert [shape(l) for l in ours] == [shape(l) for l in theirs_lines]
+        assert " rip=127.0.0.1 " in ours[0] and " transport=tcp " in ours[0]
+
+
+def test_no_connection_lines_for_other_watchers(server):
+    w = watcher(server.mc, b"watch mutations\r\n")
+    socket.create_connection(server.mc, timeout=5).close()
+    assert read_lines(w, lambda d: False, timeout=0.5) == []
+    w.close()

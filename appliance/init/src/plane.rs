@@ -33,6 +33,13 @@ pub trait Serving: Send {
     fn xdp_lines(&self) -> Vec<String> {
         Vec::new()
     }
+    /// memcached's `watch` of `words` (`fetchers`, `mutations`, `evictions`, `connevents`):
+    /// a feed that appends the log lines not pulled yet (true when any); the error is the
+    /// refusal line. Holds nothing of the machine's state while it lives.
+    fn watch(&self, words: &[&str]) -> Result<WatchFeed, String> {
+        let _ = words;
+        Err("watch is not served here".into())
+    }
     /// With `sub_memory` (ADR 0035): each item memory region, the local one first; empty
     /// without sub memory.
     fn memory_regions(&self) -> Vec<MemoryRegion> {
@@ -53,6 +60,9 @@ pub struct MemoryRegion {
     /// Its address ranges `(start, length)`, ascending.
     pub spans: Vec<(u64, u64)>,
 }
+
+/// A `watch` feed ([`Serving::watch`]).
+pub type WatchFeed = Box<dyn FnMut(&mut Vec<u8>) -> bool + Send>;
 
 /// The AF_XDP lines of `server`, for the console's `irq` and `net` and the tuning verifier:
 /// `xdp:` then one indented line each; empty without a server or without `ringstore.xdp`.
@@ -197,6 +207,11 @@ impl Serving for RuntimeServer {
     }
     fn admin(&self, request: &[u8], max: usize) -> Vec<u8> {
         self.0.admin(request, max)
+    }
+    fn watch(&self, words: &[&str]) -> Result<WatchFeed, String> {
+        let words: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+        let mut feed = self.0.watch(&words).map_err(str::to_string)?;
+        Ok(Box::new(move |out: &mut Vec<u8>| feed.poll(out)))
     }
     fn set_draining(&self, on: bool) -> Result<(), String> {
         self.0.set_draining(on).map_err(|e| e.to_string())

@@ -80,6 +80,11 @@ pub(crate) trait Handler: Send + Sync + 'static {
         let _ = (session, out);
         false
     }
+    /// The peer of the connection `session` was just opened for (memcached's `watch
+    /// connevents`); called by both runtimes right after [`Handler::open`].
+    fn peer_known(&self, session: &mut Self::Session, peer: std::net::SocketAddr) {
+        let _ = (session, peer);
+    }
     fn conn_opened(&self, worker: usize);
     fn conn_closed(&self, worker: usize);
     /// The connection of `session` is gone (before [`Handler::conn_closed`]).
@@ -221,6 +226,9 @@ impl Handler for ServiceHandler {
     }
     fn poll_output(&self, session: &mut Session, out: &mut Vec<u8>) -> bool {
         session.poll_output(&self.0, out)
+    }
+    fn peer_known(&self, session: &mut Session, peer: std::net::SocketAddr) {
+        session.peer_known(&self.0, peer);
     }
     fn conn_opened(&self, worker: usize) {
         self.0.conn_opened(worker)

@@ -218,6 +218,12 @@ impl Server {
         self.memory_binding
     }
 
+    /// A `watch` of what `words` ask for, outside any connection (the console's `watch`):
+    /// a feed to pull log lines from; the error is memcached's answer line.
+    pub fn watch(&self, words: &[&[u8]]) -> Result<ringstore_service::watch::Feed, &'static str> {
+        ringstore_service::watch::Feed::join(&self.shared.watch, words)
+    }
+
     /// Runs memcache text `request` (`stats\r\n`, `flush_all\r\n`) in-process against the
     /// shared state, as a client of the memcache port would be answered (the console's
     /// `stats` and `flush`; its counters go to the spare slot). At most `max` bytes of reply.

@@ -379,6 +379,9 @@ impl<H: Handler> Handler for Tls<H> {
         }
         self.inner.output_flushed(&mut s.inner);
     }
+    fn peer_known(&self, s: &mut Self::Session, peer: std::net::SocketAddr) {
+        self.inner.peer_known(&mut s.inner, peer);
+    }
     /// A `watch` session's log lines: sealed like any other output (in the clear once the
     /// kernel holds the keys); nothing while the handshake is under way.
     fn poll_output(&self, s: &mut Self::Session, out: &mut Vec<u8>) -> bool {

@@ -121,7 +121,7 @@ pub struct Shared {
     /// and the TLS stats.
     pub tls: std::sync::OnceLock<Arc<dyn TlsControl>>,
     /// memcached's `watch`: the per-worker log rings and who watches (`watch.rs`).
-    pub watch: watch::Hub,
+    pub watch: Arc<watch::Hub>,
     /// The workers' I/O runtime, `io_uring` or `epoll` (`stats io_runtime`); set by the
     /// runtime at start.
     pub io_runtime: std::sync::OnceLock<&'static str>,
@@ -145,6 +145,8 @@ impl Shared {
         pid: u32,
         unix_start: u64,
     ) -> Arc<Shared> {
+        let watch = Arc::new(watch::Hub::new(workers.max(1) + 1));
+        store.attach_eviction_log(Arc::clone(&watch) as Arc<dyn ringstore_store::EvictionLog>);
         Arc::new(Shared {
             store,
             conn_memory: budget::ConnMemory::new(config.conn_memory),
@@ -162,7 +164,7 @@ impl Shared {
             xdp_mode: std::sync::OnceLock::new(),
             auth: std::sync::OnceLock::new(),
             tls: std::sync::OnceLock::new(),
-            watch: watch::Hub::new(workers.max(1) + 1),
+            watch,
             io_runtime: std::sync::OnceLock::new(),
         })
     }
@@ -417,12 +419,22 @@ impl Session {
         }
     }
 
+    /// The connection's peer, told once after it opened (`watch connevents`).
+    pub fn peer_known(&mut self, shared: &Shared, peer: std::net::SocketAddr) {
+        if let SessionKind::Memcache(s) = &mut self.inner {
+            s.peer_known(shared, peer);
+        }
+    }
+
     /// The connection is gone: give up what a request in progress holds (a large upload's
     /// chunks on the data device).
     pub fn on_close(&mut self, shared: &Shared, device: Option<&dyn Device>) {
         match &mut self.inner {
             SessionKind::Http(s) => s.on_close(&http::StoreBackend::of(shared, s.worker(), device)),
-            SessionKind::Memcache(s) => s.release_splices(shared),
+            SessionKind::Memcache(s) => {
+                s.release_splices(shared);
+                s.log_conn_event(shared, true);
+            }
         }
     }
 

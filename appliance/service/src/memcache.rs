@@ -152,6 +152,8 @@ pub struct MemcacheSession {
     watcher: Option<Box<crate::watch::Watcher>>,
     /// The connection number its `watch` lines carry (`cfd=`), given when first needed.
     cfd: u64,
+    /// The peer's address, when the runtime told it (`watch connevents`).
+    peer: Option<std::net::SocketAddr>,
 }
 
 /// The end of one response in a session's output (memcached frames each of its UDP
@@ -206,7 +208,33 @@ impl MemcacheSession {
             gate: auth::Gate::Unresolved,
             watcher: None,
             cfd: 0,
+            peer: None,
         }
+    }
+
+    /// The connection's peer: memcached's `conn_new` line when connevents are watched.
+    pub fn peer_known(&mut self, shared: &Shared, peer: std::net::SocketAddr) {
+        self.peer = Some(peer);
+        self.log_conn_event(shared, false);
+    }
+
+    /// Logs `conn_new` (or `conn_close` when `closed`) while connevents are watched; a
+    /// watcher's own close is not logged (memcached's watchers are not connections then).
+    pub fn log_conn_event(&mut self, shared: &Shared, closed: bool) {
+        let hub = &shared.watch;
+        let Some(peer) = self.peer.filter(|_| hub.wants(WatchKinds::CONNEVENTS)) else {
+            return;
+        };
+        if self.watcher.is_some() {
+            return;
+        }
+        if self.cfd == 0 {
+            self.cfd = hub.conn_id();
+        }
+        let cfd = self.cfd;
+        hub.log_now(self.worker, WatchKinds::CONNEVENTS, |l| {
+            crate::watch::conn_event(l, peer, closed, cfd)
+        });
     }
 
     /// A watcher's new log lines (`watch.rs`); false for any other connection.

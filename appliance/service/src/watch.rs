@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use ringstore_proto::memcache::misc::WatchKinds;
+use ringstore_store::Evicted;
 
 use crate::Now;
 
@@ -79,13 +80,14 @@ fn slot_of(n: u64) -> usize {
 }
 
 impl Hub {
-    /// Rings for `workers` worker slots.
+    /// Rings for `workers` worker slots and one for the store's evictions (written by
+    /// whichever worker evicts).
     pub fn new(workers: usize) -> Hub {
         Hub {
             counts: Arc::default(),
             gid: AtomicU64::new(0),
             conn_ids: AtomicU64::new(0),
-            rings: (0..workers).map(|_| Ring::default()).collect(),
+            rings: (0..=workers).map(|_| Ring::default()).collect(),
         }
     }
 
@@ -136,9 +138,21 @@ impl Hub {
     /// Logs one line of kind `bit` from `worker`: `ts=… gid=… ` then what `body` writes
     /// (ending in `\n`). Never waits: a ring held by a reader loses the line (counted).
     pub fn log(&self, worker: usize, bit: u8, now: Now, body: impl FnOnce(&mut Vec<u8>)) {
-        let Some(ring) = self.rings.get(worker) else {
-            return;
-        };
+        if let Some(ring) = self.rings.get(worker) {
+            self.log_into(ring, bit, micros_of(now), body);
+        }
+    }
+
+    /// [`Hub::log`] stamped by the system clock, for events outside a request (a
+    /// connection opened or closed).
+    pub fn log_now(&self, worker: usize, bit: u8, body: impl FnOnce(&mut Vec<u8>)) {
+        if let Some(ring) = self.rings.get(worker) {
+            self.log_into(ring, bit, unix_micros(), body);
+        }
+    }
+
+    /// [`Hub::log`] into `ring`, stamped `micros` (Unix time in microseconds).
+    fn log_into(&self, ring: &Ring, bit: u8, micros: u64, body: impl FnOnce(&mut Vec<u8>)) {
         let Ok(mut lines) = ring.lines.try_lock() else {
             ring.lost.fetch_add(1, Relaxed);
             return;
@@ -153,7 +167,7 @@ impl Hub {
         let gid = self.gid.fetch_add(1, Relaxed) + 1;
         let line = &mut lines.text[slot];
         line.clear();
-        timestamp(line, now);
+        timestamp(line, micros);
         line.extend_from_slice(b" gid=");
         push_num(line, gid);
         line.push(b' ');
@@ -200,6 +214,51 @@ impl Hub {
     }
 }
 
+/// A watcher outside any connection (the appliance console's `watch`): its lines are
+/// pulled with [`Feed::poll`], on the puller's own schedule.
+#[derive(Debug)]
+pub struct Feed {
+    hub: Arc<Hub>,
+    watcher: Watcher,
+}
+
+impl Feed {
+    /// A watcher of what `words` (memcache `watch` words) ask for; the error is the line
+    /// memcached would answer (`ERROR`, or [`TOO_MANY`]).
+    pub fn join(hub: &Arc<Hub>, words: &[&[u8]]) -> Result<Feed, &'static str> {
+        let kinds = ringstore_proto::memcache::misc::watch_kinds(words).ok_or("ERROR")?;
+        let watcher = hub.join(kinds).ok_or(TOO_MANY)?;
+        Ok(Feed {
+            hub: Arc::clone(hub),
+            watcher,
+        })
+    }
+
+    /// Appends the lines not seen yet (bounded as a connection's poll); true when any.
+    pub fn poll(&mut self, out: &mut Vec<u8>) -> bool {
+        self.hub.poll(&mut self.watcher, out)
+    }
+}
+
+/// `watch evictions`: the store tells of each item it evicts while a watcher wants them.
+/// Several workers may evict at once: one that finds the ring held loses the line (counted,
+/// so watchers are told with `skipped=N`).
+impl ringstore_store::EvictionLog for Hub {
+    fn wanted(&self) -> bool {
+        self.wants(WatchKinds::EVICTIONS)
+    }
+
+    fn evicted(&self, item: &Evicted<'_>) {
+        let Some(ring) = self.rings.last() else {
+            return;
+        };
+        // The store has no Unix clock; the system's stamps the line.
+        self.log_into(ring, WatchKinds::EVICTIONS, unix_micros(), |l| {
+            eviction(l, item)
+        });
+    }
+}
+
 impl Drop for Watcher {
     /// Its session is gone: the place and the kinds it watched are given back.
     fn drop(&mut self) {
@@ -218,11 +277,23 @@ fn skipped_line(out: &mut Vec<u8>, n: u64) {
     out.push(b'\n');
 }
 
-/// memcached's `ts=SECONDS.MICROS`, from the worker's clock (millisecond resolution).
-fn timestamp(out: &mut Vec<u8>, now: Now) {
-    let secs = now.unix.saturating_sub(u64::from(now.store)) + now.mono_ms / 1000;
-    let micros = (now.mono_ms % 1000) * 1000;
-    let _ = write!(out, "ts={secs}.{micros:06}");
+/// The worker's clock in Unix microseconds (millisecond resolution).
+fn micros_of(now: Now) -> u64 {
+    let secs = now.unix.saturating_sub(u64::from(now.store));
+    secs * 1_000_000 + now.mono_ms * 1000
+}
+
+/// The system clock in Unix microseconds (a vDSO read, no syscall).
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// memcached's `ts=SECONDS.MICROS`, the microseconds unpadded as its `%d.%d` writes them.
+fn timestamp(out: &mut Vec<u8>, micros: u64) {
+    let (secs, frac) = (micros / 1_000_000, micros % 1_000_000);
+    let _ = write!(out, "ts={secs}.{frac}");
 }
 
 /// Writes `n` in decimal (no allocation: `Vec<u8>`'s `io::Write` cannot fail).
@@ -274,6 +345,40 @@ pub fn item_store(out: &mut Vec<u8>, store: StoreLine<'_>, cfd: u64) {
     out.extend_from_slice(b" size=");
     push_num(out, store.size as u64);
     out.push(b'\n');
+}
+
+/// `type=eviction key=K fetch=yes|no ttl=T la=A clsid=1 size=N` (memcached's eviction
+/// line; `ttl=-1` for an item that never expires, `la` seconds since its last access).
+pub fn eviction(out: &mut Vec<u8>, item: &Evicted<'_>) {
+    out.extend_from_slice(b"type=eviction key=");
+    push_key(out, item.key);
+    out.extend_from_slice(if item.fetched {
+        b" fetch=yes ttl="
+    } else {
+        b" fetch=no ttl="
+    });
+    match item.ttl {
+        Some(t) => push_num(out, u64::from(t)),
+        None => out.extend_from_slice(b"-1"),
+    }
+    out.extend_from_slice(b" la=");
+    push_num(out, u64::from(item.idle));
+    out.extend_from_slice(b" clsid=1 size=");
+    push_num(out, item.size as u64);
+    out.push(b'\n');
+}
+
+/// `type=conn_new rip=IP rport=PORT transport=tcp cfd=F` or, when `closed`,
+/// `type=conn_close rip=IP rport=PORT transport=tcp reason=normal cfd=F` (memcached's
+/// connection lines; ringstore's sessions do not learn why a connection ended).
+pub fn conn_event(out: &mut Vec<u8>, peer: std::net::SocketAddr, closed: bool, cfd: u64) {
+    let kind = if closed { "conn_close" } else { "conn_new" };
+    let reason = if closed { " reason=normal" } else { "" };
+    let (ip, port) = (peer.ip(), peer.port());
+    let _ = writeln!(
+        out,
+        "type={kind} rip={ip} rport={port} transport=tcp{reason} cfd={cfd}"
+    );
 }
 
 /// What an `item_store` line says.

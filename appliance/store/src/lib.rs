@@ -9,6 +9,7 @@
 
 mod arena;
 mod durability;
+mod evictions;
 mod index;
 mod item;
 mod pin;
@@ -22,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 pub use durability::{Backfill, Fetched, Journal, Mutation};
+pub use evictions::{Evicted, EvictionLog};
 pub use pin::{Pin, PinRequest};
 
 pub use arena::BindFn;

@@ -81,6 +81,8 @@ pub(crate) struct Shared {
     pub pins: crate::pin::PinCounts,
     /// The sub regions' pools, in [`crate::SubRegion`] order (empty: no sub memory).
     pub subs: Vec<Pool>,
+    /// Told of each eviction while it wants to be (`watch evictions`).
+    pub eviction_log: std::sync::OnceLock<std::sync::Arc<dyn crate::EvictionLog>>,
 }
 
 /// Counters kept per shard and summed for `stats`.

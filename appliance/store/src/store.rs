@@ -187,6 +187,7 @@ impl Store {
                 seg_size,
                 pins: crate::pin::PinCounts::new(segments + sub_segments),
                 subs: sub_pools,
+                eviction_log: OnceLock::new(),
             },
             cas: AtomicU64::new(0),
             flush: AtomicU64::new(0),
@@ -233,6 +234,12 @@ impl Store {
     /// Reads RAM misses through `backfill` (once; later calls are ignored).
     pub fn attach_backfill(&self, backfill: Arc<dyn Backfill>) {
         let _ = self.backfill.set(backfill);
+    }
+
+    /// Tells `log` of every item evicted from now on while it wants that (once; later
+    /// calls are ignored).
+    pub fn attach_eviction_log(&self, log: Arc<dyn EvictionLog>) {
+        let _ = self.shared.eviction_log.set(log);
     }
 
     /// CAS uniques handed out from now on are above `cas` (restored items keep theirs).

@@ -547,3 +547,52 @@ fn set_and_delete_churn_leaves_no_tombstones_to_grow_the_index() {
         "never more than one live key per shard, so the first table suffices: {st:?}"
     );
 }
+
+/// One told eviction: key, fetched, ttl, idle, size.
+type EvictedRow = (Vec<u8>, bool, Option<u32>, u32, usize);
+
+/// Records evictions while `on`.
+#[derive(Default)]
+struct EvictionRecorder {
+    on: AtomicBool,
+    seen: Mutex<Vec<EvictedRow>>,
+}
+
+impl EvictionLog for EvictionRecorder {
+    fn wanted(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+    fn evicted(&self, e: &Evicted<'_>) {
+        let row = (e.key.to_vec(), e.fetched, e.ttl, e.idle, e.size);
+        self.seen.lock().expect("lock").push(row);
+    }
+}
+
+#[test]
+fn every_eviction_is_told_while_wanted_and_none_otherwise() {
+    let s = store_with_shards(4 << 20, 1);
+    let log = Arc::new(EvictionRecorder::default());
+    s.attach_eviction_log(log.clone());
+    let value = vec![1u8; 10_000];
+    for i in 0..600u32 {
+        put(&s, format!("k{i}").as_bytes(), &value, NEVER, 1);
+    }
+    assert!(s.stats().evictions > 0);
+    assert!(log.seen.lock().expect("lock").is_empty(), "nobody asked");
+    log.on.store(true, Ordering::Relaxed);
+    let before = s.stats().evictions;
+    for i in 600..1200u32 {
+        let exptime = if i % 2 == 0 { 100 } else { NEVER };
+        put(&s, format!("k{i}").as_bytes(), &value, exptime, 5);
+    }
+    let seen = log.seen.lock().expect("lock");
+    assert_eq!(seen.len() as u64, s.stats().evictions - before);
+    assert!(seen
+        .iter()
+        .all(|(k, fetched, _, _, size)| k.starts_with(b"k") && !fetched && *size == 10_000));
+    assert!(seen.iter().any(|r| r.2 == Some(95)), "ttl is what was left");
+    assert!(
+        seen.iter().any(|r| r.2.is_none() && r.3 == 4),
+        "never-expiring, idle 4 s"
+    );
+}

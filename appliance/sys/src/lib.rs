@@ -21,6 +21,7 @@ mod num;
 mod power;
 mod process;
 mod signals;
+mod tty;
 mod xsk;
 
 pub use bpf::{
@@ -43,8 +44,8 @@ pub use mmap::Mapping;
 pub use mounts::{mount, MountFlags};
 pub use net::{
     accept, bind_socket, bind_udp_to_device, eventfd, eventfd_read, eventfd_signal,
-    interface_addresses, local_addr, peer_ip, poll_one_readable, poll_readable, recv_discard,
-    recv_from, send_nosignal, send_to, set_nodelay, shutdown, zeroed_msghdr,
+    interface_addresses, local_addr, peer_addr, peer_ip, poll_one_readable, poll_readable,
+    recv_discard, recv_from, send_nosignal, send_to, set_nodelay, shutdown, zeroed_msghdr,
 };
 pub use netdev::{add_default_route, set_ipv4, set_up};
 pub use num::{u32_of, usize_of};
@@ -59,4 +60,5 @@ pub use signals::{
     block_signals, ignore_sigpipe, install_noop_handlers, kill, read_signal, reap_children,
     set_signal_mask, signal_set, signal_this_thread, signalfd, termination_set, wait_signal,
 };
+pub use tty::KeysAtOnce;
 pub use xsk::{ifindex, rx_queue_count, Frame, Xsk, XskConfig, XskError, XskMode};

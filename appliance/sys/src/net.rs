@@ -113,6 +113,16 @@ pub fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
     }
 }
 
+/// The address of a connected socket's peer (`None` when it has none or is gone), as
+/// [`local_addr`] gives addresses.
+pub fn peer_addr(fd: RawFd) -> Option<SocketAddr> {
+    let addr = with_fd(fd, |fd| rustix::net::getpeername(fd)).ok()??;
+    match SocketAddr::try_from(addr).ok()? {
+        SocketAddr::V6(v6) => Some(SocketAddr::from((*v6.ip(), v6.port()))),
+        v4 => Some(v4),
+    }
+}
+
 /// `accept4(CLOEXEC)` on a nonblocking listener; `Ok(None)` when nothing is pending. The
 /// accepted socket is blocking: workers use it only through io_uring (see [`bind_socket`]).
 pub fn accept(listener: RawFd) -> io::Result<Option<OwnedFd>> {

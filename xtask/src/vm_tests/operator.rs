@@ -170,6 +170,7 @@ pub fn console_login_and_json(image: &Image) -> Result<String> {
         "tuning on numa2 is not clean: {tuning}"
     );
     flush_asks_and_flushes(&mut vm)?;
+    watch_shows_a_store(&mut vm)?;
     let drained = drain_refuses_new_and_finishes_in_flight(&mut vm)?;
     let poweroff = vm.poweroff()?;
     Ok(format!(
@@ -177,6 +178,48 @@ pub fn console_login_and_json(image: &Image) -> Result<String> {
         DOCUMENTED.len(),
         poweroff.as_secs_f64()
     ))
+}
+
+/// `watch mutations --count 1`: the line of a set made on the memcache port while it
+/// watches, then it stops at its count (a client sets every 300 ms, at most 10 s, so one
+/// set lands after the watcher joined).
+fn watch_shows_a_store(vm: &mut Vm) -> Result<()> {
+    let port = vm.port("memcache", 0)?;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let setter = {
+        let done = std::sync::Arc::clone(&done);
+        std::thread::spawn(move || -> Result<()> {
+            let mut conn = tcp(port)?;
+            let until = Instant::now() + Duration::from_secs(10);
+            while !done.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
+                exchange(&mut conn, b"set watchkey 0 0 1\r\nx\r\n", |t| {
+                    t.ends_with("\r\n")
+                })?;
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            Ok(())
+        })
+    };
+    let watched = answer(
+        vm,
+        "watch mutations --count 1 --secs 15",
+        &["count", "stopped_by", "lines"],
+    );
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let set = setter
+        .join()
+        .map_err(|_| anyhow::anyhow!("the setter panicked"))?;
+    let watched = watched?;
+    set?;
+    ensure!(
+        watched["count"] == 1
+            && watched["stopped_by"] == "count"
+            && watched["lines"][0]
+                .as_str()
+                .is_some_and(|l| l.contains(" type=item_store key=watchkey status=stored cmd=set ")),
+        "watch: {watched}"
+    );
+    Ok(())
 }
 
 /// `flush` without `--yes` asks and keeps the items; `flush --yes` drops them.

@@ -6,6 +6,7 @@ mod commands;
 mod output;
 pub mod session;
 pub mod table;
+mod watch;
 
 use std::io::Read;
 use std::time::{Duration, Instant};

@@ -84,9 +84,17 @@ impl WatchKinds {
 /// `ERROR`. Kinds ringstore has no events of (`rawcmds`, `sysevents`, `deletions`, the
 /// proxy's) are accepted and produce nothing.
 pub(crate) fn parse_watch<'a>(toks: &Tokens<'a>) -> Request<'a> {
-    let words = toks.from(1);
+    match watch_kinds(toks.from(1)) {
+        Some(kinds) => Request::Watch(kinds),
+        None => Request::reply(ERROR),
+    }
+}
+
+/// The kinds `watch` `words` ask for (the console's `watch` too); `None` for a word
+/// memcached does not know.
+pub fn watch_kinds(words: &[&[u8]]) -> Option<WatchKinds> {
     if words.is_empty() {
-        return Request::Watch(WatchKinds(WatchKinds::FETCHERS));
+        return Some(WatchKinds(WatchKinds::FETCHERS));
     }
     let mut kinds = 0;
     for word in words {
@@ -97,10 +105,10 @@ pub(crate) fn parse_watch<'a>(toks: &Tokens<'a>) -> Request<'a> {
             b"connevents" => WatchKinds::CONNEVENTS,
             b"rawcmds" | b"sysevents" | b"deletions" | b"proxyreqs" | b"proxyevents"
             | b"proxyuser" => 0,
-            _ => return Request::reply(ERROR),
+            _ => return None,
         };
     }
-    Request::Watch(WatchKinds(kinds))
+    Some(WatchKinds(kinds))
 }
 
 pub(crate) fn parse_verbosity<'a>(toks: &Tokens<'a>) -> Request<'a> {

@@ -51,7 +51,9 @@ pub(crate) fn parse<'a>(
         Some(_) => return line_only(swallowing("CLIENT_ERROR invalid mode for ms M token")),
     };
     if !key.is_binary() && !valid_text_key(raw) {
-        return line_only(swallowing(BAD_FORMAT));
+        // As memcached answers a key it finds invalid (too long): the data block is not
+        // swallowed, so it is read as the next command.
+        return line_only(Request::reply(BAD_FORMAT));
     }
     let head = ValueHead {
         key: raw,
@@ -133,6 +135,12 @@ mod tests {
         assert_eq!(
             r(b"ms a 1 F-1\r\n"),
             ("CLIENT_ERROR bad command line format", false, 3, 12)
+        );
+        // A control byte in the key: refused as memcached refuses a too-long key, the data
+        // block left to be read as a command.
+        assert_eq!(
+            r(b"ms a\x01b 1\r\nx\r\n"),
+            ("CLIENT_ERROR bad command line format", false, 0, 10)
         );
         assert_eq!(
             r(b"ms foo 2 q\r\nhiX\r\n"),

@@ -34,11 +34,14 @@ impl<H: Handler> Worker<H> {
         }
         let raw = fd.as_raw_fd();
         let handler = &self.setup.handler;
-        let session = if endpoint.tls {
+        let mut session = if endpoint.tls {
             handler.open_tls(endpoint.protocol, self.setup.index)
         } else {
             handler.open(endpoint.protocol, self.setup.index)
         };
+        if let Some(peer) = crate::sys::peer_addr(fd.as_raw_fd()) {
+            handler.peer_known(&mut session, peer);
+        }
         let (slot, generation) = self
             .conns
             .insert(Conn::new(fd, session, self.now.mono_ms, None));

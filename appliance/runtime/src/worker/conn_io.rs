@@ -18,11 +18,14 @@ impl<H: Handler> Worker<H> {
             None
         };
         let handler = &self.setup.handler;
-        let session = if endpoint.tls {
+        let mut session = if endpoint.tls {
             handler.open_tls(endpoint.protocol, self.setup.index)
         } else {
             handler.open(endpoint.protocol, self.setup.index)
         };
+        if let Some(peer) = crate::sys::peer_addr(fd.as_raw_fd()) {
+            handler.peer_known(&mut session, peer);
+        }
         let (slot, _) = self
             .conns
             .insert(Conn::new(fd, session, self.now.mono_ms, own_buf));

@@ -108,3 +108,61 @@ fn nothing_is_kept_for_kinds_nobody_watches() {
     let _w = hub.join(WatchKinds(WatchKinds::MUTATIONS)).expect("room");
     assert!(!hub.wants(WatchKinds::FETCHERS) && hub.wants(WatchKinds::MUTATIONS));
 }
+
+#[test]
+fn evictions_go_to_the_store_ring_only_while_watched() {
+    use ringstore_store::EvictionLog as _;
+    let hub = Hub::new(1);
+    assert!(!hub.wanted(), "nobody watches evictions");
+    let mut w = hub.join(WatchKinds(WatchKinds::EVICTIONS)).expect("room");
+    assert!(hub.wanted());
+    let item = Evicted {
+        key: b"k 1",
+        fetched: true,
+        ttl: None,
+        idle: 3,
+        size: 5,
+    };
+    hub.evicted(&item);
+    hub.evicted(&Evicted {
+        fetched: false,
+        ttl: Some(9),
+        ..item
+    });
+    let mut out = Vec::new();
+    assert!(hub.poll(&mut w, &mut out));
+    let text = String::from_utf8(out).expect("utf-8");
+    let bodies: Vec<&str> = text
+        .lines()
+        .map(|l| l.split_once(" type=").expect("type").1)
+        .collect();
+    assert_eq!(
+        bodies,
+        [
+            "eviction key=k%201 fetch=yes ttl=-1 la=3 clsid=1 size=5",
+            "eviction key=k%201 fetch=no ttl=9 la=3 clsid=1 size=5"
+        ]
+    );
+    assert!(text.starts_with("ts=1"), "{text}");
+    let mut stamp = Vec::new();
+    timestamp(&mut stamp, 1_700_000_000_008_858);
+    assert_eq!(
+        stamp, b"ts=1700000000.8858",
+        "unpadded, as memcached's %d.%d"
+    );
+    drop(w);
+    assert!(!hub.wanted());
+}
+
+#[test]
+fn connection_lines_have_memcacheds_fields() {
+    let peer: std::net::SocketAddr = "127.0.0.1:5000".parse().expect("addr");
+    let mut out = Vec::new();
+    conn_event(&mut out, peer, false, 4);
+    conn_event(&mut out, peer, true, 4);
+    assert_eq!(
+        out,
+        b"type=conn_new rip=127.0.0.1 rport=5000 transport=tcp cfd=4\n\
+          type=conn_close rip=127.0.0.1 rport=5000 transport=tcp reason=normal cfd=4\n"
+    );
+}

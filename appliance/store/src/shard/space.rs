@@ -5,7 +5,7 @@ use std::hash::BuildHasher;
 
 use super::{slot_id, Loc, SegSlot, Shard, Shared, Why, LOCAL, SLOTS_MAX, SUB};
 use crate::item::{self, Header};
-use crate::StoreError;
+use crate::{Evicted, StoreError};
 
 /// How many of the oldest segments are looked at for one that is mostly garbage.
 const DEAD_SCAN: usize = 8;
@@ -196,6 +196,7 @@ impl Shard {
     /// demoted to the sub regions while they have room, the rest evicted.
     fn compact(&mut self, sh: &Shared, slot: usize, keep: usize, which: Keep, now: u32) {
         let demote = self.slot(slot).region == 0 && !sh.subs.is_empty();
+        let log = sh.eviction_log.get().filter(|l| l.wanted());
         let mut rd = 0;
         let mut wr = 0;
         let mut kept_items = 0;
@@ -205,7 +206,9 @@ impl Shard {
             let len = h.len();
             if h.bits & item::DEAD == 0 {
                 let key_range = rd + h.key_start()..rd + h.value_start();
-                let hash = sh.hasher.hash_one(&self.slot(slot).seg.bytes[key_range]);
+                let hash = sh
+                    .hasher
+                    .hash_one(&self.slot(slot).seg.bytes[key_range.clone()]);
                 let old = Loc::at(slot, rd);
                 let expired = h.expired(now);
                 let wanted = which == Keep::All || h.bits & item::ACCESSED != 0;
@@ -221,6 +224,10 @@ impl Shard {
                     kept_items += 1;
                 } else if expired || !demote || !self.demote(sh, hash, old, len, now) {
                     let why = if expired { Why::Expired } else { Why::Evicted };
+                    if let (Some(log), Why::Evicted) = (log, why) {
+                        let key = &self.slot(slot).seg.bytes[key_range];
+                        log.evicted(&Evicted::of(&h, key, now));
+                    }
                     self.index.remove(hash, old);
                     self.count_drop(why, h.bits);
                 }
