@@ -15,7 +15,7 @@ BIN = os.environ.get("RINGSTORE_BIN", os.path.join(os.path.dirname(__file__), ".
 # `cargo xtask test` runs the suite a second time with RINGSTORE_IO=epoll (ADR 0033).
 IO = os.environ.get("RINGSTORE_IO")
 # What the epoll runtime refuses at start (ADR 0033): tests that need it are skipped there.
-EPOLL_REFUSES = ("--data", "--udp", "--xdp")
+EPOLL_REFUSES = ("--udp", "--xdp")
 
 
 def io_args(extra):
@@ -231,10 +231,10 @@ def long_idle():
     return _long_idle[0]
 
 
-# Whole modules about what the epoll runtime refuses (the data device, UDP, AF_XDP), or that
-# start their servers elsewhere (`xtask scaleout`): on RINGSTORE_IO=epoll they would only
-# repeat the io_uring run.
-EPOLL_SKIPS_MODULES = ("test_durable.py", "test_durable_hardening.py", "test_udp.py", "test_xdp.py", "test_scaleout.py")
+# Whole modules about what the epoll runtime refuses (UDP, AF_XDP), or that start their
+# servers elsewhere (`xtask scaleout`): on RINGSTORE_IO=epoll they would only repeat the
+# io_uring run. The data device is served by both (durable, hardening, external run twice).
+EPOLL_SKIPS_MODULES = ("test_udp.py", "test_xdp.py", "test_scaleout.py")
 
 
 def _skip_for_epoll(items):

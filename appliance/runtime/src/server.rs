@@ -311,7 +311,6 @@ fn choose_runtime(config: &Config) -> Result<Runtime, RuntimeError> {
     };
     if runtime == Runtime::Epoll {
         let unsupported = [
-            (config.data.is_some(), "--data"),
             (config.udp.is_some(), "--udp"),
             (!config.xdp.is_empty(), "--xdp"),
         ];
