@@ -103,14 +103,20 @@ def test_auto_where_io_uring_is_permitted_uses_it(server_factory):
 
 
 def test_the_epoll_runtime_refuses_what_it_does_not_serve(tmp_path):
+    data = tmp_path / "data.img"
+    with open(data, "wb") as f:
+        f.truncate(64 << 20)
     p = subprocess.run(
-        [BIN, "serve", *EPOLL, "--memcache", "127.0.0.1:0", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0"],
+        [BIN, "serve", *EPOLL, "--memcache", "127.0.0.1:0", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0",
+         "--data", str(data)],
         capture_output=True,
         timeout=20,
     )
     err = p.stderr.decode()
     assert p.returncode == 2, err
-    assert "--udp is not served by the epoll runtime" in err, err
+    assert "--udp with --data (UDP replies held until their group commit) is not served by the epoll runtime" in err, err
+    with open(data, "rb") as f:
+        assert f.read(1 << 20) == bytes(1 << 20), "refused before the device is formatted"
 
 
 def test_a_client_that_never_reads_leaves_the_worker_idle(server_factory):

@@ -33,6 +33,7 @@ use crate::worker::WorkerSetup;
 
 mod conn_io;
 mod disk;
+mod udp;
 // Builds the iovec over pinned arena bytes: the only `unsafe` of this runtime.
 #[allow(
     unsafe_code,
@@ -50,6 +51,7 @@ const EVENTS: usize = 256;
 /// What an event's key names: a connection (slot and generation), the inbox, a listener.
 const KEY_INBOX: u64 = 1 << 62;
 const KEY_DISK: u64 = 1 << 61;
+const KEY_UDP: u64 = 1 << 60;
 const KEY_LISTENER: u64 = 1 << 63;
 
 fn conn_key(slot: u32, generation: u32) -> u64 {
@@ -76,6 +78,8 @@ struct Worker<H: Handler> {
     disk: Option<disk::Disk>,
     /// Background compaction has more to do: the next wait does not sleep.
     disk_busy: bool,
+    /// memcache UDP (`--udp`): this worker's socket of the reuseport group.
+    udp: Option<udp::Udp>,
 }
 
 /// Runs a readiness worker on the current thread until it has stopped; reports through
@@ -99,7 +103,7 @@ pub(crate) fn run<H: Handler>(
 }
 
 impl<H: Handler> Worker<H> {
-    fn start(setup: WorkerSetup<H>) -> Result<Worker<H>, String> {
+    fn start(mut setup: WorkerSetup<H>) -> Result<Worker<H>, String> {
         if let Some(cpu) = setup.cpu {
             crate::sys::set_affinity(&[cpu])
                 .map_err(|err| format!("cannot pin to CPU {cpu}: {err}"))?;
@@ -124,6 +128,17 @@ impl<H: Handler> Worker<H> {
             }
             None => None,
         };
+        let udp = match setup.udp.take() {
+            Some((fd, allow)) => {
+                let udp = udp::Udp::new(fd, allow)
+                    .map_err(|err| format!("cannot make its UDP socket nonblocking: {err}"))?;
+                epoll
+                    .add(udp.fd(), KEY_UDP, Watch::LevelRead)
+                    .map_err(|err| format!("epoll_ctl (UDP) failed: {err}"))?;
+                Some(udp)
+            }
+            None => None,
+        };
         let now = setup.clock.now();
         Ok(Worker {
             epoll,
@@ -140,6 +155,7 @@ impl<H: Handler> Worker<H> {
             peak_conns: 0,
             disk,
             disk_busy: false,
+            udp,
             setup,
         })
     }
@@ -196,6 +212,9 @@ impl<H: Handler> Worker<H> {
         }
         if event.key == KEY_DISK {
             return self.on_disk();
+        }
+        if event.key == KEY_UDP {
+            return self.on_udp();
         }
         if event.key & KEY_LISTENER != 0 {
             let index = usize::try_from(event.key & !KEY_LISTENER).unwrap_or(usize::MAX);
