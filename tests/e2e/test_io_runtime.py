@@ -84,6 +84,44 @@ def test_auto_where_seccomp_denies_io_uring_serves_with_epoll(server_factory):
     assert "ringstore: io_uring not permitted (seccomp or kernel.io_uring_disabled); serving with epoll\n" in err, err
 
 
+def test_a_container_without_io_uring_keeps_durable_writes_across_kill9(server_factory, tmp_path):
+    """The container case with a data device: io_uring denied, `auto` serves with epoll,
+    and every acknowledged write is back after a kill -9 (the sync thread's group commit)."""
+    data = tmp_path / "data.img"
+    with open(data, "wb") as f:
+        f.truncate(64 * MiB)
+    args = ("--io", "auto", "--data", str(data), "--cores", "2", "--memory", "64MiB")
+    server = server_factory(*args, preexec_fn=deny_io_uring)
+    assert stats(server.mc)["io_runtime"] == "epoll"
+    s = socket.create_connection(server.mc, timeout=10)
+    acked = {}
+    for i in range(300):
+        key, value = b"d%d" % i, os.urandom(50 + i)
+        s.sendall(b"set %s 0 0 %d\r\n%s\r\n" % (key, len(value), value))
+        reply = b""
+        while not reply.endswith(b"\r\n"):
+            chunk = s.recv(64)
+            assert chunk, "closed during a set"
+            reply += chunk
+        assert reply == b"STORED\r\n", reply
+        acked[key] = value
+    server.proc.kill()
+    server.proc.wait(timeout=10)
+    again = server_factory(*args, preexec_fn=deny_io_uring)
+    for key, value in list(acked.items())[::7] + list(acked.items())[-3:]:
+        s = socket.create_connection(again.mc, timeout=10)
+        s.sendall(b"get %s\r\n" % key)
+        want = b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (key, len(value), value)
+        got = b""
+        while len(got) < len(want):
+            chunk = s.recv(65536)
+            assert chunk, f"closed after {got!r}"
+            got += chunk
+        assert got == want, key
+        s.close()
+    assert again.stop() == 0
+
+
 def test_io_uring_where_seccomp_denies_it_fails_naming_causes_and_remedies():
     p = subprocess.run(
         [BIN, "serve", "--io", "io_uring", "--memcache", "127.0.0.1:0", "--http", "127.0.0.1:0"],
