@@ -21,11 +21,9 @@ use ringstore_store::{Backfill, StoreError, Time};
 
 mod compaction;
 mod device;
-mod settle;
 mod sync;
 
 pub(crate) use device::{ConnDevice, DeviceBackfill};
-pub(crate) use settle::settle_sessions;
 pub(crate) use sync::{Done, SyncThread};
 
 /// Where a worker's data-device I/O goes: the io_uring worker's SQEs or the readiness

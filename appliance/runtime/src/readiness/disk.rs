@@ -1,10 +1,11 @@
 //! The data device on a readiness worker (ADR 0033): the log's bookkeeping is the io_uring
 //! worker's ([`DiskWorker`]); its I/O goes to the worker's [`SyncThread`], whose
 //! completions arrive through an eventfd the loop watches, and settle the same way
-//! ([`crate::durable::settle_sessions`]): replies held until their group commit.
+//! ([`crate::conn::settle_sessions`]): replies held until their group commit.
 
 use super::*;
-use crate::durable::{settle_sessions, DiskWorker, Done, Outcome, SyncThread};
+use crate::conn::settle_sessions;
+use crate::durable::{DiskWorker, Done, Outcome, SyncThread};
 
 /// A readiness worker's data device: its region log and the thread that writes it.
 pub(super) struct Disk {

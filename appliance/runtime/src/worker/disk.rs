@@ -105,7 +105,7 @@ impl<H: Handler> Worker<H> {
         let Some(disk) = &mut self.disk else { return };
         let outcome = disk.complete(flush, id, res);
         let mut held_udp = Vec::new();
-        let resumed = crate::durable::settle_sessions(
+        let resumed = crate::conn::settle_sessions(
             &*self.setup.handler,
             &mut self.conns,
             &outcome,
