@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from conftest import BIN, raw
+from conftest import BIN, io_args, raw
 from faultdev import FaultDevice
 
 WRITERS = 4
@@ -419,7 +419,7 @@ def test_foreign_filesystem_is_refused_unless_forced(server_factory, tmp_path):
         f.seek(1080)
         f.write(b"\x53\xef")
     p = subprocess.run(
-        [BIN, "serve", "--data", str(path), "--memcache", "127.0.0.1:0", "--http", "127.0.0.1:0"],
+        [BIN, "serve", "--data", str(path), "--memcache", "127.0.0.1:0", "--http", "127.0.0.1:0", *io_args([])],
         capture_output=True,
         timeout=20,
     )

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import time
 
-from conftest import BIN, raw
+from conftest import BIN, io_args, raw
 from test_durable import Conn, make_file, serve
 from test_large import MIB, block, device, put_until_stored  # noqa: F401 (device: a fixture)
 
@@ -23,7 +23,7 @@ def start_refused(path, keys=(), timeout=20):
     is asked for `keys` (so a failure shows what it would have served) and killed."""
     proc = subprocess.Popen(
         [BIN, "serve", "--memcache", "127.0.0.1:0", "--http", "127.0.0.1:0", "--data", str(path),
-         "--cores", "2", "--memory", "64MiB"],
+         "--cores", "2", "--memory", "64MiB", *io_args([])],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

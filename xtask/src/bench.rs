@@ -48,7 +48,7 @@ use http_part::http_part;
 use machine::{load_summary, machine_summary};
 use memcache_part::memcache_part;
 use memory_part::memory_part;
-use options::{parse, Part};
+use options::{parse, Options, Part};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 use subject::{ringstore_binary, Subject};
@@ -60,6 +60,14 @@ const WARMUP: Duration = Duration::from_secs(1);
 #[cfg(test)]
 pub fn parse_options(args: &[String]) -> Result<()> {
     options::parse(args).map(|_| ())
+}
+
+/// The runtimes the memcache part measures: each of `--io`'s list, or the server's default.
+fn runtimes(o: &Options) -> Vec<Option<String>> {
+    match &o.io {
+        Some(list) => list.split(',').map(|io| Some(io.to_string())).collect(),
+        None => vec![None],
+    }
 }
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -82,7 +90,11 @@ pub fn run(args: &[String]) -> Result<()> {
     ));
     let wants = |part| o.only.is_none_or(|only| only == part);
     if wants(Part::Memcache) {
-        memcache_part(&o, &subject, &out_dir, &mut doc)?;
+        // `--io io_uring,epoll`: both runtimes in one run, each section beside memcached.
+        for io in runtimes(&o) {
+            let one = Options { io, ..o.clone() };
+            memcache_part(&one, &subject, &out_dir, &mut doc)?;
+        }
     }
     if wants(Part::Http) {
         http_part(&o, &subject, &out_dir, &mut doc)?;

@@ -15,18 +15,37 @@ use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
-use io_uring::{opcode, squeue, types};
-
 use ringstore_durable::{Action, Compactor, DurableError, FileDevice, RegionLog, Serving, Step};
 use ringstore_service::{Device, Fetched, Journal, Mutation};
 use ringstore_store::{Backfill, StoreError, Time};
 
-use crate::op::Op;
-
 mod compaction;
 mod device;
+mod sync;
 
 pub(crate) use device::{ConnDevice, DeviceBackfill};
+pub(crate) use sync::{Done, SyncThread};
+
+/// Where a worker's data-device I/O goes: the io_uring worker's SQEs or the readiness
+/// runtime's sync thread (ADR 0033). The log's bookkeeping ([`DiskWorker`]) is the same for
+/// both; a sink only says how each operation reaches the device, and its completion comes
+/// back through [`DiskWorker::complete`], [`DiskWorker::erase_complete`] and
+/// [`DiskWorker::read_complete`].
+pub(crate) trait DiskSink {
+    /// Batch write `id` of `bytes` at `offset`; when `chained`, the next [`DiskSink::flush`]
+    /// is its flush and must start only after it ended (and not at all if it failed).
+    /// Returns the bytes when the sink only borrows them until the completion.
+    fn write(&mut self, id: u64, offset: u64, bytes: Vec<u8>, chained: bool) -> Option<Vec<u8>>;
+    /// fdatasync `id` on flush lane `lane` (0: the log's descriptor; 1: the second one).
+    fn flush(&mut self, id: u64, lane: usize);
+    /// Everything of this pump was handed over (io_uring: a chain is complete).
+    fn end_of_batch(&mut self) {}
+    /// Compaction read `id`: `buf.len()` bytes at `offset` into `buf`, which stays
+    /// untouched until [`DiskWorker::read_complete`].
+    fn read(&mut self, id: u64, offset: u64, buf: &mut [u8]);
+    /// Erase `id`: `block` written at `offset`, then an fdatasync chained behind it.
+    fn erase(&mut self, id: u64, offset: u64, block: &[u8]);
+}
 
 /// Writes a region log may have accepted and not yet settled (more is "out of memory").
 pub(crate) const PENDING_WRITES_MAX: usize = 1 << 16;
@@ -81,9 +100,10 @@ pub(crate) struct DiskWorker {
     /// [`ConnDevice`] a session call holds (shared), while completions update it between
     /// calls; the two never overlap on the worker's one thread.
     log: RefCell<WorkerLog>,
-    /// Batch bytes of writes in flight with their op ids (the kernel reads them until the
-    /// completion). A handful at most (the log's `max_inflight_writes`), so a list.
-    inflight: Vec<(u64, Vec<u8>)>,
+    /// Batch writes in flight: op id, length, and the bytes when the sink only borrowed them
+    /// (the kernel reads them until the completion). A handful at most (the log's
+    /// `max_inflight_writes`), so a list.
+    inflight: Vec<(u64, usize, Option<Vec<u8>>)>,
     /// The second flush lane: another open file description of the device, so the two
     /// flushes the log keeps in flight each see every writeback error (ADR 0011, pipelined
     /// flushes). None when it could not be opened; then one flush is in flight at a time.
@@ -204,17 +224,25 @@ impl DiskWorker {
             && self.log.borrow().log.is_idle()
     }
 
-    /// Queues what the log wants done as SQEs: single entries in `sqes`, and each batch write
-    /// with the flush chained behind it (`IOSQE_IO_LINK`) as one pair in `chains`, which the
-    /// worker submits together (a chain split across two submissions would let the flush
-    /// start before the write ended, while the log counts it as covering that write).
-    pub(crate) fn pump(
-        &mut self,
-        sqes: &mut Vec<squeue::Entry>,
-        chains: &mut Vec<[squeue::Entry; 2]>,
-    ) {
+    /// The device's descriptors for a sink: the log's, and the second flush lane's if any.
+    pub(crate) fn fds(&self) -> (RawFd, Option<RawFd>) {
+        (self.fd, self.flush_lane.as_ref().map(AsRawFd::as_raw_fd))
+    }
+
+    /// Other handles on the same open file descriptions (the device's, the flush lane's), for
+    /// a runtime that performs the I/O on a thread of its own (ADR 0033).
+    pub(crate) fn clone_files(&self) -> std::io::Result<(FileDevice, Option<std::fs::File>)> {
+        let lane = match &self.flush_lane {
+            Some(f) => Some(f.try_clone()?),
+            None => None,
+        };
+        Ok((self.serving.device().try_clone()?, lane))
+    }
+
+    /// Hands what the log wants done to `sink` (io_uring SQEs, or the sync thread's jobs): a
+    /// batch write whose flush is chained behind it is followed by that flush at once.
+    pub(crate) fn pump(&mut self, sink: &mut impl DiskSink) {
         let w = self.log.get_mut();
-        let mut chained_write = None;
         while let Some(action) = w.log.poll_action() {
             match action {
                 Action::WriteBatch {
@@ -223,45 +251,26 @@ impl DiskWorker {
                     bytes,
                     chained,
                 } => {
-                    let entry = opcode::Write::new(
-                        types::Fd(self.fd),
-                        bytes.as_ptr(),
-                        crate::sys::u32_of(bytes.len()),
-                    )
-                    .offset(offset)
-                    .build()
-                    .user_data(Op::DiskWrite { id }.encode());
-                    // The Vec's heap buffer does not move when the Vec is moved into the list.
-                    self.inflight.push((id, bytes));
-                    if chained {
-                        // Its flush is the log's very next action.
-                        chained_write = Some(entry);
-                    } else {
-                        sqes.push(entry);
-                    }
+                    let len = bytes.len();
+                    // A sink that only borrows the bytes gives them back: they stay here
+                    // (the Vec's heap buffer does not move) until the completion.
+                    let kept = sink.write(id, offset, bytes, chained);
+                    self.inflight.push((id, len, kept));
                 }
                 Action::Flush { id, lane } => {
-                    let fd = match (&self.flush_lane, lane) {
-                        (Some(f), 1) => f.as_raw_fd(),
-                        _ => self.fd,
-                    };
                     debug_assert!(lane == 0 || self.flush_lane.is_some());
                     self.flushing += 1;
-                    let flush = opcode::Fsync::new(types::Fd(fd))
-                        .flags(types::FsyncFlags::DATASYNC)
-                        .build()
-                        .user_data(Op::DiskFlush { id }.encode());
-                    match chained_write.take() {
-                        Some(write) => chains.push([write.flags(squeue::Flags::IO_LINK), flush]),
-                        None => sqes.push(flush),
-                    }
+                    sink.flush(id, usize::from(lane != 0 && self.flush_lane.is_some()));
                 }
             }
         }
-        // Unreachable (the log returns a chained write's flush next); never drop the write
-        // (it carries no link flag until it is paired).
-        debug_assert!(chained_write.is_none());
-        sqes.extend(chained_write);
+        sink.end_of_batch();
+    }
+
+    /// A batch buffer a sink took (`DiskSink::write` returned None) comes back after its
+    /// completion: the next batch reuses the allocation.
+    pub(crate) fn recycle(&mut self, buf: Vec<u8>) {
+        self.log.get_mut().log.recycle(buf);
     }
 
     /// Feeds a batch write (`flush` false) or flush completion back; returns what the worker
@@ -271,13 +280,13 @@ impl DiskWorker {
             self.flushing = self.flushing.saturating_sub(1);
             res >= 0
         } else {
-            let buf = self
+            let entry = self
                 .inflight
                 .iter()
-                .position(|(i, _)| *i == id)
-                .map(|at| self.inflight.swap_remove(at).1);
-            let want = buf.as_ref().map_or(0, Vec::len);
-            if let Some(buf) = buf {
+                .position(|(i, _, _)| *i == id)
+                .map(|at| self.inflight.swap_remove(at));
+            let want = entry.as_ref().map_or(0, |e| e.1);
+            if let Some(buf) = entry.and_then(|e| e.2) {
                 // The kernel is done with it: the next batch reuses the allocation.
                 self.log.get_mut().log.recycle(buf);
             }

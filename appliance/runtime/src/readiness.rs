@@ -32,6 +32,8 @@ use crate::sys::{Epoll, Readiness, Watch};
 use crate::worker::WorkerSetup;
 
 mod conn_io;
+mod disk;
+mod udp;
 // Builds the iovec over pinned arena bytes: the only `unsafe` of this runtime.
 #[allow(
     unsafe_code,
@@ -48,6 +50,8 @@ const EVENTS: usize = 256;
 
 /// What an event's key names: a connection (slot and generation), the inbox, a listener.
 const KEY_INBOX: u64 = 1 << 62;
+const KEY_DISK: u64 = 1 << 61;
+const KEY_UDP: u64 = 1 << 60;
 const KEY_LISTENER: u64 = 1 << 63;
 
 fn conn_key(slot: u32, generation: u32) -> u64 {
@@ -70,6 +74,12 @@ struct Worker<H: Handler> {
     /// Out of descriptors: accepts pause until then.
     accept_backoff_until: u64,
     peak_conns: usize,
+    /// The data device (`--data`): this worker's region log and its sync thread.
+    disk: Option<disk::Disk>,
+    /// Background compaction has more to do: the next wait does not sleep.
+    disk_busy: bool,
+    /// memcache UDP (`--udp`): this worker's socket of the reuseport group.
+    udp: Option<udp::Udp>,
 }
 
 /// Runs a readiness worker on the current thread until it has stopped; reports through
@@ -93,7 +103,7 @@ pub(crate) fn run<H: Handler>(
 }
 
 impl<H: Handler> Worker<H> {
-    fn start(setup: WorkerSetup<H>) -> Result<Worker<H>, String> {
+    fn start(mut setup: WorkerSetup<H>) -> Result<Worker<H>, String> {
         if let Some(cpu) = setup.cpu {
             crate::sys::set_affinity(&[cpu])
                 .map_err(|err| format!("cannot pin to CPU {cpu}: {err}"))?;
@@ -108,6 +118,27 @@ impl<H: Handler> Worker<H> {
                 .and_then(|()| epoll.add(fd.as_raw_fd(), key, Watch::LevelRead))
                 .map_err(|err| format!("cannot watch its listener: {err}"))?;
         }
+        let disk = match &setup.data {
+            Some(serving) => {
+                let disk = disk::Disk::start(serving, setup.index)?;
+                epoll
+                    .add(disk.thread.eventfd(), KEY_DISK, Watch::LevelRead)
+                    .map_err(|err| format!("epoll_ctl (data device) failed: {err}"))?;
+                Some(disk)
+            }
+            None => None,
+        };
+        let udp = match setup.udp.take() {
+            Some((fd, allow)) => {
+                let udp = udp::Udp::new(fd, allow)
+                    .map_err(|err| format!("cannot make its UDP socket nonblocking: {err}"))?;
+                epoll
+                    .add(udp.fd(), KEY_UDP, Watch::LevelRead)
+                    .map_err(|err| format!("epoll_ctl (UDP) failed: {err}"))?;
+                Some(udp)
+            }
+            None => None,
+        };
         let now = setup.clock.now();
         Ok(Worker {
             epoll,
@@ -122,6 +153,9 @@ impl<H: Handler> Worker<H> {
             last_reclaim_ms: now.mono_ms,
             accept_backoff_until: 0,
             peak_conns: 0,
+            disk,
+            disk_busy: false,
+            udp,
             setup,
         })
     }
@@ -129,7 +163,7 @@ impl<H: Handler> Worker<H> {
     fn serve(&mut self) {
         loop {
             // Work left from the last iteration: just look; otherwise sleep until the tick.
-            let timeout = if self.runnable.is_empty() {
+            let timeout = if self.runnable.is_empty() && !self.disk_busy {
                 self.next_tick_ms.saturating_sub(self.now.mono_ms)
             } else {
                 0
@@ -151,18 +185,23 @@ impl<H: Handler> Worker<H> {
             for (slot, generation) in std::mem::take(&mut self.runnable) {
                 self.drive(slot, generation);
             }
+            // Group commit: what this iteration staged goes to the device thread at once.
+            self.disk_busy = self.pump_disk();
             if self.now.mono_ms >= self.next_tick_ms {
                 self.on_tick();
             }
             if self.stopping_deadline.is_none() && self.setup.stop.load(Ordering::Acquire) {
                 self.begin_stop();
             }
-            if self.stopping_deadline.is_some() && self.conns.live() == 0 {
+            if self.stopping_deadline.is_some() && self.conns.live() == 0 && self.disk_idle() {
                 break;
             }
         }
         for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
             self.finish_close(slot);
+        }
+        if let Some(disk) = self.disk.take() {
+            disk.stop();
         }
     }
 
@@ -170,6 +209,12 @@ impl<H: Handler> Worker<H> {
         if event.key == KEY_INBOX {
             self.setup.inbox.clear_wakeups();
             return self.take_inbox();
+        }
+        if event.key == KEY_DISK {
+            return self.on_disk();
+        }
+        if event.key == KEY_UDP {
+            return self.on_udp();
         }
         if event.key & KEY_LISTENER != 0 {
             let index = usize::try_from(event.key & !KEY_LISTENER).unwrap_or(usize::MAX);
@@ -281,7 +326,10 @@ impl<H: Handler> Worker<H> {
         }
         for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
             let idle = self.conns.at_mut(slot).is_some_and(|conn| {
-                conn.out.is_empty() && conn.partial_since_ms.is_none() && conn.linger.is_none()
+                conn.out.is_empty()
+                    && conn.partial_since_ms.is_none()
+                    && conn.linger.is_none()
+                    && !conn.awaits_device
             });
             if idle {
                 self.finish_close(slot);

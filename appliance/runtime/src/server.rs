@@ -317,8 +317,10 @@ fn choose_runtime(config: &Config) -> Result<Runtime, RuntimeError> {
     };
     if runtime == Runtime::Epoll {
         let unsupported = [
-            (config.data.is_some(), "--data"),
-            (config.udp.is_some(), "--udp"),
+            (
+                config.udp.is_some() && config.data.is_some(),
+                "--udp with --data (UDP replies held until their group commit)",
+            ),
             (!config.xdp.is_empty(), "--xdp"),
         ];
         if let Some((_, flag)) = unsupported.iter().find(|(on, _)| *on) {

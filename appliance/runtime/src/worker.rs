@@ -287,19 +287,22 @@ impl<H: Handler> Worker<H> {
                 self.begin_stop();
             }
             if let Some(disk) = &mut self.disk {
+                let (fd, lane_fd) = disk.fds();
+                let mut sink = disk::UringSink {
+                    fd,
+                    lane_fd,
+                    sqes: &mut self.pending,
+                    chains: &mut self.pending_chains,
+                    chained_write: None,
+                };
                 // Background compaction, one bounded step; its copies join this iteration's batch.
                 let may_start = self.stopping_deadline.is_none();
-                if disk.compact_step(
-                    &mut self.pending,
-                    self.now.unix,
-                    self.now.mono_ms,
-                    may_start,
-                ) {
-                    self.pending
+                if disk.compact_step(&mut sink, self.now.unix, self.now.mono_ms, may_start) {
+                    sink.sqes
                         .push(opcode::Nop::new().build().user_data(Op::Wake.encode()));
                 }
                 // Group commit: everything staged this iteration goes out as one write + one flush.
-                disk.pump(&mut self.pending, &mut self.pending_chains);
+                disk.pump(&mut sink);
             }
             if self.stopping_deadline.is_some()
                 && self.conns.live() == 0

@@ -151,6 +151,66 @@ pub fn sendmsg_nowait(fd: RawFd, iov: &[IoSlice<'_>]) -> Transfer {
     }))
 }
 
+/// What one nonblocking `recvfrom` of a datagram got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Datagram {
+    /// `len` bytes in the buffer; `truncated` when the datagram was longer than it; its
+    /// source (`None`: not IPv4/IPv6).
+    Got {
+        len: usize,
+        truncated: bool,
+        from: Option<std::net::SocketAddr>,
+    },
+    WouldBlock,
+    Failed,
+}
+
+/// One nonblocking `recvfrom` of a datagram into `buf` (`MSG_TRUNC`: a longer one is noticed).
+pub fn recvfrom_nowait(fd: RawFd, buf: &mut [u8]) -> Datagram {
+    let flags = RecvFlags::DONTWAIT | RecvFlags::TRUNC;
+    let got = with_fd(fd, |fd| rustix::net::recvfrom(fd, &mut *buf, flags));
+    match got {
+        Ok((len, full, from)) => Datagram::Got {
+            len,
+            truncated: full > len,
+            from: from.and_then(|a| std::net::SocketAddr::try_from(a).ok()),
+        },
+        Err(Errno::AGAIN | Errno::INTR) => Datagram::WouldBlock,
+        Err(_) => Datagram::Failed,
+    }
+}
+
+/// Datagrams one [`sendmmsg_nowait`] sends at most.
+pub const SENDMMSG_MAX: usize = 64;
+
+/// Sends the first [`SENDMMSG_MAX`] of `datagrams` (destination, bytes) with one nonblocking
+/// `sendmmsg`; `Done(n)`: the first `n` went.
+pub fn sendmmsg_nowait(fd: RawFd, datagrams: &[(std::net::SocketAddr, &[u8])]) -> Transfer {
+    let batch = &datagrams[..datagrams.len().min(SENDMMSG_MAX)];
+    let addrs: Vec<rustix::net::SocketAddrAny> = batch
+        .iter()
+        .map(|(to, _)| rustix::net::SocketAddrAny::from(*to))
+        .collect();
+    let iovs: Vec<[IoSlice<'_>; 1]> = batch.iter().map(|(_, b)| [IoSlice::new(b)]).collect();
+    let mut controls: Vec<SendAncillaryBuffer<'_, '_, '_>> = batch
+        .iter()
+        .map(|_| SendAncillaryBuffer::default())
+        .collect();
+    let mut msgs: Vec<rustix::net::MMsgHdr<'_>> = addrs
+        .iter()
+        .zip(&iovs)
+        .zip(controls.iter_mut())
+        .map(|((addr, iov), control)| rustix::net::MMsgHdr::new_with_addr(addr, iov, control))
+        .collect();
+    if msgs.is_empty() {
+        return Transfer::Done(0);
+    }
+    let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+    transfer(with_fd(fd, |fd| {
+        rustix::net::sendmmsg(fd, &mut msgs, flags)
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,5 +257,50 @@ mod tests {
             "peer closed: {ready:?}"
         );
         assert_eq!(recv_nowait(b.as_raw_fd(), &mut buf), Transfer::Done(0));
+    }
+
+    #[test]
+    fn datagrams_go_out_in_one_sendmmsg_and_come_in_with_their_source() {
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = b.local_addr().unwrap();
+        let long = [7u8; 100];
+        let sent = sendmmsg_nowait(
+            a.as_raw_fd(),
+            &[
+                (to, b"one".as_slice()),
+                (to, b"two".as_slice()),
+                (to, &long),
+            ],
+        );
+        assert_eq!(sent, Transfer::Done(3));
+        let mut buf = [0u8; 16];
+        let from = Some(a.local_addr().unwrap());
+        for want in [b"one".as_slice(), b"two".as_slice()] {
+            let got = recvfrom_nowait(b.as_raw_fd(), &mut buf);
+            assert_eq!(
+                got,
+                Datagram::Got {
+                    len: 3,
+                    truncated: false,
+                    from
+                }
+            );
+            assert_eq!(&buf[..3], want);
+        }
+        let got = recvfrom_nowait(b.as_raw_fd(), &mut buf);
+        assert_eq!(
+            got,
+            Datagram::Got {
+                len: 16,
+                truncated: true,
+                from
+            }
+        );
+        b.set_nonblocking(true).unwrap();
+        assert_eq!(
+            recvfrom_nowait(b.as_raw_fd(), &mut buf),
+            Datagram::WouldBlock
+        );
     }
 }

@@ -33,7 +33,8 @@ pub use cpus::{
     set_mempolicy_bind, CPULIST_LEN_MAX, CPULIST_SPAN_MAX,
 };
 pub use epoll::{
-    recv_nowait, send_nowait, sendmsg_nowait, set_nonblocking, Epoll, Readiness, Transfer, Watch,
+    recv_nowait, recvfrom_nowait, send_nowait, sendmmsg_nowait, sendmsg_nowait, set_nonblocking,
+    Datagram, Epoll, Readiness, Transfer, Watch, SENDMMSG_MAX,
 };
 pub use fs::read_trim;
 pub use ktls::{

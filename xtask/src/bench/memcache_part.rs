@@ -368,7 +368,12 @@ pub(super) fn memcache_part(
     let mut section = if o.compare.is_some() || o.sub_memory {
         format!("## memcache: {name} against {base_name} (one server core each)\n\n")
     } else {
-        String::from("## memcache: GET and SET (one server core each)\n\n")
+        match &o.io {
+            Some(io) => {
+                format!("## memcache: GET and SET, ringstore --io {io} (one server core each)\n\n")
+            }
+            None => String::from("## memcache: GET and SET (one server core each)\n\n"),
+        }
     };
     section.push_str(&table.markdown());
     section.push('\n');

@@ -26,7 +26,8 @@ const USAGE: &str =
                  memcache cells: this ringstore binary is the baseline instead of memcached
                  (e.g. the musl build against the glibc build)
   --io RUNTIME   the ringstore subject's --io in the memcache cells (auto, io_uring,
-                 epoll; default: the server's default, auto)
+                 epoll; default: the server's default, auto); a list (io_uring,epoll) runs
+                 the memcache part once per runtime in this run, each beside memcached
   --sub-memory   memcache cells: ringstore --numa 0 is the baseline and the subject is the same
                  binary with --sub-memory 256MiB --sub-memory-simulated on (issue 23: the score
                  keeping's cost on the GET path)
@@ -43,6 +44,7 @@ pub(super) enum Part {
     Cores,
 }
 
+#[derive(Clone)]
 pub(super) struct Options {
     pub(super) seconds: u64,
     pub(super) only: Option<Part>,
@@ -53,7 +55,8 @@ pub(super) struct Options {
     pub(super) cells: Vec<(Op, usize, usize)>,
     /// `--compare-binary`: a second ringstore as the memcache baseline.
     pub(super) compare: Option<PathBuf>,
-    /// `--io`: the ringstore subject's I/O runtime in the memcache cells.
+    /// `--io`: the ringstore subject's I/O runtime in the memcache cells (one; `run` splits
+    /// a comma list into one memcache part per runtime).
     pub(super) io: Option<String>,
     /// `--sub-memory`: the memcache cells compare ringstore with and without sub memory.
     pub(super) sub_memory: bool,
@@ -98,10 +101,14 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
             "--conns" => o.conns = value.parse().context("--conns")?,
             "--binary" => o.binary = Some(PathBuf::from(value)),
             "--compare-binary" => o.compare = Some(PathBuf::from(value)),
-            "--io" => match value.as_str() {
-                "auto" | "io_uring" | "epoll" => o.io = Some(value),
-                other => bail!("--io {other:?}: expected auto, io_uring or epoll"),
-            },
+            "--io" => {
+                for one in value.split(',') {
+                    if !matches!(one, "auto" | "io_uring" | "epoll") {
+                        bail!("--io {one:?}: expected auto, io_uring or epoll (or a list)");
+                    }
+                }
+                o.io = Some(value);
+            }
             "--only" => o.only = Some(parse_part(&value)?),
             "--self-check" => o.self_check = true,
             "--sub-memory" => o.sub_memory = true,

@@ -1,5 +1,5 @@
-//! Background compaction on the worker's ring: the compactor's reads, erases and their
-//! flushes as SQEs, and their completions fed back.
+//! Background compaction on the worker's data device: the compactor's reads, erases and
+//! their flushes handed to the runtime's [`DiskSink`], and their completions fed back.
 
 use super::*;
 
@@ -8,7 +8,7 @@ impl DiskWorker {
     /// join this iteration's batch). Returns true when the loop should not sleep.
     pub(crate) fn compact_step(
         &mut self,
-        sqes: &mut Vec<squeue::Entry>,
+        sink: &mut impl DiskSink,
         now_unix: u64,
         now_ms: u64,
         may_start: bool,
@@ -30,46 +30,25 @@ impl DiskWorker {
                 debug_assert_eq!(buf.len(), len);
                 // The buffer lives in the compactor, unmoved and untouched, until `on_read`
                 // (fed by `read_complete`); the loop sleeps until the completion.
-                sqes.push(
-                    opcode::Read::new(
-                        types::Fd(self.fd),
-                        buf.as_mut_ptr(),
-                        crate::sys::u32_of(buf.len()),
-                    )
-                    .offset(offset)
-                    .build()
-                    .user_data(Op::DiskCompactRead { id }.encode()),
-                );
+                sink.read(id, offset, buf);
                 self.reading = Some(id);
                 false
             }
             Step::Erase { offset } => {
                 let id = self.next_compaction_op;
                 self.next_compaction_op += 1;
-                let block = self.compactor.erase_block();
-                // The write and its flush are linked: the flush runs only after the write, and a
-                // failed write cancels it. The block lives in the compactor until `on_erased`.
-                sqes.push(
-                    opcode::Write::new(
-                        types::Fd(self.fd),
-                        block.as_ptr(),
-                        crate::sys::u32_of(block.len()),
-                    )
-                    .offset(offset)
-                    .build()
-                    .flags(squeue::Flags::IO_LINK)
-                    .user_data(Op::DiskErase { id }.encode()),
-                );
-                sqes.push(
-                    opcode::Fsync::new(types::Fd(self.fd))
-                        .flags(types::FsyncFlags::DATASYNC)
-                        .build()
-                        .user_data(Op::DiskEraseFlush { id }.encode()),
-                );
+                // The block lives in the compactor until `on_erased`.
+                sink.erase(id, offset, self.compactor.erase_block());
                 self.erasing = Some(None);
                 false
             }
         }
+    }
+
+    /// The buffer of compaction read `id` (a sink that read into a buffer of its own copies
+    /// it here before [`DiskWorker::read_complete`]); None when that read is not in flight.
+    pub(crate) fn read_buf_of(&mut self, id: u64) -> Option<&mut [u8]> {
+        (self.reading == Some(id)).then(|| self.compactor.read_buf())
     }
 
     /// An erase write (`flush` false) or its flush completed.

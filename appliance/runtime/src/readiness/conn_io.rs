@@ -3,10 +3,11 @@
 
 use std::os::fd::AsFd;
 
-use ringstore_service::Flow;
+use ringstore_service::{Device, Flow};
 
 use super::*;
 use crate::conn::Conn;
+use crate::durable::ConnDevice;
 use crate::linger::{Linger, Next};
 use crate::sys::Transfer;
 
@@ -76,9 +77,13 @@ impl<H: Handler> Worker<H> {
     /// Closes at once (nothing is ever in flight in this runtime; closing the socket also
     /// takes it out of the epoll set).
     pub(super) fn finish_close(&mut self, slot: u32) {
+        let generation = self.conns.generation(slot);
         if let Some(mut conn) = self.conns.remove(slot) {
             if conn.linger.is_none() {
-                self.setup.handler.session_closed(&mut conn.session, None);
+                let device = self.disk.as_ref().map(|d| d.log.for_conn(slot, generation));
+                self.setup
+                    .handler
+                    .session_closed(&mut conn.session, device.as_ref().map(|d| d as &dyn Device));
             }
             self.setup.handler.conn_closed(self.setup.index);
             self.forget_connection();
@@ -89,13 +94,17 @@ impl<H: Handler> Worker<H> {
     /// still sends, within bounds (`linger.rs`), so the reply is not lost to a reset.
     fn linger(&mut self, slot: u32) {
         let now = self.now.mono_ms;
+        let generation = self.conns.generation(slot);
         let Some(conn) = self.conns.at_mut(slot) else {
             return;
         };
         crate::sys::shutdown(conn.fd.as_raw_fd(), libc::SHUT_WR);
         conn.linger = Some(Linger::start(now));
         conn.partial_since_ms = None;
-        self.setup.handler.session_closed(&mut conn.session, None);
+        let device = self.disk.as_ref().map(|d| d.log.for_conn(slot, generation));
+        self.setup
+            .handler
+            .session_closed(&mut conn.session, device.as_ref().map(|d| d as &dyn Device));
     }
 
     /// Serves connection `(slot, generation)` as far as its socket allows: sends what is
@@ -126,6 +135,9 @@ impl<H: Handler> Worker<H> {
         if conn.linger.is_some() {
             return self.discard_lingering(slot);
         }
+        if conn.awaits_device {
+            return false; // resumed once its records are settled (disk.rs)
+        }
         if !conn.out.is_empty() || !handler.splices(&conn.session).is_empty() {
             match flush(handler, conn) {
                 Flushed::All => {
@@ -146,7 +158,8 @@ impl<H: Handler> Worker<H> {
                 true
             }
             Flow::Drain => {
-                let flow = feed(handler, conn, &[], self.now);
+                let device = self.disk.as_ref().map(|d| d.log.for_conn(slot, generation));
+                let flow = feed(handler, device.as_ref(), conn, &[], self.now);
                 self.after_input(slot, flow)
             }
             Flow::Continue if stopping && conn.partial_since_ms.is_none() => {
@@ -175,7 +188,14 @@ impl<H: Handler> Worker<H> {
                 false
             }
             Transfer::Done(n) => {
-                let flow = feed(handler, conn, &self.read_buf[..n], self.now);
+                let device = self.disk.as_ref().map(|d| d.log.for_conn(slot, generation));
+                let flow = feed(
+                    handler,
+                    device.as_ref(),
+                    conn,
+                    &self.read_buf[..n],
+                    self.now,
+                );
                 conn.last_active_ms = self.now.mono_ms;
                 self.after_input(slot, flow)
             }
@@ -202,7 +222,11 @@ impl<H: Handler> Worker<H> {
             return false;
         }
         conn.after_send = flow;
-        if flow == Flow::Drain && conn.out.is_empty() && handler.splices(&conn.session).is_empty() {
+        if flow == Flow::Drain
+            && conn.out.is_empty()
+            && handler.splices(&conn.session).is_empty()
+            && !conn.awaits_device
+        {
             // Nothing to drain: a session bug must not spin the worker.
             conn.after_send = Flow::Continue;
         }
@@ -241,10 +265,19 @@ impl<H: Handler> Worker<H> {
 
 /// One call into a connection's session. The one place this runtime hands a session its
 /// input: what must happen right after `on_bytes` (a TLS layer's kernel key install, say)
-/// goes here.
-fn feed<H: Handler>(handler: &H, conn: &mut Conn<H::Session>, input: &[u8], now: Now) -> Flow {
-    let mut flow = handler.on_bytes(&mut conn.session, input, now, None, &mut conn.out);
-    conn.awaits_device = false;
+/// goes here. With a data device the session gets the worker's log on behalf of this
+/// connection; if it then holds a reply until its records are settled, the connection waits
+/// (`awaits_device`) and [`Worker::on_disk`] resumes it.
+fn feed<H: Handler>(
+    handler: &H,
+    device: Option<&ConnDevice<'_>>,
+    conn: &mut Conn<H::Session>,
+    input: &[u8],
+    now: Now,
+) -> Flow {
+    let device = device.map(|d| d as &dyn Device);
+    let mut flow = handler.on_bytes(&mut conn.session, input, now, device, &mut conn.out);
+    conn.awaits_device = device.is_some() && handler.awaits_durable(&conn.session);
     // Nothing of this output is sent yet and no read is under way: the moment a TLS session
     // may go to the kernel (tls.rs), as on the io_uring worker.
     if !input.is_empty() && !handler.after_bytes(&mut conn.session, conn.fd.as_fd(), &mut conn.out)

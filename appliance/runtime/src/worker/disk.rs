@@ -1,43 +1,124 @@
-//! Data-device completions: settle writes and flushes, report each settled record to its
-//! session, and resume the connections no longer waiting.
+//! The data device on the io_uring worker: the log's I/O as SQEs ([`UringSink`]), and the
+//! completions: settle writes and flushes, report each settled record to its session, and
+//! resume the connections no longer waiting.
+
+use std::os::fd::RawFd;
 
 use super::*;
+use crate::durable::DiskSink;
+
+/// The log's operations as SQEs: single entries in `sqes`, and each batch write with the
+/// flush chained behind it (`IOSQE_IO_LINK`) as one pair in `chains`, which the worker
+/// submits together (a chain split across two submissions would let the flush start before
+/// the write ended, while the log counts it as covering that write).
+pub(super) struct UringSink<'a> {
+    pub fd: RawFd,
+    pub lane_fd: Option<RawFd>,
+    pub sqes: &'a mut Vec<squeue::Entry>,
+    pub chains: &'a mut Vec<[squeue::Entry; 2]>,
+    /// A chained write waiting for its flush (the log's very next action).
+    pub chained_write: Option<squeue::Entry>,
+}
+
+impl DiskSink for UringSink<'_> {
+    fn write(&mut self, id: u64, offset: u64, bytes: Vec<u8>, chained: bool) -> Option<Vec<u8>> {
+        let entry = opcode::Write::new(
+            types::Fd(self.fd),
+            bytes.as_ptr(),
+            crate::sys::u32_of(bytes.len()),
+        )
+        .offset(offset)
+        .build()
+        .user_data(Op::DiskWrite { id }.encode());
+        if chained {
+            self.chained_write = Some(entry);
+        } else {
+            self.sqes.push(entry);
+        }
+        // The kernel reads the bytes until the completion: the log keeps them.
+        Some(bytes)
+    }
+
+    fn flush(&mut self, id: u64, lane: usize) {
+        let fd = match (self.lane_fd, lane) {
+            (Some(fd), 1) => fd,
+            _ => self.fd,
+        };
+        let flush = opcode::Fsync::new(types::Fd(fd))
+            .flags(types::FsyncFlags::DATASYNC)
+            .build()
+            .user_data(Op::DiskFlush { id }.encode());
+        match self.chained_write.take() {
+            Some(write) => self
+                .chains
+                .push([write.flags(squeue::Flags::IO_LINK), flush]),
+            None => self.sqes.push(flush),
+        }
+    }
+
+    fn end_of_batch(&mut self) {
+        // Unreachable (the log returns a chained write's flush next); never drop the write
+        // (it carries no link flag until it is paired).
+        debug_assert!(self.chained_write.is_none());
+        self.sqes.extend(self.chained_write.take());
+    }
+
+    fn read(&mut self, id: u64, offset: u64, buf: &mut [u8]) {
+        self.sqes.push(
+            opcode::Read::new(
+                types::Fd(self.fd),
+                buf.as_mut_ptr(),
+                crate::sys::u32_of(buf.len()),
+            )
+            .offset(offset)
+            .build()
+            .user_data(Op::DiskCompactRead { id }.encode()),
+        );
+    }
+
+    fn erase(&mut self, id: u64, offset: u64, block: &[u8]) {
+        // The write and its flush are linked: the flush runs only after the write, and a
+        // failed write cancels it.
+        self.sqes.push(
+            opcode::Write::new(
+                types::Fd(self.fd),
+                block.as_ptr(),
+                crate::sys::u32_of(block.len()),
+            )
+            .offset(offset)
+            .build()
+            .flags(squeue::Flags::IO_LINK)
+            .user_data(Op::DiskErase { id }.encode()),
+        );
+        self.sqes.push(
+            opcode::Fsync::new(types::Fd(self.fd))
+                .flags(types::FsyncFlags::DATASYNC)
+                .build()
+                .user_data(Op::DiskEraseFlush { id }.encode()),
+        );
+    }
+}
 
 impl<H: Handler> Worker<H> {
     /// A data-device batch write (`flush` false) or flush completed.
     pub(super) fn on_disk(&mut self, flush: bool, id: u64, res: i32) {
         let Some(disk) = &mut self.disk else { return };
         let outcome = disk.complete(flush, id, res);
-        // A failed write's RAM copy goes before its session answers, so no read sees it.
-        for (key, cas) in &outcome.forget {
-            self.setup.handler.forget_if_cas(key, *cas, self.now);
+        let mut held_udp = Vec::new();
+        let resumed = crate::conn::settle_sessions(
+            &*self.setup.handler,
+            &mut self.conns,
+            &outcome,
+            self.now,
+            |generation, token, ok| held_udp.push((generation, token, ok)),
+        );
+        for (generation, token, ok) in held_udp {
+            self.on_udp_durable(generation, token, ok);
         }
-        let mut touched: Vec<(u32, u32)> = Vec::new();
-        for &(slot, generation, token, ok) in &outcome.settled {
-            if slot == crate::datapath::kernel_udp::HELD_SLOT {
-                self.on_udp_durable(generation, token, ok);
-                continue;
-            }
-            let Some(conn) = self.conns.get_mut(slot, generation) else {
-                continue; // closed meanwhile: nobody waits for the reply
-            };
-            self.setup
-                .handler
-                .on_durable(&mut conn.session, token, ok, &mut conn.out);
-            if touched.last() != Some(&(slot, generation)) {
-                touched.push((slot, generation));
-            }
-        }
-        touched.sort_unstable();
-        touched.dedup();
-        for (slot, generation) in touched {
+        for (slot, generation) in resumed {
             let Some(conn) = self.conns.get_mut(slot, generation) else {
                 continue;
             };
-            if !conn.awaits_device || self.setup.handler.awaits_durable(&conn.session) {
-                continue;
-            }
-            conn.awaits_device = false;
             if conn.closing {
                 if !conn.in_flight() {
                     self.finish_close(slot);

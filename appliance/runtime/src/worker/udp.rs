@@ -3,7 +3,7 @@
 //! data device settles them (state and bounds: `datapath/kernel_udp.rs`).
 
 use super::*;
-use crate::datapath::kernel_udp::{Held, SendSink, HELD_MAX, HELD_SLOT, NAME_LEN};
+use crate::datapath::kernel_udp::{count_served, Held, SendSink, HELD_MAX, HELD_SLOT, NAME_LEN};
 use crate::datapath::{self, Answer, DropReason, Served};
 use crate::handler::UdpEvent;
 
@@ -231,14 +231,5 @@ fn held_entry<S>(
             bytes: std::mem::take(&mut out.bytes),
             marks: Vec::new(),
         },
-    }
-}
-
-/// Counts what [`datapath::serve_datagram`] did (sent datagrams count at their completion).
-fn count_served<H: Handler>(handler: &H, worker: usize, served: Served) {
-    match served {
-        Served::Dropped(DropReason::HeldFull) => handler.udp_count(worker, UdpEvent::HeldFull, 1),
-        Served::Dropped(_) => handler.udp_count(worker, UdpEvent::Dropped, 1),
-        Served::Replied(_) | Served::NoReply | Served::Held => {}
     }
 }
