@@ -151,32 +151,114 @@ pub fn sendmsg_nowait(fd: RawFd, iov: &[IoSlice<'_>]) -> Transfer {
     }))
 }
 
-/// What one nonblocking `recvfrom` of a datagram got.
+/// Datagrams one [`recvmmsg_nowait`] receives at most.
+pub const RECVMMSG_MAX: usize = 64;
+
+/// Room for a sender's address: a `sockaddr_in6` (a `sockaddr_in` is shorter).
+const NAME_LEN: usize = std::mem::size_of::<libc::sockaddr_in6>();
+
+/// One datagram a [`recvmmsg_nowait`] got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Datagram {
-    /// `len` bytes in the buffer; `truncated` when the datagram was longer than it; its
-    /// source (`None`: not IPv4/IPv6).
-    Got {
-        len: usize,
-        truncated: bool,
-        from: Option<std::net::SocketAddr>,
-    },
-    WouldBlock,
-    Failed,
+pub struct Received {
+    /// Bytes of it in its slot.
+    pub len: usize,
+    /// It was longer than its slot (`MSG_TRUNC` in its `msg_flags`): the rest is lost.
+    pub truncated: bool,
+    /// Its source (`None`: not IPv4/IPv6).
+    pub from: Option<std::net::SocketAddr>,
 }
 
-/// One nonblocking `recvfrom` of a datagram into `buf` (`MSG_TRUNC`: a longer one is noticed).
-pub fn recvfrom_nowait(fd: RawFd, buf: &mut [u8]) -> Datagram {
-    let flags = RecvFlags::DONTWAIT | RecvFlags::TRUNC;
-    let got = with_fd(fd, |fd| rustix::net::recvfrom(fd, &mut *buf, flags));
-    match got {
-        Ok((len, full, from)) => Datagram::Got {
-            len,
-            truncated: full > len,
-            from: from.and_then(|a| std::net::SocketAddr::try_from(a).ok()),
-        },
-        Err(Errno::AGAIN | Errno::INTR) => Datagram::WouldBlock,
-        Err(_) => Datagram::Failed,
+/// Receive buffers for [`recvmmsg_nowait`], allocated once by their owner: one buffer cut
+/// into fixed slots (one datagram each), a sender address per slot, and what the last call
+/// got.
+pub struct RecvBatch {
+    buf: Box<[u8]>,
+    slot_len: usize,
+    names: Box<[[u8; NAME_LEN]]>,
+    got: Vec<Received>,
+}
+
+impl RecvBatch {
+    /// `slots` slots (at most [`RECVMMSG_MAX`], at least 1) of `slot_len` bytes (at least 1).
+    pub fn new(slots: usize, slot_len: usize) -> RecvBatch {
+        let slots = slots.clamp(1, RECVMMSG_MAX);
+        let slot_len = slot_len.max(1);
+        RecvBatch {
+            buf: vec![0u8; slots * slot_len].into_boxed_slice(),
+            slot_len,
+            names: vec![[0u8; NAME_LEN]; slots].into_boxed_slice(),
+            got: Vec::with_capacity(slots),
+        }
+    }
+
+    /// The datagrams the last [`recvmmsg_nowait`] got, in arrival order, with their bytes.
+    pub fn datagrams(&self) -> impl Iterator<Item = (Received, &[u8])> + '_ {
+        self.got
+            .iter()
+            .zip(self.buf.chunks_exact(self.slot_len))
+            .map(|(got, slot)| (*got, &slot[..got.len]))
+    }
+}
+
+/// One nonblocking `recvmmsg` into `batch`'s slots: `Done(n)`, n ≥ 1 datagrams (read them
+/// with [`RecvBatch::datagrams`]); `WouldBlock` when none is waiting. A datagram longer than
+/// a slot comes truncated and marked so.
+pub fn recvmmsg_nowait(fd: RawFd, batch: &mut RecvBatch) -> Transfer {
+    batch.got.clear();
+    let slots = batch.names.len();
+    let empty = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    };
+    let mut iovs = [empty; RECVMMSG_MAX];
+    let mut msgs: [libc::mmsghdr; RECVMMSG_MAX] = std::array::from_fn(|_| libc::mmsghdr {
+        msg_hdr: crate::net::zeroed_msghdr(),
+        msg_len: 0,
+    });
+    let slot_bufs = batch.buf.chunks_exact_mut(batch.slot_len);
+    let places = iovs.iter_mut().zip(msgs.iter_mut());
+    for ((iov, msg), (slot, name)) in places.zip(slot_bufs.zip(batch.names.iter_mut())) {
+        iov.iov_base = slot.as_mut_ptr().cast();
+        iov.iov_len = slot.len();
+        msg.msg_hdr.msg_name = name.as_mut_ptr().cast();
+        msg.msg_hdr.msg_namelen = crate::u32_of(NAME_LEN);
+        msg.msg_hdr.msg_iov = std::ptr::from_mut(iov);
+        msg.msg_hdr.msg_iovlen = 1;
+    }
+    // Through syscall(2): glibc and musl declare recvmmsg's flags with different types.
+    // SAFETY: the first `slots` entries of `msgs` each point at one live iovec of `iovs`
+    // covering one slot of `batch.buf` (exactly its length) and at one `NAME_LEN`-byte
+    // name of `batch.names`; all of them outlive the call and nothing else touches them
+    // during it. `slots` ≤ RECVMMSG_MAX = msgs.len(). A null timeout is allowed. The
+    // caller keeps `fd` open across the call (module doc of net); a stale one fails EBADF.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_recvmmsg,
+            fd,
+            msgs.as_mut_ptr(),
+            crate::u32_of(slots),
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut::<libc::timespec>(),
+        )
+    };
+    let Ok(count) = usize::try_from(rc) else {
+        return match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EAGAIN | libc::EINTR) => Transfer::WouldBlock,
+            _ => Transfer::Failed,
+        };
+    };
+    for (msg, name) in msgs.iter().zip(batch.names.iter()).take(count.min(slots)) {
+        let full = usize::try_from(msg.msg_len).unwrap_or(usize::MAX);
+        let name_len = usize::try_from(msg.msg_hdr.msg_namelen).unwrap_or(0);
+        batch.got.push(Received {
+            len: full.min(batch.slot_len),
+            truncated: msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+            from: crate::net::socket_addr_of(&name[..name_len.min(NAME_LEN)]),
+        });
+    }
+    match batch.got.len() {
+        0 => Transfer::WouldBlock,
+        n => Transfer::Done(n),
     }
 }
 
@@ -274,33 +356,62 @@ mod tests {
             ],
         );
         assert_eq!(sent, Transfer::Done(3));
-        let mut buf = [0u8; 16];
         let from = Some(a.local_addr().unwrap());
-        for want in [b"one".as_slice(), b"two".as_slice()] {
-            let got = recvfrom_nowait(b.as_raw_fd(), &mut buf);
-            assert_eq!(
-                got,
-                Datagram::Got {
-                    len: 3,
-                    truncated: false,
-                    from
-                }
-            );
-            assert_eq!(&buf[..3], want);
-        }
-        let got = recvfrom_nowait(b.as_raw_fd(), &mut buf);
+        let mut batch = RecvBatch::new(4, 16);
         assert_eq!(
-            got,
-            Datagram::Got {
-                len: 16,
-                truncated: true,
-                from
+            recvmmsg_nowait(b.as_raw_fd(), &mut batch),
+            Transfer::Done(3)
+        );
+        let got: Vec<(Received, Vec<u8>)> = batch
+            .datagrams()
+            .map(|(got, bytes)| (got, bytes.to_vec()))
+            .collect();
+        let whole = |len| Received {
+            len,
+            truncated: false,
+            from,
+        };
+        assert_eq!(got[0], (whole(3), b"one".to_vec()));
+        assert_eq!(got[1], (whole(3), b"two".to_vec()));
+        let cut = Received {
+            len: 16,
+            truncated: true,
+            from,
+        };
+        assert_eq!(
+            got[2],
+            (cut, vec![7u8; 16]),
+            "longer than its slot: truncated"
+        );
+        assert_eq!(
+            recvmmsg_nowait(b.as_raw_fd(), &mut batch),
+            Transfer::WouldBlock,
+            "nothing to read, on a blocking socket too (MSG_DONTWAIT)"
+        );
+        assert_eq!(batch.datagrams().count(), 0);
+    }
+
+    #[test]
+    fn a_burst_larger_than_the_slots_comes_in_over_several_calls() {
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = b.local_addr().unwrap();
+        let bytes: Vec<[u8; 1]> = (0..5u8).map(|i| [i]).collect();
+        let datagrams: Vec<_> = bytes.iter().map(|b| (to, b.as_slice())).collect();
+        assert_eq!(
+            sendmmsg_nowait(a.as_raw_fd(), &datagrams),
+            Transfer::Done(5)
+        );
+        let mut batch = RecvBatch::new(2, 8);
+        let mut seen = Vec::new();
+        while let Transfer::Done(n) = recvmmsg_nowait(b.as_raw_fd(), &mut batch) {
+            assert!(n <= 2, "at most one datagram per slot");
+            for (got, bytes) in batch.datagrams() {
+                assert_eq!(got.from, Some(a.local_addr().unwrap()));
+                assert!(!got.truncated);
+                seen.extend_from_slice(bytes);
             }
-        );
-        b.set_nonblocking(true).unwrap();
-        assert_eq!(
-            recvfrom_nowait(b.as_raw_fd(), &mut buf),
-            Datagram::WouldBlock
-        );
+        }
+        assert_eq!(seen, [0, 1, 2, 3, 4]);
     }
 }

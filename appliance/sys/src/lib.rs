@@ -33,8 +33,8 @@ pub use cpus::{
     set_mempolicy_bind, CPULIST_LEN_MAX, CPULIST_SPAN_MAX,
 };
 pub use epoll::{
-    recv_nowait, recvfrom_nowait, send_nowait, sendmmsg_nowait, sendmsg_nowait, set_nonblocking,
-    Datagram, Epoll, Readiness, Transfer, Watch, SENDMMSG_MAX,
+    recv_nowait, recvmmsg_nowait, send_nowait, sendmmsg_nowait, sendmsg_nowait, set_nonblocking,
+    Epoll, Readiness, Received, RecvBatch, Transfer, Watch, RECVMMSG_MAX, SENDMMSG_MAX,
 };
 pub use fs::read_trim;
 pub use ktls::{
@@ -46,7 +46,8 @@ pub use mounts::{mount, MountFlags};
 pub use net::{
     accept, bind_socket, bind_udp_to_device, eventfd, eventfd_read, eventfd_signal,
     interface_addresses, local_addr, peer_addr, peer_ip, poll_one_readable, poll_readable,
-    recv_discard, recv_from, send_nosignal, send_to, set_nodelay, shutdown, zeroed_msghdr,
+    recv_discard, recv_from, send_nosignal, send_to, set_nodelay, shutdown, socket_addr_of,
+    zeroed_msghdr,
 };
 pub use netdev::{add_default_route, set_ipv4, set_up};
 pub use num::{u32_of, usize_of};

@@ -31,6 +31,23 @@ pub fn zeroed_msghdr() -> libc::msghdr {
     unsafe { std::mem::zeroed() }
 }
 
+/// The IPv4/IPv6 address a raw `sockaddr` as the kernel wrote it names (`None`: another
+/// family, or too short): the sender of a received datagram.
+pub fn socket_addr_of(name: &[u8]) -> Option<SocketAddr> {
+    let family = i32::from(u16::from_ne_bytes([*name.first()?, *name.get(1)?]));
+    let port = u16::from_be_bytes([*name.get(2)?, *name.get(3)?]);
+    let ip: IpAddr = if family == libc::AF_INET {
+        let b: [u8; 4] = name.get(4..8)?.try_into().ok()?;
+        b.into()
+    } else if family == libc::AF_INET6 {
+        let b: [u8; 16] = name.get(8..24)?.try_into().ok()?;
+        b.into()
+    } else {
+        return None;
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
 /// A close-on-exec eventfd. Blocking: io_uring reads on it wait (poll-armed) instead of
 /// failing with EAGAIN, and writes block only if the counter would overflow 2^64-2.
 pub fn eventfd() -> io::Result<OwnedFd> {

@@ -216,18 +216,7 @@ impl ReplySink for SendSink<'_> {
 
 /// The peer a received `sockaddr` names (`None`: not IPv4/IPv6).
 pub(crate) fn peer_of(name: &[u8]) -> Option<Peer> {
-    let family = i32::from(u16::from_ne_bytes([*name.first()?, *name.get(1)?]));
-    let port = u16::from_be_bytes([*name.get(2)?, *name.get(3)?]);
-    let ip: std::net::IpAddr = if family == libc::AF_INET {
-        let b: [u8; 4] = name.get(4..8)?.try_into().ok()?;
-        b.into()
-    } else if family == libc::AF_INET6 {
-        let b: [u8; 16] = name.get(8..24)?.try_into().ok()?;
-        b.into()
-    } else {
-        return None;
-    };
-    Some(Peer::Socket(std::net::SocketAddr::new(ip, port)))
+    crate::sys::socket_addr_of(name).map(Peer::Socket)
 }
 
 /// Counts what became of one request datagram (`udp_dropped`, `udp_held_full`); both runtimes.

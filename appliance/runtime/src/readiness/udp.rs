@@ -1,10 +1,11 @@
 //! memcache UDP on a readiness worker (ADR 0033): the worker's own socket of the
-//! SO_REUSEPORT group, read with nonblocking `recvfrom` in bursts, each datagram through
+//! SO_REUSEPORT group, read with one nonblocking `recvmmsg` per burst, each datagram through
 //! the same `datapath::serve_datagram` and `Handler::udp_request` as the io_uring worker,
 //! the replies of a burst sent with `sendmmsg`.
 //!
-//! Bounds: one receive buffer of `REQUEST_MAX` bytes (a longer datagram is dropped);
-//! [`BURST`] datagrams per readiness event (the socket is watched level-triggered, so what
+//! Bounds: one receive buffer of [`BURST`] slots of `REQUEST_MAX` bytes, allocated with the
+//! worker (a longer datagram arrives truncated and is dropped); [`BURST`] datagrams, one
+//! `recvmmsg`, per readiness event (the socket is watched level-triggered, so what
 //! is left is reported by the next wait, after the connections had their turn); at most
 //! [`TX_MAX`] reply datagrams queued per burst (a reply that does not fit is dropped,
 //! counted, as the io_uring worker drops one when its send slots are full). A reply the
@@ -20,10 +21,10 @@ use super::*;
 use crate::datapath::kernel_udp::{count_served, REQUEST_MAX};
 use crate::datapath::{self, Peer, ReplySink};
 use crate::handler::UdpEvent;
-use crate::sys::{Datagram, Transfer};
+use crate::sys::{RecvBatch, Transfer};
 
-/// Datagrams served per readiness event.
-const BURST: usize = 64;
+/// Datagrams received (one `recvmmsg`) and served per readiness event.
+const BURST: usize = crate::sys::RECVMMSG_MAX;
 /// Reply datagrams queued for one `sendmmsg` round at most.
 const TX_MAX: usize = 256;
 
@@ -31,8 +32,8 @@ const TX_MAX: usize = 256;
 pub(super) struct Udp {
     fd: OwnedFd,
     allow: Vec<ipnet::IpNet>,
-    /// One byte more than the largest request, so a longer one shows as truncated.
-    rx: Box<[u8]>,
+    /// A slot per datagram of a burst, each as long as the largest request.
+    rx: RecvBatch,
     reply: datapath::Reply,
     /// Reply datagrams of this burst: destination, bytes (a header and its body).
     tx: Vec<(SocketAddr, Vec<u8>)>,
@@ -47,7 +48,7 @@ impl Udp {
         Ok(Udp {
             fd,
             allow,
-            rx: vec![0u8; REQUEST_MAX + 1].into_boxed_slice(),
+            rx: RecvBatch::new(BURST, REQUEST_MAX),
             reply: datapath::Reply::default(),
             tx: Vec::with_capacity(TX_MAX),
             spare: Vec::new(),
@@ -90,35 +91,30 @@ impl<H: Handler> Worker<H> {
         let Some(udp) = self.udp.as_mut() else {
             return;
         };
-        for _ in 0..BURST {
-            let (len, from) = match crate::sys::recvfrom_nowait(udp.fd.as_raw_fd(), &mut udp.rx) {
-                Datagram::Got {
-                    len,
-                    truncated: false,
-                    from: Some(from),
-                } => (len, from),
-                Datagram::Got { .. } => {
-                    handler.udp_count(worker, UdpEvent::Rx, 1);
-                    handler.udp_count(worker, UdpEvent::Dropped, 1);
-                    continue;
+        match crate::sys::recvmmsg_nowait(udp.fd.as_raw_fd(), &mut udp.rx) {
+            Transfer::Done(_) => {}
+            Transfer::WouldBlock => return,
+            Transfer::Failed => {
+                if udp.errors_logged < 3 {
+                    udp.errors_logged += 1;
+                    eprintln!("ringstore: worker {worker}: UDP receive failed");
                 }
-                Datagram::WouldBlock => break,
-                Datagram::Failed => {
-                    if udp.errors_logged < 3 {
-                        udp.errors_logged += 1;
-                        eprintln!("ringstore: worker {worker}: UDP receive failed");
-                    }
-                    break;
-                }
-            };
+                return;
+            }
+        }
+        for (got, bytes) in udp.rx.datagrams() {
             handler.udp_count(worker, UdpEvent::Rx, 1);
+            let (false, Some(from)) = (got.truncated, got.from) else {
+                handler.udp_count(worker, UdpEvent::Dropped, 1);
+                continue;
+            };
             let mut queue = Queue {
                 tx: &mut udp.tx,
                 spare: &mut udp.spare,
                 to: from,
             };
             let served = datapath::serve_datagram(
-                &udp.rx[..len],
+                bytes,
                 &Peer::Socket(from),
                 &udp.allow,
                 &mut udp.reply,
