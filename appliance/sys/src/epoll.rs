@@ -1,5 +1,6 @@
 //! The readiness runtime's syscalls (ADR 0033): an epoll instance, nonblocking sockets, and
-//! the vectored send that carries values straight from the item. Through rustix.
+//! the vectored send that carries values straight from the item, `sendmmsg`/`recvmmsg` for
+//! UDP. Through rustix, except `recvmmsg` (raw syscall: rustix has none).
 
 use std::io;
 use std::io::IoSlice;
