@@ -323,7 +323,23 @@ fn run(image: &Image) -> Result<SubMemoryReport> {
         &format!("{ARGS} ringstore.sub_memory=32MiB"),
     )?;
     let port = vm.port("memcache", 0)?;
-    let write_secs = write_all(port)?;
+    let write_secs = match write_all(port) {
+        Ok(secs) => secs,
+        Err(e) => {
+            let st = stats(port).map(|st| {
+                st.into_iter()
+                    .filter(|(k, _)| {
+                        k.contains("numa")
+                            || k.contains("conn")
+                            || k.contains("items")
+                            || k.contains("evict")
+                            || k.contains("timeout")
+                    })
+                    .collect::<Vec<_>>()
+            });
+            bail!("writing failed: {e}; stats after it: {st:?}");
+        }
+    };
     let st = stats(port)?;
     ensure!(stat(&st, "numa_demotions")? > 0, "nothing demoted: {st:?}");
     let numa_maps = check_numa_maps(&mut vm)?;
