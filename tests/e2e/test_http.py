@@ -2,6 +2,8 @@
 
 import subprocess
 
+import pytest
+
 from conftest import raw
 
 
@@ -100,3 +102,33 @@ def test_error_closes_connection(server):
     # After an error response the server closes: the pipelined GET gets no answer.
     out = raw(server.http, b"GET /a HTTP/9.9\r\n\r\nGET /a HTTP/1.1\r\nHost: h\r\n\r\n")
     assert out.count(b"HTTP/1.1 ") == 1, out
+
+
+# Request-smuggling shapes (RFC 9112 §6.1, §6.3): each is refused with one response and a
+# close, so the request behind it (`GET /smuggled`) is never answered. test_tls_hostile.py
+# sends the same cases over TLS and expects the same bytes.
+SMUGGLED = b"GET /smuggled HTTP/1.1\r\nHost: h\r\n\r\n"
+SMUGGLING = {
+    "cl-and-te": b"PUT /a HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    "te-and-cl": b"PUT /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+    "two-lengths": b"PUT /a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nContent-Length: 40\r\n\r\nabc",
+    "length-list": b"PUT /a HTTP/1.1\r\nHost: h\r\nContent-Length: 3, 3\r\n\r\nabc",
+    "signed-length": b"PUT /a HTTP/1.1\r\nHost: h\r\nContent-Length: +3\r\n\r\nabc",
+    "te-http10": b"PUT /a HTTP/1.0\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    "te-not-last": b"PUT /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
+    "te-obfuscated": b"PUT /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",
+    "space-before-colon": b"PUT /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n",
+    "obs-fold": b"PUT /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n",
+    "chunk-size-overflow": b"PUT /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffffff1\r\nx\r\n0\r\n\r\n",
+    "chunk-bad-terminator": b"PUT /a HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX0\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(SMUGGLING))
+def test_smuggling_shapes_get_one_refusal_and_a_close(server, case):
+    out = raw(server.http, SMUGGLING[case] + SMUGGLED)
+    assert out.count(b"HTTP/1.1 ") == 1, out
+    assert 400 <= status_of(out) < 600, out[:200]
+    assert b"/smuggled" not in out
+    # Nothing was stored by the refused request.
+    assert status_of(raw(server.http, b"GET /a HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")) == 404

@@ -69,6 +69,10 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("sasl2-bin", "/usr/sbin/saslpasswd2"),
     // TLS tests (ringstore-tls, tests/e2e/test_tls.py): throwaway CAs and certificates.
     ("openssl", "/usr/bin/openssl"),
+    // tests/e2e/test_tls_clients.py: HTTPS downloads with the test CA (curl is above; Dalli
+    // 3.0.6 with ssl_context is ruby-dalli above).
+    ("aria2", "/usr/bin/aria2c"),
+    ("wget", "/usr/bin/wget"),
     // The Perl clients of tests/clients/perl_idle.pl (idle connections, issue 25).
     (
         "libcache-memcached-fast-perl",

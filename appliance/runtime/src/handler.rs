@@ -142,6 +142,11 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn tls_count(&self, worker: usize, event: TlsEvent) {
         let _ = (worker, event);
     }
+    /// The TLS wrapper verified the client certificate `der` of `session`'s connection
+    /// (against `--tls-ca`) when its handshake completed.
+    fn client_certificate(&self, session: &mut Self::Session, der: &[u8]) {
+        let _ = (session, der);
+    }
 }
 
 /// What [`Handler::tls_count`] counts (memcache `stats`: `tls_handshakes`,
@@ -315,6 +320,9 @@ impl Handler for ServiceHandler {
             UdpEvent::XdpTx => stats.xdp_tx.add(n),
             UdpEvent::XdpDrop => stats.xdp_drop.add(n),
         }
+    }
+    fn client_certificate(&self, session: &mut Session, der: &[u8]) {
+        session.client_certificate(der);
     }
     fn tls_count(&self, worker: usize, event: TlsEvent) {
         let stats = self.0.stats(worker);

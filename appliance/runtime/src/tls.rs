@@ -198,6 +198,9 @@ impl<H: Handler> Tls<H> {
                 Ok(progress) => {
                     peer_closed = progress.peer_closed;
                     if progress.handshake_done {
+                        if let Some(der) = conn.peer_certificate() {
+                            self.inner.client_certificate(inner, der);
+                        }
                         let hand_over = self.kernel_offload
                             && out.is_empty()
                             && conn.can_hand_over()
@@ -448,6 +451,9 @@ impl<H: Handler> Handler for Tls<H> {
     }
     fn tls_count(&self, worker: usize, event: TlsEvent) {
         self.inner.tls_count(worker, event)
+    }
+    fn client_certificate(&self, s: &mut Self::Session, der: &[u8]) {
+        self.inner.client_certificate(&mut s.inner, der)
     }
     fn after_bytes(&self, s: &mut Self::Session, fd: BorrowedFd<'_>, out: &mut Vec<u8>) -> bool {
         match s.tls.as_deref_mut() {

@@ -12,6 +12,8 @@ use std::sync::{Arc, OnceLock, RwLock};
 use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
 
+use crate::subject::Subject;
+
 /// Largest `--auth-file` accepted.
 pub const AUTH_FILE_MAX: usize = 1 << 20;
 /// Most `user:password` lines (memcached keeps 8 and drops the rest silently; ringstore
@@ -207,24 +209,36 @@ pub struct Token {
     pub prefix: Vec<u8>,
 }
 
-/// The tokens of an `--http-tokens` file, each kept as the SHA-256 the file gives.
+/// The tokens of an `--http-tokens` file, each kept as the SHA-256 the file gives, and the
+/// client certificate subjects (`subject:RFC4514`) that stand in for a token.
 pub struct HttpTokens {
     entries: Vec<([u8; 32], Token)>,
+    subjects: Vec<(Subject, Token)>,
 }
 
 impl std::fmt::Debug for HttpTokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HttpTokens({} tokens)", self.entries.len())
+        write!(
+            f,
+            "HttpTokens({} tokens, {} subjects)",
+            self.entries.len(),
+            self.subjects.len()
+        )
     }
 }
+
+/// The second field of a tokens line that maps a client certificate's subject.
+pub const SUBJECT_PREFIX: &str = "subject:";
 
 /// Why an `--http-tokens` file was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TokensFileError {
     #[error("it is larger than {AUTH_FILE_MAX} bytes")]
     TooLarge,
-    #[error("line {0} is not NAME SHA256-HEX read|write [KEY-PREFIX]")]
+    #[error("line {0} is not NAME SHA256-HEX|subject:RFC4514-SUBJECT read|write [KEY-PREFIX]")]
     Malformed(usize),
+    #[error("line {0}: the subject is not an RFC 4514 name (CN=app1,O=Example; no spaces: write \\20)")]
+    BadSubject(usize),
     #[error("line {0}: the hash is not 64 hex digits")]
     BadHash(usize),
     #[error("line {0}: the name or prefix is longer than {TOKEN_FIELD_MAX} bytes")]
@@ -249,58 +263,81 @@ fn hex32(text: &str) -> Option<[u8; 32]> {
 }
 
 impl HttpTokens {
-    /// Reads `NAME SHA256-OF-TOKEN read|write [KEY-PREFIX]` lines (fields separated by
+    /// Reads `NAME SHA256-OF-TOKEN read|write [KEY-PREFIX]` and
+    /// `NAME subject:RFC4514-SUBJECT read|write [KEY-PREFIX]` lines (fields separated by
     /// spaces or tabs; empty lines and lines starting with `#` are skipped).
     pub fn parse(text: &str) -> Result<HttpTokens, TokensFileError> {
         if text.len() > AUTH_FILE_MAX {
             return Err(TokensFileError::TooLarge);
         }
-        let mut entries = Vec::new();
+        let mut tokens = HttpTokens {
+            entries: Vec::new(),
+            subjects: Vec::new(),
+        };
         for (i, line) in text.lines().enumerate() {
-            let n = i + 1;
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (name, hash, mode, prefix) = match fields[..] {
-                [name, hash, mode] => (name, hash, mode, ""),
-                [name, hash, mode, prefix] => (name, hash, mode, prefix),
-                _ => return Err(TokensFileError::Malformed(n)),
-            };
-            let write = match mode {
-                "read" => false,
-                "write" => true,
-                _ => return Err(TokensFileError::Malformed(n)),
-            };
-            let hash = hex32(hash).ok_or(TokensFileError::BadHash(n))?;
-            if name.len() > TOKEN_FIELD_MAX || prefix.len() > TOKEN_FIELD_MAX {
-                return Err(TokensFileError::LongField(n));
-            }
-            if entries.len() == TOKENS_MAX {
+            if tokens.entries.len() + tokens.subjects.len() == TOKENS_MAX {
                 return Err(TokensFileError::TooMany);
             }
-            let token = Token {
-                name: name.to_string(),
-                write,
-                prefix: prefix.as_bytes().to_vec(),
-            };
-            entries.push((hash, token));
+            tokens.parse_line(i + 1, line)?;
         }
-        if entries.is_empty() {
+        if tokens.entries.is_empty() && tokens.subjects.is_empty() {
             return Err(TokensFileError::Empty);
         }
-        Ok(HttpTokens { entries })
+        Ok(tokens)
     }
 
-    /// Tokens in the file.
+    /// Line `n` (not empty, not a comment).
+    fn parse_line(&mut self, n: usize, line: &str) -> Result<(), TokensFileError> {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (name, secret, mode, prefix) = match fields[..] {
+            [name, secret, mode] => (name, secret, mode, ""),
+            [name, secret, mode, prefix] => (name, secret, mode, prefix),
+            _ => return Err(TokensFileError::Malformed(n)),
+        };
+        let write = match mode {
+            "read" => false,
+            "write" => true,
+            _ => return Err(TokensFileError::Malformed(n)),
+        };
+        if name.len() > TOKEN_FIELD_MAX || prefix.len() > TOKEN_FIELD_MAX {
+            return Err(TokensFileError::LongField(n));
+        }
+        let token = Token {
+            name: name.to_string(),
+            write,
+            prefix: prefix.as_bytes().to_vec(),
+        };
+        if let Some(subject) = secret.strip_prefix(SUBJECT_PREFIX) {
+            let subject = Subject::parse(subject).ok_or(TokensFileError::BadSubject(n))?;
+            self.subjects.push((subject, token));
+        } else {
+            let hash = hex32(secret).ok_or(TokensFileError::BadHash(n))?;
+            self.entries.push((hash, token));
+        }
+        Ok(())
+    }
+
+    /// Lines in the file (tokens and subjects).
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.len() + self.subjects.len()
     }
 
-    /// Always false (a file without tokens is refused); for clippy's `len` rule.
+    /// Always false (a file without lines is refused); for clippy's `len` rule.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
+    }
+
+    /// The entry of a verified client certificate's `subject` (the first line that maps it).
+    /// Subjects are not secrets: compared as they are.
+    pub fn find_subject(&self, subject: &Subject) -> Option<&Token> {
+        self.subjects
+            .iter()
+            .find(|(known, _)| known == subject)
+            .map(|(_, token)| token)
     }
 
     /// The token whose hash is SHA-256(`presented`). Every entry is compared in constant
@@ -393,6 +430,45 @@ mod tests {
     }
 
     #[test]
+    fn subject_lines_map_client_certificates() {
+        let hex = "cd".repeat(32);
+        let text = format!(
+            "app1 subject:CN=app1,O=Example read app1/\n\
+             tok {hex} write\n\
+             app2 subject:CN=app\\202 write\n"
+        );
+        let t = HttpTokens::parse(&text).unwrap();
+        assert_eq!(t.len(), 3);
+        assert_eq!(format!("{t:?}"), "HttpTokens(1 tokens, 2 subjects)");
+        let app1 = t
+            .find_subject(&Subject::parse("CN=app1,O=Example").unwrap())
+            .unwrap();
+        assert_eq!(
+            (app1.name.as_str(), app1.write, app1.prefix.as_slice()),
+            ("app1", false, &b"app1/"[..])
+        );
+        let app2 = t.find_subject(&Subject::parse("CN=app 2").unwrap()).unwrap();
+        assert!(app2.write && app2.prefix.is_empty());
+        assert!(t.find_subject(&Subject::parse("CN=app1").unwrap()).is_none());
+        // A subject is never a bearer token.
+        assert!(t.find(b"subject:CN=app1,O=Example").is_none());
+        for bad in ["subject: read", "subject:CN read", "subject:XX=1 read"] {
+            assert_eq!(
+                HttpTokens::parse(&format!("n {bad}")).unwrap_err(),
+                TokensFileError::BadSubject(1),
+                "{bad}"
+            );
+        }
+        let only = HttpTokens::parse("a subject:CN=a read\n").unwrap();
+        assert_eq!(only.len(), 1);
+        let many = "a subject:CN=a read\n".repeat(TOKENS_MAX + 1);
+        assert_eq!(
+            HttpTokens::parse(&many).unwrap_err(),
+            TokensFileError::TooMany
+        );
+    }
+
+    #[test]
     fn http_token_files() {
         let good = digest(b"tok-read");
         let hex: String = good.iter().map(|b| format!("{b:02x}")).collect();
@@ -409,7 +485,7 @@ mod tests {
         );
         assert!(t.find(b"tok-rea").is_none());
         assert!(t.find(&good).is_none(), "the hash itself is not the token");
-        assert_eq!(format!("{t:?}"), "HttpTokens(2 tokens)");
+        assert_eq!(format!("{t:?}"), "HttpTokens(2 tokens, 0 subjects)");
         assert_eq!(
             HttpTokens::parse("a b").unwrap_err(),
             TokensFileError::Malformed(1)

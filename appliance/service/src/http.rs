@@ -76,6 +76,9 @@ pub struct HttpSession {
     out_hold: Hold,
     /// Responses waiting for the data device.
     held: HeldReplies,
+    /// The subject of the verified client certificate of a TLS connection (`--http-tokens`
+    /// `subject:` lines): stands in for a bearer token.
+    client: Option<Box<crate::subject::Subject>>,
 }
 
 /// A PUT whose head was accepted and whose body is being read.
@@ -131,7 +134,15 @@ impl HttpSession {
             in_hold: Hold::default(),
             out_hold: Hold::default(),
             held: HeldReplies::default(),
+            client: None,
         }
+    }
+
+    /// The TLS layer verified the client certificate `der` (against `--tls-ca`): its subject
+    /// may stand in for a bearer token. A certificate whose subject cannot be read maps to
+    /// no line.
+    pub fn client_certificate(&mut self, der: &[u8]) {
+        self.client = crate::subject::Subject::from_certificate(der).map(Box::new);
     }
 
     /// True while a response waits for the data device.

@@ -14,6 +14,7 @@ mod held;
 pub mod http;
 pub mod memcache;
 mod stats;
+pub mod subject;
 pub mod watch;
 pub mod zero_copy;
 #[cfg(test)]
@@ -342,6 +343,15 @@ impl Session {
         match &mut self.inner {
             SessionKind::Memcache(s) => s.on_bytes(input, now, shared, device, out),
             SessionKind::Http(s) => s.on_bytes(input, now, shared, device, out),
+        }
+    }
+
+    /// The TLS layer verified this connection's client certificate `der`: on HTTP its
+    /// subject may stand in for a bearer token (`--http-tokens` `subject:` lines); memcache
+    /// ignores it.
+    pub fn client_certificate(&mut self, der: &[u8]) {
+        if let SessionKind::Http(s) = &mut self.inner {
+            s.client_certificate(der);
         }
     }
 

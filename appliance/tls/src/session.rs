@@ -126,6 +126,15 @@ impl ServerTls {
         self.conn.alpn_protocol()
     }
 
+    /// The client's end-entity certificate (DER), once the handshake verified it against
+    /// `--tls-ca`; `None` without one (or before the handshake is done).
+    pub fn peer_certificate(&self) -> Option<&[u8]> {
+        self.conn
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .map(|cert| cert.as_ref())
+    }
+
     /// The negotiated version (`None` during the handshake).
     pub fn protocol_version(&self) -> Option<rustls::ProtocolVersion> {
         self.conn.protocol_version()
@@ -144,6 +153,7 @@ impl ServerTls {
             return Err(TlsError::NotWritable);
         }
         self.incoming.extend_from_slice(input);
+        let before = out.len();
         let result = self.process(plain, out);
         let limit = if self.handshaking {
             INCOMING_MAX
@@ -152,6 +162,8 @@ impl ServerTls {
         };
         if result.is_ok() && self.incoming.len() > limit {
             self.failed = true;
+            self.alert_if_silent(out, before);
+            self.incoming = Vec::new();
             return Err(TlsError::IncomingFull);
         }
         if result.is_err() {
@@ -164,8 +176,19 @@ impl ServerTls {
                 let _ = encode_into(&mut encode, out);
             }
             self.incoming = Vec::new();
+            self.alert_if_silent(out, before);
         }
         result
+    }
+
+    /// A failure rustls queued no alert for (a handshake message over the bound, which
+    /// rustls would keep joining): before the server said anything, a cleartext fatal
+    /// `decode_error` alert, so garbage on a TLS port always gets one alert and the close.
+    /// After the server's first flight an alert would have to be sealed: the close alone.
+    fn alert_if_silent(&self, out: &mut Vec<u8>, before: usize) {
+        if out.len() == before && self.handshaking && self.conn.protocol_version().is_none() {
+            out.extend_from_slice(&[21, 3, 3, 0, 2, 2, 50]);
+        }
     }
 
     fn process(&mut self, plain: &mut Vec<u8>, out: &mut Vec<u8>) -> Result<Progress, TlsError> {

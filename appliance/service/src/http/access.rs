@@ -2,17 +2,21 @@
 //! token is 401 with `WWW-Authenticate: Bearer`, a read-only token's PUT or DELETE and any
 //! token's request for a key outside its prefix are 403. The token is looked up by its
 //! SHA-256 in constant time (`auth.rs`); a 401 is logged at the bounded rate, without the
-//! token.
+//! token. On a TLS connection whose client certificate was verified, a request without an
+//! `Authorization` field is allowed what the certificate's subject line allows (a request
+//! with one is judged by its token alone).
 
 use super::request::connection_field;
 use super::*;
 use crate::auth::bearer;
+use crate::subject::Subject;
 
 /// Whether the request in `head` for `key` may go on; `Err` is the status to answer.
 pub(super) fn check<B: Backend>(
     backend: &B,
     head: &RequestHead<'_>,
     key: &[u8],
+    client: Option<&Subject>,
     now: Now,
 ) -> Result<(), Status> {
     let Some(auth) = backend.auth() else {
@@ -22,11 +26,12 @@ pub(super) fn check<B: Backend>(
         return Ok(());
     };
     let tokens = tokens.get();
-    let Some(token) = head
-        .authorization
-        .and_then(bearer)
-        .and_then(|t| tokens.find(t))
-    else {
+    let token = match (head.authorization, client) {
+        (Some(field), _) => bearer(field).and_then(|t| tokens.find(t)),
+        (None, Some(subject)) => tokens.find_subject(subject),
+        (None, None) => None,
+    };
+    let Some(token) = token else {
         auth.log.failed(now.mono_ms, "HTTP bearer token");
         return Err(Status::Unauthorized);
     };

@@ -40,7 +40,8 @@ fn shared() -> Arc<Shared> {
         0,
     );
     let file = format!(
-        "reader {} read\nwriter {} write\nusers {} write users/\n",
+        "reader {} read\nwriter {} write\nusers {} write users/\n\
+         app1 subject:CN=app1 write app1/\napp2 subject:CN=app2 read\n",
         hex("r-token"),
         hex("w-token"),
         hex("u-token")
@@ -112,4 +113,42 @@ fn tokens_decide_what_a_request_may_do() {
     // Two Authorization fields: which one counts is ambiguous, so neither does.
     let twice = "GET /k HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer r-token\r\nAuthorization: Bearer w-token\r\n\r\n";
     assert_eq!(status(&request(&shared, twice).0), "400");
+}
+
+fn with_certificate(shared: &Shared, cn: &[u8], text: &str) -> String {
+    use crate::subject::tests::{atv, certificate, CN};
+    let mut s = Session::new(Protocol::Http, 0);
+    s.client_certificate(&certificate(&[vec![atv(CN, 0x0c, cn)]]));
+    let mut out = Vec::new();
+    let _ = s.on_bytes(text.as_bytes(), NOW, shared, None, &mut out);
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn a_verified_client_certificate_stands_in_for_a_token() {
+    let shared = shared();
+    // (certificate CN, method, path, token, body, status), in order.
+    let cases: &[(&[u8], &str, &str, Option<&str>, &str, &str)] = &[
+        (b"app1", "PUT", "/app1/a", None, "v", "201"),
+        (b"app1", "GET", "/app1/a", None, "", "200"),
+        // The prefix of its line holds.
+        (b"app1", "PUT", "/other", None, "v", "403"),
+        // Read only.
+        (b"app2", "GET", "/app1/a", None, "", "200"),
+        (b"app2", "DELETE", "/app1/a", None, "", "403"),
+        // Not in the file.
+        (b"app3", "GET", "/app1/a", None, "", "401"),
+        // A request with a token is judged by the token alone.
+        (b"app2", "DELETE", "/app1/a", Some("nope"), "", "401"),
+        (b"app2", "DELETE", "/app1/a", Some("w-token"), "", "204"),
+    ];
+    for &(cn, method, path, token, body, want) in cases {
+        let reply = with_certificate(&shared, cn, &with(method, path, token, body));
+        assert_eq!(status(&reply), want, "{cn:?} {method} {path} {token:?}");
+    }
+    // A subject line is not a token, and a connection without a certificate has none.
+    let (reply, _) = request(&shared, &with("GET", "/app1/a", Some("subject:CN=app1"), ""));
+    assert_eq!(status(&reply), "401");
+    let (reply, _) = request(&shared, &with("GET", "/app1/a", None, ""));
+    assert_eq!(status(&reply), "401");
 }

@@ -1,0 +1,282 @@
+"""Hostile TLS clients (issue 19, README "TLS" and "Memory bound"): a handshake sent byte by
+byte, truncated and oversized records (during and after the handshake), a handshake message
+over rustls' 64 KiB, a ClientHello flood (many connections, and many hellos on one), and the
+plain HTTP suite's request-smuggling shapes over TLS. Each case is bounded in time; the server
+must keep serving after each.
+
+The client side is Python's `ssl` over memory BIOs, so the test owns every byte on the wire.
+"""
+
+import socket
+import ssl
+import time
+
+import pytest
+
+from conftest import raw
+from test_http import SMUGGLED, SMUGGLING
+from test_tls import ask, certs, client_context, fields, stats, tls_connect, tls_server  # noqa: F401
+
+# Alert descriptions (RFC 8446 §6).
+RECORD_OVERFLOW, DECODE_ERROR = 22, 50
+
+
+class BioClient:
+    """A TLS client whose records go out on a raw socket, `chunk` bytes per send."""
+
+    def __init__(self, addr, ctx, timeout=5):
+        self.sock = socket.create_connection(addr, timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = ctx.wrap_bio(self.incoming, self.outgoing, server_hostname="localhost")
+
+    def flush(self, chunk=None, delay=0.0):
+        data = self.outgoing.read()
+        step = chunk or max(len(data), 1)
+        for i in range(0, len(data), step):
+            self.sock.sendall(data[i:i + step])
+            if delay:
+                time.sleep(delay)
+
+    def pump(self):
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("closed")
+        self.incoming.write(data)
+
+    def handshake(self, chunk=None, delay=0.0):
+        while True:
+            try:
+                self.tls.do_handshake()
+                self.flush(chunk, delay)
+                return
+            except ssl.SSLWantReadError:
+                self.flush(chunk, delay)
+                self.pump()
+
+    def request(self, payload, until):
+        self.tls.write(payload)
+        self.flush()
+        data = b""
+        while until not in data:
+            try:
+                data += self.tls.read(65536)
+            except ssl.SSLWantReadError:
+                self.pump()
+        return data
+
+    def rest(self, timeout=3):
+        """What the server sends until it closes (bounded by `timeout`); None if it did not."""
+        self.sock.settimeout(timeout)
+        got = b""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                chunk = self.sock.recv(65536)
+            except ConnectionResetError:
+                return got
+            except socket.timeout:
+                return None
+            if not chunk:
+                return got
+            got += chunk
+        return None
+
+
+def hello(certs):
+    """A real ClientHello record."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    probe = client_context(certs).wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        probe.do_handshake()
+    data = outgoing.read()
+    assert data[0] == 22 and len(data) > 100
+    return data
+
+
+def record(kind, payload, length=None):
+    n = len(payload) if length is None else length
+    return bytes([kind, 3, 3, n >> 8, n & 0xFF]) + payload
+
+
+def plain_alert(got):
+    """The description of the one cleartext alert record `got` is (None if it is not one)."""
+    if got is None or len(got) != 7 or got[:3] != b"\x15\x03\x03" or got[3:5] != b"\x00\x02":
+        return None
+    return got[6]
+
+
+def still_serving(server, certs):
+    with tls_connect(fields(server)["memcache_tls"], client_context(certs)) as s:
+        assert ask(s, b"version\r\n").startswith(b"VERSION ")
+    assert raw(server.mc, b"version\r\n", read_until=b"\r\n").startswith(b"VERSION ")
+    assert server.alive()
+
+
+def test_a_handshake_sent_byte_by_byte_completes(server_factory, certs):
+    server = tls_server(server_factory, certs)
+    for port, payload, until in (
+        ("memcache_tls", b"set b 0 0 2\r\nok\r\nget b\r\n", b"END\r\n"),
+        ("https", b"GET /b HTTP/1.1\r\nHost: localhost\r\n\r\n", b"\r\n\r\n"),
+    ):
+        c = BioClient(fields(server)[port], client_context(certs))
+        start = time.monotonic()
+        c.handshake(chunk=1, delay=0.0005)
+        got = c.request(payload, until)
+        # Same keyspace: the HTTPS GET sees what the memcache set stored.
+        assert got.startswith((b"STORED\r\nVALUE b 0 2\r\nok\r\n", b"HTTP/1.1 200")), got
+        assert time.monotonic() - start < 10
+        c.sock.close()
+    # Byte by byte over TLS 1.2 too (a different handshake shape).
+    ctx = client_context(certs)
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    c = BioClient(fields(server)["memcache_tls"], ctx)
+    c.handshake(chunk=1, delay=0.0005)
+    assert c.request(b"get b\r\n", b"END\r\n") == b"VALUE b 0 2\r\nok\r\nEND\r\n"
+    c.sock.close()
+
+
+def test_oversized_records_get_an_alert_and_a_close(server_factory, certs):
+    server = tls_server(server_factory, certs)
+    addr = fields(server)["memcache_tls"]
+    # README: records over 16 KiB + 2 KiB are refused. During the handshake: in the clear
+    # (rustls names it decode_error there; RFC 8446 would say record_overflow).
+    for port in ("memcache_tls", "https"):
+        got = raw(fields(server)[port], record(22, b"\x00" * 100, length=18433), timeout=3)
+        assert plain_alert(got) in (DECODE_ERROR, RECORD_OVERFLOW), got
+    # After the handshake: an encrypted alert (one short record), then the close.
+    c = BioClient(addr, client_context(certs))
+    c.handshake()
+    assert c.request(b"version\r\n", b"\r\n").startswith(b"VERSION ")
+    c.sock.sendall(record(23, b"\x00" * 100, length=18433))
+    got = c.rest()
+    # Session tickets may still be on the way; the last record is the sealed alert (2 bytes,
+    # the inner content type and the 16-byte tag).
+    assert got is not None and got[-24:-19] == b"\x17\x03\x03\x00\x13", got
+    c.incoming.write(got)
+    with pytest.raises(ssl.SSLError, match="(?i)record.overflow|decode.error"):
+        c.tls.read(100)
+    still_serving(server, certs)
+
+
+def test_truncated_records_are_refused_or_closed(server_factory, certs):
+    server = tls_server(server_factory, certs, "--request-timeout", "2")
+    addr = fields(server)["memcache_tls"]
+    # A record too short to hold an AEAD tag: bad_record_mac, then the close.
+    c = BioClient(addr, client_context(certs))
+    c.handshake()
+    c.sock.sendall(record(23, b"\x00" * 5))
+    got = c.rest()
+    assert got is not None and got[-24:-19] == b"\x17\x03\x03\x00\x13", got
+    c.incoming.write(got)
+    with pytest.raises(ssl.SSLError, match="BAD_RECORD_MAC|bad record mac|DECRYPTION"):
+        c.tls.read(100)
+    # A record cut short, then the client's FIN: closed, nothing served.
+    c = BioClient(addr, client_context(certs))
+    c.handshake()
+    c.tls.write(b"get b\r\n")
+    sealed = c.outgoing.read()
+    c.sock.sendall(sealed[: len(sealed) - 3])
+    c.sock.shutdown(socket.SHUT_WR)
+    got = c.rest()
+    assert got is not None and b"END" not in got
+    # A record cut short, the client silent: closed at the request timeout.
+    c = BioClient(addr, client_context(certs))
+    c.handshake()
+    c.sock.sendall(sealed[:10])
+    start = time.monotonic()
+    assert c.rest(timeout=6) is not None
+    assert time.monotonic() - start < 5
+    # Half a ClientHello, then FIN: closed.
+    s = socket.create_connection(addr, timeout=5)
+    h = hello(certs)
+    s.sendall(h[: len(h) // 2])
+    s.shutdown(socket.SHUT_WR)
+    closed = False
+    try:
+        while s.recv(100):
+            pass
+        closed = True
+    except ConnectionResetError:
+        closed = True
+    except socket.timeout:
+        pass
+    s.close()
+    assert closed
+    still_serving(server, certs)
+
+
+def test_a_handshake_message_past_the_bound_gets_an_alert_and_a_close(server_factory, certs):
+    """README: a handshake in progress holds at most 82 KiB (INCOMING_MAX) of handshake
+    messages; rustls joins the fragments of one it caps at 64 KiB, so a longer one is cut
+    at the bound."""
+    server = tls_server(server_factory, certs)
+    addr = fields(server)["memcache_tls"]
+    for header in (b"\x01\xff\xff\xff", b"\x01\x01\x00\x01"):
+        # 16 MiB, then 64 KiB + 1 announced; 82 KiB + 97 bytes sent in records of 16 KiB.
+        wire = record(22, header + bytes(16000)) + record(22, bytes(16384)) * 4
+        wire += record(22, bytes(16384))[: (82 << 10) + 97 - len(wire)]
+        start = time.monotonic()
+        got = raw(addr, wire, timeout=4)
+        assert plain_alert(got) == DECODE_ERROR, got
+        assert time.monotonic() - start < 3
+    still_serving(server, certs)
+
+
+def test_a_clienthello_flood(server_factory, certs):
+    server = tls_server(server_factory, certs, "--cores", "1")
+    addr = fields(server)["memcache_tls"]
+    before = tls_connect(addr, client_context(certs))
+    assert ask(before, b"set f 0 0 1\r\n1\r\n") == b"STORED\r\n"
+    h = hello(certs)
+    base = server.rss_bytes()
+    start = time.monotonic()
+    # 2,000 connections each send a whole ClientHello and go away without reading the
+    # server's flight (half with a RST).
+    for _ in range(20):
+        batch = []
+        for i in range(100):
+            s = socket.create_connection(addr, timeout=5)
+            s.sendall(h)
+            if i % 2:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            batch.append(s)
+        for s in batch:
+            s.close()
+    assert time.monotonic() - start < 30
+    # Many ClientHellos on one connection: the first is answered, the second is an
+    # unexpected message (alert, close); the server does not answer each.
+    s = socket.create_connection(addr, timeout=5)
+    s.sendall(h * 50)
+    s.settimeout(3)
+    got = b""
+    try:
+        while chunk := s.recv(65536):
+            got += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    s.close()
+    assert got.count(b"\x16\x03\x03") <= 2 and len(got) < 8192, len(got)
+    time.sleep(0.5)
+    assert server.rss_bytes() - base < 24 << 20, (server.rss_bytes() - base) >> 20
+    assert ask(before, b"get f\r\n", b"END\r\n") == b"VALUE f 0 1\r\n1\r\nEND\r\n"
+    before.close()
+    still_serving(server, certs)
+    assert int(stats(server.mc)["tls_handshake_errors"]) >= 1
+
+
+@pytest.mark.parametrize("case", sorted(SMUGGLING))
+def test_smuggling_shapes_over_tls_answer_as_over_plain_http(server_factory, certs, case):
+    server = tls_server(server_factory, certs)
+    payload = SMUGGLING[case] + SMUGGLED
+    plain = raw(server.http, payload)
+    with tls_connect(fields(server)["https"], client_context(certs)) as s:
+        s.sendall(payload)
+        over_tls = b""
+        try:
+            while chunk := s.recv(65536):
+                over_tls += chunk
+        except (ssl.SSLError, ConnectionError):
+            pass
+    assert over_tls == plain
+    assert over_tls.count(b"HTTP/1.1 ") == 1 and b"/smuggled" not in over_tls
