@@ -7,6 +7,7 @@ must keep serving after each.
 The client side is Python's `ssl` over memory BIOs, so the test owns every byte on the wire.
 """
 
+import os
 import socket
 import ssl
 import time
@@ -280,3 +281,34 @@ def test_smuggling_shapes_over_tls_answer_as_over_plain_http(server_factory, cer
             pass
     assert over_tls == plain
     assert over_tls.count(b"HTTP/1.1 ") == 1 and b"/smuggled" not in over_tls
+
+
+def test_tickets_resume_in_user_space_and_early_data_is_never_offered(server_factory, certs, tmp_path):
+    """README: no 0-RTT data; in user space (this host's kernel has no TLS offload) two TLS
+    1.3 session tickets are sent, and a resumed session is served."""
+    import subprocess
+
+    if os.path.exists("/sys/module/tls"):
+        pytest.skip("this kernel has TLS offload: no tickets are issued")
+    server = tls_server(server_factory, certs)
+    addr = fields(server)["memcache_tls"]
+    ctx = client_context(certs)
+    with tls_connect(addr, ctx) as s:
+        assert ask(s, b"version\r\n").startswith(b"VERSION ")
+        session = s.session
+    assert session.has_ticket
+    with ctx.wrap_socket(socket.create_connection(addr, timeout=5), server_hostname="localhost",
+                         session=session) as s:
+        assert s.session_reused
+        assert ask(s, b"version\r\n").startswith(b"VERSION ")
+    # openssl would send early data on a ticket that allows it: ours allow none.
+    sess, early = tmp_path / "sess", tmp_path / "early"
+    early.write_bytes(b"version\r\n")
+    base = (f"openssl s_client -connect {addr[0]}:{addr[1]} -CAfile {certs['ca.pem']} "
+            f"-servername localhost")
+    subprocess.run(f"(printf 'version\\r\\n'; sleep 0.3) | timeout 5 {base} -sess_out {sess}",
+                   shell=True, capture_output=True, timeout=20)
+    out = subprocess.run(f"printf '' | timeout 5 {base} -sess_in {sess} -early_data {early}",
+                         shell=True, capture_output=True, timeout=20).stdout
+    assert b"Reused, TLSv1.3" in out, out[-500:]
+    assert b"Early data was not sent" in out and b"Early data was accepted" not in out

@@ -237,7 +237,9 @@ pub enum TokensFileError {
     TooLarge,
     #[error("line {0} is not NAME SHA256-HEX|subject:RFC4514-SUBJECT read|write [KEY-PREFIX]")]
     Malformed(usize),
-    #[error("line {0}: the subject is not an RFC 4514 name (CN=app1,O=Example; no spaces: write \\20)")]
+    #[error(
+        "line {0}: the subject is not an RFC 4514 name (CN=app1,O=Example; no spaces: write \\20)"
+    )]
     BadSubject(usize),
     #[error("line {0}: the hash is not 64 hex digits")]
     BadHash(usize),
@@ -447,9 +449,13 @@ mod tests {
             (app1.name.as_str(), app1.write, app1.prefix.as_slice()),
             ("app1", false, &b"app1/"[..])
         );
-        let app2 = t.find_subject(&Subject::parse("CN=app 2").unwrap()).unwrap();
+        let app2 = t
+            .find_subject(&Subject::parse("CN=app 2").unwrap())
+            .unwrap();
         assert!(app2.write && app2.prefix.is_empty());
-        assert!(t.find_subject(&Subject::parse("CN=app1").unwrap()).is_none());
+        assert!(t
+            .find_subject(&Subject::parse("CN=app1").unwrap())
+            .is_none());
         // A subject is never a bearer token.
         assert!(t.find(b"subject:CN=app1,O=Example").is_none());
         for bad in ["subject: read", "subject:CN read", "subject:XX=1 read"] {

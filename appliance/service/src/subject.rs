@@ -46,7 +46,9 @@ fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
         }
         let (bytes, after) = rest.split_at(n);
         rest = after;
-        bytes.iter().fold(0usize, |acc, &b| (acc << 8) | usize::from(b))
+        bytes
+            .iter()
+            .fold(0usize, |acc, &b| (acc << 8) | usize::from(b))
     };
     (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
 }
@@ -93,7 +95,7 @@ fn value_of(tag: u8, content: &[u8], whole: &[u8]) -> Vec<u8> {
         // UTF8String, PrintableString, TeletexString, IA5String, VisibleString.
         0x0c | 0x13 | 0x14 | 0x16 | 0x1a => content.to_vec(),
         // BMPString: UTF-16BE.
-        0x1e if content.len() % 2 == 0 => {
+        0x1e if content.len().is_multiple_of(2) => {
             let units = content.chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]));
             match String::from_utf16(&units.collect::<Vec<_>>()) {
                 Ok(s) => s.into_bytes(),
@@ -219,7 +221,8 @@ fn attribute(atv: &[u8]) -> Option<Attribute> {
     };
     let raw = &atv[eq + 1..];
     if let Some(hex) = raw.strip_prefix(b"#") {
-        let ok = !hex.is_empty() && hex.len() % 2 == 0 && hex.iter().all(u8::is_ascii_hexdigit);
+        let ok =
+            !hex.is_empty() && hex.len().is_multiple_of(2) && hex.iter().all(u8::is_ascii_hexdigit);
         return ok.then(|| (oid, [b"#".as_slice(), &hex.to_ascii_lowercase()].concat()));
     }
     Some((oid, unescape(raw)?))
@@ -236,7 +239,9 @@ fn unescape(raw: &[u8]) -> Option<Vec<u8>> {
             continue;
         }
         let next = *raw.get(i + 1)?;
-        let pair = raw.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        let pair = raw
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
         match pair.and_then(|h| u8::from_str_radix(h, 16).ok()) {
             Some(byte) if next.is_ascii_hexdigit() => {
                 out.push(byte);

@@ -25,13 +25,22 @@ pub(crate) const O: &[u8] = &[0x55, 0x04, 0x0a];
 /// A certificate shape: version, serial, algorithm, issuer, validity, subject, and a
 /// trailing field (what follows the subject is not read).
 pub(crate) fn certificate(rdns: &[Vec<Vec<u8>>]) -> Vec<u8> {
-    let name: Vec<u8> = rdns.iter().flat_map(|rdn| der(0x31, &rdn.concat())).collect();
+    let name: Vec<u8> = rdns
+        .iter()
+        .flat_map(|rdn| der(0x31, &rdn.concat()))
+        .collect();
     let tbs = [
         der(0xa0, &der(0x02, &[2])),
         der(0x02, &[0x01, 0x02]),
-        der(0x30, &der(0x06, &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02])),
+        der(
+            0x30,
+            &der(0x06, &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02]),
+        ),
         der(0x30, &der(0x31, &atv(CN, 0x0c, b"ca"))),
-        der(0x30, &[der(0x17, b"250101000000Z"), der(0x17, b"350101000000Z")].concat()),
+        der(
+            0x30,
+            &[der(0x17, b"250101000000Z"), der(0x17, b"350101000000Z")].concat(),
+        ),
         der(0x30, &name),
         der(0x30, &[0u8; 200]),
     ]
@@ -41,15 +50,36 @@ pub(crate) fn certificate(rdns: &[Vec<Vec<u8>>]) -> Vec<u8> {
 
 #[test]
 fn a_certificate_subject_equals_its_rfc4514_string() {
-    let cert = certificate(&[vec![atv(O, 0x13, b"Example, Inc")], vec![atv(CN, 0x0c, b"app1")]]);
+    let cert = certificate(&[
+        vec![atv(O, 0x13, b"Example, Inc")],
+        vec![atv(CN, 0x0c, b"app1")],
+    ]);
     let subject = Subject::from_certificate(&cert).unwrap();
-    assert_eq!(Subject::parse(r"CN=app1,O=Example\, Inc"), Some(subject.clone()));
-    assert_eq!(Subject::parse(r"cn=app1,o=Example\2c Inc"), Some(subject.clone()));
-    assert_eq!(Subject::parse(r"2.5.4.3=app1,2.5.4.10=Example\2C Inc"), Some(subject.clone()));
+    assert_eq!(
+        Subject::parse(r"CN=app1,O=Example\, Inc"),
+        Some(subject.clone())
+    );
+    assert_eq!(
+        Subject::parse(r"cn=app1,o=Example\2c Inc"),
+        Some(subject.clone())
+    );
+    assert_eq!(
+        Subject::parse(r"2.5.4.3=app1,2.5.4.10=Example\2C Inc"),
+        Some(subject.clone())
+    );
     // Order matters; so do the values and the types.
-    assert_ne!(Subject::parse(r"O=Example\, Inc,CN=app1"), Some(subject.clone()));
-    assert_ne!(Subject::parse(r"CN=app2,O=Example\, Inc"), Some(subject.clone()));
-    assert_ne!(Subject::parse(r"OU=app1,O=Example\, Inc"), Some(subject.clone()));
+    assert_ne!(
+        Subject::parse(r"O=Example\, Inc,CN=app1"),
+        Some(subject.clone())
+    );
+    assert_ne!(
+        Subject::parse(r"CN=app2,O=Example\, Inc"),
+        Some(subject.clone())
+    );
+    assert_ne!(
+        Subject::parse(r"OU=app1,O=Example\, Inc"),
+        Some(subject.clone())
+    );
     assert_ne!(Subject::parse("CN=app1"), Some(subject));
 }
 
@@ -67,17 +97,29 @@ fn multi_valued_rdns_and_other_string_types() {
 
 #[test]
 fn malformed_strings_and_certificates_are_refused() {
-    for bad in ["", "CN", "=x", "CN=a,", "XX=a", "CN=#abc", "CN=#zz", r"CN=a\"] {
+    for bad in [
+        "", "CN", "=x", "CN=a,", "XX=a", "CN=#abc", "CN=#zz", r"CN=a\",
+    ] {
         assert_eq!(Subject::parse(bad), None, "{bad:?}");
     }
-    assert_eq!(Subject::parse(&format!("CN={}", "a".repeat(SUBJECT_MAX))), None);
+    assert_eq!(
+        Subject::parse(&format!("CN={}", "a".repeat(SUBJECT_MAX))),
+        None
+    );
     let many = vec!["CN=a"; ATTRIBUTES_MAX + 1].join(",");
     assert_eq!(Subject::parse(&many), None);
     let cert = certificate(&[vec![atv(CN, 0x0c, b"app1")]]);
     for cut in [0, 1, 10, 60, 100] {
-        assert_eq!(Subject::from_certificate(&cert[..cut]), None, "cut at {cut}");
+        assert_eq!(
+            Subject::from_certificate(&cert[..cut]),
+            None,
+            "cut at {cut}"
+        );
     }
-    assert_eq!(Subject::from_certificate(&[0x30, 0x85, 1, 1, 1, 1, 1]), None);
+    assert_eq!(
+        Subject::from_certificate(&[0x30, 0x85, 1, 1, 1, 1, 1]),
+        None
+    );
     let tall: Vec<Vec<u8>> = (0..=ATTRIBUTES_MAX).map(|_| atv(CN, 0x0c, b"a")).collect();
     assert_eq!(Subject::from_certificate(&certificate(&[tall])), None);
 }

@@ -115,6 +115,9 @@ fn tokens_decide_what_a_request_may_do() {
     assert_eq!(status(&request(&shared, twice).0), "400");
 }
 
+/// (certificate CN, method, path, token, body, status).
+type CertCase<'a> = (&'a [u8], &'a str, &'a str, Option<&'a str>, &'a str, &'a str);
+
 fn with_certificate(shared: &Shared, cn: &[u8], text: &str) -> String {
     use crate::subject::tests::{atv, certificate, CN};
     let mut s = Session::new(Protocol::Http, 0);
@@ -128,7 +131,7 @@ fn with_certificate(shared: &Shared, cn: &[u8], text: &str) -> String {
 fn a_verified_client_certificate_stands_in_for_a_token() {
     let shared = shared();
     // (certificate CN, method, path, token, body, status), in order.
-    let cases: &[(&[u8], &str, &str, Option<&str>, &str, &str)] = &[
+    let cases: &[CertCase] = &[
         (b"app1", "PUT", "/app1/a", None, "v", "201"),
         (b"app1", "GET", "/app1/a", None, "", "200"),
         // The prefix of its line holds.
@@ -147,7 +150,10 @@ fn a_verified_client_certificate_stands_in_for_a_token() {
         assert_eq!(status(&reply), want, "{cn:?} {method} {path} {token:?}");
     }
     // A subject line is not a token, and a connection without a certificate has none.
-    let (reply, _) = request(&shared, &with("GET", "/app1/a", Some("subject:CN=app1"), ""));
+    let (reply, _) = request(
+        &shared,
+        &with("GET", "/app1/a", Some("subject:CN=app1"), ""),
+    );
     assert_eq!(status(&reply), "401");
     let (reply, _) = request(&shared, &with("GET", "/app1/a", None, ""));
     assert_eq!(status(&reply), "401");

@@ -50,7 +50,9 @@ impl HttpSession {
         if head.method != Method::Other && decode_key(head.target, &mut key).is_err() {
             return self.fail(backend, out, Status::BadRequest);
         }
-        if let Err(status) = access::check(backend, head, key.as_bytes(), self.client.as_deref(), now) {
+        if let Err(status) =
+            access::check(backend, head, key.as_bytes(), self.client.as_deref(), now)
+        {
             return self.refuse_access(backend, head, pos, out, status);
         }
         if head.method == Method::Put {
