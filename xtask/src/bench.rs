@@ -38,6 +38,10 @@ mod redis;
 mod report;
 mod saturation;
 mod subject;
+mod tls_handshake;
+mod tls_load;
+mod tls_part;
+mod tls_wire;
 mod udp;
 
 use crate::util;
@@ -104,6 +108,9 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if wants(Part::Durable) {
         durable_part(&o, &subject, &out_dir, &mut doc)?;
+    }
+    if wants(Part::Tls) {
+        tls_part::tls_part(&o, &subject, &out_dir, &mut doc)?;
     }
     if wants(Part::Udp) {
         udp::udp_part(&o, &subject, &mut doc)?;
