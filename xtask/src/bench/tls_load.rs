@@ -73,6 +73,8 @@ impl Measured {
 
 /// Largest plaintext a connection holds unparsed (a 1 MiB HTTP body and its head, pipelined).
 const RX_MAX: usize = 64 << 20;
+/// Plaintext a TLS session holds unsent at most (one batch, whole).
+const TLS_UNSENT_MAX: usize = 1 << 20;
 /// Bytes read from a plain socket per read call.
 const READ_CHUNK: usize = 64 * 1024;
 /// A batch unanswered this long after a slice means a stuck server.
@@ -94,6 +96,8 @@ pub(super) fn connect(
         Some(config) => {
             let name = rustls::pki_types::ServerName::try_from("localhost")?;
             let mut session = ClientConnection::new(config.clone(), name)?;
+            // A SET batch (16 × 4 KiB) is more than rustls' default 64 KiB of unsent plaintext.
+            session.set_buffer_limit(Some(TLS_UNSENT_MAX));
             while session.is_handshaking() {
                 session.complete_io(&mut stream).context("TLS handshake")?;
             }

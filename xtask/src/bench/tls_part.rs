@@ -97,8 +97,8 @@ fn load(o: &Options, wire: Wire, depth: usize, conns: usize) -> Load {
     }
 }
 
-const MC_HEAD: &str = "| cell | memcached -Z req/CPU-s | ringstore TLS req/CPU-s | ratio (goal ≥ 1.3×) | ringstore plain req/CPU-s | TLS cost (plain / TLS, goal ≤ 1.25× at depth 16) | throughput req/s (memcached, TLS, plain) | p99 µs (memcached, TLS, plain) | server CPU % (memcached, TLS, plain) |
-| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
+const MC_HEAD: &str = "| cell | memcached -Z req/CPU-s | ringstore TLS req/CPU-s | ratio (goal ≥ 1.3×) | ringstore plain req/CPU-s | TLS cost (plain / TLS, goal ≤ 1.25× at depth 16) | throughput req/s (memcached, TLS, plain) | p99 µs (memcached, TLS, plain) | server CPU % (memcached, TLS, plain) | client CPU % |
+| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
 ";
 
 fn triple(r: &[Measured], f: impl Fn(&Measured) -> f64) -> String {
@@ -115,13 +115,14 @@ fn mc_row(out: &mut String, doc: &mut Doc, cell: &str, depth: usize, r: &[Measur
     let cost = p.per_cpu_second() / t.per_cpu_second();
     let _ = writeln!(
         out,
-        "| {cell} | {:.0} | {:.0} | {ratio:.2}× | {:.0} | {cost:.2}× | {} | {} | {} |",
+        "| {cell} | {:.0} | {:.0} | {ratio:.2}× | {:.0} | {cost:.2}× | {} | {} | {} | {} |",
         m.per_cpu_second(),
         t.per_cpu_second(),
         p.per_cpu_second(),
         triple(r, Measured::throughput),
         triple(r, |m| m.hist.quantile(0.99) as f64 / 1e3),
         triple(r, |m| 100.0 * m.server_cpu_seconds / m.seconds.max(1e-9)),
+        triple(r, |m| 100.0 * m.client_cpu_seconds / m.seconds.max(1e-9)),
     );
     let mut line = format!(
         "TLS {cell}: {ratio:.2}× memcached -Z requests per server CPU-second (goal ≥ 1.3×) {}",
@@ -293,7 +294,7 @@ fn https_cells(
             server_pid: ringstore.pid(),
         },
     ];
-    out.push_str("\n| HTTPS GET | nginx req/CPU-s | ringstore req/CPU-s | ratio (goal ≥ 1.2×) | throughput req/s (nginx, ringstore) | p99 µs (nginx, ringstore) | server CPU % (nginx, ringstore) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    out.push_str("\n| HTTPS GET | nginx req/CPU-s | ringstore req/CPU-s | ratio (goal ≥ 1.2×) | throughput req/s (nginx, ringstore) | p99 µs (nginx, ringstore) | server CPU % (nginx, ringstore) | client CPU % |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for len in HTTPS_LENS {
         let cell = cell_name(Op::Get, len, 1);
         eprintln!("bench: HTTPS {cell}: nginx, ringstore");
@@ -308,12 +309,13 @@ fn https_cells(
         let ratio = t.per_cpu_second() / n.per_cpu_second();
         let _ = writeln!(
             out,
-            "| {cell} | {:.0} | {:.0} | {ratio:.2}× | {} | {} | {} |",
+            "| {cell} | {:.0} | {:.0} | {ratio:.2}× | {} | {} | {} | {} |",
             n.per_cpu_second(),
             t.per_cpu_second(),
             triple(&r, Measured::throughput),
             triple(&r, |m| m.hist.quantile(0.99) as f64 / 1e3),
             triple(&r, |m| 100.0 * m.server_cpu_seconds / m.seconds.max(1e-9)),
+            triple(&r, |m| 100.0 * m.client_cpu_seconds / m.seconds.max(1e-9)),
         );
         doc.targets.push(format!(
             "HTTPS {cell}: {ratio:.2}× nginx requests per server CPU-second (goal ≥ 1.2×) {}",
