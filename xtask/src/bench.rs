@@ -2,7 +2,8 @@
 //!
 //! Every server runs pinned to CPU 0 with one core's worth of threads; every load generator
 //! runs pinned to CPU 1. The memcache cells use our own io_uring load generator (memaslap
-//! saturates its core first; the run shows that too), the HTTP cells use wrk. Results go to
+//! saturates its core first; the run shows that too), the HTTP cells use wrk, the TLS cells
+//! (`--only tls`) an epoll generator with rustls clients (bench/tls_load.rs). Results go to
 //! stdout and `target/bench/results.md`.
 
 mod cells;

@@ -206,8 +206,8 @@ mod tests {
     #[test]
     fn http_responses_split_at_their_body_end() {
         let one = b"HTTP/1.1 200 OK\r\nServer: x\r\ncontent-length: 3\r\n\r\nabcHTTP/1.1 404";
-        assert_eq!(split_http(one), Some(Whole { ok: true, len: 51 }));
-        assert_eq!(split_http(&one[..50]), None);
+        assert_eq!(split_http(one), Some(Whole { ok: true, len: 52 }));
+        assert_eq!(split_http(&one[..51]), None);
         assert_eq!(split_http(b"HTTP/1.1 200 OK\r\nContent-Le"), None);
         let missing = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
         assert_eq!(
