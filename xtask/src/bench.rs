@@ -2,7 +2,8 @@
 //!
 //! Every server runs pinned to CPU 0 with one core's worth of threads; every load generator
 //! runs pinned to CPU 1. The memcache cells use our own io_uring load generator (memaslap
-//! saturates its core first; the run shows that too), the HTTP cells use wrk. Results go to
+//! saturates its core first; the run shows that too), the HTTP cells use wrk, the TLS cells
+//! (`--only tls`) an epoll generator with rustls clients (bench/tls_load.rs). Results go to
 //! stdout and `target/bench/results.md`.
 
 mod cells;
@@ -38,6 +39,10 @@ mod redis;
 mod report;
 mod saturation;
 mod subject;
+mod tls_handshake;
+mod tls_load;
+mod tls_part;
+mod tls_wire;
 mod udp;
 
 use crate::util;
@@ -104,6 +109,14 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if wants(Part::Durable) {
         durable_part(&o, &subject, &out_dir, &mut doc)?;
+    }
+    if o.only == Some(Part::Tls) {
+        tls_part::tls_part(&o, &subject, &out_dir, &mut doc)?;
+    } else if o.only.is_none() {
+        // In the full run a missing TLS piece (openssl, memcached -Z) costs only this part.
+        if let Err(e) = tls_part::tls_part(&o, &subject, &out_dir, &mut doc) {
+            doc.note(format!("TLS part failed: {e:#}"));
+        }
     }
     if wants(Part::Udp) {
         udp::udp_part(&o, &subject, &mut doc)?;

@@ -17,6 +17,28 @@ pub fn object_path(value_len: usize) -> String {
 /// Writes `dir/nginx.conf` and `dir/www/h<len>` files: one process, no access log, files
 /// served with sendfile and an open-file cache (nginx at its best for small static objects).
 pub fn write_nginx_site(dir: &Path, port: u16, value_lens: &[usize]) -> Result<std::path::PathBuf> {
+    write_nginx_site_tls(dir, port, value_lens, None)
+}
+
+/// [`write_nginx_site`], listening with TLS on `(certificate, key)` when given: TLS 1.3 only,
+/// TLS_AES_128_GCM_SHA256 preferred, session cache and tickets on (nginx's resumption).
+pub fn write_nginx_site_tls(
+    dir: &Path,
+    port: u16,
+    value_lens: &[usize],
+    tls: Option<(&Path, &Path)>,
+) -> Result<std::path::PathBuf> {
+    let (ssl, tls_lines) = match tls {
+        Some((cert, key)) => (
+            " ssl",
+            format!(
+                "        ssl_certificate {};\n        ssl_certificate_key {};\n        ssl_protocols TLSv1.3;\n        ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;\n        ssl_session_cache shared:bench:1m;\n        ssl_session_tickets on;\n",
+                cert.display(),
+                key.display()
+            ),
+        ),
+        None => ("", String::new()),
+    };
     let www = dir.join("www");
     std::fs::create_dir_all(&www)?;
     std::fs::create_dir_all(dir.join("logs"))?;
@@ -46,8 +68,8 @@ http {{
     keepalive_timeout 600s;
     client_body_temp_path {dir}/tmp;
     server {{
-        listen 127.0.0.1:{port} backlog=4096;
-        root {www};
+        listen 127.0.0.1:{port}{ssl} backlog=4096;
+{tls_lines}        root {www};
         location / {{ }}
     }}
 }}
@@ -358,6 +380,17 @@ Transfer/sec:      8.00MB
         let text = std::fs::read_to_string(conf).unwrap();
         assert!(text.contains("listen 127.0.0.1:12345"));
         assert!(text.contains("master_process off;"));
+        assert!(!text.contains("ssl"));
+        let tls = write_nginx_site_tls(
+            &dir,
+            1,
+            &[1],
+            Some((Path::new("/c.pem"), Path::new("/k.pem"))),
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(tls).unwrap();
+        assert!(text.contains("listen 127.0.0.1:1 ssl backlog=4096;"));
+        assert!(text.contains("ssl_certificate /c.pem;\n        ssl_certificate_key /k.pem;"));
         assert_eq!(std::fs::read(dir.join("www/h4096")).unwrap().len(), 4096);
         std::fs::remove_dir_all(dir).unwrap();
     }

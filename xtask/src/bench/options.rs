@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 
 const USAGE: &str =
-    "usage: cargo xtask bench [--seconds N] [--only memcache|http|memory|durable|udp|icount|cores] [--binary PATH]
+    "usage: cargo xtask bench [--seconds N] [--only memcache|http|memory|durable|udp|icount|cores|tls] [--binary PATH]
                          [--conns N] [--self-check] [--cells get-100-1,set-4096-16,...]
                          [--compare-binary PATH] [--io RUNTIME] [--sub-memory]
 
@@ -18,6 +18,8 @@ const USAGE: &str =
                  ringstore and memcached -t 1, GET/SET 100 B at depth 1 and 16; needs valgrind)
                  cores (GET/SET 100 B at depth 16 with 1 and 2 server workers: ringstore
                  --cores N and memcached -t N; on 2 CPUs the load generator shares CPU 1)
+                 tls (issue 19: memcache GET/SET over TLS vs memcached -Z and ringstore
+                 plaintext, full and resumed handshakes, HTTPS GET 1 KiB and 1 MiB vs nginx)
   --binary PATH  the ringstore binary (default: cargo build --release -p ringstore)
   --conns N      connections per load generator (default 50)
   --self-check   measure memcached (and nginx) against themselves: every ratio should be ~1.0
@@ -42,6 +44,7 @@ pub(super) enum Part {
     Udp,
     Icount,
     Cores,
+    Tls,
 }
 
 #[derive(Clone)]
@@ -71,8 +74,9 @@ fn parse_part(name: &str) -> Result<Part> {
         "udp" => Part::Udp,
         "icount" => Part::Icount,
         "cores" => Part::Cores,
+        "tls" => Part::Tls,
         other => bail!(
-            "--only {other:?}: expected memcache, http, memory, durable, udp, icount or cores"
+            "--only {other:?}: expected memcache, http, memory, durable, udp, icount, cores or tls"
         ),
     })
 }
@@ -183,6 +187,7 @@ mod tests {
     fn parses_durable_and_compare_binary() {
         assert!(parse(&args(&["--only", "durable"])).unwrap().only == Some(Part::Durable));
         assert!(parse(&args(&["--only", "icount"])).unwrap().only == Some(Part::Icount));
+        assert!(parse(&args(&["--only", "tls"])).unwrap().only == Some(Part::Tls));
         let o = parse(&args(&[
             "--compare-binary",
             "/t/x86_64-unknown-linux-musl/release/ringstore",

@@ -41,6 +41,14 @@ impl Pinned {
         }
     }
 
+    /// A ringstore's `name=IP:PORT` endpoint from its ready line (`memcache_tls`, `https`).
+    pub fn endpoint(&self, name: &str) -> Result<u16> {
+        match &self.process {
+            Process::Ringstore(server) => Ok(server.endpoint(name)?.1),
+            Process::Child(_) => bail!("{} has no ready line", self.name),
+        }
+    }
+
     /// Fails when the process has exited (a crash under load must not read as a slow server).
     pub fn check_alive(&mut self) -> Result<()> {
         if let Process::Child(child) = &mut self.process {
@@ -142,8 +150,45 @@ pub fn start_memcached_threads(memory_mib: u64, threads: usize) -> Result<Pinned
     spawn_listening("memcached", cmd, port).context("starting memcached (apt install memcached)")
 }
 
+/// memcached `-Z` with one worker thread on `SERVER_CPU`: TLS with `cert`/`key` on the
+/// returned server's port, plain TCP on `plain_port` (`-l notls:...`, for the preload), and
+/// `ssl_session_cache` on (server-side resumption, as ringstore has).
+pub fn start_memcached_tls(
+    memory_mib: u64,
+    cert: &Path,
+    key: &Path,
+    plain_port: u16,
+) -> Result<Pinned> {
+    let port = free_port()?;
+    let mut cmd = pinned(SERVER_CPU, "memcached");
+    cmd.args([
+        "-t",
+        "1",
+        "-U",
+        "0",
+        "-c",
+        "4096",
+        "-m",
+        &memory_mib.to_string(),
+    ])
+    .args(["-p", &port.to_string(), "-l"])
+    .arg(format!("127.0.0.1:{port},notls:127.0.0.1:{plain_port}"))
+    .arg("-Z")
+    .arg("-o")
+    .arg(format!(
+        "ssl_chain_cert={},ssl_key={},ssl_session_cache",
+        cert.display(),
+        key.display()
+    ));
+    if crate::util::is_root() {
+        cmd.args(["-u", "root"]);
+    }
+    eprintln!("+ {}", command_line(&cmd));
+    spawn_listening("memcached", cmd, port).context("starting memcached -Z")
+}
+
 /// Spawns `cmd` (stdin and stdout closed), waits until it listens on `port`, raises it.
-fn spawn_listening(name: &'static str, mut cmd: Command, port: u16) -> Result<Pinned> {
+pub fn spawn_listening(name: &'static str, mut cmd: Command, port: u16) -> Result<Pinned> {
     let command = command_line(&cmd);
     let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).spawn()?;
     let mut server = Pinned {
