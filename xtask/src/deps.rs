@@ -69,6 +69,15 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("sasl2-bin", "/usr/sbin/saslpasswd2"),
     // TLS tests (ringstore-tls, tests/e2e/test_tls.py): throwaway CAs and certificates.
     ("openssl", "/usr/bin/openssl"),
+    // tests/e2e/test_memcached_t.py: memcached's own t/*.t files. dpkg-source unpacks the
+    // source package apt-get fetches, cc builds its timedrun, the harness's TLS client is
+    // IO::Socket::SSL (prove comes with perl).
+    ("dpkg-dev", "/usr/bin/dpkg-source"),
+    ("gcc", "/usr/bin/cc"),
+    (
+        "libio-socket-ssl-perl",
+        "/usr/share/perl5/IO/Socket/SSL.pm",
+    ),
     // The Perl clients of tests/clients/perl_idle.pl (idle connections, issue 25).
     (
         "libcache-memcached-fast-perl",
