@@ -74,10 +74,7 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     // IO::Socket::SSL (prove comes with perl).
     ("dpkg-dev", "/usr/bin/dpkg-source"),
     ("gcc", "/usr/bin/cc"),
-    (
-        "libio-socket-ssl-perl",
-        "/usr/share/perl5/IO/Socket/SSL.pm",
-    ),
+    ("libio-socket-ssl-perl", "/usr/share/perl5/IO/Socket/SSL.pm"),
     // The Perl clients of tests/clients/perl_idle.pl (idle connections, issue 25).
     (
         "libcache-memcached-fast-perl",

@@ -287,7 +287,11 @@ fn settings(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat_str(out, "flush_enabled", "yes");
     stat_str(out, "dump_enabled", "yes");
     // memcached's -Z: a TLS listener is on (`--memcache-tls` or `--https`).
-    let tls = if shared.tls.get().is_some() { "yes" } else { "no" };
+    let tls = if shared.tls.get().is_some() {
+        "yes"
+    } else {
+        "no"
+    };
     stat_str(out, "ssl_enabled", tls);
     // ringstore's own: the per-connection output high-water mark and the
     // connection-memory budget.
