@@ -238,10 +238,10 @@ def long_idle():
 
 
 # Whole modules about what the epoll runtime refuses (AF_XDP), or that start their servers
-# elsewhere (`xtask scaleout`): on RINGSTORE_IO=epoll they would only repeat the io_uring
-# run. The data device and UDP are served by both (durable, hardening, external, udp run
+# elsewhere (`xtask scaleout`, memcached's own t/ harness): on RINGSTORE_IO=epoll they
+# would only repeat the io_uring run. The data device and UDP are served by both (durable, hardening, external, udp run
 # twice).
-EPOLL_SKIPS_MODULES = ("test_xdp.py", "test_scaleout.py")
+EPOLL_SKIPS_MODULES = ("test_xdp.py", "test_scaleout.py", "test_memcached_t.py")
 
 
 def _skip_for_epoll(items):

@@ -313,7 +313,7 @@ def test_stats_settings_names_memcached_has(server_factory, memcached):
     theirs = stats_of(raw(memcached, b"stats settings\r\n", read_until=b"END\r\n"))
     same = [b"maxbytes", b"maxconns", b"evictions", b"shutdown_command", b"detail_enabled", b"cas_enabled",
             b"auth_enabled_sasl", b"auth_enabled_ascii", b"item_size_max", b"maxconns_fast", b"lru_crawler",
-            b"flush_enabled", b"dump_enabled", b"ssl_enabled", b"verbosity"]
+            b"flush_enabled", b"dump_enabled", b"ssl_enabled", b"verbosity", b"domain_socket"]
     assert {k: ours.get(k) for k in same} == {k: theirs.get(k) for k in same}
 
 

@@ -216,6 +216,9 @@ def test_pymemcache_over_tls_answers_as_memcached_does(server_factory, certs):
     assert int(st["tls_handshakes"]) >= 1
     assert st["ssl_handshake_errors"] == st["tls_handshake_errors"] == "0"
     assert st["tls_ktls_tx"] == "0"  # this host's kernel has no CONFIG_TLS
+    # memcached -Z says ssl_enabled yes in `stats settings` (t/ssl_settings.t's first check).
+    settings = raw(server.mc, b"stats settings\r\n", read_until=b"END\r\n")
+    assert b"STAT ssl_enabled yes\r\n" in settings
 
 
 def test_tls12_and_min_version(server_factory, certs):

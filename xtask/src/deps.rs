@@ -75,6 +75,12 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     // 3.0.6 with ssl_context is ruby-dalli above).
     ("aria2", "/usr/bin/aria2c"),
     ("wget", "/usr/bin/wget"),
+    // tests/e2e/test_memcached_t.py: memcached's own t/*.t files. dpkg-source unpacks the
+    // source package apt-get fetches, cc builds its timedrun, the harness's TLS client is
+    // IO::Socket::SSL (prove comes with perl).
+    ("dpkg-dev", "/usr/bin/dpkg-source"),
+    ("gcc", "/usr/bin/cc"),
+    ("libio-socket-ssl-perl", "/usr/share/perl5/IO/Socket/SSL.pm"),
     // The Perl clients of tests/clients/perl_idle.pl (idle connections, issue 25).
     (
         "libcache-memcached-fast-perl",

@@ -340,6 +340,12 @@ fn stat(ctx: &Ctx<'_>, out: &mut Vec<u8>, head: Head, key: &[u8]) {
         b"slabs" => StatsRequest::Slabs,
         b"sizes" => StatsRequest::Sizes,
         k if k.starts_with(b"detail on") || k.starts_with(b"detail off") => StatsRequest::Empty,
+        // memcached's per-prefix dump as one `detailed` frame; ringstore keeps no prefix
+        // stats, so it is the dump's bare `END` (the text `stats detail dump` answers the same).
+        k if k.starts_with(b"detail dump") => {
+            response::stat(out, head, b"detailed", b"END\r\n");
+            StatsRequest::Empty
+        }
         _ => return response::error(out, head, Status::KeyNotFound),
     };
     let mut text = Vec::new();

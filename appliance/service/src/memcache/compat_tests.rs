@@ -223,4 +223,6 @@ fn counters_memcached_has() {
     s.on_bytes(b"stats settings\r\n", at(5), &shared, None, &mut out);
     assert_eq!(stat(&out, "shutdown_command"), "no");
     assert_eq!(stat(&out, "dump_enabled"), "yes");
+    assert_eq!(stat(&out, "domain_socket"), "NULL");
+    assert_eq!(stat(&out, "ssl_enabled"), "no");
 }

@@ -264,7 +264,8 @@ fn seconds(out: &mut Vec<u8>, name: &str, us: u64) {
 }
 
 /// memcached's `stats settings` names, for the settings ringstore has (in memcached's
-/// order); the ones about slabs, extstore, TLS and the LRU tuning have no counterpart.
+/// order); the ones about slabs, extstore, TLS certificates and the LRU tuning have no
+/// counterpart.
 fn settings(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     let shared = ctx.shared;
     let store = shared.store.stats();
@@ -272,6 +273,7 @@ fn settings(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat(out, "maxconns", shared.config.max_conns as u64);
     stat(out, "verbosity", 0);
     stat_str(out, "evictions", "on");
+    stat_str(out, "domain_socket", "NULL"); // no unix socket listener (memcached `-s`)
     stat_str(out, "shutdown_command", "no");
     stat(out, "num_threads", shared.workers() as u64);
     stat_str(out, "detail_enabled", "no");
@@ -284,7 +286,13 @@ fn settings(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat_str(out, "lru_crawler", "yes");
     stat_str(out, "flush_enabled", "yes");
     stat_str(out, "dump_enabled", "yes");
-    stat_str(out, "ssl_enabled", "no");
+    // memcached's -Z: a TLS listener is on (`--memcache-tls` or `--https`).
+    let tls = if shared.tls.get().is_some() {
+        "yes"
+    } else {
+        "no"
+    };
+    stat_str(out, "ssl_enabled", tls);
     // ringstore's own: the per-connection output high-water mark and the
     // connection-memory budget.
     stat(out, "out_high_water", shared.config.out_high_water as u64);

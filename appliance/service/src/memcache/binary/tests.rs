@@ -432,10 +432,18 @@ fn stats_frames() {
         &[
             &req(STAT, b"reset", b"", b"", 4, 0),
             &req(STAT, b"bogus", b"", b"", 5, 0),
+            &req(STAT, b"detail dump", b"", b"", 7, 0),
+            &req(STAT, b"detail on", b"", b"", 8, 0),
+            &req(STAT, b"detail bogus", b"", b"", 9, 0),
         ],
         &[
             &res(STAT, 0, b"", b"", b"", 4, 0),
             &res(STAT, 1, b"", b"", b"Not found", 5, 0),
+            // memcached 1.6.18 with no prefix recorded: `detailed` = "END\r\n", then the end.
+            &res(STAT, 0, b"detailed", b"", b"END\r\n", 7, 0),
+            &res(STAT, 0, b"", b"", b"", 7, 0),
+            &res(STAT, 0, b"", b"", b"", 8, 0),
+            &res(STAT, 1, b"", b"", b"Not found", 9, 0),
         ],
         false,
     );
