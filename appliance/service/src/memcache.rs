@@ -631,7 +631,7 @@ impl MemcacheSession {
             }
             Request::Quit => return Flow::Close,
             Request::RefreshCerts { noreply } => admin::refresh_certs(ctx, out, noreply),
-            Request::MetaGet(m) => meta::mg(ctx, out, &mut self.out_hold, &m),
+            Request::MetaGet(m) => meta::mg(ctx, out, &mut self.out_hold, &mut self.zc, &m),
             Request::MetaSet(m) => meta::ms(ctx, out, &m),
             Request::MetaDelete(m) => meta::md(ctx, out, &m),
             Request::MetaArith(m) => meta::ma(ctx, out, &m),

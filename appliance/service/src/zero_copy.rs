@@ -11,7 +11,7 @@
 //! share until the idle timeout closes it.
 
 use ringstore_durable::units::usize_from;
-use ringstore_store::Pin;
+use ringstore_store::{Pin, PinRequest};
 
 use crate::{Shared, WorkerStats};
 
@@ -46,6 +46,36 @@ impl ZeroCopy {
     pub(crate) fn room(&self, stats: &WorkerStats, len: usize) -> bool {
         self.pinned + len <= CONN_PINNED_MAX
             && usize_from(stats.pinned_bytes.get()) + len <= WORKER_PINNED_MAX
+    }
+
+    /// The value size from which a read on this connection asks for a pin: [`ZERO_COPY_MIN`],
+    /// or never when the connection copies (`enabled` off) or has a data device (`device`).
+    pub(crate) fn pin_from(&self, device: bool) -> usize {
+        match self.enabled && !device {
+            true => ZERO_COPY_MIN,
+            false => usize::MAX,
+        }
+    }
+
+    /// Decides, under the shard lock, whether a value of `len` bytes read with `pin_from`
+    /// goes out from the item: true when it is big enough, within the connection's and the
+    /// worker's caps, and the store grants `pin`. A big value that stays on the copy path
+    /// counts as a fallback.
+    pub(crate) fn splice(
+        &self,
+        stats: &WorkerStats,
+        len: usize,
+        pin_from: usize,
+        pin: &mut PinRequest,
+    ) -> bool {
+        if len < pin_from {
+            return false;
+        }
+        if self.room(stats, len) && pin.want() {
+            return true;
+        }
+        stats.zero_copy_fallbacks.inc();
+        false
     }
 
     /// Records `pin`, whose bytes go out at output offset `at`.

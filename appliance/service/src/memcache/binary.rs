@@ -26,6 +26,7 @@ use super::storage::{self, Outcome, Value};
 use super::{admin, get, stats, Ctx, MemcacheSession, COMPAT_VERSION};
 use crate::budget::Hold;
 use crate::held::{Failure, HeldReplies};
+use crate::zero_copy::ZeroCopy;
 use crate::Flow;
 
 /// A binary request on a connection that has not logged in under `--auth-file`: memcached
@@ -50,9 +51,12 @@ impl MemcacheSession {
         let mut pos = 0;
         self.awaiting = 0;
         loop {
-            if let Some(flow) =
-                self.before_request(ctx, buf.len(), &mut pos, out.len() + held.len())
-            {
+            if let Some(flow) = self.before_request(
+                ctx,
+                buf.len(),
+                &mut pos,
+                out.len() + held.len() + self.zc.pinned,
+            ) {
                 return (pos, flow);
             }
             match binary::parse(&buf[pos..], &limits) {
@@ -116,7 +120,7 @@ impl MemcacheSession {
         out: &mut Vec<u8>,
     ) -> Flow {
         match request {
-            Request::Get(g) => get_key(ctx, out, &mut self.out_hold, head, &g),
+            Request::Get(g) => get_key(ctx, out, (&mut self.out_hold, &mut self.zc), head, &g),
             Request::Store(s) => store(ctx, out, head, &s),
             Request::TooLarge {
                 key,
@@ -176,8 +180,16 @@ fn store_status(e: &StoreError) -> Status {
     }
 }
 
-/// get, getq, getk, getkq, gat, gatq, gatk, gatkq, touch: one key.
-fn get_key(ctx: &Ctx<'_>, out: &mut Vec<u8>, out_hold: &mut Hold, head: Head, g: &GetRequest<'_>) {
+/// get, getq, getk, getkq, gat, gatq, gatk, gatkq, touch: one key. A big value on a
+/// zero-copy connection goes out from the item (`zc`): the frame's header, flags and key
+/// are written and the value spliced after them.
+fn get_key(
+    ctx: &Ctx<'_>,
+    out: &mut Vec<u8>,
+    (out_hold, zc): (&mut Hold, &mut ZeroCopy),
+    head: Head,
+    g: &GetRequest<'_>,
+) {
     let store = ctx.store();
     let now = ctx.now.store;
     let touch = g.touch.map(|e| expiry(i64::from(e), ctx.now));
@@ -191,10 +203,20 @@ fn get_key(ctx: &Ctx<'_>, out: &mut Vec<u8>, out_hold: &mut Hold, head: Head, g:
     };
     let budget = &ctx.shared.conn_memory;
     let mut no_room = false;
-    let found = store.try_get(g.key, now, opts, |item| match item {
+    let mut spliced = None;
+    let pin_from = match g.with_value {
+        true => zc.pin_from(ctx.device.is_some()),
+        false => usize::MAX,
+    };
+    let found = store.try_get_pinned(g.key, now, opts, pin_from, |item, pin| match item {
         Some(it) => {
             let key: &[u8] = if g.with_key { it.key } else { &[] };
             let data: &[u8] = if g.with_value { it.value } else { &[] };
+            if zc.splice(ctx.stats, data.len(), pin_from, pin) {
+                response::value_header(out, head, it.cas, it.flags, key, data.len());
+                spliced = Some(out.len());
+                return true;
+            }
             let extra = HEADER_LEN + 4 + key.len() + data.len();
             if !out_hold.room_for_output(budget, out.len(), extra) {
                 no_room = true;
@@ -204,6 +226,12 @@ fn get_key(ctx: &Ctx<'_>, out: &mut Vec<u8>, out_hold: &mut Hold, head: Head, g:
             true
         }
         None => false,
+    });
+    let found = found.map(|(hit, pin)| {
+        if let (Some(at), Some(pin)) = (spliced, pin) {
+            zc.push(ctx.stats, at, pin);
+        }
+        hit
     });
     if no_room {
         get::count(ctx, touch.is_some(), true);

@@ -16,7 +16,7 @@ use super::expiry::{expiry, Expiry};
 use super::storage::store_error;
 use super::Ctx;
 use crate::budget::Hold;
-use crate::zero_copy::{ZeroCopy, ZERO_COPY_MIN};
+use crate::zero_copy::ZeroCopy;
 
 /// memcached's answer when it cannot allocate room for a get's reply.
 pub(crate) const OUT_OF_MEMORY_GET: &str = "SERVER_ERROR out of memory writing get response";
@@ -138,24 +138,18 @@ fn read_key(
     let mut size = 0;
     let mut no_room = false;
     let mut spliced = None;
-    let pin_from = match zc.enabled && ctx.device.is_none() {
-        true => ZERO_COPY_MIN,
-        false => usize::MAX,
-    };
+    let pin_from = zc.pin_from(ctx.device.is_some());
     let found = ctx
         .store()
         .try_get_pinned(key, ctx.now.store, opts, pin_from, |item, pin| match item {
             Some(it) => {
                 size = it.value.len();
-                if it.value.len() >= pin_from {
-                    if zc.room(ctx.stats, it.value.len()) && pin.want() {
-                        let cas = with_cas.then_some(it.cas);
-                        reply::value_header(out, it.key, it.flags, it.value.len(), cas);
-                        spliced = Some(out.len());
-                        out.extend_from_slice(b"\r\n");
-                        return true;
-                    }
-                    ctx.stats.zero_copy_fallbacks.inc();
+                if zc.splice(ctx.stats, it.value.len(), pin_from, pin) {
+                    let cas = with_cas.then_some(it.cas);
+                    reply::value_header(out, it.key, it.flags, it.value.len(), cas);
+                    spliced = Some(out.len());
+                    out.extend_from_slice(b"\r\n");
+                    return true;
                 }
                 let extra = it.key.len() + it.value.len() + VALUE_OVERHEAD;
                 if !out_hold.room_for_output(budget, out.len(), extra) {

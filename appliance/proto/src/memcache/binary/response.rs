@@ -53,18 +53,31 @@ pub fn text(out: &mut Vec<u8>, head: Head, text: &[u8]) {
 /// (empty for touch).
 pub fn value(out: &mut Vec<u8>, head: Head, cas: u64, flags: u32, key: &[u8], data: &[u8]) {
     out.reserve(HEADER_LEN + 4 + key.len() + data.len());
+    value_header(out, head, cas, flags, key, data.len());
+    out.extend_from_slice(data);
+}
+
+/// A hit's frame up to its value: the header for a value of `data_len` bytes, the flags and
+/// the key. The caller sends the value's bytes right after it.
+pub fn value_header(
+    out: &mut Vec<u8>,
+    head: Head,
+    cas: u64,
+    flags: u32,
+    key: &[u8],
+    data_len: usize,
+) {
     header(
         out,
         head,
         Status::Success,
         key.len(),
         4,
-        4 + key.len() + data.len(),
+        4 + key.len() + data_len,
         cas,
     );
     out.extend_from_slice(&flags.to_be_bytes());
     out.extend_from_slice(key);
-    out.extend_from_slice(data);
 }
 
 /// A getk / gatk miss: "not found" with the key as the whole body (no message).

@@ -1,6 +1,7 @@
 //! mg: a plain read, or a read-decide-write when it may hand out a win token or create an item.
 
 use super::*;
+use crate::zero_copy::ZeroCopy;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Got {
@@ -11,6 +12,22 @@ enum Got {
     Refused,
 }
 
+/// How a hit's value (with `v`) goes out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ValueOut {
+    /// Copied into the output (within the connection-memory budget).
+    Copy,
+    /// Spliced from a pin the caller holds: only the header and the closing `\r\n` are
+    /// written (`zero_copy.rs`).
+    Splice,
+}
+
+/// Writes the reply of a hit; with [`ValueOut::Splice`] returns the output offset the
+/// value's bytes go out at.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one reply's parts, each a borrow"
+)]
 fn hit_reply(
     out: &mut Vec<u8>,
     out_hold: &mut Hold,
@@ -19,12 +36,16 @@ fn hit_reply(
     key: &[u8],
     it: &ItemRef<'_>,
     won: bool,
-) {
+    value_out: ValueOut,
+) -> Option<usize> {
     let f = &m.flags;
     let extra = it.value.len() + key.len() + VALUE_OVERHEAD;
-    if f.value && !out_hold.room_for_output(&ctx.shared.conn_memory, out.len(), extra) {
+    if f.value
+        && value_out == ValueOut::Copy
+        && !out_hold.room_for_output(&ctx.shared.conn_memory, out.len(), extra)
+    {
         reply::line(out, OUT_OF_MEMORY_GET);
-        return;
+        return None;
     }
     if f.value {
         out.extend_from_slice(b"VA ");
@@ -60,14 +81,30 @@ fn hit_reply(
         out.extend_from_slice(b" W");
     }
     out.extend_from_slice(b"\r\n");
-    if f.value {
-        out.reserve(it.value.len() + 2);
-        out.extend_from_slice(it.value);
-        out.extend_from_slice(b"\r\n");
+    if !f.value {
+        return None;
     }
+    if value_out == ValueOut::Splice {
+        let at = out.len();
+        out.extend_from_slice(b"\r\n");
+        return Some(at);
+    }
+    out.reserve(it.value.len() + 2);
+    out.extend_from_slice(it.value);
+    out.extend_from_slice(b"\r\n");
+    None
 }
 
-pub(crate) fn mg(ctx: &Ctx<'_>, out: &mut Vec<u8>, out_hold: &mut Hold, m: &MetaGet<'_>) {
+/// mg; a plain read of a big value with `v` on a zero-copy connection sends it from the
+/// item (`zc`), as `get` does. The read-decide-write paths (tokens, vivify, TTL changes)
+/// copy: they read under the store's update, which grants no pins.
+pub(crate) fn mg(
+    ctx: &Ctx<'_>,
+    out: &mut Vec<u8>,
+    out_hold: &mut Hold,
+    zc: &mut ZeroCopy,
+    m: &MetaGet<'_>,
+) {
     let mut kb = KeyBuf::default();
     let key = m.key.bytes(&mut kb);
     let f = &m.flags;
@@ -87,16 +124,33 @@ pub(crate) fn mg(ctx: &Ctx<'_>, out: &mut Vec<u8>, out_hold: &mut Hold, m: &Meta
             touch,
             see_large: false,
         };
-        let read = store.try_get(key, now, opts, |item| match item {
+        let pin_from = match f.value {
+            true => zc.pin_from(ctx.device.is_some()),
+            false => usize::MAX,
+        };
+        let mut spliced = None;
+        let read = store.try_get_pinned(key, now, opts, pin_from, |item, pin| match item {
             None => Got::Miss,
             Some(it) if it.stale && !it.win_token_sent => Got::NeedsWrite,
             Some(it) => {
                 size = it.value.len();
-                hit_reply(out, out_hold, ctx, m, key, &it, false);
+                let value_out = match zc.splice(ctx.stats, size, pin_from, pin) {
+                    true => ValueOut::Splice,
+                    false => ValueOut::Copy,
+                };
+                spliced = hit_reply(out, out_hold, ctx, m, key, &it, false, value_out);
                 Got::Hit
             }
         });
-        got = read.unwrap_or_else(|e| refused(out, start, &e));
+        got = match read {
+            Ok((got, pin)) => {
+                if let (Some(at), Some(pin)) = (spliced, pin) {
+                    zc.push(ctx.stats, at, pin);
+                }
+                got
+            }
+            Err(e) => refused(out, start, &e),
+        };
     }
     if got == Got::NeedsWrite {
         got = mg_decide(ctx, out, out_hold, m, key, ttl);
@@ -178,7 +232,16 @@ fn mg_decide(
                 Some(Expiry::At(t)) => t,
                 _ => it.exptime,
             };
-            hit_reply(out, out_hold, ctx, m, key, &ItemRef { exptime, ..it }, won);
+            hit_reply(
+                out,
+                out_hold,
+                ctx,
+                m,
+                key,
+                &ItemRef { exptime, ..it },
+                won,
+                ValueOut::Copy,
+            );
             let write = match ttl {
                 Some(Expiry::Expired) => Write::Delete,
                 Some(_) => Write::Meta {
@@ -208,7 +271,7 @@ fn mg_decide(
     // The item this request created: hand its token out (memcached does both under one lock).
     let shown = store.update(key, now, |item| match item {
         Some(it) if Some(it.cas) == created_cas => {
-            hit_reply(out, out_hold, ctx, m, key, &it, true);
+            hit_reply(out, out_hold, ctx, m, key, &it, true, ValueOut::Copy);
             (
                 Write::Meta {
                     exptime: it.exptime,
