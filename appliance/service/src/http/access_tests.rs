@@ -116,7 +116,14 @@ fn tokens_decide_what_a_request_may_do() {
 }
 
 /// (certificate CN, method, path, token, body, status).
-type CertCase<'a> = (&'a [u8], &'a str, &'a str, Option<&'a str>, &'a str, &'a str);
+type CertCase<'a> = (
+    &'a [u8],
+    &'a str,
+    &'a str,
+    Option<&'a str>,
+    &'a str,
+    &'a str,
+);
 
 fn with_certificate(shared: &Shared, cn: &[u8], text: &str) -> String {
     use crate::subject::tests::{atv, certificate, CN};
