@@ -112,6 +112,33 @@ impl Layers {
             .collect()
     }
 
+    /// Adds `pairs` (`ringstore.KEY`, value) to the config partition's layer ahead of its
+    /// own keys, which win over them (a layer of its own when there is no ringstore.toml).
+    pub fn under_partition(&mut self, pairs: Vec<(String, String)>) {
+        if pairs.is_empty() {
+            return;
+        }
+        match self
+            .layers
+            .iter_mut()
+            .find(|(origin, _)| *origin == Origin::ConfigPartition)
+        {
+            Some((_, own)) => {
+                let mut all = pairs;
+                all.append(own);
+                *own = all;
+            }
+            None => {
+                let at = self
+                    .layers
+                    .iter()
+                    .position(|(origin, _)| *origin == Origin::KernelCmdline)
+                    .unwrap_or(self.layers.len());
+                self.layers.insert(at, (Origin::ConfigPartition, pairs));
+            }
+        }
+    }
+
     /// Whether a config partition layer is in.
     pub fn has_partition(&self) -> bool {
         self.layers
@@ -209,6 +236,35 @@ mod tests {
         let config =
             ringstore_config::Config::from_kernel_cmdline(&layers.effective(IMAGE)).unwrap();
         assert_eq!(config.memory, 128 << 20);
+    }
+
+    #[test]
+    fn keys_under_the_partition_lose_to_its_own_and_to_the_kernels() {
+        let pairs = |v: &str| vec![("ringstore.tls_cert".to_string(), v.to_string())];
+        let mut layers =
+            Layers::build("ringstore.tls_cert=/k", "", Some("tls_cert = \"/own\"\n")).unwrap();
+        layers.under_partition(pairs("/run"));
+        let resolved = ringstore_config::origin::resolve(&layers.config_layers()).unwrap();
+        assert_eq!(
+            resolved.config.tls.cert.as_deref(),
+            Some(std::path::Path::new("/k"))
+        );
+        let mut layers = Layers::build("", "", Some("tls_cert = \"/own\"\n")).unwrap();
+        layers.under_partition(pairs("/run"));
+        let resolved = ringstore_config::origin::resolve(&layers.config_layers()).unwrap();
+        assert_eq!(
+            resolved.config.tls.cert.as_deref(),
+            Some(std::path::Path::new("/own"))
+        );
+        let mut layers = Layers::build("", "", None).unwrap();
+        layers.under_partition(pairs("/run"));
+        assert!(layers.has_partition());
+        let resolved = ringstore_config::origin::resolve(&layers.config_layers()).unwrap();
+        assert_eq!(
+            resolved.config.tls.cert.as_deref(),
+            Some(std::path::Path::new("/run"))
+        );
+        assert_eq!(layers.layers.last().unwrap().0, Origin::KernelCmdline);
     }
 
     #[test]

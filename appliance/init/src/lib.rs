@@ -41,6 +41,7 @@ pub mod slots_report;
 pub mod state;
 pub mod sysinfo;
 pub mod threads;
+pub mod tls_files;
 pub mod tuning;
 pub mod update;
 
@@ -174,6 +175,7 @@ fn effective_cmdline(machine: &Machine, running: &str) -> String {
     use config_partition::PartitionFile;
     let image = std::fs::read_to_string(layers::IMAGE_CMDLINE).unwrap_or_default();
     let mut partition = None;
+    let mut tls = Vec::new();
     let mut file = String::new();
     if !image.trim().is_empty() {
         let layout = ringstore_disk::Layout::builtin();
@@ -182,6 +184,8 @@ fn effective_cmdline(machine: &Machine, running: &str) -> String {
             Some(found) => {
                 // The console's keys from the partition, for load_credentials after boot.
                 machine.state().partition_keys = bootdisk::read_authorized_keys(&found).transpose();
+                tls = tls_files::at_boot(machine, &found);
+                machine.state().config_partition = Some(found.clone());
                 file = format!(
                     "{} partition {}: {}",
                     found.disk.display(),
@@ -226,7 +230,8 @@ fn effective_cmdline(machine: &Machine, running: &str) -> String {
     }
     machine.state().partition_file = outcome;
     match built {
-        Ok(layers) => {
+        Ok(mut layers) => {
+            layers.under_partition(tls);
             let line = layers.effective(running);
             machine.state().layers = layers;
             line

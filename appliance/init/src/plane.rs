@@ -25,6 +25,11 @@ pub trait Serving: Send {
     /// Starts or ends refusing new connections (open ones are served).
     fn set_draining(&self, on: bool) -> Result<(), String>;
     fn draining(&self) -> bool;
+    /// Reads the TLS certificates again: new handshakes use them, open sessions keep theirs;
+    /// on an error (one line) the old ones stay. Without a TLS listener, nothing to do.
+    fn reload_certs(&self) -> Result<(), String> {
+        Ok(())
+    }
     /// Open client connections.
     fn connections(&self) -> u64;
     /// The data device's state as the console's `data` shows it (`None` without one).
@@ -215,6 +220,9 @@ impl Serving for RuntimeServer {
     }
     fn set_draining(&self, on: bool) -> Result<(), String> {
         self.0.set_draining(on).map_err(|e| e.to_string())
+    }
+    fn reload_certs(&self) -> Result<(), String> {
+        self.0.reload_certs()
     }
     fn draining(&self) -> bool {
         self.0.draining()

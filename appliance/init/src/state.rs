@@ -38,6 +38,11 @@ pub struct State {
     pub hostname_from: Option<String>,
     /// The config partition's ringstore.toml: used, refused (and why) or absent.
     pub partition_file: crate::config_partition::PartitionFile,
+    /// The config partition, when boot found one (the console's `certs reload` reads it again).
+    pub config_partition: Option<Found>,
+    /// The config partition's TLS files as boot found them: `None` absent, `Ok` installed in
+    /// `tls_files::RUN_DIR`, `Err` refused (why).
+    pub tls_files: Option<Result<(), String>>,
     /// Worker CPU isolation and the boot arguments this boot gave the next (`tuning/isolation.rs`).
     pub isolation: Isolation,
 }

@@ -80,6 +80,8 @@ pub struct Facts {
     pub config_partition: Option<(String, String)>,
     /// With `sub_memory`: each item memory region's pages by node (ADR 0035).
     pub numa_pages: Vec<numa_maps::RegionPages>,
+    /// The TLS certificate in use: its subject and days to expiry, or why it is unreadable.
+    pub tls_cert: Option<Result<(String, i64), String>>,
 }
 
 /// One check's result.
@@ -176,6 +178,7 @@ pub fn verify(f: &Facts) -> Vec<Check> {
     );
     out.extend(numa_maps::checks(&f.numa_pages));
     out.extend(isolation::config_check(f));
+    out.extend(tls_cert_check(f));
     out.extend(isolation::checks(f));
     for i in &up {
         out.extend(i.irqs.iter().map(|q| irq_check(&f.workers, i, q)));
@@ -185,6 +188,32 @@ pub fn verify(f: &Facts) -> Vec<Check> {
         out.push(xps_check(i));
     }
     out
+}
+
+/// The TLS certificate should be readable and at least `WARN_DAYS` from expiry.
+fn tls_cert_check(f: &Facts) -> Option<Check> {
+    let wanted = format!("valid for {}+ days", crate::tls_files::WARN_DAYS);
+    Some(match f.tls_cert.as_ref()? {
+        Ok((subject, days)) => {
+            let mut c = check(
+                "tls_cert",
+                subject,
+                wanted,
+                format!("{days} days left"),
+                false,
+            );
+            c.note = crate::tls_files::warning(*days);
+            c.difference = c.note.is_some();
+            c
+        }
+        Err(why) => check(
+            "tls_cert",
+            "tls-cert",
+            wanted,
+            format!("unreadable: {why}"),
+            true,
+        ),
+    })
 }
 
 /// The NIC should sit on the serving node.
@@ -400,6 +429,15 @@ pub fn gather(machine: &Machine) -> Option<Facts> {
                 .unwrap_or_default(),
         )
     };
+    let tls_cert = machine
+        .state()
+        .config
+        .as_ref()
+        .and_then(|c| c.tls.cert.clone())
+        .map(|path| {
+            crate::tls_files::summary_of(&path)
+                .map(|s| (s.subject.clone(), s.days_left(crate::tls_files::unix_now())))
+        });
     let numa_pages = match regions.is_empty() {
         true => Vec::new(),
         false => numa_maps::count(
@@ -451,6 +489,7 @@ pub fn gather(machine: &Machine) -> Option<Facts> {
         boot_args: isolation.boot_args,
         config_partition,
         numa_pages,
+        tls_cert,
     })
 }
 

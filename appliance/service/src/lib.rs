@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 pub mod auth;
 pub mod budget;
+pub mod certificate;
 pub mod device;
 mod held;
 pub mod http;

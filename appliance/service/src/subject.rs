@@ -19,7 +19,7 @@ type Attribute = (String, Vec<u8>);
 pub struct Subject(Vec<Vec<Attribute>>);
 
 /// Attribute names the string form may use, with their OIDs (RFC 4514 §3 and common use).
-const NAMES: &[(&str, &str)] = &[
+pub(crate) const NAMES: &[(&str, &str)] = &[
     ("CN", "2.5.4.3"),
     ("C", "2.5.4.6"),
     ("L", "2.5.4.7"),
@@ -34,7 +34,7 @@ const NAMES: &[(&str, &str)] = &[
 ];
 
 /// One DER element: (tag, content, rest). Definite lengths up to 4 bytes only.
-fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+pub(crate) fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     let (&tag, rest) = input.split_first()?;
     let (&first, mut rest) = rest.split_first()?;
     let len = if first < 0x80 {
@@ -51,6 +51,24 @@ fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
             .fold(0usize, |acc, &b| (acc << 8) | usize::from(b))
     };
     (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+}
+
+/// The fields of DER certificate `der`'s tbsCertificate from the one after the first
+/// `skip` (not counting the optional `[0]` version) to the end.
+pub(crate) fn tbs_field(der: &[u8], skip: usize) -> Option<&[u8]> {
+    let (0x30, cert, _) = tlv(der)? else {
+        return None;
+    };
+    let (0x30, mut tbs, _) = tlv(cert)? else {
+        return None;
+    };
+    if tbs.first() == Some(&0xa0) {
+        tbs = tlv(tbs)?.2;
+    }
+    for _ in 0..skip {
+        tbs = tlv(tbs)?.2;
+    }
+    Some(tbs)
 }
 
 /// The dotted form of a DER OID's content.
@@ -131,20 +149,8 @@ fn rdn_of(mut set: &[u8], count: &mut usize) -> Option<Vec<Attribute>> {
 impl Subject {
     /// The subject of a DER X.509 certificate; `None` if it does not have that shape.
     pub fn from_certificate(der: &[u8]) -> Option<Subject> {
-        let (0x30, cert, _) = tlv(der)? else {
-            return None;
-        };
-        let (0x30, mut tbs, _) = tlv(cert)? else {
-            return None;
-        };
-        // [0] version (optional), serial, signature algorithm, issuer, validity: skipped.
-        if tbs.first() == Some(&0xa0) {
-            tbs = tlv(tbs)?.2;
-        }
-        for _ in 0..4 {
-            tbs = tlv(tbs)?.2;
-        }
-        let (0x30, mut name, _) = tlv(tbs)? else {
+        // Serial, signature algorithm, issuer, validity: skipped.
+        let (0x30, mut name, _) = tlv(tbs_field(der, 4)?)? else {
             return None;
         };
         let mut rdns = Vec::new();
@@ -254,6 +260,50 @@ fn unescape(raw: &[u8]) -> Option<Vec<u8>> {
         }
     }
     Some(out)
+}
+
+/// The RFC 4514 string (`CN=app1,O=Example,C=DE`: the last RDN first, as `openssl x509
+/// -noout -subject -nameopt RFC2253` prints it), with the short names above.
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, rdn) in self.0.iter().rev().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            for (j, (oid, value)) in rdn.iter().enumerate() {
+                if j > 0 {
+                    f.write_str("+")?;
+                }
+                let name = NAMES
+                    .iter()
+                    .find(|(_, o)| o == oid)
+                    .map_or(oid.as_str(), |(n, _)| n);
+                write!(f, "{name}={}", escaped(value))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A value with RFC 4514's specials escaped (`,` `+` `"` `\` `<` `>` `;`, a leading `#` or
+/// space, a trailing space); a hex value (`#...`) as it is.
+fn escaped(value: &[u8]) -> String {
+    let text = String::from_utf8_lossy(value);
+    if value.first() == Some(&b'#') && value.len() > 1 {
+        return text.into_owned();
+    }
+    let last = text.chars().count().saturating_sub(1);
+    let mut out = String::with_capacity(text.len());
+    for (i, c) in text.chars().enumerate() {
+        let special = matches!(c, ',' | '+' | '"' | '\\' | '<' | '>' | ';')
+            || (i == 0 && matches!(c, '#' | ' '))
+            || (i == last && c == ' ');
+        if special {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -9,6 +9,12 @@ pub fn read_trim(path: impl AsRef<Path>) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
+/// Drops the clean cached pages of `file` (a block device: what PID 1 reads of a partition
+/// again must come from the disk, where something else may have written it).
+pub fn drop_cached(file: &std::fs::File) -> std::io::Result<()> {
+    rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed).map_err(std::io::Error::from)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

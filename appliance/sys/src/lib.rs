@@ -36,7 +36,7 @@ pub use epoll::{
     recv_nowait, recvmmsg_nowait, send_nowait, sendmmsg_nowait, sendmsg_nowait, set_nonblocking,
     Epoll, Readiness, Received, RecvBatch, Transfer, Watch, RECVMMSG_MAX, SENDMMSG_MAX,
 };
-pub use fs::read_trim;
+pub use fs::{drop_cached, read_trim};
 pub use ktls::{
     install_kernel_tls, kernel_has_tls, quick_ack, KtlsCipher, KtlsError, KtlsKeys, KTLS_TLS12,
     KTLS_TLS13,

@@ -34,6 +34,8 @@ pub fn status(ctx: &mut Ctx, _: &[&str]) -> Output {
     status_placement(&mut out, &state);
     status_cpus_and_memory(&mut out);
     status_serving(&mut out, &state);
+    drop(state);
+    status_tls(&mut out, ctx.machine);
     out
 }
 
@@ -54,6 +56,14 @@ fn status_system(out: &mut Output, state: &State) {
     out.set("hostname_from", json!(state.hostname_from));
     out.line(state.partition_file.status_line());
     out.set("config_partition", state.partition_file.json());
+}
+
+/// The TLS certificate in use: subject, expiry and days left, a warning under 14 days.
+fn status_tls(out: &mut Output, machine: &Machine) {
+    if let Some((line, fields)) = super::certs::cert_json(machine) {
+        out.line(line);
+        out.set("tls_cert", fields);
+    }
 }
 
 /// The serving node, its worker and housekeeping CPUs and its huge pages (`numa_node none`

@@ -38,6 +38,7 @@ pub static COMMANDS: &[Command] = &[
     Command { name: "stats", aliases: &[], usage: "", help: "the memcache `stats` counters, read in-process", access: LoggedIn, run: c::stats },
     Command { name: "config", aliases: &[], usage: "", help: "the effective configuration, each value with its origin (default, image, config-partition, kernel-cmdline)", access: LoggedIn, run: c::config },
     Command { name: "keys", aliases: &[], usage: "", help: "the console's authorized keys, each with its source (image, config-partition), the password, what was skipped", access: LoggedIn, run: c::keys },
+    Command { name: "certs", aliases: &[], usage: "[reload]", help: "the TLS certificate: subject, expiry, days left (a warning under 14); reload: read the config partition's /tls/ again (new handshakes get it, open sessions keep theirs)", access: LoggedIn, run: super::certs::run },
     Command { name: "data", aliases: &[], usage: "", help: "the data device: layout, records, live and used bytes per region, compactions, damaged and refused records", access: LoggedIn, run: c::data },
     Command { name: "drain", aliases: &[], usage: "[--wait SECS]", help: "refuse new connections, wait (default 30 s) for open ones to close, report what is left", access: LoggedIn, run: c::drain },
     Command { name: "undrain", aliases: &[], usage: "", help: "accept new connections again", access: LoggedIn, run: c::undrain },
