@@ -43,6 +43,8 @@ mod tls_handshake;
 mod tls_load;
 mod tls_part;
 mod tls_wire;
+pub(crate) use tls_part::self_signed_command;
+pub(crate) use tls_wire::client_config as tls_client_config;
 mod udp;
 
 use crate::util;

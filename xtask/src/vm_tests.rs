@@ -16,6 +16,7 @@ mod portscan;
 mod pxe;
 mod scan;
 mod serial;
+mod tls;
 mod twonic;
 mod uefi;
 mod vm;
@@ -41,6 +42,10 @@ const PROMPT: &str = "ringstore> ";
 type TestFn = fn(&Image) -> Result<String>;
 
 /// Every QEMU test by name.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the list of every QEMU test, one entry each, in the order they run"
+)]
 pub fn tests() -> Vec<(&'static str, TestFn)> {
     vec![
         // Builds (not boots) the default image and PXE bundle: first, so a leak fails fast.
@@ -127,6 +132,10 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
                 )
             })
         }),
+        (
+            "tls_kernel_offload_and_rotation",
+            tls::serves_tls_with_kernel_offload_and_rotates,
+        ),
         ("uefi_updates_commit_roll_back_and_refuse", |i| {
             uefi::updates_commit_roll_back_and_refuse(i)
                 .map(|r| format!("[{}] [{}]", r.commit_line.trim(), r.rollback_line.trim()))

@@ -419,6 +419,14 @@ pub static KEYS: &[KeyInfo] = &[
         apply: |c, v| parse_switch(v).map(|on| c.tuning.buf_ring = on).ok_or(()),
     },
     KeyInfo {
+        name: "tls-kernel-offload",
+        expected: "on or off",
+        help: "hand finished TLS sessions to kernel TLS where the kernel has it; off: user space always (measurement, tests)",
+        endpoint: false,
+        hidden: true,
+        apply: |c, v| parse_switch(v).map(|on| c.tls.user_space_only = !on).ok_or(()),
+    },
+    KeyInfo {
         name: "link-recv",
         expected: "on or off",
         help: "link each connection's next receive behind its send (measurement only)",

@@ -188,6 +188,9 @@ pub struct TlsConfig {
     pub verify: TlsVerify,
     /// `tls-min-version 1.3` (default 1.2).
     pub min_tls13: bool,
+    /// Hidden `tls-kernel-offload off`: sessions stay in user space even where the kernel
+    /// has TLS (the in-guest comparison of the two).
+    pub user_space_only: bool,
 }
 
 impl TlsConfig {

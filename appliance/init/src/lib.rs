@@ -212,7 +212,12 @@ fn effective_cmdline(machine: &Machine, running: &str) -> String {
         Some(Err(why)) => (None, refuse(why)),
         Some(Ok(Some(text))) => (Some(text), PartitionFile::Used { file: file.clone() }),
     };
-    let built = match layers::Layers::build(running, &image, text.as_deref()) {
+    // The certificates' paths belong to the partition's layer: checked with it.
+    let with_tls = layers::Layers::build(running, &image, text.as_deref()).map(|mut layers| {
+        layers.under_partition(tls);
+        layers
+    });
+    let built = match with_tls {
         Ok(layers) => match layers.partition_fault(running) {
             Some(fault) => {
                 outcome = refuse(fault);
@@ -230,8 +235,7 @@ fn effective_cmdline(machine: &Machine, running: &str) -> String {
     }
     machine.state().partition_file = outcome;
     match built {
-        Ok(mut layers) => {
-            layers.under_partition(tls);
+        Ok(layers) => {
             let line = layers.effective(running);
             machine.state().layers = layers;
             line

@@ -147,6 +147,11 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn client_certificate(&self, session: &mut Self::Session, der: &[u8]) {
         let _ = (session, der);
     }
+    /// `session`'s TLS went to the kernel: from now on its output is sent as a plain
+    /// session's is, big values from the item included.
+    fn kernel_tls_on(&self, session: &mut Self::Session) {
+        let _ = session;
+    }
 }
 
 /// What [`Handler::tls_count`] counts (memcache `stats`: `tls_handshakes`,
@@ -323,6 +328,9 @@ impl Handler for ServiceHandler {
     }
     fn client_certificate(&self, session: &mut Session, der: &[u8]) {
         session.client_certificate(der);
+    }
+    fn kernel_tls_on(&self, session: &mut Session) {
+        session.enable_zero_copy();
     }
     fn tls_count(&self, worker: usize, event: TlsEvent) {
         let stats = self.0.stats(worker);

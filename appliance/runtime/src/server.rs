@@ -88,16 +88,17 @@ impl Server {
             .durable
             .map(|durable| crate::data::attach(durable, &shared.store, clock));
         // Kernel TLS where the kernel has it (the io_uring worker calls after_bytes).
-        let kernel_tls = config.tls.enabled() && crate::sys::kernel_has_tls();
+        let kernel_tls =
+            config.tls.enabled() && !config.tls.user_space_only && crate::sys::kernel_has_tls();
         let certs = crate::tls::load_certs(config, kernel_tls)
             .map_err(|e| RuntimeError::Tls(e.to_string()))?;
         if config.tls.enabled() {
             eprintln!(
                 "ringstore: tls {}",
-                if kernel_tls {
-                    "with kernel offload (CONFIG_TLS)"
-                } else {
-                    "in user space (the kernel has no TLS)"
+                match (kernel_tls, config.tls.user_space_only) {
+                    (true, _) => "with kernel offload (CONFIG_TLS)",
+                    (false, true) => "in user space (tls-kernel-offload off)",
+                    (false, false) => "in user space (the kernel has no TLS)",
                 }
             );
         }

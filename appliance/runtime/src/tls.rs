@@ -346,6 +346,10 @@ impl<H: Handler> Handler for Tls<H> {
     fn on_durable(&self, s: &mut Self::Session, token: u64, ok: bool, out: &mut Vec<u8>) {
         match s.tls.as_deref_mut() {
             None => self.inner.on_durable(&mut s.inner, token, ok, out),
+            // The kernel seals: the reply goes out as it is.
+            Some(t) if t.phase == Phase::Kernel => {
+                self.inner.on_durable(&mut s.inner, token, ok, out)
+            }
             Some(t) => {
                 self.inner
                     .on_durable(&mut s.inner, token, ok, &mut t.plain_out);
@@ -370,7 +374,9 @@ impl<H: Handler> Handler for Tls<H> {
         }
     }
     fn splices<'s>(&self, s: &'s Self::Session) -> &'s [Splice] {
-        match s.tls {
+        match s.tls.as_deref() {
+            // Kernel TLS seals what the worker sends, values sent from the item included.
+            Some(t) if t.phase == Phase::Kernel => self.inner.splices(&s.inner),
             Some(_) => &[],
             None => self.inner.splices(&s.inner),
         }
@@ -455,9 +461,18 @@ impl<H: Handler> Handler for Tls<H> {
     fn client_certificate(&self, s: &mut Self::Session, der: &[u8]) {
         self.inner.client_certificate(&mut s.inner, der)
     }
+    fn kernel_tls_on(&self, s: &mut Self::Session) {
+        self.inner.kernel_tls_on(&mut s.inner)
+    }
     fn after_bytes(&self, s: &mut Self::Session, fd: BorrowedFd<'_>, out: &mut Vec<u8>) -> bool {
         match s.tls.as_deref_mut() {
-            Some(t) if t.phase == Phase::Handover => self.hand_over(t, fd, out),
+            Some(t) if t.phase == Phase::Handover => {
+                let ok = self.hand_over(t, fd, out);
+                if ok && t.phase == Phase::Kernel {
+                    self.inner.kernel_tls_on(&mut s.inner);
+                }
+                ok
+            }
             _ => true,
         }
     }

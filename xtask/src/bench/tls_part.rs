@@ -27,18 +27,36 @@ const HTTPS_CONNS: usize = 16;
 fn make_certificate(dir: &Path, doc: &mut Doc) -> Result<(PathBuf, PathBuf)> {
     std::fs::create_dir_all(dir)?;
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let mut cmd = std::process::Command::new("openssl");
-    cmd.args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
-        .args(["-subj", "/CN=localhost", "-addext"])
-        .args(["subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stderr(std::process::Stdio::null());
+    let mut cmd = self_signed_command(&cert, &key, "localhost", 2);
     doc.command(&procs::command_line(&cmd));
     crate::util::exec(&mut cmd).context("openssl req (apt install openssl)")?;
     Ok((cert, key))
+}
+
+/// `openssl req` for a self-signed ECDSA P-256 certificate with common name `cn` for
+/// `localhost`/127.0.0.1, valid `days` (also the QEMU TLS test's certificates).
+pub(crate) fn self_signed_command(
+    cert: &Path,
+    key: &Path,
+    cn: &str,
+    days: u32,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new("openssl");
+    cmd.args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days"])
+        .arg(days.to_string())
+        .arg("-subj")
+        .arg(format!("/CN={cn}"))
+        .args([
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+        ])
+        .arg(key)
+        .arg("-out")
+        .arg(cert)
+        .stderr(std::process::Stdio::null());
+    cmd
 }
 
 /// Whether this memcached was built with TLS (`-Z`).

@@ -169,7 +169,7 @@ impl ServerCertVerifier for PinnedCert {
 
 /// The client configuration of the TLS cells: TLS 1.3 only, [`SUITE`], the certificate in
 /// `cert_pem` pinned, ALPN `alpn` when given, session resumption on or off.
-pub(super) fn client_config(
+pub(crate) fn client_config(
     cert_pem: &Path,
     alpn: Option<&[u8]>,
     resume: bool,
