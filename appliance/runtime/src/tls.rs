@@ -566,4 +566,21 @@ impl ringstore_service::TlsControl for CertControl {
     fn secs_since_refresh(&self) -> u64 {
         self.0.secs_since_refresh()
     }
+    fn settings(&self) -> ringstore_service::TlsSettings {
+        let s = self.0.settings();
+        ringstore_service::TlsSettings {
+            chain_cert: s.cert.to_string_lossy().into_owned(),
+            key: s.key.to_string_lossy().into_owned(),
+            ca_cert: s.ca.as_ref().map(|p| p.to_string_lossy().into_owned()),
+            verify_mode: match s.verify {
+                ringstore_tls::Verify::None => 0,
+                ringstore_tls::Verify::Request => 1,
+                ringstore_tls::Verify::Require => 3,
+            },
+            min_version: match s.min_version {
+                ringstore_tls::MinVersion::Tls12 => "tlsv1.2",
+                ringstore_tls::MinVersion::Tls13 => "tlsv1.3",
+            },
+        }
+    }
 }
