@@ -175,7 +175,7 @@ def session(client):
     return got
 
 
-def memcached_tls(certs):
+def memcached_tls(certs, options=""):
     path = shutil.which("memcached")
     if path is None:
         pytest.skip("memcached is not installed")
@@ -184,7 +184,7 @@ def memcached_tls(certs):
     port = probe.getsockname()[1]
     probe.close()
     args = [path, "-U", "0", "-l", "127.0.0.1", "-p", str(port), "-Z",
-            "-o", f"ssl_chain_cert={certs['server.pem']},ssl_key={certs['server.key']}"]
+            "-o", f"ssl_chain_cert={certs['server.pem']},ssl_key={certs['server.key']}{options}"]
     if os.geteuid() == 0:
         args += ["-u", "nobody"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -219,6 +219,45 @@ def test_pymemcache_over_tls_answers_as_memcached_does(server_factory, certs):
     # memcached -Z says ssl_enabled yes in `stats settings` (t/ssl_settings.t's first check).
     settings = raw(server.mc, b"stats settings\r\n", read_until=b"END\r\n")
     assert b"STAT ssl_enabled yes\r\n" in settings
+
+
+def ssl_settings(sock):
+    out = ask(sock, b"stats settings\r\n", b"END\r\n")
+    return {
+        p[1]: p[2]
+        for p in (line.split(b" ", 2) for line in out.split(b"\r\n"))
+        if len(p) == 3 and p[1] in SSL_SETTINGS
+    }
+
+
+# The `stats settings` lines of memcached -Z that ringstore has a counterpart for.
+SSL_SETTINGS = [b"ssl_enabled", b"ssl_chain_cert", b"ssl_key", b"ssl_verify_mode",
+                b"ssl_ca_cert", b"ssl_min_version", b"auth_enabled_ascii",
+                b"auth_enabled_sasl"]
+
+
+@pytest.mark.parametrize("verify,mode", [("none", None), ("require", 2)])
+def test_stats_settings_list_the_tls_settings_as_memcached_does(server_factory, certs, verify, mode):
+    extra = ["--tls-min-version", "1.3"]
+    options = ",ssl_min_version=3"
+    if mode is not None:
+        extra += ["--tls-ca", certs["ca.pem"], "--tls-verify", verify]
+        options += f",ssl_ca_cert={certs['ca.pem']},ssl_verify_mode={mode}"
+    server = tls_server(server_factory, certs, *extra)
+    who = "client" if mode else None
+    with tls_connect(fields(server)["memcache_tls"], client_context(certs, who)) as s:
+        ours = ssl_settings(s)
+    proc, addr = memcached_tls(certs, options)
+    try:
+        with tls_connect(addr, client_context(certs, who)) as s:
+            theirs = ssl_settings(s)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert ours == theirs
+    assert sorted(ours) == sorted(SSL_SETTINGS)
+    assert ours[b"ssl_chain_cert"] == certs["server.pem"].encode()
+    assert ours[b"ssl_verify_mode"] == (b"3" if mode else b"0")
 
 
 def test_tls12_and_min_version(server_factory, certs):

@@ -10,6 +10,8 @@ use crate::error::RuntimeError;
 /// What the files hold, read before the server starts.
 pub(crate) struct Files {
     users: Option<Credentials>,
+    /// The `--auth-file` path as given (memcached's `stats settings` prints it).
+    users_file: Option<String>,
     tokens: Option<HttpTokens>,
 }
 
@@ -47,6 +49,10 @@ pub fn load_tokens(path: &std::path::Path) -> Result<HttpTokens, RuntimeError> {
 pub(crate) fn load(config: &Config) -> Result<Files, RuntimeError> {
     Ok(Files {
         users: config.auth_file.as_deref().map(load_users).transpose()?,
+        users_file: config
+            .auth_file
+            .as_deref()
+            .map(|p| p.to_string_lossy().into_owned()),
         tokens: config.http_tokens.as_deref().map(load_tokens).transpose()?,
     })
 }
@@ -73,9 +79,9 @@ pub(crate) fn enable(shared: &Shared, files: Files) {
             tokens.len()
         );
     }
-    let _ = shared
-        .auth
-        .set(Auth::new(files.users, files.tokens, log_line));
+    let mut auth = Auth::new(files.users, files.tokens, log_line);
+    auth.users_file = files.users_file;
+    let _ = shared.auth.set(auth);
 }
 
 /// Reads the files `config` names again and puts them in force for new logins and new

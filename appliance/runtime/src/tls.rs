@@ -24,6 +24,13 @@ use crate::handler::{Handler, Reply, TlsEvent, UdpEvent};
 /// per worker at worst (README, "Memory bound").
 pub(crate) const HANDSHAKES_PER_WORKER: usize = 128;
 
+/// Plaintext sealed into the connection's output per send (six 16 KiB records). A bigger
+/// reply (a 1 MiB HTTPS GET) is sealed a chunk per send through [`Flow::Drain`], so the
+/// output stays under `OUT_RETAIN_MAX` and is reused instead of a whole-reply buffer being
+/// allocated and zero-filled for every response; a depth-16 batch of 4 KiB values (66 KiB)
+/// still goes out in one send.
+const SEAL_CHUNK: usize = 96 << 10;
+
 /// The TLS wrapper around handler `H`.
 pub(crate) struct Tls<H> {
     pub inner: H,
@@ -97,6 +104,9 @@ struct TlsState {
     /// The wrapped session's output since the last flush; `sealed` bytes of it are sealed.
     plain_out: Vec<u8>,
     sealed: usize,
+    /// The wrapped session's flow, held while `plain_out` has bytes left to seal (the
+    /// connection drains them a [`SEAL_CHUNK`] per send before the session is called again).
+    held: Option<Flow>,
 }
 
 impl<H: Handler> Tls<H> {
@@ -145,8 +155,15 @@ impl<H: Handler> Tls<H> {
         t.phase = if ok { Phase::Open } else { Phase::Failed };
     }
 
-    /// Seals what the wrapped session wrote since the last call; false on an error.
-    fn seal_new(&self, inner: &H::Session, t: &mut TlsState, out: &mut Vec<u8>) -> bool {
+    /// Seals what the wrapped session wrote since the last call, at most `limit` bytes of
+    /// it; false on an error.
+    fn seal_new(
+        &self,
+        inner: &H::Session,
+        t: &mut TlsState,
+        out: &mut Vec<u8>,
+        limit: usize,
+    ) -> bool {
         debug_assert!(
             self.inner.splices(inner).is_empty(),
             "open_tls sessions copy"
@@ -162,9 +179,29 @@ impl<H: Handler> Tls<H> {
         let Some(conn) = t.conn.as_mut() else {
             return false;
         };
-        let sealed = conn.seal(&t.plain_out[t.sealed..], out).is_ok();
-        t.sealed = t.plain_out.len();
+        let end = t.plain_out.len().min(t.sealed.saturating_add(limit));
+        let sealed = conn.seal(&t.plain_out[t.sealed..end], out).is_ok();
+        t.sealed = end;
         sealed
+    }
+
+    /// Seals the next chunk of a reply bigger than [`SEAL_CHUNK`]: [`Flow::Drain`] while
+    /// more is left, then the flow the wrapped session returned with it.
+    fn seal_held(&self, inner: &H::Session, t: &mut TlsState, out: &mut Vec<u8>) -> Flow {
+        if !self.seal_new(inner, t, out, SEAL_CHUNK) {
+            t.held = None;
+            return Flow::Close;
+        }
+        if t.sealed < t.plain_out.len() {
+            return Flow::Drain;
+        }
+        let flow = t.held.take().unwrap_or(Flow::Continue);
+        if flow == Flow::Close && t.phase == Phase::Open {
+            if let Some(conn) = t.conn.as_mut() {
+                conn.close_notify(out);
+            }
+        }
+        flow
     }
 
     fn tls_bytes(
@@ -187,6 +224,11 @@ impl<H: Handler> Tls<H> {
         }
         if t.phase == Phase::Kernel {
             return self.inner.on_bytes(inner, input, now, device, out);
+        }
+        if t.held.is_some() {
+            // Resumed after a drain (no input comes while one is under way).
+            debug_assert!(input.is_empty(), "input while a reply is being sealed");
+            return self.seal_held(inner, t, out);
         }
         let (Some(conn), Phase::Handshaking | Phase::Open) = (t.conn.as_mut(), t.phase) else {
             self.end_handshake(t, false);
@@ -229,11 +271,18 @@ impl<H: Handler> Tls<H> {
             .inner
             .on_bytes(inner, &t.plain_in, now, device, &mut t.plain_out);
         t.plain_in.clear();
-        if !self.seal_new(inner, t, out) {
-            return Flow::Close;
-        }
         if peer_closed && flow == Flow::Continue {
             flow = Flow::Close;
+        }
+        if t.phase == Phase::Open
+            && t.plain_out.len() - t.sealed > SEAL_CHUNK
+            && !self.inner.awaits_durable(inner)
+        {
+            t.held = Some(flow);
+            return self.seal_held(inner, t, out);
+        }
+        if !self.seal_new(inner, t, out, usize::MAX) {
+            return Flow::Close;
         }
         if flow == Flow::Close && t.phase == Phase::Open {
             if let Some(conn) = t.conn.as_mut() {
@@ -326,6 +375,7 @@ impl<H: Handler> Handler for Tls<H> {
                 plain_in: Vec::new(),
                 plain_out: Vec::new(),
                 sealed: 0,
+                held: None,
             })),
         }
     }
@@ -354,7 +404,7 @@ impl<H: Handler> Handler for Tls<H> {
                 self.inner
                     .on_durable(&mut s.inner, token, ok, &mut t.plain_out);
                 // A sealing failure leaves the connection to its next call, which closes it.
-                if !self.seal_new(&s.inner, t, out) {
+                if !self.seal_new(&s.inner, t, out, usize::MAX) {
                     t.phase = Phase::Failed;
                 }
             }
@@ -383,6 +433,10 @@ impl<H: Handler> Handler for Tls<H> {
     }
     fn output_flushed(&self, s: &mut Self::Session) {
         if let Some(t) = s.tls.as_deref_mut() {
+            if t.sealed < t.plain_out.len() {
+                // Sealed chunks went out; the rest of the reply follows (the drain).
+                return;
+            }
             t.plain_out.clear();
             t.sealed = 0;
         }
@@ -405,7 +459,7 @@ impl<H: Handler> Handler for Tls<H> {
                     return false;
                 }
                 // A failed seal leaves the bytes unsent; the next read closes the session.
-                let _ = self.seal_new(inner, t, out);
+                let _ = self.seal_new(inner, t, out, usize::MAX);
                 !out.is_empty()
             }
             _ => false,
@@ -526,5 +580,22 @@ impl ringstore_service::TlsControl for CertControl {
     }
     fn secs_since_refresh(&self) -> u64 {
         self.0.secs_since_refresh()
+    }
+    fn settings(&self) -> ringstore_service::TlsSettings {
+        let s = self.0.settings();
+        ringstore_service::TlsSettings {
+            chain_cert: s.cert.to_string_lossy().into_owned(),
+            key: s.key.to_string_lossy().into_owned(),
+            ca_cert: s.ca.as_ref().map(|p| p.to_string_lossy().into_owned()),
+            verify_mode: match s.verify {
+                ringstore_tls::Verify::None => 0,
+                ringstore_tls::Verify::Request => 1,
+                ringstore_tls::Verify::Require => 3,
+            },
+            min_version: match s.min_version {
+                ringstore_tls::MinVersion::Tls12 => "tlsv1.2",
+                ringstore_tls::MinVersion::Tls13 => "tlsv1.3",
+            },
+        }
     }
 }

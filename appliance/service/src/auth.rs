@@ -175,6 +175,9 @@ impl<T> Reloadable<T> {
 pub struct Auth {
     /// `--auth-file`: memcache connections log in first.
     pub users: Option<Reloadable<Credentials>>,
+    /// The `--auth-file` path (memcached's `stats settings` prints it as
+    /// `auth_enabled_ascii`); set by the runtime.
+    pub users_file: Option<String>,
     /// `--http-tokens`: every HTTP request carries a bearer token.
     pub tokens: Option<Reloadable<HttpTokens>>,
     pub log: AuthLog,
@@ -187,6 +190,7 @@ impl Auth {
         let _ = log.sink.set(sink);
         Auth {
             users: users.map(Reloadable::new),
+            users_file: None,
             tokens: tokens.map(Reloadable::new),
             log,
         }

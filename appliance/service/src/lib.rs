@@ -135,6 +135,25 @@ pub trait TlsControl: Send + Sync {
     fn refresh(&self) -> Result<(), String>;
     /// Seconds since the certificates in use were read.
     fn secs_since_refresh(&self) -> u64;
+    /// What `stats settings` lists about TLS, in memcached `-Z`'s names and forms.
+    fn settings(&self) -> TlsSettings;
+}
+
+/// The TLS configuration as memcached 1.6.18 `-Z` prints it in `stats settings`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// `ssl_chain_cert`: the certificate chain file.
+    pub chain_cert: String,
+    /// `ssl_key`: the key file.
+    pub key: String,
+    /// `ssl_ca_cert`: the client CA file; memcached prints `NULL` without one.
+    pub ca_cert: Option<String>,
+    /// `ssl_verify_mode`: OpenSSL's verify flags, as memcached prints them: 0 none,
+    /// 1 request (`SSL_VERIFY_PEER`), 3 require (`| SSL_VERIFY_FAIL_IF_NO_PEER_CERT`;
+    /// memcached's `ssl_verify_mode=2` prints 3).
+    pub verify_mode: u8,
+    /// `ssl_min_version`: `tlsv1.2` or `tlsv1.3`.
+    pub min_version: &'static str,
 }
 
 impl Shared {

@@ -192,6 +192,11 @@ impl CertStore {
     }
 
     /// Seconds since the certificates in use were read (`time_since_server_cert_refresh`).
+    /// The settings the certificates were loaded with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
     pub fn secs_since_refresh(&self) -> u64 {
         self.loaded().at.elapsed().as_secs()
     }

@@ -286,7 +286,12 @@ impl ServerTls {
         };
         let start = out.len();
         let records = plain.len().div_ceil(RECORD_PLAINTEXT);
-        out.resize(start + plain.len() + (records + 1) * RECORD_OVERHEAD, 0);
+        let room = plain.len() + (records + 1) * RECORD_OVERHEAD;
+        // Exactly the room the records need: the worker keeps an output buffer of a bounded
+        // capacity for the next reply only (a doubled one would be released and faulted in
+        // again).
+        out.reserve_exact(room);
+        out.resize(start + room, 0);
         let written = match write.encrypt(plain, &mut out[start..]) {
             Err(EncryptError::InsufficientSize(InsufficientSizeError { required_size })) => {
                 out.resize(start + required_size, 0);

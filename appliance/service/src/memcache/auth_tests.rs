@@ -320,3 +320,25 @@ fn sasl_bounds_and_the_binary_protocol_without_an_auth_file() {
 fn shared_open() -> Arc<Shared> {
     shared(1 << 20)
 }
+
+#[test]
+fn stats_settings_say_auth_is_on_as_memcached_does() {
+    let shared = shared(1 << 20);
+    let users = Credentials::parse(b"alice:secret\n").unwrap();
+    let mut auth = Auth::new(Some(users), None, count_line);
+    auth.users_file = Some("/tls/users".into());
+    shared.auth.set(auth).unwrap();
+    let mut s = Session::for_connection(Protocol::Memcache, 0, &shared);
+    let (out, _) = feed(
+        &shared,
+        &mut s,
+        b"set k 0 0 12\r\nalice secret\r\nstats settings\r\n",
+    );
+    let out = String::from_utf8_lossy(&out);
+    // memcached 1.6.18 -Y FILE prints the file's path (and -S `yes`).
+    assert!(
+        out.contains("STAT auth_enabled_ascii /tls/users\r\n"),
+        "{out}"
+    );
+    assert!(out.contains("STAT auth_enabled_sasl yes\r\n"), "{out}");
+}

@@ -225,4 +225,35 @@ fn counters_memcached_has() {
     assert_eq!(stat(&out, "dump_enabled"), "yes");
     assert_eq!(stat(&out, "domain_socket"), "NULL");
     assert_eq!(stat(&out, "ssl_enabled"), "no");
+    assert_eq!(stat(&out, "auth_enabled_ascii"), "no");
+    assert_eq!(stat(&out, "auth_enabled_sasl"), "no");
+    assert!(!out.windows(14).any(|w| w == b"ssl_chain_cert"));
+    struct Certs;
+    impl crate::TlsControl for Certs {
+        fn refresh(&self) -> Result<(), String> {
+            Ok(())
+        }
+        fn secs_since_refresh(&self) -> u64 {
+            0
+        }
+        fn settings(&self) -> crate::TlsSettings {
+            crate::TlsSettings {
+                chain_cert: "/tls/cert.pem".into(),
+                key: "/tls/key.pem".into(),
+                ca_cert: None,
+                verify_mode: 3,
+                min_version: "tlsv1.3",
+            }
+        }
+    }
+    let _ = shared.tls.set(std::sync::Arc::new(Certs));
+    out.clear();
+    s.on_bytes(b"stats settings\r\n", at(5), &shared, None, &mut out);
+    // memcached 1.6.18 -Z -o ssl_chain_cert=...,ssl_key=...,ssl_verify_mode=2,ssl_min_version=3
+    assert_eq!(stat(&out, "ssl_enabled"), "yes");
+    assert_eq!(stat(&out, "ssl_chain_cert"), "/tls/cert.pem");
+    assert_eq!(stat(&out, "ssl_key"), "/tls/key.pem");
+    assert_eq!(stat(&out, "ssl_verify_mode"), "3");
+    assert_eq!(stat(&out, "ssl_ca_cert"), "NULL");
+    assert_eq!(stat(&out, "ssl_min_version"), "tlsv1.3");
 }

@@ -279,8 +279,13 @@ fn settings(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat_str(out, "detail_enabled", "no");
     stat_str(out, "cas_enabled", "yes");
     stat_str(out, "binding_protocol", "auto-negotiate"); // text or binary by the first byte
-    stat_str(out, "auth_enabled_sasl", "no");
-    stat_str(out, "auth_enabled_ascii", "no");
+                                                         // `--auth-file` turns on both text logins and binary SASL PLAIN (memcached's -Y and
+                                                         // -S); memcached prints the -Y file's path, or `no`.
+    let users = shared.auth.get().filter(|a| a.users.is_some());
+    let sasl = if users.is_some() { "yes" } else { "no" };
+    stat_str(out, "auth_enabled_sasl", sasl);
+    let ascii = users.map_or("no", |a| a.users_file.as_deref().unwrap_or("yes"));
+    stat_str(out, "auth_enabled_ascii", ascii);
     stat(out, "item_size_max", shared.config.item_size_max as u64);
     stat_str(out, "maxconns_fast", "yes");
     stat_str(out, "lru_crawler", "yes");
@@ -293,6 +298,15 @@ fn settings(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
         "no"
     };
     stat_str(out, "ssl_enabled", tls);
+    if let Some(tls) = shared.tls.get() {
+        // memcached -Z's lines, in its order, for the settings ringstore has.
+        let t = tls.settings();
+        stat_str(out, "ssl_chain_cert", &t.chain_cert);
+        stat_str(out, "ssl_key", &t.key);
+        stat(out, "ssl_verify_mode", u64::from(t.verify_mode));
+        stat_str(out, "ssl_ca_cert", t.ca_cert.as_deref().unwrap_or("NULL"));
+        stat_str(out, "ssl_min_version", t.min_version);
+    }
     // ringstore's own: the per-connection output high-water mark and the
     // connection-memory budget.
     stat(out, "out_high_water", shared.config.out_high_water as u64);
