@@ -705,6 +705,38 @@ fn connection_counters() {
     assert_eq!(shared.stats(shared.aux_slot()).cmd_get.get(), 1);
 }
 
+/// A pipelined stream of 900-byte sets (under this store's item limit) cut wherever a receive buffer ends (inside values,
+/// inside lines, exactly at a request's end): each set completes from the head of the next
+/// chunk and the rest of that chunk is parsed where it lies; the replies and the values
+/// read back are those of the whole stream fed at once.
+#[test]
+fn pipelined_big_sets_cut_anywhere_store_every_value() {
+    let mut input = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..16u8 {
+        let value = vec![b'a' + i; 900];
+        input.extend_from_slice(format!("set k{i} {i} 0 900\r\n").as_bytes());
+        input.extend_from_slice(&value);
+        input.extend_from_slice(b"\r\n");
+        expected.extend_from_slice(b"STORED\r\n");
+    }
+    for i in 0..16u8 {
+        input.extend_from_slice(format!("get k{i}\r\n").as_bytes());
+        expected.extend_from_slice(format!("VALUE k{i} {i} 900\r\n").as_bytes());
+        expected.extend_from_slice(&vec![b'a' + i; 900]);
+        expected.extend_from_slice(b"\r\nEND\r\n");
+    }
+    let (whole, _) = run(&input);
+    assert_eq!(whole, expected);
+    let request = "set k0 0 0 900\r\n".len() + 902; // the first sets' length, to cut at their ends
+    for size in [4096, 1000, 901, request, request + 1, request - 1, 7] {
+        let chunks: Vec<&[u8]> = input.chunks(size).collect();
+        let (split, flow) = feed(&shared(), &chunks);
+        assert_eq!(split, expected, "chunks of {size}");
+        assert_eq!(flow, Flow::Continue);
+    }
+}
+
 mod split_proptest {
     use super::*;
     use proptest::prelude::*;
