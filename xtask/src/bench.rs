@@ -6,6 +6,7 @@
 //! (`--only tls`) an epoll generator with rustls clients (bench/tls_load.rs). Results go to
 //! stdout and `target/bench/results.md`.
 
+mod budget_fill;
 mod cells;
 mod cores;
 mod cpu_table;

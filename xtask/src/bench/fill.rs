@@ -10,7 +10,8 @@ use std::time::Duration;
 /// Sets for this many keys go out in one write before their replies are read.
 const BATCH: usize = 256;
 
-fn connect(port: u16) -> Result<TcpStream> {
+/// A blocking connection to the server on loopback, with 10 s read and write timeouts.
+pub fn connect(port: u16) -> Result<TcpStream> {
     let stream = TcpStream::connect(("127.0.0.1", port))
         .with_context(|| format!("connecting to port {port}"))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;

@@ -311,9 +311,13 @@ impl Generator {
             }
             if drain_until.is_some_and(|d| now >= d) || now > measure_until + DRAIN_LIMIT * 2 {
                 bail!(
-                    "{} batches still unanswered {} s after the slice",
+                    "{} batches still unanswered {} s after the slice ({} {} B, depth {}, port {})",
                     self.active,
-                    DRAIN_LIMIT.as_secs()
+                    DRAIN_LIMIT.as_secs(),
+                    self.spec.op.name(),
+                    self.spec.value_len,
+                    self.spec.depth,
+                    self.spec.port
                 );
             }
             completions.clear();
