@@ -108,8 +108,15 @@ type SubPool = (pool::Pool, Vec<(u64, u64)>);
 const SEGMENT_MIN: usize = 1 << 20;
 /// Average segments per shard stay under this so slot numbers (16 bits) never run out.
 const SEGMENTS_PER_SHARD_MAX: usize = 16 * 1024;
-/// A shard is only worth having with this many segments to rotate.
-const SEGMENTS_PER_SHARD_MIN: usize = 8;
+/// A shard is only worth having with this many segments to rotate. Every shard keeps one
+/// active segment that eviction empties whole and refills from the start, so on average
+/// half a segment per shard holds nothing, and how much depends on how the hash seed
+/// (random per store) splits the keys: 4 shards of a 64 MiB budget (63 segments at 8 per
+/// shard) kept 447 432 or 455 406 items of the same fill, a segment's worth apart
+/// (docs/BENCHMARKS.md, "Items kept in a 64 MiB budget"). At 32 a budget under 64
+/// segments has one shard (same count every run) and the empty halves cost at most 1/64 of
+/// the arena; 1 GiB still has 16 shards, 4 GiB and more the 64 a one-core server asks for.
+const SEGMENTS_PER_SHARD_MIN: usize = 32;
 
 impl Store {
     /// Allocates the arena (bind the calling thread to the NUMA node first) and an empty index.

@@ -596,3 +596,29 @@ fn every_eviction_is_told_while_wanted_and_none_otherwise() {
         "never-expiring, idle 4 s"
     );
 }
+
+/// A budget under 64 segments gets one shard whatever the server asks for, so a fill keeps
+/// the same count in every store (each has its own random hash seed). With several shards
+/// the count moved by whole segments with the seed (each shard's active segment is refilled
+/// from empty, and how full each is at the end depends on the split).
+#[test]
+fn a_small_budget_keeps_the_same_count_whatever_the_hash_seed() {
+    let value = [b'v'; 100];
+    let kept: Vec<(usize, u64, u64)> = (0..3)
+        .map(|_| {
+            let s = store_with_shards(32 << 20, 64);
+            for i in 0..400_000u32 {
+                put(&s, format!("key:{i:09}").as_bytes(), &value, NEVER, 1);
+            }
+            let st = s.stats();
+            assert!(
+                st.segment_bytes + st.index_bytes <= st.limit_maxbytes,
+                "{st:?}"
+            );
+            assert!(st.evictions > 0, "the fill must evict: {st:?}");
+            (s.shard_count(), st.curr_items, st.unwritten_bytes)
+        })
+        .collect();
+    assert_eq!(kept[0].0, 1, "{kept:?}");
+    assert!(kept.iter().all(|k| *k == kept[0]), "{kept:?}");
+}
