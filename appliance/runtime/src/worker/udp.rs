@@ -1,5 +1,6 @@
 //! The kernel-UDP backend on the worker's ring: its multishot receive, each datagram through
-//! `datapath::serve_datagram`, reply datagrams as `sendmsg`s, and UDP writes held until the
+//! `datapath::serve_datagram`, reply datagrams as `sendmsg`s (same-size ones to one peer as the
+//! GSO segments of one, queued before each submission), and UDP writes held until the
 //! data device settles them (state and bounds: `datapath/kernel_udp.rs`).
 
 use super::*;
