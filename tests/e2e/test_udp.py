@@ -89,6 +89,39 @@ def test_udp_replies_match_memcached_datagram_for_datagram(server_factory):
     assert len(big) == 5 and all(len(d) <= 1400 for d in big)
 
 
+# Requests sent back to back from one socket, without waiting: their replies are the same
+# size to the same peer, so ringstore sends each burst's replies as the GSO segments of one
+# sendmsg (kernel_udp.rs); the client still gets one datagram per reply datagram.
+BURST = [b"get k\r\n", b"get k\r\n", b"get big\r\n", b"get k\r\n", b"get nothere\r\n"] * 12
+
+
+def run_burst(addr):
+    with UdpClient(addr, first_id=1) as c:
+        c.datagrams(b"set k 0 0 100\r\n%s\r\n" % (b"v" * 100))
+        c.datagrams(b"set big 0 0 %d\r\n%s\r\n" % (len(BIG), BIG))
+        ids = [c.new_id() for _ in BURST]
+        for rid, payload in zip(ids, BURST):
+            c.send_raw(header(rid) + payload)
+        want = sum(5 if b"big" in p else 1 for p in BURST)
+        got = {}
+        for _ in range(want):
+            d = c.sock.recv(2048)
+            got[(d[:2], d[2:4])] = d
+        return [
+            [got.get((rid.to_bytes(2, "big"), seq.to_bytes(2, "big"))) for seq in range(5 if b"big" in p else 1)]
+            for rid, p in zip(ids, BURST)
+        ]
+
+
+def test_udp_burst_replies_match_memcached_datagram_for_datagram(server_factory):
+    with real_memcached(udp=True) as mc:
+        want = run_burst(mc)
+    _, addr = udp_server(server_factory)
+    got = run_burst(addr)
+    assert got == want
+    assert all(d is not None and len(d) <= 1400 for r in got for d in r)
+
+
 def test_udp_is_served_by_every_worker(server_factory):
     server, addr = udp_server(server_factory, "--cores", "2")
     clients = [UdpClient(addr) for _ in range(32)]

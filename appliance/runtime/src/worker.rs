@@ -268,6 +268,7 @@ impl<H: Handler> Worker<H> {
             self.arm_xdp(index);
         }
         loop {
+            self.queue_udp_sends();
             if let Err(err) = self.submit_and_wait() {
                 eprintln!(
                     "ringstore: worker {}: io_uring_enter failed: {err}; closing its connections",

@@ -22,8 +22,9 @@ impl<H: Handler> Worker<H> {
                     // stay in `DiskWorker::inflight` until their completion (the device fd with them),
                     // and the compactor's erase block and read buffer stay put until theirs; the
                     // UDP receive's msghdr and buffer group live as long as the ring, and a UDP
-                    // send slot (boxed msghdr, iovec, address, bytes) is not reused until its
-                    // completion (`KernelUdp::send_done`). A connection's vectored send
+                    // send slot (msghdr, iovecs, address, GSO control message, bytes, in a slice
+                    // that is never resized) and its follower slots are not reused until the
+                    // lead's completion (`Sends::send_done`). A connection's vectored send
                     // (`worker/send_vec.rs`) has its boxed msghdr and iovec in the `Conn`, untouched
                     // until the completion, and its iovec points at the output buffer and at pinned
                     // arena bytes: the pin invariant (store/src/pin.rs) is that a pinned segment is

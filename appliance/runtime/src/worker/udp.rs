@@ -1,5 +1,6 @@
 //! The kernel-UDP backend on the worker's ring: its multishot receive, each datagram through
-//! `datapath::serve_datagram`, reply datagrams as `sendmsg`s, and UDP writes held until the
+//! `datapath::serve_datagram`, reply datagrams as `sendmsg`s (same-size ones to one peer as the
+//! GSO segments of one, queued before each submission), and UDP writes held until the
 //! data device settles them (state and bounds: `datapath/kernel_udp.rs`).
 
 use super::*;
@@ -80,7 +81,7 @@ impl<H: Handler> Worker<H> {
             let Some(peer) = datapath::kernel_udp::peer_of(name) else {
                 break 'served Served::Dropped(DropReason::NotOurs);
             };
-            let mut sink = SendSink::new(&mut udp.slots, &mut udp.free, &udp.fd, name, pending);
+            let mut sink = SendSink::new(&mut udp.sends, name, pending);
             let held = &mut udp.held;
             let held_free = &mut udp.held_free;
             let held_gen = &mut udp.held_gen;
@@ -121,13 +122,16 @@ impl<H: Handler> Worker<H> {
         let Some(udp) = self.udp.as_mut() else {
             return;
         };
-        udp.send_done(slot);
+        let datagrams = udp.sends.send_done(slot, res, &mut self.pending);
         let event = if res >= 0 {
             UdpEvent::Tx
         } else {
             UdpEvent::Dropped
         };
-        self.setup.handler.udp_count(self.setup.index, event, 1);
+        if datagrams > 0 {
+            let count = u64::try_from(datagrams).unwrap_or(u64::MAX);
+            self.setup.handler.udp_count(self.setup.index, event, count);
+        }
         if !udp.ready.is_empty() {
             self.send_ready_udp();
         }
@@ -174,7 +178,7 @@ impl<H: Handler> Worker<H> {
                 continue;
             };
             let needed = datapath::datagrams_of(entry.head, &entry.out);
-            if needed > udp.free.len() && udp.sends_in_flight() > 0 {
+            if needed > udp.sends.free.len() && udp.sends_in_flight() > 0 {
                 return; // retried as sends complete
             }
             udp.ready.pop_front();
@@ -184,15 +188,17 @@ impl<H: Handler> Worker<H> {
             udp.held_gen[index] = udp.held_gen[index].wrapping_add(1) & (u32::MAX >> 10);
             udp.held_free.push(crate::sys::u32_of(index));
             let name = &entry.name[..entry.name_len as usize];
-            let mut sink = SendSink::new(
-                &mut udp.slots,
-                &mut udp.free,
-                &udp.fd,
-                name,
-                &mut self.pending,
-            );
+            let mut sink = SendSink::new(&mut udp.sends, name, &mut self.pending);
             let served = datapath::emit(entry.head, &entry.out, &mut sink);
             count_served(handler, worker, served);
+        }
+    }
+
+    /// Queues the reply `sendmsg` still open for more GSO segments: called before each
+    /// submission, so replies wait at most for the end of the completions being reaped.
+    pub(super) fn queue_udp_sends(&mut self) {
+        if let Some(udp) = self.udp.as_mut() {
+            udp.sends.queue_open(&mut self.pending);
         }
     }
 
