@@ -28,11 +28,20 @@ use crate::linger::{Linger, Next};
 use crate::op::Op;
 use crate::ring::Features;
 
-/// Provided receive buffers per worker and their size.
-const BUF_COUNT: u16 = 256;
+/// Provided receive buffers per worker and their size: 4 MiB a worker either way, in 64 KiB
+/// buffers rather than 256 of 16 KiB, so a depth-16 batch of 4 KiB SETs (66 KiB) arrives in one
+/// or two receives instead of five, each a completion, a re-arm and a request split across
+/// buffers that the session has to reassemble (SET 4 KiB at depth 16: 0.68–0.70× the server
+/// CPU per request of 16 KiB buffers, docs/BENCHMARKS.md). Buffers go back to the ring as soon
+/// as the session has consumed them, so 64 cover 64 connections receiving in one ring pass;
+/// the 65th gets ENOBUFS and re-arms.
+pub(crate) const BUF_COUNT: u16 = 64;
 /// IORING_RECVSEND_POLL_FIRST (recv/send ioprio flag, Linux 5.19).
 const RECVSEND_POLL_FIRST: u16 = 1;
-const BUF_SIZE: usize = 16 << 10;
+const BUF_SIZE: usize = 64 << 10;
+/// A connection's own receive buffer where there is no buffer ring (`--buf-ring off`): it is
+/// held for the connection's life, so it stays at 16 KiB (ADR 0009's per-connection allowance).
+const OWN_BUF_SIZE: usize = 16 << 10;
 /// `eventfd-wait`: the longest a worker sleeps in poll(2) before it looks at its ring again.
 const EVENTFD_WAIT_MS: u16 = 1;
 

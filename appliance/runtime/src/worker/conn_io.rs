@@ -13,7 +13,7 @@ impl<H: Handler> Worker<H> {
         }
         crate::sys::set_nodelay(fd.as_raw_fd());
         let own_buf = if self.bufs.is_none() {
-            Some(vec![0u8; BUF_SIZE].into_boxed_slice())
+            Some(vec![0u8; OWN_BUF_SIZE].into_boxed_slice())
         } else {
             None
         };
