@@ -37,26 +37,29 @@ fn spec(o: &Options, server: &Pinned, op: Op) -> loadgen::LoadSpec {
     }
 }
 
-/// What one cell measured for both servers: closed-loop peaks, then the paced runs.
-struct TailCell {
-    peaks: [f64; 2],
-    rates: [f64; 2],
-    paced: [loadgen::LoadResult; 2],
+/// What one cell measured for one server: the closed-loop peak run, the rate it was paced
+/// at, and the paced run.
+struct Measured {
+    peak: loadgen::LoadResult,
+    rate: f64,
+    paced: loadgen::LoadResult,
 }
 
-fn pair(results: Vec<loadgen::LoadResult>) -> Result<[loadgen::LoadResult; 2]> {
-    let [a, b]: [loadgen::LoadResult; 2] = results
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("expected two results"))?;
-    if a.requests == 0 || b.requests == 0 {
+fn all_answered(
+    results: Vec<loadgen::LoadResult>,
+    count: usize,
+) -> Result<Vec<loadgen::LoadResult>> {
+    if results.len() != count || results.iter().any(|r| r.requests == 0) {
         bail!("a server completed no request");
     }
-    Ok([a, b])
+    Ok(results)
 }
 
-fn tail_cell(o: &Options, servers: [&mut Pinned; 2], op: Op) -> Result<TailCell> {
+/// Runs one cell against every server (alternating slices): closed-loop peaks, then each
+/// paced at `LOAD_FRACTION` of its own peak.
+fn tail_cell(o: &Options, servers: &mut [&mut Pinned], op: Op) -> Result<Vec<Measured>> {
     let cell = cell_name(op, VALUE_LEN, DEPTH);
-    let specs = [spec(o, servers[0], op), spec(o, servers[1], op)];
+    let specs: Vec<loadgen::LoadSpec> = servers.iter().map(|s| spec(o, s, op)).collect();
     eprintln!("bench: tail: {cell}: closed-loop peaks, in alternating slices");
     let peak_specs: Vec<loadgen::LoadSpec> = specs
         .iter()
@@ -66,75 +69,99 @@ fn tail_cell(o: &Options, servers: [&mut Pinned; 2], op: Op) -> Result<TailCell>
             ..s.clone()
         })
         .collect();
-    let peak = pair(loadgen::run(&peak_specs)?)?;
-    let peaks = [peak[0].throughput(), peak[1].throughput()];
-    let rates = peaks.map(|p| p * LOAD_FRACTION);
+    let peaks = all_answered(loadgen::run(&peak_specs)?, specs.len())?;
+    let rates: Vec<f64> = peaks
+        .iter()
+        .map(|p| p.throughput() * LOAD_FRACTION)
+        .collect();
     eprintln!(
-        "bench: tail: {cell}: paced at {:.0} and {:.0} req/s ({:.0}% of each peak)",
-        rates[0],
-        rates[1],
+        "bench: tail: {cell}: paced at {rates:.0?} req/s ({:.0}% of each peak)",
         LOAD_FRACTION * 100.0
     );
-    let paced = pair(loadgen::run_paced(&specs, &rates)?)?;
-    for server in servers {
+    let paced = all_answered(loadgen::run_paced(&specs, &rates)?, specs.len())?;
+    for server in servers.iter_mut() {
         server.check_alive()?;
     }
-    Ok(TailCell {
-        peaks,
-        rates,
-        paced,
-    })
+    Ok(peaks
+        .into_iter()
+        .zip(rates)
+        .zip(paced)
+        .map(|((peak, rate), paced)| Measured { peak, rate, paced })
+        .collect())
 }
 
-/// The cell's rows, the behind-schedule notes, and the p99 target.
-fn record(table: &mut Table, doc: &mut Doc, names: [&str; 2], cell: &str, t: &TailCell) {
-    let [b, s] = &t.paced;
-    let rows: [(&str, f64, f64, Better, usize); 6] = [
-        (
-            "closed-loop peak (req/s)",
-            t.peaks[0],
-            t.peaks[1],
-            Better::Higher,
-            0,
-        ),
-        (
-            "paced rate asked, 70% of peak (req/s)",
-            t.rates[0],
-            t.rates[1],
-            Better::Neither,
-            0,
-        ),
-        (
-            "paced rate achieved (req/s)",
-            b.throughput(),
-            s.throughput(),
-            Better::Neither,
-            0,
-        ),
-        ("p50 latency (µs)", b.p50_us(), s.p50_us(), Better::Lower, 1),
-        ("p99 latency (µs)", b.p99_us(), s.p99_us(), Better::Lower, 1),
-        (
-            "p99.9 latency (µs)",
-            b.p999_us(),
-            s.p999_us(),
-            Better::Lower,
-            1,
-        ),
-    ];
-    for (what, base, subject, better, digits) in rows {
+/// A row's metric, its reading of a server's results, which way is better, and its decimals.
+type Metric = (&'static str, fn(&Measured) -> f64, Better, usize);
+
+const METRICS: [Metric; 9] = [
+    (
+        "closed-loop peak (req/s)",
+        |m| m.peak.throughput(),
+        Better::Higher,
+        0,
+    ),
+    (
+        "closed loop: server CPU (%)",
+        |m| m.peak.server_cpu_percent(),
+        Better::Neither,
+        0,
+    ),
+    (
+        "paced rate asked, 70% of peak (req/s)",
+        |m| m.rate,
+        Better::Neither,
+        0,
+    ),
+    (
+        "paced rate achieved (req/s)",
+        |m| m.paced.throughput(),
+        Better::Neither,
+        0,
+    ),
+    (
+        "paced: server CPU (%)",
+        |m| m.paced.server_cpu_percent(),
+        Better::Neither,
+        0,
+    ),
+    (
+        "paced: client CPU (%)",
+        |m| m.paced.client_cpu_percent(),
+        Better::Neither,
+        0,
+    ),
+    ("p50 latency (µs)", |m| m.paced.p50_us(), Better::Lower, 1),
+    ("p99 latency (µs)", |m| m.paced.p99_us(), Better::Lower, 1),
+    (
+        "p99.9 latency (µs)",
+        |m| m.paced.p999_us(),
+        Better::Lower,
+        1,
+    ),
+];
+
+/// One table's rows for a cell: `b` in the baseline column, `s` in the subject's.
+fn rows(table: &mut Table, cell: &str, b: &Measured, s: &Measured) {
+    for (what, read, better, digits) in METRICS {
         table.row(
             &format!("{cell}: {what}"),
-            base,
-            Some(subject),
+            read(b),
+            Some(read(s)),
             better,
             digits,
         );
     }
-    for ((name, r), rate) in names.iter().zip(&t.paced).zip(t.rates) {
-        if r.throughput() < BEHIND_SCHEDULE * rate {
+}
+
+/// The behind-schedule and miss notes of every server in a cell.
+fn notes(doc: &mut Doc, names: &[&str], cell: &str, measured: &[Measured]) {
+    for (name, m) in names.iter().zip(measured) {
+        let r = &m.paced;
+        if r.throughput() < BEHIND_SCHEDULE * m.rate {
             doc.note(format!(
-                "tail {cell}: {name} achieved {:.0} of {rate:.0} req/s asked: behind its schedule",
-                r.throughput()
+                "tail {cell}: {name} achieved {:.0} of {:.0} req/s asked: behind its schedule",
+                r.throughput(),
+                m.rate
             ));
         }
         if r.misses + r.errors > 0 {
@@ -144,12 +171,6 @@ fn record(table: &mut Table, doc: &mut Doc, names: [&str; 2], cell: &str, t: &Ta
             ));
         }
     }
-    let p99 = s.p99_us() / b.p99_us();
-    doc.targets.push(format!(
-        "tail {cell}, 64 connections at 70% of each server's peak: p99 {p99:.2}× {}'s (goal ≤ 1.0×) {}",
-        names[0],
-        mark(p99 <= 1.0)
-    ));
 }
 
 fn tail_part(o: &Options, subject: &Subject, doc: &mut Doc) -> Result<()> {
@@ -163,24 +184,43 @@ fn tail_part(o: &Options, subject: &Subject, doc: &mut Doc) -> Result<()> {
         fill::preload(server.port, VALUE_LEN, keyspace(VALUE_LEN))?;
     }
     doc.command(&format!(
-        "tail cells (xtask/src/bench/tail.rs): per cell, each server closed loop for {} s in {PEAK_SLICES} alternating slices (its peak), then paced open loop at {:.0}% of its own peak: {TAIL_CONNS} connections per server at depth {DEPTH}, each sending on a fixed schedule, latency from the due time; {} s measured per server after {} s warm-up, in alternating slices",
+        "tail cells (xtask/src/bench/tail.rs): per cell, each server closed loop for {} s in {PEAK_SLICES} alternating slices (its peak), then paced open loop at {:.0}% of its own peak: {TAIL_CONNS} connections per server at depth {DEPTH}, each sending on a fixed schedule, latency from the due time; {} s measured per server after {} s warm-up, in alternating slices; the floor server (bench/floor.rs) in the same slices",
         PEAK_MEASURE.as_secs(),
         LOAD_FRACTION * 100.0,
         o.seconds,
         super::WARMUP.as_secs()
     ));
-    let names = ["memcached", subject.memcache_name()];
+    let names = ["memcached", subject.memcache_name(), "floor"];
     let mut table = Table::new(names[0], names[1]);
+    let mut floor_table = Table::new(names[2], names[1]);
     for op in [Op::Get, Op::Set] {
         let cell = cell_name(op, VALUE_LEN, DEPTH);
-        let t = tail_cell(o, [&mut base, &mut subj], op).with_context(|| format!("tail {cell}"))?;
-        record(&mut table, doc, names, &cell, &t);
+        let mut floor = procs::start_floor(op, VALUE_LEN)?;
+        let measured = tail_cell(o, &mut [&mut base, &mut subj, &mut floor], op)
+            .with_context(|| format!("tail {cell}"))?;
+        let [b, s, f] = measured.as_slice() else {
+            bail!("tail {cell}: expected three results");
+        };
+        rows(&mut table, &cell, b, s);
+        rows(&mut floor_table, &cell, f, s);
+        notes(doc, &names, &cell, &measured);
+        let p99 = s.paced.p99_us() / b.paced.p99_us();
+        doc.targets.push(format!(
+            "tail {cell}, {TAIL_CONNS} connections at 70% of each server's peak: p99 {p99:.2}× memcached's (goal ≤ 1.0×) {}; the floor server's p99 is {:.2}× memcached's",
+            mark(p99 <= 1.0),
+            f.paced.p99_us() / b.paced.p99_us()
+        ));
     }
     let mut section = format!(
         "## Tail latency: {TAIL_CONNS} connections at depth {DEPTH}, paced at {:.0}% of each server's own peak (one server core each)\n\n",
         LOAD_FRACTION * 100.0
     );
     section.push_str(&table.markdown());
+    section.push_str(&format!(
+        "\n### {} against the floor server, each at 70% of its own peak (the kernel's TCP path and the machine alone)\n\n",
+        names[1]
+    ));
+    section.push_str(&floor_table.markdown());
     doc.sections.push(section);
     Ok(())
 }
