@@ -65,6 +65,9 @@ pub struct LoadResult {
     /// The server's and the client's CPU as a whole (every task, softirq included).
     pub server_core: procs::CoreUse,
     pub client_core: procs::CoreUse,
+    /// The highest throughput of any one slice (a slice starved by other work on a shared
+    /// machine pulls the mean down, not this).
+    pub best_slice_throughput: f64,
 }
 
 impl LoadResult {
@@ -110,6 +113,7 @@ impl LoadResult {
             errors: 0,
             server_core: procs::CoreUse::default(),
             client_core: procs::CoreUse::default(),
+            best_slice_throughput: 0.0,
         }
     }
 
@@ -129,6 +133,7 @@ impl LoadResult {
         };
         self.server_core = weigh_core(self.server_core, other.server_core);
         self.client_core = weigh_core(self.client_core, other.client_core);
+        self.best_slice_throughput = self.best_slice_throughput.max(other.throughput());
         self.requests += other.requests;
         self.seconds = total;
         self.hist.merge(&other.hist);
@@ -440,9 +445,11 @@ impl Generator {
             }
             self.start_due_batches()?;
         }
+        let seconds = (window_end - window_start).as_secs_f64();
         Ok(LoadResult {
+            best_slice_throughput: self.requests as f64 / seconds,
             requests: self.requests,
-            seconds: (window_end - window_start).as_secs_f64(),
+            seconds,
             hist: self.hist.clone(),
             server_cpu_seconds: server_cpu,
             client_cpu_seconds: client_cpu,
@@ -765,6 +772,22 @@ mod tests {
         assert_eq!(plan(now, now), Plan::SendNow { since: now });
         let later = now + Duration::from_millis(1);
         assert_eq!(plan(later, now), Plan::WaitUntil(later));
+    }
+
+    #[test]
+    fn merged_slices_keep_the_mean_and_the_best_slice() {
+        let slice = |requests, seconds| LoadResult {
+            requests,
+            seconds,
+            best_slice_throughput: requests as f64 / seconds,
+            ..LoadResult::empty()
+        };
+        let mut total = LoadResult::empty();
+        total.merge(&slice(1000, 1.0));
+        total.merge(&slice(100, 1.0));
+        assert_eq!(total.requests, 1100);
+        assert!((total.throughput() - 550.0).abs() < 1e-9);
+        assert!((total.best_slice_throughput - 1000.0).abs() < 1e-9);
     }
 
     #[test]
