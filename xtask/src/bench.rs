@@ -40,6 +40,7 @@ mod redis;
 mod report;
 mod saturation;
 mod subject;
+mod tail;
 mod tls_handshake;
 mod tls_load;
 mod tls_part;
@@ -104,6 +105,7 @@ pub fn run(args: &[String]) -> Result<()> {
             memcache_part(&one, &subject, &out_dir, &mut doc)?;
         }
     }
+    tail::tail_step(&o, &subject, &mut doc)?;
     if wants(Part::Http) {
         http_part(&o, &subject, &out_dir, &mut doc)?;
     }

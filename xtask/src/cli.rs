@@ -73,7 +73,7 @@ pub const COMMANDS: &[Command] = &[
         summary: "ringstore vs memcached (and nginx for HTTP), side by side; writes target/bench/",
         flags: &[
             flag("--seconds", "N", "measured seconds per cell, after 1 s of warm-up (default 5)"),
-            flag("--only", "PART", "memcache, http, memory, durable, udp, icount or cores"),
+            flag("--only", "PART", "memcache, tail, http, memory, durable, udp, icount, cores or tls"),
             flag("--binary", "PATH", "the ringstore binary (default: cargo build --release)"),
             flag("--conns", "N", "connections per load generator (default 50)"),
             switch("--self-check", "memcached (and nginx) against themselves"),

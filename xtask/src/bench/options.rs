@@ -6,12 +6,14 @@ use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 
 const USAGE: &str =
-    "usage: cargo xtask bench [--seconds N] [--only memcache|http|memory|durable|udp|icount|cores|tls] [--binary PATH]
+    "usage: cargo xtask bench [--seconds N] [--only memcache|tail|http|memory|durable|udp|icount|cores|tls] [--binary PATH]
                          [--conns N] [--self-check] [--cells get-100-1,set-4096-16,...]
                          [--compare-binary PATH] [--io RUNTIME] [--sub-memory]
 
   --seconds N    measured seconds per cell, after 1 s of warm-up (default 5; durable: at most 10)
   --only PART    run one part: memcache (GET/SET vs memcached), http (GET vs nginx), memory,
+                 tail (GET/SET 100 B, depth 1, 64 connections, each server paced open loop at
+                 70% of its own closed-loop peak: p50/p99/p99.9 from the scheduled send times),
                  durable (SET with --data on disk and tmpfs vs RAM only; recovery of 1M objects),
                  udp (UDP GET over veth: memcached -U, kernel UDP, AF_XDP; needs root),
                  icount (user-space instructions per request under valgrind's callgrind,
@@ -38,6 +40,7 @@ const USAGE: &str =
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Part {
     Memcache,
+    Tail,
     Http,
     Memory,
     Durable,
@@ -68,6 +71,7 @@ pub(super) struct Options {
 fn parse_part(name: &str) -> Result<Part> {
     Ok(match name {
         "memcache" => Part::Memcache,
+        "tail" => Part::Tail,
         "http" => Part::Http,
         "memory" => Part::Memory,
         "durable" => Part::Durable,
@@ -76,7 +80,7 @@ fn parse_part(name: &str) -> Result<Part> {
         "cores" => Part::Cores,
         "tls" => Part::Tls,
         other => bail!(
-            "--only {other:?}: expected memcache, http, memory, durable, udp, icount, cores or tls"
+            "--only {other:?}: expected memcache, tail, http, memory, durable, udp, icount, cores or tls"
         ),
     })
 }
@@ -188,6 +192,7 @@ mod tests {
         assert!(parse(&args(&["--only", "durable"])).unwrap().only == Some(Part::Durable));
         assert!(parse(&args(&["--only", "icount"])).unwrap().only == Some(Part::Icount));
         assert!(parse(&args(&["--only", "tls"])).unwrap().only == Some(Part::Tls));
+        assert!(parse(&args(&["--only", "tail"])).unwrap().only == Some(Part::Tail));
         let o = parse(&args(&[
             "--compare-binary",
             "/t/x86_64-unknown-linux-musl/release/ringstore",
