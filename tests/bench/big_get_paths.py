@@ -4,12 +4,14 @@
 ringstore binary (and memcached as a yardstick). Every server runs on CPU 0
 (`--cores 1`, `memcached -t 1`), the clients on CPU 1: CONNS processes, one connection each
 at depth 1, each reply read to its exact length and compared byte for byte with the value.
-Server CPU is the run time of its threads (/proc/PID/task/*/schedstat) over the timed window; the figure is requests
-completed in that window per server CPU-second. Runs are interleaved (every subject once per
-round), so the subjects see the same load from whatever else runs on the machine.
+Server CPU is the process's utime+stime (/proc/PID/stat) over the timed
+windows; the figure is requests completed in them per server CPU-second. All subjects run at
+once and each cell alternates them in short slices (as `cargo xtask bench --compare-binary`
+does), so they share the load from whatever else runs on the machine.
 
 Usage (from the repository root, with the e2e venv or any python3):
-  python3 tests/bench/big_get_paths.py [--rounds 3] [--seconds 4] NAME=BINARY ... [memcached]
+  python3 tests/bench/big_get_paths.py [--rounds 3] [--seconds 6] [--slices 4] [--sizes 102400,524288]
+      [--paths "get,mg v,binary get"] NAME=BINARY ... [memcached]
 Prints one line per cell and round, then the medians with min-max.
 """
 import argparse
@@ -27,6 +29,7 @@ import conftest  # noqa: E402
 
 SIZES = (100 << 10, 512 << 10)
 KEYS = 32
+TICK = os.sysconf("SC_CLK_TCK")
 CONNS = 4
 
 
@@ -102,15 +105,11 @@ def client(addr, path, size, seed, warm_at, start_at, stop_at, counts, slot):
 
 
 def cpu_seconds(pid):
-    """CPU time of all the process's threads, in ns resolution (schedstat's run time)."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except FileNotFoundError:
-            pass
-    return total / 1e9
+    """utime+stime of the whole process from /proc/PID/stat: unlike a sum over the live
+    threads it keeps the time of threads that exited (io_uring's iou-wrk workers come and go)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def store_all(addr):
@@ -147,10 +146,11 @@ def start(name, binary):
     return server.proc, server.mc
 
 
-def cell(proc, addr, path, size, seconds):
+def slice_once(proc, addr, path, size, seconds):
+    """CONNS clients for `seconds` (after a short warm-up): (requests, server CPU seconds)."""
     counts = multiprocessing.Array("q", CONNS)
     now = time.monotonic()
-    warm_at, start_at = now + 0.3, now + 1.0
+    warm_at, start_at = now + 0.2, now + 0.5
     stop_at = start_at + seconds
     procs = [multiprocessing.Process(target=client, args=(addr, path, size, j * 7, warm_at, start_at, stop_at, counts, j))
              for j in range(CONNS)]
@@ -163,8 +163,22 @@ def cell(proc, addr, path, size, seconds):
     for p in procs:
         p.join()
         assert p.exitcode == 0, f"a client of {path} {size} failed"
-    reqs = sum(counts)
-    return reqs / seconds, reqs / max(cpu1 - cpu0, 1e-6)
+    return sum(counts), cpu1 - cpu0
+
+
+def cell(servers, path, size, seconds, slices):
+    """One cell for every subject, in `slices` alternating slices of seconds/slices each (the
+    order reversed every other slice), so they share the machine's load: name -> (req/s,
+    requests per server CPU-second)."""
+    totals = {name: [0, 0.0] for name in servers}
+    names = list(servers)
+    for k in range(slices):
+        for name in names if k % 2 == 0 else names[::-1]:
+            proc, addr = servers[name]
+            reqs, cpu = slice_once(proc, addr, path, size, seconds / slices)
+            totals[name][0] += reqs
+            totals[name][1] += cpu
+    return {name: (reqs / seconds, reqs / max(cpu, 1e-6)) for name, (reqs, cpu) in totals.items()}
 
 
 values_cache = {}
@@ -173,30 +187,40 @@ values_cache = {}
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--seconds", type=float, default=6.0, help="per cell and subject")
+    ap.add_argument("--slices", type=int, default=4, help="alternating slices per cell")
+    ap.add_argument("--sizes", default="102400,524288", help="value bytes, comma-separated")
+    ap.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, of {list(PATHS)}")
     ap.add_argument("subjects", nargs="+", help="NAME=BINARY, or memcached")
     a = ap.parse_args()
+    global SIZES
+    SIZES = tuple(int(n) for n in a.sizes.split(","))
+    paths = a.paths.split(",")
+    unknown = set(paths) - set(PATHS)
+    if unknown:
+        ap.error(f"unknown paths {sorted(unknown)}")
     for size in SIZES:
         values_cache[size] = values(size)
     subjects = [s.split("=", 1) if "=" in s else (s, None) for s in a.subjects]
     results = {}
     for r in range(a.rounds):
-        order = subjects[r % len(subjects):] + subjects[: r % len(subjects)]
-        for name, binary in order:
-            proc, addr = start(name, binary)
-            try:
-                store_all(addr)
-                for path in PATHS:
-                    for size in SIZES:
-                        rps, per_cpu = cell(proc, addr, path, size, a.seconds)
+        servers = {}
+        try:
+            for name, binary in subjects:
+                servers[name] = start(name, binary)
+                store_all(servers[name][1])
+            for path in paths:
+                for size in SIZES:
+                    for name, (rps, per_cpu) in cell(servers, path, size, a.seconds, a.slices).items():
                         results.setdefault((path, size, name), []).append(per_cpu)
                         print(f"round {r + 1} {name:>10} {path:>10} {size >> 10:>4} KiB: "
                               f"{rps:8.0f} req/s, {per_cpu:8.0f} req per server CPU-s", flush=True)
-            finally:
+        finally:
+            for proc, _ in servers.values():
                 proc.kill()
                 proc.wait()
     print("\nmedian (min-max) GETs per server CPU-second, load average", os.getloadavg())
-    for path in PATHS:
+    for path in paths:
         for size in SIZES:
             row = []
             for name, _ in subjects:
