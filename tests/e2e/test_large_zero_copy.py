@@ -180,12 +180,21 @@ def read_meta_value(sock):
 
 # Each GET path beyond text get/gets/gat/gats (issue 24): the request, and how to read one
 # reply's value.
+# Every flag here leaves the value as it is, so each is a plain read that may pin.
+TTL = (600).to_bytes(4, "big")
 PATHS = {
     "mg v": (lambda: b"mg big v f c\r\n", read_meta_value),
     "mg v T": (lambda: b"mg big v T600\r\n", read_meta_value),
+    "mg v k O s t h l q": (lambda: b"mg big v k Oab12 s t h l q\r\n", read_meta_value),
+    "mg b v k": (lambda: b"mg Ymln b v k\r\n", read_meta_value),
     "binary get": (lambda: binary_get(0x00, b"big"), read_binary_value),
+    "binary getq": (lambda: binary_get(0x09, b"big"), read_binary_value),
     "binary getk": (lambda: binary_get(0x0C, b"big"), read_binary_value),
-    "binary gat": (lambda: binary_get(0x1D, b"big", (600).to_bytes(4, "big")), read_binary_value),
+    "binary getkq": (lambda: binary_get(0x0D, b"big"), read_binary_value),
+    "binary gat": (lambda: binary_get(0x1D, b"big", TTL), read_binary_value),
+    "binary gatq": (lambda: binary_get(0x1E, b"big", TTL), read_binary_value),
+    "binary gatk": (lambda: binary_get(0x23, b"big", TTL), read_binary_value),
+    "binary gatkq": (lambda: binary_get(0x24, b"big", TTL), read_binary_value),
 }
 
 
