@@ -135,11 +135,13 @@ impl SendSlot {
         self.msg.msg_namelen = u32_of(self.name_len);
         self.msg.msg_iov = self.iovs.as_mut_ptr();
         if !self.followers.is_empty() {
-            self.msg.msg_iovlen = self.datagrams();
+            // `as _`: glibc's msghdr lengths are size_t, musl's int and socklen_t; both
+            // values are small (at most GSO_SEGMENTS iovecs, a 24-byte control message).
+            self.msg.msg_iovlen = self.datagrams() as _;
             self.control
                 .set_segment(u16::try_from(self.segment_len).unwrap_or(u16::MAX));
             self.msg.msg_control = self.control.0.as_mut_ptr().cast();
-            self.msg.msg_controllen = self.control.0.len();
+            self.msg.msg_controllen = self.control.0.len() as _;
         } else {
             self.msg.msg_iovlen = 1;
             self.msg.msg_control = std::ptr::null_mut();
