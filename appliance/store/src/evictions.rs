@@ -31,7 +31,7 @@ impl Evicted<'_> {
             key,
             fetched: h.bits & crate::item::FETCHED != 0,
             ttl: (h.exptime != 0).then(|| h.exptime.saturating_sub(now)),
-            idle: now.saturating_sub(h.last_access),
+            idle: now.saturating_sub(h.last_access(now)),
             size: h.value_len,
         }
     }

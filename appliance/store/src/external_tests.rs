@@ -134,7 +134,7 @@ fn a_big_value_is_journaled_whole_and_only_its_stub_stays_in_ram() {
     assert_eq!(st.curr_items, 1);
     assert_eq!(
         st.bytes,
-        (item::header_len(true, big.len()) + 3) as u64,
+        (item::header_len(7, 100, cas, big.len()) + 3) as u64,
         "RAM holds the header (with flags) and the key only"
     );
     let got = s.get(b"big", 1, ReadOpts::default(), |i| {
@@ -229,7 +229,7 @@ fn append_prepend_touch_and_meta_journal_the_full_new_state() {
     assert_eq!(value(&s, b"k").as_deref(), Some(&want[..]));
     assert_eq!(
         s.store().stats().bytes,
-        (item::header_len(true, want.len()) + 1) as u64,
+        (item::header_len(3, 0, c3, want.len()) + 1) as u64,
         "still a stub"
     );
 
@@ -286,8 +286,9 @@ fn append_prepend_touch_and_meta_journal_the_full_new_state() {
     assert_eq!(d.value(b"s").as_deref(), Some(&want_s[..]));
     assert_eq!(
         s.store().stats().bytes,
-        (item::header_len(true, want.len()) + 1 + item::header_len(false, want_s.len()) + 1) as u64,
-        "two stubs (one with flags)"
+        (item::header_len(3, 600, c4, want.len()) + 1 + item::header_len(0, 0, 1, want_s.len()) + 1)
+            as u64,
+        "two stubs (one with flags and the exptime it gained)"
     );
 
     // Delete removes it from both.
@@ -364,7 +365,7 @@ fn load_and_read_through_keep_big_values_as_stubs() {
     s.store().load(b"a", &item, 1).unwrap();
     assert_eq!(
         s.store().stats().bytes,
-        (item::header_len(true, big.len()) + 1) as u64
+        (item::header_len(9, 0, 42, big.len()) + 1) as u64
     );
     let got = s.get(b"a", 1, ReadOpts::default(), |i| {
         i.map(|i| (i.value.to_vec(), i.flags, i.cas))
@@ -381,7 +382,7 @@ fn load_and_read_through_keep_big_values_as_stubs() {
     let st = s.store().stats();
     assert_eq!(
         (st.curr_items, st.bytes),
-        (2, 2 * (item::header_len(true, big.len()) + 1) as u64)
+        (2, 2 * (item::header_len(9, 0, 42, big.len()) + 1) as u64)
     );
     // A large object's manifest is never external, however long.
     let manifest = Fetched {

@@ -353,6 +353,53 @@ impl Shard {
         Ok(new.cas)
     }
 
+    /// Writes the live item at `loc` anew with `exptime` and `cas` (a change its header has
+    /// no room for, `item.rs`), keeping its key, value, flags, bits and last access, and
+    /// points the index at the copy. Returns the copy's place, or `None` when making room
+    /// evicted the item itself; an error when there is no room (the old copy is unchanged).
+    pub(crate) fn rewrite(
+        &mut self,
+        sh: &Shared,
+        hash: u64,
+        loc: Loc,
+        exptime: u32,
+        cas: u64,
+        now: u32,
+    ) -> Result<Option<Loc>, StoreError> {
+        let h = Header::read(self.bytes(loc));
+        let len = item::rewritten_len(&h, exptime, cas);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.extend_from_slice(&self.bytes(loc)[..h.len()]);
+        let placed = self.alloc(sh, len, now, LOCAL);
+        let done = placed.map(|(slot, off)| {
+            let s = self.slot_mut(slot);
+            item::rewrite(&scratch, &h, &mut s.seg.bytes[off..off + len], exptime, cas);
+            s.live_bytes += len;
+            s.live_items += 1;
+            let new = Loc::at(slot, off);
+            let key = item::key(&scratch);
+            let slots = &self.slots;
+            // Making room may have moved (compacted) or evicted the old copy: it is found
+            // by its key wherever it is now.
+            match self
+                .index
+                .replace(hash, |l| l != new && key_at(slots, l) == key, new)
+            {
+                Some(old) => {
+                    self.kill(sh, old);
+                    Some(new)
+                }
+                None => {
+                    self.kill(sh, new);
+                    None
+                }
+            }
+        });
+        self.scratch = scratch;
+        done
+    }
+
     /// Drops every item and returns every segment to the pool (flush_all).
     pub(crate) fn clear(&mut self, sh: &Shared) {
         self.flushed_len = 0;

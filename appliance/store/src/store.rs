@@ -621,15 +621,15 @@ impl Drop for Store {
 }
 
 /// The item whose RAM bytes start at `b[0]`, shown with header `h` and `value` (its RAM
-/// value, or an external item's value read from the device).
-fn item_ref<'a>(b: &'a [u8], h: &Header, value: &'a [u8]) -> ItemRef<'a> {
+/// value, or an external item's value read from the device), as seen at `now`.
+fn item_ref<'a>(b: &'a [u8], h: &Header, value: &'a [u8], now: Time) -> ItemRef<'a> {
     ItemRef {
         key: &b[h.key_start()..h.value_start()],
         value,
         flags: h.flags,
         exptime: h.exptime,
         cas: h.cas,
-        last_access: h.last_access,
+        last_access: h.last_access(now),
         fetched: h.bits & item::FETCHED != 0,
         stale: h.bits & item::STALE != 0,
         win_token_sent: h.bits & item::WIN != 0,

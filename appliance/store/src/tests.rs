@@ -172,6 +172,165 @@ fn read_marks_and_touch() {
     assert_eq!(read(&s, b"k", 100), None, "touched expiry applies");
 }
 
+/// What a client sees of `key`: value, exptime, CAS, last access, fetched, stale, win.
+type Seen = (Vec<u8>, Time, u64, Time, bool, bool, bool);
+
+fn seen(s: &Store, key: &[u8], now: Time) -> Option<Seen> {
+    s.get(key, now, ReadOpts::default(), |i| {
+        i.map(|i| {
+            let v = i.value.to_vec();
+            (
+                v,
+                i.exptime,
+                i.cas,
+                i.last_access,
+                i.fetched,
+                i.stale,
+                i.win_token_sent,
+            )
+        })
+    })
+}
+
+#[test]
+fn an_item_without_exptime_gains_one_by_being_written_anew_and_keeps_the_rest() {
+    // The header has no exptime field for an item stored without one (item.rs): a touch,
+    // `mg T` or a meta change that gives it one writes it anew, 5 bytes longer.
+    let s = store(8 << 20);
+    let cas = put(&s, b"k", b"value", NEVER, 3);
+    let plain = s.stats().bytes;
+    assert_eq!(plain, 11 + 1 + 5, "11-byte header");
+    let touch = |t: Time| ReadOpts {
+        mark_access: true,
+        touch: Some(t),
+        see_large: false,
+    };
+    let shown = s.get(b"k", 40, touch(500), |i| {
+        i.map(|i| (i.key.to_vec(), i.value.to_vec(), i.exptime, i.last_access))
+    });
+    assert_eq!(
+        shown,
+        Some((b"k".to_vec(), b"value".to_vec(), 500, 3)),
+        "the copy's key and value; the last access before this read"
+    );
+    assert_eq!(
+        seen(&s, b"k", 41),
+        Some((b"value".to_vec(), 500, cas, 40, true, false, false)),
+        "same value and CAS; the touch's read is its last access"
+    );
+    assert_eq!(
+        s.stats().bytes,
+        plain + 5,
+        "the second bits byte and the exptime"
+    );
+    assert_eq!(
+        s.stats().curr_items,
+        1,
+        "the old copy is garbage, not an item"
+    );
+    // With the field, later touches are in place; back to never keeps the field.
+    s.get(b"k", 50, touch(NEVER), |_| ());
+    s.get(b"k", 60, touch(900), |_| ());
+    assert_eq!(s.stats().bytes, plain + 5);
+    assert_eq!(seen(&s, b"k", 61).map(|v| (v.1, v.3)), Some((900, 60)));
+    // A meta change (md I T30) on another item without exptime: stale mark, new CAS.
+    let c2 = put(&s, b"m", b"mv", NEVER, 70);
+    s.get(
+        b"m",
+        75,
+        ReadOpts {
+            mark_access: true,
+            ..ReadOpts::default()
+        },
+        |_| (),
+    );
+    let meta = Write::Meta {
+        exptime: 130,
+        stale: true,
+        win_token_sent: true,
+        new_cas: true,
+    };
+    let c3 = s.update(b"m", 80, |_| (meta, ())).expect("meta").cas;
+    assert!(c3 > Some(c2));
+    assert_eq!(
+        seen(&s, b"m", 81),
+        Some((b"mv".to_vec(), 130, c3.expect("cas"), 75, true, true, true))
+    );
+    assert_eq!(read(&s, b"m", 130), None, "the exptime it gained applies");
+}
+
+#[test]
+fn a_cas_unique_over_40_bits_on_a_narrow_item_writes_it_anew() {
+    let s = store(8 << 20);
+    let cas = put(&s, b"k", b"v", NEVER, 1);
+    let big = (1u64 << 40) + 7;
+    let meta = Write::MetaWithCas {
+        exptime: NEVER,
+        stale: false,
+        win_token_sent: false,
+        cas: big,
+    };
+    assert_eq!(
+        s.update(b"k", 2, |_| (meta, ())).expect("meta").cas,
+        Some(big)
+    );
+    assert_ne!(cas, big);
+    assert_eq!(
+        seen(&s, b"k", 3),
+        Some((b"v".to_vec(), NEVER, big, 1, false, false, false))
+    );
+    assert_eq!(
+        s.stats().bytes,
+        11 + 4 + 1 + 1,
+        "the second bits byte and 3 CAS bytes"
+    );
+    // Explicit wide CAS on a new item (meta E) and back to a small one, in place.
+    let explicit = NewMeta {
+        flags: 0,
+        exptime: NEVER,
+        cas: Some(u64::MAX),
+    };
+    let put_wide = Write::Put {
+        value: b"w",
+        meta: explicit,
+    };
+    s.update(b"w", 4, |_| (put_wide, ())).expect("put");
+    assert_eq!(seen(&s, b"w", 5).map(|v| v.2), Some(u64::MAX));
+    let small = Write::MetaWithCas {
+        exptime: NEVER,
+        stale: false,
+        win_token_sent: false,
+        cas: 9,
+    };
+    s.update(b"w", 6, |_| (small, ())).expect("meta");
+    assert_eq!(seen(&s, b"w", 7).map(|v| v.2), Some(9));
+}
+
+#[test]
+fn last_access_survives_the_second_chance_copy() {
+    // A read item is kept by the second chance (copied within its segment) with its last
+    // access; the index still finds it and `l`/`la=` read the same.
+    let s = store(8 << 20);
+    put(&s, b"hot", b"h", NEVER, 1);
+    s.get(
+        b"hot",
+        5,
+        ReadOpts {
+            mark_access: true,
+            ..ReadOpts::default()
+        },
+        |_| (),
+    );
+    let value = [b'x'; 1000];
+    let mut i = 0u32;
+    while s.stats().evictions == 0 {
+        // Up to the first eviction: the oldest segment, with "hot" in it, was compacted.
+        put(&s, format!("fill{i}").as_bytes(), &value, NEVER, 10);
+        i += 1;
+    }
+    assert_eq!(seen(&s, b"hot", 20).map(|v| (v.3, v.4)), Some((5, true)));
+}
+
 #[test]
 fn append_prepend_number_and_limits() {
     let s = store(8 << 20);

@@ -4,7 +4,7 @@
 //! live item bytes plus the index (what memcached's per-item figure compares to), and
 //! whole segments in use plus the index (what the budget is charged, unfilled segment
 //! tails included). memcached 1.6 spends about 56 bytes of header with CAS, plus slab
-//! rounding and its hash table, per item. Here: a 19-byte header and about 10 bytes of
+//! rounding and its hash table, per item. Here: an 11-byte header and about 10 bytes of
 //! index (ADR 0029).
 
 use ringstore_store::{NewMeta, Store, StoreConfig, Write, NEVER};

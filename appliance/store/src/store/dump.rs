@@ -56,7 +56,7 @@ impl Store {
             f(DumpItem {
                 key: &b[h.key_start()..h.value_start()],
                 exptime: h.exptime,
-                last_access: h.last_access,
+                last_access: h.last_access(now),
                 cas: h.cas,
                 fetched: h.bits & item::FETCHED != 0,
                 flags: h.flags,

@@ -93,10 +93,10 @@ impl Store {
         };
         let hash = self.shared.hasher.hash_one(key);
         let mut shard = self.lock(hash, now);
-        let Some(found) = self.find(&mut shard, hash, key, now) else {
+        let Some(mut found) = self.find(&mut shard, hash, key, now) else {
             return Ok((f(None, &mut request), None));
         };
-        let loc = found.loc;
+        let mut loc = found.loc;
         let h = Header::read(shard.bytes(loc));
         if h.bits & item::LARGE != 0 && !opts.see_large {
             return Ok((f(None, &mut request), None));
@@ -123,15 +123,32 @@ impl Store {
                 return Err((e, f));
             }
         }
-        if opts.mark_access || opts.touch.is_some() {
+        if opts.mark_access {
             let b = shard.bytes_mut(loc);
-            if let Some(t) = opts.touch {
-                item::set_exptime(b, t);
-                shown.exptime = t;
-            }
-            if opts.mark_access {
-                item::set_bits(b, h.bits | item::FETCHED | item::ACCESSED);
-                item::set_last_access(b, now);
+            item::set_bits(b, h.bits | item::FETCHED | item::ACCESSED);
+            item::set_last_access(b, now);
+        }
+        if let Some(t) = opts.touch {
+            shown.exptime = t;
+            if !item::set_exptime(shard.bytes_mut(loc), t) {
+                // No exptime field: the item is written anew with one.
+                match shard.rewrite(&self.shared, hash, loc, t, h.cas, now) {
+                    Ok(Some(new)) => {
+                        loc = new;
+                        found.loc = new;
+                        shown = shown.laid_out_as(&Header::read(shard.bytes(new)));
+                    }
+                    Ok(None) => return Ok((f(None, &mut request), None)), // evicted for room
+                    Err(e) => {
+                        if journal.is_some() {
+                            // The device has the new exptime; RAM must not keep the old.
+                            if let Some(l) = shard.lookup(&self.shared, hash, key, now) {
+                                shard.delete(&self.shared, hash, l);
+                            }
+                        }
+                        return Err((e, f));
+                    }
+                }
             }
         }
         // `fetched` and `last_access` are shown as they were before this read (meta h, l, t).
@@ -142,7 +159,7 @@ impl Store {
             request.capped = !request.possible;
         }
         let (b, _, value) = found.view(&shard);
-        let r = f(Some(item_ref(b, &shown, value)), &mut request);
+        let r = f(Some(item_ref(b, &shown, value, now)), &mut request);
         let pin = match request.wanted {
             true => {
                 let (slot, addr, len) = shard.pin(&self.shared, loc);

@@ -31,7 +31,7 @@ impl Store {
         let (write, result) = match &found {
             Some(found) => {
                 let (b, h, value) = found.view(&shard);
-                f(Some(item_ref(b, &h, value)))
+                f(Some(item_ref(b, &h, value, now)))
             }
             None => f(None),
         };
@@ -215,9 +215,26 @@ impl Store {
             })?;
         }
         let b = shard.bytes_mut(loc);
-        item::set_exptime(b, exptime);
-        item::set_bits(b, bits);
-        item::set_cas(b, cas);
+        let loc = if item::set_exptime(b, exptime) && item::set_cas(b, cas) {
+            loc
+        } else {
+            // The header has no room for the exptime or the CAS unique: written anew.
+            let (hash, key, now) = (at.hash, at.key, at.now);
+            match shard.rewrite(&self.shared, hash, loc, exptime, cas, now) {
+                Ok(Some(new)) => new,
+                Ok(None) => return Ok(cas), // evicted to make its own room
+                Err(e) => {
+                    if at.journal.is_some() {
+                        // The device has the new metadata; RAM must not keep the old.
+                        if let Some(l) = shard.lookup(&self.shared, hash, key, now) {
+                            shard.delete(&self.shared, hash, l);
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        };
+        item::set_bits(shard.bytes_mut(loc), bits);
         Ok(cas)
     }
 
