@@ -202,3 +202,24 @@ proptest! {
         prop_assert_eq!((st.pinned_segments, st.orphaned_segments), (0, 0));
     }
 }
+
+#[test]
+fn a_touch_that_writes_a_pinned_item_anew_leaves_the_pinned_bytes_alone() {
+    // The item has no exptime field, so the touch copies it (item.rs); the pinned copy is
+    // killed like an overwritten one and keeps its bytes until the unpin.
+    let s = store(16 << 20);
+    let original = value(3, 200 << 10);
+    put(&s, b"t", &original, 1).unwrap();
+    let p = pin(&s, b"t", 1).expect("pin granted");
+    let touch = ReadOpts {
+        mark_access: true,
+        touch: Some(500),
+        see_large: false,
+    };
+    let got = s.get(b"t", 2, touch, |i| i.map(|i| (i.value.to_vec(), i.exptime)));
+    assert_eq!(got, Some((original.clone(), 500)));
+    churn(&s, 400, 2);
+    assert!(pinned_now(&s, &p) == original, "pinned bytes changed");
+    s.unpin(p);
+    assert_eq!(s.stats().pinned_segments, 0);
+}
