@@ -1,5 +1,6 @@
 //! Reads: `get`, `try_get` and the read they share, under the item's shard lock.
 
+use super::write::Target;
 use super::*;
 
 impl Store {
@@ -132,22 +133,20 @@ impl Store {
             shown.exptime = t;
             if !item::set_exptime(shard.bytes_mut(loc), t) {
                 // No exptime field: the item is written anew with one.
-                match shard.rewrite(&self.shared, hash, loc, t, h.cas, now) {
+                let at = Target {
+                    hash,
+                    key,
+                    now,
+                    journal,
+                };
+                match self.rewrite(&mut shard, at, loc, t, h.cas) {
                     Ok(Some(new)) => {
                         loc = new;
                         found.loc = new;
                         shown = shown.laid_out_as(&Header::read(shard.bytes(new)));
                     }
                     Ok(None) => return Ok((f(None, &mut request), None)), // evicted for room
-                    Err(e) => {
-                        if journal.is_some() {
-                            // The device has the new exptime; RAM must not keep the old.
-                            if let Some(l) = shard.lookup(&self.shared, hash, key, now) {
-                                shard.delete(&self.shared, hash, l);
-                            }
-                        }
-                        return Err((e, f));
-                    }
+                    Err(e) => return Err((e, f)),
                 }
             }
         }

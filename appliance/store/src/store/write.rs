@@ -4,11 +4,11 @@ use super::*;
 
 /// Where one write lands: the key, its hash, the clock and the journal it is recorded in.
 #[derive(Clone, Copy)]
-struct Target<'k, 'j> {
-    hash: u64,
-    key: &'k [u8],
-    now: Time,
-    journal: Option<&'j dyn Journal>,
+pub(super) struct Target<'k, 'j> {
+    pub hash: u64,
+    pub key: &'k [u8],
+    pub now: Time,
+    pub journal: Option<&'j dyn Journal>,
 }
 
 impl Store {
@@ -219,23 +219,33 @@ impl Store {
             loc
         } else {
             // The header has no room for the exptime or the CAS unique: written anew.
-            let (hash, key, now) = (at.hash, at.key, at.now);
-            match shard.rewrite(&self.shared, hash, loc, exptime, cas, now) {
-                Ok(Some(new)) => new,
-                Ok(None) => return Ok(cas), // evicted to make its own room
-                Err(e) => {
-                    if at.journal.is_some() {
-                        // The device has the new metadata; RAM must not keep the old.
-                        if let Some(l) = shard.lookup(&self.shared, hash, key, now) {
-                            shard.delete(&self.shared, hash, l);
-                        }
-                    }
-                    return Err(e);
-                }
+            match self.rewrite(shard, at, loc, exptime, cas)? {
+                Some(new) => new,
+                None => return Ok(cas), // evicted to make its own room
             }
         };
         item::set_bits(shard.bytes_mut(loc), bits);
         Ok(cas)
+    }
+
+    /// [`Shard::rewrite`] of the item at `loc` (already journaled with `exptime` and
+    /// `cas`); when there is no room, a journaled item's RAM copy is dropped, so the
+    /// device's new state is what reads see next.
+    pub(super) fn rewrite(
+        &self,
+        shard: &mut Shard,
+        at: Target<'_, '_>,
+        loc: shard::Loc,
+        exptime: Time,
+        cas: u64,
+    ) -> Result<Option<shard::Loc>, StoreError> {
+        let rewritten = shard.rewrite(&self.shared, at.hash, loc, exptime, cas, at.now);
+        if rewritten.is_err() && at.journal.is_some() {
+            if let Some(l) = shard.lookup(&self.shared, at.hash, at.key, at.now) {
+                shard.delete(&self.shared, at.hash, l);
+            }
+        }
+        rewritten
     }
 
     fn put(
