@@ -77,7 +77,7 @@ pub const COMMANDS: &[Command] = &[
             flag("--binary", "PATH", "the ringstore binary (default: cargo build --release)"),
             flag("--conns", "N", "connections per load generator (default 50)"),
             switch("--self-check", "memcached (and nginx) against themselves"),
-            flag("--cells", "LIST", "only these memcache cells (OP-VALUEBYTES-DEPTH,...)"),
+            flag("--cells", "LIST", "only these memcache cells (OP-VALUEBYTES-DEPTH,...; OP get, set, mg, bget or bgetk)"),
             flag("--compare-binary", "PATH", "this ringstore binary is the memcache baseline"),
             flag("--io", "RUNTIME", "the ringstore subject's --io in the memcache cells (auto, io_uring, epoll)"),
             switch("--sub-memory", "memcache cells: ringstore --numa 0 against itself with simulated --sub-memory"),

@@ -26,6 +26,7 @@ mod dump;
 pub mod expiry;
 mod get;
 mod meta;
+mod prefetch;
 mod sasl;
 mod stats;
 mod storage;
@@ -483,6 +484,10 @@ impl MemcacheSession {
         }
         let limits = ctx.limits();
         self.awaiting = 0;
+        let (keys, n) = prefetch::batch_keys(&buf[pos..]);
+        if n > 1 {
+            ctx.shared.store.prefetch(&keys[..n]);
+        }
         loop {
             if let Some(flow) = self.before_request(
                 ctx,

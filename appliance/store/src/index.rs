@@ -58,6 +58,9 @@ pub(crate) fn slot_id(slot: usize) -> u16 {
 pub(crate) const SLOTS_MAX: usize = u16::MAX as usize;
 
 const SLOT_BITS: u32 = 16;
+
+/// Buckets [`Index::guess`] looks at from a tag's home (runs are short at 7/8 load at most).
+const GUESS_PROBES: usize = 4;
 /// Largest segment whose offsets fit in a word (32 offset bits leave 16 tag bits).
 pub(crate) const SEGMENT_MAX: usize = 1 << 32;
 /// The table is at most `LOAD_NUM / LOAD_DEN` full.
@@ -219,6 +222,27 @@ impl Index {
             }
         }
         None
+    }
+
+    /// The bucket a probe for `hash` reads first; `None` while the table has no buckets.
+    pub(crate) fn home_word(&self, hash: u64) -> Option<&u64> {
+        self.words
+            .get(Self::home(self.tag_of(hash), self.words.len()))
+    }
+
+    /// The first entry near its home whose tag is `hash`'s: where the item for `hash` most
+    /// likely is, without reading any key (what a prefetch needs; a wrong guess costs only
+    /// a cache line).
+    pub(crate) fn guess(&self, hash: u64) -> Option<Loc> {
+        let tag = self.tag_of(hash);
+        let home = Self::home(tag, self.words.len());
+        self.words
+            .iter()
+            .skip(home)
+            .take(GUESS_PROBES)
+            .take_while(|&&w| w != 0)
+            .find(|&&w| self.word_tag(w) == tag)
+            .map(|&w| self.decode(w))
     }
 
     /// The entry under `hash` for which `eq` holds.

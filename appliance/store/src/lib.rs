@@ -40,6 +40,10 @@ pub const KEY_LEN_MAX: usize = u8::MAX as usize;
 /// Largest `item_size_max` a store accepts (offsets inside a segment are 32-bit).
 pub const ITEM_SIZE_MAX_LIMIT: usize = 1 << 30;
 
+/// Most keys one [`Store::prefetch`] call loads ahead (a batch's first 32 requests; the rest
+/// are looked up without it).
+pub const PREFETCH_MAX: usize = 32;
+
 /// Seconds since the store's epoch (the moment the server started), like memcached's `rel_time_t`.
 pub type Time = u32;
 

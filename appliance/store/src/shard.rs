@@ -173,7 +173,33 @@ fn key_at(slots: &[Option<SegSlot>], loc: Loc) -> &[u8] {
     )
 }
 
+/// Bytes of a cache line on the machines ringstore runs on (x86-64).
+const CACHE_LINE: usize = 64;
+
 impl Shard {
+    /// Starts loading the index bucket a look-up of `hash` reads first.
+    pub(crate) fn prefetch_bucket(&self, hash: u64) {
+        if let Some(w) = self.index.home_word(hash) {
+            ringstore_sys::prefetch_read(w);
+        }
+    }
+
+    /// Starts loading the first two cache lines of the item the index most likely holds for
+    /// `hash`: its header and key (what a look-up compares and a write marks), and for small
+    /// items the value too.
+    pub(crate) fn prefetch_item(&self, hash: u64) {
+        let Some(loc) = self.index.guess(hash) else {
+            return;
+        };
+        if let Some(Some(s)) = self.slots.get(loc.slot()) {
+            for at in [loc.off(), loc.off() + CACHE_LINE] {
+                if let Some(b) = s.seg.bytes.get(at) {
+                    ringstore_sys::prefetch_read(b);
+                }
+            }
+        }
+    }
+
     /// An empty shard whose segments are `seg_size` bytes.
     /// `sub_share` is its share of the sub regions' bytes (sizes its score table).
     pub(crate) fn new(seg_size: usize, sub_share: usize) -> Shard {

@@ -781,3 +781,24 @@ fn a_small_budget_keeps_the_same_count_whatever_the_hash_seed() {
     assert_eq!(kept[0].0, 1, "{kept:?}");
     assert!(kept.iter().all(|k| *k == kept[0]), "{kept:?}");
 }
+
+#[test]
+fn a_prefetch_changes_nothing_it_reads_or_marks() {
+    let s = store(64 << 20);
+    // An empty store (no index words yet) and keys it never held.
+    s.prefetch(&[b"absent", b"", &[0xff; 250]]);
+    let keys: Vec<Vec<u8>> = (0..200).map(|i| format!("k{i}").into_bytes()).collect();
+    for (i, k) in keys.iter().enumerate() {
+        put(&s, k, format!("v{i}").as_bytes(), 0, 1);
+    }
+    let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let before = s.stats();
+    // More keys than PREFETCH_MAX: the rest are ignored, not an error.
+    s.prefetch(&refs);
+    s.prefetch(&refs[..2]);
+    assert_eq!(s.stats(), before);
+    assert_eq!(before.curr_items, 200);
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(read(&s, k, 2), Some(format!("v{i}").into_bytes()));
+    }
+}

@@ -12,6 +12,7 @@ mod bpf;
 mod cpus;
 mod epoll;
 mod fs;
+mod hint;
 mod ktls;
 mod mmap;
 mod mounts;
@@ -37,6 +38,7 @@ pub use epoll::{
     Epoll, Readiness, Received, RecvBatch, Transfer, Watch, RECVMMSG_MAX, SENDMMSG_MAX,
 };
 pub use fs::{drop_cached, read_trim};
+pub use hint::prefetch_read;
 pub use ktls::{
     install_kernel_tls, kernel_has_tls, quick_ack, KtlsCipher, KtlsError, KtlsKeys, KTLS_TLS12,
     KTLS_TLS13,

@@ -1,5 +1,7 @@
 //! The memcache cell matrix: value sizes, pipeline depths, keyspace, and a cell's name in both
-//! its `--cells` spelling (`get-100-1`) and its table spelling (`GET 100 B, depth 1`).
+//! its `--cells` spelling (`get-100-1`) and its table spelling (`GET 100 B, depth 1`). Besides
+//! the matrix's text `get` and `set`, `--cells` may name GETs by the meta protocol
+//! (`mg-524288-1`: `mg <key> v`) and the binary one (`bget-…`, `bgetk-…`: GET, GETK).
 
 use super::mcwire::Op;
 use anyhow::{bail, Context, Result};
@@ -27,10 +29,8 @@ pub(super) fn parse_cell(text: &str) -> Result<(Op, usize, usize)> {
     let [op, len, depth] = parts.as_slice() else {
         bail!("cell {text:?}: expected OP-VALUEBYTES-DEPTH")
     };
-    let op = match op.to_ascii_lowercase().as_str() {
-        "get" => Op::Get,
-        "set" => Op::Set,
-        _ => bail!("cell {text:?}: OP is get or set"),
+    let Some(op) = Op::from_token(op) else {
+        bail!("cell {text:?}: OP is one of {}", Op::tokens())
     };
     let len: usize = len
         .parse()
@@ -65,6 +65,33 @@ mod tests {
         assert_eq!(cell_name(Op::Get, 100, 1), "GET 100 B, depth 1");
         assert_eq!(cell_name(Op::Set, 4096, 16), "SET 4 KiB, depth 16");
         assert_eq!(cell_name(Op::Get, 524288, 1), "GET 512 KiB, depth 1");
+        assert_eq!(cell_name(Op::MetaGet, 102400, 1), "mg v 100 KiB, depth 1");
+        assert_eq!(
+            cell_name(Op::BinGet, 524288, 1),
+            "binary GET 512 KiB, depth 1"
+        );
+    }
+
+    #[test]
+    fn meta_and_binary_get_cells_parse() {
+        assert!(matches!(
+            parse_cell("mg-524288-1"),
+            Ok((Op::MetaGet, 524288, 1))
+        ));
+        assert!(matches!(
+            parse_cell("BGET-102400-1"),
+            Ok((Op::BinGet, 102400, 1))
+        ));
+        assert!(matches!(
+            parse_cell("bgetk-100-16"),
+            Ok((Op::BinGetK, 100, 16))
+        ));
+        assert!(parse_cell("mgv-100-1").is_err());
+        for op in [Op::Get, Op::Set, Op::MetaGet, Op::BinGet, Op::BinGetK] {
+            let token = op.token().unwrap_or_default();
+            assert_eq!(Op::from_token(token), Some(op), "{token}");
+        }
+        assert_eq!(Op::RespSet.token(), None);
     }
 
     #[test]

@@ -5,9 +5,10 @@
 //!
 //! Every request of a cell has the same length (the keys are fixed width, `mcwire`), so the
 //! floor counts requests by bytes: `received / request_len`. It runs as its own process,
-//! `xtask bench-floor --port P --op get|set --value-len N`, pinned like the other servers.
+//! `xtask bench-floor --port P --op get|set|mg|bget|bgetk --value-len N`, pinned like the
+//! other servers.
 
-use super::mcwire::{write_key, write_request, Op};
+use super::mcwire::{write_reply, write_request, Op};
 use anyhow::{bail, Context, Result};
 use io_uring::{opcode, types, IoUring};
 use std::net::TcpListener;
@@ -33,18 +34,8 @@ impl Shape {
         let value = vec![b'v'; value_len];
         let mut request = Vec::new();
         write_request(&mut request, op, &value, 0);
-        let reply = match op {
-            Op::Get => {
-                let mut r = b"VALUE ".to_vec();
-                write_key(&mut r, value_len, 0);
-                r.extend_from_slice(format!(" 0 {value_len}\r\n").as_bytes());
-                r.extend_from_slice(&value);
-                r.extend_from_slice(b"\r\nEND\r\n");
-                r
-            }
-            Op::Set => b"STORED\r\n".to_vec(),
-            Op::RespSet => b"+OK\r\n".to_vec(),
-        };
+        let mut reply = Vec::new();
+        write_reply(&mut reply, op, &value, 0);
         Shape {
             request_len: request.len(),
             reply,
@@ -85,18 +76,18 @@ pub fn main(args: &[String]) -> Result<()> {
         match a.as_str() {
             "--port" => port = Some(value()?.parse::<u16>()?),
             "--op" => {
-                op = Some(match value()?.as_str() {
-                    "get" => Op::Get,
-                    "set" => Op::Set,
-                    other => bail!("--op {other}: get or set"),
-                })
+                let token = value()?;
+                op = Some(
+                    Op::from_token(token)
+                        .with_context(|| format!("--op {token}: one of {}", Op::tokens()))?,
+                );
             }
             "--value-len" => value_len = Some(value()?.parse::<usize>()?),
             other => bail!("bench-floor: unknown argument {other}"),
         }
     }
     let (Some(port), Some(op), Some(value_len)) = (port, op, value_len) else {
-        bail!("usage: xtask bench-floor --port P --op get|set --value-len N");
+        bail!("usage: xtask bench-floor --port P --op get|set|mg|bget|bgetk --value-len N");
     };
     let listener = TcpListener::bind(("127.0.0.1", port))?;
     println!("ready");
@@ -270,7 +261,7 @@ impl Floor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::mcwire::{split_reply, Reply};
+    use crate::bench::mcwire::{split_reply, split_reply_for, Reply};
 
     #[test]
     fn replies_are_as_long_as_the_real_ones_and_parse_as_hits() {
@@ -286,6 +277,19 @@ mod tests {
             split_reply(&set.reply),
             Some((Reply::Stored, set.reply.len()))
         );
+        for op in [Op::MetaGet, Op::BinGet, Op::BinGetK] {
+            let shape = Shape::new(op, 102400);
+            assert_eq!(
+                split_reply_for(op, 102400, &shape.reply),
+                Some((Reply::Hit, shape.reply.len())),
+                "{op:?}"
+            );
+        }
+        assert_eq!(
+            Shape::new(Op::MetaGet, 100).request_len,
+            b"mg b100:00000000 v\r\n".len()
+        );
+        assert_eq!(Shape::new(Op::BinGetK, 100).request_len, 24 + 13);
     }
 
     #[test]
@@ -313,5 +317,34 @@ mod tests {
             s.read(&mut [0u8; 1]).is_err(),
             "no reply beyond the requests sent"
         );
+    }
+
+    /// The load generator against a floor that answers `mg` with values of `served` bytes,
+    /// asking for values of `asked` bytes (keys of the same width, so the floor counts alike).
+    fn mg_cell_against_floor(served: usize, asked: usize) -> anyhow::Result<u64> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        std::thread::spawn(move || serve(listener, Shape::new(Op::MetaGet, served)));
+        let spec = crate::bench::loadgen::LoadSpec {
+            port,
+            op: Op::MetaGet,
+            value_len: asked,
+            depth: 1,
+            conns: 2,
+            keyspace: 4,
+            warmup: std::time::Duration::from_millis(20),
+            measure: std::time::Duration::from_millis(100),
+            slices: 1,
+            server_pid: std::process::id(),
+        };
+        let results = crate::bench::loadgen::run(&[spec])?;
+        Ok(results.iter().map(|r| r.requests).sum())
+    }
+
+    #[test]
+    fn a_wrong_answer_fails_an_mg_cell_instead_of_counting() {
+        assert!(mg_cell_against_floor(100, 100).unwrap() > 0);
+        let wrong = mg_cell_against_floor(100, 200).unwrap_err();
+        assert!(format!("{wrong:#}").contains("wrong answer"), "{wrong:#}");
     }
 }

@@ -18,7 +18,7 @@
 //! delayed (no coordinated omission).
 
 use super::hist::Histogram;
-use super::mcwire::{split_reply, write_request, Op, Reply};
+use super::mcwire::{split_reply_for, write_request, Op, Reply};
 use super::procs;
 use anyhow::{bail, Context, Result};
 use io_uring::{opcode, squeue, types, IoUring};
@@ -625,7 +625,16 @@ impl Generator {
         }
         conn.rx_end += result as usize;
         let latency = super::hist::nanos(now - conn.sent_at);
-        while let Some((reply, used)) = split_reply(&conn.rx[conn.rx_start..conn.rx_end]) {
+        let (op, value_len) = (self.spec.op, self.spec.value_len);
+        while let Some((reply, used)) =
+            split_reply_for(op, value_len, &conn.rx[conn.rx_start..conn.rx_end])
+        {
+            if op.is_extra_get() && reply != Reply::Hit {
+                bail!(
+                    "{} {value_len} B: a wrong answer ({reply:?}, {used} bytes), not a hit of {value_len} bytes",
+                    op.name()
+                );
+            }
             conn.rx_start += used;
             conn.replies += 1;
             if measuring {

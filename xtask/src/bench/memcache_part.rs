@@ -1,5 +1,6 @@
 //! The memcache part: every GET/SET cell of the matrix against memcached (or `--compare-binary`),
-//! the subject and the baseline measured in alternating slices.
+//! the subject and the baseline measured in alternating slices; `mg` and binary GET cells
+//! only when `--cells` names them.
 
 use super::cells::{cell_name, keyspace, BIG_VALUE_LENS, DEPTHS, KEYSPACE, VALUE_LENS};
 use super::cpu_table::{cpu_row, CPU_TABLE_HEAD};
@@ -331,15 +332,16 @@ pub(super) fn memcache_part(
         procs::CLIENT_CPU, o.conns, WARMUP.as_secs(), o.seconds, o.seconds.clamp(1, 10)
     ));
 
-    doc.command("floor server (xtask/src/bench/floor.rs), one per cell, started before it and stopped after: taskset -c 0 target/debug/xtask bench-floor --port P --op get|set --value-len N");
+    doc.command("floor server (xtask/src/bench/floor.rs), one per cell, started before it and stopped after: taskset -c 0 target/debug/xtask bench-floor --port P --op get|set|mg|bget|bgetk --value-len N");
     let mut table = Table::new(base_name, name);
     let mut floor_table = Table::new("floor", name);
     let mut cpu = String::from(CPU_TABLE_HEAD);
     let mut first_cell = None;
-    for op in [Op::Get, Op::Set] {
+    for op in [Op::Get, Op::Set, Op::MetaGet, Op::BinGet, Op::BinGetK] {
         for depth in DEPTHS {
             for value_len in value_lens(o) {
-                if !o.cells.is_empty() && !o.cells.contains(&(op, value_len, depth)) {
+                let named = o.cells.contains(&(op, value_len, depth));
+                if !named && (!o.cells.is_empty() || op.is_extra_get()) {
                     continue;
                 }
                 let cell = cell_name(op, value_len, depth);

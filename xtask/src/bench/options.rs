@@ -25,7 +25,10 @@ const USAGE: &str =
   --binary PATH  the ringstore binary (default: cargo build --release -p ringstore)
   --conns N      connections per load generator (default 50)
   --self-check   measure memcached (and nginx) against themselves: every ratio should be ~1.0
-  --cells LIST   only these memcache cells (OP-VALUEBYTES-DEPTH), and no memaslap run
+  --cells LIST   only these memcache cells (OP-VALUEBYTES-DEPTH), and no memaslap run. OP:
+                 get, set (text), mg (`mg <key> v`), bget, bgetk (binary GET, GETK; these
+                 three only when named, every reply must be a hit of the right length);
+                 VALUEBYTES: 100, 4096, or (only when named) 16384, 102400, 524288; DEPTH: 1, 16
   --compare-binary PATH
                  memcache cells: this ringstore binary is the baseline instead of memcached
                  (e.g. the musl build against the glibc build)
@@ -177,6 +180,8 @@ mod tests {
         assert!(o.cells == [(Op::Get, 100, 1), (Op::Set, 4096, 16)]);
         assert!(parse(&args(&["--cells", "get-100-2"])).is_err());
         assert!(parse(&args(&["--cells", "del-100-1"])).is_err());
+        let o = parse(&args(&["--cells", "mg-524288-1,bget-102400-1"])).unwrap();
+        assert!(o.cells == [(Op::MetaGet, 524288, 1), (Op::BinGet, 102400, 1)]);
     }
 
     #[test]

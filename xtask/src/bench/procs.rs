@@ -264,10 +264,8 @@ pub fn start_floor(op: super::mcwire::Op, value_len: usize) -> Result<Pinned> {
     let port = free_port()?;
     let exe = std::env::current_exe().context("the xtask binary")?;
     let mut cmd = pinned(SERVER_CPU, &exe.to_string_lossy());
-    let op_name = match op {
-        super::mcwire::Op::Get => "get",
-        super::mcwire::Op::Set => "set",
-        super::mcwire::Op::RespSet => bail!("the floor server speaks memcache only"),
+    let Some(op_name) = op.token() else {
+        bail!("the floor server speaks memcache only")
     };
     cmd.args(["bench-floor", "--port", &port.to_string(), "--op", op_name])
         .args(["--value-len", &value_len.to_string()]);

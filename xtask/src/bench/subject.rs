@@ -76,7 +76,10 @@ pub(super) fn binary_label(path: &Path) -> String {
         .find(|w| w[1] == "release" || w[1] == "debug")
         .map(|w| w[0].clone())
         .filter(|t| t.contains("-linux-"));
-    format!("ringstore ({})", triple.as_deref().unwrap_or("host"))
+    // A copy under another file name (`/tmp/ringstore-before`) keeps that name, so two
+    // host builds compared with each other are told apart.
+    let file = parts.last().map_or("ringstore", String::as_str);
+    format!("{file} ({})", triple.as_deref().unwrap_or("host"))
 }
 
 #[cfg(test)]
@@ -92,6 +95,10 @@ mod tests {
         assert_eq!(
             binary_label(Path::new("/work/target-bench2/release/ringstore")),
             "ringstore (host)"
+        );
+        assert_eq!(
+            binary_label(Path::new("/tmp/ringstore-copy-mg")),
+            "ringstore-copy-mg (host)"
         );
     }
 }
