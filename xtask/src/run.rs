@@ -3,7 +3,7 @@
 //!
 //! QEMU's serial port is a unix socket that this process relays: to the terminal (raw, ctrl-a
 //! x quits, as QEMU's own stdio does) and to one `ringstore console --socket` client at a time
-//! on `target/appliance/run/console.sock`. Without `--authorized-keys` the image is built with
+//! on `target/appliance/run/console.sock` (`run/console_slot.rs`). Without `--authorized-keys` the image is built with
 //! the test key (TEST KEYS), and a copy of its private half with mode 0600 (ssh-keygen refuses
 //! the checkout's 0644) is what the printed command logs in with.
 
@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::qemu::{self, Serial};
+
+mod console_slot;
+use console_slot::ConsoleSlot;
 
 /// The line before the login command in what `cargo xtask run` prints (the QEMU test finds
 /// the command after it).
@@ -197,12 +200,12 @@ fn relay(qemu: Child, serial: &Path, console: &Path) -> Result<()> {
             }
         }
     };
-    let client: Arc<Mutex<Option<UnixStream>>> = Arc::new(Mutex::new(None));
+    let client = Arc::new(ConsoleSlot::default());
     let _ = std::fs::remove_file(console);
     let listener = UnixListener::bind(console)
         .with_context(|| format!("listening on {}", console.display()))?;
     spawn_guest_reader(guest.try_clone()?, Arc::clone(&client));
-    spawn_client_acceptor(listener, guest.try_clone()?, Arc::clone(&client));
+    console_slot::spawn_acceptor(listener, guest.try_clone()?, Arc::clone(&client));
     let terminal = Terminal::raw();
     let quit = Arc::new(AtomicBool::new(false));
     spawn_terminal_reader(guest, Arc::clone(&qemu), Arc::clone(&quit));
@@ -231,45 +234,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Guest output to the terminal and to the connected console client, if any.
-fn spawn_guest_reader(mut guest: UnixStream, client: Arc<Mutex<Option<UnixStream>>>) {
+fn spawn_guest_reader(mut guest: UnixStream, client: Arc<ConsoleSlot>) {
     std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
         while let Ok(n @ 1..) = guest.read(&mut buf) {
             let mut out = std::io::stdout().lock();
             let _ = out.write_all(&buf[..n]).and_then(|()| out.flush());
-            let mut slot = lock(&client);
-            if let Some(c) = slot.as_mut() {
-                if c.write_all(&buf[..n]).is_err() {
-                    *slot = None;
-                }
-            }
-        }
-    });
-}
-
-/// One console client at a time on `listener`; its bytes go to the guest. A second client
-/// while one is connected is closed at once.
-fn spawn_client_acceptor(
-    listener: UnixListener,
-    guest: UnixStream,
-    client: Arc<Mutex<Option<UnixStream>>>,
-) {
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let mut slot = lock(&client);
-            if slot.is_some() {
-                continue;
-            }
-            let (Ok(reader), Ok(mut to_guest)) = (stream.try_clone(), guest.try_clone()) else {
-                continue;
-            };
-            *slot = Some(stream);
-            drop(slot);
-            let client = Arc::clone(&client);
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut { reader }, &mut to_guest);
-                *lock(&client) = None;
-            });
+            client.write(&buf[..n]);
         }
     });
 }
