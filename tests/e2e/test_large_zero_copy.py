@@ -1,4 +1,4 @@
-"""Big GET values sent from the item (ADR 0027): a value of 16 KiB or more is pinned in the
+"""Big GET values sent from the item (ADR 0027): a value of 4 KiB or more is pinned in the
 arena while its send is in flight instead of being copied per connection. Overwrites,
 evictions and flushes of a pinned value must not change a byte a slow reader still gets;
 the orphaned segment counts against --memory; and no number of clients that never read can
@@ -219,4 +219,31 @@ def test_every_get_path_sends_a_big_value_from_the_item_unchanged(server_factory
     assert int(st["zero_copy_sends"]) > before, st
     assert st["pinned_segments"] == "0" and st["orphaned_segments"] == "0", st
     reader.close()
+    watcher.close()
+
+
+def test_values_from_4_kib_go_from_the_item_in_a_pipelined_batch(server_factory):
+    """The threshold (4 KiB since issue 24) and a depth-16-like batch: 4095-byte values are
+    copied, 4096-byte ones spliced, many splices in one reply (more than one 64-entry iovec),
+    the whole stream byte for byte what the values say."""
+    server = server_factory("--memory", "64MiB", "--cores", "1")
+    values = {b"under": os.urandom(4095), b"at": os.urandom(4096), b"small": b"s" * 100}
+    for key, value in values.items():
+        store(server, key, value)
+    watcher = mc(server)
+    before = int(stats(server, watcher)["zero_copy_sends"])
+    keys = [b"at", b"under", b"small", b"at", b"at"] * 12  # 36 splices in one get
+    requests = [b"get " + b" ".join(keys) + b"\r\n"] + [b"get at\r\n", b"get under\r\n"] * 8
+    expected = b"".join(
+        b"".join(b"VALUE %s 0 %d\r\n%s\r\n" % (k, len(values[k]), values[k]) for k in ks) + b"END\r\n"
+        for ks in [keys] + [[b"at"], [b"under"]] * 8
+    )
+    s = mc(server)
+    s.sendall(b"".join(requests))
+    assert recv_exact(s, len(expected)) == expected
+    spliced = keys.count(b"at") + 8
+    st = wait_for(server, watcher, lambda st: st["pinned_bytes"] == "0", "pin kept after the send")
+    assert int(st["zero_copy_sends"]) - before == spliced, st
+    assert st["pinned_segments"] == "0", st
+    s.close()
     watcher.close()

@@ -134,7 +134,7 @@ counters! {
     xdp_drop,
     /// GET values sent from the item (pinned in the arena, not copied; `zero_copy.rs`).
     zero_copy_sends,
-    /// GET values of at least 16 KiB copied because a pin cap was reached (connection,
+    /// GET values of at least `ZERO_COPY_MIN` (4 KiB) copied because a pin cap was reached (connection,
     /// worker or store).
     zero_copy_fallbacks,
     /// A gauge, not a counter: value bytes pinned for sends in flight now (the owning worker

@@ -15,8 +15,12 @@ use ringstore_store::{Pin, PinRequest};
 
 use crate::{Shared, WorkerStats};
 
-/// Values of at least this many bytes are sent from the item; smaller ones are copied.
-pub const ZERO_COPY_MIN: usize = 16 << 10;
+/// Values of at least this many bytes are sent from the item; smaller ones are copied. 4 KiB
+/// since issue 24: at depth 16 the copy of 4 KiB values into the output was a fifth of the
+/// worker's CPU, and sending them from the item cut GET 4 KiB's server CPU per request by
+/// about 12% there with depth 1 unchanged (ADR 0027's amendment, docs/BENCHMARKS.md); below
+/// 4 KiB the pin bookkeeping and an iovec entry per value are not repaid.
+pub const ZERO_COPY_MIN: usize = 4 << 10;
 /// Value bytes one connection may have pinned at once.
 pub const CONN_PINNED_MAX: usize = 2 << 20;
 /// Value bytes one worker's connections may have pinned at once, together.

@@ -1,7 +1,7 @@
 //! get, gets, gat, gats: produced incrementally, as the client drains them. Each hit's value
 //! is copied once, under the shard lock, into the output buffer, and only while the pending
 //! output is under the high-water mark and the copy fits in the connection-memory budget;
-//! a value of at least 16 KiB on a zero-copy connection is instead pinned in the arena and
+//! a value of at least 4 KiB (`ZERO_COPY_MIN`) on a zero-copy connection is instead pinned in the arena and
 //! spliced into the output by the runtime's send (`zero_copy.rs`), within the pin caps.
 //!
 //! Why a cursor: one command line of a few KB can name the same 1 MiB value thousands of
