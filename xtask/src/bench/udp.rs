@@ -460,7 +460,7 @@ pub(super) fn udp_part(o: &Options, subject: &Subject, doc: &mut Doc) -> Result<
     doc.note(
         "udp: copy mode on veth understates AF_XDP on a real NIC (zero-copy, no skb on receive); \
          veth also does its receive work in softirq on the *sender's* CPU, so the server CPU's \
-         softirq mostly holds transmit work; the machine was shared with parallel builds"
+         softirq mostly holds transmit work (the load lines above say how busy the machine was)"
             .into(),
     );
     for c in commands {
