@@ -368,12 +368,19 @@ pub fn children_cpu_seconds() -> Result<f64> {
 pub struct CoreTicks {
     busy: u64,
     softirq: u64,
+    /// Time the hypervisor ran something else while this vCPU wanted to run (counted in
+    /// busy too): a stall no process on the machine can see or cause.
+    steal: u64,
     total: u64,
 }
 
 impl CoreTicks {
     pub fn read(cpu: usize) -> Result<CoreTicks> {
-        let stat = std::fs::read_to_string("/proc/stat")?;
+        Self::from_stat(&std::fs::read_to_string("/proc/stat")?, cpu)
+    }
+
+    /// The `cpuN` line of a /proc/stat text.
+    fn from_stat(stat: &str, cpu: usize) -> Result<CoreTicks> {
         let name = format!("cpu{cpu}");
         let fields: Vec<u64> = stat
             .lines()
@@ -388,11 +395,18 @@ impl CoreTicks {
         let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
         let total: u64 = fields.iter().sum();
         let softirq = fields.get(6).copied().unwrap_or(0);
+        let steal = fields.get(7).copied().unwrap_or(0);
         Ok(CoreTicks {
             busy: total - idle,
             softirq,
+            steal,
             total,
         })
+    }
+
+    /// Seconds of steal (see the field) between `self` and `later`.
+    pub fn steal_seconds_until(&self, later: &CoreTicks) -> f64 {
+        later.steal.saturating_sub(self.steal) as f64 / ticks_per_second()
     }
 
     /// Percent of the time between `self` and `later` that the CPU was busy.
@@ -510,6 +524,21 @@ mod tests {
         assert!(thread_cpu_seconds().unwrap() > start);
         assert!(process_cpu_seconds(std::process::id()).unwrap() > 0.0);
         assert!(rss_bytes(std::process::id()).unwrap() > 1 << 20);
+    }
+
+    #[test]
+    fn steal_is_the_eighth_field_of_its_cpu_line() {
+        let stat =
+            "cpu  9 0 9 9 0 0 9 9 0 0\ncpu0 1 0 2 50 3 0 4 100 0 0\ncpu1 1 0 2 50 3 0 4 7 0 0\n";
+        let before = CoreTicks::from_stat(stat, 1).unwrap();
+        let later = CoreTicks::from_stat(&stat.replace(" 4 7 ", " 4 207 "), 1).unwrap();
+        let seconds = before.steal_seconds_until(&later);
+        assert!(
+            (seconds - 200.0 / ticks_per_second()).abs() < 1e-9,
+            "{seconds}"
+        );
+        assert_eq!(CoreTicks::from_stat(stat, 0).unwrap().steal, 100);
+        assert!(CoreTicks::from_stat(stat, 2).is_err());
     }
 
     #[test]

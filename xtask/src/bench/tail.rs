@@ -62,8 +62,14 @@ fn all_answered(
 }
 
 /// Runs one cell against every server (alternating slices): closed-loop peaks, then each
-/// paced at `LOAD_FRACTION` of its own peak.
-fn tail_cell(o: &Options, servers: &mut [&mut Pinned], op: Op) -> Result<Vec<Measured>> {
+/// paced at `LOAD_FRACTION` of its own peak. Also returns the host's steal of CPU 0 and CPU 1
+/// (seconds) during the paced slices: on a VM a vCPU descheduled for tens of ms puts that
+/// stall into every request due meanwhile, which a p99 of a few seconds' slices shows.
+fn tail_cell(
+    o: &Options,
+    servers: &mut [&mut Pinned],
+    op: Op,
+) -> Result<(Vec<Measured>, [f64; 2])> {
     let cell = cell_name(op, VALUE_LEN, DEPTH);
     let specs: Vec<loadgen::LoadSpec> = servers.iter().map(|s| spec(o, s, op)).collect();
     eprintln!("bench: tail: {cell}: closed-loop peaks, in alternating slices");
@@ -84,16 +90,20 @@ fn tail_cell(o: &Options, servers: &mut [&mut Pinned], op: Op) -> Result<Vec<Mea
         "bench: tail: {cell}: paced at {rates:.0?} req/s ({:.0}% of each peak)",
         LOAD_FRACTION * 100.0
     );
+    let ticks_before = [procs::CoreTicks::read(0)?, procs::CoreTicks::read(1)?];
     let paced = all_answered(loadgen::run_paced(&specs, &rates)?, specs.len())?;
+    let ticks_after = [procs::CoreTicks::read(0)?, procs::CoreTicks::read(1)?];
     for server in servers.iter_mut() {
         server.check_alive()?;
     }
-    Ok(peaks
+    let steal = [0, 1].map(|c| ticks_before[c].steal_seconds_until(&ticks_after[c]));
+    let measured = peaks
         .into_iter()
         .zip(rates)
         .zip(paced)
         .map(|((peak, rate), paced)| Measured { peak, rate, paced })
-        .collect())
+        .collect();
+    Ok((measured, steal))
 }
 
 /// A row's metric, its reading of a server's results, which way is better, and its decimals.
@@ -203,8 +213,13 @@ fn tail_part(o: &Options, subject: &Subject, doc: &mut Doc) -> Result<()> {
     for op in [Op::Get, Op::Set] {
         let cell = cell_name(op, VALUE_LEN, DEPTH);
         let mut floor = procs::start_floor(op, VALUE_LEN)?;
-        let measured = tail_cell(o, &mut [&mut base, &mut subj, &mut floor], op)
+        let (measured, steal) = tail_cell(o, &mut [&mut base, &mut subj, &mut floor], op)
             .with_context(|| format!("tail {cell}"))?;
+        doc.note(format!(
+            "tail {cell}: the host's steal during the paced slices (all servers'): CPU 0 (servers) {:.0} ms, CPU 1 (client) {:.0} ms",
+            steal[0] * 1e3,
+            steal[1] * 1e3
+        ));
         let [b, s, f] = measured.as_slice() else {
             bail!("tail {cell}: expected three results");
         };
