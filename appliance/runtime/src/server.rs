@@ -87,7 +87,8 @@ impl Server {
         let data = placed
             .durable
             .map(|durable| crate::data::attach(durable, &shared.store, clock));
-        // Kernel TLS where the kernel has it (the io_uring worker calls after_bytes).
+        // Kernel TLS where the kernel has it (both runtimes call after_bytes): this probe alone
+        // decides that the kernel has none; a hand-over one socket refuses stays its own.
         let kernel_tls =
             config.tls.enabled() && !config.tls.user_space_only && crate::sys::kernel_has_tls();
         let certs = crate::tls::load_certs(config, kernel_tls)
@@ -110,8 +111,12 @@ impl Server {
         let handler = Arc::new(Tls::new(
             ServiceHandler(shared.clone()),
             certs,
-            cpus.len(),
-            kernel_tls,
+            crate::tls::TlsSetup {
+                workers: cpus.len(),
+                budget: Arc::clone(&shared.conn_memory),
+                handshake_timeout_ms: config.tls_handshake_timeout_secs.saturating_mul(1000),
+                kernel_offload: kernel_tls,
+            },
         ));
         let xdp = attach_xdp(config, prepared, bound.addrs.udp, &cpus, &shared, clock)?;
         let plane = Plane::start(PlaneSetup {

@@ -208,6 +208,7 @@ fn datapath_and_placement(ctx: &Ctx<'_>, out: &mut Vec<u8>, t: &StatsTotals, sto
         stat(out, "ssl_handshake_errors", t.tls_handshake_errors);
         stat(out, "tls_ktls_tx", t.tls_ktls_tx);
         stat(out, "tls_ktls_rx", t.tls_ktls_rx);
+        stat(out, "tls_ktls_fallbacks", t.tls_ktls_fallbacks);
         stat(
             out,
             "time_since_server_cert_refresh",
