@@ -478,3 +478,29 @@ def test_an_unauthenticated_tls_session_is_closed_at_the_request_timeout(server_
     half = tls_connect(addr, client_context(certs))
     half.sendall(b"set k 0 0 12\r\nalice se")
     assert closed_within(half, 4)
+
+
+def test_a_flood_of_full_handshakes_and_a_clienthello_on_the_plain_ports(server_factory, certs):
+    server = tls_server(server_factory, certs, "--cores", "1")
+    addr = fields(server)["memcache_tls"]
+    base = server.rss_bytes()
+    ctx = client_context(certs)
+    start = time.monotonic()
+    # 400 complete handshakes, each closed at once (half after one request).
+    for i in range(400):
+        with tls_connect(addr, ctx) as s:
+            if i % 2:
+                assert ask(s, b"version\r\n").startswith(b"VERSION ")
+    took = time.monotonic() - start
+    grown = server.rss_bytes() - base
+    print(f"400 full handshakes in {took:.1f} s, RSS +{grown / MiB:.1f} MiB")
+    assert grown < 16 * MiB, grown >> 20
+    assert server.rss_bytes() <= readme_bound(64 * MiB, 64 * MiB, 4096, 1)
+    assert int(stats(server.mc)["tls_handshakes"]) >= 400
+    # A ClientHello on the plain ports: memcache's error, HTTP's 400, then the close.
+    h = hello(certs)
+    got = raw(server.mc, h, timeout=3)
+    assert got.startswith((b"ERROR", b"CLIENT_ERROR")), got
+    got = raw(server.http, h, timeout=3)
+    assert got.startswith(b"HTTP/1.1 400"), got
+    still_serving(server, certs)
