@@ -9,7 +9,9 @@ use ringstore_service::{ServiceConfig, Shared, Store, StoreConfig, Topology as S
 use crate::clock::Clock;
 use crate::handler::ServiceHandler;
 use crate::listeners::LocalAddrs;
-use crate::numa::{bind_memory, bind_thread_to_cpus, choose_node, worker_cpus, MemoryBinding};
+use crate::numa::{
+    bind_memory, bind_thread_to_cpus, choose_serving_node, worker_cpus, MemoryBinding,
+};
 use crate::plane::{Plane, PlaneSetup, Runtime};
 use crate::sys::format_cpus;
 use crate::tls::Tls;
@@ -355,8 +357,12 @@ struct Placed {
 /// store's arena is allocated there.
 fn place(config: &Config) -> Result<Placed, RuntimeError> {
     let topology = Topology::read().map_err(|e| RuntimeError::io("reading /sys topology", e))?;
-    let node = choose_node(&topology, config.numa, &config.listen_ips())?;
-    let mut cpus = worker_cpus(&topology, node, config.cores, &crate::sys::affinity())?;
+    let allowed = crate::sys::affinity();
+    let (node, why) = choose_serving_node(&topology, config.numa, &config.listen_ips(), &allowed)?;
+    if let Some(why) = why {
+        eprintln!("ringstore: {why}");
+    }
+    let mut cpus = worker_cpus(&topology, node, config.cores, &allowed)?;
     let sub_regions =
         crate::numa_sub::sub_regions(&topology, node, config, std::path::Path::new("/sys"))?;
     let durable = match &config.data {
