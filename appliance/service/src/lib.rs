@@ -122,6 +122,8 @@ pub struct Shared {
     /// The TLS certificates (set by the runtime when a TLS listener is on): `refresh_certs`
     /// and the TLS stats.
     pub tls: std::sync::OnceLock<Arc<dyn TlsControl>>,
+    /// `refresh_certs`: one reload a second for the whole server, and its counters.
+    pub refresh_certs: memcache::CertRefreshGate,
     /// memcached's `watch`: the per-worker log rings and who watches (`watch.rs`).
     pub watch: Arc<watch::Hub>,
     /// The workers' I/O runtime, `io_uring` or `epoll` (`stats io_runtime`); set by the
@@ -185,6 +187,7 @@ impl Shared {
             xdp_mode: std::sync::OnceLock::new(),
             auth: std::sync::OnceLock::new(),
             tls: std::sync::OnceLock::new(),
+            refresh_certs: memcache::CertRefreshGate::default(),
             watch,
             io_runtime: std::sync::OnceLock::new(),
         })
