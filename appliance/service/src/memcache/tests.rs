@@ -807,6 +807,9 @@ impl crate::Device for TestDevice {
     fn chunk_len(&self) -> usize {
         0
     }
+    fn region_len(&self) -> u64 {
+        0
+    }
     fn new_object_id(&self) -> u64 {
         0
     }
