@@ -214,6 +214,13 @@ fn datapath_and_placement(ctx: &Ctx<'_>, out: &mut Vec<u8>, t: &StatsTotals, sto
             "time_since_server_cert_refresh",
             tls.secs_since_refresh(),
         );
+        let gate = &shared.refresh_certs;
+        stat(out, "tls_cert_refreshes", gate.done.load(Relaxed));
+        stat(
+            out,
+            "tls_cert_refreshes_refused",
+            gate.refused.load(Relaxed),
+        );
     }
     stat(out, "numa_node", u64::from(shared.topology.numa_node));
     out.extend_from_slice(b"STAT worker_cpus ");
