@@ -155,6 +155,14 @@ fn boot(machine: &Arc<Machine>, on_fatal: &mut OnFatal) -> Result<(), Fatal> {
 
     if let Some(mut config) = config {
         if config.data.as_deref() == Some(std::path::Path::new("auto")) {
+            match bootdisk::grow_data_partition(&ringstore_disk::Layout::builtin()) {
+                Ok(Some(grown)) => {
+                    info!("data {grown}");
+                    machine.state().data_grown = Some(grown);
+                }
+                Ok(None) => {}
+                Err(why) => warn!("data partition not grown: {why}"),
+            }
             match bootdisk::data_partition(&ringstore_disk::Layout::builtin()) {
                 Ok(node) => config.data = Some(node),
                 Err(why) => return Err(data_device_fatal(machine, &why)),

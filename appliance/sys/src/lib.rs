@@ -8,6 +8,7 @@
 //!
 //! Everything is re-exported at the crate root; the runtime imports the crate as `sys`.
 
+mod block;
 mod bpf;
 mod cpus;
 mod epoll;
@@ -25,6 +26,7 @@ mod signals;
 mod tty;
 mod xsk;
 
+pub use block::resize_partition;
 pub use bpf::{
     prog_load_xdp, steer_program, xdp_link_attach, xskmap_clear, xskmap_create, xskmap_set,
     BpfError, Insn, XdpAttach, STEER_PROGRAM_LEN,
