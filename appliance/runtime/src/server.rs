@@ -90,6 +90,13 @@ impl Server {
         // Kernel TLS where the kernel has it (the io_uring worker calls after_bytes).
         let kernel_tls =
             config.tls.enabled() && !config.tls.user_space_only && crate::sys::kernel_has_tls();
+        let _ = shared.start.set(ringstore_service::StartSettings {
+            memcache: bound.addrs.memcache,
+            udp: bound.addrs.udp,
+            idle_timeout_secs: config.idle_timeout_secs,
+            tcp_backlog: crate::sys::LISTEN_BACKLOG.unsigned_abs(),
+            kernel_tls,
+        });
         let certs = crate::tls::load_certs(config, kernel_tls)
             .map_err(|e| RuntimeError::Tls(e.to_string()))?;
         if config.tls.enabled() {
