@@ -333,6 +333,20 @@ pub static KEYS: &[KeyInfo] = &[
         },
     },
     KeyInfo {
+        name: "tls-handshake-timeout",
+        expected: "seconds from 1 to 3600",
+        help: "close a TLS connection whose handshake is not done this many seconds after its accept (default 5)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| match parse_count(v) {
+            Some(n) if (1..=3600).contains(&n) => {
+                c.tls_handshake_timeout_secs = n;
+                Ok(())
+            }
+            _ => Err(()),
+        },
+    },
+    KeyInfo {
         name: "tls-min-version",
         expected: "1.2 or 1.3",
         help: "lowest TLS version accepted (default 1.2)",

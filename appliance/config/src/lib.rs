@@ -134,6 +134,9 @@ pub struct Config {
     pub idle_timeout_secs: u64,
     /// `request-timeout`: seconds a started request may take to arrive whole (slow clients).
     pub request_timeout_secs: u64,
+    /// `tls-handshake-timeout`: seconds a TLS connection may take from its accept to the end
+    /// of its handshake (a stalled handshake is closed then; ADR 0031).
+    pub tls_handshake_timeout_secs: u64,
     /// `hostname`: the host name PID 1 sets and `stats` reports; `None` = the system's.
     pub hostname: Option<String>,
     /// `auth-file`: memcached `-Y` users (`user:password` lines); memcache connections log
@@ -262,6 +265,7 @@ impl Default for Config {
             external_value_min: 64 << 10,
             idle_timeout_secs: 0,
             request_timeout_secs: 10,
+            tls_handshake_timeout_secs: 5,
             hostname: None,
             auth_file: None,
             http_tokens: None,

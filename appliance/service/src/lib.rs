@@ -122,6 +122,10 @@ pub struct Shared {
     /// The TLS certificates (set by the runtime when a TLS listener is on): `refresh_certs`
     /// and the TLS stats.
     pub tls: std::sync::OnceLock<Arc<dyn TlsControl>>,
+    /// `refresh_certs`: one reload a second for the whole server, and its counters.
+    pub refresh_certs: memcache::CertRefreshGate,
+    /// Unfinished large HTTP uploads, by client and region (`http/uploads.rs`).
+    pub uploads: Arc<http::UploadLedger>,
     /// memcached's `watch`: the per-worker log rings and who watches (`watch.rs`).
     pub watch: Arc<watch::Hub>,
     /// The workers' I/O runtime, `io_uring` or `epoll` (`stats io_runtime`); set by the
@@ -187,6 +191,8 @@ impl Shared {
             xdp_mode: std::sync::OnceLock::new(),
             auth: std::sync::OnceLock::new(),
             tls: std::sync::OnceLock::new(),
+            refresh_certs: memcache::CertRefreshGate::default(),
+            uploads: Arc::default(),
             watch,
             io_runtime: std::sync::OnceLock::new(),
             start: std::sync::OnceLock::new(),
@@ -454,8 +460,9 @@ impl Session {
 
     /// The connection's peer, told once after it opened (`watch connevents`).
     pub fn peer_known(&mut self, shared: &Shared, peer: std::net::SocketAddr) {
-        if let SessionKind::Memcache(s) = &mut self.inner {
-            s.peer_known(shared, peer);
+        match &mut self.inner {
+            SessionKind::Memcache(s) => s.peer_known(shared, peer),
+            SessionKind::Http(s) => s.peer_known(peer.ip()),
         }
     }
 

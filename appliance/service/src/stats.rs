@@ -173,6 +173,9 @@ counters! {
     tls_ktls_tx,
     /// TLS sessions whose receiving the kernel took over (kernel TLS RX).
     tls_ktls_rx,
+    /// Finished TLS sessions the kernel refused to take (the socket's TLS ULP failed, e.g.
+    /// the peer already reset): each stays in user space; nothing changes for others.
+    tls_ktls_fallbacks,
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! Session tests of the memcached 1.6 details issue 13 adds: `ms I` storing a stale value,
-//! the `E` flag, the key dump and its streaming, `shutdown`, and the counters memcached
-//! has. Expected bytes were taken from memcached 1.6.18 for the same input where it has
-//! the feature (CAS uniques are ringstore's own: a fresh store counts from 1); the `E`
-//! cases follow memcached 1.6.21's protocol.txt, since 1.6.18 has no `E`.
+//! the `E` flag refused as 1.6.18 refuses it, the key dump and its streaming, `shutdown`,
+//! `refresh_certs`' limits, and the counters memcached has. Expected bytes were taken from
+//! memcached 1.6.18 for the same input where it has the feature (CAS uniques are
+//! ringstore's own: a fresh store counts from 1).
 
 use std::collections::HashMap;
 
@@ -36,27 +36,17 @@ fn ms_invalidate_with_an_older_cas_stores_the_value_stale() {
 }
 
 #[test]
-fn explicit_cas_is_used_wherever_an_item_is_written() {
-    // mg N creates the item with the E value; on a hit nothing is written, CAS unchanged.
+fn explicit_cas_is_an_invalid_flag_as_in_memcached_1_6_18() {
+    // `E` came with 1.6.21; ringstore reports 1.6.18, so every meta command refuses it as
+    // 1.6.18 does (ms swallows its data block), and nothing is written.
     check(
-        b"mg q N30 E77 c v\r\nmg q N30 E78 c v\r\n",
-        b"VA 0 c77 W\r\n\r\nVA 0 c77 Z\r\n\r\n",
+        b"mg q N30 E77 c v\r\nma q N0 J5 E88 c v\r\nset d 0 0 1\r\nx\r\nmd d I E55\r\nmg d c\r\n",
+        b"CLIENT_ERROR invalid flag\r\nCLIENT_ERROR invalid or duplicate flag\r\nSTORED\r\n\
+CLIENT_ERROR invalid or duplicate flag\r\nHD c1\r\n",
     );
-    // ma: created and changed items take E (which does not move the store's own counter:
-    // the next fresh CAS is still 1, as in memcached, where E is the client's business).
     check(
-        b"ma q N0 J5 E88 c v\r\nma q E99 c\r\nma q c v\r\n",
-        b"VA 1 c88\r\n5\r\nHD c99\r\nVA 1 c1\r\n7\r\n",
-    );
-    // md I: the stale item takes E.
-    check(
-        b"set d 0 0 1\r\nx\r\nmd d I E55\r\nmg d c\r\n",
-        b"STORED\r\nHD\r\nHD c55 X W\r\n",
-    );
-    // ms already did; and with I and an older CAS too.
-    check(
-        b"ms a 1 E40\r\nx\r\nms a 1 I C3 E41\r\ny\r\nmg a c v\r\n",
-        b"HD\r\nHD\r\nVA 1 c41 X W\r\ny\r\n",
+        b"ms a 1 E40\r\nx\r\nmg a c v\r\nmg q v\r\n",
+        b"CLIENT_ERROR invalid flag\r\nEN\r\nEN\r\n",
     );
 }
 
@@ -300,4 +290,58 @@ fn stats_settings_lists_the_listeners_and_timeouts() {
         "no",
         "no TLS listener: no kernel TLS"
     );
+}
+
+/// A TLS layer that counts its reloads.
+#[derive(Default)]
+struct CountingCerts(std::sync::atomic::AtomicU64);
+
+impl crate::TlsControl for CountingCerts {
+    fn refresh(&self) -> Result<(), String> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+    fn secs_since_refresh(&self) -> u64 {
+        0
+    }
+    fn settings(&self) -> crate::TlsSettings {
+        crate::TlsSettings {
+            chain_cert: String::new(),
+            key: String::new(),
+            ca_cert: None,
+            verify_mode: 0,
+            min_version: "tlsv1.2",
+        }
+    }
+}
+
+#[test]
+fn refresh_certs_is_refused_over_udp_and_runs_once_a_second() {
+    let shared = shared();
+    let certs = std::sync::Arc::new(CountingCerts::default());
+    let _ = shared.tls.set(certs.clone());
+    let reloads = || certs.0.load(std::sync::atomic::Ordering::Relaxed);
+    // A datagram (the UDP path marks responses): refused, nothing read.
+    let mut udp = Session::new(Protocol::Memcache, 0);
+    udp.mark_responses();
+    let mut out = Vec::new();
+    udp.on_bytes(b"refresh_certs\r\n", NOW, &shared, None, &mut out);
+    assert_eq!(
+        out,
+        b"CLIENT_ERROR refresh_certs is not accepted over UDP\r\n"
+    );
+    assert_eq!(reloads(), 0);
+    // TCP: the first reloads; the next ones within the second do nothing (noreply: silent).
+    let (out, _) = feed(
+        &shared,
+        &[b"refresh_certs\r\nrefresh_certs\r\nrefresh_certs noreply\r\nmn\r\n"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "OK\r\nError refreshing certificates: too soon, at most one refresh a second\r\nMN\r\n"
+    );
+    assert_eq!(reloads(), 1);
+    let (stats, _) = feed(&shared, &[b"stats\r\n"]);
+    assert_eq!(stat(&stats, "tls_cert_refreshes"), "1");
+    assert_eq!(stat(&stats, "tls_cert_refreshes_refused"), "3");
 }

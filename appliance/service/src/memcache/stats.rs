@@ -208,10 +208,18 @@ fn datapath_and_placement(ctx: &Ctx<'_>, out: &mut Vec<u8>, t: &StatsTotals, sto
         stat(out, "ssl_handshake_errors", t.tls_handshake_errors);
         stat(out, "tls_ktls_tx", t.tls_ktls_tx);
         stat(out, "tls_ktls_rx", t.tls_ktls_rx);
+        stat(out, "tls_ktls_fallbacks", t.tls_ktls_fallbacks);
         stat(
             out,
             "time_since_server_cert_refresh",
             tls.secs_since_refresh(),
+        );
+        let gate = &shared.refresh_certs;
+        stat(out, "tls_cert_refreshes", gate.done.load(Relaxed));
+        stat(
+            out,
+            "tls_cert_refreshes_refused",
+            gate.refused.load(Relaxed),
         );
     }
     stat(out, "numa_node", u64::from(shared.topology.numa_node));
