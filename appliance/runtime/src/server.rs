@@ -93,6 +93,7 @@ impl Server {
         // decides that the kernel has none; a hand-over one socket refuses stays its own.
         let kernel_tls =
             config.tls.enabled() && !config.tls.user_space_only && crate::sys::kernel_has_tls();
+        publish_start_settings(&shared, config, &bound.addrs, kernel_tls);
         let certs = crate::tls::load_certs(config, kernel_tls)
             .map_err(|e| RuntimeError::Tls(e.to_string()))?;
         if config.tls.enabled() {
@@ -447,6 +448,18 @@ fn shared_state(
         clock.unix_start(),
     );
     Ok((shared, clock))
+}
+
+/// What `stats settings` reports of the start (memcached's `tcpport`, `udpport`, `inter`,
+/// `idle_timeout`, `tcp_backlog`, `ssl_kernel_tls`): the bound addresses, port 0 resolved.
+fn publish_start_settings(shared: &Shared, config: &Config, addrs: &LocalAddrs, kernel_tls: bool) {
+    let _ = shared.start.set(ringstore_service::StartSettings {
+        memcache: addrs.memcache,
+        udp: addrs.udp,
+        idle_timeout_secs: config.idle_timeout_secs,
+        tcp_backlog: crate::sys::LISTEN_BACKLOG.unsigned_abs(),
+        kernel_tls,
+    });
 }
 
 /// The limits every worker enforces, from `config`.

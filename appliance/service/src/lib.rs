@@ -23,7 +23,7 @@ mod zero_copy_tests;
 
 pub use device::Device;
 pub use ringstore_store::{Backfill, Fetched, Journal, Mutation, Store, StoreConfig, StoreStats};
-pub use stats::{Counter, StatsTotals, WorkerStats};
+pub use stats::{Counter, StartSettings, StatsTotals, WorkerStats};
 
 /// The time as the runtime read it at the start of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +131,8 @@ pub struct Shared {
     /// The workers' I/O runtime, `io_uring` or `epoll` (`stats io_runtime`); set by the
     /// runtime at start.
     pub io_runtime: std::sync::OnceLock<&'static str>,
+    /// Listeners, timeouts and kernel TLS as started (`stats settings`); set by the runtime.
+    pub start: std::sync::OnceLock<StartSettings>,
 }
 
 /// What the service may ask of the TLS layer (ADR 0031).
@@ -193,6 +195,7 @@ impl Shared {
             uploads: Arc::default(),
             watch,
             io_runtime: std::sync::OnceLock::new(),
+            start: std::sync::OnceLock::new(),
         })
     }
 

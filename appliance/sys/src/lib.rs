@@ -51,7 +51,7 @@ pub use net::{
     accept, bind_socket, bind_udp_to_device, eventfd, eventfd_read, eventfd_signal,
     interface_addresses, local_addr, peer_addr, peer_ip, poll_one_readable, poll_readable,
     recv_discard, recv_from, send_nosignal, send_to, set_nodelay, shutdown, socket_addr_of,
-    zeroed_msghdr,
+    zeroed_msghdr, LISTEN_BACKLOG,
 };
 pub use netdev::{add_default_route, set_ipv4, set_up};
 pub use num::{u32_of, usize_of};

@@ -217,7 +217,11 @@ fn counters_memcached_has() {
     assert_eq!(stat(&out, "ssl_enabled"), "no");
     assert_eq!(stat(&out, "auth_enabled_ascii"), "no");
     assert_eq!(stat(&out, "auth_enabled_sasl"), "no");
-    assert!(!out.windows(14).any(|w| w == b"ssl_chain_cert"));
+    // Without TLS, memcached (built with TLS) still lists its TLS settings, unset.
+    assert_eq!(stat(&out, "ssl_chain_cert"), "(null)");
+    assert_eq!(stat(&out, "ssl_ca_cert"), "NULL");
+    assert_eq!(stat(&out, "ssl_session_cache"), "no");
+    assert_eq!(stat(&out, "ssl_kernel_tls"), "no");
     struct Certs;
     impl crate::TlsControl for Certs {
         fn refresh(&self) -> Result<(), String> {
@@ -246,6 +250,46 @@ fn counters_memcached_has() {
     assert_eq!(stat(&out, "ssl_verify_mode"), "3");
     assert_eq!(stat(&out, "ssl_ca_cert"), "NULL");
     assert_eq!(stat(&out, "ssl_min_version"), "tlsv1.3");
+    assert_eq!(stat(&out, "ssl_session_cache"), "yes");
+    assert_eq!(
+        stat(&out, "ssl_kernel_tls"),
+        "no",
+        "the runtime set no kernel TLS"
+    );
+}
+
+/// memcached's `tcpport`, `udpport`, `inter`, `idle_timeout`, `tcp_backlog` (issue 35): what
+/// the runtime bound and was given; without it, memcached's `-p 0 -U 0` form.
+#[test]
+fn stats_settings_lists_the_listeners_and_timeouts() {
+    let shared = shared();
+    let mut s = Session::new(Protocol::Memcache, 0);
+    let mut out = Vec::new();
+    let at = |_| NOW;
+    s.on_bytes(b"stats settings\r\n", at(0), &shared, None, &mut out);
+    // No runtime set the listeners: memcached's -p 0 -U 0 form.
+    assert_eq!(stat(&out, "tcpport"), "0");
+    assert_eq!(stat(&out, "udpport"), "0");
+    assert_eq!(stat(&out, "inter"), "NULL");
+    let _ = shared.start.set(crate::StartSettings {
+        memcache: Some("127.0.0.1:11211".parse().expect("addr")),
+        udp: Some("127.0.0.1:11212".parse().expect("addr")),
+        idle_timeout_secs: 30,
+        tcp_backlog: 1024,
+        kernel_tls: true,
+    });
+    out.clear();
+    s.on_bytes(b"stats settings\r\n", at(5), &shared, None, &mut out);
+    assert_eq!(stat(&out, "tcpport"), "11211");
+    assert_eq!(stat(&out, "udpport"), "11212");
+    assert_eq!(stat(&out, "inter"), "127.0.0.1");
+    assert_eq!(stat(&out, "idle_timeout"), "30");
+    assert_eq!(stat(&out, "tcp_backlog"), "1024");
+    assert_eq!(
+        stat(&out, "ssl_kernel_tls"),
+        "no",
+        "no TLS listener: no kernel TLS"
+    );
 }
 
 /// A TLS layer that counts its reloads.
