@@ -120,9 +120,11 @@ fn serve(args: &[String]) -> ExitCode {
     drop(stdout);
     let signal = loop {
         match signals.wait() {
-            // SIGHUP: the TLS certificates again (CertControl logs the outcome).
+            // SIGHUP: the TLS certificates, the users file and the tokens file again (each
+            // logs its outcome; a file at fault keeps the one in force).
             Ok(libc_sig::SIGHUP) => {
                 let _ = server.reload_certs();
+                let _ = server.reload_auth(&config);
             }
             Ok(signal) => break signal,
             Err(err) => {

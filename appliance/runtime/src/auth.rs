@@ -2,7 +2,7 @@
 //! the start) and again by [`reload`] (SIGHUP, the console); the sessions do the checks.
 
 use ringstore_config::Config;
-use ringstore_service::auth::{Auth, Credentials, HttpTokens, AUTH_FILE_MAX};
+use ringstore_service::auth::{Auth, Credentials, HttpTokens, Reloadable, AUTH_FILE_MAX};
 use ringstore_service::Shared;
 
 use crate::error::RuntimeError;
@@ -84,22 +84,56 @@ pub(crate) fn enable(shared: &Shared, files: Files) {
     let _ = shared.auth.set(auth);
 }
 
-/// Reads the files `config` names again and puts them in force for new logins and new
-/// requests (connections already logged in stay so). For SIGHUP and the console: a file at
-/// fault keeps what was in force and returns why; turning a check on or off needs a
-/// restart. `Ok(false)`: the server runs with neither file.
-pub fn reload(shared: &Shared, config: &Config) -> Result<bool, RuntimeError> {
+/// Reads the files `config` names again (SIGHUP, the console) and puts each that parses in
+/// force: new logins and requests are checked against it, a memcache connection logged in
+/// as a user it no longer has (or whose password changed) is closed (`Session::revoked`,
+/// asked by the worker's next tick and before its next request), and an HTTP request
+/// whose token it no longer has is 401. Each file on its own: one at fault keeps the one
+/// in force, and the log says why on one line. Turning a check on or off needs a restart.
+/// `Ok`: what is in force now (one line); `Err`: why a file was not taken (one line).
+pub fn reload(shared: &Shared, config: &Config) -> Result<String, String> {
     let Some(auth) = shared.auth.get() else {
-        return Ok(false);
+        return Ok("no --auth-file or --http-tokens: nothing to reload".into());
     };
-    let files = load(config)?;
-    if let (Some(now), Some(new)) = (&auth.users, files.users) {
-        eprintln!("ringstore: auth-file reloaded: {} users", new.len());
-        now.replace(new);
+    let mut outcomes = Vec::new();
+    if let (Some(now), Some(path)) = (&auth.users, config.auth_file.as_deref()) {
+        let said = |u: &Credentials| format!("auth-file reloaded: {} users", u.len());
+        outcomes.push(reload_one(now, path, load_users, said, "users"));
     }
-    if let (Some(now), Some(new)) = (&auth.tokens, files.tokens) {
-        eprintln!("ringstore: http-tokens reloaded: {} tokens", new.len());
-        now.replace(new);
+    if let (Some(now), Some(path)) = (&auth.tokens, config.http_tokens.as_deref()) {
+        let said = |t: &HttpTokens| format!("http-tokens reloaded: {} tokens", t.len());
+        outcomes.push(reload_one(now, path, load_tokens, said, "tokens"));
     }
-    Ok(true)
+    for outcome in &outcomes {
+        eprintln!("ringstore: {}", outcome.as_ref().unwrap_or_else(|e| e));
+    }
+    let (done, failed): (Vec<_>, Vec<_>) = outcomes.into_iter().partition(Result::is_ok);
+    if failed.is_empty() {
+        Ok(done.into_iter().flatten().collect::<Vec<_>>().join("; "))
+    } else {
+        Err(failed
+            .into_iter()
+            .filter_map(Result::err)
+            .collect::<Vec<_>>()
+            .join("; "))
+    }
+}
+
+/// Reads `path` with `load` and puts it in force in `now`; a file at fault keeps what is in
+/// force. The log line: `said` of the new contents, or why (the `kept` in force stay).
+fn reload_one<T>(
+    now: &Reloadable<T>,
+    path: &std::path::Path,
+    load: fn(&std::path::Path) -> Result<T, RuntimeError>,
+    said: impl Fn(&T) -> String,
+    kept: &str,
+) -> Result<String, String> {
+    match load(path) {
+        Ok(new) => {
+            let line = said(&new);
+            now.replace(new);
+            Ok(line)
+        }
+        Err(e) => Err(format!("{e}; the {kept} in force stay")),
+    }
 }

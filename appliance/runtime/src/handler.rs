@@ -94,6 +94,12 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn peer_known(&self, session: &mut Self::Session, peer: std::net::SocketAddr) {
         let _ = (session, peer);
     }
+    /// True when a reload took away what let `session`'s connection in (a memcache login
+    /// as a user the users file no longer has): the worker closes it. Asked on every tick.
+    fn revoked(&self, session: &mut Self::Session) -> bool {
+        let _ = session;
+        false
+    }
     fn conn_opened(&self, worker: usize);
     fn conn_closed(&self, worker: usize);
     /// The connection of `session` is gone (before [`Handler::conn_closed`]).
@@ -253,6 +259,9 @@ impl Handler for ServiceHandler {
     }
     fn peer_known(&self, session: &mut Session, peer: std::net::SocketAddr) {
         session.peer_known(&self.0, peer);
+    }
+    fn revoked(&self, session: &mut Session) -> bool {
+        session.revoked(&self.0)
     }
     fn conn_opened(&self, worker: usize) {
         self.0.conn_opened(worker)

@@ -206,13 +206,20 @@ impl Server {
         &self.shared
     }
 
-    /// The NUMA node served from.
-    /// Reads `--auth-file` and `--http-tokens` again (SIGHUP, console): new logins and
-    /// requests are checked against them; a file at fault keeps the old ones (`Err`).
-    pub fn reload_auth(&self, config: &Config) -> Result<bool, RuntimeError> {
+    /// Reads `config`'s `--auth-file` and `--http-tokens` again (SIGHUP, the console's
+    /// `auth reload`) and puts each file that parses in force: new logins and HTTP requests
+    /// are checked against it; a memcache connection logged in as a user the new file no
+    /// longer has, or whose password it changed, is closed at its worker's next tick (within
+    /// 100 ms) and is served no further request; an HTTP request with a token the new file
+    /// no longer has gets 401 (keep-alive connections stay open). A file that cannot be
+    /// read or does not parse keeps the one in force. Each outcome is logged on one line;
+    /// `Ok` says what is in force, `Err` (one line) why a file was not taken. Without either
+    /// flag, nothing to do (turning a check on or off needs a restart).
+    pub fn reload_auth(&self, config: &Config) -> Result<String, String> {
         crate::auth::reload(&self.shared, config)
     }
 
+    /// The NUMA node served from.
     pub fn numa_node(&self) -> u32 {
         self.node
     }

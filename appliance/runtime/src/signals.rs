@@ -1,5 +1,6 @@
-//! SIGTERM/SIGINT as a readable fd (signalfd): the binary blocks them before any thread
-//! starts, waits on the fd, and stops the server gracefully.
+//! SIGTERM/SIGINT (and, for `ringstore serve`, SIGHUP) as a readable fd (signalfd): the
+//! binary blocks them before any thread starts, waits on the fd, and stops the server
+//! gracefully, or on SIGHUP reloads the TLS certificates and the users and tokens files.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
@@ -23,7 +24,8 @@ impl TerminationSignals {
     }
 
     /// [`TerminationSignals::install`] with SIGHUP too (`ringstore serve`: reload the TLS
-    /// certificates); [`TerminationSignals::wait`] then returns it as well.
+    /// certificates, [`crate::Server::reload_certs`], and the users and tokens files,
+    /// [`crate::Server::reload_auth`]); [`TerminationSignals::wait`] then returns it as well.
     pub fn install_with_hangup() -> Result<TerminationSignals, RuntimeError> {
         let set = crate::sys::signal_set(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
         crate::sys::block_signals(&set);
@@ -32,7 +34,8 @@ impl TerminationSignals {
         Ok(TerminationSignals { fd })
     }
 
-    /// Blocks until SIGTERM or SIGINT arrives; returns the signal number.
+    /// Blocks until SIGTERM or SIGINT (or SIGHUP, when installed) arrives; returns the
+    /// signal number.
     pub fn wait(&self) -> Result<i32, RuntimeError> {
         crate::sys::read_signal(self.fd.as_raw_fd())
             .map_err(|e| RuntimeError::io("reading the signalfd", e))

@@ -509,6 +509,9 @@ impl<H: Handler> Handler for Tls<H> {
     fn peer_known(&self, s: &mut Self::Session, peer: std::net::SocketAddr) {
         self.inner.peer_known(&mut s.inner, peer);
     }
+    fn revoked(&self, s: &mut Self::Session) -> bool {
+        self.inner.revoked(&mut s.inner)
+    }
     /// A `watch` session's log lines: sealed like any other output (in the clear once the
     /// kernel holds the keys); nothing while the handshake is under way.
     fn poll_output(&self, s: &mut Self::Session, out: &mut Vec<u8>) -> bool {

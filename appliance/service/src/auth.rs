@@ -6,7 +6,10 @@
 //! constant time (`subtle`), so neither the time a check takes nor anything in memory, the
 //! log or `stats` says how much of a password was right.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use sha2::{Digest, Sha256};
@@ -107,12 +110,45 @@ impl Credentials {
     /// True when `user` with `pass` is a line of the file. Every entry is compared, in
     /// constant time, whatever matched before.
     pub fn check(&self, user: &[u8], pass: &[u8]) -> bool {
-        let (user, pass) = (digest(user), digest(pass));
+        self.login(user, pass).is_some()
+    }
+
+    /// Who `user` with `pass` is, when that is a line of the file (see
+    /// [`Credentials::check`]).
+    pub fn login(&self, user: &[u8], pass: &[u8]) -> Option<Identity> {
+        let who = Identity(Entry {
+            user: digest(user),
+            pass: digest(pass),
+        });
+        self.holds(&who).then_some(who)
+    }
+
+    /// True while `who` (a login this file or an earlier one accepted) is still a line of
+    /// the file, password unchanged. Every entry is compared, in constant time.
+    pub fn holds(&self, who: &Identity) -> bool {
         let found = self.entries.iter().fold(Choice::from(0), |found, e| {
-            found | (e.user.ct_eq(&user) & e.pass.ct_eq(&pass))
+            found | (e.user.ct_eq(&who.0.user) & e.pass.ct_eq(&who.0.pass))
         });
         found.into()
     }
+}
+
+/// Who a connection logged in as: the digests of its `user:password` line, never what the
+/// client sent (a reload asks [`Credentials::holds`] whether the line is still there).
+pub struct Identity(Entry);
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Identity(..)")
+    }
+}
+
+/// A logged-in connection's standing: who it is and the users file (by its
+/// [`Reloadable::generation`]) it was last found in.
+#[derive(Debug)]
+pub struct Standing {
+    who: Identity,
+    generation: u64,
 }
 
 /// The failure log: at most one line per [`AUTH_LOG_INTERVAL_MS`], whatever the rate of
@@ -150,23 +186,64 @@ impl AuthLog {
     }
 }
 
-/// A value a reload may replace while sessions read it (they keep the copy they took).
+/// A value a reload may replace while sessions read it (they keep the copy they took), and
+/// how many times it was replaced: a session compares that generation with the one it saw
+/// (one atomic load) and looks at the value again only when it moved.
 #[derive(Debug)]
-pub struct Reloadable<T>(RwLock<Arc<T>>);
+pub struct Reloadable<T> {
+    value: RwLock<Arc<T>>,
+    generation: AtomicU64,
+}
 
 impl<T> Reloadable<T> {
     pub fn new(value: T) -> Reloadable<T> {
-        Reloadable(RwLock::new(Arc::new(value)))
+        Reloadable {
+            value: RwLock::new(Arc::new(value)),
+            generation: AtomicU64::new(0),
+        }
     }
 
     /// The value now in force.
     pub fn get(&self) -> Arc<T> {
-        Arc::clone(&self.0.read().unwrap_or_else(|e| e.into_inner()))
+        Arc::clone(&self.value.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Replacements so far. A [`Reloadable::get`] after this read returns the value of this
+    /// generation or a later one.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Acquire)
     }
 
     /// Puts `value` in force for every later [`Reloadable::get`].
     pub fn replace(&self, value: T) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(value);
+        let mut now = self.value.write().unwrap_or_else(|e| e.into_inner());
+        *now = Arc::new(value);
+        // Moved while the lock is held: whoever reads the new number then waits for the lock
+        // and gets the new value.
+        self.generation.fetch_add(1, Release);
+    }
+}
+
+impl Reloadable<Credentials> {
+    /// The standing of a login as `user` with `pass`, when the file in force has that line.
+    pub fn login(&self, user: &[u8], pass: &[u8]) -> Option<Standing> {
+        let generation = self.generation();
+        let who = self.get().login(user, pass)?;
+        Some(Standing { who, generation })
+    }
+
+    /// False once a reload removed the line of `standing` (the user, or its password
+    /// changed). Looks at the file only when it was reloaded since the last call.
+    pub fn still_holds(&self, standing: &mut Standing) -> bool {
+        let generation = self.generation();
+        if generation == standing.generation {
+            return true;
+        }
+        let held = self.get().holds(&standing.who);
+        if held {
+            standing.generation = generation;
+        }
+        held
     }
 }
 

@@ -498,6 +498,18 @@ impl Session {
         session
     }
 
+    /// True when the connection must close because a reload took away what let it in: a
+    /// memcache connection logged in as a user the users file no longer has (or whose
+    /// password changed). The runtime asks on every tick; an HTTP connection is never
+    /// closed for this: each request's token is checked against the file in force (a
+    /// removed token's next request is 401).
+    pub fn revoked(&mut self, shared: &Shared) -> bool {
+        match &mut self.inner {
+            SessionKind::Memcache(s) => s.revoked(shared),
+            SessionKind::Http(_) => false,
+        }
+    }
+
     /// True while part of a request is buffered, or a memcache connection has not logged in
     /// under `--auth-file` (the slow-client timer runs only then).
     pub fn has_partial_request(&self) -> bool {

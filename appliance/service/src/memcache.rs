@@ -255,9 +255,16 @@ impl MemcacheSession {
         }
     }
 
-    /// The connection logged in (text `set` login or binary SASL).
-    fn log_in(&mut self) {
-        self.gate = auth::Gate::Open;
+    /// The connection logged in (text `set` login or binary SASL) as `standing`.
+    fn log_in(&mut self, standing: Box<crate::auth::Standing>) {
+        self.gate = auth::Gate::LoggedIn(standing);
+    }
+
+    /// True when the connection logged in as a user that a reload of the users file
+    /// removed (or whose password it changed): the runtime closes it, and
+    /// [`MemcacheSession::on_bytes`] closes it before it reads another request.
+    pub fn revoked(&mut self, shared: &Shared) -> bool {
+        self.gate.revoked(shared)
     }
 
     /// A failed SASL attempt: the connection must log in again.
@@ -267,7 +274,7 @@ impl MemcacheSession {
 
     /// True while the connection has not logged in under `--auth-file`.
     pub fn locked(&self) -> bool {
-        !matches!(self.gate, auth::Gate::Open)
+        !matches!(self.gate, auth::Gate::Open | auth::Gate::LoggedIn(_))
     }
 
     /// From now on, note where each response ends in the output (text protocol, while no
@@ -442,6 +449,10 @@ impl MemcacheSession {
 
     /// Parses and executes requests from `buf`; returns the bytes used and the next step.
     fn run(&mut self, buf: &[u8], ctx: &Ctx<'_>, out: &mut Vec<u8>) -> (usize, Flow) {
+        if self.gate.revoked(ctx.shared) {
+            // Its user left the users file at a reload: no further request is served.
+            return (buf.len(), Flow::Close);
+        }
         let mut held = std::mem::take(&mut self.held);
         let done = self.run_held(buf, ctx, out, &mut held);
         self.held = held;
@@ -477,8 +488,8 @@ impl MemcacheSession {
             match step {
                 auth::Step::More => return (used, Flow::Continue),
                 auth::Step::Close => return (buf.len(), Flow::Close),
-                auth::Step::LoggedIn => {
-                    self.log_in();
+                auth::Step::LoggedIn(standing) => {
+                    self.log_in(standing);
                     pos = used;
                 }
             }

@@ -13,6 +13,7 @@
 //! most its fixed input allowance.
 
 use super::Ctx;
+use crate::auth::Standing;
 
 /// Buffered bytes without a line end after which the connection is closed.
 const LINE_JUNK_MAX: usize = 2048;
@@ -35,10 +36,13 @@ pub(crate) enum Gate {
     /// Not looked at yet (the first bytes decide, from [`crate::Shared::auth`]).
     #[default]
     Unresolved,
-    /// No `--auth-file`, or logged in.
+    /// No `--auth-file`.
     Open,
     /// Not logged in.
     Locked(Login),
+    /// Logged in, as this line of the users file (boxed: only connections that log in
+    /// carry it). A reload that removes the line closes the connection ([`Gate::revoked`]).
+    LoggedIn(Box<Standing>),
 }
 
 impl Gate {
@@ -49,15 +53,26 @@ impl Gate {
             Gate::Open
         }
     }
+
+    /// True when the connection logged in as a user that a reload of the users file has
+    /// since removed (or whose password it changed): the connection is closed. One atomic
+    /// load while the file was not reloaded.
+    pub(crate) fn revoked(&mut self, shared: &crate::Shared) -> bool {
+        let Gate::LoggedIn(standing) = self else {
+            return false;
+        };
+        let users = shared.auth.get().and_then(|a| a.users.as_ref());
+        users.is_some_and(|users| !users.still_holds(standing))
+    }
 }
 
 /// What to do after a login step.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Step {
     /// Input used up: wait for more.
     More,
-    /// Logged in; the rest of the input is ordinary commands.
-    LoggedIn,
+    /// Logged in (as this line of the file); the rest of the input is ordinary commands.
+    LoggedIn(Box<Standing>),
     /// Close without a reply.
     Close,
 }
@@ -85,8 +100,8 @@ impl Login {
                 }
                 pos += len;
                 self.block = None;
-                if self.finish(&rest[..len], ctx) {
-                    break Step::LoggedIn;
+                if let Some(standing) = self.finish(&rest[..len], ctx) {
+                    break Step::LoggedIn(standing);
                 }
             } else {
                 if rest.len() < 2 {
@@ -125,42 +140,39 @@ impl Login {
         }
     }
 
-    /// The data block (`\r\n` included) has arrived: checks it; true when logged in.
-    fn finish(&mut self, block: &[u8], ctx: &Ctx<'_>) -> bool {
+    /// The data block (`\r\n` included) has arrived: checks it; `Some` when logged in.
+    fn finish(&mut self, block: &[u8], ctx: &Ctx<'_>) -> Option<Box<Standing>> {
         let (data, end) = block.split_at(block.len() - 2);
         if end != b"\r\n" {
             self.reply = Some(BAD_TERMINATION);
-            return false;
+            return None;
         }
         let mut words = tokens(c_string(data));
         let (Some(user), Some(pass)) = (words.next(), words.next()) else {
             self.reply = Some(BAD_FORMAT);
-            return false;
+            return None;
         };
-        let ok = check(ctx, user, pass, "memcache text login");
-        self.reply = Some(if ok { STORED } else { FAILURE });
-        ok
+        let standing = check(ctx, user, pass, "memcache text login");
+        self.reply = Some(if standing.is_some() { STORED } else { FAILURE });
+        standing
     }
 }
 
 /// Checks `user`/`pass` against the file in force and counts the attempt (`auth_cmds`,
-/// `auth_errors`); a failure is logged at the bounded rate.
-pub(crate) fn check(ctx: &Ctx<'_>, user: &[u8], pass: &[u8], kind: &str) -> bool {
-    let Some((auth, users)) = ctx
+/// `auth_errors`); a failure is logged at the bounded rate. `Some`: who logged in.
+pub(crate) fn check(ctx: &Ctx<'_>, user: &[u8], pass: &[u8], kind: &str) -> Option<Box<Standing>> {
+    let (auth, users) = ctx
         .shared
         .auth
         .get()
-        .and_then(|a| a.users.as_ref().map(|u| (a, u)))
-    else {
-        return false;
-    };
+        .and_then(|a| a.users.as_ref().map(|u| (a, u)))?;
     ctx.stats.auth_cmds.inc();
-    let ok = users.get().check(user, pass);
-    if !ok {
+    let standing = users.login(user, pass).map(Box::new);
+    if standing.is_none() {
         ctx.stats.auth_errors.inc();
         auth.log.failed(ctx.now.mono_ms, kind);
     }
-    ok
+    standing
 }
 
 /// What C string functions see of `bytes`: up to the first NUL.

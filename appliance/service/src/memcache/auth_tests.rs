@@ -158,29 +158,61 @@ fn attempts_are_counted_and_logged_at_a_bounded_rate() {
     assert!(!stats.contains("secret") && !stats.contains("alice"));
 }
 
+fn reload(shared: &Shared, file: &[u8]) {
+    let users = Credentials::parse(file).unwrap();
+    let auth = shared.auth.get().unwrap();
+    auth.users.as_ref().unwrap().replace(users);
+}
+
 #[test]
-fn a_reload_changes_new_logins_only() {
+fn a_reload_closes_the_sessions_of_removed_users_and_keeps_the_others() {
     let shared = locked();
-    let mut old = Session::for_connection(Protocol::Memcache, 0, &shared);
-    feed(&shared, &mut old, b"set k 0 0 12\r\nalice secret\r\n");
-    let users = Credentials::parse(b"carol:pw2\n").unwrap();
-    shared
-        .auth
-        .get()
-        .unwrap()
-        .users
-        .as_ref()
-        .unwrap()
-        .replace(users);
+    let login = |input: &[u8]| {
+        let mut s = Session::for_connection(Protocol::Memcache, 0, &shared);
+        assert_eq!(feed(&shared, &mut s, input).0, b"STORED\r\n");
+        s
+    };
+    let mut alice = login(b"set k 0 0 12\r\nalice secret\r\n");
+    let mut bob = login(b"set k 0 0 11\r\nbob hunter2\r\n");
+    let mut never = Session::for_connection(Protocol::Memcache, 0, &shared);
+    assert!(!alice.revoked(&shared) && !bob.revoked(&shared));
+    // alice removed, bob's password changed, carol added.
+    reload(&shared, b"carol:pw2\nbob:newpass\nalice2:secret\n");
+    assert!(alice.revoked(&shared), "removed");
+    assert!(bob.revoked(&shared), "password changed");
+    assert!(
+        !never.revoked(&shared),
+        "not logged in: the login gate decides"
+    );
+    assert_eq!(
+        feed(&shared, &mut alice, b"get k\r\n"),
+        (Vec::new(), Flow::Close),
+        "no request of a removed user is served"
+    );
     assert_eq!(
         one_on(&shared, b"set k 0 0 12\r\nalice secret\r\n"),
         "CLIENT_ERROR authentication failure\r\n"
     );
-    assert_eq!(
-        one_on(&shared, b"set k 0 0 9\r\ncarol pw2\r\n"),
-        "STORED\r\n"
-    );
-    assert_eq!(feed(&shared, &mut old, b"get k\r\n").0, b"END\r\n");
+    let mut carol = login(b"set k 0 0 9\r\ncarol pw2\r\n");
+    let mut bob2 = login(b"set k 0 0 11\r\nbob newpass\r\n");
+    // A reload that keeps carol and bob: their sessions stay and are served.
+    reload(&shared, b"bob:newpass\ncarol:pw2\n");
+    assert!(!carol.revoked(&shared) && !bob2.revoked(&shared));
+    assert_eq!(feed(&shared, &mut carol, b"get k\r\n").0, b"END\r\n");
+    assert_eq!(feed(&shared, &mut bob2, b"get k\r\n").0, b"END\r\n");
+    assert_eq!(feed(&shared, &mut never, b"get k\r\n").0, UNAUTH.as_bytes());
+}
+
+#[test]
+fn a_reload_closes_a_binary_sasl_session_of_a_removed_user() {
+    let shared = locked();
+    let mut s = Session::for_connection(Protocol::Memcache, 0, &shared);
+    let (out, _) = feed(&shared, &mut s, &frame(0x21, b"PLAIN", b"\0alice\0secret"));
+    assert_eq!(frames(&out), vec![(0, b"Authenticated".to_vec())]);
+    reload(&shared, b"bob:hunter2\n");
+    assert!(s.revoked(&shared));
+    let (out, flow) = feed(&shared, &mut s, &frame(0x00, b"k", b""));
+    assert_eq!((out.len(), flow), (0, Flow::Close));
 }
 
 fn one_on(shared: &Shared, input: &[u8]) -> String {

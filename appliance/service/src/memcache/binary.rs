@@ -147,8 +147,8 @@ impl MemcacheSession {
             Request::Sasl { mech, data, step } => {
                 // A failed attempt logs an authenticated connection out, as memcached does.
                 match super::sasl::auth(ctx, out, head, mech, data, step) {
-                    Some(true) => self.log_in(),
-                    Some(false) => self.log_out(),
+                    Some(Some(standing)) => self.log_in(standing),
+                    Some(None) => self.log_out(),
                     None => {}
                 }
             }

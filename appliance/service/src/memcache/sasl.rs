@@ -13,6 +13,7 @@ use ringstore_proto::memcache::binary::{response, Head, Request, Status};
 
 use super::auth::check;
 use super::Ctx;
+use crate::auth::Standing;
 
 /// The one mechanism offered.
 const MECHANISMS: &[u8] = b"PLAIN";
@@ -52,8 +53,9 @@ pub(super) fn refused(ctx: &Ctx<'_>, out: &mut Vec<u8>, head: Head, status: Stat
     response::error(out, head, status);
 }
 
-/// `SASL auth` / `SASL step`: whether the connection is now logged in (`None`: no
-/// `--auth-file`, answered "Unknown command").
+/// `SASL auth` / `SASL step`: `Some(Some(who))` when the connection is now logged in,
+/// `Some(None)` when the attempt failed (`None`: no `--auth-file`, answered "Unknown
+/// command").
 pub(super) fn auth(
     ctx: &Ctx<'_>,
     out: &mut Vec<u8>,
@@ -61,7 +63,7 @@ pub(super) fn auth(
     mech: &[u8],
     data: &[u8],
     step: bool,
-) -> Option<bool> {
+) -> Option<Option<Box<Standing>>> {
     if !auth_on(ctx) {
         response::error(out, head, Status::UnknownCommand);
         return None;
@@ -69,7 +71,7 @@ pub(super) fn auth(
     let plain = (!step && mech == MECHANISMS)
         .then(|| plain_message(data))
         .flatten();
-    let ok = match plain {
+    let standing = match plain {
         Some((user, pass)) => check(ctx, user, pass, "memcache SASL PLAIN"),
         None => {
             // Counted like a refused password (memcached counts every failed SASL step).
@@ -78,15 +80,15 @@ pub(super) fn auth(
             if let Some(auth) = ctx.shared.auth.get() {
                 auth.log.failed(ctx.now.mono_ms, "memcache SASL");
             }
-            false
+            None
         }
     };
-    if ok {
+    if standing.is_some() {
         response::text(out, head, b"Authenticated");
     } else {
         response::error(out, head, Status::AuthError);
     }
-    Some(ok)
+    Some(standing)
 }
 
 /// PLAIN's `[authzid] NUL authcid NUL passwd` as (user, password).
