@@ -18,6 +18,7 @@
 //! No `unsafe` here: every syscall goes through `ringstore_sys` (ADR-0017).
 #![forbid(unsafe_code)]
 
+pub mod auth_files;
 pub mod bootdisk;
 pub mod cmdline;
 pub mod config_partition;
@@ -224,6 +225,8 @@ fn effective_cmdline(machine: &Machine, running: &str) -> String {
                 // The console's keys from the partition, for load_credentials after boot.
                 machine.state().partition_keys = bootdisk::read_authorized_keys(&found).transpose();
                 tls = tls_files::at_boot(machine, &found);
+                // The users and tokens files: their paths belong to the same layer.
+                tls.extend(auth_files::at_boot(machine, &found));
                 machine.state().config_partition = Some(found.clone());
                 file = format!(
                     "{} partition {}: {}",

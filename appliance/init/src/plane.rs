@@ -30,6 +30,13 @@ pub trait Serving: Send {
     fn reload_certs(&self) -> Result<(), String> {
         Ok(())
     }
+    /// Reads the users and tokens files `config` names again (`ringstore_runtime::Server::
+    /// reload_auth`): `Ok` what is in force (one line), `Err` why a file was not taken (one
+    /// line; the one in force stays).
+    fn reload_auth(&self, config: &Config) -> Result<String, String> {
+        let _ = config;
+        Err("the users and tokens are not served here".into())
+    }
     /// Open client connections.
     fn connections(&self) -> u64;
     /// The data device's state as the console's `data` shows it (`None` without one).
@@ -223,6 +230,9 @@ impl Serving for RuntimeServer {
     }
     fn reload_certs(&self) -> Result<(), String> {
         self.0.reload_certs()
+    }
+    fn reload_auth(&self, config: &Config) -> Result<String, String> {
+        self.0.reload_auth(config)
     }
     fn draining(&self) -> bool {
         self.0.draining()

@@ -45,6 +45,9 @@ pub struct State {
     /// The config partition's TLS files as boot found them: `None` absent, `Ok` installed in
     /// `tls_files::RUN_DIR`, `Err` refused (why).
     pub tls_files: Option<Result<(), String>>,
+    /// The config partition's `/auth/users` and `/auth/tokens` as boot found them: `None`
+    /// absent, `Ok` installed in `auth_files::RUN_DIR`, `Err` refused (why).
+    pub auth_files: Option<Result<(), String>>,
     /// Worker CPU isolation and the boot arguments this boot gave the next (`tuning/isolation.rs`).
     pub isolation: Isolation,
 }

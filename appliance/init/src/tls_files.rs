@@ -47,29 +47,47 @@ impl std::fmt::Debug for TlsFiles {
 /// without the other, or a file over [`PEM_MAX`], is an error naming it. `fresh`: drop what
 /// the kernel cached of the disk first (a reload after someone wrote the partition).
 pub fn read(found: &Found, fresh: bool) -> Result<Option<TlsFiles>, String> {
-    let what = |e: &dyn std::fmt::Display| {
-        format!(
-            "config partition ({} partition {}): {e}",
-            found.disk.display(),
-            found.number
-        )
-    };
+    let names = ["cert.pem", "key.pem", "ca.pem"];
+    let [cert, key, ca] = read_partition_files(found, fresh, PARTITION_DIR, names, PEM_MAX)?;
+    match (cert, key) {
+        (None, None) => Ok(None),
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles { cert, key, ca })),
+        (Some(_), None) => Err(partition_error(found, "tls/cert.pem without tls/key.pem")),
+        (None, Some(_)) => Err(partition_error(found, "tls/key.pem without tls/cert.pem")),
+    }
+}
+
+/// `config partition (DISK partition N): WHY`.
+pub fn partition_error(found: &Found, why: impl std::fmt::Display) -> String {
+    format!(
+        "config partition ({} partition {}): {why}",
+        found.disk.display(),
+        found.number
+    )
+}
+
+/// Files `names` of folder `dir` of the config partition (`None`: absent), each at most `max`
+/// bytes (a larger one is an error naming it). `fresh`: drop what the kernel cached of the
+/// disk first (a reload after someone wrote the partition). Also `auth_files.rs`'s reader.
+pub fn read_partition_files<const N: usize>(
+    found: &Found,
+    fresh: bool,
+    dir: &str,
+    names: [&str; N],
+    max: u64,
+) -> Result<[Option<Vec<u8>>; N], String> {
+    let what = |e: &dyn std::fmt::Display| partition_error(found, e);
     if fresh {
         let disk = std::fs::File::open(&found.disk).map_err(|e| what(&e))?;
         ringstore_sys::drop_cached(&disk).map_err(|e| what(&e))?;
     }
     let volume = found.open(false).map_err(|e| what(&e))?;
     let fs = fat::open(volume, &fat::DOS_EPOCH).map_err(|e| what(&e))?;
-    let file = |name: &str| {
-        fat::read_file(&fs, &format!("{PARTITION_DIR}/{name}"), PEM_MAX).map_err(|e| what(&e))
-    };
-    let (cert, key, ca) = (file("cert.pem")?, file("key.pem")?, file("ca.pem")?);
-    match (cert, key) {
-        (None, None) => Ok(None),
-        (Some(cert), Some(key)) => Ok(Some(TlsFiles { cert, key, ca })),
-        (Some(_), None) => Err(what(&"tls/cert.pem without tls/key.pem")),
-        (None, Some(_)) => Err(what(&"tls/key.pem without tls/cert.pem")),
+    let mut files = [(); N].map(|()| None);
+    for (file, name) in files.iter_mut().zip(names) {
+        *file = fat::read_file(&fs, &format!("{dir}/{name}"), max).map_err(|e| what(&e))?;
     }
+    Ok(files)
 }
 
 /// Boot: the partition's TLS files into [`RUN_DIR`], recorded in `machine`; the
@@ -120,35 +138,47 @@ pub fn paths(dir: &Path, files: &TlsFiles) -> Vec<(&'static str, PathBuf)> {
 /// a reload never reads half a file; the key 0600. A `ca.pem` no longer on the partition
 /// is removed.
 pub fn install(dir: &Path, files: &TlsFiles) -> Result<(), String> {
-    let failed = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
-    std::fs::create_dir_all(dir).map_err(|e| failed(dir, e))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| failed(dir, e))?;
-    let mut wanted = vec![
-        ("cert.pem", Some(&files.cert), 0o644),
-        ("key.pem", Some(&files.key), 0o600),
-    ];
-    wanted.push(("ca.pem", files.ca.as_ref(), 0o644));
-    for (name, bytes, mode) in wanted {
-        let path = dir.join(name);
-        let Some(bytes) = bytes else {
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(failed(&path, e)),
-                _ => continue,
-            }
-        };
-        let next = dir.join(format!(".{name}.next"));
-        let _ = std::fs::remove_file(&next);
-        let written = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&next)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, bytes));
-        written.map_err(|e| failed(&next, e))?;
-        std::fs::rename(&next, &path).map_err(|e| failed(&path, e))?;
+    make_private_dir(dir)?;
+    write_file(dir, "cert.pem", &files.cert, 0o644)?;
+    write_file(dir, "key.pem", &files.key, 0o600)?;
+    match &files.ca {
+        Some(ca) => write_file(dir, "ca.pem", ca, 0o644),
+        None => remove_file(dir, "ca.pem"),
     }
-    Ok(())
+}
+
+/// Creates `dir` (and its parents) and makes it 0700.
+pub fn make_private_dir(dir: &Path) -> Result<(), String> {
+    let failed = |e: std::io::Error| format!("{}: {e}", dir.display());
+    std::fs::create_dir_all(dir).map_err(failed)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(failed)
+}
+
+/// Writes `bytes` to `dir/name` with `mode` through a temporary file and a rename, so a
+/// reader never sees half a file.
+pub fn write_file(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<(), String> {
+    let failed = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
+    let (path, next) = (dir.join(name), dir.join(format!(".{name}.next")));
+    let _ = std::fs::remove_file(&next);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&next)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, bytes));
+    written.map_err(|e| failed(&next, e))?;
+    std::fs::rename(&next, &path).map_err(|e| failed(&path, e))
+}
+
+/// Removes `dir/name`; absent already is fine.
+pub fn remove_file(dir: &Path, name: &str) -> Result<(), String> {
+    let path = dir.join(name);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("{}: {e}", path.display()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The first certificate of the PEM chain at `path`, summarized.

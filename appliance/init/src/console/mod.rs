@@ -2,6 +2,7 @@
 //! (`session.rs`), every command from one table (`table.rs`), each answering text or `--json`
 //! (`output.rs`). ADR-0023, docs/CONSOLE.md.
 
+mod auth;
 mod certs;
 mod commands;
 mod output;
