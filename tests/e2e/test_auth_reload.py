@@ -10,9 +10,12 @@ import http.client
 import os
 import signal
 import socket
+import ssl
 import time
 
 import pytest
+
+from test_tls import certs, client_context, fields, tls_connect, tls_server  # noqa: F401
 
 USERS = b"alice:secret\nbob:hunter2\ncarol:pw1\n"
 
@@ -103,10 +106,11 @@ def closed_without_sending(s, within):
     s.settimeout(within)
     try:
         return s.recv(100) == b""
-    except ConnectionResetError:
-        return True
     except socket.timeout:
         return False
+    except (ConnectionResetError, ssl.SSLError):
+        # A TLS session closed without close_notify.
+        return True
 
 
 def served(s):
@@ -203,3 +207,25 @@ def test_a_file_that_does_not_parse_keeps_the_one_in_force(srv, files):
     assert served(alice)
     alice.close()
     gone.close()
+
+
+def test_sighup_closes_a_tls_session_of_a_removed_user(server_factory, certs, files):  # noqa: F811
+    users, tokens = files
+    server = tls_server(server_factory, certs, "--memory", "64MiB", "--auth-file", str(users))
+    log = Log(server.proc)
+    addr = fields(server)["memcache_tls"]
+    ctx = client_context(certs)
+    sessions = {}
+    for user, password in (("alice", "secret"), ("bob", "hunter2")):
+        s = tls_connect(addr, ctx)
+        data = f"{user} {password}".encode()
+        s.sendall(b"set k 0 0 %d\r\n%s\r\n" % (len(data), data))
+        assert s.recv(100) == b"STORED\r\n", user
+        sessions[user] = s
+    users.write_bytes(b"alice:secret\n")
+    server.proc.send_signal(signal.SIGHUP)
+    log.wait_for("auth-file reloaded: 1 users")
+    assert closed_without_sending(sessions["bob"], 2.0), "bob's TLS session is still open"
+    assert served(sessions["alice"]), "a kept user's TLS session is served"
+    for s in sessions.values():
+        s.close()
