@@ -7,7 +7,9 @@
 //!
 //! A file that is on the partition is installed at boot even when it does not parse: the
 //! server then refuses to start and says why, rather than serving without the check the
-//! operator asked for.
+//! operator asked for; a partition whose `/auth/` cannot be read keeps the server from
+//! starting too (`serve` in lib.rs), and a refused `/ringstore.toml` does not drop these
+//! files' paths (`effective_cmdline`).
 
 use std::path::{Path, PathBuf};
 

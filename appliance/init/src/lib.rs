@@ -216,6 +216,7 @@ fn effective_cmdline(machine: &Machine, running: &str) -> String {
     let image = std::fs::read_to_string(layers::IMAGE_CMDLINE).unwrap_or_default();
     let mut partition = None;
     let mut tls = Vec::new();
+    let mut auth = Vec::new();
     let mut file = String::new();
     if !image.trim().is_empty() {
         let layout = ringstore_disk::Layout::builtin();
@@ -225,8 +226,7 @@ fn effective_cmdline(machine: &Machine, running: &str) -> String {
                 // The console's keys from the partition, for load_credentials after boot.
                 machine.state().partition_keys = bootdisk::read_authorized_keys(&found).transpose();
                 tls = tls_files::at_boot(machine, &found);
-                // The users and tokens files: their paths belong to the same layer.
-                tls.extend(auth_files::at_boot(machine, &found));
+                auth = auth_files::at_boot(machine, &found);
                 machine.state().config_partition = Some(found.clone());
                 file = format!(
                     "{} partition {}: {}",
@@ -254,22 +254,28 @@ fn effective_cmdline(machine: &Machine, running: &str) -> String {
         Some(Err(why)) => (None, refuse(why)),
         Some(Ok(Some(text))) => (Some(text), PartitionFile::Used { file: file.clone() }),
     };
-    // The certificates' paths belong to the partition's layer: checked with it.
+    // The certificates' and the users and tokens files' paths belong to the partition's layer:
+    // checked with it. A refused ringstore.toml still leaves the users and tokens files in
+    // force: a typo there must not open the data ports to everyone.
+    let with_auth = |mut layers: layers::Layers| {
+        layers.under_partition(auth.clone());
+        layers
+    };
     let with_tls = layers::Layers::build(running, &image, text.as_deref()).map(|mut layers| {
         layers.under_partition(tls);
-        layers
+        with_auth(layers)
     });
     let built = match with_tls {
         Ok(layers) => match layers.partition_fault(running) {
             Some(fault) => {
                 outcome = refuse(fault);
-                Ok(layers.without_partition())
+                Ok(with_auth(layers.without_partition()))
             }
             None => Ok(layers),
         },
         Err(err) => {
             outcome = refuse(err.to_string());
-            layers::Layers::build(running, &image, None)
+            layers::Layers::build(running, &image, None).map(with_auth)
         }
     };
     if let PartitionFile::Used { file } = &outcome {
@@ -297,6 +303,15 @@ fn serve(
     config: &ringstore_config::Config,
     memory_set: bool,
 ) -> Result<(), Fatal> {
+    // The partition holds users or tokens that could not be read: serving without them would
+    // open the data ports to everyone (auth_files.rs).
+    let unread = machine.state().auth_files.clone().and_then(Result::err);
+    if let Some(why) = unread {
+        let why = format!("auth: {why}: not serving without the config partition's /auth/ files");
+        error!("{why}");
+        not_serving(machine, why);
+        return Ok(());
+    }
     let placement = match plane::place(config) {
         Ok(p) => p,
         Err(err) => {
