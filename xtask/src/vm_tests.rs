@@ -2,6 +2,7 @@
 //! socket) and the forwarded data ports. Every wait is bounded; the kernel runs with panic=-1
 //! and QEMU with -no-reboot, so a kernel panic ends QEMU and fails the test that waits.
 
+mod auth;
 mod client;
 mod console;
 mod devrun;

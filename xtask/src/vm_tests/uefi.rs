@@ -240,7 +240,8 @@ pub struct DiskReport {
 /// written before are still there. The first boot also has the default host name, `slots
 /// --json`'s fields and the first boot's tuning state (run-time isolated, `nohz_full` written
 /// for the next boot); the reboot is fully tuned; a third boot, its config partition given a
-/// bad key, serves on the image's settings and says so in `status` and `tuning`.
+/// bad key, serves on the image's settings and says so in `status` and `tuning`, and keeps the
+/// partition's `/auth/tokens` in force; `auth reload` takes a new one (`auth.rs`).
 #[expect(
     clippy::too_many_lines,
     reason = "one machine's three boots in order: the checks of each boot depend on the one before"
@@ -350,11 +351,13 @@ pub fn disk_boots_serves_and_keeps_data(image: &Image) -> Result<DiskReport> {
     vm.poweroff()?;
     drop(vm);
     machine.write_config("max_conns = 999\ncolour = \"red\"\n")?;
+    super::auth::write_tokens(&machine)?;
     let mut vm = machine.boot("uefi_disk_bad_config")?;
     let ready = vm.wait_for(READY, 0, BOOT_LIMIT)?;
     let third_ready_wall = vm.started.elapsed();
     vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
     first_boot::bad_config_reported(&mut vm)?;
+    super::auth::tokens_from_the_partition(&mut vm, &machine)?;
     vm.poweroff()?;
     Ok(DiskReport {
         ready_wall,
