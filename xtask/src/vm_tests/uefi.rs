@@ -198,7 +198,7 @@ fn sized_to_the_machine(vm: &mut Vm) -> Result<()> {
     let status = vm.command("status")?;
     ensure!(
         status.contains("data partition 3 of /dev/vda grown from")
-            && status.contains("data /dev/vda3: block device, 1021 MiB"),
+            && status.contains("data /dev/vda3: block device, 954 MiB"),
         "status after the growth:\n{status}"
     );
     ensure!(
