@@ -99,8 +99,14 @@ fn run_steps(opts: &Options) -> Result<()> {
         eprintln!("{:>8.1}s  {name}", took.as_secs_f64());
     }
     eprintln!("{:>8.1}s  total", started.elapsed().as_secs_f64());
-    // Every step above either passed or returned early with its error.
-    println!("steps: {} passed, 0 failed", timings.len());
+    // Every step above either passed or returned early with its error; what an option left
+    // out is said, not silently absent.
+    let left_out = match (opts.quick, opts.skip_vm) {
+        (true, _) => ", left out by --quick: fuzz smoke, QEMU appliance tests",
+        (false, true) => ", left out by --skip-vm: QEMU appliance tests",
+        (false, false) => "",
+    };
+    println!("steps: {} passed, 0 failed{left_out}", timings.len());
     Ok(())
 }
 
