@@ -278,3 +278,57 @@ def test_object_size_max_is_enforced_before_the_body(server_factory, device):
     status, digest = put_stream(s.http, "x", 8 * MIB)
     assert status == 201
     assert get_hash(s.http, "x") == (200, 8 * MIB, digest)
+
+
+def send_upload(addr, key, declared, sent, source="127.0.0.1"):
+    """A PUT from `source` that declares `declared` bytes and sends up to `sent` of them,
+    then stops with the connection open. Returns the socket; sending stops early when the
+    server has closed."""
+    s = socket.create_connection(addr, timeout=60, source_address=(source, 0))
+    s.sendall(b"PUT /%s HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % (key, declared))
+    try:
+        for i in range(sent // MIB):
+            s.sendall(block(i))
+    except OSError:
+        pass
+    return s
+
+
+def answer_of(s, wait):
+    """What the server answered on `s` within `wait` seconds (b"" for none yet)."""
+    s.settimeout(wait)
+    try:
+        return s.recv(4096)
+    except socket.timeout:
+        return b""
+    except OSError as e:
+        return repr(e).encode()
+
+
+def upload_stats(addr):
+    out = raw(addr, b"stats\r\n", read_until=b"END\r\n")
+    fields = (line.split() for line in out.split(b"\r\n"))
+    return {f[1].decode(): int(f[2]) for f in fields if len(f) == 3 and f[1].startswith(b"data_")}
+
+
+def test_stalled_uploads_of_one_client_leave_room_for_another(server_factory, device):
+    """Issue 35: eight PUTs from one client that declare 400 MiB, send 60 MiB and stall held
+    480 MiB of a 520 MiB region until the request timeout, and another client's 100 MiB PUT
+    got 507 meanwhile. One client's unfinished uploads now hold at most half a region (a
+    client's only upload may use all of it), so the other client's PUT is stored."""
+    s = serve(server_factory, device(600 * MIB), "--cores", "1", "--request-timeout", "60")
+    stalls = [send_upload(s.http, b"stall%d" % i, 400 * MIB, 60 * MIB) for i in range(8)]
+    held = upload_stats(s.mc)
+    legit = send_upload(s.http, b"legit", 100 * MIB, 100 * MIB, source="127.0.0.2")
+    answer = answer_of(legit, 30)
+    legit.close()
+    assert answer.startswith(b"HTTP/1.1 201 Created\r\n"), (answer[:60], held)
+    assert get_hash(s.http, "legit")[:2] == (200, 100 * MIB)
+    region = 65 * 8 * MIB  # 600 MiB less the 75 MiB checkpoint area: 65 segments of 8 MiB
+    assert held["data_reserved_bytes"] <= region // 2 + 8 * MIB, held
+    # The stalls over the bound were answered 507 (and cut); the others still wait.
+    answers = [answer_of(c, 0.5) for c in stalls]
+    refused = [a for a in answers if a.startswith(b"HTTP/1.1 507 ")]
+    assert len(refused) >= 3 and answers.count(b"") >= 4, answers
+    for c in stalls:
+        c.close()

@@ -7,6 +7,7 @@ the mean live size). No node client runs in the e2e suite, so node's `slabs()` i
 import re
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -51,3 +52,32 @@ def test_stats_slabs_is_empty_like_items_on_an_empty_store(server, memcached):
     theirs = raw(memcached, b"stats slabs\r\nstats items\r\n", read_until=b"END\r\nEND\r\n")
     strip = lambda r: re.sub(rb"total_malloced \d+", b"total_malloced N", r)
     assert strip(ours) == strip(theirs) == b"STAT active_slabs 0\r\nSTAT total_malloced N\r\nEND\r\nEND\r\n"
+
+
+def slabs(addr):
+    """`stats slabs` as name -> int."""
+    reply = raw(addr, b"stats slabs\r\n", read_until=b"END\r\n")
+    return {k.decode(): int(v) for k, v in re.findall(rb"STAT (\S+) (\d+)\r\n", reply)}
+
+
+def test_expired_items_room_is_reused_as_memcached_issue_14_asserts(server, memcached):
+    """memcached's t/issue_14.t (issue 35): 10 items of 65 KiB with a 2 s TTL, 10 more after
+    they expired; `total_malloced` stays, and on ringstore no page (segment) is added and
+    only the 10 live items are used chunks: the expired items' memory was reused, not only
+    left out of a statistic."""
+    value = b"B" * 66560
+    batch = lambda first: b"".join(b"set key%d 0 2 66560\r\n%s\r\n" % (k, value)
+                                   for k in range(first, first + 10))
+    servers = (server.mc, memcached)
+    for addr in servers:
+        assert raw(addr, batch(0), read_until=b"STORED\r\n" * 10).count(b"STORED") == 10
+    before = [slabs(addr) for addr in servers]
+    time.sleep(4)
+    for addr in servers:
+        assert raw(addr, batch(10), read_until=b"STORED\r\n" * 10).count(b"STORED") == 10
+    after = [slabs(addr) for addr in servers]
+    for b, a in zip(before, after):
+        assert a["total_malloced"] == b["total_malloced"], (b, a)
+    ours_before, ours_after = before[0], after[0]
+    assert ours_after["1:total_pages"] == ours_before["1:total_pages"] == 1, ours_after
+    assert ours_after["1:used_chunks"] == 10, ours_after

@@ -331,87 +331,6 @@ def test_tls_to_the_plain_port_is_a_memcache_error(server_factory, certs):
     assert raw(server.mc, b"version\r\n").startswith(b"VERSION ")
 
 
-def test_unfinished_handshakes_are_bounded_and_timed_out(server_factory, certs):
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 16384)), hard))
-    # One worker: 128 handshakes in progress at most (runtime/src/tls.rs HANDSHAKES_PER_WORKER).
-    server = tls_server(
-        server_factory, certs, "--request-timeout", "3", "--max-conns", "8192", "--cores", "1"
-    )
-    addr = fields(server)["memcache_tls"]
-    # A real ClientHello, cut short: a handshake message the server must hold.
-    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-    probe = client_context(certs).wrap_bio(incoming, outgoing, server_hostname="localhost")
-    with pytest.raises(ssl.SSLWantReadError):
-        probe.do_handshake()
-    hello = outgoing.read()
-    assert hello[0] == 22 and len(hello) > 100
-    # An open TLS session from before the flood.
-    ctx = client_context(certs)
-    before = tls_connect(addr, ctx)
-    assert ask(before, b"set x 0 0 1\r\n1\r\n") == b"STORED\r\n"
-    base = server.rss_bytes()
-    stalled = []
-    # The first 128 (the handshakes in progress one worker allows) hold the most a handshake
-    # may: a 64 KiB handshake message all but 6 bytes sent, in four records, and a record
-    # behind it all but 384 bytes sent (about 80 KiB each, under INCOMING_MAX).
-    body = b"\x01\x00\xff\xf0" + bytes(65514)
-    worst = b"".join(
-        bytes([22, 3, 1, len(part) >> 8, len(part) & 0xFF]) + part
-        for part in (body[i:i + 16384] for i in range(0, len(body), 16384))
-    ) + bytes([22, 3, 1, 0x40, 0x00]) + bytes(16000)
-    assert 79 << 10 < len(worst) < 82 << 10
-    for i in range(5000):
-        s = socket.create_connection(addr)
-        if i < 128:
-            s.sendall(worst)
-        elif i % 2 == 0:
-            s.sendall(hello[: len(hello) - 10])
-        stalled.append(s)
-    time.sleep(1)
-    grown = server.rss_bytes() - base
-    print(f"5000 unfinished handshakes: RSS +{grown / MiB:.1f} MiB")
-    # README "Memory bound": 128 handshakes per worker x 82 KiB (about 11.5 MiB with rustls'
-    # state), plus the 5,000 connections themselves (a few KiB each: 2.6 KiB measured for an
-    # idle one). Measured here: +23.5 MiB (io_uring), +18.2 MiB (epoll).
-    assert grown < 12 * MiB + 5000 * 4096, f"RSS grew {grown >> 20} MiB"
-    # Past the 128 in progress, a connection's first bytes close it (counted as errors);
-    # those that sent nothing hold no handshake and wait for the timeout.
-    refused = int(stats(server.mc)["tls_handshake_errors"])
-    assert refused == (5000 - 128) // 2, refused
-    # Serving goes on: plain memcache, and the session opened before.
-    assert raw(server.mc, b"get x\r\n", read_until=b"END\r\n") == b"VALUE x 0 1\r\n1\r\nEND\r\n"
-    assert ask(before, b"get x\r\n", b"END\r\n") == b"VALUE x 0 1\r\n1\r\nEND\r\n"
-    # The request timeout closes every unfinished handshake (sent nothing, or half a hello).
-    time.sleep(4.5)
-    closed = 0
-    for s in stalled:
-        s.settimeout(2)
-        try:
-            closed += s.recv(100) == b""
-        except ConnectionError:
-            closed += 1
-        except socket.timeout:
-            pass
-        s.close()
-    assert closed == len(stalled)
-    # Slots are free again: a new client completes its handshake.
-    with tls_connect(addr, ctx) as s:
-        assert ask(s, b"get x\r\n", b"END\r\n") == b"VALUE x 0 1\r\n1\r\nEND\r\n"
-    before.close()
-    assert int(stats(server.mc)["tls_handshake_errors"]) >= 1
-
-
-def test_a_silent_tls_client_is_closed_at_the_request_timeout(server_factory, certs):
-    server = tls_server(server_factory, certs, "--request-timeout", "1")
-    s = socket.create_connection(fields(server)["memcache_tls"], timeout=5)
-    start = time.monotonic()
-    assert s.recv(100) == b""
-    assert 0.8 < time.monotonic() - start < 3.5
-
-
 def test_refresh_certs_and_sighup_change_new_handshakes_only(server_factory, certs, tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     shutil.copy(certs["server.pem"], cert)
@@ -443,8 +362,10 @@ def test_refresh_certs_and_sighup_change_new_handshakes_only(server_factory, cer
         time.sleep(0.1)
     # A broken key: the reload fails, the certificates in use stay.
     key.write_bytes(b"not a key")
+    time.sleep(1.1)  # past the one-refresh-a-second limit: this answer is the broken key's
     reply = ask(old, b"refresh_certs\r\n")
-    assert reply.startswith(b"Error ") and reply.endswith(b"\r\n") and reply.count(b"\r\n") == 1
+    assert reply.startswith(b"Error ") and b"too soon" not in reply, reply
+    assert reply.endswith(b"\r\n") and reply.count(b"\r\n") == 1
     assert served_cert() == "CN=server"
     old.close()
     assert server.alive()
@@ -491,19 +412,27 @@ def test_renegotiation_is_refused(server_factory, certs):
     assert raw(server.mc, b"version\r\n").startswith(b"VERSION ")
 
 
-def test_the_kernel_without_tls_leaves_sessions_in_user_space(server_factory, certs):
-    if os.path.exists("/sys/module/tls"):
-        pytest.skip("this kernel has TLS offload: the QEMU test covers it")
+def test_the_startup_probe_alone_decides_where_sessions_run(server_factory, certs):
+    """On a kernel without TLS (this host) the startup probe says so once and every session
+    runs in user space; where the kernel has it, every session goes to the kernel. Never a
+    per-session fallback on a loopback session that finishes normally (the QEMU test
+    `tls_kernel_offload_and_rotation` has a peer whose reset makes one, counted)."""
+    has_tls = os.path.exists("/sys/module/tls") or (
+        shutil.which("modprobe") is not None
+        and subprocess.run(["modprobe", "-q", "tls"], capture_output=True).returncode == 0
+    )
     server = tls_server(server_factory, certs)
     for _ in range(3):
         with tls_connect(fields(server)["memcache_tls"], client_context(certs)) as s:
             assert ask(s, b"set u 0 0 1\r\n1\r\nget u\r\n", b"END\r\n").endswith(b"END\r\n")
     st = stats(server.mc)
-    assert (st["tls_handshakes"], st["tls_ktls_tx"], st["tls_ktls_rx"]) == ("3", "0", "0")
+    kernel = "3" if has_tls else "0"
+    assert (st["tls_handshakes"], st["tls_ktls_tx"], st["tls_ktls_rx"]) == ("3", kernel, kernel)
+    assert st["tls_ktls_fallbacks"] == "0"
     assert server.stop() == 0
     log = server.proc.stderr.read().decode()
-    # Said once (the first session tried; later ones are not handed over again).
-    assert log.count("tls in user space (the kernel has no TLS") == 1, log
+    line = "tls with kernel offload" if has_tls else "tls in user space (the kernel has no TLS"
+    assert log.count(line) == 1, log
 
 
 def test_a_nagle_client_is_not_held_by_a_delayed_ack(server_factory, certs):

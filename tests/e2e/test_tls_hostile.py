@@ -312,3 +312,195 @@ def test_tickets_resume_in_user_space_and_early_data_is_never_offered(server_fac
                          shell=True, capture_output=True, timeout=20).stdout
     assert b"Reused, TLSv1.3" in out, out[-500:]
     assert b"Early data was not sent" in out and b"Early data was accepted" not in out
+
+
+# --- Stalled handshakes, handshake timeout, the login gate over TLS (issue 35) ---
+
+KiB, MiB = 1 << 10, 1 << 20
+# appliance/tls/src/session.rs HANDSHAKE_STATE_MAX: what a handshake in progress is charged.
+HANDSHAKE_CHARGE = 16 * KiB
+
+
+def readme_bound(memory, conn_memory, max_conns, workers):
+    """README "Memory bound": --memory + --conn-memory + max-conns x 160 KiB + 16 MiB + 4 MiB
+    per worker (handshakes in progress are inside --conn-memory)."""
+    return memory + conn_memory + max_conns * 160 * KiB + 16 * MiB + 4 * MiB * workers
+
+
+def raise_nofile(need):
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert hard >= need, f"RLIMIT_NOFILE hard limit {hard} < {need}: this test cannot run"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, need), hard))
+
+
+def closed_within(sock, seconds):
+    """True when the server closes `sock` within `seconds` (EOF or reset)."""
+    sock.settimeout(seconds)
+    try:
+        while True:
+            if sock.recv(65536) == b"":
+                return True
+    except ConnectionError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def served_within(addr, certs, seconds):
+    """A well-behaved client's handshake and a set/get, timed from its connect."""
+    start = time.monotonic()
+    with tls_connect(addr, client_context(certs), timeout=seconds) as s:
+        got = ask(s, b"set w 0 0 2\r\nok\r\nget w\r\n", b"END\r\n")
+    took = time.monotonic() - start
+    assert got == b"STORED\r\nVALUE w 0 2\r\nok\r\nEND\r\n", got
+    return took
+
+
+def test_ten_thousand_stalled_handshakes_never_lock_a_client_out(server_factory, certs):
+    # Issue 35: 257 half ClientHellos used to lock every new TLS client out for 10 s. Here
+    # 10,000 stalled connections: 128 with the most a handshake may hold (a 64 KiB message
+    # all but sent), then half ClientHellos of 60 bytes, and silent ones.
+    raise_nofile(10_500)
+    server = tls_server(server_factory, certs, "--cores", "1", "--max-conns", "10200")
+    addr = fields(server)["memcache_tls"]
+    h = hello(certs)
+    body = b"\x01\x00\xff\xf0" + bytes(65514)
+    worst = b"".join(
+        bytes([22, 3, 1, len(part) >> 8, len(part) & 0xFF]) + part
+        for part in (body[i:i + 16384] for i in range(0, len(body), 16384))
+    ) + bytes([22, 3, 1, 0x40, 0x00]) + bytes(16000)
+    base = server.rss_bytes()
+    stalled = []
+    try:
+        for i in range(10_000):
+            s = socket.create_connection(addr, timeout=10)
+            if i < 128:
+                s.sendall(worst)
+            elif i % 4:
+                s.sendall(h[:60])
+            stalled.append(s)
+        time.sleep(0.5)
+        # A client arriving now completes its handshake and a set/get within a second.
+        took = [served_within(addr, certs, 5) for _ in range(3)]
+        print(f"10,000 stalled handshakes: served in {max(took):.3f} s; "
+              f"RSS +{(server.rss_bytes() - base) / MiB:.1f} MiB")
+        assert max(took) < 1.0, took
+        assert server.rss_bytes() <= readme_bound(64 * MiB, 64 * MiB, 10200, 1)
+        held = int(stats(server.mc)["tls_handshake_errors"])
+        assert held < 10_000, "most stalled handshakes are still held (not closed at once)"
+    finally:
+        for s in stalled:
+            s.close()
+    still_serving(server, certs)
+
+
+def test_when_memory_is_short_the_longest_stalled_handshake_makes_room(server_factory, certs):
+    # --conn-memory 4 MiB holds 256 handshake charges: 600 stalled half-hellos cannot all be
+    # held; the oldest are dropped (and closed) for the newer ones and for a real client.
+    raise_nofile(2000)
+    server = tls_server(server_factory, certs, "--cores", "1", "--conn-memory", "4MiB")
+    addr = fields(server)["memcache_tls"]
+    h = hello(certs)
+    stalled = []
+    try:
+        for _ in range(600):
+            s = socket.create_connection(addr, timeout=10)
+            s.sendall(h[:60])
+            stalled.append(s)
+            time.sleep(0.001)
+        assert served_within(addr, certs, 5) < 1.0
+        # The first ones connected were dropped for room: closed by the server.
+        assert all(closed_within(s, 2) for s in stalled[:100])
+        # The newest are still held (their handshake could go on).
+        assert not any(closed_within(s, 0.05) for s in stalled[-50:])
+        st = stats(server.mc)
+        assert int(st["tls_handshake_errors"]) >= 600 - (4 * MiB) // HANDSHAKE_CHARGE
+        assert int(st["conn_memory_bytes"]) <= 4 * MiB
+    finally:
+        for s in stalled:
+            s.close()
+    still_serving(server, certs)
+
+
+def test_a_stalled_or_silent_handshake_is_closed_at_the_handshake_timeout(server_factory, certs):
+    server = tls_server(server_factory, certs, "--tls-handshake-timeout", "2", "--request-timeout", "60")
+    addr = fields(server)["memcache_tls"]
+    h = hello(certs)
+    silent = socket.create_connection(addr, timeout=10)
+    half = socket.create_connection(addr, timeout=10)
+    half.sendall(h[:60])
+    whole = socket.create_connection(addr, timeout=10)  # the server's flight, no Finished
+    whole.sendall(h)
+    start = time.monotonic()
+    for s in (silent, half, whole):
+        assert closed_within(s, 6)
+        s.close()
+    assert 1.5 < time.monotonic() - start < 4, time.monotonic() - start
+    # A handshake sent byte by byte well within the timeout completes.
+    c = BioClient(addr, client_context(certs))
+    c.handshake(chunk=1, delay=0.0005)
+    assert c.request(b"version\r\n", b"\r\n").startswith(b"VERSION ")
+    c.sock.close()
+
+
+def test_an_unauthenticated_tls_session_is_closed_at_the_request_timeout(server_factory, certs, tmp_path):
+    # Issue 35: with --auth-file a TLS session that never logged in was never closed. The
+    # login gate runs as on a plain connection; the request timeout runs from the end of the
+    # handshake (here the client waits 1.5 s before it even starts its handshake).
+    users = tmp_path / "users"
+    users.write_bytes(b"alice:secret\n")
+    server = tls_server(
+        server_factory, certs, "--auth-file", str(users), "--request-timeout", "2",
+        "--tls-handshake-timeout", "5",
+    )
+    addr = fields(server)["memcache_tls"]
+    raw_sock = socket.create_connection(addr, timeout=10)
+    time.sleep(1.5)
+    idle = client_context(certs).wrap_socket(raw_sock, server_hostname="localhost")
+    handshake_done = time.monotonic()
+    logged = tls_connect(addr, client_context(certs))
+    assert ask(logged, b"set k 0 0 12\r\nalice secret\r\n") == b"STORED\r\n"
+    # Before the login, commands get memcached -Y's answer, over TLS as in the clear.
+    assert ask(idle, b"get x\r\n") == b"CLIENT_ERROR unauthenticated\r\n"
+    idle.settimeout(6)
+    try:
+        assert idle.recv(100) == b""
+    except (ConnectionError, ssl.SSLError):
+        pass
+    waited = time.monotonic() - handshake_done
+    assert 1.5 <= waited < 4, waited
+    # The session that logged in is not on the request timer.
+    time.sleep(0.5)
+    assert ask(logged, b"mn\r\n") == b"MN\r\n"
+    logged.close()
+    half = tls_connect(addr, client_context(certs))
+    half.sendall(b"set k 0 0 12\r\nalice se")
+    assert closed_within(half, 4)
+
+
+def test_a_flood_of_full_handshakes_and_a_clienthello_on_the_plain_ports(server_factory, certs):
+    server = tls_server(server_factory, certs, "--cores", "1")
+    addr = fields(server)["memcache_tls"]
+    base = server.rss_bytes()
+    ctx = client_context(certs)
+    start = time.monotonic()
+    # 400 complete handshakes, each closed at once (half after one request).
+    for i in range(400):
+        with tls_connect(addr, ctx) as s:
+            if i % 2:
+                assert ask(s, b"version\r\n").startswith(b"VERSION ")
+    took = time.monotonic() - start
+    grown = server.rss_bytes() - base
+    print(f"400 full handshakes in {took:.1f} s, RSS +{grown / MiB:.1f} MiB")
+    assert grown < 16 * MiB, grown >> 20
+    assert server.rss_bytes() <= readme_bound(64 * MiB, 64 * MiB, 4096, 1)
+    assert int(stats(server.mc)["tls_handshakes"]) >= 400
+    # A ClientHello on the plain ports: memcache's error, HTTP's 400, then the close.
+    h = hello(certs)
+    got = raw(server.mc, h, timeout=3)
+    assert got.startswith((b"ERROR", b"CLIENT_ERROR")), got
+    got = raw(server.http, h, timeout=3)
+    assert got.startswith(b"HTTP/1.1 400"), got
+    still_serving(server, certs)

@@ -132,6 +132,20 @@ pub static KEYS: &[KeyInfo] = &[
         apply: |c, v| path_or_off(v).map(|p| c.data = p),
     },
     KeyInfo {
+        name: "data-size",
+        expected: "a size like 10GiB (at least 64MiB)",
+        help: "with data as a file: create it at this size when missing, or extend a blank one (never shrinks, never grows a formatted one)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| match parse_size(v) {
+            Some(n) if n >= 64 << 20 => {
+                c.data_size = Some(n);
+                Ok(())
+            }
+            _ => Err(()),
+        },
+    },
+    KeyInfo {
         name: "data-format",
         expected: "auto or force",
         help: "auto: format a blank data device, refuse foreign content; force: format over it",
@@ -330,6 +344,20 @@ pub static KEYS: &[KeyInfo] = &[
                 _ => return Err(()),
             };
             Ok(())
+        },
+    },
+    KeyInfo {
+        name: "tls-handshake-timeout",
+        expected: "seconds from 1 to 3600",
+        help: "close a TLS connection whose handshake is not done this many seconds after its accept (default 5)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| match parse_count(v) {
+            Some(n) if (1..=3600).contains(&n) => {
+                c.tls_handshake_timeout_secs = n;
+                Ok(())
+            }
+            _ => Err(()),
         },
     },
     KeyInfo {

@@ -114,6 +114,9 @@ pub struct Config {
     pub memory: u64,
     /// `data`: data device or file.
     pub data: Option<std::path::PathBuf>,
+    /// `data-size`: create the data file at this size when it does not exist, or extend a
+    /// blank one to it; a file larger than this, or formatted smaller, is refused.
+    pub data_size: Option<u64>,
     /// `data-format`: what to do with a data device holding something else.
     pub data_format: DataFormat,
     /// `data-recover`: what to do when recovery finds damage in acknowledged history.
@@ -134,6 +137,9 @@ pub struct Config {
     pub idle_timeout_secs: u64,
     /// `request-timeout`: seconds a started request may take to arrive whole (slow clients).
     pub request_timeout_secs: u64,
+    /// `tls-handshake-timeout`: seconds a TLS connection may take from its accept to the end
+    /// of its handshake (a stalled handshake is closed then; ADR 0031).
+    pub tls_handshake_timeout_secs: u64,
     /// `hostname`: the host name PID 1 sets and `stats` reports; `None` = the system's.
     pub hostname: Option<String>,
     /// `auth-file`: memcached `-Y` users (`user:password` lines); memcache connections log
@@ -253,6 +259,7 @@ impl Default for Config {
             numa: NumaChoice::Auto,
             memory: 64 << 20,
             data: None,
+            data_size: None,
             data_format: DataFormat::Auto,
             data_recover: DataRecover::Refuse,
             max_conns: 4096,
@@ -262,6 +269,7 @@ impl Default for Config {
             external_value_min: 64 << 10,
             idle_timeout_secs: 0,
             request_timeout_secs: 10,
+            tls_handshake_timeout_secs: 5,
             hostname: None,
             auth_file: None,
             http_tokens: None,
@@ -472,6 +480,11 @@ impl Config {
         if self.sub_memory > 0 && !matches!(self.numa, NumaChoice::Node(_)) {
             return Err(ConfigError::Inconsistent(
                 "sub-memory needs an explicit --numa NODE (the node served from; sub regions go on the others), not auto".into(),
+            ));
+        }
+        if self.data_size.is_some() && self.data.is_none() {
+            return Err(ConfigError::Inconsistent(
+                "data-size sizes the data file: set data (a file path) too".into(),
             ));
         }
         if self.item_size_max as u64 > self.memory {

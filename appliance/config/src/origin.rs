@@ -16,6 +16,8 @@ pub enum Origin {
     ConfigPartition,
     /// `ringstore.KEY=VALUE` on the kernel command line.
     KernelCmdline,
+    /// Sized by PID 1 from the machine, no layer having set it (the appliance's `memory`).
+    Machine,
 }
 
 impl Origin {
@@ -26,6 +28,7 @@ impl Origin {
             Origin::Image => "image",
             Origin::ConfigPartition => "config-partition",
             Origin::KernelCmdline => "kernel-cmdline",
+            Origin::Machine => "machine",
         }
     }
 }

@@ -15,6 +15,7 @@ fn defaults_match_the_product() {
     assert_eq!(c.item_size_max, 1 << 20);
     assert_eq!(c.idle_timeout_secs, 0);
     assert_eq!(c.request_timeout_secs, 10);
+    assert_eq!(c.tls_handshake_timeout_secs, 5);
     assert_eq!(c.placement, Placement::Acceptor);
 }
 
@@ -95,6 +96,11 @@ fn cross_key_rules() {
     ));
     assert!(Config::from_args(["--max-conns", "0"]).is_err());
     assert!(Config::from_args(["--request-timeout", "0"]).is_err());
+    assert!(Config::from_args(["--tls-handshake-timeout", "0"]).is_err());
+    assert_eq!(
+        Config::from_args(["--tls-handshake-timeout", "7"]).map(|c| c.tls_handshake_timeout_secs),
+        Ok(7)
+    );
     // AF_XDP steers the UDP port, so it needs one; and it does not hold writes for the device.
     assert!(matches!(
         Config::from_args(["--xdp", "eth0"]),

@@ -168,6 +168,52 @@ fn read_text(found: &Found, name: &str, max: u64) -> Result<Option<String>, Stri
     }
 }
 
+/// At first boot on a disk bigger than the image: the data partition, last on the disk and
+/// never written (its first 4 KiB all zero, so the server will format it at its new size),
+/// grows to the disk's end (`ringstore_disk::gpt::grow_to_end`: the backup table moved)
+/// and the kernel is told its new size. `Ok(None)` when there was nothing to grow or the
+/// partition holds data already (a format does not grow with its partition).
+pub fn grow_data_partition(layout: &Layout) -> Result<Option<String>, String> {
+    use std::io::Read;
+    let Some(found) = wait_for(layout, Role::Data, DISK_WAIT) else {
+        return Ok(None);
+    };
+    let mut first = vec![0u8; 4096];
+    found
+        .open(false)
+        .and_then(|mut p| p.read_exact(&mut first))
+        .map_err(|e| format!("reading the data partition: {e}"))?;
+    if first.iter().any(|&b| b != 0) {
+        return Ok(None);
+    }
+    let want = layout
+        .by_role(Role::Data)
+        .map(|p| p.type_guid)
+        .ok_or("the layout has no data partition")?;
+    let mut disk = File::options()
+        .read(true)
+        .write(true)
+        .open(&found.disk)
+        .map_err(|e| format!("{}: {e}", found.disk.display()))?;
+    let Some(grown) =
+        ringstore_disk::gpt::grow_to_end(&mut disk, want).map_err(|e| e.to_string())?
+    else {
+        return Ok(None);
+    };
+    disk.sync_all()
+        .map_err(|e| format!("{}: {e}", found.disk.display()))?;
+    let start = grown.first_lba * grown.sector;
+    ringstore_sys::resize_partition(&disk, grown.number, start, grown.new_len())
+        .map_err(|e| format!("telling the kernel partition {} grew: {e}", grown.number))?;
+    Ok(Some(format!(
+        "partition {} of {} grown from {} to {} (the disk's end) at first boot",
+        grown.number,
+        found.disk.display(),
+        crate::datadev::size_text(grown.old_len()),
+        crate::datadev::size_text(grown.new_len()),
+    )))
+}
+
 /// `ringstore.data=auto`: the data partition's node, or why there is none.
 pub fn data_partition(layout: &Layout) -> Result<PathBuf, String> {
     let found = wait_for(layout, Role::Data, DISK_WAIT).ok_or_else(|| {

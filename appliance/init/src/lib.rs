@@ -37,6 +37,7 @@ pub mod plane;
 pub mod power;
 pub mod privs;
 pub mod signals;
+pub mod sizing;
 pub mod slots_report;
 pub mod state;
 pub mod sysinfo;
@@ -132,6 +133,7 @@ fn boot(machine: &Arc<Machine>, on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     };
     *on_fatal = options.on_fatal;
     let layers = machine.state().layers.config_layers();
+    let memory_set = sizing::memory_is_set(&layers);
     let config = match ringstore_config::origin::resolve(&layers) {
         Ok(resolved) => {
             let config = resolved.config.clone();
@@ -153,15 +155,52 @@ fn boot(machine: &Arc<Machine>, on_fatal: &mut OnFatal) -> Result<(), Fatal> {
 
     if let Some(mut config) = config {
         if config.data.as_deref() == Some(std::path::Path::new("auto")) {
+            match bootdisk::grow_data_partition(&ringstore_disk::Layout::builtin()) {
+                Ok(Some(grown)) => {
+                    info!("data {grown}");
+                    machine.state().data_grown = Some(grown);
+                }
+                Ok(None) => {}
+                Err(why) => warn!("data partition not grown: {why}"),
+            }
             match bootdisk::data_partition(&ringstore_disk::Layout::builtin()) {
                 Ok(node) => config.data = Some(node),
                 Err(why) => return Err(data_device_fatal(machine, &why)),
             }
         }
         machine.state().config = Some(config.clone());
-        serve(machine, &config)?;
+        serve(machine, &config, memory_set)?;
     }
     Ok(())
+}
+
+/// `memory` from the serving node's RAM (no layer set it): logged, recorded as the
+/// configuration in use and as the key's setting (origin `machine`).
+fn size_memory(
+    machine: &Machine,
+    config: &ringstore_config::Config,
+    placement: &plane::Placement,
+    node_total: u64,
+) -> ringstore_config::Config {
+    let (memory, reserve) = sizing::memory_for(node_total, placement.workers.len(), config);
+    info!(
+        "memory {} MiB, sized to node {}: {} MiB, less {} MiB kept for the kernel, PID 1 and connections (set memory to choose)",
+        memory >> 20,
+        placement.node,
+        node_total >> 20,
+        reserve >> 20
+    );
+    let sized = ringstore_config::Config {
+        memory,
+        ..config.clone()
+    };
+    let mut state = machine.state();
+    state.config = Some(sized.clone());
+    if let Some(s) = state.settings.iter_mut().find(|s| s.key == "memory") {
+        s.value = format!("{}MiB", memory >> 20);
+        s.origin = ringstore_config::Origin::Machine;
+    }
+    sized
 }
 
 /// The command line after the configuration layers (`layers.rs`): on a disk boot (the image
@@ -250,7 +289,11 @@ fn not_serving(machine: &Machine, why: String) {
 
 /// Placement, huge pages, IRQs, then the server. Failures are logged and leave the console up,
 /// except a data device that cannot be used: that is fatal (the `on_fatal` policy).
-fn serve(machine: &Machine, config: &ringstore_config::Config) -> Result<(), Fatal> {
+fn serve(
+    machine: &Machine,
+    config: &ringstore_config::Config,
+    memory_set: bool,
+) -> Result<(), Fatal> {
     let placement = match plane::place(config) {
         Ok(p) => p,
         Err(err) => {
@@ -258,6 +301,14 @@ fn serve(machine: &Machine, config: &ringstore_config::Config) -> Result<(), Fat
             not_serving(machine, err);
             return Ok(());
         }
+    };
+    let sized;
+    let config = match (memory_set, sizing::node_total(placement.node)) {
+        (false, Some(total)) => {
+            sized = size_memory(machine, config, &placement, total);
+            &sized
+        }
+        _ => config,
     };
     info!(
         "NUMA node {}: workers on CPUs {}, housekeeping on CPUs {}",

@@ -27,6 +27,8 @@ pub struct Interface {
     pub xps: Vec<Vec<usize>>,
     /// The XDP program's mode (`native`, `generic`, ...), `None` = not attached.
     pub xdp: Option<String>,
+    /// The configuration asks for the AF_XDP fast path here (`ringstore.xdp=`, `xdp` key).
+    pub xdp_wanted: bool,
     /// The interface's queue IRQs (not its config/link IRQ).
     pub irqs: Vec<QueueIrq>,
 }
@@ -302,13 +304,20 @@ fn queues_check(f: &Facts, i: &Interface) -> Check {
     q
 }
 
+/// The fast path is attached where the configuration asked for it (`xdp`), and nowhere
+/// else: a program nobody asked for, or a missing one, is a difference.
 fn xdp_check(i: &Interface) -> Check {
+    let wanted = if i.xdp_wanted {
+        "attached (the xdp key names it)"
+    } else {
+        "not attached (the xdp key does not name it)"
+    };
     check(
         "xdp",
         &i.name,
-        "not attached (no fast path yet)".into(),
+        wanted.into(),
         i.xdp.clone().unwrap_or_else(|| "not attached".into()),
-        i.xdp.is_some(),
+        i.xdp.is_some() != i.xdp_wanted,
     )
 }
 
@@ -410,6 +419,12 @@ pub fn xdp_mode(iface: &str, xdp_lines: &[String]) -> Option<String> {
 /// Reads the facts of `machine` (`None` while nothing was placed).
 pub fn gather(machine: &Machine) -> Option<Facts> {
     // A copy of what PID 1 recorded: the /sys and /proc reads below run without the lock.
+    let xdp_wanted: Vec<String> = machine
+        .state()
+        .config
+        .as_ref()
+        .map(|c| c.xdp.clone())
+        .unwrap_or_default();
     let (placement, memory, nic_irqs, xdp_lines, isolation, config_partition, regions) = {
         let state = machine.state();
         (
@@ -472,7 +487,8 @@ pub fn gather(machine: &Machine) -> Option<Facts> {
                 .unwrap_or_default();
             let irqs = queue_irqs(placed, &interrupts, &plan);
             let xdp = xdp_mode(&name, &xdp_lines);
-            read_interface(name, irqs, xdp)
+            let wanted = xdp_wanted.contains(&name);
+            read_interface(name, irqs, xdp, wanted)
         })
         .collect();
     Some(Facts {
@@ -549,7 +565,12 @@ fn queue_irqs(
 }
 
 /// Interface `name` as sysfs shows it: carrier, NUMA node, queues with their RPS/XPS masks.
-fn read_interface(name: String, irqs: Vec<QueueIrq>, xdp: Option<String>) -> Interface {
+fn read_interface(
+    name: String,
+    irqs: Vec<QueueIrq>,
+    xdp: Option<String>,
+    xdp_wanted: bool,
+) -> Interface {
     let base = format!("/sys/class/net/{name}");
     let rps = queue_masks(&name, "rx-", "rps_cpus");
     let xps = queue_masks(&name, "tx-", "xps_cpus");
@@ -564,6 +585,7 @@ fn read_interface(name: String, irqs: Vec<QueueIrq>, xdp: Option<String>) -> Int
         rps,
         xps,
         xdp,
+        xdp_wanted,
         irqs,
         name,
     }
@@ -592,6 +614,7 @@ mod tests {
                 rps: vec![vec![]],
                 xps: vec![vec![2, 3]],
                 xdp: None,
+                xdp_wanted: false,
                 irqs: vec![
                     QueueIrq {
                         irq: 25,
@@ -660,6 +683,13 @@ mod tests {
                 ("rps", "eth0".to_string()),
             ]
         );
+        // The fast path the configuration asked for is what tuning expects (issue 36).
+        let mut f = numa2();
+        f.interfaces[0].xdp_wanted = true;
+        f.interfaces[0].xdp = Some("native, 2 queues".into());
+        assert!(!differences(&f).iter().any(|(c, _)| *c == "xdp"));
+        f.interfaces[0].xdp = None;
+        assert!(differences(&f).contains(&("xdp", "eth0".to_string())));
         // A down interface is not checked; an unknown node is not a difference.
         let mut f = numa2();
         f.interfaces[0].up = false;

@@ -22,6 +22,63 @@ fn segment_size(len: u64, regions: u32, item_size_max: usize) -> u64 {
     fit.max(item)
 }
 
+/// `--data-size`: a missing data file is created at `size` (sparse, mode 0600), a blank one
+/// (its first block all zero: never formatted) smaller than `size` is extended. Refused: a
+/// file larger than `size` (never shrunk), a formatted one smaller (its format does not grow
+/// with the file), anything but a regular file. Returns the line to log when it changed one.
+fn size_file(path: &Path, size: u64) -> Result<Option<String>, RuntimeError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = path.display();
+    let refused = |why: String| RuntimeError::DataRefused(format!("data-size: {shown}: {why}"));
+    let meta = match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| refused(format!("cannot create it: {e}")))?;
+            file.set_len(size)
+                .map_err(|e| refused(format!("cannot size it: {e}")))?;
+            return Ok(Some(format!("data file {shown} created, {size} bytes")));
+        }
+        Err(e) => return Err(refused(e.to_string())),
+        Ok(meta) => meta,
+    };
+    if !meta.is_file() {
+        return Err(refused(
+            "not a regular file (a block device's size is its own; drop data-size)".into(),
+        ));
+    }
+    let len = meta.len();
+    if len > size {
+        return Err(refused(format!(
+            "{len} bytes, larger than data-size {size}: a data file is never shrunk"
+        )));
+    }
+    if len == size {
+        return Ok(None);
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| refused(e.to_string()))?;
+    let mut first = vec![0u8; 4096];
+    let got = file.read(&mut first).map_err(|e| refused(e.to_string()))?;
+    if first[..got].iter().any(|&b| b != 0) {
+        return Err(refused(format!(
+            "holds data formatted for {len} bytes; growing a formatted data file is not supported: keep data-size at {len}"
+        )));
+    }
+    file.set_len(size)
+        .map_err(|e| refused(format!("cannot extend it: {e}")))?;
+    Ok(Some(format!(
+        "data file {shown} extended from {len} to {size} bytes"
+    )))
+}
+
 /// Opens (formats or recovers) the device; fewer regions than CPUs caps the workers.
 pub(crate) fn open(
     path: &Path,
@@ -29,6 +86,11 @@ pub(crate) fn open(
     cpus: &mut Vec<usize>,
 ) -> Result<Durable<FileDevice>, RuntimeError> {
     let shown = path.display();
+    if let Some(size) = config.data_size {
+        if let Some(line) = size_file(path, size)? {
+            eprintln!("ringstore: {line}");
+        }
+    }
     let dev = FileDevice::open(path)
         .map_err(|e| RuntimeError::DataRefused(format!("cannot open data device {shown}: {e}")))?;
     let regions = crate::sys::u32_of(cpus.len());

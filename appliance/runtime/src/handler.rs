@@ -38,9 +38,18 @@ pub(crate) trait Handler: Send + Sync + 'static {
     /// A session for a connection of a TLS listener (ADR 0031). For the TLS wrapper
     /// ([`crate::tls::Tls`]) a session that decrypts and seals; for the handler it wraps, a
     /// session whose output is all in `out` (no [`Handler::splices`]: it gets sealed). The
-    /// default: [`Handler::open`].
-    fn open_tls(&self, protocol: Protocol, worker: usize) -> Self::Session {
+    /// default: [`Handler::open`]. `now_ms`: the accept's monotonic time (the handshake
+    /// timeout runs from it).
+    fn open_tls(&self, protocol: Protocol, worker: usize, now_ms: u64) -> Self::Session {
+        let _ = now_ms;
         self.open(protocol, worker)
+    }
+    /// Whether the session's own deadline passed at `now_ms` (a TLS handshake too slow, or
+    /// dropped for room): the worker's tick closes the connection, as it does one past the
+    /// request or idle timeout. The default: never.
+    fn expired(&self, session: &Self::Session, now_ms: u64) -> bool {
+        let _ = (session, now_ms);
+        false
     }
     /// `device`: the worker's data device for this connection, when one is attached.
     fn on_bytes(
@@ -155,13 +164,15 @@ pub(crate) trait Handler: Send + Sync + 'static {
 }
 
 /// What [`Handler::tls_count`] counts (memcache `stats`: `tls_handshakes`,
-/// `tls_handshake_errors`, `tls_ktls_tx`, `tls_ktls_rx`).
+/// `tls_handshake_errors`, `tls_ktls_tx`, `tls_ktls_rx`, `tls_ktls_fallbacks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TlsEvent {
     Handshake,
     HandshakeError,
     KtlsTx,
     KtlsRx,
+    /// The kernel refused one finished session's hand-over: it stays in user space.
+    KtlsFallback,
 }
 
 /// What [`Handler::udp_count`] counts (memcache `stats`: `udp_rx_datagrams`,
@@ -204,8 +215,11 @@ impl Handler for ServiceHandler {
         session
     }
     /// TLS output is sealed from `out`: values are copied into it, not sent from the item.
-    fn open_tls(&self, protocol: Protocol, worker: usize) -> Session {
-        Session::new(protocol, worker)
+    /// Otherwise the session a plain connection gets: with `--auth-file` it must log in,
+    /// timed from the end of the handshake (the TLS wrapper reports no partial request
+    /// until then).
+    fn open_tls(&self, protocol: Protocol, worker: usize, _now_ms: u64) -> Session {
+        Session::for_connection(protocol, worker, &self.0)
     }
     #[inline]
     fn on_bytes(
@@ -339,6 +353,7 @@ impl Handler for ServiceHandler {
             TlsEvent::HandshakeError => stats.tls_handshake_errors.inc(),
             TlsEvent::KtlsTx => stats.tls_ktls_tx.inc(),
             TlsEvent::KtlsRx => stats.tls_ktls_rx.inc(),
+            TlsEvent::KtlsFallback => stats.tls_ktls_fallbacks.inc(),
         }
     }
 }

@@ -41,11 +41,7 @@ pub fn choose_node(
         },
         NumaChoice::Auto if topology.nodes.len() == 1 => Ok(topology.nodes[0].id),
         NumaChoice::Auto => {
-            let wildcard = listen_ips.iter().any(|ip| ip.is_unspecified());
-            let reached: Vec<_> = topology
-                .serving_interfaces()
-                .filter(|i| wildcard || i.addrs.iter().any(|a| listen_ips.contains(a)))
-                .collect();
+            let reached = reached_interfaces(topology, listen_ips);
             let describe = || {
                 let all: Vec<String> = topology
                     .interfaces
@@ -115,6 +111,64 @@ pub fn choose_node(
             Ok(node)
         }
     }
+}
+
+/// The up physical Ethernet interfaces the listeners reach (all of them for a wildcard).
+fn reached_interfaces<'t>(
+    topology: &'t Topology,
+    listen_ips: &[IpAddr],
+) -> Vec<&'t crate::topology::Interface> {
+    let wildcard = listen_ips.iter().any(|ip| ip.is_unspecified());
+    topology
+        .serving_interfaces()
+        .filter(|i| wildcard || i.addrs.iter().any(|a| listen_ips.contains(a)))
+        .collect()
+}
+
+/// `--numa auto` for `ringstore serve`: [`choose_node`], except that on a multi-node machine
+/// with no physical Ethernet interface reached by the listeners (a container's veth, a bond, a
+/// bridge) the node comes from the CPUs this process may run on (`allowed`, its cpuset): the
+/// one node that has any of them, or the one with the most (the lowest id on a tie). The
+/// appliance keeps [`choose_node`]'s strict rule for its physical NICs. Returns the node and,
+/// for the fallback, the line the log says it with (why, and how to choose another).
+pub fn choose_serving_node(
+    topology: &Topology,
+    choice: NumaChoice,
+    listen_ips: &[IpAddr],
+    allowed: &[usize],
+) -> Result<(u32, Option<String>), RuntimeError> {
+    let fallback = choice == NumaChoice::Auto
+        && topology.nodes.len() > 1
+        && reached_interfaces(topology, listen_ips).is_empty();
+    if !fallback {
+        return choose_node(topology, choice, listen_ips).map(|node| (node, None));
+    }
+    let counts: Vec<(u32, usize)> = topology
+        .nodes
+        .iter()
+        .map(|n| {
+            let mine = n
+                .cpus
+                .iter()
+                .filter(|c| allowed.is_empty() || allowed.contains(c))
+                .count();
+            (n.id, mine)
+        })
+        .filter(|&(_, mine)| mine > 0)
+        .collect();
+    // The most allowed CPUs; on a tie the first (lowest id: nodes are in id order).
+    let Some(&(node, mine)) = counts.iter().rev().max_by_key(|&&(_, mine)| mine) else {
+        return choose_node(topology, choice, listen_ips).map(|node| (node, None));
+    };
+    let spread = counts
+        .iter()
+        .map(|(id, n)| format!("node {id}: {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let why = format!(
+        "numa auto: no physical Ethernet interface in view (a container's veth, a bond or a bridge); serving from node {node}, which has {mine} of the CPUs this process may use ({spread}); choose another with --numa N"
+    );
+    Ok((node, Some(why)))
 }
 
 /// The CPUs workers run on: the node's CPUs this process may use (isolated CPUs count as
@@ -341,6 +395,57 @@ pub(crate) mod tests {
             .unwrap()
             .addrs[0];
         assert_eq!(choose_node(&t, NumaChoice::Auto, &[eth1]).unwrap(), 1);
+    }
+
+    #[test]
+    fn serve_without_a_physical_nic_chooses_from_its_cpuset() {
+        // A two-node host seen from a container: only a veth (no `device` link).
+        let t = topo(
+            "container",
+            &[(0, "0-3"), (1, "4-7")],
+            &[("eth0", None, false)],
+            "",
+        );
+        assert!(
+            choose_node(&t, NumaChoice::Auto, ANY).is_err(),
+            "the appliance's strict rule refuses"
+        );
+        let (node, why) = choose_serving_node(&t, NumaChoice::Auto, ANY, &[]).unwrap();
+        assert_eq!(node, 0, "every CPU allowed: a tie, the lowest id");
+        let why = why.expect("the fallback says so");
+        assert!(
+            why.contains("--numa N") && why.contains("node 0: 4, node 1: 4"),
+            "{why}"
+        );
+        // A cpuset on node 1 only, then one that leans to node 1.
+        let pick = |allowed: &[usize]| {
+            choose_serving_node(&t, NumaChoice::Auto, ANY, allowed)
+                .unwrap()
+                .0
+        };
+        assert_eq!(pick(&[5, 6]), 1);
+        assert_eq!(pick(&[0, 4, 5, 6]), 1);
+        assert_eq!(pick(&[0, 1, 4]), 0);
+        // An explicit node and a physical NIC keep their rules.
+        assert_eq!(
+            choose_serving_node(&t, NumaChoice::Node(1), ANY, &[0]).unwrap(),
+            (1, None)
+        );
+        let nic = topo(
+            "container-nic",
+            &[(0, "0-3"), (1, "4-7")],
+            &[("eth0", Some(1), true)],
+            "",
+        );
+        assert_eq!(
+            choose_serving_node(&nic, NumaChoice::Auto, ANY, &[0, 1]).unwrap(),
+            (1, None)
+        );
+        let single = topo("container-one", &[(0, "0-3")], &[("eth0", None, false)], "");
+        assert_eq!(
+            choose_serving_node(&single, NumaChoice::Auto, ANY, &[]).unwrap(),
+            (0, None)
+        );
     }
 
     #[test]

@@ -274,6 +274,7 @@ impl<H: Handler> Worker<H> {
         }
         let limits = self.setup.limits;
         let past_deadline = self.stopping_deadline.is_some_and(|d| now >= d);
+        let handler = Arc::clone(&self.setup.handler);
         for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
             let due = self.conns.at_mut(slot).is_some_and(|conn| {
                 conn.due_to_close(
@@ -281,7 +282,7 @@ impl<H: Handler> Worker<H> {
                     limits.request_timeout_ms,
                     limits.idle_timeout_ms,
                     past_deadline,
-                )
+                ) || handler.expired(&conn.session, now)
             });
             if due {
                 self.finish_close(slot);

@@ -9,7 +9,9 @@ use ringstore_service::{ServiceConfig, Shared, Store, StoreConfig, Topology as S
 use crate::clock::Clock;
 use crate::handler::ServiceHandler;
 use crate::listeners::LocalAddrs;
-use crate::numa::{bind_memory, bind_thread_to_cpus, choose_node, worker_cpus, MemoryBinding};
+use crate::numa::{
+    bind_memory, bind_thread_to_cpus, choose_serving_node, worker_cpus, MemoryBinding,
+};
 use crate::plane::{Plane, PlaneSetup, Runtime};
 use crate::sys::format_cpus;
 use crate::tls::Tls;
@@ -87,9 +89,11 @@ impl Server {
         let data = placed
             .durable
             .map(|durable| crate::data::attach(durable, &shared.store, clock));
-        // Kernel TLS where the kernel has it (the io_uring worker calls after_bytes).
+        // Kernel TLS where the kernel has it (both runtimes call after_bytes): this probe alone
+        // decides that the kernel has none; a hand-over one socket refuses stays its own.
         let kernel_tls =
             config.tls.enabled() && !config.tls.user_space_only && crate::sys::kernel_has_tls();
+        publish_start_settings(&shared, config, &bound.addrs, kernel_tls);
         let certs = crate::tls::load_certs(config, kernel_tls)
             .map_err(|e| RuntimeError::Tls(e.to_string()))?;
         if config.tls.enabled() {
@@ -110,8 +114,12 @@ impl Server {
         let handler = Arc::new(Tls::new(
             ServiceHandler(shared.clone()),
             certs,
-            cpus.len(),
-            kernel_tls,
+            crate::tls::TlsSetup {
+                workers: cpus.len(),
+                budget: Arc::clone(&shared.conn_memory),
+                handshake_timeout_ms: config.tls_handshake_timeout_secs.saturating_mul(1000),
+                kernel_offload: kernel_tls,
+            },
         ));
         let xdp = attach_xdp(config, prepared, bound.addrs.udp, &cpus, &shared, clock)?;
         let plane = Plane::start(PlaneSetup {
@@ -350,8 +358,12 @@ struct Placed {
 /// store's arena is allocated there.
 fn place(config: &Config) -> Result<Placed, RuntimeError> {
     let topology = Topology::read().map_err(|e| RuntimeError::io("reading /sys topology", e))?;
-    let node = choose_node(&topology, config.numa, &config.listen_ips())?;
-    let mut cpus = worker_cpus(&topology, node, config.cores, &crate::sys::affinity())?;
+    let allowed = crate::sys::affinity();
+    let (node, why) = choose_serving_node(&topology, config.numa, &config.listen_ips(), &allowed)?;
+    if let Some(why) = why {
+        eprintln!("ringstore: {why}");
+    }
+    let mut cpus = worker_cpus(&topology, node, config.cores, &allowed)?;
     let sub_regions =
         crate::numa_sub::sub_regions(&topology, node, config, std::path::Path::new("/sys"))?;
     let durable = match &config.data {
@@ -436,6 +448,18 @@ fn shared_state(
         clock.unix_start(),
     );
     Ok((shared, clock))
+}
+
+/// What `stats settings` reports of the start (memcached's `tcpport`, `udpport`, `inter`,
+/// `idle_timeout`, `tcp_backlog`, `ssl_kernel_tls`): the bound addresses, port 0 resolved.
+fn publish_start_settings(shared: &Shared, config: &Config, addrs: &LocalAddrs, kernel_tls: bool) {
+    let _ = shared.start.set(ringstore_service::StartSettings {
+        memcache: addrs.memcache,
+        udp: addrs.udp,
+        idle_timeout_secs: config.idle_timeout_secs,
+        tcp_backlog: crate::sys::LISTEN_BACKLOG.unsigned_abs(),
+        kernel_tls,
+    });
 }
 
 /// The limits every worker enforces, from `config`.

@@ -4,25 +4,26 @@
 //! plaintext goes to the wrapped session, whose output (in a plaintext buffer it sees exactly
 //! as it would see the connection's output) is sealed into the connection's output.
 //!
-//! Bounds: at most [`HANDSHAKES_PER_WORKER`] handshakes in progress per worker (a connection
-//! whose first bytes arrive over it is closed without an answer, counted as a handshake
-//! error); a connection that has sent nothing holds no handshake state. A handshake is a
-//! request under way from the open, so `--request-timeout` closes one not finished in time.
+//! Bounds: a handshake in progress is charged against `--conn-memory` (rustls' state and its
+//! received bytes, [`handshakes`]); when there is no room, the handshake of the worker that
+//! has waited longest without progress is dropped for the newcomer. A connection that has
+//! sent nothing holds no handshake state. `--tls-handshake-timeout` closes a connection whose
+//! handshake is not done that long after its accept ([`Handler::expired`]); the request
+//! timeout (and the login gate of `--auth-file`) runs from the end of the handshake, as on a
+//! plain connection from its accept.
+
+mod handshakes;
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use ringstore_service::budget::ConnMemory;
 use ringstore_service::zero_copy::Splice;
 use ringstore_service::{Device, Flow, Now, Protocol};
 use ringstore_tls::{CertStore, ServerTls};
 
 use crate::handler::{Handler, Reply, TlsEvent, UdpEvent};
-
-/// Handshakes in progress one worker allows. Each holds rustls' handshake state (a few KiB)
-/// and at most `ringstore_tls::INCOMING_MAX` (82 KiB) of received bytes: about 11.5 MiB
-/// per worker at worst (README, "Memory bound").
-pub(crate) const HANDSHAKES_PER_WORKER: usize = 128;
+use handshakes::{Handshakes, Ticket};
 
 /// Plaintext sealed into the connection's output per send (six 16 KiB records). A bigger
 /// reply (a 1 MiB HTTPS GET) is sealed a chunk per send through [`Flow::Drain`], so the
@@ -35,38 +36,49 @@ const SEAL_CHUNK: usize = 96 << 10;
 pub(crate) struct Tls<H> {
     pub inner: H,
     certs: Option<Arc<CertStore>>,
-    /// Handshakes in progress, per worker slot.
-    handshaking: Box<[AtomicUsize]>,
+    /// Handshakes in progress, one table per worker (each touched by its worker only).
+    handshakes: Box<[Mutex<Handshakes>]>,
+    /// `--conn-memory`, which handshakes in progress are charged against.
+    budget: Arc<ConnMemory>,
+    /// `--tls-handshake-timeout` in ms, from the accept.
+    handshake_timeout_ms: u64,
     /// Hand finished sessions to the kernel (the runtime calls [`Handler::after_bytes`]).
+    /// Decided once, by the startup probe (`kernel_has_tls`): a hand-over that fails for one
+    /// connection keeps that connection in user space and changes nothing for others.
     kernel_offload: bool,
-    /// The kernel refused the TLS ULP once (no CONFIG_TLS): not asked again.
-    kernel_lacks_tls: AtomicBool,
 }
 
 impl<H> Tls<H> {
     /// `certs`: `None` when no TLS listener is on (every session is plain).
     /// `kernel_offload`: the runtime calls [`Handler::after_bytes`] after each received
     /// chunk, so finished sessions may go to the kernel (kernel TLS).
-    pub(crate) fn new(
-        inner: H,
-        certs: Option<Arc<CertStore>>,
-        workers: usize,
-        kernel_offload: bool,
-    ) -> Tls<H> {
+    pub(crate) fn new(inner: H, certs: Option<Arc<CertStore>>, setup: TlsSetup) -> Tls<H> {
         Tls {
             inner,
             certs,
-            handshaking: (0..workers.max(1) + 1)
-                .map(|_| AtomicUsize::new(0))
+            handshakes: (0..setup.workers.max(1) + 1)
+                .map(|_| Mutex::new(Handshakes::new()))
                 .collect(),
-            kernel_offload,
-            kernel_lacks_tls: AtomicBool::new(false),
+            budget: setup.budget,
+            handshake_timeout_ms: setup.handshake_timeout_ms,
+            kernel_offload: setup.kernel_offload,
         }
     }
 
-    fn slot(&self, worker: usize) -> &AtomicUsize {
-        &self.handshaking[worker.min(self.handshaking.len() - 1)]
+    /// Worker `worker`'s handshakes in progress (uncontended: only that worker locks it).
+    fn table(&self, worker: usize) -> MutexGuard<'_, Handshakes> {
+        self.handshakes[worker.min(self.handshakes.len() - 1)]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// How [`Tls::new`] bounds and hands over sessions.
+pub(crate) struct TlsSetup {
+    pub workers: usize,
+    pub budget: Arc<ConnMemory>,
+    pub handshake_timeout_ms: u64,
+    pub kernel_offload: bool,
 }
 
 /// A connection's session: the wrapped one, and the TLS state of a TLS connection.
@@ -78,11 +90,11 @@ pub(crate) struct TlsSession<S> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Nothing received yet: no handshake state is held (a connection that never sends
-    /// costs no handshake slot; the request timeout closes it).
+    /// costs no handshake memory; the handshake timeout closes it).
     Waiting,
-    /// Over the limit of handshakes in progress: closed at its first bytes or the timeout.
+    /// No room for its handshake even after dropping every other: closed at once.
     Refused,
-    /// Holds one of its worker's handshake slots.
+    /// Its handshake state is in its worker's table ([`TlsState::ticket`]).
     Handshaking,
     Open,
     /// Handshake done and nothing held in user space: the session goes to the kernel in
@@ -94,7 +106,12 @@ enum Phase {
 }
 
 struct TlsState {
+    /// The session's TLS state once its handshake is done (during the handshake it lives in
+    /// the worker's table, under `ticket`).
     conn: Option<ServerTls>,
+    ticket: Option<Ticket>,
+    /// Monotonic ms of the accept (the handshake timeout runs from it).
+    opened_ms: u64,
     phase: Phase,
     /// An HTTPS connection (ALPN http/1.1).
     https: bool,
@@ -110,36 +127,27 @@ struct TlsState {
 }
 
 impl<H: Handler> Tls<H> {
-    /// The first bytes of a handshake arrived: a slot of its worker and rustls' state, or
-    /// [`Phase::Refused`] over [`HANDSHAKES_PER_WORKER`].
-    fn admit(&self, t: &mut TlsState) {
+    /// The first bytes of a handshake arrived: rustls' state in the worker's table (room
+    /// made by dropping the handshakes that waited longest), or [`Phase::Refused`].
+    fn admit(&self, t: &mut TlsState, now_ms: u64) {
+        t.phase = Phase::Refused;
         let Some(certs) = &self.certs else {
-            t.phase = Phase::Refused;
             return;
         };
-        let slot = self.slot(t.worker);
-        let admitted = slot
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < HANDSHAKES_PER_WORKER).then_some(n + 1)
-            })
-            .is_ok();
-        t.conn = admitted
-            .then(|| ServerTls::new(certs.config(t.https)).ok())
-            .flatten();
-        t.phase = match (admitted, t.conn.is_some()) {
-            (_, true) => Phase::Handshaking,
-            (true, false) => {
-                slot.fetch_sub(1, Ordering::Relaxed);
-                Phase::Refused
-            }
-            (false, _) => Phase::Refused,
+        let Ok(conn) = ServerTls::new(certs.config(t.https)) else {
+            return;
         };
+        if let Ok(ticket) = self.table(t.worker).admit(conn, &self.budget, now_ms) {
+            t.ticket = Some(ticket);
+            t.phase = Phase::Handshaking;
+        }
     }
 
-    /// Ends the handshake phase of `t` (`ok`: completed), giving back its slot and counting.
+    /// Ends the handshake phase of `t` (`ok`: completed), giving back its table entry and
+    /// counting.
     fn end_handshake(&self, t: &mut TlsState, ok: bool) {
-        if t.phase == Phase::Handshaking {
-            self.slot(t.worker).fetch_sub(1, Ordering::Relaxed);
+        if let Some(ticket) = t.ticket.take() {
+            self.table(t.worker).remove(ticket);
         }
         if matches!(
             t.phase,
@@ -153,6 +161,55 @@ impl<H: Handler> Tls<H> {
             self.inner.tls_count(t.worker, event);
         }
         t.phase = if ok { Phase::Open } else { Phase::Failed };
+    }
+
+    /// Feeds `input` to `t`'s handshake: `Ok(peer closed)` to go on (the handshake may have
+    /// finished: the state moved to `t.conn`), `Err` to close (the alert, if any, in `out`).
+    fn handshake(
+        &self,
+        inner: &mut H::Session,
+        t: &mut TlsState,
+        input: &[u8],
+        now_ms: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, ()> {
+        let mut table = self.table(t.worker);
+        let read = match t.ticket.and_then(|ticket| table.get(ticket)) {
+            // Dropped for room: its connection closes now.
+            None => None,
+            Some(conn) => Some(conn.read(input, &mut t.plain_in, out)),
+        };
+        let (Some(Ok(progress)), Some(ticket)) = (read, t.ticket) else {
+            drop(table);
+            self.end_handshake(t, false);
+            return Err(());
+        };
+        if !progress.handshake_done {
+            let charged = input.is_empty() || table.charge(ticket, &self.budget, now_ms).is_ok();
+            drop(table);
+            if !charged {
+                self.end_handshake(t, false);
+                return Err(());
+            }
+            return Ok(progress.peer_closed);
+        }
+        let conn = table.remove(ticket);
+        drop(table);
+        t.ticket = None;
+        let Some(conn) = conn else {
+            self.end_handshake(t, false);
+            return Err(());
+        };
+        if let Some(der) = conn.peer_certificate() {
+            self.inner.client_certificate(inner, der);
+        }
+        let hand_over = self.kernel_offload && out.is_empty() && conn.can_hand_over();
+        t.conn = Some(conn);
+        self.end_handshake(t, true);
+        if hand_over {
+            t.phase = Phase::Handover;
+        }
+        Ok(progress.peer_closed)
     }
 
     /// Seals what the wrapped session wrote since the last call, at most `limit` bytes of
@@ -220,7 +277,7 @@ impl<H: Handler> Tls<H> {
             if input.is_empty() {
                 return Flow::Continue;
             }
-            self.admit(t);
+            self.admit(t, now.mono_ms);
         }
         if t.phase == Phase::Kernel {
             return self.inner.on_bytes(inner, input, now, device, out);
@@ -230,36 +287,25 @@ impl<H: Handler> Tls<H> {
             debug_assert!(input.is_empty(), "input while a reply is being sealed");
             return self.seal_held(inner, t, out);
         }
-        let (Some(conn), Phase::Handshaking | Phase::Open) = (t.conn.as_mut(), t.phase) else {
-            self.end_handshake(t, false);
-            return Flow::Close;
-        };
-        let mut peer_closed = false;
-        if !input.is_empty() || t.phase == Phase::Handshaking {
-            match conn.read(input, &mut t.plain_in, out) {
-                Ok(progress) => {
-                    peer_closed = progress.peer_closed;
-                    if progress.handshake_done {
-                        if let Some(der) = conn.peer_certificate() {
-                            self.inner.client_certificate(inner, der);
-                        }
-                        let hand_over = self.kernel_offload
-                            && out.is_empty()
-                            && conn.can_hand_over()
-                            && !self.kernel_lacks_tls.load(Ordering::Relaxed);
-                        self.end_handshake(t, true);
-                        if hand_over {
-                            t.phase = Phase::Handover;
-                        }
-                    }
-                }
+        let peer_closed = match (t.phase, t.conn.as_mut()) {
+            (Phase::Handshaking, _) => match self.handshake(inner, t, input, now.mono_ms, out) {
+                Ok(closed) => closed,
+                Err(()) => return Flow::Close,
+            },
+            (Phase::Open, Some(_)) if input.is_empty() => false,
+            (Phase::Open, Some(conn)) => match conn.read(input, &mut t.plain_in, out) {
+                Ok(progress) => progress.peer_closed,
                 Err(_) => {
                     // The alert is in `out`: sent, then the connection closes.
-                    self.end_handshake(t, false);
+                    t.phase = Phase::Failed;
                     return Flow::Close;
                 }
+            },
+            _ => {
+                self.end_handshake(t, false);
+                return Flow::Close;
             }
-        }
+        };
         if !matches!(t.phase, Phase::Open | Phase::Handover) {
             return if peer_closed {
                 Flow::Close
@@ -293,7 +339,9 @@ impl<H: Handler> Tls<H> {
     }
 
     /// [`Handler::after_bytes`] for a session in [`Phase::Handover`]: the keys to the
-    /// kernel, or (the kernel lacks TLS) on in user space.
+    /// kernel, or (the kernel refused the ULP for this socket) on in user space. The
+    /// refusal is this connection's alone (a peer that reset after its Finished gets
+    /// ENOTCONN): counted as a fallback, it changes nothing for other sessions.
     fn hand_over(&self, t: &mut TlsState, fd: BorrowedFd<'_>, out: &mut Vec<u8>) -> bool {
         let installed = crate::sys::install_kernel_tls(fd, || {
             let secrets = t.conn.take()?.into_kernel()?;
@@ -314,10 +362,8 @@ impl<H: Handler> Tls<H> {
                 t.sealed = t.plain_out.len();
                 true
             }
-            Err(crate::sys::KtlsError::Unavailable(e)) => {
-                if !self.kernel_lacks_tls.swap(true, Ordering::Relaxed) {
-                    eprintln!("ringstore: tls in user space from now on (the kernel refused the TLS ULP: {e})");
-                }
+            Err(crate::sys::KtlsError::Unavailable(_)) => {
+                self.inner.tls_count(t.worker, TlsEvent::KtlsFallback);
                 t.phase = Phase::Open;
                 let Some(conn) = t.conn.as_mut() else {
                     return false;
@@ -361,14 +407,16 @@ impl<H: Handler> Handler for Tls<H> {
             tls: None,
         }
     }
-    fn open_tls(&self, protocol: Protocol, worker: usize) -> Self::Session {
+    fn open_tls(&self, protocol: Protocol, worker: usize, now_ms: u64) -> Self::Session {
         if self.certs.is_none() {
             return self.open(protocol, worker);
         }
         TlsSession {
-            inner: self.inner.open_tls(protocol, worker),
+            inner: self.inner.open_tls(protocol, worker, now_ms),
             tls: Some(Box::new(TlsState {
                 conn: None,
+                ticket: None,
+                opened_ms: now_ms,
                 phase: Phase::Waiting,
                 https: protocol == Protocol::Http,
                 worker,
@@ -413,14 +461,30 @@ impl<H: Handler> Handler for Tls<H> {
     fn awaits_durable(&self, s: &Self::Session) -> bool {
         self.inner.awaits_durable(&s.inner)
     }
+    /// During the handshake, false: the handshake has its own deadline ([`Handler::expired`]),
+    /// and the request timeout (a login the auth file asks for included) runs from its end.
     fn has_partial_request(&self, s: &Self::Session) -> bool {
         match s.tls.as_deref() {
-            Some(t) if !matches!(t.phase, Phase::Open | Phase::Handover | Phase::Kernel) => true,
+            Some(t) if !matches!(t.phase, Phase::Open | Phase::Handover | Phase::Kernel) => false,
             Some(t) => {
                 t.conn.as_ref().is_some_and(|c| c.buffered() > 0)
                     || self.inner.has_partial_request(&s.inner)
             }
             None => self.inner.has_partial_request(&s.inner),
+        }
+    }
+    /// A handshake not done `--tls-handshake-timeout` after the accept, or dropped from its
+    /// worker's table to make room for a newer one.
+    fn expired(&self, s: &Self::Session, now_ms: u64) -> bool {
+        let Some(t) = s.tls.as_deref() else {
+            return false;
+        };
+        match t.phase {
+            Phase::Waiting | Phase::Handshaking | Phase::Refused => {
+                now_ms.saturating_sub(t.opened_ms) >= self.handshake_timeout_ms
+                    || t.ticket.is_some_and(|k| !self.table(t.worker).holds(k))
+            }
+            Phase::Open | Phase::Handover | Phase::Kernel | Phase::Failed => false,
         }
     }
     fn splices<'s>(&self, s: &'s Self::Session) -> &'s [Splice] {
@@ -597,5 +661,49 @@ impl ringstore_service::TlsControl for CertControl {
                 ringstore_tls::MinVersion::Tls13 => "tlsv1.3",
             },
         }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A server config on a throwaway self-signed certificate (made by the `openssl` CLI).
+    pub(crate) fn server_config() -> Arc<ringstore_tls::ServerConfig> {
+        static CERTS: std::sync::OnceLock<(tempfile::TempDir, Arc<CertStore>)> =
+            std::sync::OnceLock::new();
+        let (_, store) = CERTS.get_or_init(|| {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let status = std::process::Command::new("openssl")
+                .args([
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:P-256",
+                ])
+                .args([
+                    "-nodes", "-keyout", "key.pem", "-out", "cert.pem", "-days", "2",
+                ])
+                .args(["-subj", "/CN=localhost"])
+                .current_dir(dir.path())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .expect("openssl runs");
+            assert!(status.success(), "openssl made the certificate");
+            let store = CertStore::load(ringstore_tls::Settings {
+                cert: dir.path().join("cert.pem"),
+                key: dir.path().join("key.pem"),
+                ca: None,
+                verify: ringstore_tls::Verify::None,
+                min_version: ringstore_tls::MinVersion::Tls12,
+                kernel_tls: false,
+            })
+            .expect("the certificate loads");
+            (dir, Arc::new(store))
+        });
+        store.config(false)
     }
 }

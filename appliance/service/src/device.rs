@@ -17,6 +17,9 @@ pub trait Device: Journal {
     fn staged(&self) -> u64;
     /// Large objects: bytes per chunk on this device (0: large objects are not supported).
     fn chunk_len(&self) -> usize;
+    /// Large objects: bytes of this worker's region that records may fill (its segments
+    /// less the reserved ones): what unfinished uploads are bounded by (`http/uploads.rs`).
+    fn region_len(&self) -> u64;
     /// Large objects: a fresh object id, never reused (also across restarts).
     fn new_object_id(&self) -> u64;
     /// Large objects: stage chunk `index` of `object` (at most [`Device::chunk_len`] bytes),

@@ -43,8 +43,10 @@ mod request;
 mod store_tests;
 #[cfg(test)]
 mod tests;
+mod uploads;
 
 pub use backend::{Backend, Event, LargeLimits, Object, PutOutcome, StoreBackend};
+pub use uploads::{UploadLedger, UploadShare};
 
 use ringstore_proto::http::{
     decode_key, write_empty, BodyFraming, ChunkError, ChunkedDecoder, ConnectionField, HeadScanner,
@@ -79,6 +81,8 @@ pub struct HttpSession {
     /// The subject of the verified client certificate of a TLS connection (`--http-tokens`
     /// `subject:` lines): stands in for a bearer token.
     client: Option<Box<crate::subject::Subject>>,
+    /// The peer's address: the client whose unfinished uploads are bounded together.
+    peer: Option<std::net::IpAddr>,
 }
 
 /// A PUT whose head was accepted and whose body is being read.
@@ -135,7 +139,13 @@ impl HttpSession {
             out_hold: Hold::default(),
             held: HeldReplies::default(),
             client: None,
+            peer: None,
         }
+    }
+
+    /// The connection's peer, told once after it opened.
+    pub fn peer_known(&mut self, peer: std::net::IpAddr) {
+        self.peer = Some(peer);
     }
 
     /// The TLS layer verified the client certificate `der` (against `--tls-ca`): its subject
@@ -408,7 +418,7 @@ impl HttpSession {
             }
             Ok(used) if large.is_some() && self.chunked_body.len() > backend.item_size_max() => {
                 if let Some((limits, device)) = large {
-                    self.go_large_chunked(limits, device);
+                    self.go_large_chunked(limits, device, backend);
                 }
                 Step::Next(pos + used)
             }

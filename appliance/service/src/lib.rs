@@ -23,7 +23,7 @@ mod zero_copy_tests;
 
 pub use device::Device;
 pub use ringstore_store::{Backfill, Fetched, Journal, Mutation, Store, StoreConfig, StoreStats};
-pub use stats::{Counter, StatsTotals, WorkerStats};
+pub use stats::{Counter, StartSettings, StatsTotals, WorkerStats};
 
 /// The time as the runtime read it at the start of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,11 +122,17 @@ pub struct Shared {
     /// The TLS certificates (set by the runtime when a TLS listener is on): `refresh_certs`
     /// and the TLS stats.
     pub tls: std::sync::OnceLock<Arc<dyn TlsControl>>,
+    /// `refresh_certs`: one reload a second for the whole server, and its counters.
+    pub refresh_certs: memcache::CertRefreshGate,
+    /// Unfinished large HTTP uploads, by client and region (`http/uploads.rs`).
+    pub uploads: Arc<http::UploadLedger>,
     /// memcached's `watch`: the per-worker log rings and who watches (`watch.rs`).
     pub watch: Arc<watch::Hub>,
     /// The workers' I/O runtime, `io_uring` or `epoll` (`stats io_runtime`); set by the
     /// runtime at start.
     pub io_runtime: std::sync::OnceLock<&'static str>,
+    /// Listeners, timeouts and kernel TLS as started (`stats settings`); set by the runtime.
+    pub start: std::sync::OnceLock<StartSettings>,
 }
 
 /// What the service may ask of the TLS layer (ADR 0031).
@@ -185,8 +191,11 @@ impl Shared {
             xdp_mode: std::sync::OnceLock::new(),
             auth: std::sync::OnceLock::new(),
             tls: std::sync::OnceLock::new(),
+            refresh_certs: memcache::CertRefreshGate::default(),
+            uploads: Arc::default(),
             watch,
             io_runtime: std::sync::OnceLock::new(),
+            start: std::sync::OnceLock::new(),
         })
     }
 
@@ -451,8 +460,9 @@ impl Session {
 
     /// The connection's peer, told once after it opened (`watch connevents`).
     pub fn peer_known(&mut self, shared: &Shared, peer: std::net::SocketAddr) {
-        if let SessionKind::Memcache(s) = &mut self.inner {
-            s.peer_known(shared, peer);
+        match &mut self.inner {
+            SessionKind::Memcache(s) => s.peer_known(shared, peer),
+            SessionKind::Http(s) => s.peer_known(peer.ip()),
         }
     }
 

@@ -13,6 +13,7 @@
 //! memcached: [`binary`].
 
 mod admin;
+pub use admin::CertRefreshGate;
 mod arith;
 mod auth;
 #[cfg(test)]
@@ -670,7 +671,11 @@ impl MemcacheSession {
                 }
             }
             Request::Quit => return Flow::Close,
-            Request::RefreshCerts { noreply } => admin::refresh_certs(ctx, out, noreply),
+            Request::RefreshCerts { noreply } => {
+                // Only memcache over UDP marks its responses (one request per datagram).
+                let datagram = self.marks.is_some();
+                admin::refresh_certs(ctx, out, noreply, datagram);
+            }
             Request::MetaGet(m) => meta::mg(ctx, out, &mut self.out_hold, &mut self.zc, &m),
             Request::MetaSet(m) => meta::ms(ctx, out, &m),
             Request::MetaDelete(m) => meta::md(ctx, out, &m),

@@ -4,7 +4,26 @@
 //! worker is the only writer, readers (`stats`) tolerate a value that is a moment old.
 //! If another thread ever wrote the same slot, counts could be lost, never corrupted.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// How the server was started, beyond [`crate::ServiceConfig`]: what memcache `stats
+/// settings` reports as memcached's `tcpport`, `udpport`, `inter`, `idle_timeout`,
+/// `tcp_backlog` and `ssl_kernel_tls`. Set once by the runtime after its listeners are
+/// bound; unset (a service without a runtime, as in unit tests), those lines say "off".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StartSettings {
+    /// The memcache TCP listener's bound address; `None`: no memcache TCP listener.
+    pub memcache: Option<SocketAddr>,
+    /// The memcache UDP socket's bound address; `None`: UDP off.
+    pub udp: Option<SocketAddr>,
+    /// `--idle-timeout` in seconds (0: never).
+    pub idle_timeout_secs: u64,
+    /// The listen backlog of the TCP listeners.
+    pub tcp_backlog: u32,
+    /// TLS sessions are handed to kernel TLS where they can be (the start's probe).
+    pub kernel_tls: bool,
+}
 
 /// One counter of a [`WorkerStats`] slot.
 #[derive(Debug, Default)]
@@ -154,6 +173,9 @@ counters! {
     tls_ktls_tx,
     /// TLS sessions whose receiving the kernel took over (kernel TLS RX).
     tls_ktls_rx,
+    /// Finished TLS sessions the kernel refused to take (the socket's TLS ULP failed, e.g.
+    /// the peer already reset): each stays in user space; nothing changes for others.
+    tls_ktls_fallbacks,
 }
 
 #[cfg(test)]

@@ -520,6 +520,16 @@ impl Store {
             .sum()
     }
 
+    /// Score entries looked at by reads so far and the score tables' capacity, over every
+    /// shard (tests).
+    #[cfg(test)]
+    pub(crate) fn score_work(&self) -> (u64, usize) {
+        self.shards
+            .iter()
+            .map(|s| s.lock().expect("shard").score_work())
+            .fold((0, 0), |(t, c), (t2, c2)| (t + t2, c + c2))
+    }
+
     /// A copy of a pin's bytes, read through the segment that holds them (tests).
     #[cfg(test)]
     pub(crate) fn pinned_copy(&self, pin: &Pin) -> Vec<u8> {

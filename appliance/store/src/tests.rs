@@ -398,6 +398,39 @@ fn append_prepend_number_and_limits() {
     );
 }
 
+/// memcached's t/issue_14.t at store level (issue 35): 10 items of 65 KiB with a 2 s TTL,
+/// 10 more after they expired: the expired items' room is reused, no segment is added, and
+/// an item touched before it expired stays with its value.
+#[test]
+fn expired_items_room_is_reused_before_a_fresh_segment_is_taken() {
+    let s = store_with_shards(64 << 20, 1);
+    let value = vec![b'B'; 66_560];
+    let key = |i: u32| format!("key{i}").into_bytes();
+    for i in 0..10 {
+        put(&s, &key(i), &value, 3, 1);
+    }
+    let touch = ReadOpts {
+        touch: Some(NEVER),
+        ..ReadOpts::default()
+    };
+    assert!(s.get(&key(9), 2, touch, |i| i.is_some()), "key9 touched");
+    let first = s.stats();
+    for i in 10..20 {
+        put(&s, &key(i), &value, 7, 5);
+    }
+    let second = s.stats();
+    assert_eq!(
+        second.segment_bytes, first.segment_bytes,
+        "a fresh segment was taken while expired items held the room"
+    );
+    assert_eq!(second.reclaimed, 9, "the nine expired items were reclaimed");
+    assert_eq!(second.curr_items, 11);
+    for i in 9..20 {
+        assert_eq!(read(&s, &key(i), 5), Some(value.clone()), "key{i}");
+    }
+    assert_eq!(read(&s, &key(0), 5), None);
+}
+
 #[test]
 fn expiry_is_lazy_and_reaped_in_background() {
     let s = store(8 << 20);

@@ -231,6 +231,41 @@ fn a_decayed_score_does_not_promote_and_one_time_reads_never_do() {
     assert_eq!(s.region_of(&key(1), 20), Some(1));
 }
 
+/// Issue 35: with the score table full, a scan of cold foreign keys costs each GET a bounded
+/// look at the table (its bucket), not a pass over it. Counted in entries looked at.
+#[test]
+fn a_cold_foreign_scan_with_a_full_score_table_looks_at_8_entries_per_get() {
+    let s = tiered(8 * MIB, 8 * MIB);
+    let n = 16_000;
+    for i in 0..n {
+        put(&s, &key(i), &value(i, VALUE), NEVER, 1);
+    }
+    let foreign: Vec<usize> = (0..n)
+        .filter(|&i| s.region_of(&key(i), 1) == Some(1))
+        .collect();
+    let (_, capacity) = s.score_work();
+    assert!(
+        foreign.len() >= 2 * capacity,
+        "{} foreign for {capacity} entries",
+        foreign.len()
+    );
+    // Warm the table: two reads of every foreign key at once (more keys than entries).
+    for &i in &foreign {
+        read(&s, &key(i), 2);
+        read(&s, &key(i), 2);
+    }
+    let (before, _) = s.score_work();
+    for &i in &foreign {
+        assert!(read(&s, &key(i), 3).is_some());
+    }
+    let (after, _) = s.score_work();
+    let per_get = (after - before) / foreign.len() as u64;
+    assert!(
+        per_get <= crate::tier::SCORE_WAYS as u64,
+        "{per_get} entries per GET of {capacity}"
+    );
+}
+
 #[test]
 fn a_pinned_foreign_item_is_promoted_only_after_its_send_completes() {
     let s = tiered(8 * MIB, 8 * MIB);

@@ -8,6 +8,7 @@
 //!
 //! Everything is re-exported at the crate root; the runtime imports the crate as `sys`.
 
+mod block;
 mod bpf;
 mod cpus;
 mod epoll;
@@ -25,6 +26,7 @@ mod signals;
 mod tty;
 mod xsk;
 
+pub use block::resize_partition;
 pub use bpf::{
     prog_load_xdp, steer_program, xdp_link_attach, xskmap_clear, xskmap_create, xskmap_set,
     BpfError, Insn, XdpAttach, STEER_PROGRAM_LEN,
@@ -49,7 +51,7 @@ pub use net::{
     accept, bind_socket, bind_udp_to_device, eventfd, eventfd_read, eventfd_signal,
     interface_addresses, local_addr, peer_addr, peer_ip, poll_one_readable, poll_readable,
     recv_discard, recv_from, send_nosignal, send_to, set_nodelay, shutdown, socket_addr_of,
-    zeroed_msghdr,
+    zeroed_msghdr, LISTEN_BACKLOG,
 };
 pub use netdev::{add_default_route, set_ipv4, set_up};
 pub use num::{u32_of, usize_of};

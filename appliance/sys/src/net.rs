@@ -83,6 +83,10 @@ pub fn eventfd_read(fd: BorrowedFd<'_>) -> io::Result<u64> {
     }
 }
 
+/// The listen backlog of every TCP listener (memcached's `-b` default; `stats settings`
+/// reports it as `tcp_backlog`).
+pub const LISTEN_BACKLOG: i32 = 1024;
+
 /// A bound socket: TCP listening or UDP. `reuseport` adds SO_REUSEPORT; `nonblocking` is for
 /// sockets used with plain syscalls (the acceptor's poll loop, UDP); sockets used only
 /// through io_uring stay blocking so the kernel arms a poll instead of returning EAGAIN.
@@ -114,7 +118,7 @@ pub fn bind_socket(
     }
     rustix::net::bind(&fd, &addr)?;
     if tcp {
-        rustix::net::listen(&fd, 1024)?;
+        rustix::net::listen(&fd, LISTEN_BACKLOG)?;
     }
     Ok(fd)
 }

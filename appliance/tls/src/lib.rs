@@ -15,6 +15,6 @@ mod session;
 pub use config::{CertStore, MinVersion, Settings, Verify, ALPN_HTTP1};
 pub use rustls::ServerConfig;
 pub use session::{
-    DirectionSecrets, KernelCipher, KernelSecrets, Progress, ServerTls, TlsError, INCOMING_MAX,
-    OPEN_INCOMING_MAX,
+    DirectionSecrets, KernelCipher, KernelSecrets, Progress, ServerTls, TlsError,
+    HANDSHAKE_STATE_MAX, INCOMING_MAX, OPEN_INCOMING_MAX,
 };

@@ -353,3 +353,44 @@ fn secrets_for_the_kernel_only_after_the_handshake() {
         assert_ne!(secrets.tx.key, secrets.rx.key);
     }
 }
+
+/// Runs a handshake between `server` and `client`; returns the bytes the server sent in the
+/// read that finished its handshake (empty: the client spoke last).
+fn handshake_last_flight(server: &mut ServerTls, client: &mut ClientConnection) -> Vec<u8> {
+    for _ in 0..100 {
+        let mut to_server = Vec::new();
+        client.write_tls(&mut to_server).unwrap();
+        let mut to_client = Vec::new();
+        let progress = server
+            .read(&to_server, &mut Vec::new(), &mut to_client)
+            .unwrap();
+        feed_client(client, &to_client, &mut Vec::new()).unwrap();
+        if progress.handshake_done {
+            return to_client;
+        }
+    }
+    panic!("no end to the handshake");
+}
+
+#[test]
+fn a_resumed_tls12_session_ends_with_the_client_and_may_go_to_the_kernel() {
+    let certs = TestCerts::make();
+    let store = CertStore::load(settings(&certs, Verify::None)).unwrap();
+    let config = client_config(&certs, None, &[&rustls::version::TLS12]);
+    // Full handshake: the server's Finished is the last flight, sealed in user space; the
+    // runtime hands a session over only when that read left nothing to send.
+    let mut full = ServerTls::new(store.config(false)).unwrap();
+    let mut c = client(config.clone());
+    assert!(!handshake_last_flight(&mut full, &mut c).is_empty());
+    assert!(!c.is_handshaking());
+    // Resumed (session ID from the server's cache): the client's Finished ends it.
+    let mut resumed = ServerTls::new(store.config(false)).unwrap();
+    let mut c = client(config);
+    assert!(handshake_last_flight(&mut resumed, &mut c).is_empty());
+    assert_eq!(c.handshake_kind(), Some(rustls::HandshakeKind::Resumed));
+    assert!(resumed.can_hand_over());
+    let secrets = resumed.into_kernel().unwrap();
+    assert_eq!(secrets.version, 0x0303);
+    // Each side's Finished went under the new keys: record 0 both ways.
+    assert_eq!((secrets.tx.seq, secrets.rx.seq), (1, 1));
+}

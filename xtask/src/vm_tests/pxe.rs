@@ -162,6 +162,12 @@ fn check_host(vm: &mut Vm, host: &Host, cpus: usize) -> Result<()> {
         }
     }
     memcache_set_get(vm.port("memcache", 0)?)?;
+    // No slots to write: `update` says how a network-booted box is updated (issue 36).
+    let update = vm.command("update http://10.0.2.2:1/ringstore.efi")?;
+    anyhow::ensure!(
+        update.contains(ringstore_init::update::NETWORK_BOOT_UPDATE),
+        "{name}: update on a PXE box:\n{update}"
+    );
     Ok(())
 }
 

@@ -182,6 +182,48 @@ pub fn uefi_args(disk: &Path, vars: &Path, socket: &Path, forwards: &[Forward]) 
     .collect()
 }
 
+/// The disk [`disk_boots_serves_and_keeps_data`] boots: the image `dd`'d to a bigger disk.
+const GROWN_DISK: u64 = 1 << 30;
+
+/// First boot on a disk bigger than the image, no `memory` anywhere: the data partition grew
+/// to the disk's end before the server formatted it, and the item memory follows the
+/// machine (1 GiB, one node, 999 connections: about 520 MiB; issue 36).
+fn sized_to_the_machine(vm: &mut Vm) -> Result<()> {
+    let out = vm.output();
+    ensure!(
+        out.contains("data partition 3 of /dev/vda grown from"),
+        "the data partition did not grow:\n{}",
+        vm.tail()
+    );
+    let status = vm.command("status")?;
+    ensure!(
+        status.contains("data partition 3 of /dev/vda grown from")
+            && status.contains("data /dev/vda3: block device, 1021 MiB"),
+        "status after the growth:\n{status}"
+    );
+    ensure!(
+        out.contains("sized to node 0"),
+        "memory not sized to the machine:\n{}",
+        vm.tail()
+    );
+    let stats = vm.command("stats")?;
+    let maxbytes: u64 = super::console::stat(&stats, "limit_maxbytes")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    ensure!(
+        (256 << 20..=768 << 20).contains(&maxbytes),
+        "limit_maxbytes {maxbytes} on a 1 GiB machine with 999 connections"
+    );
+    let config = vm.command("config")?;
+    ensure!(
+        config
+            .lines()
+            .any(|l| l.contains("memory") && l.contains("machine")),
+        "`config` does not say memory was sized to the machine:\n{config}"
+    );
+    Ok(())
+}
+
 /// Firmware start to ready, and what was checked.
 #[derive(Debug)]
 pub struct DiskReport {
@@ -225,6 +267,11 @@ pub fn disk_boots_serves_and_keeps_data(image: &Image) -> Result<DiskReport> {
         );
     }
     let machine = UefiMachine::new("disk", &images)?;
+    // `dd` to a bigger disk: the image is 160 MiB, the disk 1 GiB (issue 36).
+    std::fs::File::options()
+        .write(true)
+        .open(&machine.disk)?
+        .set_len(GROWN_DISK)?;
     machine.write_config("max_conns = 999\n")?;
     // The partition's keys as an operator edited them: a broken line the box must skip.
     let mut keys = std::fs::read(root.join(PARTITION_KEY).with_extension("pub"))?;
@@ -246,6 +293,7 @@ pub fn disk_boots_serves_and_keeps_data(image: &Image) -> Result<DiskReport> {
         "data partition not used:\n{}",
         vm.tail()
     );
+    sized_to_the_machine(&mut vm)?;
     let stats = vm.command("stats")?;
     ensure!(
         super::console::stat(&stats, "max_connections") == Some("999"),

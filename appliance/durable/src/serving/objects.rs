@@ -105,6 +105,14 @@ impl<D: BlockDevice> Serving<D> {
         self.next_seq.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Bytes of one region that records may fill: its segments less those the serving path
+    /// keeps back (compaction, deletes). What bounds the unfinished uploads of a region.
+    pub fn region_len(&self) -> u64 {
+        let g = self.sb.geometry;
+        let keep = crate::region::COMPACTION_RESERVE + crate::region::DELETE_RESERVE;
+        u64::from(g.segments_per_region.saturating_sub(keep)) * g.segment_size
+    }
+
     /// Bytes of data per chunk on this device: a whole number of chunk records (piece table
     /// included; at least 4, as many as keep a chunk at most 1 MiB) fills a segment's
     /// payload, so large objects waste no segment tail; in whole 4 KiB, at least 4 KiB.

@@ -128,6 +128,7 @@ fn status_serving(out: &mut Output, state: &State) {
         .collect();
     out.set("addresses", addresses);
     out.set("data_device", json!(state.data_device));
+    out.set("data_grown", json!(state.data_grown));
     out.set("serving", json!(state.ready_line));
     out.set("not_serving", json!(state.not_serving));
     for c in &state.configured {
@@ -142,6 +143,9 @@ fn status_serving(out: &mut Output, state: &State) {
     match &state.data_device {
         Some(described) => out.line(format!("data {described}")),
         None => out.line("data none (RAM only)"),
+    }
+    if let Some(grown) = &state.data_grown {
+        out.line(format!("data {grown}"));
     }
     match (&state.ready_line, &state.not_serving) {
         (Some(ready), _) => out.line(format!("serving {ready}")),

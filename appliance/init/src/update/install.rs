@@ -19,8 +19,18 @@ pub const IMAGE_MAX: usize = 96 << 20;
 /// The whole download (image and signature) must end within this.
 pub const FETCH_LIMIT: Duration = Duration::from_secs(180);
 
+/// What `update` says on a box that did not boot from disk.img.
+pub const NETWORK_BOOT_UPDATE: &str = "this box booted without disk.img (PXE or -kernel): it runs the kernel and initramfs its boot server hands it, so nothing is written here; to update it, put the new bundle on the boot server (`cargo xtask pxe --inventory ...`) and `reboot` (docs/OPERATIONS.md, \"Disk boot and PXE\")";
+
 /// `update URL`: fetch, verify, write the inactive slot, record the trial, reboot into it once.
 pub fn update(machine: &Machine, url: &str) -> Vec<String> {
+    if machine.state().slots.esp.is_none() {
+        // A network (or `-kernel`) boot has no slots to write: it runs what its boot server
+        // hands it, so its update is a new bundle and a reboot, not a refusal.
+        let line = NETWORK_BOOT_UPDATE;
+        info!("update: {line}");
+        return vec![format!("update: {line}")];
+    }
     match prepare(machine, url) {
         Ok(target) => {
             info!("update: slot {target} written; rebooting into it for a trial");

@@ -4,6 +4,10 @@
 //! memcached's `_meta_flag_preparse`: a repeated letter or an unknown one stops with an
 //! error at once; bad numbers are remembered and reported after every flag was seen.
 //! Reply flags are echoed in request order, so the raw flag tokens are kept.
+//!
+//! The letters are 1.6.18's, the version ringstore reports: `E` (explicit CAS, added in
+//! 1.6.21) is an invalid flag there, so it is one here too. Every command takes every letter
+//! 1.6.18 knows (its preparse is shared); the command then ignores the ones it has no use for.
 
 #[cfg(test)]
 use super::key::KeyBuf;
@@ -44,8 +48,6 @@ pub struct MetaFlags<'a> {
     pub client_flags: u32,
     /// `C`: compare this CAS unique.
     pub cas: Option<u64>,
-    /// `E`: store this CAS unique instead of a fresh one (memcached 1.6.21+).
-    pub explicit_cas: Option<u64>,
     /// `M`: mode letter (ms: E A P R S; ma: I + D -).
     pub mode: Option<u8>,
     /// `J`: initial value for `ma` autovivify.
@@ -97,7 +99,6 @@ impl<'a> MetaFlags<'a> {
             recache: None,
             client_flags: 0,
             cas: None,
-            explicit_cas: None,
             mode: None,
             initial: 0,
             delta: 1,
@@ -152,9 +153,8 @@ impl<'a> MetaFlags<'a> {
                 Some(v) => self.client_flags = v,
                 None => return Ok(Flag::Bad(None)),
             },
-            b'C' | b'E' => match strtoull(arg) {
-                Some(v) if o == b'C' => self.cas = Some(v),
-                Some(v) => self.explicit_cas = Some(v),
+            b'C' => match strtoull(arg) {
+                Some(v) => self.cas = Some(v),
                 None => return Ok(Flag::Bad(Some(BAD_TOKEN))),
             },
             b'M' => {
@@ -345,6 +345,42 @@ mod tests {
             err(b"md k a b c d e f g h i j k l m n o p q r s\r\n"),
             "CLIENT_ERROR options flags too long"
         );
+    }
+
+    #[test]
+    fn unknown_flags_win_over_a_key_that_does_not_decode() {
+        // Issue 35's lines: memcached 1.6.18 answers both `invalid flag` (`E` is 1.6.21's), the
+        // first although its `b` key (`k`) does not decode, an error noted before `E` is read.
+        assert_eq!(
+            err(b"mg k b c f h k l O123 q s t v u E5 N30 R30 T30\r\n"),
+            "CLIENT_ERROR invalid flag"
+        );
+        assert_eq!(
+            err(b"mg k s v f t c k O1 h l q u T1 N1 R1 E1 F1 P1\r\n"),
+            "CLIENT_ERROR invalid flag"
+        );
+        assert_eq!(err(b"mg k b Z\r\n"), "CLIENT_ERROR invalid flag");
+        assert_eq!(err(b"mg k b v v\r\n"), "CLIENT_ERROR duplicate flag");
+        assert_eq!(err(b"mg k b v\r\n"), "CLIENT_ERROR error decoding key");
+        assert_eq!(
+            err(b"md k b E1\r\n"),
+            "CLIENT_ERROR invalid or duplicate flag"
+        );
+        assert_eq!(
+            err(b"ma k E1\r\n"),
+            "CLIENT_ERROR invalid or duplicate flag"
+        );
+        // Every letter 1.6.18 knows is taken by every command (its preparse is shared).
+        for flag in [
+            "C1", "D1", "F1", "I", "J1", "L", "M+", "N1", "O1", "P", "R1", "T1",
+        ] {
+            let line = format!("mg k {flag} b c f h k l q s t u v\r\n");
+            assert_eq!(
+                err(line.as_bytes()),
+                "CLIENT_ERROR error decoding key",
+                "{flag}"
+            );
+        }
     }
 
     #[test]

@@ -4,6 +4,41 @@
 use super::{parse, Limits, Parse};
 use proptest::prelude::*;
 
+/// The flag letters memcached 1.6.18's `_meta_flag_preparse` knows (every meta command).
+const KNOWN_FLAGS: &[u8] = b"CDFIJLMNOPRTbcfhklqstuv";
+
+/// memcached 1.6.18's answer to a meta line when a flag stops the preparse at once: the first
+/// repeated letter (`duplicate flag`) or unknown one (`invalid flag`), whatever came before
+/// it, a `b` whose key does not decode included. `None`: no flag stops it.
+fn preparse_stop(flags: &[Vec<u8>]) -> Option<&'static str> {
+    let mut seen = [false; 128];
+    for f in flags {
+        let o = usize::from(f[0]);
+        if o >= 127 || seen[o] {
+            return Some("CLIENT_ERROR duplicate flag");
+        }
+        seen[o] = true;
+        if !KNOWN_FLAGS.contains(&f[0]) {
+            return Some("CLIENT_ERROR invalid flag");
+        }
+    }
+    None
+}
+
+/// Meta flag tokens: mostly known letters, some `E` (1.6.21's) and others, with arguments.
+fn meta_flags() -> impl Strategy<Value = Vec<Vec<u8>>> {
+    let letter = prop_oneof![
+        8 => prop::sample::select(KNOWN_FLAGS.to_vec()),
+        1 => Just(b'E'),
+        1 => prop::sample::select(b"AGHKQSUVWXYZadegijmnoprwxyz0+".to_vec()),
+    ];
+    let arg = prop::sample::select(vec![&b""[..], b"1", b"30", b"abc", b"-1"]);
+    prop::collection::vec(
+        (letter, arg).prop_map(|(l, a)| [&[l][..], a].concat()),
+        0..12,
+    )
+}
+
 fn limits() -> Limits {
     Limits {
         item_size_max: 64,
@@ -67,6 +102,25 @@ proptest! {
                 prop_assert_eq!(full, Parse::Done { request, consumed });
             }
             Parse::Close { reply } => prop_assert_eq!(full, Parse::Close { reply }),
+        }
+    }
+
+    #[test]
+    fn a_flag_that_stops_the_preparse_wins_over_the_key(flags in meta_flags()) {
+        let l = limits();
+        let Some(stop) = preparse_stop(&flags) else {
+            return Ok(());
+        };
+        let tail = flags.join(&b' ');
+        // The same answer whether the key decodes (`Zm9v`) or not (`k`, `a`) when the flags
+        // hold a `b` somewhere, before or after the offending one.
+        for key in [&b"Zm9v"[..], b"k", b"a"] {
+            let mg = [&b"mg "[..], key, b" ", &tail, b"\r\n"].concat();
+            let Parse::Done { request: super::Request::Reply { line, .. }, .. } = parse(&mg, &l)
+            else {
+                return Err(TestCaseError::fail(format!("{mg:?} was served")));
+            };
+            prop_assert_eq!(line, stop);
         }
     }
 

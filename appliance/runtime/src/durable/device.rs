@@ -27,6 +27,10 @@ impl Device for ConnDevice<'_> {
         self.disk.serving.chunk_len()
     }
 
+    fn region_len(&self) -> u64 {
+        self.disk.serving.region_len()
+    }
+
     fn new_object_id(&self) -> u64 {
         self.disk.serving.next_object_id()
     }

@@ -36,7 +36,7 @@ impl<H: Handler> Worker<H> {
         let raw = fd.as_raw_fd();
         let handler = &self.setup.handler;
         let mut session = if endpoint.tls {
-            handler.open_tls(endpoint.protocol, self.setup.index)
+            handler.open_tls(endpoint.protocol, self.setup.index, self.now.mono_ms)
         } else {
             handler.open(endpoint.protocol, self.setup.index)
         };

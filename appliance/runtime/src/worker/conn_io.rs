@@ -19,7 +19,7 @@ impl<H: Handler> Worker<H> {
         };
         let handler = &self.setup.handler;
         let mut session = if endpoint.tls {
-            handler.open_tls(endpoint.protocol, self.setup.index)
+            handler.open_tls(endpoint.protocol, self.setup.index, self.now.mono_ms)
         } else {
             handler.open(endpoint.protocol, self.setup.index)
         };

@@ -27,6 +27,7 @@ impl<H: Handler> Worker<H> {
         let now = self.now.mono_ms;
         let limits = self.setup.limits;
         let past_deadline = self.stopping_deadline.is_some_and(|d| now >= d);
+        let handler = Arc::clone(&self.setup.handler);
         for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
             let Some(conn) = self.conns.at_mut(slot) else {
                 continue;
@@ -39,7 +40,8 @@ impl<H: Handler> Worker<H> {
                 limits.request_timeout_ms,
                 limits.idle_timeout_ms,
                 past_deadline,
-            ) {
+            ) || handler.expired(&conn.session, now)
+            {
                 self.close(slot);
             }
         }

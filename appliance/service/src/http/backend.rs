@@ -37,6 +37,8 @@ pub struct LargeLimits {
     pub object_size_max: u64,
     /// Bytes per chunk on the device.
     pub chunk_len: usize,
+    /// Bytes of the worker's region of the device (what bounds unfinished uploads).
+    pub region_len: u64,
 }
 
 /// Outcome of a PUT.
@@ -97,6 +99,11 @@ pub trait Backend {
     fn auth(&self) -> Option<&crate::auth::Auth> {
         None
     }
+    /// The server's unfinished large uploads (`None`: not bounded, for tests of other
+    /// behaviour).
+    fn uploads(&self) -> Option<&std::sync::Arc<super::UploadLedger>> {
+        None
+    }
     /// Large objects: publish `manifest` under `key` (every chunk is durable).
     fn put_large(&self, key: &[u8], manifest: &[u8], flags: u32, ttl: i64, now: Now) -> PutOutcome {
         let _ = (key, manifest, flags, ttl, now);
@@ -120,6 +127,8 @@ pub struct StoreBackend<'a> {
     pub device: Option<&'a dyn Device>,
     /// `--http-tokens`, when given.
     pub auth: Option<&'a crate::auth::Auth>,
+    /// The server's unfinished large uploads.
+    pub uploads: Option<&'a std::sync::Arc<super::UploadLedger>>,
 }
 
 impl<'a> StoreBackend<'a> {
@@ -137,6 +146,7 @@ impl<'a> StoreBackend<'a> {
             conn_memory: Some(&shared.conn_memory),
             device,
             auth: shared.auth.get(),
+            uploads: Some(&shared.uploads),
         }
     }
 
@@ -207,11 +217,17 @@ impl Backend for StoreBackend<'_> {
     }
 
     fn large(&self) -> Option<LargeLimits> {
-        let chunk_len = self.device?.chunk_len();
+        let device = self.device?;
+        let chunk_len = device.chunk_len();
         (chunk_len > 0 && self.object_size_max > self.item_size_max as u64).then_some(LargeLimits {
             object_size_max: self.object_size_max,
             chunk_len,
+            region_len: device.region_len(),
         })
+    }
+
+    fn uploads(&self) -> Option<&std::sync::Arc<super::UploadLedger>> {
+        self.uploads
     }
 
     fn device(&self) -> Option<&dyn Device> {

@@ -14,7 +14,7 @@ use ringstore_durable::{Manifest, MANIFEST_HEAD_MAX};
 use ringstore_proto::http::{write_empty, ChunkError, ChunkedDecoder, ConnectionField, Status};
 
 use super::backend::{Backend, Event, LargeLimits};
-use super::{reply, HttpSession, PendingPut, State, Step};
+use super::{reply, HttpSession, PendingPut, State, Step, UploadShare};
 use crate::device::Device;
 use crate::Now;
 
@@ -57,6 +57,9 @@ pub(super) struct LargePut {
     tokens_after: u64,
     /// A chunk failed to reach the device: the PUT is answered 500 and nothing is published.
     chunk_failed: bool,
+    /// What this upload holds of the device among the server's unfinished uploads; given
+    /// back when the upload ends (dropped with it).
+    share: Option<UploadShare>,
 }
 
 impl LargePut {
@@ -66,8 +69,10 @@ impl LargePut {
         device: &dyn Device,
         limits: LargeLimits,
         content_length: Option<u64>,
+        share: Option<UploadShare>,
     ) -> LargePut {
         LargePut {
+            share,
             put,
             object: device.new_object_id(),
             tokens_after: device.staged(),
@@ -105,13 +110,24 @@ impl LargePut {
 }
 
 impl HttpSession {
+    /// A place among the server's unfinished uploads for an upload starting now.
+    pub(super) fn upload_share<B: Backend>(&self, backend: &B) -> Option<UploadShare> {
+        backend.uploads().map(|l| l.open(self.peer, self.worker))
+    }
+
     /// A chunked PUT body just grew past `item_size_max`: continue it as a large object.
-    pub(super) fn go_large_chunked(&mut self, limits: LargeLimits, device: &dyn Device) {
+    pub(super) fn go_large_chunked<B: Backend>(
+        &mut self,
+        limits: LargeLimits,
+        device: &dyn Device,
+        backend: &B,
+    ) {
         let State::PutChunked { put, decoder } = std::mem::replace(&mut self.state, State::Head)
         else {
             unreachable!("called in the PutChunked state")
         };
-        let mut large = LargePut::new(put, device, limits, None);
+        let share = self.upload_share(backend);
+        let mut large = LargePut::new(put, device, limits, None, share);
         large.received = self.chunked_body.len() as u64;
         large.buf = std::mem::take(&mut self.chunked_body);
         large.decoder = Some(decoder);
@@ -169,10 +185,16 @@ impl HttpSession {
             if large.next_index == 0 {
                 large.head = large.buf[..n.min(MANIFEST_HEAD_MAX)].to_vec();
             }
-            let accepted = backend.device().is_some_and(|d| {
-                d.stage_chunk(large.object, large.next_index, &large.buf[..n])
-                    .is_ok()
-            });
+            // Within what unfinished uploads may hold (`uploads.rs`), then room on the device.
+            let allowed = large
+                .share
+                .as_mut()
+                .is_none_or(|s| s.take(n as u64, large.limits.region_len));
+            let accepted = allowed
+                && backend.device().is_some_and(|d| {
+                    d.stage_chunk(large.object, large.next_index, &large.buf[..n])
+                        .is_ok()
+                });
             if !accepted {
                 // Device full (or refused): the rest of the body is not worth reading.
                 abandon(backend, large);

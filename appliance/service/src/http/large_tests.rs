@@ -41,6 +41,8 @@ struct Device {
     /// Whole-chunk reads and range reads made.
     whole_reads: Cell<usize>,
     range_reads: Cell<usize>,
+    /// The server's unfinished uploads and the region they share (`None`: unbounded).
+    uploads: Option<(std::sync::Arc<UploadLedger>, u64)>,
 }
 
 impl Backend for Device {
@@ -69,7 +71,11 @@ impl Backend for Device {
         Some(LargeLimits {
             object_size_max: 1 << 20,
             chunk_len: CHUNK,
+            region_len: self.uploads.as_ref().map_or(u64::MAX, |u| u.1),
         })
+    }
+    fn uploads(&self) -> Option<&std::sync::Arc<UploadLedger>> {
+        self.uploads.as_ref().map(|u| &u.0)
     }
     fn device(&self) -> Option<&dyn DeviceApi> {
         Some(self)
@@ -101,6 +107,9 @@ impl DeviceApi for Device {
     }
     fn chunk_len(&self) -> usize {
         CHUNK
+    }
+    fn region_len(&self) -> u64 {
+        u64::MAX
     }
     fn new_object_id(&self) -> u64 {
         self.next_id.set(self.next_id.get() + 1);
@@ -499,4 +508,54 @@ fn a_large_put_is_a_partial_request_only_while_short_of_its_progress_window() {
         "{:?}",
         String::from_utf8_lossy(&out)
     );
+}
+
+/// One piece of input from the client of `session`, resumed after each `Flow::Drain` as the
+/// runtime does; what the session wrote.
+fn feed(dev: &Device, session: &mut HttpSession, input: &[u8]) -> String {
+    let mut out = Vec::new();
+    let mut flow = dev.call(session, input, &mut out);
+    while flow == Flow::Drain {
+        flow = dev.call(session, &[], &mut out);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn from(peer: [u8; 4]) -> HttpSession {
+    let mut s = HttpSession::new(0);
+    s.peer_known(std::net::IpAddr::from(peer));
+    s
+}
+
+#[test]
+fn one_clients_unfinished_uploads_hold_at_most_half_a_region() {
+    // Region of 8 chunks: one client's uploads together 4 chunks, all together 6.
+    let dev = Device {
+        uploads: Some((std::sync::Arc::default(), 8 * CHUNK as u64)),
+        ..Device::new()
+    };
+    let head = |key: &str, len: usize| {
+        format!("PUT /{key} HTTP/1.1\r\nHost: h\r\nContent-Length: {len}\r\n\r\n")
+    };
+    // A stalled upload of 10.0.0.1 holding 3 chunks of the 9 it announced.
+    let mut stalled = from([10, 0, 0, 1]);
+    let part = [head("a", 9 * CHUNK).as_bytes(), &body(3 * CHUNK)].concat();
+    assert_eq!(feed(&dev, &mut stalled, &part), "");
+    // The same client's next upload gets one chunk, then 507.
+    let mut second = from([10, 0, 0, 1]);
+    let out = feed(&dev, &mut second, &put_request("b", &body(2 * CHUNK)));
+    assert!(
+        out.starts_with("HTTP/1.1 507 Insufficient Storage\r\n"),
+        "{out}"
+    );
+    second.on_close(&dev);
+    // Another client's upload is stored meanwhile (3 + 2.5 chunks of the 6 all may hold).
+    let mut other = from([10, 0, 0, 2]);
+    let out = feed(&dev, &mut other, &put_request("c", &body(2 * CHUNK + 500)));
+    assert!(out.starts_with("HTTP/1.1 201 Created\r\n"), "{out}");
+    // Once the stalled upload is gone, the first client has its half again.
+    stalled.on_close(&dev);
+    let mut again = from([10, 0, 0, 1]);
+    let out = feed(&dev, &mut again, &put_request("b", &body(2 * CHUNK)));
+    assert!(out.starts_with("HTTP/1.1 201 Created\r\n"), "{out}");
 }

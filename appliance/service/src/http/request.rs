@@ -154,9 +154,16 @@ impl HttpSession {
             BodyFraming::Length(n) => {
                 match (usize::try_from(n), backend.large().zip(backend.device())) {
                     (Ok(len), _) if len <= max => State::PutLength { put, len },
-                    (_, Some((limits, device))) if n <= limits.object_size_max => State::PutLarge(
-                        Box::new(large::LargePut::new(put, device, limits, Some(n))),
-                    ),
+                    (_, Some((limits, device))) if n <= limits.object_size_max => {
+                        let share = self.upload_share(backend);
+                        State::PutLarge(Box::new(large::LargePut::new(
+                            put,
+                            device,
+                            limits,
+                            Some(n),
+                            share,
+                        )))
+                    }
                     _ => return self.fail(backend, out, Status::PayloadTooLarge),
                 }
             }

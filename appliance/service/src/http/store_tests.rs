@@ -31,6 +31,7 @@ fn backend(store: &Store) -> StoreBackend<'_> {
         conn_memory: None,
         device: None,
         auth: None,
+        uploads: None,
     }
 }
 

@@ -1,4 +1,8 @@
-//! delete, touch, flush_all.
+//! delete, touch, flush_all, refresh_certs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use ringstore_proto::memcache::reply;
 use ringstore_store::{ReadOpts, Write};
@@ -101,11 +105,58 @@ pub(crate) fn flush_all(ctx: &Ctx<'_>, out: &mut Vec<u8>, delay: i32, noreply: b
     }
 }
 
+/// Least time between two reloads by `refresh_certs`, for the whole server: each reload
+/// reads the files and builds the TLS configurations (and drops the resumption caches), and
+/// without `--auth-file` any client may send the command.
+pub const REFRESH_CERTS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Reply to `refresh_certs` over UDP, where any spoofed datagram could send it.
+pub const REFRESH_CERTS_NOT_OVER_UDP: &str = "CLIENT_ERROR refresh_certs is not accepted over UDP";
+
+/// Reply to a `refresh_certs` within [`REFRESH_CERTS_INTERVAL`] of the last reload.
+pub const REFRESH_CERTS_TOO_SOON: &str =
+    "Error refreshing certificates: too soon, at most one refresh a second";
+
+/// The server's `refresh_certs` rate limit and counters (`stats`: `tls_cert_refreshes`,
+/// `tls_cert_refreshes_refused`).
+#[derive(Debug, Default)]
+pub struct CertRefreshGate {
+    /// When the last admitted reload began (`None`: never).
+    last: Mutex<Option<Instant>>,
+    /// Reloads `refresh_certs` ran (successful or not).
+    pub(crate) done: AtomicU64,
+    /// `refresh_certs` refused: over UDP, or within the interval of the last reload.
+    pub(crate) refused: AtomicU64,
+}
+
+impl CertRefreshGate {
+    /// True (and the clock restarted) when a reload may run at `now`; false, counted as
+    /// refused, within [`REFRESH_CERTS_INTERVAL`] of the last one.
+    pub(crate) fn admit(&self, now: Instant) -> bool {
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if last.is_some_and(|t| now.saturating_duration_since(t) < REFRESH_CERTS_INTERVAL) {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        *last = Some(now);
+        self.done.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+}
+
 /// `refresh_certs`: memcached's replies, `OK` or its error line (`Error TLS not enabled`
 /// without a TLS listener). New handshakes use the new certificates; open sessions keep theirs.
-pub(crate) fn refresh_certs(ctx: &Ctx<'_>, out: &mut Vec<u8>, noreply: bool) {
+/// Refused over UDP (`datagram`), and within a second of the server's last reload: both do
+/// no work and answer an error line (unless `noreply`).
+pub(crate) fn refresh_certs(ctx: &Ctx<'_>, out: &mut Vec<u8>, noreply: bool, datagram: bool) {
+    let gate = &ctx.shared.refresh_certs;
     let reply = match ctx.shared.tls.get() {
+        _ if datagram => {
+            gate.refused.fetch_add(1, Ordering::Relaxed);
+            REFRESH_CERTS_NOT_OVER_UDP.to_string()
+        }
         None => "Error TLS not enabled".to_string(),
+        Some(_) if !gate.admit(Instant::now()) => REFRESH_CERTS_TOO_SOON.to_string(),
         Some(tls) => match tls.refresh() {
             Ok(()) => "OK".to_string(),
             Err(e) => format!("Error refreshing certificates: {e}"),
@@ -113,5 +164,25 @@ pub(crate) fn refresh_certs(ctx: &Ctx<'_>, out: &mut Vec<u8>, noreply: bool) {
     };
     if !noreply {
         reply::line(out, &reply);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_reload_a_second_for_the_whole_server() {
+        let gate = CertRefreshGate::default();
+        let t0 = Instant::now();
+        assert!(gate.admit(t0));
+        assert!(!gate.admit(t0));
+        assert!(!gate.admit(t0 + Duration::from_millis(999)));
+        assert!(gate.admit(t0 + REFRESH_CERTS_INTERVAL));
+        // A refused one does not restart the clock.
+        assert!(!gate.admit(t0 + Duration::from_millis(1500)));
+        assert!(gate.admit(t0 + Duration::from_millis(2000)));
+        let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        assert_eq!((count(&gate.done), count(&gate.refused)), (3, 3));
     }
 }

@@ -1,8 +1,8 @@
 //! Session tests of the memcached 1.6 details issue 13 adds: `ms I` storing a stale value,
-//! the `E` flag, the key dump and its streaming, `shutdown`, and the counters memcached
-//! has. Expected bytes were taken from memcached 1.6.18 for the same input where it has
-//! the feature (CAS uniques are ringstore's own: a fresh store counts from 1); the `E`
-//! cases follow memcached 1.6.21's protocol.txt, since 1.6.18 has no `E`.
+//! the `E` flag refused as 1.6.18 refuses it, the key dump and its streaming, `shutdown`,
+//! `refresh_certs`' limits, and the counters memcached has. Expected bytes were taken from
+//! memcached 1.6.18 for the same input where it has the feature (CAS uniques are
+//! ringstore's own: a fresh store counts from 1).
 
 use std::collections::HashMap;
 
@@ -36,27 +36,17 @@ fn ms_invalidate_with_an_older_cas_stores_the_value_stale() {
 }
 
 #[test]
-fn explicit_cas_is_used_wherever_an_item_is_written() {
-    // mg N creates the item with the E value; on a hit nothing is written, CAS unchanged.
+fn explicit_cas_is_an_invalid_flag_as_in_memcached_1_6_18() {
+    // `E` came with 1.6.21; ringstore reports 1.6.18, so every meta command refuses it as
+    // 1.6.18 does (ms swallows its data block), and nothing is written.
     check(
-        b"mg q N30 E77 c v\r\nmg q N30 E78 c v\r\n",
-        b"VA 0 c77 W\r\n\r\nVA 0 c77 Z\r\n\r\n",
+        b"mg q N30 E77 c v\r\nma q N0 J5 E88 c v\r\nset d 0 0 1\r\nx\r\nmd d I E55\r\nmg d c\r\n",
+        b"CLIENT_ERROR invalid flag\r\nCLIENT_ERROR invalid or duplicate flag\r\nSTORED\r\n\
+CLIENT_ERROR invalid or duplicate flag\r\nHD c1\r\n",
     );
-    // ma: created and changed items take E (which does not move the store's own counter:
-    // the next fresh CAS is still 1, as in memcached, where E is the client's business).
     check(
-        b"ma q N0 J5 E88 c v\r\nma q E99 c\r\nma q c v\r\n",
-        b"VA 1 c88\r\n5\r\nHD c99\r\nVA 1 c1\r\n7\r\n",
-    );
-    // md I: the stale item takes E.
-    check(
-        b"set d 0 0 1\r\nx\r\nmd d I E55\r\nmg d c\r\n",
-        b"STORED\r\nHD\r\nHD c55 X W\r\n",
-    );
-    // ms already did; and with I and an older CAS too.
-    check(
-        b"ms a 1 E40\r\nx\r\nms a 1 I C3 E41\r\ny\r\nmg a c v\r\n",
-        b"HD\r\nHD\r\nVA 1 c41 X W\r\ny\r\n",
+        b"ms a 1 E40\r\nx\r\nmg a c v\r\nmg q v\r\n",
+        b"CLIENT_ERROR invalid flag\r\nEN\r\nEN\r\n",
     );
 }
 
@@ -227,7 +217,11 @@ fn counters_memcached_has() {
     assert_eq!(stat(&out, "ssl_enabled"), "no");
     assert_eq!(stat(&out, "auth_enabled_ascii"), "no");
     assert_eq!(stat(&out, "auth_enabled_sasl"), "no");
-    assert!(!out.windows(14).any(|w| w == b"ssl_chain_cert"));
+    // Without TLS, memcached (built with TLS) still lists its TLS settings, unset.
+    assert_eq!(stat(&out, "ssl_chain_cert"), "(null)");
+    assert_eq!(stat(&out, "ssl_ca_cert"), "NULL");
+    assert_eq!(stat(&out, "ssl_session_cache"), "no");
+    assert_eq!(stat(&out, "ssl_kernel_tls"), "no");
     struct Certs;
     impl crate::TlsControl for Certs {
         fn refresh(&self) -> Result<(), String> {
@@ -256,4 +250,98 @@ fn counters_memcached_has() {
     assert_eq!(stat(&out, "ssl_verify_mode"), "3");
     assert_eq!(stat(&out, "ssl_ca_cert"), "NULL");
     assert_eq!(stat(&out, "ssl_min_version"), "tlsv1.3");
+    assert_eq!(stat(&out, "ssl_session_cache"), "yes");
+    assert_eq!(
+        stat(&out, "ssl_kernel_tls"),
+        "no",
+        "the runtime set no kernel TLS"
+    );
+}
+
+/// memcached's `tcpport`, `udpport`, `inter`, `idle_timeout`, `tcp_backlog` (issue 35): what
+/// the runtime bound and was given; without it, memcached's `-p 0 -U 0` form.
+#[test]
+fn stats_settings_lists_the_listeners_and_timeouts() {
+    let shared = shared();
+    let mut s = Session::new(Protocol::Memcache, 0);
+    let mut out = Vec::new();
+    let at = |_| NOW;
+    s.on_bytes(b"stats settings\r\n", at(0), &shared, None, &mut out);
+    // No runtime set the listeners: memcached's -p 0 -U 0 form.
+    assert_eq!(stat(&out, "tcpport"), "0");
+    assert_eq!(stat(&out, "udpport"), "0");
+    assert_eq!(stat(&out, "inter"), "NULL");
+    let _ = shared.start.set(crate::StartSettings {
+        memcache: Some("127.0.0.1:11211".parse().expect("addr")),
+        udp: Some("127.0.0.1:11212".parse().expect("addr")),
+        idle_timeout_secs: 30,
+        tcp_backlog: 1024,
+        kernel_tls: true,
+    });
+    out.clear();
+    s.on_bytes(b"stats settings\r\n", at(5), &shared, None, &mut out);
+    assert_eq!(stat(&out, "tcpport"), "11211");
+    assert_eq!(stat(&out, "udpport"), "11212");
+    assert_eq!(stat(&out, "inter"), "127.0.0.1");
+    assert_eq!(stat(&out, "idle_timeout"), "30");
+    assert_eq!(stat(&out, "tcp_backlog"), "1024");
+    assert_eq!(
+        stat(&out, "ssl_kernel_tls"),
+        "no",
+        "no TLS listener: no kernel TLS"
+    );
+}
+
+/// A TLS layer that counts its reloads.
+#[derive(Default)]
+struct CountingCerts(std::sync::atomic::AtomicU64);
+
+impl crate::TlsControl for CountingCerts {
+    fn refresh(&self) -> Result<(), String> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+    fn secs_since_refresh(&self) -> u64 {
+        0
+    }
+    fn settings(&self) -> crate::TlsSettings {
+        crate::TlsSettings {
+            chain_cert: String::new(),
+            key: String::new(),
+            ca_cert: None,
+            verify_mode: 0,
+            min_version: "tlsv1.2",
+        }
+    }
+}
+
+#[test]
+fn refresh_certs_is_refused_over_udp_and_runs_once_a_second() {
+    let shared = shared();
+    let certs = std::sync::Arc::new(CountingCerts::default());
+    let _ = shared.tls.set(certs.clone());
+    let reloads = || certs.0.load(std::sync::atomic::Ordering::Relaxed);
+    // A datagram (the UDP path marks responses): refused, nothing read.
+    let mut udp = Session::new(Protocol::Memcache, 0);
+    udp.mark_responses();
+    let mut out = Vec::new();
+    udp.on_bytes(b"refresh_certs\r\n", NOW, &shared, None, &mut out);
+    assert_eq!(
+        out,
+        b"CLIENT_ERROR refresh_certs is not accepted over UDP\r\n"
+    );
+    assert_eq!(reloads(), 0);
+    // TCP: the first reloads; the next ones within the second do nothing (noreply: silent).
+    let (out, _) = feed(
+        &shared,
+        &[b"refresh_certs\r\nrefresh_certs\r\nrefresh_certs noreply\r\nmn\r\n"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "OK\r\nError refreshing certificates: too soon, at most one refresh a second\r\nMN\r\n"
+    );
+    assert_eq!(reloads(), 1);
+    let (stats, _) = feed(&shared, &[b"stats\r\n"]);
+    assert_eq!(stat(&stats, "tls_cert_refreshes"), "1");
+    assert_eq!(stat(&stats, "tls_cert_refreshes_refused"), "3");
 }

@@ -5,7 +5,7 @@ use ringstore_proto::memcache::reply::{self, stat, stat_str};
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::{Ctx, COMPAT_VERSION};
-use crate::{StatsTotals, StoreStats};
+use crate::{watch, StatsTotals, StoreStats, TlsSettings};
 
 pub(crate) fn stats(ctx: &Ctx<'_>, out: &mut Vec<u8>, req: StatsRequest) {
     match req {
@@ -208,10 +208,18 @@ fn datapath_and_placement(ctx: &Ctx<'_>, out: &mut Vec<u8>, t: &StatsTotals, sto
         stat(out, "ssl_handshake_errors", t.tls_handshake_errors);
         stat(out, "tls_ktls_tx", t.tls_ktls_tx);
         stat(out, "tls_ktls_rx", t.tls_ktls_rx);
+        stat(out, "tls_ktls_fallbacks", t.tls_ktls_fallbacks);
         stat(
             out,
             "time_since_server_cert_refresh",
             tls.secs_since_refresh(),
+        );
+        let gate = &shared.refresh_certs;
+        stat(out, "tls_cert_refreshes", gate.done.load(Relaxed));
+        stat(
+            out,
+            "tls_cert_refreshes_refused",
+            gate.refused.load(Relaxed),
         );
     }
     stat(out, "numa_node", u64::from(shared.topology.numa_node));
@@ -263,52 +271,93 @@ fn seconds(out: &mut Vec<u8>, name: &str, us: u64) {
     );
 }
 
-/// memcached's `stats settings` names, for the settings ringstore has (in memcached's
-/// order); the ones about slabs, extstore, TLS certificates and the LRU tuning have no
-/// counterpart.
+/// memcached 1.6.18's `stats settings`, in its order and value formats, for every setting
+/// that has a meaning in ringstore; the others (slab classes, LRU tuning, extstore, OpenSSL
+/// knobs) are left out, each named with its reason in `tests/e2e/test_stats_settings.py`
+/// and docs/adr/0036. Then ringstore's own.
 fn settings(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     let shared = ctx.shared;
+    let start = shared.start.get().cloned().unwrap_or_default();
     let store = shared.store.stats();
     stat(out, "maxbytes", store.limit_maxbytes);
     stat(out, "maxconns", shared.config.max_conns as u64);
+    // memcached's `-p`/`-U`/`-l`: here the bound ones (0 when off, as memcached's -p 0).
+    stat(
+        out,
+        "tcpport",
+        start.memcache.map_or(0, |a| a.port().into()),
+    );
+    stat(out, "udpport", start.udp.map_or(0, |a| a.port().into()));
+    let inter = start.memcache.map(|a| a.ip().to_string());
+    stat_str(out, "inter", inter.as_deref().unwrap_or("NULL"));
     stat(out, "verbosity", 0);
     stat_str(out, "evictions", "on");
     stat_str(out, "domain_socket", "NULL"); // no unix socket listener (memcached `-s`)
     stat_str(out, "shutdown_command", "no");
     stat(out, "num_threads", shared.workers() as u64);
+    // Every worker serves UDP (one SO_REUSEPORT socket each), as every memcached thread.
+    stat(out, "num_threads_per_udp", shared.workers() as u64);
     stat_str(out, "detail_enabled", "no");
     stat_str(out, "cas_enabled", "yes");
+    stat(out, "tcp_backlog", start.tcp_backlog.into());
     stat_str(out, "binding_protocol", "auto-negotiate"); // text or binary by the first byte
-                                                         // `--auth-file` turns on both text logins and binary SASL PLAIN (memcached's -Y and
-                                                         // -S); memcached prints the -Y file's path, or `no`.
-    let users = shared.auth.get().filter(|a| a.users.is_some());
-    let sasl = if users.is_some() { "yes" } else { "no" };
-    stat_str(out, "auth_enabled_sasl", sasl);
-    let ascii = users.map_or("no", |a| a.users_file.as_deref().unwrap_or("yes"));
-    stat_str(out, "auth_enabled_ascii", ascii);
+    auth_settings(ctx, out);
     stat(out, "item_size_max", shared.config.item_size_max as u64);
     stat_str(out, "maxconns_fast", "yes");
     stat_str(out, "lru_crawler", "yes");
     stat_str(out, "flush_enabled", "yes");
     stat_str(out, "dump_enabled", "yes");
-    // memcached's -Z: a TLS listener is on (`--memcache-tls` or `--https`).
-    let tls = if shared.tls.get().is_some() {
-        "yes"
-    } else {
-        "no"
-    };
-    stat_str(out, "ssl_enabled", tls);
-    if let Some(tls) = shared.tls.get() {
-        // memcached -Z's lines, in its order, for the settings ringstore has.
-        let t = tls.settings();
-        stat_str(out, "ssl_chain_cert", &t.chain_cert);
-        stat_str(out, "ssl_key", &t.key);
-        stat(out, "ssl_verify_mode", u64::from(t.verify_mode));
-        stat_str(out, "ssl_ca_cert", t.ca_cert.as_deref().unwrap_or("NULL"));
-        stat_str(out, "ssl_min_version", t.min_version);
-    }
+    stat_str(out, "hash_algorithm", "foldhash"); // seeded per process
+    stat(out, "idle_timeout", start.idle_timeout_secs);
+    // memcached's per-worker log buffer for `watch`: here a ring of lines per worker.
+    stat(
+        out,
+        "worker_logbuf_size",
+        (watch::RING_LINES * watch::LINE_MAX) as u64,
+    );
+    stat_str(out, "track_sizes", "no"); // `stats sizes` answers sizes_status disabled
+    tls_settings(ctx, out, start.kernel_tls);
     // ringstore's own: the per-connection output high-water mark and the
     // connection-memory budget.
     stat(out, "out_high_water", shared.config.out_high_water as u64);
     stat(out, "conn_memory", shared.config.conn_memory as u64);
+}
+
+/// `auth_enabled_sasl` and `auth_enabled_ascii`: `--auth-file` turns on both text logins
+/// and binary SASL PLAIN (memcached's -Y and -S); memcached prints the -Y file's path, or `no`.
+fn auth_settings(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
+    let users = ctx.shared.auth.get().filter(|a| a.users.is_some());
+    let sasl = if users.is_some() { "yes" } else { "no" };
+    stat_str(out, "auth_enabled_sasl", sasl);
+    let ascii = users.map_or("no", |a| a.users_file.as_deref().unwrap_or("yes"));
+    stat_str(out, "auth_enabled_ascii", ascii);
+}
+
+/// memcached -Z's lines, in its order and forms (with TLS off, as memcached built with TLS
+/// prints them: `(null)` files, verify 0, `tlsv1.2`), for the settings ringstore has.
+fn tls_settings(ctx: &Ctx<'_>, out: &mut Vec<u8>, kernel_tls: bool) {
+    let tls = ctx.shared.tls.get().map(|t| t.settings());
+    let on = if tls.is_some() { "yes" } else { "no" };
+    stat_str(out, "ssl_enabled", on); // a TLS listener is on (`--memcache-tls` or `--https`)
+    let t = tls.unwrap_or(TlsSettings {
+        chain_cert: "(null)".into(),
+        key: "(null)".into(),
+        ca_cert: None,
+        verify_mode: 0,
+        min_version: "tlsv1.2",
+    });
+    stat_str(out, "ssl_chain_cert", &t.chain_cert);
+    stat_str(out, "ssl_key", &t.key);
+    stat(out, "ssl_verify_mode", u64::from(t.verify_mode));
+    stat(out, "ssl_keyformat", 1); // SSL_FILETYPE_PEM: keys are read as PEM only
+    stat_str(out, "ssl_ca_cert", t.ca_cert.as_deref().unwrap_or("NULL"));
+    // rustls' in-memory session cache (256 sessions) resumes sessions whenever TLS is on.
+    stat_str(out, "ssl_session_cache", on);
+    let ktls = if on == "yes" && kernel_tls {
+        "yes"
+    } else {
+        "no"
+    };
+    stat_str(out, "ssl_kernel_tls", ktls);
+    stat_str(out, "ssl_min_version", t.min_version);
 }

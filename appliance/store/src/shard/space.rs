@@ -80,6 +80,12 @@ impl Shard {
                     self.slot_mut(a).gen = g;
                     continue;
                 }
+                if !pinned && self.mostly_expired(a, len, seg_size, now) {
+                    // Expired items' room is reused before a fresh segment is taken, as
+                    // memcached reuses an expired item's chunk (its t/issue_14.t).
+                    self.compact(sh, a, seg_size, Keep::All, now);
+                    continue;
+                }
                 self.lanes[lane].active = None;
                 self.lanes[lane].fifo.push_back(slot_id(a));
             }
@@ -188,6 +194,27 @@ impl Shard {
             .enumerate()
             .min_by_key(|&(_, live)| live)?;
         (live <= seg_size / 2 && live + len <= seg_size).then_some(pos)
+    }
+
+    /// Whether segment `slot`, once its expired items are dropped, is at most half live and
+    /// has room for `len` more bytes. Reads its item headers (stopping once more than half is
+    /// seen live): called when an active segment is full, so at most once per segment's
+    /// worth of bytes written.
+    fn mostly_expired(&self, slot: usize, len: usize, seg_size: usize, now: u32) -> bool {
+        let s = self.slot(slot);
+        let half = seg_size / 2;
+        let (mut rd, mut live) = (0, 0);
+        while rd < s.write {
+            let h = Header::read(&s.seg.bytes[rd..]);
+            if h.bits & item::DEAD == 0 && !h.expired(now) {
+                live += h.len();
+                if live > half {
+                    return false;
+                }
+            }
+            rd += h.len();
+        }
+        live < s.live_bytes && live + len <= seg_size
     }
 
     /// Compacts segment `slot` in place: keeps live items (all, or those accessed since they

@@ -68,6 +68,12 @@ impl Shard {
         self.scores.queue.len()
     }
 
+    /// Score entries looked at by reads so far, and the table's capacity.
+    #[cfg(test)]
+    pub(crate) fn score_work(&self) -> (u64, usize) {
+        (self.scores.touched(), self.scores.capacity())
+    }
+
     /// Promotes up to `max` queued items; returns how many were tried.
     pub(crate) fn exchange(&mut self, sh: &Shared, now: u32, max: usize) -> usize {
         let n = self.scores.queue.len().min(max);

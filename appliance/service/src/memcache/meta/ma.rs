@@ -65,7 +65,7 @@ fn decide<'s>(
                 let meta = NewMeta {
                     flags: 0,
                     exptime,
-                    cas: f.explicit_cas,
+                    cas: None,
                 };
                 (
                     Write::PutNumber {
@@ -91,7 +91,7 @@ fn decide<'s>(
                 let meta = NewMeta {
                     flags: it.flags,
                     exptime,
-                    cas: f.explicit_cas,
+                    cas: None,
                 };
                 (
                     number_write(value, it.value.len(), meta, scratch),

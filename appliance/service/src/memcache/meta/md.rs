@@ -16,19 +16,11 @@ pub(crate) fn md(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaDelete<'_>) {
                 Some(Expiry::Expired) => expired_at(ctx),
                 None => it.exptime,
             };
-            let write = match f.explicit_cas {
-                Some(cas) => Write::MetaWithCas {
-                    exptime,
-                    stale: true,
-                    win_token_sent: false,
-                    cas,
-                },
-                None => Write::Meta {
-                    exptime,
-                    stale: true,
-                    win_token_sent: false,
-                    new_cas: true,
-                },
+            let write = Write::Meta {
+                exptime,
+                stale: true,
+                win_token_sent: false,
+                new_cas: true,
             };
             (write, &b"HD"[..])
         }

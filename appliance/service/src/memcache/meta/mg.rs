@@ -214,7 +214,7 @@ fn mg_decide(
                         meta: NewMeta {
                             flags: 0,
                             exptime,
-                            cas: f.explicit_cas,
+                            cas: None,
                         },
                     },
                     Step::Created,

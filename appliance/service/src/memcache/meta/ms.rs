@@ -18,7 +18,7 @@ pub(crate) fn ms(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaSet<'_>) {
     let f = &m.flags;
     let exp = flag_expiry(f.ttl, ctx).unwrap_or(Expiry::At(NEVER));
     let data = m.data;
-    let new = || put(data, f.client_flags, exp, f.explicit_cas);
+    let new = || put(data, f.client_flags, exp, None);
     let result = ctx
         .store()
         .update(key, ctx.now.store, |item| match (m.mode, item) {
@@ -32,7 +32,7 @@ pub(crate) fn ms(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaSet<'_>) {
                 let meta = NewMeta {
                     flags: it.flags,
                     exptime: it.exptime,
-                    cas: f.explicit_cas,
+                    cas: None,
                 };
                 let write = if m.mode == b'A' {
                     Write::Append { suffix: data, meta }
@@ -49,7 +49,7 @@ pub(crate) fn ms(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaSet<'_>) {
                 let meta = NewMeta {
                     flags: f.client_flags,
                     exptime: it.exptime,
-                    cas: f.explicit_cas,
+                    cas: None,
                 };
                 let write = Write::PutStale {
                     value: data,

@@ -1,0 +1,99 @@
+//! Sizes that follow the machine on the appliance: with no `memory` in any configuration
+//! layer, the item memory is the serving node's RAM less what the kernel, PID 1 and the
+//! connections may need (`ringstore serve` keeps memcached's explicit `--memory`).
+//!
+//! The reserve is the README's memory bound read backwards: the server's RSS stays within
+//! `memory + conn-memory + max-conns × 160 KiB + 16 MiB + 4 MiB × workers`, so that much
+//! beyond `memory` is kept free, plus the kernel's share of the node (page tables, socket
+//! buffers, the page cache the data device reads through): a sixteenth of the node, at least
+//! 256 MiB. Whatever is left is rounded down to whole 2 MiB huge pages; never under 64 MiB
+//! (memcached's default, the built-in one).
+
+use ringstore_config::Config;
+
+/// Per connection, what the README's bound allows beyond `--conn-memory`.
+const PER_CONN: u64 = 160 << 10;
+/// The bound's fixed part and its part per worker.
+const FIXED: u64 = 16 << 20;
+const PER_WORKER: u64 = 4 << 20;
+/// The kernel's share of the node: a sixteenth, at least this.
+const KERNEL_MIN: u64 = 256 << 20;
+/// The floor (the built-in default, memcached's `-m 64`).
+const FLOOR: u64 = 64 << 20;
+const HUGE_PAGE: u64 = 2 << 20;
+
+/// The `memory` for a node of `node_total` bytes serving with `workers` workers and
+/// `config`'s connection limits, and the reserve it leaves.
+pub fn memory_for(node_total: u64, workers: usize, config: &Config) -> (u64, u64) {
+    let kernel = (node_total / 16).max(KERNEL_MIN);
+    let conns = (config.max_conns as u64).saturating_mul(PER_CONN);
+    let reserve = kernel
+        .saturating_add(config.conn_memory as u64)
+        .saturating_add(conns)
+        .saturating_add(FIXED)
+        .saturating_add(PER_WORKER.saturating_mul(workers as u64));
+    let left = node_total.saturating_sub(reserve) / HUGE_PAGE * HUGE_PAGE;
+    (left.max(FLOOR), reserve)
+}
+
+/// `MemTotal` of NUMA node `node` (`/sys/devices/system/node/nodeN/meminfo`), in bytes.
+pub fn node_total(node: u32) -> Option<u64> {
+    let text =
+        std::fs::read_to_string(format!("/sys/devices/system/node/node{node}/meminfo")).ok()?;
+    parse_node_total(&text)
+}
+
+fn parse_node_total(meminfo: &str) -> Option<u64> {
+    // `Node 0 MemTotal:        1016028 kB`
+    let line = meminfo.lines().find(|l| l.contains("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().rev().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Whether any configuration layer sets `memory` (then it is used as given).
+pub fn memory_is_set(layers: &[ringstore_config::Layer]) -> bool {
+    layers
+        .iter()
+        .any(|l| l.pairs.iter().any(|(k, _)| k.replace('_', "-") == "memory"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn memory_is_the_node_less_the_bound_and_the_kernel() {
+        let config = Config::default();
+        // A 1 GiB node (the 2 GiB two-node QEMU machine), two workers: 1024 - 256 (kernel)
+        // - 64 (conn-memory) - 640 (4096 conns x 160 KiB) - 16 - 8 = 40 MiB: the floor.
+        assert_eq!(memory_for(GIB, 2, &config).0, 64 * MIB);
+        // A 256 GiB node, 32 workers: 256 GiB - 16 GiB - 64 - 640 - 16 - 128 MiB.
+        let (memory, reserve) = memory_for(256 * GIB, 32, &config);
+        assert_eq!(reserve, 16 * GIB + (64 + 640 + 16 + 128) * MIB);
+        assert_eq!(memory, 256 * GIB - reserve);
+        assert_eq!(memory % (2 * MIB), 0, "whole huge pages");
+        // Fewer connections leave more for items.
+        let small = Config {
+            max_conns: 256,
+            ..Config::default()
+        };
+        let (memory, _) = memory_for(4 * GIB, 2, &small);
+        assert_eq!(memory, 4 * GIB - 256 * MIB - (64 + 40 + 16 + 8) * MIB);
+    }
+
+    #[test]
+    fn node_meminfo_and_layers() {
+        let text = "Node 1 MemTotal:        1016028 kB\nNode 1 MemFree:          900000 kB\n";
+        assert_eq!(parse_node_total(text), Some(1_016_028 * 1024));
+        assert_eq!(parse_node_total("garbage"), None);
+        let layer = |k: &str| ringstore_config::Layer {
+            origin: ringstore_config::origin::Origin::ConfigPartition,
+            pairs: vec![(k.to_string(), "1GiB".to_string())],
+        };
+        assert!(memory_is_set(&[layer("memory")]));
+        assert!(!memory_is_set(&[layer("max_conns")]));
+    }
+}
