@@ -122,7 +122,43 @@ pub fn apt() -> Result<()> {
     if !is_root() {
         bail!("missing packages; run as root:\n  {install}");
     }
+    if missing.contains(&crate::kernel::SOURCE_PACKAGE) {
+        debian12_backports()?;
+    }
     exec(Command::new("sh").args(["-c", &install]))
+}
+
+/// Where Debian 12 gets linux-source-6.12: bookworm-backports (its own archive has 6.1). Adds
+/// that suite when this is bookworm and no configured source offers the package.
+const BACKPORTS_SOURCES: &str = "/etc/apt/sources.list.d/ringstore-bookworm-backports.sources";
+
+fn debian12_backports() -> Result<()> {
+    let os = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    if !os.lines().any(|l| l == "VERSION_CODENAME=bookworm") {
+        return Ok(());
+    }
+    let policy = Command::new("apt-cache")
+        .args(["policy", crate::kernel::SOURCE_PACKAGE])
+        .output()
+        .context("apt-cache policy")?;
+    let text = String::from_utf8_lossy(&policy.stdout);
+    let offered = text
+        .lines()
+        .any(|l| l.trim().starts_with("Candidate:") && !l.contains("(none)"));
+    if offered || text.contains("bookworm-backports") {
+        return Ok(());
+    }
+    eprintln!(
+        "deps: {} is in bookworm-backports only: adding {BACKPORTS_SOURCES}",
+        crate::kernel::SOURCE_PACKAGE
+    );
+    std::fs::write(
+        BACKPORTS_SOURCES,
+        "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\n\
+         Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n",
+    )
+    .with_context(|| format!("writing {BACKPORTS_SOURCES}"))?;
+    Ok(())
 }
 
 fn python_has_venv() -> bool {

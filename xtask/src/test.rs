@@ -99,8 +99,34 @@ fn run_steps(opts: &Options) -> Result<()> {
         eprintln!("{:>8.1}s  {name}", took.as_secs_f64());
     }
     eprintln!("{:>8.1}s  total", started.elapsed().as_secs_f64());
-    // Every step above either passed or returned early with its error.
-    println!("steps: {} passed, 0 failed", timings.len());
+    // Every step above either passed or returned early with its error; what an option left
+    // out is said, not silently absent.
+    let left_out = match (opts.quick, opts.skip_vm) {
+        (true, _) => ", left out by --quick: fuzz smoke, QEMU appliance tests",
+        (false, true) => ", left out by --skip-vm: QEMU appliance tests",
+        (false, false) => "",
+    };
+    println!("steps: {} passed, 0 failed{left_out}", timings.len());
+    Ok(())
+}
+
+/// Whether this run is CI's (`CI=true`, as GitHub Actions, GitLab and most CI systems set it):
+/// there a check that cannot run is a failure, since `cargo xtask test` installs its tools.
+pub fn under_ci() -> bool {
+    ci_value(std::env::var("CI").ok().as_deref())
+}
+
+fn ci_value(value: Option<&str>) -> bool {
+    value.is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// A check of `step` that cannot run here for `why`: a printed SKIPPED on a developer's
+/// machine, an error under `CI=true` (a skipped check there would pass without checking).
+pub fn skip_or_fail(step: &str, why: &str) -> Result<()> {
+    if under_ci() {
+        anyhow::bail!("{step}: cannot run under CI=true, which fails instead of skipping: {why}");
+    }
+    eprintln!("{step}: SKIPPED (a failure under CI=true): {why}");
     Ok(())
 }
 
@@ -201,4 +227,15 @@ fn end_to_end(io: Option<&str>) -> Result<()> {
 
 fn vm_tests() -> Result<()> {
     crate::vm_tests::run(&[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_ci_true_or_1_turns_skips_into_failures() {
+        assert!(ci_value(Some("true")) && ci_value(Some("TRUE")) && ci_value(Some("1")));
+        assert!(!ci_value(None) && !ci_value(Some("false")) && !ci_value(Some("")));
+    }
 }

@@ -9,6 +9,7 @@ mod devrun;
 mod durable;
 mod first_boot;
 mod kernel_panic;
+mod ktls_reset;
 pub(crate) mod netns;
 mod numa2;
 mod numa_sub;

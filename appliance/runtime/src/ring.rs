@@ -103,7 +103,13 @@ pub(crate) fn probe(setup: IoUringSetup) -> Result<(), String> {
                 Some(libc::EPERM) => {
                     "io_uring not permitted (seccomp or kernel.io_uring_disabled)".to_string()
                 }
-                Some(libc::ENOSYS) => "io_uring not in this kernel (ENOSYS)".to_string(),
+                Some(libc::ENOSYS) => enosys_cause(
+                    std::fs::read_to_string("/proc/self/status")
+                        .ok()
+                        .as_deref()
+                        .and_then(seccomp_mode),
+                    std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").ok(),
+                ),
                 _ => format!("io_uring_setup failed: {err}"),
             })
         }
@@ -112,6 +118,41 @@ pub(crate) fn probe(setup: IoUringSetup) -> Result<(), String> {
         Ok(())
     } else {
         Err("this kernel's io_uring lacks recv/send/accept/timeout".to_string())
+    }
+}
+
+/// The `Seccomp:` mode in a `/proc/self/status` text: 0 none, 1 strict, 2 a filter.
+fn seccomp_mode(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Why `io_uring_setup` answered ENOSYS, in the log's words. A seccomp filter answers ENOSYS
+/// for calls it does not list (podman's default profile does), so ENOSYS alone does not mean
+/// the kernel lacks io_uring: with a filter on this process the filter is the likely cause,
+/// and a kernel that has the `kernel.io_uring_disabled` sysctl was built with io_uring.
+fn enosys_cause(seccomp: Option<u32>, io_uring_disabled: Option<String>) -> String {
+    let sysctl = io_uring_disabled
+        .as_deref()
+        .map(str::trim)
+        .map_or_else(|| "absent".to_string(), str::to_string);
+    match seccomp {
+        Some(mode @ 1..) => format!(
+            "io_uring refused (ENOSYS) with a seccomp filter on this process (Seccomp: {mode}): \
+             probably the container's seccomp profile (kernel.io_uring_disabled: {sysctl})"
+        ),
+        _ if io_uring_disabled.is_some() => format!(
+            "io_uring refused (ENOSYS) with no seccomp filter on this process, though this kernel \
+             has io_uring (kernel.io_uring_disabled: {sysctl}): probably a sandbox such as gVisor"
+        ),
+        Some(_) => "io_uring not in this kernel (ENOSYS; no seccomp filter on this process, \
+                    no kernel.io_uring_disabled sysctl)"
+            .to_string(),
+        None => "io_uring refused (ENOSYS; /proc/self/status unreadable, so seccomp or a kernel \
+                 without io_uring)"
+            .to_string(),
     }
 }
 
@@ -142,6 +183,26 @@ mod tests {
         assert!(supports_needed_ops(&ring));
         let text = features.to_string();
         assert!(text.starts_with("on=[") && text.contains("off=["), "{text}");
+    }
+
+    #[test]
+    fn enosys_names_the_probable_cause() {
+        let status = "Name:\tringstore\nSeccomp:\t2\nSeccomp_filters:\t1\n";
+        assert_eq!(seccomp_mode(status), Some(2));
+        assert_eq!(seccomp_mode("Name:\tx\n"), None);
+        assert_eq!(
+            enosys_cause(Some(2), Some("0\n".into())),
+            "io_uring refused (ENOSYS) with a seccomp filter on this process (Seccomp: 2): \
+             probably the container's seccomp profile (kernel.io_uring_disabled: 0)"
+        );
+        assert_eq!(
+            enosys_cause(Some(2), None),
+            "io_uring refused (ENOSYS) with a seccomp filter on this process (Seccomp: 2): \
+             probably the container's seccomp profile (kernel.io_uring_disabled: absent)"
+        );
+        assert!(enosys_cause(Some(0), Some("0".into())).contains("probably a sandbox"));
+        assert!(enosys_cause(Some(0), None).starts_with("io_uring not in this kernel (ENOSYS;"));
+        assert!(enosys_cause(None, None).contains("unreadable"));
     }
 
     #[test]

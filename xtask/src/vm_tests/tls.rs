@@ -5,7 +5,9 @@
 //! the open session keeps working on the old one, new handshakes get the new one (which
 //! expires in 10 days: `status` and `tuning` warn). A second boot with
 //! `tls_kernel_offload = "off"` times the same 512 KiB GETs in user space: the ratio is
-//! the in-guest comparison (no absolute numbers: TCG).
+//! the in-guest comparison (no absolute numbers: TCG). Both kernel-TLS boots (io_uring, then
+//! `io = "epoll"`) also see clients that reset right after their Finished and a normal session
+//! after them that still gets kernel TLS (`ktls_reset.rs`).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -18,6 +20,7 @@ use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
 use super::client::{exchange, tcp};
+use super::ktls_reset::resets_leave_kernel_tls_on;
 use super::uefi::{test_images, UefiMachine};
 use super::vm::{scratch_dir, Vm};
 use super::{BOOT_LIMIT, PROMPT};
@@ -29,7 +32,7 @@ const HTTPS: u16 = 8443;
 const BIG: usize = 512 << 10;
 const BIG_GETS: usize = 12;
 
-type Tls = StreamOwned<ClientConnection, TcpStream>;
+pub(super) type Tls = StreamOwned<ClientConnection, TcpStream>;
 
 /// One certificate made for this run: its files and a client that trusts only it.
 struct Cert {
@@ -53,7 +56,7 @@ fn make_cert(dir: &Path, cn: &str, days: u32) -> Result<Cert> {
     })
 }
 
-fn connect(port: u16, config: &Arc<ClientConfig>) -> Result<Tls> {
+pub(super) fn connect(port: u16, config: &Arc<ClientConfig>) -> Result<Tls> {
     let name = ServerName::try_from("localhost")?;
     let conn = ClientConnection::new(config.clone(), name)?;
     let mut tls = StreamOwned::new(conn, tcp(port)?);
@@ -80,7 +83,7 @@ fn ask(tls: &mut Tls, request: &[u8], done: impl Fn(&[u8]) -> bool) -> Result<Ve
     Ok(got)
 }
 
-fn tls_set_get(tls: &mut Tls, key: &str, value: &str) -> Result<()> {
+pub(super) fn tls_set_get(tls: &mut Tls, key: &str, value: &str) -> Result<()> {
     let set = format!("set {key} 0 0 {}\r\n{value}\r\n", value.len());
     let stored = ask(tls, set.as_bytes(), |t| t.ends_with(b"\r\n"))?;
     ensure!(stored == b"STORED\r\n", "set over TLS: {stored:?}");
@@ -209,18 +212,53 @@ pub fn serves_tls_with_kernel_offload_and_rotates(image: &Image) -> Result<Strin
     https_put_get(vm.port("https", 0)?, &old)?;
     let ktls = stat_at_least(&mut vm, "tls_ktls_tx", 2)?;
     stat_at_least(&mut vm, "tls_ktls_rx", 2)?;
+    let resets = resets_leave_kernel_tls_on(&mut vm, port, &old.client)?;
     // Read over TLS: sent from the item, sealed by the kernel.
     set_big(vm.port("memcache", 0)?)?;
     let kernel_time = time_big_gets(port, &old)?;
     rotate(&mut vm, &machine, &mut before, &old, &new)?;
     vm.poweroff()?;
+    let (epoll_time, epoll_resets) = epoll_boot(&machine, &new)?;
     let user_time = user_space_boot(&machine, &new)?;
     Ok(format!(
-        "{ktls} sessions in kernel TLS; {BIG_GETS} GETs of 512 KiB: kernel TLS {:.2} s, user space {:.2} s: kernel offload {:.2}x",
+        "{ktls} sessions in kernel TLS; io_uring: {resets}; epoll: {epoll_resets}; {BIG_GETS} GETs of 512 KiB: kernel TLS {:.2} s (epoll runtime {:.2} s), user space {:.2} s: kernel offload {:.2}x",
         kernel_time.as_secs_f64(),
+        epoll_time.as_secs_f64(),
         user_time.as_secs_f64(),
         user_time.as_secs_f64() / kernel_time.as_secs_f64()
     ))
+}
+
+/// The epoll runtime under kernel TLS: a boot with `io = "epoll"` (the key behind
+/// `ringstore.io=epoll`) whose memcache and HTTPS sessions are handed to the kernel, where
+/// reset clients fall back one by one, and the 512 KiB GETs are timed.
+fn epoll_boot(machine: &UefiMachine, cert: &Cert) -> Result<(Duration, String)> {
+    machine.write_config(&format!(
+        "memcache_tls = \"0.0.0.0:{MEMCACHE_TLS}\"\nhttps = \"0.0.0.0:{HTTPS}\"\nio = \"epoll\"\n"
+    ))?;
+    let mut vm = boot(machine, "tls_epoll")?;
+    ensure!(
+        vm.output().contains("tls with kernel offload (CONFIG_TLS)"),
+        "no kernel TLS line on epoll:\n{}",
+        vm.tail()
+    );
+    let stats = vm.command("stats")?;
+    ensure!(
+        super::console::stat(&stats, "io_runtime") == Some("epoll"),
+        "io = \"epoll\" did not run the epoll runtime:\n{stats}"
+    );
+    let port = vm.port("memcache-tls", 0)?;
+    let mut session = connect(port, &cert.client)?;
+    tls_set_get(&mut session, "epollkey", "kernel-tls-on-epoll")?;
+    https_put_get(vm.port("https", 0)?, cert)?;
+    stat_at_least(&mut vm, "tls_ktls_tx", 2)?;
+    stat_at_least(&mut vm, "tls_ktls_rx", 2)?;
+    let resets = resets_leave_kernel_tls_on(&mut vm, port, &cert.client)?;
+    tls_set_get(&mut session, "epollkey", "first-session-still-served")?;
+    set_big(vm.port("memcache", 0)?)?;
+    let took = time_big_gets(port, cert)?;
+    vm.poweroff()?;
+    Ok((took, resets))
 }
 
 /// A new certificate on the partition, `certs reload`: the open session goes on, new ones
