@@ -47,6 +47,7 @@ mod tls_part;
 mod tls_wire;
 pub(crate) use tls_part::self_signed_command;
 pub(crate) use tls_wire::client_config as tls_client_config;
+pub(crate) use tls_wire::client_config_tls12 as tls12_client_config;
 mod udp;
 
 use crate::util;

@@ -19,6 +19,7 @@ mod pxe;
 mod scan;
 mod serial;
 mod tls;
+mod tls12;
 mod twonic;
 mod uefi;
 mod vm;

@@ -174,8 +174,34 @@ pub(crate) fn client_config(
     alpn: Option<&[u8]>,
     resume: bool,
 ) -> Result<Arc<ClientConfig>> {
+    let mut config = pinned_config(cert_pem, &rustls::version::TLS13)?;
+    if let Some(alpn) = alpn {
+        config.alpn_protocols = vec![alpn.to_vec()];
+    }
+    if !resume {
+        config.resumption = rustls::client::Resumption::disabled();
+    }
+    Ok(Arc::new(config))
+}
+
+/// A TLS 1.2 client (AES-128-GCM, X25519) that trusts only `cert_pem`'s certificate and
+/// resumes by session ID: its second connection with the same config is an abbreviated
+/// handshake (the QEMU kernel-TLS test's full and resumed TLS 1.2 sessions).
+pub(crate) fn client_config_tls12(cert_pem: &Path) -> Result<Arc<ClientConfig>> {
+    Ok(Arc::new(pinned_config(cert_pem, &rustls::version::TLS12)?))
+}
+
+/// A client of one TLS version, one AES-128-GCM suite and X25519, pinned to `cert_pem`.
+fn pinned_config(
+    cert_pem: &Path,
+    version: &'static rustls::SupportedProtocolVersion,
+) -> Result<ClientConfig> {
     let mut provider = ring::default_provider();
-    provider.cipher_suites = vec![ring::cipher_suite::TLS13_AES_128_GCM_SHA256];
+    provider.cipher_suites = vec![
+        ring::cipher_suite::TLS13_AES_128_GCM_SHA256,
+        ring::cipher_suite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        ring::cipher_suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    ];
     provider.kx_groups = vec![ring::kx_group::X25519];
     let provider = Arc::new(provider);
     let der = CertificateDer::from_pem_file(cert_pem)
@@ -184,19 +210,12 @@ pub(crate) fn client_config(
         der,
         provider: provider.clone(),
     });
-    let mut config = ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .context("TLS 1.3 with the ring provider")?
+    Ok(ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[version])
+        .context("a TLS version with the ring provider")?
         .dangerous()
         .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
-    if let Some(alpn) = alpn {
-        config.alpn_protocols = vec![alpn.to_vec()];
-    }
-    if !resume {
-        config.resumption = rustls::client::Resumption::disabled();
-    }
-    Ok(Arc::new(config))
+        .with_no_client_auth())
 }
 
 #[cfg(test)]

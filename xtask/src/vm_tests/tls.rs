@@ -213,6 +213,7 @@ pub fn serves_tls_with_kernel_offload_and_rotates(image: &Image) -> Result<Strin
     let ktls = stat_at_least(&mut vm, "tls_ktls_tx", 2)?;
     stat_at_least(&mut vm, "tls_ktls_rx", 2)?;
     let resets = resets_leave_kernel_tls_on(&mut vm, port, &old.client)?;
+    let tls12 = super::tls12::full_and_resumed(&mut vm, port, &dir.join("ringstore-old.pem"))?;
     // Read over TLS: sent from the item, sealed by the kernel.
     set_big(vm.port("memcache", 0)?)?;
     let kernel_time = time_big_gets(port, &old)?;
@@ -221,7 +222,7 @@ pub fn serves_tls_with_kernel_offload_and_rotates(image: &Image) -> Result<Strin
     let (epoll_time, epoll_resets) = epoll_boot(&machine, &new)?;
     let user_time = user_space_boot(&machine, &new)?;
     Ok(format!(
-        "{ktls} sessions in kernel TLS; io_uring: {resets}; epoll: {epoll_resets}; {BIG_GETS} GETs of 512 KiB: kernel TLS {:.2} s (epoll runtime {:.2} s), user space {:.2} s: kernel offload {:.2}x",
+        "{ktls} sessions in kernel TLS; {tls12}; io_uring: {resets}; epoll: {epoll_resets}; {BIG_GETS} GETs of 512 KiB: kernel TLS {:.2} s (epoll runtime {:.2} s), user space {:.2} s: kernel offload {:.2}x",
         kernel_time.as_secs_f64(),
         epoll_time.as_secs_f64(),
         user_time.as_secs_f64(),
