@@ -115,21 +115,40 @@ pub fn apt() -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
+    let qemu_from_backports = missing.contains(&"qemu-system-x86") && qemu_utils_from_backports();
+    let names: Vec<String> = missing
+        .iter()
+        .map(|&name| match name {
+            // QEMU's system emulator must match the qemu-utils already installed: bookworm's 7.2
+            // cannot be installed beside backports' 10.x (it conflicts with its common files).
+            "qemu-system-x86" if qemu_from_backports => "qemu-system-x86/bookworm-backports".into(),
+            other => other.to_string(),
+        })
+        .collect();
     let install = format!(
         "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends {}",
-        missing.join(" ")
+        names.join(" ")
     );
     if !is_root() {
         bail!("missing packages; run as root:\n  {install}");
     }
-    if missing.contains(&crate::kernel::SOURCE_PACKAGE) {
+    if missing.contains(&crate::kernel::SOURCE_PACKAGE) || qemu_from_backports {
         debian12_backports()?;
     }
     exec(Command::new("sh").args(["-c", &install]))
 }
 
-/// Where Debian 12 gets linux-source-6.12: bookworm-backports (its own archive has 6.1). Adds
-/// that suite when this is bookworm and no configured source offers the package.
+/// Whether the installed qemu-utils came from bookworm-backports (a `~bpo12` version).
+fn qemu_utils_from_backports() -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f", "${Version}", "qemu-utils"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("bpo12"))
+}
+
+/// Where Debian 12 gets linux-source-6.12 (its own archive has 6.1) and the QEMU that matches
+/// a backports qemu-utils: bookworm-backports. Adds that suite when this is bookworm and no
+/// configured source is it.
 const BACKPORTS_SOURCES: &str = "/etc/apt/sources.list.d/ringstore-bookworm-backports.sources";
 
 fn debian12_backports() -> Result<()> {
@@ -138,20 +157,13 @@ fn debian12_backports() -> Result<()> {
         return Ok(());
     }
     let policy = Command::new("apt-cache")
-        .args(["policy", crate::kernel::SOURCE_PACKAGE])
+        .arg("policy")
         .output()
         .context("apt-cache policy")?;
-    let text = String::from_utf8_lossy(&policy.stdout);
-    let offered = text
-        .lines()
-        .any(|l| l.trim().starts_with("Candidate:") && !l.contains("(none)"));
-    if offered || text.contains("bookworm-backports") {
+    if String::from_utf8_lossy(&policy.stdout).contains("bookworm-backports") {
         return Ok(());
     }
-    eprintln!(
-        "deps: {} is in bookworm-backports only: adding {BACKPORTS_SOURCES}",
-        crate::kernel::SOURCE_PACKAGE
-    );
+    eprintln!("deps: adding bookworm-backports ({BACKPORTS_SOURCES})");
     std::fs::write(
         BACKPORTS_SOURCES,
         "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\n\
