@@ -176,6 +176,21 @@ pub static KEYS: &[KeyInfo] = &[
         },
     },
     KeyInfo {
+        name: "data-full",
+        expected: "evict or refuse",
+        help: "a full data device: evict drops its oldest records as a cache does (default); refuse answers writes with an error until deletes free room, keeping every acknowledged write until it is deleted",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| {
+            c.data_full = match v.trim().to_ascii_lowercase().as_str() {
+                "evict" => crate::DataFull::Evict,
+                "refuse" => crate::DataFull::Refuse,
+                _ => return Err(()),
+            };
+            Ok(())
+        },
+    },
+    KeyInfo {
         name: "max-conns",
         expected: "a number of connections from 1 to 1048576",
         help: "open connections beyond which new ones are refused (default 4096)",

@@ -121,6 +121,8 @@ pub struct Config {
     pub data_format: DataFormat,
     /// `data-recover`: what to do when recovery finds damage in acknowledged history.
     pub data_recover: DataRecover,
+    /// `data-full`: what a write does when the data device has no room left.
+    pub data_full: DataFull,
     /// `max-conns`.
     pub max_conns: usize,
     /// `conn-memory`: bytes of requests and replies in flight, across all connections,
@@ -238,6 +240,17 @@ pub enum DataRecover {
     Salvage,
 }
 
+/// `data-full`: what happens when a region of the data device has no room for a write
+/// (ADR 0039).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataFull {
+    /// Drop the oldest segment's records (counted as evictions) so writes keep succeeding.
+    Evict,
+    /// Refuse the write with a "data device full" error: every acknowledged write stays
+    /// until it is deleted.
+    Refuse,
+}
+
 /// `data-format`: how a data device that is neither blank nor ringstore's current format is treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DataFormat {
@@ -262,6 +275,7 @@ impl Default for Config {
             data_size: None,
             data_format: DataFormat::Auto,
             data_recover: DataRecover::Refuse,
+            data_full: DataFull::Evict,
             max_conns: 4096,
             conn_memory: 64 << 20,
             item_size_max: 1 << 20,

@@ -26,7 +26,8 @@ use crate::units::usize_from;
 
 mod victim;
 
-use victim::Work;
+pub use victim::EVICT_HEADROOM;
+use victim::{Plan, Work};
 
 /// Bytes of the victim read per [`Step::Read`]. The read runs on the worker's ring, so this
 /// bounds one request, not a stall; each request costs a completion round trip (through the
@@ -76,6 +77,9 @@ pub struct CompactorStats {
     pub dropped: u64,
     /// Compactions given up (I/O error or short read, no room for the copies).
     pub aborted: u64,
+    /// Segments evicted (a full device, ADR 0039) and the records they evicted.
+    pub evicted_segments: u64,
+    pub evicted: u64,
 }
 
 #[derive(Debug)]
@@ -84,11 +88,13 @@ enum Phase {
     /// `done` bytes of the victim are in `buf`; the next step asks for more (or scans).
     Reading {
         seg: u32,
+        evict: bool,
         done: usize,
     },
     /// A read of `buf[done..done + len]` is in flight until [`Compactor::on_read`].
     ReadWait {
         seg: u32,
+        evict: bool,
         done: usize,
         len: usize,
     },
@@ -107,6 +113,9 @@ pub struct Compactor {
     /// `stats.aborted` already handed to [`Serving::note_compaction`] (a failed read has no
     /// `Serving` at hand: the next step reports it).
     aborted_noted: u64,
+    /// Keys evicted and the CAS of the evicted record, not yet taken by the worker
+    /// ([`Compactor::take_evicted`]): their RAM copies go too. At most one segment's records.
+    evicted: Vec<(Box<[u8]>, u64)>,
 }
 
 impl Compactor {
@@ -119,6 +128,7 @@ impl Compactor {
             retry_at_ms: 0,
             stats: CompactorStats::default(),
             aborted_noted: 0,
+            evicted: Vec::new(),
         }
     }
 
@@ -146,12 +156,19 @@ impl Compactor {
     /// or short read gives the compaction up (nothing was copied yet); it is retried after
     /// [`RETRY_MS`]. Ignored when no read is in flight.
     pub fn on_read(&mut self, res: Result<usize, ()>, now_ms: u64) {
-        let Phase::ReadWait { seg, done, len } = self.phase else {
+        let Phase::ReadWait {
+            seg,
+            evict,
+            done,
+            len,
+        } = self.phase
+        else {
             return;
         };
         if res == Ok(len) {
             self.phase = Phase::Reading {
                 seg,
+                evict,
                 done: done + len,
             };
         } else {
@@ -195,21 +212,31 @@ impl Compactor {
                 if !may_start || now_ms < self.retry_at_ms {
                     return Step::Idle;
                 }
-                let Some(seg) = Self::pick(s, log) else {
+                let Some((seg, evict)) = Self::pick(s, log) else {
                     return Step::Idle;
                 };
                 self.buf.resize(usize_from(g.segment_size), 0);
-                self.phase = Phase::Reading { seg, done: 0 };
+                self.phase = Phase::Reading {
+                    seg,
+                    evict,
+                    done: 0,
+                };
                 Step::Busy
             }
-            Phase::Reading { seg, done } if done < self.buf.len() => {
+            Phase::Reading { seg, evict, done } if done < self.buf.len() => {
                 let len = READ_CHUNK.min(self.buf.len() - done);
                 let offset = g.segment_offset(log.region(), seg) + done as u64;
-                self.phase = Phase::ReadWait { seg, done, len };
+                self.phase = Phase::ReadWait {
+                    seg,
+                    evict,
+                    done,
+                    len,
+                };
                 Step::Read { offset, len }
             }
-            Phase::Reading { seg, .. } => {
-                self.phase = Phase::Copying(self.plan(s, log.region(), seg, now_unix));
+            Phase::Reading { seg, evict, .. } => {
+                let work = self.plan(s, log.region(), (seg, evict), now_unix);
+                self.phase = Phase::Copying(work);
                 Step::Busy
             }
             other @ Phase::ReadWait { .. } => {
@@ -280,12 +307,27 @@ impl Compactor {
             return;
         }
         log.mark_free(w.seg);
+        let (mut evicted, mut evicted_bytes) = (0, 0);
+        // Before the index lock: a write staged after this has a higher sequence than any
+        // record of the victim, so the floor only rises.
+        let floor = s.min_pending_seq();
         let mut index = s.write_index();
         for f in &w.recs {
-            if w.moved.contains(&f.loc) {
+            let masked = f.plan == Plan::Mask && w.moved.contains(&f.loc);
+            if masked || (f.plan == Plan::Evict && index.is_live(&f.key, &f.loc)) {
+                // Evicted: gone from the index (or now its tombstone), and from RAM.
+                if !masked {
+                    index.remove(&f.key);
+                }
+                if f.meta.kind == RecordKind::Manifest {
+                    s.dropped_manifest(&mut index, &f.key);
+                }
+                self.evicted.push((f.key.clone(), f.meta.cas));
+                evicted += 1;
+                evicted_bytes += u64::from(f.loc.len);
+            } else if w.moved.contains(&f.loc) {
                 continue;
-            }
-            if index.is_live(&f.key, &f.loc) {
+            } else if index.is_live(&f.key, &f.loc) {
                 // Only verified drops are still live here (copies moved, failures aborted).
                 index.remove(&f.key);
                 if f.meta.kind == RecordKind::Manifest {
@@ -293,11 +335,23 @@ impl Compactor {
                 }
                 self.stats.dropped += 1;
             } else {
-                index.reclaimed(&f.key, f.meta.kind);
+                index.reclaimed_below(&f.key, f.meta.kind, floor);
             }
         }
+        drop(index);
         self.stats.freed += 1;
+        if w.evict {
+            self.stats.evicted_segments += 1;
+            self.stats.evicted += evicted;
+            s.note_eviction(evicted, evicted_bytes);
+        }
         s.note_compaction(true);
+    }
+
+    /// Keys evicted since the last call, with the CAS of the evicted record: the worker drops
+    /// their RAM copies (if still that write), so RAM never serves what the device lost.
+    pub fn take_evicted(&mut self) -> Vec<(Box<[u8]>, u64)> {
+        std::mem::take(&mut self.evicted)
     }
 
     /// Gives up: the victim stays sealed; originals that were copied stay on the device as

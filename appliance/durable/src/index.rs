@@ -206,7 +206,8 @@ impl Index {
         }
     }
 
-    /// Compaction copied the live record at `from` to `to`. False (and the copy counts as an
+    /// Compaction copied the live record at `from` to `to` (or, evicting it, wrote a tombstone
+    /// of the same sequence there: the entry becomes that tombstone). False (and the copy counts as an
     /// older duplicate) when the entry changed meanwhile.
     pub fn relocate(
         &mut self,
@@ -220,6 +221,11 @@ impl Index {
             Some(e) if e.meta.seq == meta.seq && e.loc == from => {
                 e.loc = to;
                 e.seed = seed;
+                if !meta.kind.has_value() {
+                    // An eviction's tombstone at the evicted record's sequence (ADR 0039).
+                    e.meta = meta;
+                    e.value_len = 0;
+                }
                 self.add_live(&from, -i64::from(from.len));
                 self.add_live(&to, i64::from(to.len));
                 true
@@ -241,6 +247,13 @@ impl Index {
     /// The segment holding a dead record was erased: one older record fewer for its key.
     /// A tombstone with no older value left is forgotten.
     pub fn reclaimed(&mut self, key: &[u8], kind: RecordKind) {
+        self.reclaimed_below(key, kind, u64::MAX);
+    }
+
+    /// [`Index::reclaimed`] while writes may be in flight: the tombstone is forgotten only if
+    /// its sequence is below `floor`, the oldest unsettled client write of any region (an older
+    /// write of the key settling later would otherwise find no entry and come back to life).
+    pub fn reclaimed_below(&mut self, key: &[u8], kind: RecordKind, floor: u64) {
         if !kind.has_value() {
             return;
         }
@@ -251,7 +264,7 @@ impl Index {
             return;
         }
         e.older -= 1;
-        if e.older == 0 && e.meta.kind == RecordKind::Tombstone {
+        if e.older == 0 && e.meta.kind == RecordKind::Tombstone && e.meta.seq < floor {
             let loc = e.loc;
             self.map.remove(key);
             self.add_live(&loc, -i64::from(loc.len));

@@ -44,6 +44,43 @@ pub const FLUSH_KEY: &[u8] = b"";
 
 const OVERLAY_SHARDS: usize = 64;
 
+/// What a region with no room left for a value does (config `data-full`, ADR 0039).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DataFull {
+    /// The region's compactor evicts its oldest segment before values run out of room:
+    /// its records leave the index (and their RAM copies), counted as evictions.
+    #[default]
+    Evict,
+    /// Values are refused with [`DurableError::NoSpace`] until deletes free room.
+    Refuse,
+}
+
+/// Keys of the appliance's own writes (the update canary's, `init/src/update/canary.rs`),
+/// which may take the delete reserve when small ([`is_internal_write`]), so a full device in
+/// `refuse` mode still passes an update's canary.
+pub const INTERNAL_KEY_PREFIXES: [&[u8]; 2] = [b"ringstore-canary-", b"ringstore-update-canary"];
+
+/// Largest value an internal write may store in the delete reserve: the canary's values are a
+/// few bytes, so clients writing such keys take at most this much of it per write.
+pub const INTERNAL_VALUE_MAX: usize = 64;
+
+/// True for a small write under one of [`INTERNAL_KEY_PREFIXES`] (memcache key or HTTP path).
+pub fn is_internal_write(key: &[u8], value_len: usize) -> bool {
+    let key = key.strip_prefix(b"/").unwrap_or(key);
+    value_len <= INTERNAL_VALUE_MAX && INTERNAL_KEY_PREFIXES.iter().any(|p| key.starts_with(p))
+}
+
+/// Device evictions since start ([`Serving::evictions`]), in memcached extstore's terms.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Evictions {
+    /// Records (keys) evicted: `extstore_objects_evicted`.
+    pub objects: u64,
+    /// Their bytes on the device: `extstore_bytes_evicted`.
+    pub bytes: u64,
+    /// Segments freed by eviction: `extstore_page_evictions`.
+    pub segments: u64,
+}
+
 /// What became of a compaction copy, by the location of the original it copied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Relocation {
@@ -93,6 +130,10 @@ pub struct Serving<D: BlockDevice> {
     /// recovered values the RAM store refused at start ([`Serving::note_load_refused`]).
     compactions: [AtomicU64; 2],
     load_refused: AtomicU64,
+    /// What a full region does.
+    data_full: DataFull,
+    /// [`Evictions`]: objects, bytes, segments.
+    evicted: [AtomicU64; 3],
     /// Unix seconds of store time 0: a staged [`Mutation`]'s times are store times.
     unix_start: u64,
 }
@@ -115,6 +156,9 @@ pub struct ServingState {
     pub compactions_aborted: u64,
     /// Recovered values the RAM store refused at start (read through from the device instead).
     pub load_refused_records: u64,
+    /// Records evicted from a full device since start, and the segments that freed.
+    pub evicted_records: u64,
+    pub evicted_segments: u64,
     /// Large uploads in progress and the space they hold.
     pub uploads: usize,
     pub upload_reserved_bytes: u64,
@@ -129,6 +173,34 @@ impl<D: BlockDevice> Serving<D> {
     pub fn with_unix_start(mut self, unix_start: u64) -> Self {
         self.unix_start = unix_start;
         self
+    }
+
+    /// What a full region does (default [`DataFull::Evict`]).
+    pub fn with_data_full(mut self, data_full: DataFull) -> Self {
+        self.data_full = data_full;
+        self
+    }
+
+    /// What a full region does.
+    pub fn data_full(&self) -> DataFull {
+        self.data_full
+    }
+
+    /// One segment evicted: `objects` records of `bytes` device bytes left the index.
+    pub fn note_eviction(&self, objects: u64, bytes: u64) {
+        for (c, n) in self.evicted.iter().zip([objects, bytes, 1]) {
+            c.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Device evictions since start.
+    pub fn evictions(&self) -> Evictions {
+        let [objects, bytes, segments] = self.evicted.each_ref().map(|c| c.load(Ordering::Relaxed));
+        Evictions {
+            objects,
+            bytes,
+            segments,
+        }
     }
 
     /// Takes over an opened (recovered) device.
@@ -160,6 +232,8 @@ impl<D: BlockDevice> Serving<D> {
             corrupt: AtomicU64::new(0),
             compactions: [AtomicU64::new(0), AtomicU64::new(0)],
             load_refused: AtomicU64::new(0),
+            data_full: DataFull::Evict,
+            evicted: Default::default(),
             unix_start: 0,
         };
         let mark = me.read_index().get(FLUSH_KEY).copied();
@@ -282,6 +356,8 @@ impl<D: BlockDevice> Serving<D> {
             compactions: self.compactions[0].load(Ordering::Relaxed),
             compactions_aborted: self.compactions[1].load(Ordering::Relaxed),
             load_refused_records: self.load_refused.load(Ordering::Relaxed),
+            evicted_records: self.evictions().objects,
+            evicted_segments: self.evictions().segments,
             uploads,
             upload_reserved_bytes,
         }

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ringstore_config::{Config, DataFormat, DataRecover};
+use ringstore_config::{Config, DataFormat, DataFull, DataRecover};
 use ringstore_durable::{Durable, DurableError, FileDevice, Limits, Options, Serving};
 use ringstore_store::{Fetched, Store};
 
@@ -175,10 +175,16 @@ pub(crate) fn attach(
     durable: Durable<FileDevice>,
     store: &Store,
     clock: Clock,
+    data_full: DataFull,
 ) -> Arc<Serving<FileDevice>> {
     let started = Instant::now();
     // Store times of staged mutations are seconds since the clock started.
-    let serving = Arc::new(Serving::new(durable).with_unix_start(clock.unix_start()));
+    let data_full = match data_full {
+        DataFull::Evict => ringstore_durable::DataFull::Evict,
+        DataFull::Refuse => ringstore_durable::DataFull::Refuse,
+    };
+    let serving = Serving::new(durable).with_unix_start(clock.unix_start());
+    let serving = Arc::new(serving.with_data_full(data_full));
     if serving.swept_chunks() > 0 {
         eprintln!(
             "ringstore: data device: dropped {} chunks of large objects no manifest names (uploads cut short)",

@@ -174,7 +174,11 @@ impl DiskWorker {
         let mut guard = self.log.borrow_mut();
         let w = &mut *guard;
         let token = w.staged + 1;
-        let seq = encode(&mut w.log, token).map_err(|_| StoreError::OutOfMemory)?;
+        let seq = encode(&mut w.log, token).map_err(|e| match e {
+            // Said as such, not as "out of memory" (ADR 0039).
+            DurableError::NoSpace => StoreError::DeviceFull,
+            _ => StoreError::OutOfMemory,
+        })?;
         w.staged = token;
         if w.recs.is_empty() {
             // Still under the key's shard lock: compaction elsewhere sees this write as pending.

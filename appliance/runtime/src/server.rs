@@ -88,7 +88,7 @@ impl Server {
         crate::auth::enable(&shared, auth_files);
         let data = placed
             .durable
-            .map(|durable| crate::data::attach(durable, &shared.store, clock));
+            .map(|durable| crate::data::attach(durable, &shared.store, clock, config.data_full));
         // Kernel TLS where the kernel has it (both runtimes call after_bytes): this probe alone
         // decides that the kernel has none; a hand-over one socket refuses stays its own.
         let kernel_tls =

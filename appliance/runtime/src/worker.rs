@@ -407,7 +407,11 @@ impl<H: Handler> Worker<H> {
                 Op::DiskErase { .. } | Op::DiskEraseFlush { .. } => {
                     if let Some(disk) = &mut self.disk {
                         let flush = matches!(op, Op::DiskEraseFlush { .. });
-                        disk.erase_complete(flush, res, self.now.mono_ms);
+                        let evicted = disk.erase_complete(flush, res, self.now.mono_ms);
+                        // An eviction's RAM copies go too (ADR 0039); no session waits on it.
+                        for (key, cas) in &evicted.forget {
+                            self.setup.handler.forget_if_cas(key, *cas, self.now);
+                        }
                     }
                 }
                 Op::DiskCompactRead { id } => {

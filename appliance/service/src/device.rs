@@ -44,4 +44,9 @@ pub trait Device: Journal {
     ) -> Option<Vec<u8>>;
     /// Counters of the device for `stats`, as `(name, value)` calls to `out`.
     fn stats(&self, out: &mut dyn FnMut(&'static str, u64));
+    /// Records the full device evicted since start (ADR 0039): `stats` adds them to
+    /// `evictions`, as memcached counts what its cache dropped for room.
+    fn evictions(&self) -> u64 {
+        0
+    }
 }

@@ -183,6 +183,9 @@ pub enum StoreError {
     TooLarge,
     #[error("out of memory storing object")]
     OutOfMemory,
+    /// The data device has no room for the record (`data-full refuse`, ADR 0039).
+    #[error("data device full storing object")]
+    DeviceFull,
     #[error("invalid store configuration: {0}")]
     Config(String),
 }

@@ -10,7 +10,8 @@ use crate::index::Loc;
 use crate::record::{decode, scan, RecordKind, RecordMeta};
 use crate::region::{Purpose, RegionLog, SegState, COMPACTION_RESERVE, DELETE_RESERVE};
 use crate::segment::SegmentHeader;
-use crate::serving::Serving;
+use crate::large::parse_chunk_key;
+use crate::serving::{DataFull, Serving};
 use crate::SPACE_FACTOR;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +21,13 @@ pub(super) enum Plan {
     Copy,
     /// Live tombstone / expired value with nothing older: dropped at the erase if still so.
     Drop,
+    /// Evicting: a live value (or manifest) with nothing older, dropped at the erase if still
+    /// so (ADR 0039).
+    Evict,
+    /// Evicting: a live value with older records of its key left on the device (or a write of
+    /// it in flight): a tombstone of the same sequence is written first, so recovery never
+    /// brings an older value back.
+    Mask,
 }
 
 #[derive(Debug)]
@@ -39,19 +47,32 @@ pub(super) struct Work {
     pub(super) outstanding: usize,
     pub(super) moved: HashSet<Loc>,
     pub(super) failed: bool,
+    /// An eviction (the device is full) rather than a compaction.
+    pub(super) evict: bool,
 }
+
+/// Free segments beyond the reserves below which a full region in `evict` mode evicts its
+/// oldest segment: values keep this much room (the active segment's rest, one segment) while
+/// the eviction's read, tombstones and erase run.
+pub const EVICT_HEADROOM: u32 = 2;
 
 impl Compactor {
     /// The sealed segment to compact next, if the region needs it: its sealed bytes exceed
     /// `SPACE_FACTOR ×` their live bytes plus one segment (then any gain will do), or fewer
     /// than three segments are free beyond the reserves (then it must be at most 7/8 live);
-    /// and its live bytes fit in the room left.
-    pub(super) fn pick<D: BlockDevice>(s: &Serving<D>, log: &RegionLog<u64>) -> Option<u32> {
+    /// and its live bytes fit in the room left. Otherwise, when values are about to run out of
+    /// room and the device evicts ([`DataFull::Evict`]): the oldest sealed segment, evicted
+    /// (true).
+    pub(super) fn pick<D: BlockDevice>(
+        s: &Serving<D>,
+        log: &RegionLog<u64>,
+    ) -> Option<(u32, bool)> {
         let g = s.superblock().geometry;
         let payload = g.segment_size - u64::from(g.block_size);
         let index = s.read_index();
         let (mut sealed, mut sealed_live) = (0u64, 0u64);
         let mut best: Option<(u64, u64, u32)> = None;
+        let mut oldest: Option<(u64, u64, u32)> = None;
         // Records in flight are not in the index yet: their segments would look dead.
         let in_flight_from = log.unsettled_since().unwrap_or(u64::MAX);
         for (seg, state, open_seq) in log.segments() {
@@ -67,7 +88,11 @@ impl Compactor {
             if best.is_none_or(|(l, o, _)| (live, open_seq) < (l, o)) {
                 best = Some((live, open_seq, seg));
             }
+            if oldest.is_none_or(|(_, o, _)| open_seq < o) {
+                oldest = Some((live, open_seq, seg));
+            }
         }
+        drop(index);
         let (live, _, seg) = best?;
         let over_bound = sealed > SPACE_FACTOR * sealed_live + g.segment_size;
         let pressed = log.free_count() < COMPACTION_RESERVE + DELETE_RESERVE + 3;
@@ -79,15 +104,23 @@ impl Compactor {
             live <= payload - payload / 8
         };
         let fits = live + u64::from(g.block_size) * 2 <= log.room(0);
-        (gains && fits && (over_bound || pressed)).then_some(seg)
+        if gains && fits && (over_bound || pressed) {
+            return Some((seg, false));
+        }
+        let full = log.free_count() < COMPACTION_RESERVE + DELETE_RESERVE + EVICT_HEADROOM;
+        let (live, _, seg) = oldest?;
+        // An eviction copies at most the victim's live bytes (tombstones are smaller).
+        let fits = live + u64::from(g.block_size) * 2 <= log.room(0);
+        (full && fits && s.data_full() == DataFull::Evict).then_some((seg, true))
     }
 
-    /// Scans the victim (now in `buf`) and decides, per record, copy / drop / dead.
+    /// Scans the victim (now in `buf`) and decides, per record, copy / drop / dead, and when
+    /// `evict`, evict / mask.
     pub(super) fn plan<D: BlockDevice>(
         &self,
         s: &Serving<D>,
         region: u32,
-        seg: u32,
+        (seg, evict): (u32, bool),
         now_unix: u64,
     ) -> Work {
         let block = s.superblock().geometry.block_size as usize;
@@ -108,6 +141,12 @@ impl Compactor {
                         let droppable = rec.meta.kind == RecordKind::Tombstone || expired;
                         if droppable && e.older == 0 && !rec.key.is_empty() {
                             Plan::Drop
+                        } else if evict && !droppable && evictable(rec.key) {
+                            if e.older == 0 {
+                                Plan::Evict
+                            } else {
+                                Plan::Mask
+                            }
                         } else {
                             Plan::Copy
                         }
@@ -131,6 +170,7 @@ impl Compactor {
             outstanding: 0,
             moved: HashSet::new(),
             failed: false,
+            evict,
         }
     }
 
@@ -145,7 +185,7 @@ impl Compactor {
         while w.next < w.recs.len() && budget > 0 && !w.failed {
             let f = &mut w.recs[w.next];
             w.next += 1;
-            if f.plan != Plan::Copy {
+            if f.plan != Plan::Copy && f.plan != Plan::Mask {
                 continue;
             }
             if !s.read_index().is_live(&f.key, &f.loc) {
@@ -157,7 +197,16 @@ impl Compactor {
                 w.failed = true;
                 break;
             };
-            match log.stage_keeping(rec.key, rec.value, rec.meta, Purpose::Relocate(f.loc), 0) {
+            let (value, meta) = if f.plan == Plan::Mask {
+                let meta = RecordMeta {
+                    cas: rec.meta.cas,
+                    ..RecordMeta::bare(RecordKind::Tombstone, rec.meta.seq)
+                };
+                (&[][..], meta)
+            } else {
+                (rec.value, rec.meta)
+            };
+            match log.stage_keeping(rec.key, value, meta, Purpose::Relocate(f.loc), 0) {
                 Ok(_) => {
                     w.outstanding += 1;
                     budget = budget.saturating_sub(rec.len);
@@ -169,20 +218,25 @@ impl Compactor {
         }
     }
 
-    /// Just before the erase: a record planned to be dropped that gained an older value, or
-    /// whose sequence is not below every unsettled client write, is copied instead.
-    /// True when it added copies.
+    /// Just before the erase: a record planned to be dropped (evicted) that gained an older
+    /// value, or whose sequence is not below every unsettled client write, is copied (masked)
+    /// instead. True when it added copies.
     pub(super) fn recheck_drops<D: BlockDevice>(&self, s: &Serving<D>, w: &mut Work) -> bool {
         let floor = s.min_pending_seq();
         let index = s.read_index();
         let mut first = None;
         for (i, f) in w.recs.iter_mut().enumerate() {
-            if f.plan != Plan::Drop || !index.is_live(&f.key, &f.loc) {
+            let drops = matches!(f.plan, Plan::Drop | Plan::Evict);
+            if !drops || !index.is_live(&f.key, &f.loc) {
                 continue;
             }
             let older = index.get(&f.key).map_or(0, |e| e.older);
             if older > 0 || f.meta.seq >= floor {
-                f.plan = Plan::Copy;
+                f.plan = if f.plan == Plan::Evict {
+                    Plan::Mask
+                } else {
+                    Plan::Copy
+                };
                 first.get_or_insert(i);
             }
         }
@@ -192,4 +246,11 @@ impl Compactor {
         }
         false
     }
+}
+
+/// Records an eviction may drop: client values and manifests. The flush_all mark stays (it
+/// invalidates older records), and so do large-object chunks: a chunk leaves with its manifest
+/// (its object evicted whole), never alone, or the object would be served short.
+fn evictable(key: &[u8]) -> bool {
+    !key.is_empty() && parse_chunk_key(key).is_none()
 }

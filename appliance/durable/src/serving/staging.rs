@@ -11,7 +11,7 @@ use std::sync::MutexGuard;
 use super::objects::{remove_chunks, ObjectRef};
 use ringstore_store::Mutation;
 
-use super::{lock, Relocation, Serving, Settled, FLUSH_KEY, OVERLAY_SHARDS};
+use super::{is_internal_write, lock, Relocation, Serving, Settled, FLUSH_KEY, OVERLAY_SHARDS};
 use crate::device::BlockDevice;
 use crate::engine::Item;
 use crate::error::DurableError;
@@ -83,7 +83,12 @@ impl<D: BlockDevice> Serving<D> {
                     cas,
                     seq,
                 };
-                let keep = COMPACTION_RESERVE + DELETE_RESERVE;
+                // The canary's small writes may take the delete reserve (ADR 0039).
+                let keep = if is_internal_write(key, value.len()) {
+                    COMPACTION_RESERVE
+                } else {
+                    COMPACTION_RESERVE + DELETE_RESERVE
+                };
                 log.stage_keeping(key, value, meta, Purpose::Client(token), keep)?;
                 if let Some(obj) = object {
                     let mut objects = lock(&self.objects);

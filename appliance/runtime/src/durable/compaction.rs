@@ -51,12 +51,13 @@ impl DiskWorker {
         (self.reading == Some(id)).then(|| self.compactor.read_buf())
     }
 
-    /// An erase write (`flush` false) or its flush completed.
-    pub(crate) fn erase_complete(&mut self, flush: bool, res: i32, now_ms: u64) {
+    /// An erase write (`flush` false) or its flush completed. The outcome names the RAM
+    /// copies of what an eviction dropped (ADR 0039), for [`crate::conn::settle_sessions`].
+    pub(crate) fn erase_complete(&mut self, flush: bool, res: i32, now_ms: u64) -> Outcome {
         let want = self.compactor.erase_block().len();
         if !flush {
             self.erasing = Some(Some(res >= 0 && res as usize == want));
-            return;
+            return Outcome::default();
         }
         let ok = matches!(self.erasing, Some(Some(true))) && res >= 0;
         self.erasing = None;
@@ -65,6 +66,10 @@ impl DiskWorker {
         }
         let log = &mut self.log.get_mut().log;
         self.compactor.on_erased(&self.serving, log, ok, now_ms);
+        Outcome {
+            forget: self.compactor.take_evicted(),
+            settled: Vec::new(),
+        }
     }
 
     /// The compaction read `id` completed with `res` (bytes read or -errno).

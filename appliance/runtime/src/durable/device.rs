@@ -89,6 +89,15 @@ impl Device for ConnDevice<'_> {
         out("data_reserved_bytes", reserved);
         out("data_uploads_in_progress", uploads as u64);
         out("data_corrupt_records", serving.corrupt_records());
+        // memcached extstore's names for what a full device evicted (ADR 0039).
+        let ev = serving.evictions();
+        out("extstore_objects_evicted", ev.objects);
+        out("extstore_bytes_evicted", ev.bytes);
+        out("extstore_page_evictions", ev.segments);
+    }
+
+    fn evictions(&self) -> u64 {
+        self.disk.serving.evictions().objects
     }
 }
 

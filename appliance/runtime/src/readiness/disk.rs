@@ -102,7 +102,7 @@ impl<H: Handler> Worker<H> {
                 }
                 log.read_complete(id, res, now_ms);
             }
-            Done::Erase { flush, res } => log.erase_complete(flush, res, now_ms),
+            Done::Erase { flush, res } => return log.erase_complete(flush, res, now_ms),
         }
         Outcome::default()
     }

@@ -294,7 +294,10 @@ impl StoreBackend<'_> {
                 cas: done.cas,
             },
             Err(StoreError::TooLarge) => PutOutcome::TooLarge,
-            Err(StoreError::OutOfMemory | StoreError::Config(_)) => PutOutcome::OutOfMemory,
+            // 507 Insufficient Storage says both.
+            Err(StoreError::OutOfMemory | StoreError::DeviceFull | StoreError::Config(_)) => {
+                PutOutcome::OutOfMemory
+            }
         }
     }
 }

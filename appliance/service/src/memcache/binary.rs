@@ -176,7 +176,9 @@ impl MemcacheSession {
 fn store_status(e: &StoreError) -> Status {
     match e {
         StoreError::TooLarge => Status::TooLarge,
-        StoreError::OutOfMemory | StoreError::Config(_) => Status::OutOfMemory,
+        StoreError::OutOfMemory | StoreError::DeviceFull | StoreError::Config(_) => {
+            Status::OutOfMemory
+        }
     }
 }
 

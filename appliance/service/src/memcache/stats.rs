@@ -171,7 +171,9 @@ fn traffic_and_items(ctx: &Ctx<'_>, out: &mut Vec<u8>, t: &StatsTotals, store: &
     stat(out, "total_items", store.total_items);
     stat(out, "expired_unfetched", store.expired_unfetched);
     stat(out, "evicted_unfetched", store.evicted_unfetched);
-    stat(out, "evictions", store.evictions);
+    // RAM's evictions and the full data device's (ADR 0039; `extstore_objects_evicted`).
+    let device_evictions = ctx.device.map_or(0, |d| d.evictions());
+    stat(out, "evictions", store.evictions + device_evictions);
     stat(out, "reclaimed", store.reclaimed);
     // memcached extstore's names: values read back from the data device for a RAM stub
     // (`external-value-min`), and stubs the device no longer backed (dropped, read as a miss).

@@ -172,7 +172,9 @@ pub(crate) fn apply(
 pub(crate) fn count_store_error(ctx: &Ctx<'_>, e: &StoreError) {
     match e {
         StoreError::TooLarge => ctx.stats.store_too_large.inc(),
-        StoreError::OutOfMemory | StoreError::Config(_) => ctx.stats.store_no_memory.inc(),
+        StoreError::OutOfMemory | StoreError::DeviceFull | StoreError::Config(_) => {
+            ctx.stats.store_no_memory.inc()
+        }
     }
 }
 
@@ -181,8 +183,13 @@ pub(crate) fn store_error(e: &StoreError) -> &'static str {
     match e {
         StoreError::TooLarge => TOO_LARGE,
         StoreError::OutOfMemory | StoreError::Config(_) => OUT_OF_MEMORY,
+        StoreError::DeviceFull => DEVICE_FULL,
     }
 }
+
+/// The reply for a write the data device had no room for (`data-full refuse`, ADR 0039):
+/// memcached's `SERVER_ERROR` form, saying what is full.
+pub(crate) const DEVICE_FULL: &str = "SERVER_ERROR data device full storing object";
 
 /// A value refused before its data is read (over the item limit, or no room in the
 /// connection-memory budget): the error `line`, and for `set` the old value goes (memcached
