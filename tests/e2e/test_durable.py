@@ -1,6 +1,6 @@
 """End-to-end durability with `--data FILE`: kill -9 under write load loses no acknowledged
-write, SIGTERM checkpoints, a full device answers "out of memory" / 507 and keeps serving
-reads, a device returning EIO (tests/e2e/faultdev.py) fails only the affected requests, and a
+write, SIGTERM checkpoints, a full device with `--data-full refuse` answers "data device
+full" / 507 and keeps serving reads (the default, evicting, is tests/e2e/test_data_full.py), a device returning EIO (tests/e2e/faultdev.py) fails only the affected requests, and a
 device carrying another filesystem is refused unless --data-format=force."""
 
 import os
@@ -155,7 +155,7 @@ def test_deletes_flush_all_and_cas_survive_restart(server_factory, tmp_path):
 def test_full_device_refuses_writes_and_keeps_serving_reads(server_factory, tmp_path):
     path = tmp_path / "small.img"
     make_file(path, 16 << 20)
-    s = factory_one = serve(server_factory, path, "--cores", "1")
+    s = factory_one = serve(server_factory, path, "--cores", "1", "--data-full", "refuse")
     del factory_one
     c = Conn(s.mc)
     assert c.set(b"keep", b"kept") == b"STORED"
@@ -173,7 +173,7 @@ def test_full_device_refuses_writes_and_keeps_serving_reads(server_factory, tmp_
         else:
             refusals += 1
             time.sleep(0.2)
-    assert b"SERVER_ERROR out of memory storing object" in replies, replies
+    assert b"SERVER_ERROR data device full storing object" in replies, replies
     assert refusals == 3, "the 16 MiB device never filled"
     assert c.get_many([b"keep"]) == {b"keep": b"kept"}
     req = urllib.request.Request(s.base + "/object", data=value, method="PUT")

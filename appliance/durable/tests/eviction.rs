@@ -38,7 +38,7 @@ fn options() -> Options {
 
 fn value_for(n: u64, len: usize) -> Vec<u8> {
     let mut v = n.to_le_bytes().to_vec();
-    v.extend((0..len).map(|i| u8::try_from((n as usize * 31 + i) % 256).unwrap()));
+    v.extend((0..len).map(|i| u8::try_from((n % 256 * 31 + i as u64) % 256).unwrap()));
     v
 }
 
@@ -46,10 +46,13 @@ fn key_name(k: u64) -> Vec<u8> {
     format!("key-{k}").into_bytes()
 }
 
-/// Per key, every write in sequence order: (seq, value or delete, acked).
+/// One write of a key: (seq, value or delete, acked).
+type Version = (u64, Option<Vec<u8>>, bool);
+
+/// Per key, every write in sequence order.
 #[derive(Default)]
 struct Model {
-    versions: HashMap<u64, Vec<(u64, Option<Vec<u8>>, bool)>>,
+    versions: HashMap<u64, Vec<Version>>,
     tokens: HashMap<u64, (u64, u64)>,
 }
 
@@ -70,7 +73,12 @@ impl Model {
     fn check(&self, k: u64, got: Option<&[u8]>, ctx: &str) {
         let Some(got) = got else { return };
         let versions = self.versions.get(&k).map_or(&[][..], Vec::as_slice);
-        let floor = versions.iter().filter(|e| e.2).map(|e| e.0).max().unwrap_or(0);
+        let floor = versions
+            .iter()
+            .filter(|e| e.2)
+            .map(|e| e.0)
+            .max()
+            .unwrap_or(0);
         let ok = versions
             .iter()
             .any(|e| e.0 >= floor && e.1.as_deref() == Some(got));
@@ -130,7 +138,11 @@ fn verify_recovered(image: Vec<u8>, model: &Model, ctx: &str) {
 /// One seed: returns (records evicted, writes acknowledged).
 fn run_seed(seed: u64) -> (u64, usize) {
     let mut rng = SimRng::new(seed);
-    let s = Serving::new(Durable::open(SimDevice::new(512 * 1024), &options()).unwrap().0);
+    let s = Serving::new(
+        Durable::open(SimDevice::new(512 * 1024), &options())
+            .unwrap()
+            .0,
+    );
     let block = s.superblock().geometry.block_size;
     let mut logs = [s.take_log(0).unwrap(), s.take_log(1).unwrap()];
     let mut compactors = [Compactor::new(block), Compactor::new(block)];
@@ -168,7 +180,11 @@ fn run_seed(seed: u64) -> (u64, usize) {
         }
         for k in 0..KEYS {
             let got = s.lookup(&key_name(k), 0).unwrap().map(|i| i.value);
-            model.check(k, got.as_deref(), &format!("seed {seed} round {round}, serving"));
+            model.check(
+                k,
+                got.as_deref(),
+                &format!("seed {seed} round {round}, serving"),
+            );
         }
     }
     let image = s.device().crash_image(&mut rng);
@@ -201,8 +217,12 @@ fn a_full_device_evicts_and_never_brings_back_an_older_value() {
 
 #[test]
 fn refuse_mode_refuses_values_and_evicts_nothing() {
-    let s = Serving::new(Durable::open(SimDevice::new(256 * 1024), &options()).unwrap().0)
-        .with_data_full(DataFull::Refuse);
+    let s = Serving::new(
+        Durable::open(SimDevice::new(256 * 1024), &options())
+            .unwrap()
+            .0,
+    )
+    .with_data_full(DataFull::Refuse);
     let mut log = s.take_log(0).unwrap();
     let mut c = Compactor::new(s.superblock().geometry.block_size);
     let value = vec![5u8; 1000];

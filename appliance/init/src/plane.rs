@@ -268,6 +268,8 @@ impl Serving for RuntimeServer {
             "load_refused_records": s.load_refused_records,
             "compactions": s.compactions,
             "compactions_aborted": s.compactions_aborted,
+            "evicted_records": s.evicted_records,
+            "evicted_segments": s.evicted_segments,
             "uploads_in_progress": s.uploads,
             "upload_reserved_bytes": s.upload_reserved_bytes,
             "regions": regions,

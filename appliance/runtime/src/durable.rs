@@ -197,13 +197,15 @@ impl DiskWorker {
         let st = self.compactor.stats();
         if st.freed > 0 || st.aborted > 0 {
             eprintln!(
-                "ringstore: region {}: background compaction freed {} segments, copied {} records ({} KiB), dropped {}, gave up {} times",
+                "ringstore: region {}: background compaction freed {} segments, copied {} records ({} KiB), dropped {}, gave up {} times; the full region evicted {} segments ({} records)",
                 self.region,
                 st.freed,
                 st.copied,
                 st.copied_bytes >> 10,
                 st.dropped,
-                st.aborted
+                st.aborted,
+                st.evicted_segments,
+                st.evicted
             );
         }
         let mut w = self.log.into_inner();

@@ -7,10 +7,10 @@ use std::collections::HashSet;
 use super::{Compactor, COPY_BUDGET};
 use crate::device::BlockDevice;
 use crate::index::Loc;
+use crate::large::parse_chunk_key;
 use crate::record::{decode, scan, RecordKind, RecordMeta};
 use crate::region::{Purpose, RegionLog, SegState, COMPACTION_RESERVE, DELETE_RESERVE};
 use crate::segment::SegmentHeader;
-use crate::large::parse_chunk_key;
 use crate::serving::{DataFull, Serving};
 use crate::SPACE_FACTOR;
 

@@ -327,6 +327,8 @@ const DATA_LINES: &[&str] = &[
     "load_refused_records",
     "compactions",
     "compactions_aborted",
+    "evicted_records",
+    "evicted_segments",
     "uploads_in_progress",
     "upload_reserved_bytes",
 ];
