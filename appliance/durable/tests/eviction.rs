@@ -266,3 +266,79 @@ fn refuse_mode_refuses_values_and_evicts_nothing() {
         Some(b"ok".to_vec())
     );
 }
+
+#[test]
+fn the_oldest_keys_are_evicted_first_and_named_for_their_ram_copies() {
+    let s = Serving::new(
+        Durable::open(SimDevice::new(256 * 1024), &options())
+            .unwrap()
+            .0,
+    );
+    let mut log = s.take_log(0).unwrap();
+    let mut c = Compactor::new(s.superblock().geometry.block_size);
+    let value = vec![7u8; 700];
+    let mut named = Vec::new();
+    for i in 0..2000u64 {
+        let key = format!("k{i}");
+        let put = Mutation::Put {
+            key: key.as_bytes(),
+            value: &value,
+            flags: 0,
+            exptime: 0,
+            cas: 1000 + i,
+            large: false,
+        };
+        s.stage(&mut log, put, i + 1)
+            .unwrap_or_else(|e| panic!("k{i} refused: {e}"));
+        drive_sync(&s, &mut log, |x| c.on_relocated(x)).unwrap();
+        run_to_idle(&mut c, &s, &mut log, 0, 10_000).unwrap();
+        named.extend(c.take_evicted());
+    }
+    let ev = s.evictions();
+    assert!(ev.objects > 1000 && ev.segments > 0, "{ev:?}");
+    assert_eq!(ev.objects, named.len() as u64);
+    assert_eq!(c.stats().evicted, ev.objects);
+    let kept: Vec<u64> = (0..2000)
+        .filter(|i| s.lookup(format!("k{i}").as_bytes(), 0).unwrap().is_some())
+        .collect();
+    assert_eq!(
+        kept.len() as u64 + ev.objects,
+        2000,
+        "every key is kept or evicted"
+    );
+    // FIFO: every evicted key is older than every kept one, and named with its own CAS.
+    let first_kept = kept[0];
+    assert!(
+        kept.windows(2).all(|w| w[1] == w[0] + 1),
+        "kept keys are the newest run"
+    );
+    for (key, cas) in &named {
+        let i: u64 = std::str::from_utf8(&key[1..]).unwrap().parse().unwrap();
+        assert!(i < first_kept, "k{i} evicted while k{first_kept} was kept");
+        assert_eq!(*cas, 1000 + i);
+    }
+    // The same after a crash: evicted keys stay misses.
+    let image = s.device().crash_image(&mut SimRng::new(1));
+    let (d, _) = Durable::open(SimDevice::from_image(image), &options()).unwrap();
+    for i in 0..2000u64 {
+        let got = d.get(format!("k{i}").as_bytes()).unwrap();
+        assert_eq!(got.is_some(), i >= first_kept, "k{i} after the crash");
+    }
+}
+
+#[test]
+fn only_the_canary_s_small_writes_are_internal() {
+    use ringstore_durable::is_internal_write;
+    assert!(is_internal_write(b"ringstore-update-canary", 16));
+    assert!(is_internal_write(b"ringstore-canary-1a2b", 2));
+    assert!(
+        is_internal_write(b"/ringstore-canary-1a2b", 2),
+        "the HTTP canary's path"
+    );
+    assert!(
+        !is_internal_write(b"ringstore-canary-1a2b", 65),
+        "a large value is a client's"
+    );
+    assert!(!is_internal_write(b"user-key", 2));
+    assert!(!is_internal_write(b"xringstore-canary-1", 2));
+}
