@@ -387,3 +387,48 @@ fn reads_are_requested_and_a_failed_or_short_read_gives_up_until_the_retry() {
         assert_eq!(got.unwrap().value, value(k, last), "after a crash: r{k}");
     }
 }
+
+/// A delete's tombstone outlives the last older value of its key while a write of the key
+/// staged before the delete is still in flight in another region: otherwise that write
+/// settles into an empty entry and the deleted key comes back (found by `tests/eviction.rs`).
+#[test]
+fn a_tombstone_stays_while_an_older_write_of_its_key_is_in_flight_elsewhere() {
+    let o = Options {
+        regions: 2,
+        ..opts()
+    };
+    let s = Serving::new(Durable::open(SimDevice::new(512 * 1024), &o).unwrap().0);
+    let g = s.superblock().geometry;
+    let (mut log0, mut log1) = (s.take_log(0).unwrap(), s.take_log(1).unwrap());
+    let mut c = Compactor::new(g.block_size);
+    let put = |key: &'static [u8], value: &'static [u8], cas| Mutation::Put {
+        key,
+        value,
+        flags: 0,
+        exptime: 0,
+        cas,
+        large: false,
+    };
+    s.stage(&mut log0, put(b"k", b"v1", 1), 1).unwrap();
+    for t in 2..100 {
+        // Overwrites of another key: the segment holding v1 becomes almost all dead.
+        s.stage(&mut log0, put(b"junk", &[0; 1000], t), t).unwrap();
+    }
+    drive_sync(&s, &mut log0, |_| {}).unwrap();
+    // v2 is staged (sequence below the delete's) in region 1 and not settled yet.
+    let v2 = s.stage(&mut log1, put(b"k", b"v2", 100), 1).unwrap();
+    s.set_pending_floor(1, v2);
+    s.stage(&mut log0, Mutation::Delete { key: b"k" }, 100)
+        .unwrap();
+    drive_sync(&s, &mut log0, |_| {}).unwrap();
+    log0.seal();
+    run_to_idle(&mut c, &s, &mut log0, 0, 10_000).unwrap();
+    assert!(c.stats().freed > 0, "v1's segment was compacted");
+    drive_sync(&s, &mut log1, |_| {}).unwrap();
+    s.set_pending_floor(1, u64::MAX);
+    assert_eq!(
+        s.lookup(b"k", 0).unwrap(),
+        None,
+        "the deleted key came back"
+    );
+}
