@@ -114,6 +114,39 @@ def test_full_device_evicts_oldest_and_never_brings_an_older_value_back(server_f
     assert s.stop() == 0
 
 
+def test_an_evicted_overwrite_stays_a_miss_after_kill9(server_factory, tmp_path):
+    """Old values on one worker's region, their overwrites on the other's, which then fills
+    and evicts them: the old values stay on the device, so only the tombstones the eviction
+    writes keep recovery from answering them."""
+    path = tmp_path / "data.img"
+    make_file(path, 48 << 20)
+    s = serve(server_factory, path)
+    rnd = random.Random(39)
+    # Both stay open, so the least-loaded hand-off puts them on different workers.
+    c0, c1 = Conn(s.mc), Conn(s.mc)
+    keys = [b"over%d" % i for i in range(300)]
+    old = {k: value_of(k + b"old", 1000) for k in keys}
+    new = {k: value_of(k + b"new", 1000) for k in keys}
+    for k in keys:
+        assert c0.set(k, old[k]) == b"STORED"
+        assert c1.set(k, new[k]) == b"STORED"
+    i = 0
+    while c1.get_many(keys) and i < 40_000:
+        for _ in range(1000):
+            assert c1.set(b"fill%d" % i, b"f" * rnd.randint(100, 8192)) == b"STORED"
+            i += 1
+    assert c1.get_many(keys) == {}, "the overwrites were never evicted"
+    assert c0.get_many(keys) == {}, "RAM dropped the evicted keys too"
+    s.proc.send_signal(signal.SIGKILL)
+    s.proc.wait()
+    s = serve(server_factory, path)
+    got = Conn(s.mc).get_many(keys)
+    resurrected = [k for k, v in got.items() if v == old[k]]
+    assert not resurrected, f"{len(resurrected)} evicted keys came back with their older value"
+    assert got == {}, "evicted keys are misses after kill -9"
+    assert s.stop() == 0
+
+
 def writer(addr, t, stop, acked, errors):
     rnd = random.Random(t)
     try:
@@ -139,12 +172,14 @@ def test_kill9_while_evicting_serves_newest_or_miss(server_factory, tmp_path):
     make_file(path, 24 << 20)
     s = serve(server_factory, path)
     acked, errors = {}, []
+    evicted = 0
     for cycle in range(4):
         stop = threading.Event()
         threads = [threading.Thread(target=writer, args=(s.mc, 10 * cycle + t, stop, acked, errors)) for t in range(4)]
         for th in threads:
             th.start()
         time.sleep(3)
+        evicted += int(stats(s.mc)["extstore_objects_evicted"])
         s.proc.send_signal(signal.SIGKILL)
         s.proc.wait()
         stop.set()
@@ -161,7 +196,7 @@ def test_kill9_while_evicting_serves_newest_or_miss(server_factory, tmp_path):
 
         each_hit(s.mc, acked, check)
     total = sum(len(v) for v in acked.values())
-    assert total > 24 << 20 >> 12, f"too little load to fill the device: {total} writes"
+    assert evicted > 1000, f"the device never evicted under load: {evicted} evictions, {total} writes"
     assert s.stop() == 0
 
 
