@@ -39,9 +39,13 @@ pub fn serves_through_igb_from_a_sas_disk(image: &Image) -> Result<String> {
         status.contains(&format!("data {DATA}: block device, 64 MiB")),
         "status does not show the SAS data disk:\n{status}"
     );
-    // eth0 is the igb NIC (the only one): these answers came through it.
+    // eth0 is the igb NIC (the only one), its queues igb's MSI-X vectors (virtio-net's would be
+    // `virtioN-input.0`): the answers below came through it.
     let irq = vm.command("irq")?;
-    anyhow::ensure!(irq.contains("eth0"), "irq shows no eth0 queues:\n{irq}");
+    anyhow::ensure!(
+        irq.contains("eth0-rx-0") && irq.contains("eth0-tx-0"),
+        "irq shows no igb queues of eth0:\n{irq}"
+    );
     memcache_set_get(vm.port("memcache", 0)?)?;
     http_put_get(vm.port("http", 0)?)?;
     vm.poweroff()?;
