@@ -28,9 +28,32 @@ pub struct Profile {
     #[serde(default)]
     pub nodes: Vec<NumaNode>,
     pub nics: Vec<Nic>,
-    /// Data disks, attached as virtio-blk in this order: the guest sees /dev/vda, /dev/vdb, ...
+    /// Data disks in this order: virtio-blk ones are the guest's /dev/vda, /dev/vdb, ...;
+    /// those behind a `controller` are SCSI disks, /dev/sda, /dev/sdb, ...
     #[serde(default)]
     pub disks: Vec<Disk>,
+}
+
+impl Profile {
+    /// The guest's device node for data disk `index`: counted among the disks of its kind
+    /// (virtio-blk or SCSI). Several SCSI controllers probe concurrently, so only a profile with
+    /// one SCSI disk can rely on its name.
+    pub fn guest_disk_path(&self, index: usize) -> String {
+        let scsi = |d: &Disk| d.controller.is_some();
+        let Some(disk) = self.disks.get(index) else {
+            return format!("/dev/{}", guest_disk_name(index));
+        };
+        let nth = self.disks[..index]
+            .iter()
+            .filter(|d| scsi(d) == scsi(disk))
+            .count();
+        let name = guest_disk_name(nth);
+        if scsi(disk) {
+            format!("/dev/sd{}", &name[2..])
+        } else {
+            format!("/dev/{name}")
+        }
+    }
 }
 
 /// A data disk: a raw file on the host (created sparse at this size when missing).
@@ -38,6 +61,10 @@ pub struct Profile {
 #[serde(deny_unknown_fields)]
 pub struct Disk {
     pub size_mib: u32,
+    /// The QEMU SCSI/SAS controller the disk hangs off as a `scsi-hd` (`megasas-gen2`: the
+    /// guest's megaraid_sas; `mptsas1068`: mptsas; `lsi53c895a`: sym53c8xx), one controller
+    /// per disk; none = virtio-blk. docs/HARDWARE.md lists what the kernel drives.
+    pub controller: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -253,7 +280,7 @@ pub fn machine_args(
         nic_args(&mut a, k, nic, forwards);
     }
     a.push(&["-device", "virtio-rng-pci,bus=pcie.0"]);
-    disk_args(&mut a, disks);
+    disk_args(&mut a, &profile.disks, disks);
     kernel_args(&mut a, profile, image, extra_append);
     a.push(&[
         "-no-reboot",
@@ -366,8 +393,8 @@ fn nic_args(a: &mut Args, k: usize, nic: &Nic, forwards: &[Forward]) {
     }
 }
 
-/// The data disks as virtio-blk, in order.
-fn disk_args(a: &mut Args, disks: &[PathBuf]) {
+/// The data disks in order: virtio-blk, or a `scsi-hd` on its own controller.
+fn disk_args(a: &mut Args, specs: &[Disk], disks: &[PathBuf]) {
     for (k, file) in disks.iter().enumerate() {
         // cache=writeback: the guest sees a volatile write cache and its flushes (fdatasync)
         // become fdatasync on the host file. QEMU's option syntax doubles a literal comma.
@@ -376,10 +403,20 @@ fn disk_args(a: &mut Args, disks: &[PathBuf]) {
             "-drive",
             &format!("file={file},format=raw,if=none,id=d{k},cache=writeback"),
         ]);
-        a.push(&[
-            "-device",
-            &format!("virtio-blk-pci,drive=d{k},bus=pcie.0,serial=ringstore-data{k}"),
-        ]);
+        match specs.get(k).and_then(|d| d.controller.as_deref()) {
+            Some(controller) => {
+                // The controller's SCSI bus is named after its id (`hbaK.0`).
+                a.push(&["-device", &format!("{controller},id=hba{k},bus=pcie.0")]);
+                a.push(&[
+                    "-device",
+                    &format!("scsi-hd,drive=d{k},bus=hba{k}.0,serial=ringstore-data{k}"),
+                ]);
+            }
+            None => a.push(&[
+                "-device",
+                &format!("virtio-blk-pci,drive=d{k},bus=pcie.0,serial=ringstore-data{k}"),
+            ]),
+        }
     }
 }
 
@@ -431,12 +468,19 @@ mod tests {
         }
     }
 
+    /// `profile`'s command line with no forwards, under TCG, with `disks` as its disk files.
+    fn args_with_disks(profile: &Profile, disks: &[PathBuf]) -> String {
+        let serial = Serial::Socket("/tmp/s.sock".into());
+        machine_args(profile, &image(), &serial, "", "tcg", &[], disks).join(" ")
+    }
+
     #[test]
     fn every_profile_parses() {
         for name in [
             "numa2",
             "numa2-disk",
             "numa2-tap",
+            "server-hw",
             "single",
             "twonic",
             "xdp-mq",
@@ -509,16 +553,7 @@ mod tests {
             "{}",
             profile.append
         );
-        let args = machine_args(
-            &profile,
-            &image(),
-            &Serial::Socket("/tmp/s.sock".into()),
-            "",
-            "tcg",
-            &[],
-            &["/t/a,b.raw".into()],
-        )
-        .join(" ");
+        let args = args_with_disks(&profile, &["/t/a,b.raw".into()]);
         assert!(
             args.contains("-drive file=/t/a,,b.raw,format=raw,if=none,id=d0,cache=writeback"),
             "{args}"
@@ -530,6 +565,34 @@ mod tests {
         assert!(args.contains("ringstore.data=/dev/vda"), "{args}");
         assert_eq!(guest_disk_name(0), "vda");
         assert_eq!(guest_disk_name(1), "vdb");
+    }
+
+    #[test]
+    fn server_hw_puts_the_data_disk_on_a_sas_controller_and_the_nic_is_igb() {
+        let profile = load_profile("server-hw").unwrap();
+        assert_eq!(profile.guest_disk_path(0), "/dev/sda");
+        assert!(profile.append.contains("ringstore.data=/dev/sda"));
+        let args = args_with_disks(&profile, &["/t/d.raw".into()]);
+        assert!(
+            args.contains("-device megasas-gen2,id=hba0,bus=pcie.0 -device scsi-hd,drive=d0,bus=hba0.0,serial=ringstore-data0"),
+            "{args}"
+        );
+        assert!(
+            !args.contains("virtio-blk") && !args.contains("virtio-net"),
+            "{args}"
+        );
+        assert!(args.contains("-device igb,netdev=n0,bus=pcie.0"), "{args}");
+        // Kinds are counted apart: a virtio disk after a SCSI one is still vda.
+        let mut mixed = profile.clone();
+        mixed.disks.push(Disk {
+            size_mib: 1,
+            controller: None,
+        });
+        assert_eq!(mixed.guest_disk_path(1), "/dev/vda");
+        assert_eq!(
+            load_profile("numa2-disk").unwrap().guest_disk_path(0),
+            "/dev/vda"
+        );
     }
 
     #[test]

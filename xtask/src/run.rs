@@ -122,11 +122,11 @@ fn data_disks(opts: &RunOptions, profile: &qemu::Profile) -> Result<Vec<PathBuf>
             .with_context(|| format!("reading {}", file.display()))?
             .len();
         eprintln!(
-            "run: data disk {k} {} ({} MiB{}) is the guest's /dev/{}",
+            "run: data disk {k} {} ({} MiB{}) is the guest's {}",
             file.display(),
             size >> 20,
             if created { ", new" } else { "" },
-            qemu::guest_disk_name(k)
+            profile.guest_disk_path(k)
         );
     }
     Ok(files)

@@ -8,6 +8,7 @@ mod console;
 mod devrun;
 mod durable;
 mod first_boot;
+mod hardware;
 mod kernel_panic;
 mod ktls_reset;
 pub(crate) mod netns;
@@ -115,6 +116,10 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
         ("large_object_survives_poweroff_and_power_cut", |i| {
             durable::large_object_survives_poweroff_and_power_cut(i)
         }),
+        (
+            "server_hw_serves_through_igb_from_a_sas_disk",
+            hardware::serves_through_igb_from_a_sas_disk,
+        ),
         ("pxe_boots_each_host_from_its_mac", |i| {
             pxe::pxe_boots_each_host_from_its_mac(i).map(|r| {
                 let ready: Vec<String> = r

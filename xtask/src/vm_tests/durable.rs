@@ -55,14 +55,14 @@ type Model = BTreeMap<String, Option<(u32, Vec<u8>)>>;
 
 /// The data disk files of one test, in a directory removed on every path out. Declare it
 /// before the VMs that use it: they are dropped (QEMU killed) first.
-struct ScratchDisks {
+pub(super) struct ScratchDisks {
     dir: PathBuf,
-    files: Vec<PathBuf>,
+    pub(super) files: Vec<PathBuf>,
 }
 
 impl ScratchDisks {
     /// Fresh (all-zero, sparse) files for every data disk `profile` declares.
-    fn create(name: &str, profile: &str) -> Result<ScratchDisks> {
+    pub(super) fn create(name: &str, profile: &str) -> Result<ScratchDisks> {
         let profile = qemu::load_profile(profile)?;
         let dir = appliance_dir()
             .join("vm")
@@ -316,7 +316,7 @@ fn boot_ready(image: &Image, name: &str, append: &str, disks: &ScratchDisks) -> 
 /// The console line containing `needle`, waiting up to 3 s for the serial reader to catch up
 /// (QEMU may already have exited). A line the server printed while the prompt was waiting comes
 /// after it on the same console line: the prompt is left out.
-fn console_line_with(vm: &Vm, needle: &str) -> Result<String> {
+pub(super) fn console_line_with(vm: &Vm, needle: &str) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
         if let Some(line) = vm.output().lines().find(|l| l.contains(needle)) {
