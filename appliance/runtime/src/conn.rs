@@ -110,6 +110,23 @@ impl<S> Conn<S> {
         slow || idle || past_deadline
     }
 
+    /// [`Conn::due_to_close`], or the session's own reason ([`Handler::expired`]): what both
+    /// runtimes' ticks close a connection for.
+    pub(crate) fn closed_by_tick<H: Handler<Session = S>>(
+        &mut self,
+        handler: &H,
+        now_ms: u64,
+        limits: &crate::worker::Limits,
+        past_deadline: bool,
+    ) -> bool {
+        self.due_to_close(
+            now_ms,
+            limits.request_timeout_ms,
+            limits.idle_timeout_ms,
+            past_deadline,
+        ) || handler.expired(&mut self.session, now_ms)
+    }
+
     pub(crate) fn in_flight(&self) -> bool {
         self.recv_armed || self.send_armed
     }

@@ -44,10 +44,11 @@ pub(crate) trait Handler: Send + Sync + 'static {
         let _ = now_ms;
         self.open(protocol, worker)
     }
-    /// Whether the session's own deadline passed at `now_ms` (a TLS handshake too slow, or
-    /// dropped for room): the worker's tick closes the connection, as it does one past the
-    /// request or idle timeout. The default: never.
-    fn expired(&self, session: &Self::Session, now_ms: u64) -> bool {
+    /// Whether the session has its own reason to close at `now_ms`: a TLS handshake too slow
+    /// or dropped for room, a memcache login that a reload of the users file took away. The
+    /// worker's tick closes the connection, as it does one past the request or idle timeout
+    /// ([`crate::conn::Conn::closed_by_tick`]). The default: never.
+    fn expired(&self, session: &mut Self::Session, now_ms: u64) -> bool {
         let _ = (session, now_ms);
         false
     }
@@ -93,12 +94,6 @@ pub(crate) trait Handler: Send + Sync + 'static {
     /// connevents`); called by both runtimes right after [`Handler::open`].
     fn peer_known(&self, session: &mut Self::Session, peer: std::net::SocketAddr) {
         let _ = (session, peer);
-    }
-    /// True when a reload took away what let `session`'s connection in (a memcache login
-    /// as a user the users file no longer has): the worker closes it. Asked on every tick.
-    fn revoked(&self, session: &mut Self::Session) -> bool {
-        let _ = session;
-        false
     }
     fn conn_opened(&self, worker: usize);
     fn conn_closed(&self, worker: usize);
@@ -260,7 +255,8 @@ impl Handler for ServiceHandler {
     fn peer_known(&self, session: &mut Session, peer: std::net::SocketAddr) {
         session.peer_known(&self.0, peer);
     }
-    fn revoked(&self, session: &mut Session) -> bool {
+    /// A memcache login as a user the reloaded users file no longer has.
+    fn expired(&self, session: &mut Session, _now_ms: u64) -> bool {
         session.revoked(&self.0)
     }
     fn conn_opened(&self, worker: usize) {

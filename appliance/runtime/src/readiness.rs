@@ -276,16 +276,10 @@ impl<H: Handler> Worker<H> {
         let past_deadline = self.stopping_deadline.is_some_and(|d| now >= d);
         let handler = Arc::clone(&self.setup.handler);
         for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
-            // A reload of the users file closes the connections of the users it removed.
-            let due = self.conns.at_mut(slot).is_some_and(|conn| {
-                conn.due_to_close(
-                    now,
-                    limits.request_timeout_ms,
-                    limits.idle_timeout_ms,
-                    past_deadline,
-                ) || handler.expired(&conn.session, now)
-                    || handler.revoked(&mut conn.session)
-            });
+            let due = self
+                .conns
+                .at_mut(slot)
+                .is_some_and(|conn| conn.closed_by_tick(&*handler, now, &limits, past_deadline));
             if due {
                 self.finish_close(slot);
             }

@@ -474,17 +474,20 @@ impl<H: Handler> Handler for Tls<H> {
         }
     }
     /// A handshake not done `--tls-handshake-timeout` after the accept, or dropped from its
-    /// worker's table to make room for a newer one.
-    fn expired(&self, s: &Self::Session, now_ms: u64) -> bool {
-        let Some(t) = s.tls.as_deref() else {
-            return false;
-        };
-        match t.phase {
-            Phase::Waiting | Phase::Handshaking | Phase::Refused => {
+    /// worker's table to make room for a newer one; after the handshake, the wrapped
+    /// session's own reasons.
+    fn expired(&self, s: &mut Self::Session, now_ms: u64) -> bool {
+        match s.tls.as_deref() {
+            Some(t)
+                if matches!(
+                    t.phase,
+                    Phase::Waiting | Phase::Handshaking | Phase::Refused
+                ) =>
+            {
                 now_ms.saturating_sub(t.opened_ms) >= self.handshake_timeout_ms
                     || t.ticket.is_some_and(|k| !self.table(t.worker).holds(k))
             }
-            Phase::Open | Phase::Handover | Phase::Kernel | Phase::Failed => false,
+            _ => self.inner.expired(&mut s.inner, now_ms),
         }
     }
     fn splices<'s>(&self, s: &'s Self::Session) -> &'s [Splice] {
@@ -508,9 +511,6 @@ impl<H: Handler> Handler for Tls<H> {
     }
     fn peer_known(&self, s: &mut Self::Session, peer: std::net::SocketAddr) {
         self.inner.peer_known(&mut s.inner, peer);
-    }
-    fn revoked(&self, s: &mut Self::Session) -> bool {
-        self.inner.revoked(&mut s.inner)
     }
     /// A `watch` session's log lines: sealed like any other output (in the clear once the
     /// kernel holds the keys); nothing while the handshake is under way.

@@ -35,15 +35,7 @@ impl<H: Handler> Worker<H> {
             if conn.closing {
                 continue;
             }
-            // A reload of the users file closes the connections of the users it removed.
-            if conn.due_to_close(
-                now,
-                limits.request_timeout_ms,
-                limits.idle_timeout_ms,
-                past_deadline,
-            ) || handler.expired(&conn.session, now)
-                || handler.revoked(&mut conn.session)
-            {
+            if conn.closed_by_tick(&*handler, now, &limits, past_deadline) {
                 self.close(slot);
             }
         }
