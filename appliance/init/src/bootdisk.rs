@@ -173,11 +173,8 @@ fn read_text(found: &Found, name: &str, max: u64) -> Result<Option<String>, Stri
 /// grows to the disk's end (`ringstore_disk::gpt::grow_to_end`: the backup table moved)
 /// and the kernel is told its new size. `Ok(None)` when there was nothing to grow or the
 /// partition holds data already (a format does not grow with its partition).
-pub fn grow_data_partition(layout: &Layout) -> Result<Option<String>, String> {
+pub fn grow_data_partition(layout: &Layout, found: &Found) -> Result<Option<String>, String> {
     use std::io::Read;
-    let Some(found) = wait_for(layout, Role::Data, DISK_WAIT) else {
-        return Ok(None);
-    };
     let mut first = vec![0u8; 4096];
     found
         .open(false)
@@ -214,9 +211,9 @@ pub fn grow_data_partition(layout: &Layout) -> Result<Option<String>, String> {
     )))
 }
 
-/// `ringstore.data=auto`: the data partition's node, or why there is none.
-pub fn data_partition(layout: &Layout) -> Result<PathBuf, String> {
-    let found = wait_for(layout, Role::Data, DISK_WAIT).ok_or_else(|| {
+/// `ringstore.data=auto`: the data partition (its node: [`Found::node`]), or why there is none.
+pub fn find_data_partition(layout: &Layout) -> Result<Found, String> {
+    wait_for(layout, Role::Data, DISK_WAIT).ok_or_else(|| {
         let want = layout
             .by_role(Role::Data)
             .map(|p| p.type_guid.to_string())
@@ -226,8 +223,7 @@ pub fn data_partition(layout: &Layout) -> Result<PathBuf, String> {
             DISK_WAIT.as_secs(),
             whole_disks().join(" ")
         )
-    })?;
-    found.node(crate::datadev::NODE_WAIT)
+    })
 }
 
 #[cfg(test)]

@@ -134,7 +134,6 @@ fn boot(machine: &Arc<Machine>, on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     };
     *on_fatal = options.on_fatal;
     let layers = machine.state().layers.config_layers();
-    let memory_set = sizing::memory_is_set(&layers);
     let config = match ringstore_config::origin::resolve(&layers) {
         Ok(resolved) => {
             let config = resolved.config.clone();
@@ -156,23 +155,38 @@ fn boot(machine: &Arc<Machine>, on_fatal: &mut OnFatal) -> Result<(), Fatal> {
 
     if let Some(mut config) = config {
         if config.data.as_deref() == Some(std::path::Path::new("auto")) {
-            match bootdisk::grow_data_partition(&ringstore_disk::Layout::builtin()) {
-                Ok(Some(grown)) => {
-                    info!("data {grown}");
-                    machine.state().data_grown = Some(grown);
-                }
-                Ok(None) => {}
-                Err(why) => warn!("data partition not grown: {why}"),
-            }
-            match bootdisk::data_partition(&ringstore_disk::Layout::builtin()) {
+            match data_partition(machine) {
                 Ok(node) => config.data = Some(node),
                 Err(why) => return Err(data_device_fatal(machine, &why)),
             }
         }
         machine.state().config = Some(config.clone());
-        serve(machine, &config, memory_set)?;
+        serve(machine, &config)?;
     }
     Ok(())
+}
+
+/// `ringstore.data=auto`: the data partition found by type, grown to the end of a bigger
+/// disk first when it is still blank (`bootdisk::grow_data_partition`); its device node.
+fn data_partition(machine: &Machine) -> Result<std::path::PathBuf, String> {
+    let found = bootdisk::find_data_partition(&ringstore_disk::Layout::builtin())?;
+    match bootdisk::grow_data_partition(&ringstore_disk::Layout::builtin(), &found) {
+        Ok(Some(grown)) => {
+            info!("data {grown}");
+            machine.state().data_grown = Some(grown);
+        }
+        Ok(None) => {}
+        Err(why) => warn!("data partition not grown: {why}"),
+    }
+    found.node(datadev::NODE_WAIT)
+}
+
+/// Whether no configuration layer set `memory` (its resolved setting is the built-in
+/// default): the appliance then sizes it to the machine.
+fn memory_from_default(machine: &Machine) -> bool {
+    let state = machine.state();
+    let memory = state.settings.iter().find(|s| s.key == "memory");
+    memory.is_some_and(|s| s.origin == ringstore_config::Origin::Default)
 }
 
 /// `memory` from the serving node's RAM (no layer set it): logged, recorded as the
@@ -298,11 +312,7 @@ fn not_serving(machine: &Machine, why: String) {
 
 /// Placement, huge pages, IRQs, then the server. Failures are logged and leave the console up,
 /// except a data device that cannot be used: that is fatal (the `on_fatal` policy).
-fn serve(
-    machine: &Machine,
-    config: &ringstore_config::Config,
-    memory_set: bool,
-) -> Result<(), Fatal> {
+fn serve(machine: &Machine, config: &ringstore_config::Config) -> Result<(), Fatal> {
     // The partition holds users or tokens that could not be read: serving without them would
     // open the data ports to everyone (auth_files.rs).
     let unread = machine.state().auth_files.clone().and_then(Result::err);
@@ -321,8 +331,9 @@ fn serve(
         }
     };
     let sized;
-    let config = match (memory_set, sizing::node_total(placement.node)) {
-        (false, Some(total)) => {
+    let from_default = memory_from_default(machine);
+    let config = match (from_default, sizing::node_total(placement.node)) {
+        (true, Some(total)) => {
             sized = size_memory(machine, config, &placement, total);
             &sized
         }

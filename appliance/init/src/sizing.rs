@@ -50,13 +50,6 @@ fn parse_node_total(meminfo: &str) -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-/// Whether any configuration layer sets `memory` (then it is used as given).
-pub fn memory_is_set(layers: &[ringstore_config::Layer]) -> bool {
-    layers
-        .iter()
-        .any(|l| l.pairs.iter().any(|(k, _)| k.replace('_', "-") == "memory"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,15 +78,9 @@ mod tests {
     }
 
     #[test]
-    fn node_meminfo_and_layers() {
+    fn node_meminfo() {
         let text = "Node 1 MemTotal:        1016028 kB\nNode 1 MemFree:          900000 kB\n";
         assert_eq!(parse_node_total(text), Some(1_016_028 * 1024));
         assert_eq!(parse_node_total("garbage"), None);
-        let layer = |k: &str| ringstore_config::Layer {
-            origin: ringstore_config::origin::Origin::ConfigPartition,
-            pairs: vec![(k.to_string(), "1GiB".to_string())],
-        };
-        assert!(memory_is_set(&[layer("memory")]));
-        assert!(!memory_is_set(&[layer("max_conns")]));
     }
 }

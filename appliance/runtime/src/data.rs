@@ -23,7 +23,7 @@ fn segment_size(len: u64, regions: u32, item_size_max: usize) -> u64 {
 }
 
 /// `--data-size`: a missing data file is created at `size` (sparse, mode 0600), a blank one
-/// (its first block all zero: never formatted) smaller than `size` is extended. Refused: a
+/// (as the data format probes a device it may format) smaller than `size` is extended. Refused: a
 /// file larger than `size` (never shrunk), a formatted one smaller (its format does not grow
 /// with the file), anything but a regular file. Returns the line to log when it changed one.
 fn size_file(path: &Path, size: u64) -> Result<Option<String>, RuntimeError> {
@@ -65,9 +65,13 @@ fn size_file(path: &Path, size: u64) -> Result<Option<String>, RuntimeError> {
         .write(true)
         .open(path)
         .map_err(|e| refused(e.to_string()))?;
-    let mut first = vec![0u8; 4096];
-    let got = file.read(&mut first).map_err(|e| refused(e.to_string()))?;
-    if first[..got].iter().any(|&b| b != 0) {
+    // The data format's own test of a device it may format: anything but blank is refused.
+    let mut head = Vec::new();
+    (&mut file)
+        .take(ringstore_durable::superblock::PROBE_LEN as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| refused(e.to_string()))?;
+    if ringstore_durable::superblock::probe(&head) != ringstore_durable::superblock::Probe::Blank {
         return Err(refused(format!(
             "holds data formatted for {len} bytes; growing a formatted data file is not supported: keep data-size at {len}"
         )));
