@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ringstore_proto::memcache::reply;
 use ringstore_store::{ReadOpts, Write};
@@ -121,8 +121,8 @@ pub const REFRESH_CERTS_TOO_SOON: &str =
 /// `tls_cert_refreshes_refused`).
 #[derive(Debug, Default)]
 pub struct CertRefreshGate {
-    /// When the last admitted reload began (`None`: never).
-    last: Mutex<Option<Instant>>,
+    /// When the last admitted reload began, monotonic ms (`None`: never).
+    last_ms: Mutex<Option<u64>>,
     /// Reloads `refresh_certs` ran (successful or not).
     pub(crate) done: AtomicU64,
     /// `refresh_certs` refused: over UDP, or within the interval of the last reload.
@@ -130,15 +130,17 @@ pub struct CertRefreshGate {
 }
 
 impl CertRefreshGate {
-    /// True (and the clock restarted) when a reload may run at `now`; false, counted as
-    /// refused, within [`REFRESH_CERTS_INTERVAL`] of the last one.
-    pub(crate) fn admit(&self, now: Instant) -> bool {
-        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
-        if last.is_some_and(|t| now.saturating_duration_since(t) < REFRESH_CERTS_INTERVAL) {
+    /// True (and the clock restarted) when a reload may run at `now_ms` (the monotonic time
+    /// the runtime passed in); false, counted as refused, within [`REFRESH_CERTS_INTERVAL`]
+    /// of the last one.
+    pub(crate) fn admit(&self, now_ms: u64) -> bool {
+        let interval = u64::try_from(REFRESH_CERTS_INTERVAL.as_millis()).unwrap_or(u64::MAX);
+        let mut last = self.last_ms.lock().unwrap_or_else(PoisonError::into_inner);
+        if last.is_some_and(|t| now_ms.saturating_sub(t) < interval) {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        *last = Some(now);
+        *last = Some(now_ms);
         self.done.fetch_add(1, Ordering::Relaxed);
         true
     }
@@ -156,7 +158,7 @@ pub(crate) fn refresh_certs(ctx: &Ctx<'_>, out: &mut Vec<u8>, noreply: bool, dat
             REFRESH_CERTS_NOT_OVER_UDP.to_string()
         }
         None => "Error TLS not enabled".to_string(),
-        Some(_) if !gate.admit(Instant::now()) => REFRESH_CERTS_TOO_SOON.to_string(),
+        Some(_) if !gate.admit(ctx.now.mono_ms) => REFRESH_CERTS_TOO_SOON.to_string(),
         Some(tls) => match tls.refresh() {
             Ok(()) => "OK".to_string(),
             Err(e) => format!("Error refreshing certificates: {e}"),
@@ -174,14 +176,14 @@ mod tests {
     #[test]
     fn one_reload_a_second_for_the_whole_server() {
         let gate = CertRefreshGate::default();
-        let t0 = Instant::now();
+        let t0 = 5_000;
         assert!(gate.admit(t0));
         assert!(!gate.admit(t0));
-        assert!(!gate.admit(t0 + Duration::from_millis(999)));
-        assert!(gate.admit(t0 + REFRESH_CERTS_INTERVAL));
+        assert!(!gate.admit(t0 + 999));
+        assert!(gate.admit(t0 + 1000));
         // A refused one does not restart the clock.
-        assert!(!gate.admit(t0 + Duration::from_millis(1500)));
-        assert!(gate.admit(t0 + Duration::from_millis(2000)));
+        assert!(!gate.admit(t0 + 1500));
+        assert!(gate.admit(t0 + 2000));
         let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
         assert_eq!((count(&gate.done), count(&gate.refused)), (3, 3));
     }
