@@ -4,54 +4,23 @@
 //! byte for byte, and `stats` counts exactly one kernel hand-over for the pair.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
-use std::sync::Arc;
 
 use anyhow::{ensure, Context, Result};
-use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, ClientConnection, HandshakeKind, StreamOwned};
+use rustls::HandshakeKind;
 
-use super::client::tcp;
 use super::console::stat;
+use super::tls::{connect, Tls};
 use super::vm::Vm;
 
 /// The value's size: several records each way, under the 2 MiB the reader allows.
 const VALUE: usize = 256 << 10;
-
-type Tls = StreamOwned<ClientConnection, TcpStream>;
 
 /// A value no record boundary can hide a shifted or repeated byte in.
 fn pattern(seed: u8) -> Vec<u8> {
     (0..VALUE)
         .map(|i| b"abcdefghijklmnopqrstuvwxyz"[(i * 7 + i / 251 + usize::from(seed)) % 26])
         .collect()
-}
-
-fn connect(port: u16, config: &Arc<ClientConfig>) -> Result<Tls> {
-    let conn = ClientConnection::new(config.clone(), ServerName::try_from("localhost")?)?;
-    let mut tls = StreamOwned::new(conn, tcp(port)?);
-    while tls.conn.is_handshaking() {
-        tls.conn.complete_io(&mut tls.sock)?;
-    }
-    // A small request first, as `tls.rs`'s `connect` does: the server hands a session to the
-    // kernel only when the read that finished its handshake holds no partial record, and the
-    // client's Finished followed at once by a 256 KiB value would often arrive with one
-    // (that session then stays in user space, correctly, and the count would not say which
-    // kind of session went where).
-    tls.write_all(b"version\r\n")?;
-    tls.flush()?;
-    let mut got = Vec::new();
-    let mut byte = [0u8; 1];
-    while !got.ends_with(b"\r\n") && got.len() < 256 {
-        tls.read_exact(&mut byte)?;
-        got.push(byte[0]);
-    }
-    ensure!(
-        got.starts_with(b"VERSION "),
-        "version over TLS 1.2: {got:?}"
-    );
-    Ok(tls)
 }
 
 /// Sets `key` to a pattern and gets it back on `tls`, byte for byte.
