@@ -1,5 +1,5 @@
 //! The one table of xtask's commands and their flags: `cargo xtask help` prints it, every
-//! command's parser reads its arguments through [`parse`], and a test holds README.md to it.
+//! command's parser reads its arguments through [`parse`], and a test holds docs/REFERENCE.md to it.
 
 use anyhow::{bail, Result};
 
@@ -260,9 +260,12 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
-    /// Every `--flag` README.md names on a line about `cargo xtask CMD`, by command.
-    fn readme_flags() -> BTreeSet<(String, String)> {
-        let text = std::fs::read_to_string(crate::util::root().join("README.md")).unwrap();
+    /// The page that lists every command and flag.
+    const REFERENCE: &str = "docs/REFERENCE.md";
+
+    /// Every `--flag` `page` names on a line about `cargo xtask CMD`, by command.
+    fn documented_flags(page: &str) -> BTreeSet<(String, String)> {
+        let text = std::fs::read_to_string(crate::util::root().join(page)).unwrap();
         let mut found = BTreeSet::new();
         for line in text.lines() {
             let Some(at) = line.find("cargo xtask ") else {
@@ -282,9 +285,16 @@ mod tests {
         found
     }
 
+    /// docs/REFERENCE.md lists every xtask flag; it and the README name no flag xtask lacks.
     #[test]
-    fn every_flag_readme_names_exists_and_every_flag_is_in_readme() {
-        let documented = readme_flags();
+    fn every_flag_the_docs_name_exists_and_every_flag_is_in_the_reference() {
+        let documented = documented_flags(REFERENCE);
+        let readme = documented_flags("README.md");
+        let unknown: Vec<_> = readme.iter().filter(|f| !documented.contains(f)).collect();
+        assert!(
+            unknown.is_empty(),
+            "README.md names flags {REFERENCE} lacks: {unknown:?}"
+        );
         let table: BTreeSet<(String, String)> = COMMANDS
             .iter()
             .flat_map(|c| {
@@ -296,12 +306,12 @@ mod tests {
         let unknown: Vec<_> = documented.difference(&table).collect();
         assert!(
             unknown.is_empty(),
-            "README.md names flags xtask lacks: {unknown:?}"
+            "{REFERENCE} names flags xtask lacks: {unknown:?}"
         );
         let undocumented: Vec<_> = table.difference(&documented).collect();
         assert!(
             undocumented.is_empty(),
-            "flags README.md does not document (on a `cargo xtask CMD` line): {undocumented:?}"
+            "flags {REFERENCE} does not document (on a `cargo xtask CMD` line): {undocumented:?}"
         );
         for c in COMMANDS {
             assert!(

@@ -1,4 +1,5 @@
-//! Installs what the tests and benchmarks need on a fresh Debian/Ubuntu machine.
+//! Installs what the tests and benchmarks need on a fresh Debian 12 (bookworm) machine: the
+//! kernel build needs `linux-source-6.12`, which bookworm gets from bookworm-backports.
 //!
 //! apt packages when root (otherwise the command to run is printed), the musl target
 //! through rustup, cargo-fuzz from crates.io, and a Python virtual environment with the

@@ -23,6 +23,8 @@ mod layering;
 mod oci;
 mod pxe;
 mod qemu;
+#[cfg(test)]
+mod reference;
 mod run;
 mod scaleout;
 mod test;

@@ -4,6 +4,7 @@
 //! accept. Same bytes for the same binary and `SOURCE_DATE_EPOCH` (ADR 0034).
 
 pub mod podman;
+mod recipe;
 pub mod tar;
 
 use anyhow::{Context, Result};
@@ -31,6 +32,15 @@ const INDEX_MEDIA: &str = "application/vnd.oci.image.index.v1+json";
 pub fn archive_path() -> PathBuf {
     crate::util::root().join("target/oci/ringstore.tar")
 }
+
+/// The seccomp profile that lets the io_uring runtime start in a container: podman's default
+/// (containers-common 0.50.1, Debian 12) plus one rule allowing the three io_uring calls.
+/// Committed, so a user has it without podman or a build; `cargo xtask oci` ships a copy beside
+/// the archive and `--check` holds it to the host podman's default profile.
+pub const SECCOMP_PROFILE: &str = "image/seccomp-allow-io_uring.json";
+
+/// The file name of the profile beside the archive (and in the repository).
+pub const SECCOMP_PROFILE_NAME: &str = "seccomp-allow-io_uring.json";
 
 /// The modification time of every entry and the image's `created`: `SOURCE_DATE_EPOCH`
 /// when set (reproducible-builds.org), else 0.
@@ -65,7 +75,8 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Builds the static binary and writes the archive; returns its path.
+/// Builds the static binary and writes the archive, with the seccomp profile beside it;
+/// returns the archive's path.
 pub fn build() -> Result<PathBuf> {
     let binary = crate::image::build_static_binary()?;
     let bytes = std::fs::read(&binary).with_context(|| format!("reading {}", binary.display()))?;
@@ -75,6 +86,9 @@ pub fn build() -> Result<PathBuf> {
         std::fs::create_dir_all(dir)?;
     }
     std::fs::write(&path, &archive).with_context(|| format!("writing {}", path.display()))?;
+    let profile = path.with_file_name(SECCOMP_PROFILE_NAME);
+    std::fs::copy(crate::util::root().join(SECCOMP_PROFILE), &profile)
+        .with_context(|| format!("copying {SECCOMP_PROFILE} to {}", profile.display()))?;
     eprintln!(
         "oci: wrote {} ({} bytes, manifest {})",
         path.display(),
@@ -130,7 +144,7 @@ fn config(diff_id: &str, created: &str) -> Value {
             "StopSignal": "SIGTERM",
             "Labels": {
                 "org.opencontainers.image.title": "ringstore",
-                "org.opencontainers.image.description": "memcache and HTTP object cache; io_uring runtime needs a seccomp profile allowing io_uring_setup/enter/register (README)",
+                "org.opencontainers.image.description": "memcache and HTTP object cache; io_uring runtime needs a seccomp profile allowing io_uring_setup/enter/register (seccomp-allow-io_uring.json, docs/CONTAINER.md)",
             },
         },
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},

@@ -78,7 +78,7 @@ fn help() -> String {
     for key in KEYS.iter().filter(|k| !k.hidden) {
         text.push_str(&format!("  --{:<16} {}\n", key.name, key.help));
     }
-    text.push_str("\nOnce every endpoint listens, `ready memcache=IP:PORT http=IP:PORT` is printed on stdout.\n");
+    text.push_str("\nOnce every endpoint listens, one line is printed on stdout: `ready`, then NAME=IP:PORT for each\nendpoint that is on (memcache, http, udp, memcache_tls, https), e.g. `ready memcache=0.0.0.0:11211 http=0.0.0.0:8080`.\nFlags in full: docs/REFERENCE.md.\n");
     text
 }
 

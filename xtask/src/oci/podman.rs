@@ -2,10 +2,11 @@
 //! archive, `podman run` it with published ports under seccomp profiles derived from podman's
 //! default, then memcache set/get and HTTP PUT/GET through those ports.
 //!
-//! Three runs: io_uring allowed (podman's default plus the three io_uring calls), which must
-//! serve with io_uring; io_uring denied with EPERM exactly as Docker's default profile does,
-//! and podman's default profile as it is (ENOSYS for io_uring on Debian 12), both of which
-//! must serve with the epoll runtime and say why in the log.
+//! Three runs: io_uring allowed (the committed `image/seccomp-allow-io_uring.json`, first held
+//! to podman's default plus the three io_uring calls), which must serve with io_uring; io_uring
+//! denied with EPERM exactly as Docker's default profile does, and podman's default profile as
+//! it is (ENOSYS for io_uring on Debian 12), both of which must serve with the epoll runtime
+//! and say why in the log. Then the container guide's own commands (recipe.rs).
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
@@ -24,11 +25,13 @@ const PODMAN_LIMIT: Duration = Duration::from_secs(60);
 
 /// Runs podman with `args`, bounded by [`PODMAN_LIMIT`]; stdout on success, else an error
 /// with its stderr.
-fn podman(args: &[&str]) -> Result<String> {
+pub(super) fn podman(args: &[&str]) -> Result<String> {
     let mut child = Command::new("timeout")
         .arg(PODMAN_LIMIT.as_secs().to_string())
         .arg("podman")
         .args(args)
+        // The container guide's commands name files relative to the repository root.
+        .current_dir(crate::util::root())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -122,12 +125,23 @@ fn default_profile() -> Result<(PathBuf, Value, String)> {
 }
 
 /// A running container, removed (with its logs read first) when dropped.
-struct Container {
+pub(super) struct Container {
     name: String,
 }
 
 impl Container {
-    fn logs(&self) -> String {
+    /// The container `name` (removed when this is dropped, whether or not it started).
+    pub(super) fn named(name: &str) -> Container {
+        Container {
+            name: name.to_string(),
+        }
+    }
+
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(super) fn logs(&self) -> String {
         let out = Command::new("timeout")
             .args(["20", "podman", "logs", &self.name])
             .output();
@@ -145,7 +159,7 @@ impl Drop for Container {
 }
 
 /// A free loopback port for `-p 127.0.0.1:PORT:…`.
-fn free_port() -> Result<u16> {
+pub(super) fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
@@ -175,7 +189,7 @@ fn start(
 }
 
 /// Sends `request` and reads until the reply ends with `end` (bounded by a 5 s timeout).
-fn exchange(port: u16, request: &[u8], end: &[u8]) -> Result<Vec<u8>> {
+pub(super) fn exchange(port: u16, request: &[u8], end: &[u8]) -> Result<Vec<u8>> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     s.write_all(request)?;
@@ -193,7 +207,7 @@ fn exchange(port: u16, request: &[u8], end: &[u8]) -> Result<Vec<u8>> {
 
 /// Waits for memcache `version` through the published port, failing early when the
 /// container has exited.
-fn wait_ready(c: &Container, port: u16) -> Result<()> {
+pub(super) fn wait_ready(c: &Container, port: u16) -> Result<()> {
     let started = Instant::now();
     loop {
         if let Ok(r) = exchange(port, b"version\r\n", b"\r\n") {
@@ -215,7 +229,7 @@ fn wait_ready(c: &Container, port: u16) -> Result<()> {
 }
 
 /// memcache set/get and HTTP PUT/GET through the published ports.
-fn exercise(mc: u16, http: u16) -> Result<()> {
+pub(super) fn exercise(mc: u16, http: u16) -> Result<()> {
     let r = exchange(mc, b"set oci:k 0 0 5\r\nhello\r\nget oci:k\r\n", b"END\r\n")?;
     if r != b"STORED\r\nVALUE oci:k 0 5\r\nhello\r\nEND\r\n" {
         bail!(
@@ -340,12 +354,9 @@ pub fn check() -> Result<()> {
         default_profile_verdict(&default)
     );
     let dir = archive.parent().context("archive directory")?;
-    let allow = dir.join("seccomp-allow-io_uring.json");
+    let allow = dir.join(super::SECCOMP_PROFILE_NAME);
+    shipped_profile_matches(&allow, &default, &version)?;
     let deny = dir.join("seccomp-deny-io_uring.json");
-    std::fs::write(
-        &allow,
-        serde_json::to_vec(&derived_profile(&default, true)?)?,
-    )?;
     std::fs::write(
         &deny,
         serde_json::to_vec(&derived_profile(&default, false)?)?,
@@ -363,6 +374,33 @@ pub fn check() -> Result<()> {
     if default_profile_verdict(&default) != "allows io_uring" {
         default_profile_run(image, &machine, &path, &default)?;
     }
+    super::recipe::run_all(&machine)
+}
+
+/// The profile shipped beside the archive (the committed [`super::SECCOMP_PROFILE`]) is this
+/// host podman's default plus the io_uring rule, as [`derived_profile`] makes it; when podman's
+/// default changed, the expected profile is written beside it for review and the step fails.
+fn shipped_profile_matches(shipped: &Path, default: &Value, version: &str) -> Result<()> {
+    let text = std::fs::read_to_string(shipped)
+        .with_context(|| format!("reading {}", shipped.display()))?;
+    let have: Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not JSON", shipped.display()))?;
+    let want = derived_profile(default, true)?;
+    if have != want {
+        let expected = shipped.with_extension("expected.json");
+        std::fs::write(&expected, serde_json::to_string_pretty(&want)? + "\n")?;
+        bail!(
+            "{} is not podman's default seccomp profile ({version}) plus the io_uring rule; \
+             the profile that is: {} (review it and copy it to {})",
+            super::SECCOMP_PROFILE,
+            expected.display(),
+            super::SECCOMP_PROFILE
+        );
+    }
+    eprintln!(
+        "oci: {} is podman's default profile ({version}) plus the io_uring rule: ok",
+        super::SECCOMP_PROFILE
+    );
     Ok(())
 }
 
@@ -401,6 +439,43 @@ fn ensure_log(log: &str, run: &str, want: &str, unwanted: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The committed profile: podman's default shape, ERRNO for every call it does not list,
+    /// and the three io_uring calls allowed by exactly one rule of their own, as
+    /// [`derived_profile`] makes it (so deriving it again changes nothing).
+    #[test]
+    fn committed_profile_allows_exactly_the_io_uring_calls() {
+        let path = crate::util::root().join(crate::oci::SECCOMP_PROFILE);
+        let profile: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(profile["defaultAction"], "SCMP_ACT_ERRNO");
+        assert_eq!(default_profile_verdict(&profile), "allows io_uring");
+        let rules = profile["syscalls"].as_array().unwrap();
+        let naming: Vec<&Value> = rules
+            .iter()
+            .filter(|r| {
+                r["names"]
+                    .as_array()
+                    .is_some_and(|n| n.iter().any(|n| IO_URING_CALLS.iter().any(|c| n == c)))
+            })
+            .collect();
+        assert_eq!(
+            naming,
+            [&json!({"names": IO_URING_CALLS, "action": "SCMP_ACT_ALLOW"})]
+        );
+        assert_eq!(derived_profile(&profile, true).unwrap(), profile);
+        // podman's default allows the calls a server needs (a sample of them).
+        let allowed = |call: &str| {
+            rules.iter().any(|r| {
+                r["action"] == "SCMP_ACT_ALLOW"
+                    && r["names"]
+                        .as_array()
+                        .is_some_and(|n| n.iter().any(|n| n == call))
+            })
+        };
+        for call in ["accept4", "epoll_wait", "mmap", "sendmsg", "fdatasync"] {
+            assert!(allowed(call), "{call}");
+        }
+    }
 
     #[test]
     fn derived_profiles_deny_or_allow_exactly_the_three_calls() {
