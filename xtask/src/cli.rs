@@ -106,10 +106,10 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "oci",
         positional: None,
-        summary: "the container image: target/oci/ringstore.tar (OCI archive, reproducible; podman load -i)",
+        summary: "the container image: target/oci/ringstore.tar (OCI archive, reproducible; podman load -i) and seccomp-allow-io_uring.json beside it",
         flags: &[switch(
             "--check",
-            "then load and run it with podman as `cargo xtask test` does",
+            "then load and run it with podman as `cargo xtask test` does (docs/CONTAINER.md's commands too)",
         )],
     },
     Command {
