@@ -10,7 +10,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use ringstore_disk::fat;
-use ringstore_service::certificate::CertificateSummary;
+use ringstore_tls::CertificateSummary;
 
 use crate::bootdisk::Found;
 
@@ -213,7 +213,7 @@ pub fn describe(s: &CertificateSummary, now: i64) -> String {
 
 /// `notAfter` as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn not_after_text(s: &CertificateSummary) -> String {
-    let day = ringstore_service::certificate::DAY_SECS;
+    let day = ringstore_tls::DAY_SECS;
     let secs = s.not_after.rem_euclid(day);
     let (y, m, d) = fat::civil_from_days(s.not_after.div_euclid(day));
     format!(

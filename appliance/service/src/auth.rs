@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
 
-use crate::subject::Subject;
+use ringstore_tls::Subject;
 
 /// Largest `--auth-file` accepted.
 pub const AUTH_FILE_MAX: usize = 1 << 20;

@@ -80,7 +80,7 @@ pub struct HttpSession {
     held: HeldReplies,
     /// The subject of the verified client certificate of a TLS connection (`--http-tokens`
     /// `subject:` lines): stands in for a bearer token.
-    client: Option<Box<crate::subject::Subject>>,
+    client: Option<Box<ringstore_tls::Subject>>,
     /// The peer's address: the client whose unfinished uploads are bounded together.
     peer: Option<std::net::IpAddr>,
 }
@@ -152,7 +152,7 @@ impl HttpSession {
     /// may stand in for a bearer token. A certificate whose subject cannot be read maps to
     /// no line.
     pub fn client_certificate(&mut self, der: &[u8]) {
-        self.client = crate::subject::Subject::from_certificate(der).map(Box::new);
+        self.client = ringstore_tls::Subject::from_certificate(der).map(Box::new);
     }
 
     /// True while a response waits for the data device.

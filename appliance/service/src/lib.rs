@@ -9,13 +9,11 @@ use std::sync::Arc;
 
 pub mod auth;
 pub mod budget;
-pub mod certificate;
 pub mod device;
 mod held;
 pub mod http;
 pub mod memcache;
 mod stats;
-pub mod subject;
 pub mod watch;
 pub mod zero_copy;
 #[cfg(test)]

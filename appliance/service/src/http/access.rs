@@ -9,7 +9,7 @@
 use super::request::connection_field;
 use super::*;
 use crate::auth::bearer;
-use crate::subject::Subject;
+use ringstore_tls::Subject;
 
 /// Whether the request in `head` for `key` may go on; `Err` is the status to answer.
 pub(super) fn check<B: Backend>(

@@ -126,7 +126,7 @@ type CertCase<'a> = (
 );
 
 fn with_certificate(shared: &Shared, cn: &[u8], text: &str) -> String {
-    use crate::subject::tests::{atv, certificate, CN};
+    use ringstore_tls::der_builder::{atv, certificate, CN};
     let mut s = Session::new(Protocol::Http, 0);
     s.client_certificate(&certificate(&[vec![atv(CN, 0x0c, cn)]]));
     let mut out = Vec::new();

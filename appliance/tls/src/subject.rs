@@ -308,4 +308,4 @@ fn escaped(value: &[u8]) -> String {
 
 #[cfg(test)]
 #[path = "subject_tests.rs"]
-pub(crate) mod tests;
+mod tests;
