@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use super::commands::Ctx;
+use super::ctx::Ctx;
 use super::output::Output;
 use crate::auth_files::{self, Kind, RUN_DIR};
 use crate::machine::Machine;

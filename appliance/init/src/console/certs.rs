@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::commands::Ctx;
+use super::ctx::Ctx;
 use super::output::Output;
 use crate::machine::Machine;
 use crate::tls_files::{self, RUN_DIR};

@@ -1,26 +1,16 @@
-//! The console's commands, each answering an [`Output`] (text lines and JSON fields), and the
-//! [`Ctx`] they run with. The table that names them, checks access and answers `help` is
+//! The console's commands, each answering an [`Output`] (text lines and JSON fields) from
+//! the [`Ctx`] they run with (`ctx.rs`). The table that names them, checks access and answers `help` is
 //! `table.rs`; it calls into this file, never the other way round.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use super::ctx::Ctx;
 use super::output::Output;
-use super::session::Session;
 use crate::machine::Machine;
 use crate::power::{self, Action};
 use crate::state::State;
-
-/// What a command runs with.
-pub struct Ctx<'a> {
-    pub session: &'a mut Session,
-    /// What PID 1 set up: placement, addresses, the running server, the slots.
-    pub machine: &'a Machine,
-    pub now: Instant,
-    /// `--json` was given (the login phases remember it).
-    pub json: bool,
-}
 
 /// Most bytes of memcache `stats` output the console shows.
 const STATS_MAX: usize = 64 << 10;
@@ -584,6 +574,7 @@ pub fn logout(ctx: &mut Ctx, _: &[&str]) -> Output {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::console::session::Session;
 
     fn run(f: fn(&mut Ctx, &[&str]) -> Output, args: &[&str]) -> Output {
         let mut session = Session::new("h", "b");

@@ -5,6 +5,7 @@
 mod auth;
 mod certs;
 mod commands;
+mod ctx;
 mod output;
 pub mod session;
 pub mod table;

@@ -4,7 +4,8 @@
 
 use std::time::Instant;
 
-use super::commands::{self as c, Ctx};
+use super::commands as c;
+use super::ctx::Ctx;
 use super::output::Output;
 use super::session::Session;
 use crate::machine::Machine;

@@ -6,7 +6,7 @@ use std::io::Read as _;
 use std::os::fd::AsFd as _;
 use std::time::{Duration, Instant};
 
-use super::commands::Ctx;
+use super::ctx::Ctx;
 use super::output::Output;
 use crate::plane::WatchFeed;
 
