@@ -344,7 +344,8 @@ mod tests {
                     "pxe" | "scaleout" => {
                         args.extend(["--inventory".to_string(), "i.toml".to_string()]);
                         let mut secrets = crate::image::BootOptions::new();
-                        crate::pxe::inventory_args(&args, c.name, "x", &mut secrets).map(|_| ())
+                        crate::inventory::inventory_args(&args, c.name, "x", &mut secrets)
+                            .map(|_| ())
                     }
                     "run" => crate::run::RunOptions::parse(&args).map(|_| ()),
                     "bench" => crate::bench::parse_options(&args).map(|_| ()),

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -577,6 +577,32 @@ fn check_host(label: &str, raw: &RawHost, defaults: &RawKeys) -> Result<Host, In
         config,
         static_ip,
     })
+}
+
+/// Parses `--inventory FILE [--out DIR]` (DIR relative to the workspace root by default) and,
+/// for `pxe`, the secret flags into `secrets`.
+pub fn inventory_args(
+    args: &[String],
+    command: &str,
+    default_out: &str,
+    secrets: &mut crate::image::BootOptions,
+) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let mut inventory = None;
+    let mut out = crate::util::root().join(default_out);
+    for (flag, value) in crate::cli::parse(command, args)?.flags {
+        match flag {
+            "--inventory" => inventory = value.map(PathBuf::from),
+            "--out" => out = PathBuf::from(value.unwrap_or_default()),
+            other => {
+                if !secrets.take_secret(other, value) {
+                    return Err(crate::cli::unhandled(command, other));
+                }
+            }
+        }
+    }
+    let inventory =
+        anyhow::Context::with_context(inventory, || format!("{command} needs --inventory FILE"))?;
+    Ok((inventory, out))
 }
 
 #[cfg(test)]

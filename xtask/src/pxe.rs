@@ -122,7 +122,8 @@ pub fn write_bundle(
 /// carries the given console keys, password hash and update key, and nothing else.
 pub fn run(args: &[String]) -> Result<()> {
     let mut secrets = crate::image::BootOptions::new();
-    let (inventory, out) = inventory_args(args, "pxe", "target/appliance/pxe", &mut secrets)?;
+    let (inventory, out) =
+        crate::inventory::inventory_args(args, "pxe", "target/appliance/pxe", &mut secrets)?;
     if secrets.test_keys {
         secrets.use_test_keys();
     }
@@ -164,31 +165,6 @@ pub fn build_bundle_initramfs(secrets: &crate::image::BootOptions, out: &Path) -
     let initramfs = out.join(INITRAMFS);
     crate::initramfs::build_initramfs(&binary, &initramfs, extra)?;
     Ok(initramfs)
-}
-
-/// Parses `--inventory FILE [--out DIR]` (DIR relative to the workspace root by default) and,
-/// for `pxe`, the secret flags into `secrets`.
-pub fn inventory_args(
-    args: &[String],
-    command: &str,
-    default_out: &str,
-    secrets: &mut crate::image::BootOptions,
-) -> Result<(PathBuf, PathBuf)> {
-    let mut inventory = None;
-    let mut out = crate::util::root().join(default_out);
-    for (flag, value) in crate::cli::parse(command, args)?.flags {
-        match flag {
-            "--inventory" => inventory = value.map(PathBuf::from),
-            "--out" => out = PathBuf::from(value.unwrap_or_default()),
-            other => {
-                if !secrets.take_secret(other, value) {
-                    return Err(crate::cli::unhandled(command, other));
-                }
-            }
-        }
-    }
-    let inventory = inventory.with_context(|| format!("{command} needs --inventory FILE"))?;
-    Ok((inventory, out))
 }
 
 #[cfg(test)]
@@ -269,28 +245,5 @@ hostname = "b2"
             "docs/OPERATIONS.md's minimal inventory differs from {MINIMAL_INVENTORY}"
         );
         Inventory::parse(&inventory).unwrap();
-    }
-
-    #[test]
-    fn options_need_an_inventory() {
-        let mut secrets = crate::image::BootOptions::new();
-        assert!(inventory_args(&[], "pxe", "x", &mut secrets).is_err());
-        assert!(inventory_args(&["--bogus".into()], "pxe", "x", &mut secrets).is_err());
-        let (inv, out) = inventory_args(
-            &[
-                "--inventory".into(),
-                "i.toml".into(),
-                "--out".into(),
-                "/tmp/o".into(),
-            ],
-            "pxe",
-            "x",
-            &mut secrets,
-        )
-        .unwrap();
-        assert_eq!(
-            (inv, out),
-            (PathBuf::from("i.toml"), PathBuf::from("/tmp/o"))
-        );
     }
 }

@@ -76,7 +76,7 @@ pub fn write(inv: &Inventory, dir: &Path) -> Result<Vec<String>> {
 
 /// `cargo xtask scaleout --inventory FILE [--out DIR]`: no image is built.
 pub fn run(args: &[String]) -> Result<()> {
-    let (inventory, out) = crate::pxe::inventory_args(
+    let (inventory, out) = crate::inventory::inventory_args(
         args,
         "scaleout",
         "target/appliance/scaleout",

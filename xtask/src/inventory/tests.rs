@@ -275,3 +275,26 @@ fn size_and_host_count_limits_hold() {
     assert_eq!(Inventory::load(&path).unwrap().hosts.len(), 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn options_need_an_inventory() {
+    let mut secrets = crate::image::BootOptions::new();
+    assert!(inventory_args(&[], "pxe", "x", &mut secrets).is_err());
+    assert!(inventory_args(&["--bogus".into()], "pxe", "x", &mut secrets).is_err());
+    let (inv, out) = inventory_args(
+        &[
+            "--inventory".into(),
+            "i.toml".into(),
+            "--out".into(),
+            "/tmp/o".into(),
+        ],
+        "pxe",
+        "x",
+        &mut secrets,
+    )
+    .unwrap();
+    assert_eq!(
+        (inv, out),
+        (PathBuf::from("i.toml"), PathBuf::from("/tmp/o"))
+    );
+}
