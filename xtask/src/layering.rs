@@ -22,6 +22,9 @@ mod tests {
         ("xtask", "vm_tests", &["auth", "uefi"]),
         ("xtask", "vm_tests", &["tls", "tls12"]),
         ("xtask", "vm_tests", &["ktls_reset", "tls"]),
+        // podman.rs's check runs recipe.rs's page commands, which start containers through
+        // podman.rs's `Container`: to be broken where the OCI step is reworked (issue 37).
+        ("xtask", "oci", &["podman", "recipe"]),
     ];
 
     /// Per parent module path (`""` for the crate root, `"console"`, …): its children's
