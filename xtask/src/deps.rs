@@ -21,7 +21,7 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("openssh-client", "/usr/bin/ssh-agent"),
     ("wrk", "/usr/bin/wrk"),
     ("nginx-light", "/usr/sbin/nginx"),
-    // The certificate `cargo xtask bench --only tls` makes per run (bench/tls_part.rs).
+    // The certificate `cargo xtask bench --only tls` makes per run (tests/bench/src/tls_part.rs).
     ("openssl", "/usr/bin/openssl"),
     ("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),
     ("ovmf", "/usr/share/OVMF/OVMF_CODE_4M.fd"),

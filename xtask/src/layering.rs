@@ -326,7 +326,11 @@ mod tests {
     fn manifests(root: &Path) -> BTreeMap<String, PathBuf> {
         let mut out = BTreeMap::new();
         out.insert("fuzz/".to_string(), root.join("fuzz/Cargo.toml"));
-        let mut dirs = vec![root.join("xtask")];
+        let mut dirs = vec![
+            root.join("xtask"),
+            root.join("tests/bench"),
+            root.join("tests/support"),
+        ];
         for entry in std::fs::read_dir(root.join("appliance")).unwrap().flatten() {
             dirs.push(entry.path());
         }

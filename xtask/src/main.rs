@@ -4,12 +4,9 @@
 //! One command per thing a developer or CI does; each installs what it needs on a fresh
 //! Debian/Ubuntu machine (apt when root, otherwise it prints the command).
 
-// `unsafe` only where the load generator pushes io_uring SQEs (bench/loadgen.rs): the buffers
-// they point into outlive the operations, which only that code can show. The rest calls the
-// kernel through ringstore-sys and rustix.
-#![deny(unsafe_code)]
+// The kernel is called through rustix.
+#![forbid(unsafe_code)]
 
-mod bench;
 mod cli;
 mod deps;
 mod disk;
@@ -29,8 +26,10 @@ mod run;
 mod scaleout;
 mod test;
 mod uki;
-mod util;
 mod vm_tests;
+
+// Running commands, the workspace root, a server child: shared with the benchmarks.
+use ringstore_testkit as util;
 
 use anyhow::Result;
 
@@ -42,9 +41,7 @@ fn main() -> Result<()> {
     };
     match command.as_str() {
         "test" => test::run(rest),
-        "bench" => bench::run(rest),
-        // The bench's floor server, started by `cargo xtask bench` (bench/floor.rs).
-        "bench-floor" => bench::floor::main(rest),
+        "bench" => bench(rest),
         "image" => image::run(rest),
         "oci" => oci::run(rest),
         "run" => run::run(rest),
@@ -61,4 +58,16 @@ fn main() -> Result<()> {
             std::process::exit(2);
         }
     }
+}
+
+/// `cargo xtask bench ARGS`: the packages the benchmark needs, then the bench crate's binary
+/// (tests/bench) with the same arguments.
+fn bench(args: &[String]) -> Result<()> {
+    if !args.iter().any(|a| a == "-h" || a == "--help") {
+        deps::apt()?;
+    }
+    let mut cmd = util::cargo();
+    cmd.args(["run", "--quiet", "-p", "ringstore-bench", "--"])
+        .args(args);
+    util::exec(&mut cmd)
 }

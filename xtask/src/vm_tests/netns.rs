@@ -4,9 +4,9 @@
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 /// Prefix of the namespaces these tests create; the rest is the xtask's pid.
 const PREFIX: &str = "ringstore-scan-";
@@ -17,22 +17,7 @@ pub struct Netns {
     tap: Option<String>,
 }
 
-/// `ip ARGS...`; its stderr in the error when it fails.
-pub(crate) fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .context("running ip (apt-get install iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
+pub(crate) use ringstore_testkit::ip;
 
 impl Netns {
     /// Creates `ringstore-scan-PID` (removing ones left by xtask runs that are gone) with `lo` up.

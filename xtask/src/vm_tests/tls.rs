@@ -44,15 +44,15 @@ struct Cert {
 
 fn make_cert(dir: &Path, cn: &str, days: u32) -> Result<Cert> {
     let (cert, key) = (dir.join(format!("{cn}.pem")), dir.join(format!("{cn}.key")));
-    crate::util::exec(&mut crate::bench::self_signed_command(
+    crate::util::exec(&mut ringstore_testkit::tls::self_signed_command(
         &cert, &key, cn, days,
     ))
     .context("openssl req (apt install openssl)")?;
     Ok(Cert {
         pem: std::fs::read(&cert)?,
         key: std::fs::read(&key)?,
-        client: crate::bench::tls_client_config(&cert, None, false)?,
-        https_client: crate::bench::tls_client_config(&cert, Some(b"http/1.1"), false)?,
+        client: ringstore_testkit::tls::client_config(&cert, None, false)?,
+        https_client: ringstore_testkit::tls::client_config(&cert, Some(b"http/1.1"), false)?,
     })
 }
 

@@ -58,7 +58,7 @@ fn ktls_tx(vm: &mut Vm) -> Result<u64> {
 /// The full and the resumed TLS 1.2 session against the memcache-TLS listener on host port
 /// `port` (certificate `cert_pem`); a line for the test's report.
 pub fn full_and_resumed(vm: &mut Vm, port: u16, cert_pem: &Path) -> Result<String> {
-    let config = crate::bench::tls12_client_config(cert_pem)?;
+    let config = ringstore_testkit::tls::client_config_tls12(cert_pem)?;
     let before = ktls_tx(vm)?;
     let mut full = connect(port, &config)?;
     ensure!(

@@ -5,7 +5,7 @@
 //!
 //! Every request of a cell has the same length (the keys are fixed width, `mcwire`), so the
 //! floor counts requests by bytes: `received / request_len`. It runs as its own process,
-//! `xtask bench-floor --port P --op get|set|mg|bget|bgetk --value-len N`, pinned like the
+//! `ringstore-bench floor --port P --op get|set|mg|bget|bgetk --value-len N`, pinned like the
 //! other servers.
 
 use super::mcwire::{write_reply, write_request, Op};
@@ -65,7 +65,7 @@ struct Floor {
     shape: Shape,
 }
 
-/// `xtask bench-floor` arguments.
+/// `ringstore-bench floor` arguments.
 pub fn main(args: &[String]) -> Result<()> {
     let mut port = None;
     let mut op = None;
@@ -83,11 +83,11 @@ pub fn main(args: &[String]) -> Result<()> {
                 );
             }
             "--value-len" => value_len = Some(value()?.parse::<usize>()?),
-            other => bail!("bench-floor: unknown argument {other}"),
+            other => bail!("floor: unknown argument {other}"),
         }
     }
     let (Some(port), Some(op), Some(value_len)) = (port, op, value_len) else {
-        bail!("usage: xtask bench-floor --port P --op get|set|mg|bget|bgetk --value-len N");
+        bail!("usage: ringstore-bench floor --port P --op get|set|mg|bget|bgetk --value-len N");
     };
     let listener = TcpListener::bind(("127.0.0.1", port))?;
     println!("ready");
@@ -261,7 +261,7 @@ impl Floor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::mcwire::{split_reply, split_reply_for, Reply};
+    use crate::mcwire::{split_reply, split_reply_for, Reply};
 
     #[test]
     fn replies_are_as_long_as_the_real_ones_and_parse_as_hits() {
@@ -325,7 +325,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let port = listener.local_addr()?.port();
         std::thread::spawn(move || serve(listener, Shape::new(Op::MetaGet, served)));
-        let spec = crate::bench::loadgen::LoadSpec {
+        let spec = crate::loadgen::LoadSpec {
             port,
             op: Op::MetaGet,
             value_len: asked,
@@ -337,7 +337,7 @@ mod tests {
             slices: 1,
             server_pid: std::process::id(),
         };
-        let results = crate::bench::loadgen::run(&[spec])?;
+        let results = crate::loadgen::run(&[spec])?;
         Ok(results.iter().map(|r| r.requests).sum())
     }
 

@@ -1,18 +1,22 @@
-//! Small helpers for running commands with clear errors and locating the workspace.
+//! Host-side helpers xtask, the benchmarks (tests/bench) and the QEMU tests share: running
+//! commands with clear errors, locating the workspace, a `ringstore serve` child on loopback.
+
+pub mod tls;
 
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The workspace root (the parent of `xtask/`).
+/// The workspace root (two levels above this crate's `tests/support/`).
 #[expect(
     clippy::expect_used,
-    reason = "CARGO_MANIFEST_DIR is xtask/, which always has a parent: the workspace"
+    reason = "CARGO_MANIFEST_DIR is tests/support/, which always lies inside the workspace"
 )]
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives inside the workspace")
+        .ancestors()
+        .nth(2)
+        .expect("tests/support lives inside the workspace")
         .to_path_buf()
 }
 
@@ -43,6 +47,23 @@ pub fn is_root() -> bool {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
         .unwrap_or(false)
+}
+
+/// `ip ARGS...`; its stderr in the error when it fails.
+pub fn ip(args: &[&str]) -> Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .context("running ip (apt-get install iproute2)")?;
+    if !out.status.success() {
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }
 
 /// A `cargo` command using the same toolchain that runs xtask.

@@ -21,7 +21,7 @@ use super::options::Options;
 use super::procs::{self, CoreTicks, SERVER_CPU};
 use super::subject::Subject;
 use super::WARMUP;
-use crate::vm_tests::netns::ip;
+use ringstore_testkit::ip;
 
 /// Client sockets (distinct source ports, so distinct flows), all on the client CPU.
 const SOCKETS: usize = 4;

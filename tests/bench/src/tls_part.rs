@@ -10,9 +10,10 @@ use super::procs::{self, Pinned};
 use super::subject::Subject;
 use super::tls_handshake::{self, Handshakes, HS_THREADS};
 use super::tls_load::{self, Load, Measured, Target};
-use super::tls_wire::{client_config, Wire, SUITE};
+use super::tls_wire::{Wire, SUITE};
 use super::{fill, http, WARMUP};
 use anyhow::{bail, Context, Result};
+use ringstore_testkit::tls::{client_config, self_signed_command};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -31,32 +32,6 @@ fn make_certificate(dir: &Path, doc: &mut Doc) -> Result<(PathBuf, PathBuf)> {
     doc.command(&procs::command_line(&cmd));
     crate::util::exec(&mut cmd).context("openssl req (apt install openssl)")?;
     Ok((cert, key))
-}
-
-/// `openssl req` for a self-signed ECDSA P-256 certificate with common name `cn` for
-/// `localhost`/127.0.0.1, valid `days` (also the QEMU TLS test's certificates).
-pub(crate) fn self_signed_command(
-    cert: &Path,
-    key: &Path,
-    cn: &str,
-    days: u32,
-) -> std::process::Command {
-    let mut cmd = std::process::Command::new("openssl");
-    cmd.args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days"])
-        .arg(days.to_string())
-        .arg("-subj")
-        .arg(format!("/CN={cn}"))
-        .args([
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-            "-keyout",
-        ])
-        .arg(key)
-        .arg("-out")
-        .arg(cert)
-        .stderr(std::process::Stdio::null());
-    cmd
 }
 
 /// Whether this memcached was built with TLS (`-Z`).
@@ -374,7 +349,7 @@ pub(super) fn tls_part(
     https_cells(o, binary, &cert, &key, out_dir, &mut out, doc)?;
     let _ = write!(
         out,
-        "\nreq/CPU-s: requests completed per second of the server process's CPU time (utime + stime). Load generator: xtask/src/bench/tls_load.rs, one thread pinned to CPU {} with one epoll, rustls' buffered ClientConnection, {} connections (HTTPS: {HTTPS_CONNS}), servers measured in alternating slices with every connection open (handshakes before the measured window). Handshakes: xtask/src/bench/tls_handshake.rs, {HS_THREADS} client threads pinned to CPU {}, each connection handshake + `version` + close_notify.\n",
+        "\nreq/CPU-s: requests completed per second of the server process's CPU time (utime + stime). Load generator: tests/bench/src/tls_load.rs, one thread pinned to CPU {} with one epoll, rustls' buffered ClientConnection, {} connections (HTTPS: {HTTPS_CONNS}), servers measured in alternating slices with every connection open (handshakes before the measured window). Handshakes: tests/bench/src/tls_handshake.rs, {HS_THREADS} client threads pinned to CPU {}, each connection handshake + `version` + close_notify.\n",
         procs::CLIENT_CPU,
         o.conns,
         procs::CLIENT_CPU

@@ -259,15 +259,15 @@ pub fn start_ringstore_workers(
     Ok(server)
 }
 
-/// The floor server (bench/floor.rs) for one memcache cell, this xtask binary itself.
+/// The floor server (floor.rs) for one memcache cell, this bench binary itself.
 pub fn start_floor(op: super::mcwire::Op, value_len: usize) -> Result<Pinned> {
     let port = free_port()?;
-    let exe = std::env::current_exe().context("the xtask binary")?;
+    let exe = std::env::current_exe().context("the bench binary")?;
     let mut cmd = pinned(SERVER_CPU, &exe.to_string_lossy());
     let Some(op_name) = op.token() else {
         bail!("the floor server speaks memcache only")
     };
-    cmd.args(["bench-floor", "--port", &port.to_string(), "--op", op_name])
+    cmd.args(["floor", "--port", &port.to_string(), "--op", op_name])
         .args(["--value-len", &value_len.to_string()]);
     spawn_listening("floor", cmd, port).context("starting the floor server")
 }

@@ -498,7 +498,7 @@ pub(super) fn icount_part(subject: &Subject, out_dir: &Path, doc: &mut Doc) -> R
         results.push((spec.name, counted));
     }
     doc.command(&format!(
-        "icount client (xtask/src/bench/icount.rs): 1 blocking connection, {KEYS} keys preloaded with {VALUE_LEN}-byte values; per cell {WARM} requests, then {PASSES}× (callgrind_control --dump, {N} requests, dump, {} requests, dump); instructions/request = (I(2N) - I(N)) / N",
+        "icount client (tests/bench/src/icount.rs): 1 blocking connection, {KEYS} keys preloaded with {VALUE_LEN}-byte values; per cell {WARM} requests, then {PASSES}× (callgrind_control --dump, {N} requests, dump, {} requests, dump); instructions/request = (I(2N) - I(N)) / N",
         2 * N
     ));
     for (name, counted) in &results {

@@ -1,7 +1,7 @@
 //! The few memcache bytes the benchmark speaks: text `get`/`set`, meta `mg <key> v` and the
 //! binary protocol's GET/GETK requests, and reply splitters that find complete replies in a
 //! receive buffer without copying (checking each GET hit's framing and value length); and one
-//! RESP request, Redis's `SET`, for the durable cell against Redis (bench/redis.rs).
+//! RESP request, Redis's `SET`, for the durable cell against Redis (redis.rs).
 
 use std::io::Write;
 

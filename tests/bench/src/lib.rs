@@ -1,10 +1,15 @@
-//! `cargo xtask bench`: ringstore and memcached (and nginx for HTTP) side by side in one run.
+//! The benchmarks (`cargo xtask bench` runs this crate's binary with its arguments):
+//! ringstore and memcached (and nginx for HTTP) side by side in one run.
 //!
 //! Every server runs pinned to CPU 0 with one core's worth of threads; every load generator
 //! runs pinned to CPU 1. The memcache cells use our own io_uring load generator (memaslap
 //! saturates its core first; the run shows that too), the HTTP cells use wrk, the TLS cells
-//! (`--only tls`) an epoll generator with rustls clients (bench/tls_load.rs). Results go to
+//! (`--only tls`) an epoll generator with rustls clients (tls_load.rs). Results go to
 //! stdout and `target/bench/results.md`.
+
+// `unsafe` only where the load generators push io_uring SQEs (loadgen.rs, floor.rs): the
+// buffers they point into outlive the operations, which only that code can show.
+#![deny(unsafe_code)]
 
 mod budget_fill;
 mod cells;
@@ -25,7 +30,7 @@ mod http_part;
 mod icount;
 #[allow(
     unsafe_code,
-    reason = "io_uring SQEs pointing into connection buffers (see main.rs)"
+    reason = "io_uring SQEs pointing into connection buffers (see the crate's deny above)"
 )]
 mod loadgen;
 mod machine;
@@ -45,12 +50,8 @@ mod tls_handshake;
 mod tls_load;
 mod tls_part;
 mod tls_wire;
-pub(crate) use tls_part::self_signed_command;
-pub(crate) use tls_wire::client_config as tls_client_config;
-pub(crate) use tls_wire::client_config_tls12 as tls12_client_config;
 mod udp;
 
-use crate::util;
 use anyhow::Result;
 use doc::Doc;
 use durable_part::durable_part;
@@ -59,18 +60,13 @@ use machine::{load_summary, machine_summary};
 use memcache_part::memcache_part;
 use memory_part::memory_part;
 use options::{parse, Options, Part};
+use ringstore_testkit as util;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 use subject::{ringstore_binary, Subject};
 
 /// Warm-up before every measured cell.
 const WARMUP: Duration = Duration::from_secs(1);
-
-/// `cargo xtask bench`'s argument check (cli.rs's test of the flag table).
-#[cfg(test)]
-pub fn parse_options(args: &[String]) -> Result<()> {
-    options::parse(args).map(|_| ())
-}
 
 /// The runtimes the memcache part measures: each of `--io`'s list, or the server's default.
 fn runtimes(o: &Options) -> Vec<Option<String>> {
@@ -80,9 +76,9 @@ fn runtimes(o: &Options) -> Vec<Option<String>> {
     }
 }
 
+/// The whole run: parses `args` (the flags of `cargo xtask bench`), writes target/bench/.
 pub fn run(args: &[String]) -> Result<()> {
     let o = parse(args)?;
-    crate::deps::apt()?;
     let out_dir = util::root().join("target/bench");
     std::fs::create_dir_all(&out_dir)?;
     let subject = if o.self_check {

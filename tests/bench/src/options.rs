@@ -71,6 +71,16 @@ pub(super) struct Options {
     pub(super) sub_memory: bool,
 }
 
+/// `--io`: one runtime or a comma list of them.
+fn parse_io(value: String) -> Result<String> {
+    for one in value.split(',') {
+        if !matches!(one, "auto" | "io_uring" | "epoll") {
+            bail!("--io {one:?}: expected auto, io_uring or epoll (or a list)");
+        }
+    }
+    Ok(value)
+}
+
 fn parse_part(name: &str) -> Result<Part> {
     Ok(match name {
         "memcache" => Part::Memcache,
@@ -104,29 +114,26 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
         print!("{USAGE}");
         std::process::exit(0);
     }
-    let parsed = crate::cli::parse("bench", args).map_err(|e| anyhow::anyhow!("{e}\n\n{USAGE}"))?;
-    for (flag, value) in parsed.flags {
-        let value = value.unwrap_or_default();
-        match flag {
-            "--seconds" => o.seconds = value.parse().context("--seconds")?,
-            "--conns" => o.conns = value.parse().context("--conns")?,
-            "--binary" => o.binary = Some(PathBuf::from(value)),
-            "--compare-binary" => o.compare = Some(PathBuf::from(value)),
-            "--io" => {
-                for one in value.split(',') {
-                    if !matches!(one, "auto" | "io_uring" | "epoll") {
-                        bail!("--io {one:?}: expected auto, io_uring or epoll (or a list)");
-                    }
-                }
-                o.io = Some(value);
-            }
-            "--only" => o.only = Some(parse_part(&value)?),
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .with_context(|| format!("{flag} needs a value\n\n{USAGE}"))
+        };
+        match flag.as_str() {
+            "--seconds" => o.seconds = value()?.parse().context("--seconds")?,
+            "--conns" => o.conns = value()?.parse().context("--conns")?,
+            "--binary" => o.binary = Some(PathBuf::from(value()?)),
+            "--compare-binary" => o.compare = Some(PathBuf::from(value()?)),
+            "--io" => o.io = Some(parse_io(value()?)?),
+            "--only" => o.only = Some(parse_part(&value()?)?),
             "--self-check" => o.self_check = true,
             "--sub-memory" => o.sub_memory = true,
             "--cells" => {
-                o.cells = value.split(',').map(parse_cell).collect::<Result<_>>()?;
+                o.cells = value()?.split(',').map(parse_cell).collect::<Result<_>>()?;
             }
-            other => return Err(crate::cli::unhandled("bench", other)),
+            other => bail!("unknown bench argument {other:?}\n\n{USAGE}"),
         }
     }
     if !(1..=60).contains(&o.seconds) || !(1..=1000).contains(&o.conns) {
@@ -151,6 +158,7 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
     use std::path::Path;
 
     fn args(list: &[&str]) -> Vec<String> {
@@ -182,6 +190,57 @@ mod tests {
         assert!(parse(&args(&["--cells", "del-100-1"])).is_err());
         let o = parse(&args(&["--cells", "mg-524288-1,bget-102400-1"])).unwrap();
         assert!(o.cells == [(Op::MetaGet, 524288, 1), (Op::BinGet, 102400, 1)]);
+    }
+
+    /// The flags the usage text documents (its lines that begin with `  --`).
+    fn usage_flags() -> BTreeSet<String> {
+        USAGE
+            .lines()
+            .filter_map(|l| l.strip_prefix("  --"))
+            .filter_map(|l| l.split_whitespace().next())
+            .map(|name| format!("--{name}"))
+            .collect()
+    }
+
+    /// Every `--flag` `page` names on a line about `cargo xtask bench`.
+    fn documented_flags(page: &str) -> BTreeSet<String> {
+        let text = std::fs::read_to_string(ringstore_testkit::root().join(page)).unwrap();
+        let mut found = BTreeSet::new();
+        for line in text.lines() {
+            let Some(at) = line.find("cargo xtask bench") else {
+                continue;
+            };
+            for word in line[at..].split(|c: char| c.is_whitespace() || "[]`()|,".contains(c)) {
+                if word.starts_with("--") && word.len() > 2 {
+                    found.insert(word.trim_end_matches('.').to_string());
+                }
+            }
+        }
+        found
+    }
+
+    /// docs/REFERENCE.md lists every bench flag USAGE has and no other; README.md names none
+    /// that USAGE lacks; the parser takes each.
+    #[test]
+    fn the_docs_usage_and_parser_agree_on_the_flags() {
+        let usage = usage_flags();
+        assert!(usage.len() >= 9, "{usage:?}");
+        let reference = documented_flags("docs/REFERENCE.md");
+        assert_eq!(reference, usage, "docs/REFERENCE.md's bench flags vs USAGE");
+        let readme = documented_flags("README.md");
+        assert!(
+            readme.is_subset(&usage),
+            "README.md's bench flags: {readme:?}"
+        );
+        for flag in &usage {
+            let err = parse(std::slice::from_ref(flag))
+                .err()
+                .map(|e| e.to_string());
+            assert!(
+                !err.is_some_and(|e| e.contains("unknown bench argument")),
+                "{flag} is in USAGE but the parser refuses it"
+            );
+        }
     }
 
     #[test]

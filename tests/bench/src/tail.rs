@@ -200,7 +200,7 @@ fn tail_part(o: &Options, subject: &Subject, doc: &mut Doc) -> Result<()> {
         fill::preload(server.port, VALUE_LEN, keyspace(VALUE_LEN))?;
     }
     doc.command(&format!(
-        "tail cells (xtask/src/bench/tail.rs): per cell, each server closed loop for {} s in {PEAK_SLICES} alternating slices (its peak: the median slice), then paced open loop at {:.0}% of its own peak: {TAIL_CONNS} connections per server at depth {DEPTH}, each sending on a fixed schedule, latency from the due time; {} s measured per server after {} s warm-up, in {} alternating slices; the floor server (bench/floor.rs) in the same slices",
+        "tail cells (tests/bench/src/tail.rs): per cell, each server closed loop for {} s in {PEAK_SLICES} alternating slices (its peak: the median slice), then paced open loop at {:.0}% of its own peak: {TAIL_CONNS} connections per server at depth {DEPTH}, each sending on a fixed schedule, latency from the due time; {} s measured per server after {} s warm-up, in {} alternating slices; the floor server (bench/floor.rs) in the same slices",
         PEAK_MEASURE.as_secs(),
         LOAD_FRACTION * 100.0,
         o.seconds,

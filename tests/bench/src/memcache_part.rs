@@ -328,11 +328,11 @@ pub(super) fn memcache_part(
         }
     };
     doc.command(&format!(
-        "load generator (xtask/src/bench/loadgen.rs): 1 thread pinned to CPU {}, one io_uring, {} connections per server, {KEYSPACE} keys per value size preloaded (at most 256 MiB of them per size, so fewer for big values), {} s warm-up, then {} s measured per server and cell in {} alternating slices",
+        "load generator (tests/bench/src/loadgen.rs): 1 thread pinned to CPU {}, one io_uring, {} connections per server, {KEYSPACE} keys per value size preloaded (at most 256 MiB of them per size, so fewer for big values), {} s warm-up, then {} s measured per server and cell in {} alternating slices",
         procs::CLIENT_CPU, o.conns, WARMUP.as_secs(), o.seconds, o.seconds.clamp(1, 10)
     ));
 
-    doc.command("floor server (xtask/src/bench/floor.rs), one per cell, started before it and stopped after: taskset -c 0 target/debug/xtask bench-floor --port P --op get|set|mg|bget|bgetk --value-len N");
+    doc.command("floor server (tests/bench/src/floor.rs), one per cell, started before it and stopped after: taskset -c 0 target/debug/ringstore-bench floor --port P --op get|set|mg|bget|bgetk --value-len N");
     let mut table = Table::new(base_name, name);
     let mut floor_table = Table::new("floor", name);
     let mut cpu = String::from(CPU_TABLE_HEAD);
@@ -381,7 +381,7 @@ pub(super) fn memcache_part(
     section.push('\n');
     section.push_str(&cpu);
     section.push_str(&format!(
-        "\n### {name} against the floor (bench/floor.rs: an io_uring responder that answers each request with a fixed reply of the right size, no parsing, no store)\n\n"
+        "\n### {name} against the floor (tests/bench/src/floor.rs: an io_uring responder that answers each request with a fixed reply of the right size, no parsing, no store)\n\n"
     ));
     section.push_str(&floor_table.markdown());
     doc.sections.push(section);
