@@ -1,9 +1,10 @@
-//! A minimal, deterministic ustar writer (and the reader its tests and the podman check use):
-//! the image's layer and the OCI archive around it, byte for byte the same for the same input.
+//! The image's layer and the OCI archive around it, written (and read back by the tests and
+//! the podman check) with the `tar` crate: sorted ustar entries, fixed owners, one mtime, so
+//! the bytes are the same for the same input.
 
 use anyhow::{bail, Context, Result};
-
-const BLOCK: usize = 512;
+use std::io::Read;
+use tar::{EntryType, Header};
 
 /// What one tar entry is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,45 +54,38 @@ impl<'a> Entry<'a> {
     }
 }
 
-/// `value` in octal, zero-padded to fill `field` but its last byte (a NUL).
-fn octal(field: &mut [u8], value: u64) -> Result<()> {
-    let digits = field.len() - 1;
-    let text = format!("{value:0digits$o}");
-    if text.len() > digits {
-        bail!("{value} does not fit a {digits}-digit tar field");
-    }
-    field[..digits].copy_from_slice(text.as_bytes());
-    field[digits] = 0;
-    Ok(())
-}
-
-/// The 512-byte ustar header of `e` with modification time `mtime`.
-fn header(e: &Entry<'_>, mtime: u64) -> Result<[u8; BLOCK]> {
-    let mut h = [0u8; BLOCK];
-    let name = e.path.as_bytes();
-    if name.is_empty() || name.len() > 99 || e.path.starts_with('/') {
+/// The ustar header of `e` with modification time `mtime`; no user or group names.
+fn header(e: &Entry<'_>, mtime: u64) -> Result<Header> {
+    // One name field (no ustar prefix, no GNU long names): every path here is short.
+    if e.path.is_empty() || e.path.len() > 99 || e.path.starts_with('/') {
         bail!("tar path {:?}: empty, absolute or over 99 bytes", e.path);
     }
-    h[..name.len()].copy_from_slice(name);
-    octal(&mut h[100..108], u64::from(e.mode))?;
-    octal(&mut h[108..116], u64::from(e.uid))?;
-    octal(&mut h[116..124], u64::from(e.gid))?;
-    octal(&mut h[124..136], e.data.len() as u64)?;
-    octal(&mut h[136..148], mtime)?;
-    h[156] = match e.kind {
-        Kind::File => b'0',
-        Kind::Dir => b'5',
-    };
-    h[257..263].copy_from_slice(b"ustar\0");
-    h[263..265].copy_from_slice(b"00");
-    // Device numbers stay zero-filled octal so every reader agrees.
-    octal(&mut h[329..337], 0)?;
-    octal(&mut h[337..345], 0)?;
-    // The checksum is summed with its own field as spaces.
-    h[148..156].fill(b' ');
-    let sum: u64 = h.iter().map(|&b| u64::from(b)).sum();
-    octal(&mut h[148..155], sum)?;
-    h[155] = b' ';
+    if e.kind == Kind::Dir && (!e.data.is_empty() || !e.path.ends_with('/')) {
+        bail!("directory {:?} must end in / and hold no data", e.path);
+    }
+    if mtime >= 1 << 33 {
+        bail!("mtime {mtime} does not fit the 11-digit tar field");
+    }
+    let mut h = Header::new_ustar();
+    h.as_ustar_mut()
+        .context("a ustar header")?
+        .name
+        .get_mut(..e.path.len())
+        .context("tar name field")?
+        .copy_from_slice(e.path.as_bytes());
+    h.set_entry_type(match e.kind {
+        Kind::File => EntryType::Regular,
+        Kind::Dir => EntryType::Directory,
+    });
+    h.set_mode(e.mode);
+    h.set_uid(e.uid.into());
+    h.set_gid(e.gid.into());
+    h.set_size(e.data.len() as u64);
+    h.set_mtime(mtime);
+    // Device numbers as zero-filled octal (not blank), so every reader agrees.
+    h.set_device_major(0)?;
+    h.set_device_minor(0)?;
+    h.set_cksum();
     Ok(h)
 }
 
@@ -102,17 +96,11 @@ pub fn write(entries: &mut [Entry<'_>], mtime: u64) -> Result<Vec<u8>> {
     if let Some(w) = entries.windows(2).find(|w| w[0].path == w[1].path) {
         bail!("tar path {:?} twice", w[0].path);
     }
-    let mut out = Vec::new();
+    let mut out = tar::Builder::new(Vec::new());
     for e in entries.iter() {
-        if e.kind == Kind::Dir && (!e.data.is_empty() || !e.path.ends_with('/')) {
-            bail!("directory {:?} must end in / and hold no data", e.path);
-        }
-        out.extend_from_slice(&header(e, mtime)?);
-        out.extend_from_slice(e.data);
-        out.resize(out.len().next_multiple_of(BLOCK), 0);
+        out.append(&header(e, mtime)?, e.data)?;
     }
-    out.resize(out.len() + 2 * BLOCK, 0);
-    Ok(out)
+    Ok(out.into_inner()?)
 }
 
 /// One entry read back: path, kind, mode, uid, gid, mtime and its bytes.
@@ -134,60 +122,37 @@ pub struct ReadEntry {
     pub data: Vec<u8>,
 }
 
-fn read_octal(field: &[u8]) -> Result<u64> {
-    let text: String = field
-        .iter()
-        .take_while(|&&b| b != 0 && b != b' ')
-        .map(|&b| char::from(b))
-        .collect();
-    u64::from_str_radix(&text, 8).with_context(|| format!("tar octal field {text:?}"))
-}
-
-/// Reads a ustar stream written by [`write`] (regular files and directories only), checking
-/// every header's checksum.
+/// Reads a tar stream of regular files and directories (what [`write`] writes), checking
+/// every header's checksum and that the stream ends with its zero blocks.
 pub fn read(bytes: &[u8]) -> Result<Vec<ReadEntry>> {
+    // The crate stops at the first zero block or at the end of the input alike.
+    if bytes.len() < 1024 || bytes[bytes.len() - 1024..].iter().any(|&b| b != 0) {
+        bail!("tar stream without its end blocks");
+    }
+    let mut archive = tar::Archive::new(bytes);
     let mut out = Vec::new();
-    let mut at = 0;
-    while at + BLOCK <= bytes.len() {
-        let h = &bytes[at..at + BLOCK];
-        if h.iter().all(|&b| b == 0) {
-            return Ok(out);
-        }
-        let mut blank = [0u8; BLOCK];
-        blank.copy_from_slice(h);
-        blank[148..156].fill(b' ');
-        let sum: u64 = blank.iter().map(|&b| u64::from(b)).sum();
-        if read_octal(&h[148..156])? != sum {
-            bail!("tar header checksum mismatch at byte {at}");
-        }
-        let name_len = h[..100].iter().position(|&b| b == 0).unwrap_or(100);
-        let path = String::from_utf8(h[..name_len].to_vec())?;
-        let size = usize::try_from(read_octal(&h[124..136])?)?;
-        let kind = match h[156] {
-            b'0' | 0 => Kind::File,
-            b'5' => Kind::Dir,
-            other => bail!(
-                "tar entry {path:?}: type {:?} not supported",
-                char::from(other)
-            ),
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let h = entry.header().clone();
+        let path = String::from_utf8(entry.path_bytes().into_owned())?;
+        let kind = match h.entry_type() {
+            EntryType::Regular => Kind::File,
+            EntryType::Directory => Kind::Dir,
+            other => bail!("tar entry {path:?}: type {other:?} not supported"),
         };
-        let start = at + BLOCK;
-        let data = bytes
-            .get(start..start + size)
-            .with_context(|| format!("tar entry {path:?} truncated"))?
-            .to_vec();
+        let mut data = Vec::new();
+        entry.read_to_end(&mut data)?;
         out.push(ReadEntry {
             path,
             kind,
-            mode: u32::try_from(read_octal(&h[100..108])?)?,
-            uid: u32::try_from(read_octal(&h[108..116])?)?,
-            gid: u32::try_from(read_octal(&h[116..124])?)?,
-            mtime: read_octal(&h[136..148])?,
+            mode: h.mode()?,
+            uid: u32::try_from(h.uid()?)?,
+            gid: u32::try_from(h.gid()?)?,
+            mtime: h.mtime()?,
             data,
         });
-        at = start + size.next_multiple_of(BLOCK);
     }
-    bail!("tar stream without its end blocks")
+    Ok(out)
 }
 
 #[cfg(test)]
