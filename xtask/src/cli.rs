@@ -1,7 +1,8 @@
-//! The one table of xtask's commands and their flags: `cargo xtask help` prints it, every
-//! command's parser reads its arguments through [`parse`], and a test holds docs/REFERENCE.md to it.
+//! The one table of xtask's commands and their flags: clap parses every command's arguments
+//! from it ([`parse`]) and writes the help (`cargo xtask help`, `--help`, errors), and a test
+//! holds docs/REFERENCE.md to it.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
 /// One flag: `--name VALUE` (or a switch without `value`) and what it does.
 pub struct Flag {
@@ -162,79 +163,91 @@ pub fn command(name: &str) -> &'static Command {
 }
 
 impl Command {
-    /// `[--flag VALUE] ...` as one line.
-    pub fn synopsis(&self) -> String {
-        let mut s = String::new();
+    /// The clap command of this table row; a repeated flag keeps every value.
+    fn clap(&self) -> clap::Command {
+        let mut cmd = clap::Command::new(self.name)
+            .bin_name(format!("cargo xtask {}", self.name))
+            .about(self.summary)
+            .disable_version_flag(true);
+        if self.flags.iter().any(|f| f.name == "--help") {
+            // vm-test's own `--help` lists the tests.
+            cmd = cmd.disable_help_flag(true);
+        }
         for f in self.flags {
-            match f.value {
-                Some(v) => s.push_str(&format!(" [{} {v}]", f.name)),
-                None => s.push_str(&format!(" [{}]", f.name)),
-            }
+            let arg = clap::Arg::new(f.name)
+                .long(f.name.trim_start_matches("--"))
+                .help(f.help);
+            cmd = cmd.arg(match f.value {
+                Some(v) => arg.value_name(v).action(clap::ArgAction::Append),
+                None => arg.action(clap::ArgAction::SetTrue),
+            });
         }
         if let Some(p) = self.positional {
-            s.push_str(&format!(" {p}"));
+            // `NAME...`: any number; `OUT`: at most one; `[FLAGS]`: the rest, as given.
+            let many = p.ends_with("...") || p == "[FLAGS]";
+            cmd = cmd.arg(
+                clap::Arg::new("positional")
+                    .value_name(p.trim_matches(['[', ']', '.']))
+                    .num_args(if many { 0..usize::MAX } else { 0..2 })
+                    .allow_hyphen_values(p == "[FLAGS]")
+                    .trailing_var_arg(p == "[FLAGS]"),
+            );
         }
-        s
+        cmd
     }
 
-    /// The command's own help: synopsis, summary and one line per flag.
+    /// The command's own help, as clap writes it.
     pub fn help(&self) -> String {
-        let mut s = format!(
-            "cargo xtask {}{}\n    {}\n",
-            self.name,
-            self.synopsis(),
-            self.summary
-        );
-        for f in self.flags {
-            let left = match f.value {
-                Some(v) => format!("{} {v}", f.name),
-                None => f.name.to_string(),
-            };
-            s.push_str(&format!("      {left:<30} {}\n", f.help));
-        }
-        s
+        self.clap().render_help().to_string()
     }
 }
 
-/// `cargo xtask help`.
+/// `cargo xtask help`: every command's help.
 pub fn usage() -> String {
-    let mut s = String::from("usage: cargo xtask <command> [flags]\n\n");
+    let mut s = String::from("usage: cargo xtask <command> [flags]\n");
     for c in COMMANDS {
-        s.push_str(&c.help());
+        s.push_str(&format!("\ncargo xtask {}: {}", c.name, c.help()));
     }
     s
 }
 
-/// Flags given to a command, in order: the table's name and the value (switches have none).
+/// Flags given to a command: the table's name and its value (switches have none), in table
+/// order, every occurrence of a repeated flag.
 pub struct Parsed {
     pub flags: Vec<(&'static str, Option<String>)>,
     pub positional: Vec<String>,
 }
 
-/// Splits `args` by `command`'s flag table; an unknown flag or a missing value is an error that
-/// lists the command's flags.
+/// Parses `args` by `command`'s flag table with clap; an unknown flag or a missing value is an
+/// error with the command's help. `--help` prints it and exits.
 pub fn parse(command: &str, args: &[String]) -> Result<Parsed> {
     let cmd = self::command(command);
+    let name = format!("cargo xtask {command}");
+    let matches = match cmd
+        .clap()
+        .try_get_matches_from(std::iter::once(&name).chain(args))
+    {
+        Ok(m) => m,
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => e.exit(),
+        Err(e) => anyhow::bail!("{}", e.render().to_string().trim_start_matches("error: ")),
+    };
     let mut out = Parsed {
         flags: Vec::new(),
-        positional: Vec::new(),
+        positional: match cmd.positional {
+            Some(_) => matches
+                .get_many::<String>("positional")
+                .map(|v| v.cloned().collect())
+                .unwrap_or_default(),
+            None => Vec::new(),
+        },
     };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        if let Some(f) = cmd.flags.iter().find(|f| f.name == arg) {
-            let value = match f.value {
-                Some(what) => Some(
-                    it.next()
-                        .cloned()
-                        .ok_or_else(|| anyhow::anyhow!("{arg} needs {what}\n\n{}", cmd.help()))?,
-                ),
-                None => None,
-            };
-            out.flags.push((f.name, value));
-        } else if arg.starts_with('-') || cmd.positional.is_none() {
-            bail!("unknown {command} argument {arg:?}\n\n{}", cmd.help());
-        } else {
-            out.positional.push(arg.clone());
+    for f in cmd.flags {
+        if f.value.is_some() {
+            for v in matches.get_many::<String>(f.name).into_iter().flatten() {
+                out.flags.push((f.name, Some(v.clone())));
+            }
+        } else if matches.get_flag(f.name) {
+            out.flags.push((f.name, None));
         }
     }
     Ok(out)
