@@ -1,10 +1,11 @@
 #!/bin/bash
-# Hand-run benchmark (docs/BENCHMARKS.md, "External values"); BIN/LOAD from target/release.
+# Hand-run benchmark (docs/BENCHMARKS.md, "External values"); BIN/LOAD from target/release
+# (cargo build --release -p ringstore -p ringstore-bench).
 # memcache GET of 100 KiB values, 1000 keys (100 MB), 8 connections, 5 s, server on CPU 0,
 # load generator on CPU 1: ringstore --data on tmpfs with external values (default 64KiB),
 # with them off (--external-value-min 0: values in RAM), and memcached 1.6 (-m 1024 -I 1m).
 BIN=${BIN:-$(dirname "$0")/../../target/release/ringstore}
-LOAD=${LOAD:-$(dirname "$0")/../../target/release/examples/load}
+LOAD=${LOAD:-"$(dirname "$0")/../../target/release/ringstore-bench load"}
 args="--mode long --conns 8 --threads 1 --secs 5 --keys 1000 --value-size 102400 --set-every 1000000000"
 run() { # name, port
   sleep 1

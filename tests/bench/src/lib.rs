@@ -28,6 +28,7 @@ mod hist;
 mod http;
 mod http_part;
 mod icount;
+pub mod load;
 #[allow(
     unsafe_code,
     reason = "io_uring SQEs pointing into connection buffers (see the crate's deny above)"

@@ -1,6 +1,8 @@
 //! A small memtier-like memcache load generator for loopback measurements (ADR-0001, ADR-0004).
 //!
-//! `cargo run --release -p ringstore-runtime --example load -- --addr 127.0.0.1:11211 --mode long --conns 4 --threads 1 --secs 5`
+//! `cargo run --release -p ringstore-bench -- load --addr 127.0.0.1:11211 --mode long --conns 4 --threads 1 --secs 5`
+//! (blocking std sockets, a thread per group of connections: a quick check by hand, where
+//! `cargo xtask bench` pins, paces and compares).
 //! - `long`: `conns` persistent connections split over `threads`; each round sends one request
 //!   per connection (pipeline depth 1), then reads every reply. 1 set per 10 gets
 //!   (`--set-every 1`: sets only, for durable write throughput).
@@ -31,7 +33,7 @@ struct Args {
     clippy::unwrap_used,
     reason = "a measurement tool run by hand: a failure should stop it with the message"
 )]
-fn parse_args() -> Args {
+fn parse_args(argv: &[String]) -> Args {
     let mut a = Args {
         addr: "127.0.0.1:11211".parse().unwrap(),
         mode: "long".into(),
@@ -42,7 +44,6 @@ fn parse_args() -> Args {
         value_size: 32,
         set_every: 11,
     };
-    let argv: Vec<String> = std::env::args().skip(1).collect();
     for pair in argv.chunks(2) {
         let value = pair.get(1).cloned().unwrap_or_default();
         match pair[0].as_str() {
@@ -164,12 +165,13 @@ fn short_thread(a: Arc<Args>, seed: usize, stop: Arc<AtomicBool>) -> Vec<u64> {
     vec![count]
 }
 
+/// `ringstore-bench load ARGS`: prints one line (see the top of this file).
 #[expect(
     clippy::unwrap_used,
     reason = "a measurement tool run by hand: a failure should stop it with the message"
 )]
-fn main() {
-    let a = Arc::new(parse_args());
+pub fn main(argv: &[String]) {
+    let a = Arc::new(parse_args(argv));
     preload(&a);
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
