@@ -496,20 +496,21 @@ pub static KEYS: &[KeyInfo] = &[
     // NUMA sub memory (issue 23, ADR 0035).
     KeyInfo {
         name: "sub-memory",
-        expected: "a size like 32MiB or 4GiB (0 = off), with an explicit --numa NODE",
-        help: "item memory on every other online NUMA node, bound there, for items demoted from --memory instead of evicted (default 0 = off; needs --numa NODE)",
+        expected: "a size like 32MiB or 4GiB (0 = off), or auto on the appliance, with an explicit --numa NODE",
+        help: "item memory on every other online NUMA node, bound there, for items demoted from --memory instead of evicted (default 0 = off; needs --numa NODE); auto on the appliance: each such node's RAM less the reserve the appliance's memory sizing keeps",
         endpoint: false,
         hidden: false,
-        apply: |c, v| match parse_size(v) {
-            Some(0) => {
-                c.sub_memory = 0;
-                Ok(())
-            }
-            Some(n) if n >= 1 << 20 => {
-                c.sub_memory = n;
-                Ok(())
-            }
-            _ => Err(()),
+        apply: |c, v| {
+            let size = match v.trim().eq_ignore_ascii_case("auto") {
+                true => None,
+                false => match parse_size(v) {
+                    Some(n) if n == 0 || n >= 1 << 20 => Some(n),
+                    _ => return Err(()),
+                },
+            };
+            c.sub_memory_auto = size.is_none();
+            c.sub_memory = size.unwrap_or(0);
+            Ok(())
         },
     },
     KeyInfo {

@@ -161,6 +161,10 @@ pub struct Config {
     /// `sub-memory`: bytes of item memory on every other online NUMA node (0 = off); needs
     /// an explicit `numa` node (ADR 0035).
     pub sub_memory: u64,
+    /// `sub-memory auto`: the appliance sizes each other node's region as it sizes `memory`
+    /// for the serving node and sets [`Config::sub_memory`] before the server starts;
+    /// `ringstore serve` refuses it (it keeps explicit sizes).
+    pub sub_memory_auto: bool,
     /// `sub-memory-simulated` (hidden, tests only): on a one-node machine one sub region on
     /// the serving node stands in for a foreign node.
     pub sub_memory_simulated: bool,
@@ -292,6 +296,7 @@ impl Default for Config {
             io: IoRuntime::Auto,
             tuning: Tuning::default(),
             sub_memory: 0,
+            sub_memory_auto: false,
             sub_memory_simulated: false,
         }
     }
@@ -491,7 +496,8 @@ impl Config {
                 "auth-file with udp: memcache over UDP cannot log in; turn udp off".into(),
             ));
         }
-        if self.sub_memory > 0 && !matches!(self.numa, NumaChoice::Node(_)) {
+        let sub_memory = self.sub_memory > 0 || self.sub_memory_auto;
+        if sub_memory && !matches!(self.numa, NumaChoice::Node(_)) {
             return Err(ConfigError::Inconsistent(
                 "sub-memory needs an explicit --numa NODE (the node served from; sub regions go on the others), not auto".into(),
             ));

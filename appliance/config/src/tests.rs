@@ -379,6 +379,27 @@ fn sub_memory_needs_an_explicit_node_and_a_size_of_at_least_1mib() {
 }
 
 #[test]
+fn sub_memory_auto_needs_an_explicit_node_and_a_later_size_replaces_it() {
+    let c = Config::from_kernel_cmdline("ringstore.numa=1 ringstore.sub_memory=auto").unwrap();
+    assert!(c.sub_memory_auto);
+    assert_eq!(c.sub_memory, 0, "the appliance fills the size in");
+    let err = Config::from_args(["--sub-memory", "AUTO"]).unwrap_err();
+    assert!(err.to_string().contains("--numa NODE"), "{err}");
+    let sized = Config::from_args([
+        "--numa",
+        "0",
+        "--sub-memory",
+        "auto",
+        "--sub-memory",
+        "8MiB",
+    ])
+    .unwrap();
+    assert!(!sized.sub_memory_auto);
+    assert_eq!(sized.sub_memory, 8 << 20);
+    assert!(Config::from_args(["--numa", "0", "--sub-memory", "automatic"]).is_err());
+}
+
+#[test]
 fn io_runtime_is_auto_by_default_and_takes_the_three_names() {
     assert_eq!(Config::default().io, crate::IoRuntime::Auto);
     let c = Config::from_kernel_cmdline("ringstore.io=epoll").unwrap();

@@ -209,13 +209,19 @@ fn size_memory(
         memory,
         ..config.clone()
     };
+    sized_by_machine(machine, &sized, "memory", memory);
+    sized
+}
+
+/// Records `sized` as the configuration in use and `key`'s setting as `bytes`, origin
+/// `machine` (what `config` and `status` show).
+fn sized_by_machine(machine: &Machine, sized: &ringstore_config::Config, key: &str, bytes: u64) {
     let mut state = machine.state();
     state.config = Some(sized.clone());
-    if let Some(s) = state.settings.iter_mut().find(|s| s.key == "memory") {
-        s.value = format!("{}MiB", memory >> 20);
+    if let Some(s) = state.settings.iter_mut().find(|s| s.key == key) {
+        s.value = format!("{}MiB", bytes >> 20);
         s.origin = ringstore_config::Origin::Machine;
     }
-    sized
 }
 
 /// The command line after the configuration layers (`layers.rs`): on a disk boot (the image
@@ -306,6 +312,54 @@ fn effective_cmdline(machine: &Machine, running: &str) -> String {
     }
 }
 
+/// `sub_memory = auto`: each other node's region sized as `memory` is (sizing.rs), logged,
+/// recorded as the configuration in use and as the key's setting (origin `machine`). With no
+/// other node it stays unsized, and the runtime refuses it with its reason.
+fn size_sub_memory(
+    machine: &Machine,
+    config: &ringstore_config::Config,
+    placement: &plane::Placement,
+) -> ringstore_config::Config {
+    let totals = sizing::node_totals();
+    let workers = placement.workers.len();
+    let Some((size, node)) = sizing::sub_memory_for(&totals, placement.node, workers, config)
+    else {
+        return config.clone();
+    };
+    let total = totals.iter().find(|(n, _)| *n == node).map_or(0, |t| t.1);
+    info!(
+        "sub_memory {} MiB on each other node, sized to node {node}: {} MiB less the reserve (set sub_memory to choose)",
+        size >> 20,
+        total >> 20
+    );
+    let sized = ringstore_config::Config {
+        sub_memory: size,
+        ..config.clone()
+    };
+    sized_by_machine(machine, &sized, "sub-memory", size);
+    sized
+}
+
+/// The configuration with the sizes that follow the machine (sizing.rs): `memory` when no
+/// layer set it, `sub_memory` when it is `auto`; `None` when neither applies.
+fn size_to_the_machine(
+    machine: &Machine,
+    config: &ringstore_config::Config,
+    placement: &plane::Placement,
+) -> Option<ringstore_config::Config> {
+    let mut sized = None;
+    if memory_from_default(machine) {
+        if let Some(total) = sizing::node_total(placement.node) {
+            sized = Some(size_memory(machine, config, placement, total));
+        }
+    }
+    if config.sub_memory_auto {
+        let base = sized.as_ref().unwrap_or(config);
+        sized = Some(size_sub_memory(machine, base, placement));
+    }
+    sized
+}
+
 fn not_serving(machine: &Machine, why: String) {
     machine.state().not_serving = Some(why);
 }
@@ -330,15 +384,8 @@ fn serve(machine: &Machine, config: &ringstore_config::Config) -> Result<(), Fat
             return Ok(());
         }
     };
-    let sized;
-    let from_default = memory_from_default(machine);
-    let config = match (from_default, sizing::node_total(placement.node)) {
-        (true, Some(total)) => {
-            sized = size_memory(machine, config, &placement, total);
-            &sized
-        }
-        _ => config,
-    };
+    let sized = size_to_the_machine(machine, config, &placement);
+    let config = sized.as_ref().unwrap_or(config);
     info!(
         "NUMA node {}: workers on CPUs {}, housekeeping on CPUs {}",
         placement.node,

@@ -8,6 +8,10 @@
 //! buffers, the page cache the data device reads through): a sixteenth of the node, at least
 //! 256 MiB. Whatever is left is rounded down to whole 2 MiB huge pages; never under 64 MiB
 //! (memcached's default, the built-in one).
+//!
+//! `sub_memory = auto` sizes the region on each other node (ADR 0035) by the same rule from
+//! that node's RAM; the runtime gives every other node one size, so it is the smallest of
+//! theirs (the nodes of a server are usually alike).
 
 use ringstore_config::Config;
 
@@ -34,6 +38,40 @@ pub fn memory_for(node_total: u64, workers: usize, config: &Config) -> (u64, u64
         .saturating_add(PER_WORKER.saturating_mul(workers as u64));
     let left = node_total.saturating_sub(reserve) / HUGE_PAGE * HUGE_PAGE;
     (left.max(FLOOR), reserve)
+}
+
+/// With `sub_memory = auto`: the size for every node but `serving`, from each node's
+/// `MemTotal` in `totals` (node, bytes) by [`memory_for`]: the smallest, and the node that
+/// set it. `None` when there is no other node (the runtime then refuses sub memory).
+pub fn sub_memory_for(
+    totals: &[(u32, u64)],
+    serving: u32,
+    workers: usize,
+    config: &Config,
+) -> Option<(u64, u32)> {
+    totals
+        .iter()
+        .filter(|(node, _)| *node != serving)
+        .map(|&(node, total)| (memory_for(total, workers, config).0, node))
+        .min()
+}
+
+/// Every NUMA node with CPUs (those the runtime gives sub regions) and its `MemTotal`.
+pub fn node_totals() -> Vec<(u32, u64)> {
+    let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") else {
+        return Vec::new();
+    };
+    let mut totals: Vec<(u32, u64)> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
+        .filter(|&n: &u32| {
+            let cpus = std::fs::read_to_string(format!("/sys/devices/system/node/node{n}/cpulist"));
+            cpus.is_ok_and(|c| !ringstore_sys::parse_cpulist(&c).is_empty())
+        })
+        .filter_map(|n| Some((n, node_total(n)?)))
+        .collect();
+    totals.sort_unstable();
+    totals
 }
 
 /// `MemTotal` of NUMA node `node` (`/sys/devices/system/node/nodeN/meminfo`), in bytes.
@@ -75,6 +113,24 @@ mod tests {
         };
         let (memory, _) = memory_for(4 * GIB, 2, &small);
         assert_eq!(memory, 4 * GIB - 256 * MIB - (64 + 40 + 16 + 8) * MIB);
+    }
+
+    #[test]
+    fn sub_memory_auto_is_memory_sized_on_each_other_node_the_smallest_kept() {
+        let config = Config::default();
+        let totals = [(0, 256 * GIB), (1, 256 * GIB), (2, 128 * GIB)];
+        // Node 1 serves: nodes 0 and 2 get one size, node 2's (the smaller).
+        let (size, node) = sub_memory_for(&totals, 1, 32, &config).unwrap();
+        assert_eq!((size, node), (memory_for(128 * GIB, 32, &config).0, 2));
+        assert_eq!(size, 128 * GIB - 8 * GIB - (64 + 640 + 16 + 128) * MIB);
+        // Two alike nodes: the other node's size is what `memory` is for the serving one.
+        let two = [(0, 256 * GIB), (1, 256 * GIB)];
+        let (size, node) = sub_memory_for(&two, 0, 32, &config).unwrap();
+        assert_eq!((size, node), (memory_for(256 * GIB, 32, &config).0, 1));
+        // The two-node QEMU machine: 1 GiB nodes keep the 64 MiB floor.
+        let qemu = [(0, GIB), (1, GIB)];
+        assert_eq!(sub_memory_for(&qemu, 1, 1, &config), Some((64 * MIB, 0)));
+        assert_eq!(sub_memory_for(&[(0, GIB)], 0, 1, &config), None);
     }
 
     #[test]

@@ -35,6 +35,12 @@ pub fn sub_regions(
     sys: &Path,
 ) -> Result<Vec<SubRegion>, RuntimeError> {
     if config.sub_memory == 0 {
+        if config.sub_memory_auto {
+            // Only the appliance's PID 1 sizes `auto` (init/src/sizing.rs) before it starts us.
+            return Err(RuntimeError::Numa(
+                "sub-memory auto is sized by the appliance; give a size (like 4GiB)".into(),
+            ));
+        }
         return Ok(Vec::new());
     }
     let bytes = usize::try_from(config.sub_memory).unwrap_or(usize::MAX);
@@ -260,6 +266,12 @@ mod tests {
         assert!(sub_regions(&t, 1, &config(0, false), sys.path())
             .unwrap()
             .is_empty());
+        let auto = Config {
+            sub_memory_auto: true,
+            ..config(0, false)
+        };
+        let err = sub_regions(&t, 1, &auto, sys.path()).unwrap_err();
+        assert!(err.to_string().contains("give a size"), "{err}");
     }
 
     #[test]
