@@ -8,6 +8,7 @@ mod console;
 mod devrun;
 mod durable;
 mod first_boot;
+mod full_box;
 mod hardware;
 mod kernel_panic;
 mod ktls_reset;
@@ -145,8 +146,14 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
             tls::serves_tls_with_kernel_offload_and_rotates,
         ),
         ("uefi_updates_commit_roll_back_and_refuse", |i| {
-            uefi::updates_commit_roll_back_and_refuse(i)
-                .map(|r| format!("[{}] [{}]", r.commit_line.trim(), r.rollback_line.trim()))
+            uefi::updates_commit_roll_back_and_refuse(i).map(|r| {
+                format!(
+                    "[{}] [{}] full box: {}",
+                    r.commit_line.trim(),
+                    r.rollback_line.trim(),
+                    r.filled
+                )
+            })
         }),
         ("uefi_disk_boots_serves_and_keeps_data", |i| {
             uefi::disk_boots_serves_and_keeps_data(i).map(|r| {

@@ -11,6 +11,7 @@ use ringstore_disk::{fat, Role};
 
 use super::client::{exchange, http_put_get, memcache_set_get, tcp};
 use super::first_boot;
+use super::full_box;
 use super::vm::{scratch_dir, Vm};
 use super::{BOOT_LIMIT, PROMPT};
 use crate::image::{appliance_dir, BootImage, BootOptions, Image};
@@ -535,17 +536,23 @@ fn on_slot_b(vm: &mut Vm, trial: &str, when: &str) -> Result<()> {
 pub struct UpdateReport {
     pub commit_line: String,
     pub rollback_line: String,
+    /// The full box: what filled slot A's data partition, and how long it took.
+    pub filled: String,
 }
 
-/// disk.img (slot A) takes updates from a host HTTP server: an image whose signature does not
-/// match is refused with slot B still empty; a good image (its own `max_conns`) is written to
-/// B, boots once as a trial, passes the canary (with the data partition's key written before
-/// the reboot) and commits; then an image that never becomes ready (a bad configuration key)
+/// disk.img (slot A) takes updates from a host HTTP server, on a full data device (issue 36):
+/// slot A's image says `data_full = refuse`, and big values fill its data partition until a set
+/// answers the device-full error. An image whose signature does not match is refused with slot
+/// B still empty; a good image (its own `max_conns`, the default `evict`) is written to B, boots
+/// once as a trial, passes the canary (the old system's key written before the reboot, the new
+/// one's writes on the full device: the internal writes' reserve) and commits; on B the last
+/// value A stored reads back and further sets keep being stored, the oldest segments evicted;
+/// then an image that never becomes ready (a bad configuration key)
 /// is written to A, fails its trial, and the machine is back on B by itself, saying why; last
 /// an image whose kernel panics (no init: the same reset a watchdog gives) is written to A and
 /// the machine is back on B, which records that the trial never reported.
 pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport> {
-    let a = test_images(image, "slot-a", "")?;
+    let a = test_images(image, "slot-a", "ringstore.data_full=refuse")?;
     let good = test_images(image, "update-good", "ringstore.max_conns=777")?;
     let broken = test_images(image, "update-broken", "ringstore.memory=1")?;
     // The kernel finds no init and panics (panic=-1 resets): the trial never reports.
@@ -588,6 +595,14 @@ pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport
         "fresh disk:\n{slots}"
     );
     memcache_set_get(vm.port("memcache", 0)?)?;
+    let started = std::time::Instant::now();
+    let last_on_a = full_box::fill_until_refused(vm.port("memcache", 0)?, 0, 400)?;
+    let filled = format!(
+        "{} sets of {} bytes stored, the next refused, in {:.1} s",
+        last_on_a + 1,
+        full_box::BIG,
+        started.elapsed().as_secs_f64()
+    );
 
     let refused = vm.command(&format!("update {}", url("forged.efi")))?;
     ensure!(
@@ -612,7 +627,15 @@ pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport
         "last trial A -> B: committed",
         "after the good update",
     )?;
-    vmkey_still_there(&vm, "written on slot A, read on B")?;
+    let port = vm.port("memcache", 0)?;
+    full_box::reads_back(port, last_on_a)?;
+    full_box::keep_storing(port, last_on_a + 1, 80)?;
+    let data = vm.json("data")?;
+    let evicted = data.first().map(|d| d["state"]["evicted_segments"].clone());
+    ensure!(
+        evicted.as_ref().and_then(serde_json::Value::as_u64) > Some(0),
+        "slot B (evict) stored on a full device without evicting: {data:?}"
+    );
 
     let at = vm.output().len();
     vm.command_no_wait(&format!("update {}", url("broken.efi")))?;
@@ -649,5 +672,6 @@ pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport
     Ok(UpdateReport {
         commit_line,
         rollback_line,
+        filled,
     })
 }
