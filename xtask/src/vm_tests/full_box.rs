@@ -3,7 +3,9 @@
 //! the device-full error, in `evict` mode they keep being stored. The update test runs its
 //! updates on such a box (`uefi.rs`), where the canary's internal writes take the reserve.
 
-use anyhow::{bail, ensure, Result};
+use std::net::TcpStream;
+
+use anyhow::{bail, ensure, Context, Result};
 
 use super::client::{exchange, tcp};
 
@@ -26,30 +28,64 @@ fn fill_value(i: usize) -> String {
     head + &body
 }
 
-/// `set` of fill item `i`: the answer line.
-fn set(port: u16, i: usize) -> Result<String> {
-    let mut s = tcp(port)?;
+/// `set` of fill item `i` on `stream`: the answer line.
+fn set(stream: &mut TcpStream, i: usize) -> Result<String> {
     let request = format!("set {} 0 0 {BIG}\r\n{}\r\n", fill_key(i), fill_value(i));
-    exchange(&mut s, request.as_bytes(), |t| t.ends_with("\r\n"))
+    exchange(stream, request.as_bytes(), |t| t.ends_with("\r\n"))
 }
 
-/// `data_full = refuse`: sets items `from..` until the device-full error (at most `most`
-/// stored, else the device never filled); returns the number of the last one stored.
-pub(super) fn fill_until_refused(port: u16, from: usize, most: usize) -> Result<usize> {
-    for i in from..from + most {
-        match set(port, i)?.as_str() {
-            "STORED\r\n" => {}
-            DEVICE_FULL if i > from => return Ok(i - 1),
+/// Connections the fill holds open at once: the server places each new connection on its
+/// least-loaded worker, so these reach every worker, and so every region (one a worker).
+const FILL_CONNS: usize = 4;
+
+/// `data_full = refuse`: sets items `0..` round robin over [`FILL_CONNS`] connections, each
+/// dropped at its first device-full error, until all are (at most `most` sets, else the
+/// device never filled); returns the number of the last one stored.
+pub(super) fn fill_until_refused(port: u16, most: usize) -> Result<usize> {
+    let mut conns: Vec<Option<TcpStream>> = Vec::new();
+    for _ in 0..FILL_CONNS {
+        conns.push(Some(tcp(port)?));
+    }
+    let mut last = None;
+    for i in 0..most {
+        let open: Vec<usize> = (0..conns.len()).filter(|&c| conns[c].is_some()).collect();
+        let Some(&c) = open.get(i % open.len().max(1)) else {
+            return last.context("the first sets were refused: the device was full before");
+        };
+        let Some(stream) = conns[c].as_mut() else {
+            continue;
+        };
+        match set(stream, i)?.as_str() {
+            "STORED\r\n" => last = Some(i),
+            DEVICE_FULL => conns[c] = None,
             other => bail!("set {} answered {other:?}", fill_key(i)),
         }
     }
     bail!("{most} sets of {BIG} bytes never filled the data device")
 }
 
+/// The console's `data`: every region has at most the two reserved segments (compaction's and
+/// deletes') without live data, i.e. it is full; the regions as `live/all` segments.
+pub(super) fn every_region_full(data: &[serde_json::Value]) -> Result<String> {
+    let regions = data
+        .first()
+        .and_then(|d| d["state"]["regions"].as_array())
+        .with_context(|| format!("`data` has no regions: {data:?}"))?;
+    let mut shown = Vec::new();
+    for r in regions {
+        let live = r["segments_with_live_data"].as_u64().unwrap_or(0);
+        let all = r["segments"].as_u64().unwrap_or(u64::MAX);
+        ensure!(live + 2 >= all, "region not full: {r}");
+        shown.push(format!("{live}/{all}"));
+    }
+    Ok(shown.join(", "))
+}
+
 /// `data_full = evict`: `count` sets from item `from` on are all stored.
 pub(super) fn keep_storing(port: u16, from: usize, count: usize) -> Result<()> {
+    let mut stream = tcp(port)?;
     for i in from..from + count {
-        let answer = set(port, i)?;
+        let answer = set(&mut stream, i)?;
         ensure!(
             answer == "STORED\r\n",
             "on a full evicting device set {} answered {answer:?}",

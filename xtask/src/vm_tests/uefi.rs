@@ -596,12 +596,13 @@ pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport
     );
     memcache_set_get(vm.port("memcache", 0)?)?;
     let started = std::time::Instant::now();
-    let last_on_a = full_box::fill_until_refused(vm.port("memcache", 0)?, 0, 400)?;
+    let last_on_a = full_box::fill_until_refused(vm.port("memcache", 0)?, 400)?;
+    let secs = started.elapsed().as_secs_f64();
+    let regions = full_box::every_region_full(&vm.json("data")?)?;
     let filled = format!(
-        "{} sets of {} bytes stored, the next refused, in {:.1} s",
-        last_on_a + 1,
+        "sets of {} bytes until each of 4 connections was refused, the last stored number {}, in {secs:.1} s; segments with live data per region {regions}",
         full_box::BIG,
-        started.elapsed().as_secs_f64()
+        last_on_a + 1,
     );
 
     let refused = vm.command(&format!("update {}", url("forged.efi")))?;
