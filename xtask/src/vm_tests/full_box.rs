@@ -8,14 +8,15 @@ use std::net::TcpStream;
 use anyhow::{bail, ensure, Context, Result};
 
 use super::client::{exchange, tcp};
+use super::vm::Vm;
 
 /// Value bytes of one fill item: about 2,000 of them fill the default disk.img's ~95 MB data
 /// partition in 190 sets (under memcached's 1 MiB item limit).
-pub(super) const BIG: usize = 500_000;
+const BIG: usize = 500_000;
 /// The refusal a `data_full = refuse` box answers a set with (service `DEVICE_FULL`).
 const DEVICE_FULL: &str = "SERVER_ERROR data device full storing object\r\n";
 
-pub(super) fn fill_key(i: usize) -> String {
+fn fill_key(i: usize) -> String {
     format!("fill{i:05}")
 }
 
@@ -41,7 +42,7 @@ const FILL_CONNS: usize = 4;
 /// `data_full = refuse`: sets items `0..` round robin over [`FILL_CONNS`] connections, each
 /// dropped at its first device-full error, until all are (at most `most` sets, else the
 /// device never filled); returns the number of the last one stored.
-pub(super) fn fill_until_refused(port: u16, most: usize) -> Result<usize> {
+fn fill_until_refused(port: u16, most: usize) -> Result<usize> {
     let mut conns: Vec<Option<TcpStream>> = Vec::new();
     for _ in 0..FILL_CONNS {
         conns.push(Some(tcp(port)?));
@@ -66,7 +67,7 @@ pub(super) fn fill_until_refused(port: u16, most: usize) -> Result<usize> {
 
 /// The console's `data`: every region has at most the two reserved segments (compaction's and
 /// deletes') without live data, i.e. it is full; the regions as `live/all` segments.
-pub(super) fn every_region_full(data: &[serde_json::Value]) -> Result<String> {
+fn every_region_full(data: &[serde_json::Value]) -> Result<String> {
     let regions = data
         .first()
         .and_then(|d| d["state"]["regions"].as_array())
@@ -82,7 +83,7 @@ pub(super) fn every_region_full(data: &[serde_json::Value]) -> Result<String> {
 }
 
 /// `data_full = evict`: `count` sets from item `from` on are all stored.
-pub(super) fn keep_storing(port: u16, from: usize, count: usize) -> Result<()> {
+fn keep_storing(port: u16, from: usize, count: usize) -> Result<()> {
     let mut stream = tcp(port)?;
     for i in from..from + count {
         let answer = set(&mut stream, i)?;
@@ -96,7 +97,7 @@ pub(super) fn keep_storing(port: u16, from: usize, count: usize) -> Result<()> {
 }
 
 /// Fill item `i` reads back with its exact value.
-pub(super) fn reads_back(port: u16, i: usize) -> Result<()> {
+fn reads_back(port: u16, i: usize) -> Result<()> {
     let mut s = tcp(port)?;
     let request = format!("get {}\r\n", fill_key(i));
     let got = exchange(&mut s, request.as_bytes(), |t| {
@@ -113,6 +114,35 @@ pub(super) fn reads_back(port: u16, i: usize) -> Result<()> {
         fill_key(i),
         got.len(),
         &got[..got.len().min(80)]
+    );
+    Ok(())
+}
+
+/// Slot A of the update test (`data_full = refuse`): filled until every connection is refused
+/// and every region full; the last item stored, and a line saying what filled it.
+pub(super) fn refusing_box_filled(vm: &mut Vm) -> Result<(usize, String)> {
+    let started = std::time::Instant::now();
+    let last = fill_until_refused(vm.port("memcache", 0)?, 400)?;
+    let secs = started.elapsed().as_secs_f64();
+    let regions = every_region_full(&vm.json("data")?)?;
+    let filled = format!(
+        "sets of {BIG} bytes until each of {FILL_CONNS} connections was refused, the last stored number {}, in {secs:.1} s; segments with live data per region {regions}",
+        last + 1,
+    );
+    Ok((last, filled))
+}
+
+/// Slot B of the update test (`evict`, on A's full device): A's last value reads back, 80
+/// more sets are stored, and `data` counts evicted segments.
+pub(super) fn evicting_box_keeps_storing(vm: &mut Vm, last_on_a: usize) -> Result<()> {
+    let port = vm.port("memcache", 0)?;
+    reads_back(port, last_on_a)?;
+    keep_storing(port, last_on_a + 1, 80)?;
+    let data = vm.json("data")?;
+    let evicted = data.first().map(|d| d["state"]["evicted_segments"].clone());
+    ensure!(
+        evicted.as_ref().and_then(serde_json::Value::as_u64) > Some(0),
+        "slot B (evict) stored on a full device without evicting: {data:?}"
     );
     Ok(())
 }

@@ -559,28 +559,18 @@ pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport
     let crashing = test_images(image, "update-crashing", "rdinit=/no-such-init")?;
     let site = scratch_dir("site")?;
     let _site_removed = Removed(site.clone());
-    let copy = |from: &Path, to: &str| std::fs::copy(from, site.join(to)).map(|_| ());
-    copy(&good.efi, "good.efi")?;
-    copy(
-        good.signature.as_deref().context("no signature")?,
-        "good.efi.sig",
-    )?;
-    copy(&broken.efi, "broken.efi")?;
-    copy(&crashing.efi, "crashing.efi")?;
-    copy(
-        crashing.signature.as_deref().context("no signature")?,
-        "crashing.efi.sig",
-    )?;
-    copy(
-        broken.signature.as_deref().context("no signature")?,
-        "broken.efi.sig",
-    )?;
+    // `NAME.efi` and `NAME.efi.sig` on the site: `efi`'s image with `signed`'s signature.
+    let publish = |name: &str, efi: &BootImage, signed: &BootImage| -> Result<()> {
+        std::fs::copy(&efi.efi, site.join(format!("{name}.efi")))?;
+        let sig = signed.signature.as_deref().context("no signature")?;
+        std::fs::copy(sig, site.join(format!("{name}.efi.sig")))?;
+        Ok(())
+    };
+    publish("good", &good, &good)?;
+    publish("broken", &broken, &broken)?;
+    publish("crashing", &crashing, &crashing)?;
     // The good image with the broken image's signature.
-    copy(&good.efi, "forged.efi")?;
-    copy(
-        broken.signature.as_deref().context("no signature")?,
-        "forged.efi.sig",
-    )?;
+    publish("forged", &good, &broken)?;
     let port = serve_files(site.clone())?;
     let url = |name: &str| format!("http://10.0.2.2:{port}/{name}");
     let machine = UefiMachine::new("update", &a)?;
@@ -595,15 +585,7 @@ pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport
         "fresh disk:\n{slots}"
     );
     memcache_set_get(vm.port("memcache", 0)?)?;
-    let started = std::time::Instant::now();
-    let last_on_a = full_box::fill_until_refused(vm.port("memcache", 0)?, 400)?;
-    let secs = started.elapsed().as_secs_f64();
-    let regions = full_box::every_region_full(&vm.json("data")?)?;
-    let filled = format!(
-        "sets of {} bytes until each of 4 connections was refused, the last stored number {}, in {secs:.1} s; segments with live data per region {regions}",
-        full_box::BIG,
-        last_on_a + 1,
-    );
+    let (last_on_a, filled) = full_box::refusing_box_filled(&mut vm)?;
 
     let refused = vm.command(&format!("update {}", url("forged.efi")))?;
     ensure!(
@@ -628,15 +610,7 @@ pub fn updates_commit_roll_back_and_refuse(image: &Image) -> Result<UpdateReport
         "last trial A -> B: committed",
         "after the good update",
     )?;
-    let port = vm.port("memcache", 0)?;
-    full_box::reads_back(port, last_on_a)?;
-    full_box::keep_storing(port, last_on_a + 1, 80)?;
-    let data = vm.json("data")?;
-    let evicted = data.first().map(|d| d["state"]["evicted_segments"].clone());
-    ensure!(
-        evicted.as_ref().and_then(serde_json::Value::as_u64) > Some(0),
-        "slot B (evict) stored on a full device without evicting: {data:?}"
-    );
+    full_box::evicting_box_keeps_storing(&mut vm, last_on_a)?;
 
     let at = vm.output().len();
     vm.command_no_wait(&format!("update {}", url("broken.efi")))?;
