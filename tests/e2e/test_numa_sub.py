@@ -130,6 +130,9 @@ def test_sub_memory_is_refused_with_one_line_and_exit_2():
     assert rc == 2 and len(err) == 1 and re.search("only node 0", err[0]), err
     rc, err = refusal("--numa", "0", "--sub-memory", "64TiB", "--sub-memory-simulated", "on")
     assert rc == 2 and "cannot back" in err[-1], err
+    # `auto` is sized by the appliance (issue 36); `ringstore serve` keeps explicit sizes.
+    rc, err = refusal("--numa", "0", "--sub-memory", "auto", "--sub-memory-simulated", "on")
+    assert rc == 2 and len(err) == 1 and "give a size" in err[0], err
 
 
 RESTART_WRITTEN = 24 * 1024  # 1.5x the local region
