@@ -47,7 +47,7 @@ pub(crate) trait Handler: Send + Sync + 'static {
     /// Whether the session has its own reason to close at `now_ms`: a TLS handshake too slow
     /// or dropped for room, a memcache login that a reload of the users file took away. The
     /// worker's tick closes the connection, as it does one past the request or idle timeout
-    /// ([`crate::conn::Conn::closed_by_tick`]). The default: never.
+    /// ([`crate::connection::Conn::closed_by_tick`]). The default: never.
     fn expired(&self, session: &mut Self::Session, now_ms: u64) -> bool {
         let _ = (session, now_ms);
         false

@@ -10,7 +10,7 @@
 //!
 //! `unsafe` is denied here except in three modules that hand the kernel raw pointers into
 //! memory whose lifetime only they know (ADR-0017 and its amendment): `bufring` (the
-//! provided-buffer ring shared with the kernel), `worker::sqe` (SQE pushes, accepted
+//! provided-buffer ring shared with the kernel), `engine::uring::sqe` (SQE pushes, accepted
 //! descriptors) and `datapath::exanic::ffi` (libexanic, feature `exanic`; ADR 0021). Every
 //! other syscall and mapping is a safe wrapper in `ringstore-sys`, imported as `sys`.
 //!
@@ -18,7 +18,6 @@
 
 #![deny(unsafe_code)]
 
-mod acceptor;
 pub mod auth;
 // The provided-buffer ring: memory shared with the kernel, written through raw pointers.
 #[allow(
@@ -27,34 +26,32 @@ pub mod auth;
 )]
 mod bufring;
 mod clock;
-mod conn;
+mod connection;
 mod data;
 pub mod datapath;
 mod durable;
+mod engine;
 mod error;
 mod handler;
-mod inbox;
-mod linger;
-mod listeners;
 pub mod numa;
 pub mod numa_sub;
 mod op;
+mod placement;
 mod plane;
-mod readiness;
 mod ring;
 mod server;
+mod setup;
 mod signals;
 mod tls;
 pub(crate) use ringstore_sys as sys;
 pub mod topology;
-mod worker;
 
 #[cfg(test)]
 mod tests;
 
 pub use datapath::xdp::{prepare as prepare_xdp, XdpPrepared};
 pub use error::RuntimeError;
-pub use listeners::LocalAddrs;
+pub use placement::listeners::LocalAddrs;
 pub use ring::Features;
 pub use server::Server;
 pub use signals::TerminationSignals;

@@ -8,23 +8,23 @@ use std::thread::JoinHandle;
 
 use ringstore_service::Protocol;
 
-use crate::listeners::Endpoint;
+use crate::placement::listeners::Endpoint;
 
-use crate::acceptor::Acceptor;
 use crate::clock::Clock;
 use crate::handler::Handler;
-use crate::inbox::Inbox;
+use crate::placement::acceptor::Acceptor;
+use crate::placement::inbox::Inbox;
 use crate::ring::Features;
-use crate::worker::{Limits, WorkerSetup};
+use crate::setup::{Limits, WorkerSetup};
 use crate::RuntimeError;
 
 /// Which loop the workers run (`--io`, ADR 0033): both drive the same [`Handler`] with the
 /// same placement, inbox, connection table and limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Runtime {
-    /// One io_uring ring per worker (`worker.rs`).
+    /// One io_uring ring per worker (`engine/uring.rs`).
     IoUring,
-    /// One epoll instance per worker (`readiness.rs`).
+    /// One epoll instance per worker (`engine/epoll.rs`).
     Epoll,
 }
 
@@ -157,8 +157,8 @@ impl Plane {
             plane.workers.push(spawn_named(
                 format!("ringstore-w{index}"),
                 move || match runtime {
-                    Runtime::IoUring => crate::worker::run(worker_setup, ready),
-                    Runtime::Epoll => crate::readiness::run(worker_setup, ready),
+                    Runtime::IoUring => crate::engine::uring::run(worker_setup, ready),
+                    Runtime::Epoll => crate::engine::epoll::run(worker_setup, ready),
                 },
             )?);
         }

@@ -8,15 +8,15 @@ use ringstore_service::{ServiceConfig, Shared, Store, StoreConfig, Topology as S
 
 use crate::clock::Clock;
 use crate::handler::ServiceHandler;
-use crate::listeners::LocalAddrs;
 use crate::numa::{
     bind_memory, bind_thread_to_cpus, choose_serving_node, worker_cpus, MemoryBinding,
 };
+use crate::placement::listeners::LocalAddrs;
 use crate::plane::{Plane, PlaneSetup, Runtime};
+use crate::setup::Limits;
 use crate::sys::format_cpus;
 use crate::tls::Tls;
 use crate::topology::Topology;
-use crate::worker::Limits;
 use crate::RuntimeError;
 use ringstore_durable::{FileDevice, Serving};
 
@@ -82,7 +82,7 @@ impl Server {
         let runtime = choose_runtime(config)?;
         let placed = place(config)?;
         let (node, cpus) = (placed.node, placed.cpus);
-        let bound = crate::listeners::bind(config, cpus.len())?;
+        let bound = crate::placement::listeners::bind(config, cpus.len())?;
         let udp_sockets = bound.udp.len();
         let (shared, clock) = shared_state(config, node, &cpus, &placed.sub_regions)?;
         crate::auth::enable(&shared, auth_files);

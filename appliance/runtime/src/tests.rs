@@ -14,7 +14,7 @@ use ringstore_service::Protocol;
 use crate::clock::Clock;
 use crate::handler::echo::Echo;
 use crate::plane::{Plane, PlaneSetup, Runtime};
-use crate::worker::Limits;
+use crate::setup::Limits;
 
 thread_local! {
     /// The runtime [`start`] gives the plane in this test's thread (io_uring unless a test
@@ -94,7 +94,7 @@ fn start(limits: Limits, workers: usize, reuseport: bool) -> Running {
             fds.push(crate::sys::bind_socket(addr, true, true, false).unwrap());
         }
         addrs.push(addr);
-        tcp.push((crate::listeners::Endpoint::plain(protocol), fds));
+        tcp.push((crate::placement::listeners::Endpoint::plain(protocol), fds));
     }
     let echo = Arc::new(Echo::default());
     let plane = Plane::start(PlaneSetup {
@@ -280,7 +280,7 @@ fn more_connections_receiving_at_once_than_the_ring_has_buffers() {
     // Three times BUF_COUNT connections each send a 40 KiB line before any reply is read, so
     // one ring pass finds more sockets with data than free buffers: the rest get ENOBUFS and
     // must re-arm until buffers come back, and every line must still come back whole.
-    let conns_wanted = 3 * usize::from(super::worker::BUF_COUNT);
+    let conns_wanted = 3 * usize::from(crate::engine::uring::BUF_COUNT);
     let running = start(
         Limits {
             max_conns: conns_wanted + 8,
@@ -322,7 +322,7 @@ fn beyond_max_conns_is_refused_cleanly() {
     let mut refused = connect(running.memcache);
     assert_eq!(
         read_to_close(&mut refused),
-        crate::acceptor::MEMCACHE_REFUSAL
+        crate::placement::acceptor::MEMCACHE_REFUSAL
     );
     let mut refused = connect(running.http);
     refused.write_all(b"GET /x HTTP/1.1\r\n\r\n").unwrap();

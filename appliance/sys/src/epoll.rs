@@ -10,7 +10,7 @@ use rustix::event::epoll;
 use rustix::io::Errno;
 use rustix::net::{RecvFlags, SendAncillaryBuffer, SendFlags};
 
-use crate::net::with_fd;
+use crate::net::{with_fd, zeroed_msghdr};
 
 /// What a descriptor was ready for, as one epoll event reported it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,15 +141,29 @@ pub fn send_nowait(fd: RawFd, bytes: &[u8]) -> Transfer {
     transfer(with_fd(fd, |fd| rustix::net::send(fd, bytes, flags)))
 }
 
-/// One nonblocking `sendmsg` of `iov` without SIGPIPE: a connection's output with values
-/// sent from the item (ADR 0027). The kernel copies the bytes before it returns, so the
-/// caller may release what `iov` points into as soon as it has.
-pub fn sendmsg_nowait(fd: RawFd, iov: &[IoSlice<'_>]) -> Transfer {
-    let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
-    let mut control = SendAncillaryBuffer::default();
-    transfer(with_fd(fd, |fd| {
-        rustix::net::sendmsg(fd, iov, &mut control, flags)
-    }))
+/// One nonblocking `sendmsg` without SIGPIPE over raw iovecs: a connection's output with
+/// values sent from the item, whose pieces are addresses into pinned arena memory rather than
+/// Rust borrows (ADR 0027). No Rust reference is made from them: the kernel reads the
+/// addresses itself and fails the call with EFAULT where one is not readable, as it does for
+/// the io_uring worker's SENDMSG over the same iovecs. What the bytes are is the caller's
+/// care: the kernel copies them before the call returns, so they only need to stay put for
+/// the call (a pinned value does).
+pub fn sendmsg_iovecs_nowait(fd: RawFd, iov: &[libc::iovec]) -> Transfer {
+    let mut msg = zeroed_msghdr();
+    msg.msg_iov = iov.as_ptr().cast_mut();
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: `msg` is a valid msghdr with no name and no control data whose iovec array is
+    // `iov`, alive and unchanged for the call; the kernel only reads through it (a send) and
+    // checks every address it reads, so a stale piece cannot corrupt this process's memory.
+    // The caller keeps `fd` open across the call (module doc of net); a stale one fails EBADF.
+    let rc = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    match usize::try_from(rc) {
+        Ok(n) => Transfer::Done(n),
+        Err(_) => match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EAGAIN | libc::EINTR) => Transfer::WouldBlock,
+            _ => Transfer::Failed,
+        },
+    }
 }
 
 /// Datagrams one [`recvmmsg_nowait`] receives at most.
@@ -319,8 +333,24 @@ mod tests {
         let mut buf = [0u8; 16];
         assert_eq!(recv_nowait(b.as_raw_fd(), &mut buf), Transfer::Done(5));
         assert_eq!(recv_nowait(b.as_raw_fd(), &mut buf), Transfer::WouldBlock);
-        let iov = [IoSlice::new(b"ab"), IoSlice::new(b"cd")];
-        assert_eq!(sendmsg_nowait(b.as_raw_fd(), &iov), Transfer::Done(4));
+        let (ab, cd) = (b"ab", b"cd");
+        let iov = [ab.as_slice(), cd.as_slice()].map(|piece| libc::iovec {
+            iov_base: piece.as_ptr().cast_mut().cast(),
+            iov_len: piece.len(),
+        });
+        assert_eq!(
+            sendmsg_iovecs_nowait(b.as_raw_fd(), &iov),
+            Transfer::Done(4)
+        );
+        let unreadable = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 4,
+        }];
+        assert_eq!(
+            sendmsg_iovecs_nowait(b.as_raw_fd(), &unreadable),
+            Transfer::Failed,
+            "an address the kernel cannot read fails (EFAULT), it is not read by this process"
+        );
         let ev = crate::eventfd().unwrap();
         ep.add(ev.as_raw_fd(), 9, Watch::LevelRead).unwrap();
         crate::eventfd_signal(ev.as_raw_fd());

@@ -3,7 +3,7 @@
 //! io_uring ring: one multishot `recvmsg` into its own provided-buffer group
 //! ([`BufRing::UDP_GROUP`]), reply datagrams from a fixed pool of send slots: consecutive
 //! same-size datagrams to one peer (one burst of GETs from a client) go as the `UDP_SEGMENT`
-//! (GSO) segments of one `sendmsg`, any other as a `sendmsg` of its own. The worker glue is `worker/udp.rs`; this file holds the state and its bounds.
+//! (GSO) segments of one `sendmsg`, any other as a `sendmsg` of its own. The worker glue is `engine/uring/udp.rs`; this file holds the state and its bounds.
 //!
 //! Bounds: [`RX_BUFS`] receive buffers of [`RX_BUF`] bytes (a datagram longer than
 //! [`REQUEST_MAX`] arrives truncated and is dropped); [`SEND_SLOTS`] reply datagrams in

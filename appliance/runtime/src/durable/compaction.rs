@@ -52,7 +52,7 @@ impl DiskWorker {
     }
 
     /// An erase write (`flush` false) or its flush completed. The outcome names the RAM
-    /// copies of what an eviction dropped (ADR 0039), for [`crate::conn::settle_sessions`].
+    /// copies of what an eviction dropped (ADR 0039), for [`crate::connection::settle_sessions`].
     pub(crate) fn erase_complete(&mut self, flush: bool, res: i32, now_ms: u64) -> Outcome {
         let want = self.compactor.erase_block().len();
         if !flush {

@@ -85,12 +85,12 @@ impl<H: Handler> Worker<H> {
                 clippy::expect_used,
                 reason = "without a buffer pool every connection gets its own buffer at open"
             )]
-            let buf = conn.own_buf.as_mut().expect("own buffer without a pool");
+            let buf = conn.io.own_buf.as_mut().expect("own buffer without a pool");
             opcode::Recv::new(fd, buf.as_mut_ptr(), crate::sys::u32_of(buf.len()))
                 .ioprio(ioprio)
                 .build()
         };
-        conn.recv_armed = true;
+        conn.machine.armed(Io::Recv);
         self.pending
             .push(entry.user_data(Op::Recv { slot, generation }.encode()));
     }
@@ -115,17 +115,14 @@ impl<H: Handler> Worker<H> {
         } else {
             // Output with values sent from the item: a vectored send (`send_vec.rs`).
             let fd = conn.fd.as_raw_fd();
-            send_vec::entry(fd, &conn.out, conn.sent, &mut conn.vec_send, splices)
+            send_vec::entry(fd, &conn.out, conn.sent, &mut conn.io.vec_send, splices)
         };
-        let link_recv = self.link_recv
-            && conn.after_send == Flow::Continue
-            && !conn.recv_armed
-            && self.stopping_deadline.is_none();
+        let link_recv = self.link_recv && conn.machine.links_recv();
         let mut entry = entry.user_data(Op::Send { slot, generation }.encode());
         if link_recv {
             entry = entry.flags(squeue::Flags::IO_LINK);
         }
-        conn.send_armed = true;
+        conn.machine.armed(Io::Send);
         self.pending.push(entry);
         if link_recv {
             // POLL_FIRST exists from 5.19, like provided-buffer rings: use it only with them.

@@ -66,6 +66,18 @@ pub(crate) fn pieces(
     }
 }
 
+/// The output's pieces from logical offset `sent` on as iovecs in `iov` (cleared first), at
+/// most [`IOV_PER_SEND`]: what both engines' vectored sends carry.
+pub(crate) fn iovecs(out: &[u8], splices: &[Splice], sent: usize, iov: &mut Vec<libc::iovec>) {
+    iov.clear();
+    pieces(out, splices, sent, IOV_PER_SEND, |ptr, len| {
+        iov.push(libc::iovec {
+            iov_base: ptr.cast_mut().cast(),
+            iov_len: len,
+        })
+    });
+}
+
 /// A `sendmsg` on `fd` of a connection's output (`out` with its session's `splices`) from
 /// `sent` on, at most [`IOV_PER_SEND`] pieces, in the connection's `vec_send` state.
 pub(crate) fn entry(
@@ -76,14 +88,7 @@ pub(crate) fn entry(
     splices: &[Splice],
 ) -> squeue::Entry {
     let vs = vec_send.get_or_insert_with(VecSend::new);
-    vs.iov.clear();
-    let iov = &mut vs.iov;
-    pieces(out, splices, sent, IOV_PER_SEND, |ptr, len| {
-        iov.push(libc::iovec {
-            iov_base: ptr as *mut libc::c_void,
-            iov_len: len,
-        })
-    });
+    iovecs(out, splices, sent, &mut vs.iov);
     vs.msg.msg_iov = vs.iov.as_mut_ptr();
     vs.msg.msg_iovlen = vs.iov.len() as _;
     // The kernel reads the iovec's memory until the completion: the output buffer is not

@@ -1,13 +1,18 @@
 //! One connection's I/O state on its worker, and the slab that owns every connection of a worker.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 
-use ringstore_service::{Flow, Now};
+use ringstore_service::{Device, Now};
 
 use crate::durable::Outcome;
 use crate::handler::Handler;
-use crate::linger::Linger;
 use crate::op::GEN_MASK;
+use crate::placement::listeners::Endpoint;
+
+pub(crate) mod linger;
+pub(crate) mod machine;
+
+use machine::Machine;
 
 /// Bytes of output capacity kept after a flush; larger buffers are shrunk back so idle
 /// connections hold little memory.
@@ -27,108 +32,96 @@ const SMALL_FLUSHES_BEFORE_SHRINK: u8 = 8;
 pub(crate) const OUT_RETAIN_MAX: usize = 128 << 10;
 
 /// A connection served end to end by one worker.
-pub(crate) struct Conn<S> {
+pub(crate) struct Conn<S, X> {
     pub fd: OwnedFd,
     pub session: S,
     /// Replies not yet fully sent; never touched while a send is in flight.
     pub out: Vec<u8>,
     /// How much of the output the kernel has taken: of `out`, with the session's spliced
-    /// values counted where they go (`worker/send_vec.rs`).
+    /// values counted where they go (`engine/uring/send_vec.rs`).
     pub sent: usize,
-    pub recv_armed: bool,
-    pub send_armed: bool,
-    /// What to do once `out` is flushed.
-    pub after_send: Flow,
-    /// Close requested; the fd is closed once no operation is in flight.
-    pub closing: bool,
-    /// Last completed receive or send (idle timeout).
-    pub last_active_ms: u64,
-    /// When the currently buffered partial request started (slow-client timeout).
-    pub partial_since_ms: Option<u64>,
-    /// Receive buffer when the kernel has no provided-buffer rings.
-    pub own_buf: Option<Box<[u8]>>,
-    /// The session holds a reply until the data device settles its records: nothing is
-    /// sent or read until [`crate::handler::Handler::on_durable`] released it.
-    pub awaits_device: bool,
-    /// Set once the last reply is sent and the write side shut: reading only to discard.
-    pub linger: Option<Linger>,
+    /// Where the connection is in its life, what the engine has in flight and the clocks
+    /// the tick judges: the one place both engines keep that state (ADR 0040).
+    pub machine: Machine,
     /// Flushes in a row that used at most a quarter of `out`'s capacity.
     small_flushes: u8,
-    /// `sendmsg` state for output with spliced values (made on first use).
-    // The one import from `worker` back into `conn`, on purpose: the connection owns its
-    // vectored send's state (the iovecs and msghdr the kernel reads until the SENDMSG
-    // completes, so it must live as long as the connection's op), while the type and the
-    // code that fills and submits it stay with the worker's ring code (`worker/send_vec.rs`).
-    pub vec_send: Option<Box<crate::worker::send_vec::VecSend>>,
-    /// The readiness runtime only: the socket may hold input (an edge was reported and no
-    /// read has found it empty since; ADR 0033).
-    pub ready_in: bool,
+    /// What the engine keeps to move this connection's bytes (the io_uring worker's own
+    /// receive buffer and `sendmsg` state, the epoll engine's readiness edge); the
+    /// machine keeps the rest.
+    pub io: X,
 }
 
-impl<S> Conn<S> {
-    pub(crate) fn new(fd: OwnedFd, session: S, now_ms: u64, own_buf: Option<Box<[u8]>>) -> Conn<S> {
+impl<S, X> Conn<S, X> {
+    /// A connection opened with `machine` (its open time and whether its session has a
+    /// request under way from the start) and the engine's I/O state `io`.
+    pub(crate) fn new(fd: OwnedFd, session: S, machine: Machine, io: X) -> Conn<S, X> {
         Conn {
             fd,
             session,
             out: Vec::new(),
             sent: 0,
-            recv_armed: false,
-            send_armed: false,
-            after_send: Flow::Continue,
-            closing: false,
-            last_active_ms: now_ms,
-            partial_since_ms: None,
-            own_buf,
-            awaits_device: false,
-            linger: None,
+            machine,
             small_flushes: 0,
-            vec_send: None,
-            ready_in: false,
+            io,
         }
     }
 
-    /// Whether the worker's tick closes this connection at `now_ms`: its lingering close
-    /// ran out, its started request is older than `request_timeout_ms` (a slow client), it
-    /// sat idle `idle_timeout_ms` (0 = never), or the stop's drain deadline passed. Both
-    /// runtimes ask this (ADR 0033).
-    pub(crate) fn due_to_close(
-        &self,
-        now_ms: u64,
-        request_timeout_ms: u64,
-        idle_timeout_ms: u64,
-        past_deadline: bool,
-    ) -> bool {
-        if let Some(linger) = &self.linger {
-            return linger.expired(now_ms) || past_deadline;
+    /// A connection accepted on `endpoint`, its session opened by `handler` for worker
+    /// `worker` at `now_ms`: both engines open through here.
+    pub(crate) fn open<H: Handler<Session = S>>(
+        handler: &H,
+        fd: OwnedFd,
+        endpoint: Endpoint,
+        (worker, now_ms): (usize, u64),
+        io: X,
+    ) -> Conn<S, X> {
+        let mut session = if endpoint.tls {
+            handler.open_tls(endpoint.protocol, worker, now_ms)
+        } else {
+            handler.open(endpoint.protocol, worker)
+        };
+        if let Some(peer) = crate::sys::peer_addr(fd.as_raw_fd()) {
+            handler.peer_known(&mut session, peer);
         }
-        let slow = self
-            .partial_since_ms
-            .is_some_and(|since| now_ms.saturating_sub(since) >= request_timeout_ms);
-        let idle = idle_timeout_ms > 0
-            && self.partial_since_ms.is_none()
-            && now_ms.saturating_sub(self.last_active_ms) >= idle_timeout_ms;
-        slow || idle || past_deadline
+        // A session with a request under way from the start (a TLS handshake, a login the
+        // auth file asks for) is timed from the open: the request timeout closes a client
+        // that never sends.
+        let machine = Machine::new(now_ms, handler.has_partial_request(&session));
+        Conn::new(fd, session, machine, io)
     }
 
-    /// [`Conn::due_to_close`], or the session's own reason ([`Handler::expired`]): what both
-    /// runtimes' ticks close a connection for.
+    /// The connection is gone (the engine removed it, nothing in flight): its session is
+    /// told, unless it already was at the linger.
+    pub(crate) fn end<H: Handler<Session = S>>(mut self, handler: &H, device: Option<&dyn Device>) {
+        let over = self.machine.session_over();
+        assert!(
+            self.machine.close(),
+            "a connection closed with an operation in flight"
+        );
+        if !over {
+            handler.session_closed(&mut self.session, device);
+        }
+    }
+
+    /// Whether the tick closes this connection at `now_ms`: for time
+    /// ([`Machine::handle_timeout`]) or for the session's own reason ([`Handler::expired`]).
+    /// Both engines' ticks ask this; a connection already closing is left to finish.
     pub(crate) fn closed_by_tick<H: Handler<Session = S>>(
         &mut self,
         handler: &H,
         now_ms: u64,
-        limits: &crate::worker::Limits,
-        past_deadline: bool,
+        limits: &crate::setup::Limits,
     ) -> bool {
-        self.due_to_close(
-            now_ms,
-            limits.request_timeout_ms,
-            limits.idle_timeout_ms,
-            past_deadline,
-        ) || handler.expired(&mut self.session, now_ms)
+        if self.machine.closing() {
+            return false;
+        }
+        self.machine.handle_timeout(now_ms, limits.timeouts())
+            || handler.expired(&mut self.session, now_ms)
     }
 
-    pub(crate) fn in_flight(&self) -> bool {
-        self.recv_armed || self.send_armed
+    /// The output is pending: buffered bytes, or values the session sends from the item.
+    pub(crate) fn pending<H: Handler<Session = S>>(&self, handler: &H) -> bool {
+        !self.out.is_empty() || !handler.splices(&self.session).is_empty()
     }
 
     /// Output fully sent: forget it, keeping a bounded capacity.
@@ -153,15 +146,15 @@ impl<S> Conn<S> {
 
 /// A worker's connections, addressed by slot; each slot has a generation so a completion for
 /// a closed connection can never be mistaken for its successor's.
-pub(crate) struct Slab<S> {
-    slots: Vec<Option<Conn<S>>>,
+pub(crate) struct Slab<S, X> {
+    slots: Vec<Option<Conn<S, X>>>,
     generations: Vec<u32>,
     free: Vec<u32>,
     live: usize,
 }
 
-impl<S> Slab<S> {
-    pub(crate) fn new() -> Slab<S> {
+impl<S, X> Slab<S, X> {
+    pub(crate) fn new() -> Slab<S, X> {
         Slab {
             slots: Vec::new(),
             generations: Vec::new(),
@@ -179,7 +172,7 @@ impl<S> Slab<S> {
     }
 
     /// Stores a connection; returns (slot, generation).
-    pub(crate) fn insert(&mut self, conn: Conn<S>) -> (u32, u32) {
+    pub(crate) fn insert(&mut self, conn: Conn<S, X>) -> (u32, u32) {
         self.live += 1;
         if let Some(slot) = self.free.pop() {
             self.slots[slot as usize] = Some(conn);
@@ -192,7 +185,7 @@ impl<S> Slab<S> {
     }
 
     /// The connection in `slot` if it is still generation `generation`.
-    pub(crate) fn get_mut(&mut self, slot: u32, generation: u32) -> Option<&mut Conn<S>> {
+    pub(crate) fn get_mut(&mut self, slot: u32, generation: u32) -> Option<&mut Conn<S, X>> {
         if self.generations.get(slot as usize).copied()? & GEN_MASK != generation & GEN_MASK {
             return None;
         }
@@ -200,7 +193,7 @@ impl<S> Slab<S> {
     }
 
     /// The connection in `slot`, whatever its generation (timeout scans).
-    pub(crate) fn at_mut(&mut self, slot: u32) -> Option<&mut Conn<S>> {
+    pub(crate) fn at_mut(&mut self, slot: u32) -> Option<&mut Conn<S, X>> {
         self.slots.get_mut(slot as usize)?.as_mut()
     }
 
@@ -208,8 +201,23 @@ impl<S> Slab<S> {
         self.generations[slot as usize]
     }
 
+    /// The worker stops with drain deadline `deadline_ms`: every connection is told
+    /// ([`Machine::handle_stop`]); returns the slots of the idle ones, to be closed now.
+    pub(crate) fn stop(&mut self, deadline_ms: u64) -> Vec<u32> {
+        let mut idle = Vec::new();
+        for (slot, conn) in self.slots.iter_mut().enumerate() {
+            if conn
+                .as_mut()
+                .is_some_and(|c| c.machine.handle_stop(deadline_ms))
+            {
+                idle.push(crate::sys::u32_of(slot));
+            }
+        }
+        idle
+    }
+
     /// Removes the connection (dropping it closes the fd) and retires the slot's generation.
-    pub(crate) fn remove(&mut self, slot: u32) -> Option<Conn<S>> {
+    pub(crate) fn remove(&mut self, slot: u32) -> Option<Conn<S, X>> {
         let conn = self.slots.get_mut(slot as usize)?.take()?;
         self.generations[slot as usize] = self.generations[slot as usize].wrapping_add(1);
         self.free.push(slot);
@@ -224,11 +232,11 @@ impl<S> Slab<S> {
 ///
 /// Reports `outcome` to the sessions of `conns`; a record of a held UDP request (slot
 /// [`crate::datapath::kernel_udp::HELD_SLOT`]) goes to `udp` as (id, token, durable).
-/// Returns the connections whose session holds no reply any more (their `awaits_device`
-/// cleared), each once: the runtime sends what they now have and goes on per `after_send`.
-pub(crate) fn settle_sessions<H: Handler>(
+/// Returns the held connections whose session holds no reply any more, each once: the
+/// engine reports them served again ([`Machine::handle_served`] with what they now have).
+pub(crate) fn settle_sessions<H: Handler, X>(
     handler: &H,
-    conns: &mut Slab<H::Session>,
+    conns: &mut Slab<H::Session, X>,
     outcome: &Outcome,
     now: Now,
     mut udp: impl FnMut(u32, u64, bool),
@@ -257,11 +265,7 @@ pub(crate) fn settle_sessions<H: Handler>(
         let Some(conn) = conns.get_mut(slot, generation) else {
             return false;
         };
-        if !conn.awaits_device || handler.awaits_durable(&conn.session) {
-            return false;
-        }
-        conn.awaits_device = false;
-        true
+        conn.machine.held() && !handler.awaits_durable(&conn.session)
     });
     touched
 }
@@ -270,8 +274,13 @@ pub(crate) fn settle_sessions<H: Handler>(
 mod tests {
     use super::*;
 
-    fn conn() -> Conn<()> {
-        Conn::new(crate::sys::eventfd().unwrap(), (), 0, None)
+    fn conn() -> Conn<(), ()> {
+        Conn::new(
+            crate::sys::eventfd().unwrap(),
+            (),
+            Machine::new(0, false),
+            (),
+        )
     }
 
     #[test]

@@ -25,7 +25,7 @@ impl<H: Handler> Worker<H> {
                     // send slot (msghdr, iovecs, address, GSO control message, bytes, in a slice
                     // that is never resized) and its follower slots are not reused until the
                     // lead's completion (`Sends::send_done`). A connection's vectored send
-                    // (`worker/send_vec.rs`) has its boxed msghdr and iovec in the `Conn`, untouched
+                    // (`engine/uring/send_vec.rs`) has its boxed msghdr and iovec in the `Conn`, untouched
                     // until the completion, and its iovec points at the output buffer and at pinned
                     // arena bytes: the pin invariant (store/src/pin.rs) is that a pinned segment is
                     // not recycled or rewritten until the pin is released, and the session releases

@@ -141,7 +141,7 @@ mod plane_tests {
     use crate::clock::Clock;
     use crate::handler::echo::Echo;
     use crate::plane::{Plane, PlaneSetup};
-    use crate::worker::Limits;
+    use crate::setup::Limits;
 
     fn start() -> (Plane, SocketAddr) {
         let fd =
@@ -161,7 +161,7 @@ mod plane_tests {
             },
             clock: Clock::start(),
             tcp: vec![(
-                crate::listeners::Endpoint::plain(Protocol::Memcache),
+                crate::placement::listeners::Endpoint::plain(Protocol::Memcache),
                 vec![fd],
             )],
             data: None,

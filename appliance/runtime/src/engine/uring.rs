@@ -8,25 +8,24 @@
 //! read, which is the backpressure `Flow::Drain` asks for and keeps output bounded.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use ringstore_service::{Device, Flow, Now};
 
-use crate::listeners::Endpoint;
+use crate::placement::listeners::Endpoint;
 
 use crate::bufring::BufRing;
-use crate::clock::Clock;
-use crate::conn::{Conn, Slab};
+use crate::connection::machine::{Completed, Io, Served, Step};
+use crate::connection::{Conn, Slab};
 use crate::datapath::kernel_udp::KernelUdp;
 use crate::durable::DiskWorker;
 use crate::handler::Handler;
-use crate::inbox::Inbox;
-use crate::linger::{Linger, Next};
 use crate::op::Op;
 use crate::ring::Features;
+use crate::setup::WorkerSetup;
 
 /// Provided receive buffers per worker and their size: 4 MiB a worker either way, in 64 KiB
 /// buffers rather than 256 of 16 KiB, so a depth-16 batch of 4 KiB SETs (66 KiB) arrives in one
@@ -45,60 +44,14 @@ const OWN_BUF_SIZE: usize = 16 << 10;
 /// `eventfd-wait`: the longest a worker sleeps in poll(2) before it looks at its ring again.
 const EVENTFD_WAIT_MS: u16 = 1;
 
-/// Limits every worker enforces.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Limits {
-    pub max_conns: usize,
-    /// 0 = never.
-    pub idle_timeout_ms: u64,
-    pub request_timeout_ms: u64,
-    /// A connection whose pending output grows past this is closed.
-    pub out_hard_cap: usize,
-    /// How long a stopping worker lets in-flight requests finish.
-    pub drain_deadline_ms: u64,
-    pub tick_ms: u64,
-    /// Data-plane switches (hidden config keys): buffer rings, linked receives, poll-first,
-    /// io_uring setup flags. Tests turn buffer rings off to cover the fallback.
-    pub tuning: ringstore_config::Tuning,
-}
-
-/// Everything a worker thread is started with.
-pub(crate) struct WorkerSetup<H: Handler> {
-    pub index: usize,
-    pub cpu: Option<usize>,
-    pub handler: Arc<H>,
-    pub inbox: Arc<Inbox>,
-    pub stop: Arc<AtomicBool>,
-    /// Open connections across all workers (for `--max-conns`).
-    pub open: Arc<AtomicUsize>,
-    pub limits: Limits,
-    pub clock: Clock,
-    /// Reuseport placement: this worker's own listeners.
-    pub listeners: Vec<(OwnedFd, Endpoint)>,
-    /// This worker runs the expiry reaper.
-    pub reaper: bool,
-    /// The data device, when `--data` is on: this worker drives region `index`.
-    pub data: Option<Arc<ringstore_durable::Serving<ringstore_durable::FileDevice>>>,
-    /// memcache UDP: this worker's socket of the SO_REUSEPORT group and `--udp-allow`.
-    pub udp: Option<(OwnedFd, Vec<ipnet::IpNet>)>,
-    /// The AF_XDP sockets of the receive queues pinned to this worker's CPU (`--xdp`).
-    pub xdp: Option<crate::datapath::xdp::XdpWorker>,
-}
-
-impl<H: Handler> WorkerSetup<H> {
-    /// A connection this worker accepted itself (reuseport placement), counted against
-    /// `--max-conns` and this worker's load: `Some` to serve, or `None` once refused with
-    /// the protocol's refusal. Both runtimes admit through here.
-    pub(crate) fn admit_own(&self, fd: OwnedFd, endpoint: Endpoint) -> Option<OwnedFd> {
-        if self.open.fetch_add(1, Ordering::AcqRel) >= self.limits.max_conns {
-            self.open.fetch_sub(1, Ordering::AcqRel);
-            self.handler.conn_refused();
-            crate::acceptor::refuse_now(&fd, endpoint);
-            return None;
-        }
-        self.inbox.add_load();
-        Some(fd)
-    }
+/// What the io_uring worker keeps per connection to move its bytes (ADR 0040: the
+/// connection machine keeps the rest).
+pub(crate) struct UringIo {
+    /// Receive buffer when the kernel has no provided-buffer rings.
+    own_buf: Option<Box<[u8]>>,
+    /// `sendmsg` state for output with spliced values (made on first use): the iovecs and
+    /// msghdr the kernel reads until the SENDMSG completes, so it lives with the connection.
+    vec_send: Option<Box<send_vec::VecSend>>,
 }
 
 struct Worker<H: Handler> {
@@ -109,7 +62,7 @@ struct Worker<H: Handler> {
     udp: Option<KernelUdp<H::Session>>,
     /// UDP receive errors logged so far (a few, then quiet).
     udp_errors_logged: u32,
-    conns: Slab<H::Session>,
+    conns: Slab<H::Session, UringIo>,
     pending: Vec<squeue::Entry>,
     /// Pairs that must reach the kernel in one submission: a data-device batch write and the
     /// flush chained behind it (`DiskWorker::pump`).

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use ringstore_service::Protocol;
 
-use crate::listeners::Endpoint;
+use crate::placement::listeners::Endpoint;
 
 use crate::handler::Handler;
-use crate::inbox::{least_loaded, Inbox};
+use crate::placement::inbox::{least_loaded, Inbox};
 
 /// What memcached answers when it is out of connections.
 pub(crate) const MEMCACHE_REFUSAL: &[u8] = b"ERROR Too many open connections\r\n";

@@ -6,9 +6,9 @@ use std::os::fd::AsFd;
 use ringstore_service::{Device, Flow};
 
 use super::*;
-use crate::conn::Conn;
+use crate::connection::machine::{Served, State, Step};
+use crate::connection::Conn;
 use crate::durable::ConnDevice;
-use crate::linger::{Linger, Next};
 use crate::sys::Transfer;
 
 /// What an attempt to write a connection's pending output did.
@@ -34,18 +34,14 @@ impl<H: Handler> Worker<H> {
             return self.forget_connection();
         }
         let raw = fd.as_raw_fd();
-        let handler = &self.setup.handler;
-        let mut session = if endpoint.tls {
-            handler.open_tls(endpoint.protocol, self.setup.index, self.now.mono_ms)
-        } else {
-            handler.open(endpoint.protocol, self.setup.index)
-        };
-        if let Some(peer) = crate::sys::peer_addr(fd.as_raw_fd()) {
-            handler.peer_known(&mut session, peer);
-        }
-        let (slot, generation) = self
-            .conns
-            .insert(Conn::new(fd, session, self.now.mono_ms, None));
+        let conn = Conn::open(
+            &*self.setup.handler,
+            fd,
+            endpoint,
+            (self.setup.index, self.now.mono_ms),
+            EpollIo { ready_in: false },
+        );
+        let (slot, generation) = self.conns.insert(conn);
         self.setup.handler.conn_opened(self.setup.index);
         if let Err(err) = self
             .epoll
@@ -55,52 +51,43 @@ impl<H: Handler> Worker<H> {
             return self.finish_close(slot);
         }
         self.peak_conns = self.peak_conns.max(self.conns.live());
-        // A session with a request under way from the start (a TLS handshake, a login the
-        // auth file asks for) is timed from the open: the request timeout closes a client
-        // that never sends.
-        let now = self.now.mono_ms;
-        let handler = &self.setup.handler;
-        if let Some(conn) = self.conns.get_mut(slot, generation) {
-            if handler.has_partial_request(&conn.session) {
-                conn.partial_since_ms = Some(now);
-            }
-        }
         // Input that arrived before the registration is reported by it (the first edge).
     }
 
     /// Accounting for a connection that is gone (closed or dropped before it was served).
     fn forget_connection(&mut self) {
-        self.setup.inbox.connection_closed();
-        self.setup.open.fetch_sub(1, Ordering::AcqRel);
+        self.setup.forget_connection();
     }
 
     /// Closes at once (nothing is ever in flight in this runtime; closing the socket also
     /// takes it out of the epoll set).
     pub(super) fn finish_close(&mut self, slot: u32) {
         let generation = self.conns.generation(slot);
-        if let Some(mut conn) = self.conns.remove(slot) {
-            if conn.linger.is_none() {
-                let device = self.disk.as_ref().map(|d| d.log.for_conn(slot, generation));
-                self.setup
-                    .handler
-                    .session_closed(&mut conn.session, device.as_ref().map(|d| d as &dyn Device));
-            }
+        if let Some(conn) = self.conns.remove(slot) {
+            let device = self.disk.as_ref().map(|d| d.log.for_conn(slot, generation));
+            conn.end(
+                &*self.setup.handler,
+                device.as_ref().map(|d| d as &dyn Device),
+            );
             self.setup.handler.conn_closed(self.setup.index);
             self.forget_connection();
         }
     }
 
-    /// The session is done and its last reply sent: half-close and discard what the peer
-    /// still sends, within bounds (`linger.rs`), so the reply is not lost to a reset.
+    /// The session is done and its last reply sent (the machine lingers): half-close and
+    /// discard what the peer still sends, within bounds (`connection/linger.rs`), so the
+    /// reply is not lost to a reset.
     fn linger(&mut self, slot: u32) {
-        let now = self.now.mono_ms;
         let generation = self.conns.generation(slot);
         let Some(conn) = self.conns.at_mut(slot) else {
             return;
         };
+        assert!(
+            conn.machine.lingering(),
+            "linger carried out in {:?}",
+            conn.machine.state()
+        );
         crate::sys::shutdown(conn.fd.as_raw_fd(), libc::SHUT_WR);
-        conn.linger = Some(Linger::start(now));
-        conn.partial_since_ms = None;
         let device = self.disk.as_ref().map(|d| d.log.for_conn(slot, generation));
         self.setup
             .handler
@@ -119,55 +106,70 @@ impl<H: Handler> Worker<H> {
         if self
             .conns
             .get_mut(slot, generation)
-            .is_some_and(|c| c.ready_in)
+            .is_some_and(|c| c.io.ready_in)
         {
             self.runnable.push((slot, generation));
         }
     }
 
-    /// One step of [`Worker::drive`]; false when the connection must wait for an edge (or is gone).
+    /// One step of [`Worker::drive`], as the connection machine's state says; false when
+    /// the connection must wait for an edge (or is gone).
     fn step(&mut self, slot: u32, generation: u32) -> bool {
-        let stopping = self.stopping_deadline.is_some();
         let handler = &*self.setup.handler;
         let Some(conn) = self.conns.get_mut(slot, generation) else {
             return false;
         };
-        if conn.linger.is_some() {
-            return self.discard_lingering(slot);
-        }
-        if conn.awaits_device {
-            return false; // resumed once its records are settled (disk.rs)
-        }
-        if !conn.out.is_empty() || !handler.splices(&conn.session).is_empty() {
-            match flush(handler, conn) {
+        let next = match conn.machine.state() {
+            State::Lingering(_) => return self.discard_lingering(slot),
+            // Resumed once its records are settled (disk.rs); a closing one is gone already.
+            State::Held { .. } | State::Closing { .. } => return false,
+            State::Draining => Step::Drain,
+            State::Reading => Step::Read,
+            State::Sending { .. } => match flush(handler, conn) {
                 Flushed::All => {
-                    conn.last_active_ms = self.now.mono_ms;
                     conn.output_flushed();
                     handler.output_flushed(&mut conn.session);
+                    conn.machine.handle_sent(self.now.mono_ms, true)
                 }
                 Flushed::Blocked => return false,
                 Flushed::Failed => {
                     self.finish_close(slot);
                     return false;
                 }
+            },
+        };
+        self.carry_out(slot, generation, next)
+    }
+
+    /// Carries out what the machine says next; false when the connection must wait.
+    fn carry_out(&mut self, slot: u32, generation: u32, step: Step) -> bool {
+        match step {
+            Step::Send => true, // the next turn writes
+            Step::Read => {
+                let ready = self
+                    .conns
+                    .get_mut(slot, generation)
+                    .is_some_and(|c| c.io.ready_in);
+                ready && self.read(slot, generation)
             }
-        }
-        match conn.after_send {
-            Flow::Close => {
+            Step::Drain => {
+                let handler = &*self.setup.handler;
+                let Some(conn) = self.conns.get_mut(slot, generation) else {
+                    return false;
+                };
+                let device = self.disk.as_ref().map(|d| d.log.for_conn(slot, generation));
+                let flow = feed(handler, device.as_ref(), conn, &[], self.now);
+                self.served(slot, flow)
+            }
+            Step::Linger => {
                 self.linger(slot);
                 true
             }
-            Flow::Drain => {
-                let device = self.disk.as_ref().map(|d| d.log.for_conn(slot, generation));
-                let flow = feed(handler, device.as_ref(), conn, &[], self.now);
-                self.after_input(slot, flow)
-            }
-            Flow::Continue if stopping && conn.partial_since_ms.is_none() => {
+            Step::Close => {
                 self.finish_close(slot);
                 false
             }
-            Flow::Continue if !conn.ready_in => false,
-            Flow::Continue => self.read(slot, generation),
+            Step::Wait => false,
         }
     }
 
@@ -184,7 +186,7 @@ impl<H: Handler> Worker<H> {
                 false
             }
             Transfer::WouldBlock => {
-                conn.ready_in = false;
+                conn.io.ready_in = false;
                 false
             }
             Transfer::Done(n) => {
@@ -196,41 +198,41 @@ impl<H: Handler> Worker<H> {
                     &self.read_buf[..n],
                     self.now,
                 );
-                conn.last_active_ms = self.now.mono_ms;
-                self.after_input(slot, flow)
+                conn.machine.handle_received(self.now.mono_ms);
+                self.served(slot, flow)
             }
         }
     }
 
-    /// After the session consumed input (or resumed a drain): notes a half-received request,
-    /// enforces the output cap, and remembers what to do once the output is out.
-    fn after_input(&mut self, slot: u32, flow: Flow) -> bool {
-        let now = self.now.mono_ms;
+    /// The session was called (with input, to drain, or after its held reply's commit) and
+    /// answered `flow`: reports what it left to the machine, enforcing the output cap. True
+    /// when the connection goes on at its next turn (the machine's state says with what).
+    pub(super) fn served(&mut self, slot: u32, flow: Flow) -> bool {
         let cap = self.setup.limits.out_hard_cap;
         let handler = &*self.setup.handler;
+        let device = self.disk.is_some();
         let Some(conn) = self.conns.at_mut(slot) else {
             return false;
         };
-        if handler.has_partial_request(&conn.session) {
-            conn.partial_since_ms.get_or_insert(now);
-        } else {
-            conn.partial_since_ms = None;
-        }
-        if conn.out.len() > cap {
+        let over_cap = conn.out.len() > cap;
+        if over_cap {
             eprintln!("ringstore: closing a connection whose pending output passed {cap} bytes");
-            self.finish_close(slot);
-            return false;
         }
-        conn.after_send = flow;
-        if flow == Flow::Drain
-            && conn.out.is_empty()
-            && handler.splices(&conn.session).is_empty()
-            && !conn.awaits_device
-        {
-            // Nothing to drain: a session bug must not spin the worker.
-            conn.after_send = Flow::Continue;
+        let served = Served {
+            flow,
+            partial: handler.has_partial_request(&conn.session),
+            held: device && handler.awaits_durable(&conn.session),
+            pending: conn.pending(handler),
+            over_cap,
+        };
+        match conn.machine.handle_served(self.now.mono_ms, served) {
+            // The next turn does it (the machine's state says what).
+            Step::Send | Step::Read | Step::Drain => true,
+            step => {
+                let generation = self.conns.generation(slot);
+                self.carry_out(slot, generation, step)
+            }
         }
-        true
     }
 
     /// A lingering connection: read and throw away until the peer closes or a bound is hit.
@@ -239,26 +241,23 @@ impl<H: Handler> Worker<H> {
         let Some(conn) = self.conns.at_mut(slot) else {
             return false;
         };
-        if !conn.ready_in {
+        if !conn.io.ready_in {
             return false;
         }
         let res = match crate::sys::recv_nowait(conn.fd.as_raw_fd(), &mut self.read_buf) {
             Transfer::Done(n) => i32::try_from(n).unwrap_or(i32::MAX),
             Transfer::WouldBlock => {
-                conn.ready_in = false;
+                conn.io.ready_in = false;
                 -libc::EAGAIN
             }
             Transfer::Failed => -libc::ECONNRESET,
         };
-        let Some(linger) = &mut conn.linger else {
-            return false;
-        };
-        match linger.on_recv(res, now) {
-            Next::Read => conn.ready_in,
-            Next::Close => {
+        match conn.machine.handle_linger_recv(res, now) {
+            Step::Close => {
                 self.finish_close(slot);
                 false
             }
+            _ => conn.io.ready_in,
         }
     }
 }
@@ -266,18 +265,17 @@ impl<H: Handler> Worker<H> {
 /// One call into a connection's session. The one place this runtime hands a session its
 /// input: what must happen right after `on_bytes` (a TLS layer's kernel key install, say)
 /// goes here. With a data device the session gets the worker's log on behalf of this
-/// connection; if it then holds a reply until its records are settled, the connection waits
-/// (`awaits_device`) and [`Worker::on_disk`] resumes it.
+/// connection; if it then holds a reply until its records are settled, the machine holds the
+/// connection and [`Worker::on_disk`] resumes it.
 fn feed<H: Handler>(
     handler: &H,
     device: Option<&ConnDevice<'_>>,
-    conn: &mut Conn<H::Session>,
+    conn: &mut Conn<H::Session, EpollIo>,
     input: &[u8],
     now: Now,
 ) -> Flow {
     let device = device.map(|d| d as &dyn Device);
     let mut flow = handler.on_bytes(&mut conn.session, input, now, device, &mut conn.out);
-    conn.awaits_device = device.is_some() && handler.awaits_durable(&conn.session);
     // Nothing of this output is sent yet and no read is under way: the moment a TLS session
     // may go to the kernel (tls.rs), as on the io_uring worker.
     if !input.is_empty() && !handler.after_bytes(&mut conn.session, conn.fd.as_fd(), &mut conn.out)
@@ -289,10 +287,10 @@ fn feed<H: Handler>(
 
 /// Writes `conn`'s pending output (with spliced values: one `sendmsg` per round) until it
 /// is all out or the socket is full.
-fn flush<H: Handler>(handler: &H, conn: &mut Conn<H::Session>) -> Flushed {
+fn flush<H: Handler>(handler: &H, conn: &mut Conn<H::Session, EpollIo>) -> Flushed {
     loop {
         let splices = handler.splices(&conn.session);
-        let total = crate::worker::send_vec::output_len(&conn.out, splices);
+        let total = crate::engine::uring::send_vec::output_len(&conn.out, splices);
         if conn.sent >= total {
             return Flushed::All;
         }

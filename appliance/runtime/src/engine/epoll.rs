@@ -4,10 +4,10 @@
 //!
 //! It drives the same [`Handler`] as the io_uring worker and shares what both do: the
 //! acceptor → least-loaded-worker placement and its inbox ([`crate::inbox`]), the
-//! connection table ([`crate::conn::Slab`]), the output buffer's bounds and the timeouts
-//! ([`crate::conn::Conn::due_to_close`]), the lingering close ([`crate::linger`]), the
+//! connection table ([`crate::connection::Slab`]), the output buffer's bounds and the timeouts
+//! ([`crate::connection::Conn::due_to_close`]), the lingering close ([`crate::linger`]), the
 //! limits ([`Limits`]) and the vectored send of values from the item
-//! ([`crate::worker::send_vec::pieces`]). What differs is only how bytes move: a
+//! ([`crate::engine::uring::send_vec::pieces`]). What differs is only how bytes move: a
 //! connection is registered once, edge-triggered for input and output, and read or written
 //! with nonblocking calls until the kernel says EAGAIN; reads go into one buffer per worker
 //! (a session keeps what it needs), so an idle connection holds no receive buffer.
@@ -21,25 +21,20 @@ use std::sync::mpsc::SyncSender;
 
 use std::sync::Arc;
 
-use ringstore_service::{Flow, Now};
+use ringstore_service::Now;
 
-use crate::listeners::Endpoint;
+use crate::placement::listeners::Endpoint;
 
-use crate::conn::Slab;
+use crate::connection::Slab;
 use crate::handler::Handler;
 use crate::ring::Features;
+use crate::setup::WorkerSetup;
 use crate::sys::{Epoll, Readiness, Watch};
-use crate::worker::WorkerSetup;
 
 mod conn_io;
 mod disk;
-mod udp;
-// Builds the iovec over pinned arena bytes: the only `unsafe` of this runtime.
-#[allow(
-    unsafe_code,
-    reason = "slices over pinned arena bytes whose lifetime the pin guarantees; see the module doc"
-)]
 mod send_iov;
+mod udp;
 
 /// The receive buffer every connection of a worker reads into, in turn.
 const READ_BUF: usize = 16 << 10;
@@ -58,9 +53,17 @@ fn conn_key(slot: u32, generation: u32) -> u64 {
     (u64::from(generation & crate::op::GEN_MASK) << 32) | u64::from(slot)
 }
 
+/// What the readiness engine keeps per connection to move its bytes (ADR 0040: the
+/// connection machine keeps the rest).
+pub(crate) struct EpollIo {
+    /// The socket may hold input: an edge was reported and no read has found it empty since
+    /// (ADR 0033).
+    ready_in: bool,
+}
+
 struct Worker<H: Handler> {
     epoll: Epoll,
-    conns: Slab<H::Session>,
+    conns: Slab<H::Session, EpollIo>,
     events: Vec<Readiness>,
     /// Connections with input left after their turns: served next iteration without waiting.
     runnable: Vec<(u32, u32)>,
@@ -225,7 +228,7 @@ impl<H: Handler> Worker<H> {
         let Some(conn) = self.conns.get_mut(slot, generation) else {
             return; // an event for a connection closed earlier in this batch
         };
-        conn.ready_in |= event.readable || event.hangup;
+        conn.io.ready_in |= event.readable || event.hangup;
         self.drive(slot, generation);
     }
 
@@ -273,13 +276,12 @@ impl<H: Handler> Worker<H> {
             self.setup.handler.reclaim(self.now);
         }
         let limits = self.setup.limits;
-        let past_deadline = self.stopping_deadline.is_some_and(|d| now >= d);
         let handler = Arc::clone(&self.setup.handler);
         for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
             let due = self
                 .conns
                 .at_mut(slot)
-                .is_some_and(|conn| conn.closed_by_tick(&*handler, now, &limits, past_deadline));
+                .is_some_and(|conn| conn.closed_by_tick(&*handler, now, &limits));
             if due {
                 self.finish_close(slot);
             }
@@ -302,14 +304,11 @@ impl<H: Handler> Worker<H> {
             let Some(conn) = self.conns.get_mut(slot, generation) else {
                 continue;
             };
-            if conn.linger.is_some()
-                || !conn.out.is_empty()
-                || !handler.splices(&conn.session).is_empty()
-            {
+            if !conn.machine.may_poll_output() || conn.pending(&*handler) {
                 continue;
             }
             if handler.poll_output(&mut conn.session, &mut conn.out) && !conn.out.is_empty() {
-                conn.after_send = Flow::Continue;
+                conn.machine.handle_polled_output();
                 self.runnable.push((slot, generation));
             }
         }
@@ -317,20 +316,13 @@ impl<H: Handler> Worker<H> {
 
     /// Stops accepting, closes idle connections; the others finish (bounded by the deadline).
     fn begin_stop(&mut self) {
-        self.stopping_deadline = Some(self.now.mono_ms + self.setup.limits.drain_deadline_ms);
+        let deadline = self.now.mono_ms + self.setup.limits.drain_deadline_ms;
+        self.stopping_deadline = Some(deadline);
         for (fd, _) in self.setup.listeners.drain(..) {
             self.epoll.remove(fd.as_raw_fd());
         }
-        for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
-            let idle = self.conns.at_mut(slot).is_some_and(|conn| {
-                conn.out.is_empty()
-                    && conn.partial_since_ms.is_none()
-                    && conn.linger.is_none()
-                    && !conn.awaits_device
-            });
-            if idle {
-                self.finish_close(slot);
-            }
+        for slot in self.conns.stop(deadline) {
+            self.finish_close(slot);
         }
         // Connections queued after the stop are dropped unserved (open_connection).
         self.take_inbox();

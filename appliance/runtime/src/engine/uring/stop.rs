@@ -26,16 +26,12 @@ impl<H: Handler> Worker<H> {
     pub(super) fn check_timeouts(&mut self) {
         let now = self.now.mono_ms;
         let limits = self.setup.limits;
-        let past_deadline = self.stopping_deadline.is_some_and(|d| now >= d);
         let handler = Arc::clone(&self.setup.handler);
         for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
             let Some(conn) = self.conns.at_mut(slot) else {
                 continue;
             };
-            if conn.closing {
-                continue;
-            }
-            if conn.closed_by_tick(&*handler, now, &limits, past_deadline) {
+            if conn.closed_by_tick(&*handler, now, &limits) {
                 self.close(slot);
             }
         }
@@ -49,20 +45,19 @@ impl<H: Handler> Worker<H> {
             let Some(conn) = self.conns.at_mut(slot) else {
                 continue;
             };
-            let busy =
-                conn.closing || conn.linger.is_some() || conn.send_armed || conn.awaits_device;
-            if busy || !conn.out.is_empty() {
+            if !conn.machine.may_poll_output() || conn.pending(&*handler) {
                 continue;
             }
             if handler.poll_output(&mut conn.session, &mut conn.out) && !conn.out.is_empty() {
-                conn.after_send = Flow::Continue;
-                self.arm_send(slot);
+                let step = conn.machine.handle_polled_output();
+                self.carry_out(slot, step);
             }
         }
     }
 
     pub(super) fn begin_stop(&mut self) {
-        self.stopping_deadline = Some(self.now.mono_ms + self.setup.limits.drain_deadline_ms);
+        let deadline = self.now.mono_ms + self.setup.limits.drain_deadline_ms;
+        self.stopping_deadline = Some(deadline);
         for i in 0..self.setup.listeners.len() {
             let target = Op::Accept {
                 index: crate::sys::u32_of(i),
@@ -74,18 +69,8 @@ impl<H: Handler> Worker<H> {
                     .user_data(Op::Cancel.encode()),
             );
         }
-        for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
-            let Some(conn) = self.conns.at_mut(slot) else {
-                continue;
-            };
-            // A lingering connection ends by itself well within the drain deadline.
-            if !conn.send_armed
-                && conn.partial_since_ms.is_none()
-                && !conn.awaits_device
-                && conn.linger.is_none()
-            {
-                self.close(slot);
-            }
+        for slot in self.conns.stop(deadline) {
+            self.close(slot);
         }
         self.stop_udp();
         // Connections queued after the stop are dropped unserved.

@@ -6,7 +6,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use crate::listeners::Endpoint;
+use crate::placement::listeners::Endpoint;
 
 /// One worker's queue of new connections and its load (active + queued connections).
 pub(crate) struct Inbox {

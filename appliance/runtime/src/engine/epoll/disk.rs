@@ -1,10 +1,10 @@
 //! The data device on a readiness worker (ADR 0033): the log's bookkeeping is the io_uring
 //! worker's ([`DiskWorker`]); its I/O goes to the worker's [`SyncThread`], whose
 //! completions arrive through an eventfd the loop watches, and settle the same way
-//! ([`crate::conn::settle_sessions`]): replies held until their group commit.
+//! ([`crate::connection::settle_sessions`]): replies held until their group commit.
 
 use super::*;
-use crate::conn::settle_sessions;
+use crate::connection::settle_sessions;
 use crate::durable::{DiskWorker, Done, Outcome, SyncThread};
 
 /// A readiness worker's data device: its region log and the thread that writes it.
@@ -74,7 +74,15 @@ impl<H: Handler> Worker<H> {
                 self.now,
                 |_, _, _| {}, // no UDP on this runtime
             );
-            self.runnable.extend(resumed);
+            for (slot, generation) in resumed {
+                let flow = self
+                    .conns
+                    .get_mut(slot, generation)
+                    .and_then(|conn| conn.machine.held_flow());
+                if flow.is_some_and(|flow| self.served(slot, flow)) {
+                    self.runnable.push((slot, generation));
+                }
+            }
         }
         if let Some(disk) = &mut self.disk {
             disk.done = done;

@@ -105,7 +105,7 @@ impl<H: Handler> Worker<H> {
         let Some(disk) = &mut self.disk else { return };
         let outcome = disk.complete(flush, id, res);
         let mut held_udp = Vec::new();
-        let resumed = crate::conn::settle_sessions(
+        let resumed = crate::connection::settle_sessions(
             &*self.setup.handler,
             &mut self.conns,
             &outcome,
@@ -116,17 +116,13 @@ impl<H: Handler> Worker<H> {
             self.on_udp_durable(generation, token, ok);
         }
         for (slot, generation) in resumed {
-            let Some(conn) = self.conns.get_mut(slot, generation) else {
-                continue;
-            };
-            if conn.closing {
-                if !conn.in_flight() {
-                    self.finish_close(slot);
-                }
-                continue;
+            let flow = self
+                .conns
+                .get_mut(slot, generation)
+                .and_then(|conn| conn.machine.held_flow());
+            if let Some(flow) = flow {
+                self.served(slot, flow);
             }
-            let flow = conn.after_send;
-            self.after_input(slot, flow);
         }
     }
 }

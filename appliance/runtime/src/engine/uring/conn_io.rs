@@ -1,0 +1,276 @@
+//! A connection's life on its worker: open, receive into its session, send its output, close
+//! (or linger), and the slow-client bookkeeping.
+
+use super::send_vec;
+use super::*;
+
+impl<H: Handler> Worker<H> {
+    pub(super) fn open_connection(&mut self, fd: OwnedFd, endpoint: Endpoint) {
+        if self.stopping_deadline.is_some() {
+            drop(fd);
+            self.forget_connection();
+            return;
+        }
+        crate::sys::set_nodelay(fd.as_raw_fd());
+        let own_buf = if self.bufs.is_none() {
+            Some(vec![0u8; OWN_BUF_SIZE].into_boxed_slice())
+        } else {
+            None
+        };
+        let conn = Conn::open(
+            &*self.setup.handler,
+            fd,
+            endpoint,
+            (self.setup.index, self.now.mono_ms),
+            UringIo {
+                own_buf,
+                vec_send: None,
+            },
+        );
+        let (slot, _) = self.conns.insert(conn);
+        self.setup.handler.conn_opened(self.setup.index);
+        self.peak_conns = self.peak_conns.max(self.conns.live());
+        self.arm_recv(slot);
+    }
+
+    /// Accounting for a connection that is gone (closed or dropped before it was served).
+    pub(super) fn forget_connection(&mut self) {
+        self.setup.forget_connection();
+    }
+
+    /// Carries out what the connection machine says the connection does next.
+    pub(super) fn carry_out(&mut self, slot: u32, step: Step) {
+        match step {
+            Step::Send => self.arm_send(slot),
+            Step::Read => {
+                // A receive linked behind the send may be armed already.
+                let armed = self
+                    .conns
+                    .at_mut(slot)
+                    .is_some_and(|c| c.machine.in_flight(Io::Recv));
+                if !armed {
+                    self.arm_recv(slot);
+                }
+            }
+            Step::Drain => self.drain(slot),
+            Step::Linger => self.linger(slot),
+            Step::Close => self.close(slot),
+            Step::Wait => {}
+        }
+    }
+
+    /// Closes now if nothing is in flight; otherwise shuts the socket down so in-flight
+    /// operations complete promptly and closes when the last one has.
+    pub(super) fn close(&mut self, slot: u32) {
+        let Some(conn) = self.conns.at_mut(slot) else {
+            return;
+        };
+        if conn.machine.close() {
+            self.finish_close(slot);
+        } else {
+            crate::sys::shutdown(conn.fd.as_raw_fd(), libc::SHUT_RDWR);
+        }
+    }
+
+    /// The session is done and its last reply sent (the machine lingers): half-close and
+    /// discard what the peer still sends, within bounds, so the reply is not lost to a reset
+    /// (see `connection/linger.rs`).
+    pub(super) fn linger(&mut self, slot: u32) {
+        let generation = self.conns.generation(slot);
+        let Some(conn) = self.conns.at_mut(slot) else {
+            return;
+        };
+        assert!(
+            conn.machine.lingering(),
+            "linger carried out in {:?}",
+            conn.machine.state()
+        );
+        crate::sys::shutdown(conn.fd.as_raw_fd(), libc::SHUT_WR);
+        // The session is over: let it give back what it holds now, not when the socket closes.
+        let device = self.disk.as_ref().map(|d| d.for_conn(slot, generation));
+        self.setup
+            .handler
+            .session_closed(&mut conn.session, device.as_ref().map(|d| d as &dyn Device));
+        if !conn.machine.in_flight(Io::Recv) {
+            self.arm_recv(slot);
+        }
+    }
+
+    pub(super) fn finish_close(&mut self, slot: u32) {
+        let generation = self.conns.generation(slot);
+        if let Some(conn) = self.conns.remove(slot) {
+            let device = self.disk.as_ref().map(|d| d.for_conn(slot, generation));
+            conn.end(
+                &*self.setup.handler,
+                device.as_ref().map(|d| d as &dyn Device),
+            );
+            self.setup.handler.conn_closed(self.setup.index);
+            self.forget_connection();
+        }
+    }
+
+    /// Gives a receive's buffer back to the pool.
+    fn recycle(&mut self, bid: Option<u16>) {
+        if let (Some(bid), Some(bufs)) = (bid, self.bufs.as_mut()) {
+            bufs.recycle(bid);
+        }
+    }
+
+    pub(super) fn on_recv(&mut self, slot: u32, generation: u32, res: i32, flags: u32) {
+        let bid = cqueue::buffer_select(flags);
+        let Some(conn) = self.conns.get_mut(slot, generation) else {
+            return self.recycle(bid);
+        };
+        match conn.machine.handle_completed(Io::Recv) {
+            Completed::Serve => {}
+            Completed::Finish => {
+                self.recycle(bid);
+                return self.finish_close(slot);
+            }
+            Completed::Wait => return self.recycle(bid),
+        }
+        if conn.machine.lingering() {
+            let step = conn.machine.handle_linger_recv(res, self.now.mono_ms);
+            self.recycle(bid);
+            return self.carry_out(slot, step);
+        }
+        if res > 0 {
+            return self.serve_input(slot, generation, res as usize, bid);
+        }
+        let step = match -res {
+            libc::ENOBUFS | libc::EINTR | libc::EAGAIN => Step::Read,
+            // The send it was linked behind came up short; reading resumes once it is done.
+            libc::ECANCELED => conn.machine.handle_recv_cancelled(self.now.mono_ms),
+            // 0 = the peer closed (possibly mid-value), or ECONNRESET and friends.
+            _ => Step::Close,
+        };
+        self.recycle(bid);
+        self.carry_out(slot, step);
+    }
+
+    /// `len` bytes received (in pool buffer `bid`, or the connection's own buffer): the
+    /// session consumes them, then the machine says what next.
+    fn serve_input(&mut self, slot: u32, generation: u32, len: usize, bid: Option<u16>) {
+        let Some(conn) = self.conns.get_mut(slot, generation) else {
+            return self.recycle(bid);
+        };
+        // The connection's own buffer (no buffer ring) is lent out for the call.
+        let own_buf = conn.io.own_buf.take();
+        #[expect(
+            clippy::expect_used,
+            reason = "without a buffer pool every connection has its own buffer, lent only here"
+        )]
+        let input: &[u8] = match (bid, &self.bufs) {
+            (Some(bid), Some(bufs)) => bufs.filled(bid, len),
+            _ => &own_buf.as_deref().expect("own buffer")[..len],
+        };
+        let mut flow = call_session(
+            &*self.setup.handler,
+            self.disk.as_mut(),
+            conn,
+            (slot, generation),
+            input,
+            self.now,
+        );
+        // No receive is in flight and nothing of this output was sent: the moment a
+        // TLS session may go to the kernel (tls.rs).
+        if !self
+            .setup
+            .handler
+            .after_bytes(&mut conn.session, conn.fd.as_fd(), &mut conn.out)
+        {
+            flow = Flow::Close;
+        }
+        conn.io.own_buf = own_buf;
+        conn.machine.handle_received(self.now.mono_ms);
+        self.recycle(bid);
+        self.served(slot, flow);
+    }
+
+    /// The session was called and answered `flow`: reports what it left to the machine
+    /// (enforcing the output cap) and carries out the next step.
+    pub(super) fn served(&mut self, slot: u32, flow: Flow) {
+        let cap = self.setup.limits.out_hard_cap;
+        let handler = &*self.setup.handler;
+        let device = self.disk.is_some();
+        let Some(conn) = self.conns.at_mut(slot) else {
+            return;
+        };
+        let over_cap = conn.out.len() > cap;
+        if over_cap {
+            eprintln!("ringstore: closing a connection whose pending output passed {cap} bytes");
+        }
+        let served = Served {
+            flow,
+            partial: handler.has_partial_request(&conn.session),
+            held: device && handler.awaits_durable(&conn.session),
+            pending: conn.pending(handler),
+            over_cap,
+        };
+        let step = conn.machine.handle_served(self.now.mono_ms, served);
+        self.carry_out(slot, step);
+    }
+
+    /// The machine drains: the session is called with no input to go on.
+    fn drain(&mut self, slot: u32) {
+        let generation = self.conns.generation(slot);
+        let Some(conn) = self.conns.get_mut(slot, generation) else {
+            return;
+        };
+        let flow = call_session(
+            &*self.setup.handler,
+            self.disk.as_mut(),
+            conn,
+            (slot, generation),
+            &[],
+            self.now,
+        );
+        self.served(slot, flow);
+    }
+
+    pub(super) fn on_send(&mut self, slot: u32, generation: u32, res: i32) {
+        let now = self.now.mono_ms;
+        let handler = &*self.setup.handler;
+        let Some(conn) = self.conns.get_mut(slot, generation) else {
+            return;
+        };
+        match conn.machine.handle_completed(Io::Send) {
+            Completed::Serve => {}
+            Completed::Finish => return self.finish_close(slot),
+            Completed::Wait => return,
+        }
+        if res <= 0 {
+            return match -res {
+                libc::EINTR | libc::EAGAIN => self.arm_send(slot),
+                // EPIPE, ECONNRESET, 0: the peer is gone.
+                _ => self.close(slot),
+            };
+        }
+        conn.sent += res as usize;
+        let all_out = conn.sent >= send_vec::output_len(&conn.out, handler.splices(&conn.session));
+        if all_out {
+            conn.output_flushed();
+            handler.output_flushed(&mut conn.session);
+        }
+        let step = conn.machine.handle_sent(now, all_out);
+        self.carry_out(slot, step);
+    }
+}
+
+/// One call into a connection's session (new input, or none to resume after a drain).
+///
+/// With a data device the session gets the worker's log on behalf of this connection; if it
+/// then holds a reply until its records are settled, the machine holds the connection and
+/// [`Worker::on_disk`] resumes it.
+fn call_session<H: Handler>(
+    handler: &H,
+    disk: Option<&mut DiskWorker>,
+    conn: &mut Conn<H::Session, UringIo>,
+    (slot, generation): (u32, u32),
+    input: &[u8],
+    now: Now,
+) -> Flow {
+    let device = disk.as_deref().map(|d| d.for_conn(slot, generation));
+    let device = device.as_ref().map(|d| d as &dyn Device);
+    handler.on_bytes(&mut conn.session, input, now, device, &mut conn.out)
+}
