@@ -90,6 +90,22 @@ impl<S, X> Conn<S, X> {
         Conn::new(fd, session, machine, io)
     }
 
+    /// The machine lingers: shut the write side (the FIN follows the last reply) and tell
+    /// the session it is over now, so it gives back what it holds (`connection/linger.rs`).
+    pub(crate) fn start_linger<H: Handler<Session = S>>(
+        &mut self,
+        handler: &H,
+        device: Option<&dyn Device>,
+    ) {
+        assert!(
+            self.machine.lingering(),
+            "linger carried out in {:?}",
+            self.machine.state()
+        );
+        crate::sys::shutdown(self.fd.as_raw_fd(), libc::SHUT_WR);
+        handler.session_closed(&mut self.session, device);
+    }
+
     /// The connection is gone (the engine removed it, nothing in flight): its session is
     /// told, unless it already was at the linger.
     pub(crate) fn end<H: Handler<Session = S>>(mut self, handler: &H, device: Option<&dyn Device>) {

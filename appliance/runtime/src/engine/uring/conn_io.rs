@@ -80,17 +80,11 @@ impl<H: Handler> Worker<H> {
         let Some(conn) = self.conns.at_mut(slot) else {
             return;
         };
-        assert!(
-            conn.machine.lingering(),
-            "linger carried out in {:?}",
-            conn.machine.state()
-        );
-        crate::sys::shutdown(conn.fd.as_raw_fd(), libc::SHUT_WR);
-        // The session is over: let it give back what it holds now, not when the socket closes.
         let device = self.disk.as_ref().map(|d| d.for_conn(slot, generation));
-        self.setup
-            .handler
-            .session_closed(&mut conn.session, device.as_ref().map(|d| d as &dyn Device));
+        conn.start_linger(
+            &*self.setup.handler,
+            device.as_ref().map(|d| d as &dyn Device),
+        );
         if !conn.machine.in_flight(Io::Recv) {
             self.arm_recv(slot);
         }
