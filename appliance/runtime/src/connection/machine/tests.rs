@@ -391,3 +391,44 @@ fn arming_a_send_after_close_is_refused() {
     assert!(m.close());
     m.armed(Io::Send);
 }
+
+/// Every `.rs` file under `dir`, recursively.
+fn sources(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, found);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            found.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_engine_keeps_a_lifecycle_of_its_own() {
+    // What the machine alone keeps and decides (ADR 0040): an engine that names one of
+    // these again has started a second lifecycle.
+    const MACHINE_ONLY: &[&str] = &[
+        "partial_since",
+        "last_active",
+        "after_send",
+        "awaits_device",
+        "Linger::start",
+        "linger.on_recv",
+        "stop_deadline_ms",
+        "fn due_to_close",
+    ];
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine");
+    let mut files = Vec::new();
+    sources(&root, &mut files);
+    assert!(files.len() >= 10, "the engines' sources were not found under {root:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for word in MACHINE_ONLY {
+            assert!(
+                !text.contains(word),
+                "{file:?} names `{word}`: the connection machine decides that (ADR 0040)"
+            );
+        }
+    }
+}
