@@ -11,8 +11,6 @@ mod tests {
 
     /// (crate, parent module path, circle as its modules): circles kept on purpose.
     const ALLOWED: &[(&str, &str, &[&str])] = &[
-        // conn.rs holds the worker's vectored-send state (see the comment on `vec_send`).
-        ("runtime", "", &["conn", "worker"]),
         // Found when this test reached folders and xtask (issue 37), in the QEMU tests and
         // the benchmarks that issue 37 moves out of xtask; to be broken in that move:
         // bench/udp.rs uses the QEMU tests' netns helper, the TLS QEMU tests the bench's TLS

@@ -12,7 +12,7 @@ use crate::placement::listeners::Endpoint;
 pub(crate) mod linger;
 pub(crate) mod machine;
 
-use machine::Machine;
+use machine::{Machine, Timeouts};
 
 /// Bytes of output capacity kept after a flush; larger buffers are shrunk back so idle
 /// connections hold little memory.
@@ -126,13 +126,12 @@ impl<S, X> Conn<S, X> {
         &mut self,
         handler: &H,
         now_ms: u64,
-        limits: &crate::setup::Limits,
+        timeouts: Timeouts,
     ) -> bool {
         if self.machine.closing() {
             return false;
         }
-        self.machine.handle_timeout(now_ms, limits.timeouts())
-            || handler.expired(&mut self.session, now_ms)
+        self.machine.handle_timeout(now_ms, timeouts) || handler.expired(&mut self.session, now_ms)
     }
 
     /// The output is pending: buffered bytes, or values the session sends from the item.

@@ -275,13 +275,13 @@ impl<H: Handler> Worker<H> {
             self.last_reclaim_ms = now;
             self.setup.handler.reclaim(self.now);
         }
-        let limits = self.setup.limits;
+        let timeouts = self.setup.limits.timeouts();
         let handler = Arc::clone(&self.setup.handler);
         for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
             let due = self
                 .conns
                 .at_mut(slot)
-                .is_some_and(|conn| conn.closed_by_tick(&*handler, now, &limits));
+                .is_some_and(|conn| conn.closed_by_tick(&*handler, now, timeouts));
             if due {
                 self.finish_close(slot);
             }

@@ -421,7 +421,10 @@ fn no_engine_keeps_a_lifecycle_of_its_own() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine");
     let mut files = Vec::new();
     sources(&root, &mut files);
-    assert!(files.len() >= 10, "the engines' sources were not found under {root:?}");
+    assert!(
+        files.len() >= 10,
+        "the engines' sources were not found under {root:?}"
+    );
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         for word in MACHINE_ONLY {

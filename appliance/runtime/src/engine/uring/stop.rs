@@ -25,13 +25,13 @@ impl<H: Handler> Worker<H> {
 
     pub(super) fn check_timeouts(&mut self) {
         let now = self.now.mono_ms;
-        let limits = self.setup.limits;
+        let timeouts = self.setup.limits.timeouts();
         let handler = Arc::clone(&self.setup.handler);
         for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
             let Some(conn) = self.conns.at_mut(slot) else {
                 continue;
             };
-            if conn.closed_by_tick(&*handler, now, &limits) {
+            if conn.closed_by_tick(&*handler, now, timeouts) {
                 self.close(slot);
             }
         }
