@@ -270,7 +270,13 @@ impl Machine {
         }
         if served.pending {
             self.state = State::Sending { after: served.flow };
-            return Step::Send;
+            // Output the session produced without input (`watch`) is still going out while a
+            // request came in: that send's completion sends the rest.
+            return if self.send_in_flight {
+                Step::Wait
+            } else {
+                Step::Send
+            };
         }
         self.go_on(now_ms, served.flow)
     }

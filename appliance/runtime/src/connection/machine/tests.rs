@@ -120,7 +120,9 @@ impl Harness {
         match step {
             Step::Send => {
                 assert!(!self.m.held(), "a held reply sent before its commit");
-                if self.engine == Engine::Uring && !self.m.in_flight(Io::Send) {
+                // As the io_uring engine does: every Send arms one (the machine refuses a
+                // second one in flight).
+                if self.engine == Engine::Uring {
                     self.m.armed(Io::Send);
                 }
             }
@@ -185,12 +187,16 @@ impl Harness {
         }
     }
 
-    /// Input can arrive: the connection reads (io_uring: its receive completes).
+    /// Input can arrive: the connection reads (io_uring: its receive completes, also while
+    /// output the session produced without input is going out).
     fn reading(&mut self) -> bool {
-        if self.m.state() != State::Reading {
-            return false;
+        match self.engine {
+            Engine::Epoll => self.m.state() == State::Reading,
+            Engine::Uring => {
+                let serving = matches!(self.m.state(), State::Reading | State::Sending { .. });
+                serving && self.m.in_flight(Io::Recv) && self.complete(Io::Recv)
+            }
         }
-        self.engine == Engine::Epoll || self.complete(Io::Recv)
     }
 
     fn apply(&mut self, event: &Event) {
