@@ -128,7 +128,8 @@ def test_version(server):
 def test_cross_protocol(server):
     import subprocess
     c = client(server)
-    c.set("shared", b"from-memcache", flags=7)
+    # noreply=False: pymemcache's default is noreply, and the HTTP GET could then overtake it.
+    assert c.set("shared", b"from-memcache", flags=7, noreply=False)
     out = subprocess.run(["curl", "-s", "-i", f"{server.base}/shared"], capture_output=True, check=True).stdout
     assert out.startswith(b"HTTP/1.1 200"), out
     assert out.endswith(b"from-memcache"), out

@@ -164,3 +164,20 @@ fn table_cells_keep_escaped_bars() {
         ["`--io auto|epoll`", "`auto`", "a | b"]
     );
 }
+
+/// ARCHITECTURE.md and BENCHMARKS.md state the present (issue 37): short enough to be read
+/// whole and kept true; history is in git, not appended to them.
+#[test]
+fn the_architecture_and_benchmarks_pages_stay_short() {
+    for (page, max_chars) in [
+        ("docs/ARCHITECTURE.md", 20_000),
+        ("docs/BENCHMARKS.md", 40_000),
+    ] {
+        let text = std::fs::read_to_string(crate::util::root().join(page)).unwrap();
+        let chars = text.chars().count();
+        assert!(
+            chars <= max_chars,
+            "{page}: {chars} characters, the bound is {max_chars}"
+        );
+    }
+}
