@@ -18,6 +18,7 @@ mod numa_sub;
 mod operator;
 mod portscan;
 mod pxe;
+mod runbook;
 mod scan;
 mod serial;
 mod tls;
@@ -152,6 +153,16 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
                     r.commit_line.trim(),
                     r.rollback_line.trim(),
                     r.filled
+                )
+            })
+        }),
+        ("runbook_rotates_signing_key_and_replaces_data_disk", |i| {
+            runbook::rotate_signing_key_and_replace_data_disk(i).map(|r| {
+                format!(
+                    "[{}] [{}] [{}]",
+                    r.commit_line.trim(),
+                    r.refusal_line,
+                    r.replaced_line
                 )
             })
         }),

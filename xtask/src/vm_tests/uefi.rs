@@ -19,7 +19,7 @@ use crate::qemu::{free_port, Forward};
 
 pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
-const READY: &str = "ringstore: ready memcache=";
+pub(super) const READY: &str = "ringstore: ready memcache=";
 
 /// The images the UEFI tests boot, signed with the repository's test key.
 pub fn test_images(image: &Image, name: &str, append: &str) -> Result<BootImage> {
@@ -27,7 +27,7 @@ pub fn test_images(image: &Image, name: &str, append: &str) -> Result<BootImage>
 }
 
 /// The options [`test_images`] builds with.
-fn test_options(name: &str, append: &str) -> BootOptions {
+pub(super) fn test_options(name: &str, append: &str) -> BootOptions {
     let mut opts = BootOptions::new();
     opts.signing_key = Some(crate::util::root().join("image/test-signing-key.hex"));
     opts.out = appliance_dir().join("vm").join(format!("images-{name}"));
@@ -102,6 +102,27 @@ impl UefiMachine {
 
     /// Boots it; the console log is target/appliance/vm/NAME.log.
     pub fn boot(&self, name: &str) -> Result<Vm> {
+        self.boot_with(name, &[])
+    }
+
+    /// Boots it with `data` as a second virtio disk (`/dev/vdb`), as a box whose data device
+    /// is a disk of its own.
+    pub fn boot_with_data_disk(&self, name: &str, data: &Path) -> Result<Vm> {
+        let drive = format!(
+            "file={},format=raw,if=none,id=d1,cache=writeback",
+            data.display().to_string().replace(',', ",,")
+        );
+        let extra = [
+            "-drive",
+            &drive,
+            "-device",
+            "virtio-blk-pci,drive=d1,bus=pcie.0",
+        ];
+        self.boot_with(name, &extra.map(String::from))
+    }
+
+    /// Boots it with `extra` QEMU arguments after the usual ones.
+    fn boot_with(&self, name: &str, extra: &[String]) -> Result<Vm> {
         let dir = scratch_dir(name)?;
         let socket = dir.join("serial.sock");
         let forwards = vec![
@@ -118,7 +139,8 @@ impl UefiMachine {
                 host_port: free_port()?,
             },
         ];
-        let args = uefi_args(&self.disk, &self.vars, &socket, &forwards);
+        let mut args = uefi_args(&self.disk, &self.vars, &socket, &forwards);
+        args.extend_from_slice(extra);
         Vm::start(name, dir, &socket, &args, forwards, None)
     }
 }
@@ -454,7 +476,7 @@ fn console_credentials_from_image_and_partition(vm: &mut Vm) -> Result<()> {
 }
 
 /// Removes its folder when dropped (every path out of a test).
-struct Removed(PathBuf);
+pub(super) struct Removed(pub(super) PathBuf);
 
 impl Drop for Removed {
     fn drop(&mut self) {
@@ -464,7 +486,7 @@ impl Drop for Removed {
 
 /// Serves the files of `dir` over HTTP/1.0 on 127.0.0.1 (the guest reaches it as 10.0.2.2)
 /// from a background thread, one request per connection; returns the port.
-fn serve_files(dir: PathBuf) -> Result<u16> {
+pub(super) fn serve_files(dir: PathBuf) -> Result<u16> {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
@@ -506,7 +528,7 @@ fn serve_files(dir: PathBuf) -> Result<u16> {
 }
 
 /// The key `memcache_set_get` wrote is still there.
-fn vmkey_still_there(vm: &Vm, when: &str) -> Result<()> {
+pub(super) fn vmkey_still_there(vm: &Vm, when: &str) -> Result<()> {
     let mut s = tcp(vm.port("memcache", 0)?)?;
     let got = exchange(&mut s, b"get vmkey\r\n", |t| t.ends_with("END\r\n"))?;
     ensure!(
@@ -517,7 +539,7 @@ fn vmkey_still_there(vm: &Vm, when: &str) -> Result<()> {
 }
 
 /// Slot B booted and is committed, `slots` shows `trial`, and B's image (777 connections) runs.
-fn on_slot_b(vm: &mut Vm, trial: &str, when: &str) -> Result<()> {
+pub(super) fn on_slot_b(vm: &mut Vm, trial: &str, when: &str) -> Result<()> {
     let slots = vm.command("slots")?;
     ensure!(
         slots.contains("booted B") && slots.contains("committed B") && slots.contains(trial),
