@@ -43,6 +43,8 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     // without recommends here). Scale-out: twemproxy, the e2e test's proxy.
     ("ipxe-qemu", "/usr/lib/ipxe/qemu/pxe-virtio.rom"),
     ("nutcracker", "/usr/sbin/nutcracker"),
+    // The runbook QEMU test runs OPERATIONS.md's re-signing commands (xxd, openssl) as printed.
+    ("xxd", "/usr/bin/xxd"),
     // The AF_XDP veth tests turn the sender's TX checksum offload off.
     ("ethtool", "/usr/sbin/ethtool"),
     // ...and check that ICMP still reaches the kernel with the program attached.
