@@ -1,6 +1,6 @@
 //! One connection's I/O state on its worker, and the slab that owns every connection of a worker.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use ringstore_service::{Device, Now};
 
@@ -12,7 +12,7 @@ use crate::placement::listeners::Endpoint;
 pub(crate) mod linger;
 pub(crate) mod machine;
 
-use machine::{Machine, Timeouts};
+use machine::{Io, Machine, Timeouts};
 
 /// Bytes of output capacity kept after a flush; larger buffers are shrunk back so idle
 /// connections hold little memory.
@@ -35,8 +35,13 @@ pub(crate) const OUT_RETAIN_MAX: usize = 128 << 10;
 pub(crate) struct Conn<S, X> {
     pub fd: OwnedFd,
     pub session: S,
-    /// Replies not yet fully sent; never touched while a send is in flight.
+    /// Replies not yet fully sent; never touched while a send is in flight (the kernel
+    /// reads it until the completion): the session writes through [`Conn::session_and_out`].
     pub out: Vec<u8>,
+    /// What the session wrote while a send of `out` was in flight (on io_uring, input served
+    /// while a `watch` line goes out, a held reply settled meanwhile); the send's completion
+    /// moves it behind `out` ([`Conn::send_completed`]).
+    spill: Vec<u8>,
     /// How much of the output the kernel has taken: of `out`, with the session's spliced
     /// values counted where they go (`engine/uring/send_vec.rs`).
     pub sent: usize,
@@ -59,10 +64,41 @@ impl<S, X> Conn<S, X> {
             fd,
             session,
             out: Vec::new(),
+            spill: Vec::new(),
             sent: 0,
             machine,
             small_flushes: 0,
             io,
+        }
+    }
+
+    /// The session, the socket, and where the session may write: `out`, or while a send of
+    /// `out` is in flight the spill that the send's completion appends to `out`, so `out`
+    /// never grows (and moves) under the kernel. Borrowed together for one handler call.
+    pub(crate) fn session_and_out(&mut self) -> ((&mut S, &mut Vec<u8>), BorrowedFd<'_>) {
+        let out = if self.machine.in_flight(Io::Send) {
+            &mut self.spill
+        } else {
+            &mut self.out
+        };
+        ((&mut self.session, out), self.fd.as_fd())
+    }
+
+    /// Output bytes waiting: in `out` and in the spill behind it (the output cap counts both).
+    pub(crate) fn out_len(&self) -> usize {
+        self.out.len() + self.spill.len()
+    }
+
+    /// The kernel is done with `out` (a send completed, whatever its result): what the
+    /// session wrote meanwhile goes behind it.
+    pub(crate) fn send_completed(&mut self) {
+        assert!(
+            !self.machine.in_flight(Io::Send),
+            "a send of `out` is still in flight"
+        );
+        if !self.spill.is_empty() {
+            self.out.extend_from_slice(&self.spill);
+            self.spill.clear();
         }
     }
 
@@ -269,7 +305,8 @@ pub(crate) fn settle_sessions<H: Handler, X>(
         let Some(conn) = conns.get_mut(slot, generation) else {
             continue; // closed meanwhile: nobody waits for the reply
         };
-        handler.on_durable(&mut conn.session, token, ok, &mut conn.out);
+        let ((session, out), _) = conn.session_and_out();
+        handler.on_durable(session, token, ok, out);
         if touched.last() != Some(&(slot, generation)) {
             touched.push((slot, generation));
         }
@@ -313,6 +350,36 @@ mod tests {
             "old completion does not reach the new connection"
         );
         assert!(slab.get_mut(slot2, gen2).is_some());
+    }
+
+    /// While the kernel reads `out` (a send in flight), what the session writes goes to the
+    /// spill: `out`'s bytes never move under the send, and the completion puts it behind them.
+    #[test]
+    fn output_written_during_a_send_waits_behind_it_and_never_moves_out() {
+        let mut c = conn();
+        c.out.extend_from_slice(b"watch line\n");
+        c.out.shrink_to_fit();
+        let at = c.out.as_ptr();
+        c.machine.handle_polled_output();
+        c.machine.armed(Io::Send);
+        let ((_, out), _) = c.session_and_out();
+        out.extend(std::iter::repeat_n(b'x', 1 << 16));
+        assert_eq!(c.out.as_ptr(), at, "out moved while the kernel read it");
+        assert_eq!(
+            c.out_len(),
+            11 + (1 << 16),
+            "the output cap counts the spill"
+        );
+        c.machine.handle_completed(Io::Send);
+        c.send_completed();
+        assert!(c.out.starts_with(b"watch line\nxxx") && c.out.len() == 11 + (1 << 16));
+        let ((_, out), _) = c.session_and_out();
+        out.push(b'!');
+        assert_eq!(
+            c.out.last(),
+            Some(&b'!'),
+            "no send in flight: the session writes to out"
+        );
     }
 
     #[test]

@@ -209,7 +209,7 @@ impl<H: Handler> Worker<H> {
         let Some(conn) = self.conns.at_mut(slot) else {
             return false;
         };
-        let over_cap = conn.out.len() > cap;
+        let over_cap = conn.out_len() > cap;
         if over_cap {
             eprintln!("ringstore: closing a connection whose pending output passed {cap} bytes");
         }

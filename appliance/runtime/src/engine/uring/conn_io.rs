@@ -168,11 +168,8 @@ impl<H: Handler> Worker<H> {
         );
         // No receive is in flight and nothing of this output was sent: the moment a
         // TLS session may go to the kernel (tls.rs).
-        if !self
-            .setup
-            .handler
-            .after_bytes(&mut conn.session, conn.fd.as_fd(), &mut conn.out)
-        {
+        let ((session, out), fd) = conn.session_and_out();
+        if !self.setup.handler.after_bytes(session, fd, out) {
             flow = Flow::Close;
         }
         conn.io.own_buf = own_buf;
@@ -190,7 +187,7 @@ impl<H: Handler> Worker<H> {
         let Some(conn) = self.conns.at_mut(slot) else {
             return;
         };
-        let over_cap = conn.out.len() > cap;
+        let over_cap = conn.out_len() > cap;
         if over_cap {
             eprintln!("ringstore: closing a connection whose pending output passed {cap} bytes");
         }
@@ -228,7 +225,9 @@ impl<H: Handler> Worker<H> {
         let Some(conn) = self.conns.get_mut(slot, generation) else {
             return;
         };
-        match conn.machine.handle_completed(Io::Send) {
+        let completed = conn.machine.handle_completed(Io::Send);
+        conn.send_completed();
+        match completed {
             Completed::Serve => {}
             Completed::Finish => return self.finish_close(slot),
             Completed::Wait => return,
@@ -266,5 +265,6 @@ fn call_session<H: Handler>(
 ) -> Flow {
     let device = disk.as_deref().map(|d| d.for_conn(slot, generation));
     let device = device.as_ref().map(|d| d as &dyn Device);
-    handler.on_bytes(&mut conn.session, input, now, device, &mut conn.out)
+    let ((session, out), _) = conn.session_and_out();
+    handler.on_bytes(session, input, now, device, out)
 }
