@@ -6,6 +6,7 @@ mod auth;
 mod client;
 mod console;
 mod devrun;
+mod drain;
 mod durable;
 mod first_boot;
 mod full_box;
@@ -159,8 +160,9 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
         ("runbook_rotates_signing_key_and_replaces_data_disk", |i| {
             runbook::rotate_signing_key_and_replace_data_disk(i).map(|r| {
                 format!(
-                    "[{}] [{}] [{}]",
+                    "[{}] [{}] [{}] [{}]",
                     r.commit_line.trim(),
+                    r.drain_line,
                     r.refusal_line,
                     r.replaced_line
                 )

@@ -1,6 +1,7 @@
 //! The runbook's procedures (docs/OPERATIONS.md, "Runbook") run as written on one disk.img box
 //! whose data device is a second disk: "Rotate the update signing key" with the runbook's own
-//! shell commands (read from OPERATIONS.md, so the test runs what the page prints), then
+//! shell commands (read from OPERATIONS.md, so the test runs what the page prints), its update
+//! inside "Drain a box from twemproxy, update it and put it back" (nutcracker on the host), then
 //! "Replace a failed data disk": a disk that held a partition table is refused, zeroed with the
 //! runbook's `dd` from the host, and the box serves empty from it. Four boots in all.
 
@@ -12,6 +13,7 @@ use std::process::Command;
 use anyhow::{ensure, Context, Result};
 
 use super::client::{exchange, memcache_closed, memcache_set_get, tcp};
+use super::drain::Pool;
 use super::durable::console_line_with;
 use super::uefi::{
     on_slot_b, serve_files, test_images, test_options, vmkey_still_there, Removed, UefiMachine,
@@ -178,6 +180,7 @@ fn update_refused(vm: &mut Vm, url: &str, when: &str) -> Result<()> {
 #[derive(Debug)]
 pub struct RunbookReport {
     pub commit_line: String,
+    pub drain_line: String,
     pub refusal_line: String,
     pub replaced_line: String,
 }
@@ -190,6 +193,8 @@ pub fn rotate_signing_key_and_replace_data_disk(image: &Image) -> Result<Runbook
     let site = dir.join("site");
     std::fs::create_dir(&site)?;
     let a = test_images(image, "runbook-a", "")?;
+    // The drain's host server, built before any boot.
+    let binary = crate::test::release_binary()?;
     rotation_images(image, &dir, &site)?;
     // An image signed only with the old key: slot A's own.
     std::fs::copy(&a.efi, site.join("old-only.efi"))?;
@@ -207,7 +212,13 @@ pub fn rotate_signing_key_and_replace_data_disk(image: &Image) -> Result<Runbook
     let mut vm = boot_ready(&machine, "runbook_rotate", &first)?;
     console_line_with(&vm, "data device /dev/vdb: formatted")?;
     memcache_set_get(vm.port("memcache", 0)?)?;
+    // "Drain a box from twemproxy, update it and put it back" around the rotation's update.
+    let mut pool = Pool::start(&binary, &dir, vm.port("memcache", 0)?)?;
+    let moved = pool.drain()?;
     let commit_line = rotate(&mut vm, &url)?;
+    pool.flush_box(&moved)?;
+    let drain_line = pool.rejoin(&moved)?;
+    drop(pool);
     vm.poweroff()?;
     drop(vm);
 
@@ -231,6 +242,7 @@ pub fn rotate_signing_key_and_replace_data_disk(image: &Image) -> Result<Runbook
     let replaced_line = serves_empty(&machine, &second)?;
     Ok(RunbookReport {
         commit_line,
+        drain_line,
         refusal_line,
         replaced_line,
     })
@@ -339,5 +351,17 @@ mod tests {
         assert!(commands.iter().all(|c| !c.contains('\\')));
         let section = runbook_section("Replace a failed data disk").unwrap();
         assert!(section.contains("dd if=/dev/zero"));
+        // What the drain test does (vm_tests/drain.rs), as the page says it.
+        let drain =
+            runbook_section("Drain a box from twemproxy, update it and put it back").unwrap();
+        for step in [
+            "Remove the box's server line (`- IP:PORT:1`) from `nutcracker.yml`",
+            "restart `nutcracker`",
+            "Run `flush_all` on it (memcache port)",
+            "Put its line back and restart `nutcracker`",
+            "QEMU: `runbook_rotates_signing_key_and_replaces_data_disk` runs steps 1 to 4",
+        ] {
+            assert!(drain.contains(step), "{step:?} not in\n{drain}");
+        }
     }
 }
