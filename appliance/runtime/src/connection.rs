@@ -277,6 +277,14 @@ impl<S, X> Slab<S, X> {
     }
 }
 
+/// The RAM copies of records the device dropped (a failed write, an eviction: ADR 0039) go,
+/// so no read sees them; each only if its CAS is still the dropped record's.
+pub(crate) fn forget_dropped<H: Handler>(handler: &H, outcome: &Outcome, now: Now) {
+    for (key, cas) in &outcome.forget {
+        handler.forget_if_cas(key, *cas, now);
+    }
+}
+
 /// Settled data-device records reported to their sessions, the same for both runtimes: a
 /// failed write's RAM copy dropped first, then each session told ([`Handler::on_durable`]),
 /// then the connections that no longer wait for the device named for the runtime to resume.
@@ -293,9 +301,7 @@ pub(crate) fn settle_sessions<H: Handler, X>(
     mut udp: impl FnMut(u32, u64, bool),
 ) -> Vec<(u32, u32)> {
     // A failed write's RAM copy goes before its session answers, so no read sees it.
-    for (key, cas) in &outcome.forget {
-        handler.forget_if_cas(key, *cas, now);
-    }
+    forget_dropped(handler, outcome, now);
     let mut touched: Vec<(u32, u32)> = Vec::new();
     for &(slot, generation, token, ok) in &outcome.settled {
         if slot == crate::datapath::kernel_udp::HELD_SLOT {

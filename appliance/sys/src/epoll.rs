@@ -157,13 +157,10 @@ pub fn sendmsg_iovecs_nowait(fd: RawFd, iov: &[libc::iovec]) -> Transfer {
     // checks every address it reads, so a stale piece cannot corrupt this process's memory.
     // The caller keeps `fd` open across the call (module doc of net); a stale one fails EBADF.
     let rc = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
-    match usize::try_from(rc) {
-        Ok(n) => Transfer::Done(n),
-        Err(_) => match io::Error::last_os_error().raw_os_error() {
-            Some(libc::EAGAIN | libc::EINTR) => Transfer::WouldBlock,
-            _ => Transfer::Failed,
-        },
-    }
+    transfer(
+        usize::try_from(rc)
+            .map_err(|_| Errno::from_io_error(&io::Error::last_os_error()).unwrap_or(Errno::IO)),
+    )
 }
 
 /// Datagrams one [`recvmmsg_nowait`] receives at most.

@@ -3,9 +3,9 @@
 //! `kernel.io_uring_disabled`) or not there.
 //!
 //! It drives the same [`Handler`] as the io_uring worker and shares what both do: the
-//! acceptor → least-loaded-worker placement and its inbox ([`crate::inbox`]), the
+//! acceptor → least-loaded-worker placement and its inbox ([`crate::placement::inbox`]), the
 //! connection table ([`crate::connection::Slab`]), the output buffer's bounds and the timeouts
-//! ([`crate::connection::Conn::due_to_close`]), the lingering close ([`crate::linger`]), the
+//! ([`crate::connection::Conn::closed_by_tick`]), the lingering close ([`crate::connection::linger`]), the
 //! limits ([`Limits`]) and the vectored send of values from the item
 //! ([`crate::engine::uring::send_vec::pieces`]). What differs is only how bytes move: a
 //! connection is registered once, edge-triggered for input and output, and read or written

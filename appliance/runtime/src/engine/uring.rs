@@ -361,10 +361,9 @@ impl<H: Handler> Worker<H> {
                     if let Some(disk) = &mut self.disk {
                         let flush = matches!(op, Op::DiskEraseFlush { .. });
                         let evicted = disk.erase_complete(flush, res, self.now.mono_ms);
-                        // An eviction's RAM copies go too (ADR 0039); no session waits on it.
-                        for (key, cas) in &evicted.forget {
-                            self.setup.handler.forget_if_cas(key, *cas, self.now);
-                        }
+                        // No session waits on an eviction: only its RAM copies go.
+                        let handler = &*self.setup.handler;
+                        crate::connection::forget_dropped(handler, &evicted, self.now);
                     }
                 }
                 Op::DiskCompactRead { id } => {
