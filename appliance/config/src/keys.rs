@@ -501,12 +501,13 @@ pub static KEYS: &[KeyInfo] = &[
         endpoint: false,
         hidden: false,
         apply: |c, v| {
-            let size = match v.trim().eq_ignore_ascii_case("auto") {
-                true => None,
-                false => match parse_size(v) {
+            let size = if v.trim().eq_ignore_ascii_case("auto") {
+                None
+            } else {
+                match parse_size(v) {
                     Some(n) if n == 0 || n >= 1 << 20 => Some(n),
                     _ => return Err(()),
-                },
+                }
             };
             c.sub_memory_auto = size.is_none();
             c.sub_memory = size.unwrap_or(0);

@@ -346,6 +346,7 @@ impl<D: BlockDevice> Serving<D> {
         let records = index.len();
         drop(index);
         let (uploads, upload_reserved_bytes) = self.uploads();
+        let evicted = self.evictions();
         ServingState {
             geometry: g,
             device_len: self.sb.device_len,
@@ -356,8 +357,8 @@ impl<D: BlockDevice> Serving<D> {
             compactions: self.compactions[0].load(Ordering::Relaxed),
             compactions_aborted: self.compactions[1].load(Ordering::Relaxed),
             load_refused_records: self.load_refused.load(Ordering::Relaxed),
-            evicted_records: self.evictions().objects,
-            evicted_segments: self.evictions().segments,
+            evicted_records: evicted.objects,
+            evicted_segments: evicted.segments,
             uploads,
             upload_reserved_bytes,
         }
