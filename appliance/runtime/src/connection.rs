@@ -5,7 +5,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use ringstore_service::{Device, Now};
 
 use crate::durable::Outcome;
-use crate::handler::Handler;
+use crate::handler::{Handler, Hooks};
 use crate::op::GEN_MASK;
 use crate::placement::listeners::Endpoint;
 
@@ -281,7 +281,7 @@ impl<S, X> Slab<S, X> {
 /// so no read sees them; each only if its CAS is still the dropped record's.
 pub(crate) fn forget_dropped<H: Handler>(handler: &H, outcome: &Outcome, now: Now) {
     for (key, cas) in &outcome.forget {
-        handler.forget_if_cas(key, *cas, now);
+        handler.hooks().forget_if_cas(key, *cas, now);
     }
 }
 

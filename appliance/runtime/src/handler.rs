@@ -31,9 +31,15 @@ impl Reply {
     }
 }
 
-/// What a worker calls for each connection. Monomorphised: no dynamic dispatch per request.
+/// What a worker calls for each connection's (or held datagram's) session. Monomorphised: no
+/// dynamic dispatch per request. A wrapper (the TLS one, [`crate::tls::Tls`]) implements
+/// this trait, changing what it changes; the worker-level hooks it leaves alone are reached
+/// through [`Handler::hooks`], never through the wrapper.
 pub(crate) trait Handler: Send + Sync + 'static {
     type Session;
+    /// The worker-level counters and store hooks (the same for every wrapper of a handler).
+    type Hooks: Hooks;
+    fn hooks(&self) -> &Self::Hooks;
     fn open(&self, protocol: Protocol, worker: usize) -> Self::Session;
     /// A session for a connection of a TLS listener (ADR 0031). For the TLS wrapper
     /// ([`crate::tls::Tls`]) a session that decrypts and seals; for the handler it wraps, a
@@ -95,24 +101,16 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn peer_known(&self, session: &mut Self::Session, peer: std::net::SocketAddr) {
         let _ = (session, peer);
     }
-    fn conn_opened(&self, worker: usize);
-    fn conn_closed(&self, worker: usize);
-    /// The connection of `session` is gone (before [`Handler::conn_closed`]).
+    /// The connection of `session` is gone (before [`Hooks::conn_closed`]).
     fn session_closed(&self, session: &mut Self::Session, device: Option<&dyn Device>) {
         let _ = (session, device);
-    }
-    fn conn_refused(&self);
-    /// Background expiry step, called about once a second by one worker.
-    fn reclaim(&self, now: Now);
-    /// Drops the RAM copy of a write whose data-device write failed (if still that write).
-    fn forget_if_cas(&self, key: &[u8], cas: u64, now: Now) {
-        let _ = (key, cas, now);
     }
     /// One memcache request datagram (the frame header already taken off), served on
     /// `worker`: the reply is left in `out`. `Some(session)` when the reply is held until the
     /// data device settles the request's records: the caller keeps the session, reports
-    /// settled tokens with [`Handler::on_durable`] and sends its output once
-    /// [`Handler::awaits_durable`] is false. The default echoes the request (tests).
+    /// settled tokens with [`Handler::on_durable`] and sends its output, bounded by
+    /// [`Hooks::udp_bound_reply`], once [`Handler::awaits_durable`] is false. The default
+    /// echoes the request (tests).
     fn udp_request(
         &self,
         worker: usize,
@@ -125,14 +123,6 @@ pub(crate) trait Handler: Send + Sync + 'static {
         out.clear();
         out.bytes.extend_from_slice(request);
         None
-    }
-    /// Bounds a held UDP reply released by the data device (see [`Handler::udp_request`]).
-    fn udp_bound_reply(&self, request: &[u8], out: &mut Vec<u8>) {
-        let _ = (request, out);
-    }
-    /// Counts `n` memcache UDP events of one kind on `worker`'s slot.
-    fn udp_count(&self, worker: usize, event: UdpEvent, n: u64) {
-        let _ = (worker, event, n);
     }
     /// Called by the worker right after [`Handler::on_bytes`] of received bytes, with the
     /// connection's socket and output, before anything of that output is sent and with no
@@ -148,10 +138,11 @@ pub(crate) trait Handler: Send + Sync + 'static {
         let _ = (session, fd, out);
         true
     }
-    /// Counts one TLS event on `worker`'s slot (the TLS wrapper calls it on the handler it wraps).
-    fn tls_count(&self, worker: usize, event: TlsEvent) {
-        let _ = (worker, event);
-    }
+}
+
+/// What the TLS wrapper ([`crate::tls::Tls`]) tells the handler it wraps about a session's
+/// TLS; nothing else calls these (a wrapper needs not implement them).
+pub(crate) trait Wrapped: Handler {
     /// The TLS wrapper verified the client certificate `der` of `session`'s connection
     /// (against `--tls-ca`) when its handshake completed.
     fn client_certificate(&self, session: &mut Self::Session, der: &[u8]) {
@@ -164,7 +155,34 @@ pub(crate) trait Handler: Send + Sync + 'static {
     }
 }
 
-/// What [`Handler::tls_count`] counts (memcache `stats`: `tls_handshakes`,
+/// The worker-level hooks: connection and datagram counters, and the store's background
+/// steps. Reached through [`Handler::hooks`] (statically dispatched), so a wrapper of the
+/// handler does not forward them.
+pub(crate) trait Hooks: Send + Sync + 'static {
+    fn conn_opened(&self, worker: usize);
+    fn conn_closed(&self, worker: usize);
+    fn conn_refused(&self);
+    /// Background expiry step, called about once a second by one worker.
+    fn reclaim(&self, now: Now);
+    /// Drops the RAM copy of a write whose data-device write failed (if still that write).
+    fn forget_if_cas(&self, key: &[u8], cas: u64, now: Now) {
+        let _ = (key, cas, now);
+    }
+    /// Bounds a held UDP reply released by the data device (see [`Handler::udp_request`]).
+    fn udp_bound_reply(&self, request: &[u8], out: &mut Vec<u8>) {
+        let _ = (request, out);
+    }
+    /// Counts `n` memcache UDP events of one kind on `worker`'s slot.
+    fn udp_count(&self, worker: usize, event: UdpEvent, n: u64) {
+        let _ = (worker, event, n);
+    }
+    /// Counts one TLS event on `worker`'s slot (the TLS wrapper counts its handshakes here).
+    fn tls_count(&self, worker: usize, event: TlsEvent) {
+        let _ = (worker, event);
+    }
+}
+
+/// What [`Hooks::tls_count`] counts (memcache `stats`: `tls_handshakes`,
 /// `tls_handshake_errors`, `tls_ktls_tx`, `tls_ktls_rx`, `tls_ktls_fallbacks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TlsEvent {
@@ -176,7 +194,7 @@ pub(crate) enum TlsEvent {
     KtlsFallback,
 }
 
-/// What [`Handler::udp_count`] counts (memcache `stats`: `udp_rx_datagrams`,
+/// What [`Hooks::udp_count`] counts (memcache `stats`: `udp_rx_datagrams`,
 /// `udp_tx_datagrams`, `udp_dropped`, `udp_held_full`; AF_XDP's frame counters `xdp_rx`,
 /// `xdp_tx`, `xdp_drop`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,6 +227,10 @@ const REPLY_TOO_LARGE: &[u8] = b"SERVER_ERROR reply too large for UDP\r\n";
 
 impl Handler for ServiceHandler {
     type Session = Session;
+    type Hooks = ServiceHandler;
+    fn hooks(&self) -> &ServiceHandler {
+        self
+    }
     fn open(&self, protocol: Protocol, worker: usize) -> Session {
         // Connections (TCP) send big GET values from the item; UDP sessions copy.
         let mut session = Session::for_connection(protocol, worker, &self.0);
@@ -259,25 +281,8 @@ impl Handler for ServiceHandler {
     fn expired(&self, session: &mut Session, _now_ms: u64) -> bool {
         session.revoked(&self.0)
     }
-    fn conn_opened(&self, worker: usize) {
-        self.0.conn_opened(worker)
-    }
-    fn conn_closed(&self, worker: usize) {
-        self.0.conn_closed(worker)
-    }
     fn session_closed(&self, session: &mut Session, device: Option<&dyn Device>) {
         session.on_close(&self.0, device);
-    }
-    fn conn_refused(&self) {
-        self.0.conn_refused()
-    }
-    fn reclaim(&self, now: Now) {
-        self.0
-            .store
-            .reclaim_expired(now.store.saturating_sub(REAP_GRACE_SECS), RECLAIM_BUDGET);
-    }
-    fn forget_if_cas(&self, key: &[u8], cas: u64, now: Now) {
-        self.0.store.forget_if_cas(key, cas, now.store);
     }
     /// Runs `request` (one request datagram) through a fresh memcache session counted on
     /// `worker`'s slot; the reply, at most [`REPLY_MAX`] bytes, is left in `reply`.
@@ -313,13 +318,42 @@ impl Handler for ServiceHandler {
             return Some(session);
         }
         if out.len() > REPLY_MAX {
-            self.udp_bound_reply(request, out);
+            self.hooks().udp_bound_reply(request, out);
         } else {
             reply.marks = session.take_response_marks();
         }
         session.on_output_flushed();
         session.on_close(&self.0, device);
         None
+    }
+}
+
+impl Wrapped for ServiceHandler {
+    fn client_certificate(&self, session: &mut Session, der: &[u8]) {
+        session.client_certificate(der);
+    }
+    fn kernel_tls_on(&self, session: &mut Session) {
+        session.enable_zero_copy();
+    }
+}
+
+impl Hooks for ServiceHandler {
+    fn conn_opened(&self, worker: usize) {
+        self.0.conn_opened(worker)
+    }
+    fn conn_closed(&self, worker: usize) {
+        self.0.conn_closed(worker)
+    }
+    fn conn_refused(&self) {
+        self.0.conn_refused()
+    }
+    fn reclaim(&self, now: Now) {
+        self.0
+            .store
+            .reclaim_expired(now.store.saturating_sub(REAP_GRACE_SECS), RECLAIM_BUDGET);
+    }
+    fn forget_if_cas(&self, key: &[u8], cas: u64, now: Now) {
+        self.0.store.forget_if_cas(key, cas, now.store);
     }
     /// Replaces a reply longer than [`REPLY_MAX`] by the protocol's "too large" reply to
     /// `request`.
@@ -344,12 +378,6 @@ impl Handler for ServiceHandler {
             UdpEvent::XdpTx => stats.xdp_tx.add(n),
             UdpEvent::XdpDrop => stats.xdp_drop.add(n),
         }
-    }
-    fn client_certificate(&self, session: &mut Session, der: &[u8]) {
-        session.client_certificate(der);
-    }
-    fn kernel_tls_on(&self, session: &mut Session) {
-        session.enable_zero_copy();
     }
     fn tls_count(&self, worker: usize, event: TlsEvent) {
         let stats = self.0.stats(worker);
@@ -387,6 +415,10 @@ pub(crate) mod echo {
 
     impl Handler for Echo {
         type Session = EchoSession;
+        type Hooks = Echo;
+        fn hooks(&self) -> &Echo {
+            self
+        }
         fn open(&self, _: Protocol, _: usize) -> EchoSession {
             EchoSession {
                 partial: Vec::new(),
@@ -435,6 +467,9 @@ pub(crate) mod echo {
         fn has_partial_request(&self, s: &EchoSession) -> bool {
             !s.partial.is_empty()
         }
+    }
+
+    impl Hooks for Echo {
         fn conn_opened(&self, _: usize) {
             self.opened.fetch_add(1, Ordering::Relaxed);
         }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::clock::Clock;
-use crate::handler::Handler;
+use crate::handler::{Handler, Hooks};
 use crate::placement::inbox::Inbox;
 use crate::placement::listeners::Endpoint;
 
@@ -67,7 +67,7 @@ impl<H: Handler> WorkerSetup<H> {
     pub(crate) fn admit_own(&self, fd: OwnedFd, endpoint: Endpoint) -> Option<OwnedFd> {
         if self.open.fetch_add(1, Ordering::AcqRel) >= self.limits.max_conns {
             self.open.fetch_sub(1, Ordering::AcqRel);
-            self.handler.conn_refused();
+            self.handler.hooks().conn_refused();
             crate::placement::acceptor::refuse_now(&fd, endpoint);
             return None;
         }

@@ -22,7 +22,7 @@ use ringstore_service::zero_copy::Splice;
 use ringstore_service::{Device, Flow, Now, Protocol};
 use ringstore_tls::{CertStore, ServerTls};
 
-use crate::handler::{Handler, Reply, TlsEvent, UdpEvent};
+use crate::handler::{Handler, Hooks, Reply, TlsEvent, Wrapped};
 use handshakes::{Handshakes, Ticket};
 
 /// Plaintext sealed into the connection's output per send (six 16 KiB records). A bigger
@@ -126,7 +126,7 @@ struct TlsState {
     held: Option<Flow>,
 }
 
-impl<H: Handler> Tls<H> {
+impl<H: Wrapped> Tls<H> {
     /// The first bytes of a handshake arrived: rustls' state in the worker's table (room
     /// made by dropping the handshakes that waited longest), or [`Phase::Refused`].
     fn admit(&self, t: &mut TlsState, now_ms: u64) {
@@ -158,7 +158,7 @@ impl<H: Handler> Tls<H> {
             } else {
                 TlsEvent::HandshakeError
             };
-            self.inner.tls_count(t.worker, event);
+            self.inner.hooks().tls_count(t.worker, event);
         }
         t.phase = if ok { Phase::Open } else { Phase::Failed };
     }
@@ -354,8 +354,8 @@ impl<H: Handler> Tls<H> {
             Ok(()) => {
                 crate::sys::quick_ack(fd);
                 t.phase = Phase::Kernel;
-                self.inner.tls_count(t.worker, TlsEvent::KtlsTx);
-                self.inner.tls_count(t.worker, TlsEvent::KtlsRx);
+                self.inner.hooks().tls_count(t.worker, TlsEvent::KtlsTx);
+                self.inner.hooks().tls_count(t.worker, TlsEvent::KtlsRx);
                 // What the session wrote since the handshake goes out in the clear: the
                 // kernel encrypts it.
                 out.extend_from_slice(&t.plain_out[t.sealed..]);
@@ -363,7 +363,9 @@ impl<H: Handler> Tls<H> {
                 true
             }
             Err(crate::sys::KtlsError::Unavailable(_)) => {
-                self.inner.tls_count(t.worker, TlsEvent::KtlsFallback);
+                self.inner
+                    .hooks()
+                    .tls_count(t.worker, TlsEvent::KtlsFallback);
                 t.phase = Phase::Open;
                 let Some(conn) = t.conn.as_mut() else {
                     return false;
@@ -399,8 +401,12 @@ fn kernel_keys(version: u16, d: ringstore_tls::DirectionSecrets) -> crate::sys::
     }
 }
 
-impl<H: Handler> Handler for Tls<H> {
+impl<H: Wrapped> Handler for Tls<H> {
     type Session = TlsSession<H::Session>;
+    type Hooks = H::Hooks;
+    fn hooks(&self) -> &H::Hooks {
+        self.inner.hooks()
+    }
     fn open(&self, protocol: Protocol, worker: usize) -> Self::Session {
         TlsSession {
             inner: self.inner.open(protocol, worker),
@@ -532,12 +538,6 @@ impl<H: Handler> Handler for Tls<H> {
             _ => false,
         }
     }
-    fn conn_opened(&self, worker: usize) {
-        self.inner.conn_opened(worker)
-    }
-    fn conn_closed(&self, worker: usize) {
-        self.inner.conn_closed(worker)
-    }
     fn session_closed(&self, s: &mut Self::Session, device: Option<&dyn Device>) {
         if let Some(t) = s.tls.as_deref_mut() {
             match t.phase {
@@ -548,15 +548,6 @@ impl<H: Handler> Handler for Tls<H> {
             }
         }
         self.inner.session_closed(&mut s.inner, device);
-    }
-    fn conn_refused(&self) {
-        self.inner.conn_refused()
-    }
-    fn reclaim(&self, now: Now) {
-        self.inner.reclaim(now)
-    }
-    fn forget_if_cas(&self, key: &[u8], cas: u64, now: Now) {
-        self.inner.forget_if_cas(key, cas, now)
     }
     fn udp_request(
         &self,
@@ -569,21 +560,6 @@ impl<H: Handler> Handler for Tls<H> {
         self.inner
             .udp_request(worker, request, now, device, out)
             .map(|inner| TlsSession { inner, tls: None })
-    }
-    fn udp_bound_reply(&self, request: &[u8], out: &mut Vec<u8>) {
-        self.inner.udp_bound_reply(request, out)
-    }
-    fn udp_count(&self, worker: usize, event: UdpEvent, n: u64) {
-        self.inner.udp_count(worker, event, n)
-    }
-    fn tls_count(&self, worker: usize, event: TlsEvent) {
-        self.inner.tls_count(worker, event)
-    }
-    fn client_certificate(&self, s: &mut Self::Session, der: &[u8]) {
-        self.inner.client_certificate(&mut s.inner, der)
-    }
-    fn kernel_tls_on(&self, s: &mut Self::Session) {
-        self.inner.kernel_tls_on(&mut s.inner)
     }
     fn after_bytes(&self, s: &mut Self::Session, fd: BorrowedFd<'_>, out: &mut Vec<u8>) -> bool {
         match s.tls.as_deref_mut() {

@@ -18,7 +18,7 @@ use ringstore_proto::wire::frame;
 
 use crate::bufring::BufRing;
 use crate::datapath::{DropReason, Peer, ReplySink, Served};
-use crate::handler::{Handler, UdpEvent};
+use crate::handler::{Handler, Hooks, UdpEvent};
 use crate::op::Op;
 use crate::sys::{u32_of, zeroed_msghdr};
 
@@ -390,8 +390,10 @@ pub(crate) fn peer_of(name: &[u8]) -> Option<Peer> {
 /// Counts what became of one request datagram (`udp_dropped`, `udp_held_full`); both runtimes.
 pub(crate) fn count_served<H: Handler>(handler: &H, worker: usize, served: Served) {
     match served {
-        Served::Dropped(DropReason::HeldFull) => handler.udp_count(worker, UdpEvent::HeldFull, 1),
-        Served::Dropped(_) => handler.udp_count(worker, UdpEvent::Dropped, 1),
+        Served::Dropped(DropReason::HeldFull) => {
+            handler.hooks().udp_count(worker, UdpEvent::HeldFull, 1)
+        }
+        Served::Dropped(_) => handler.hooks().udp_count(worker, UdpEvent::Dropped, 1),
         Served::Replied(_) | Served::NoReply | Served::Held => {}
     }
 }

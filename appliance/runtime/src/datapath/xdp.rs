@@ -15,7 +15,7 @@ use ringstore_sys::{u32_of, usize_of, Frame, Xsk, XskConfig, XskMode};
 
 use super::{poll_frames, Answer, Counters, FrameBackend, Mode, PollScratch, RxDesc, TxDesc};
 use crate::clock::Clock;
-use crate::handler::{Handler, UdpEvent};
+use crate::handler::{Handler, Hooks, UdpEvent};
 use crate::RuntimeError;
 
 /// Frames one socket takes per loop iteration.
@@ -228,9 +228,15 @@ impl XdpWorker {
             q.counters.dropped += polled.dropped as u64;
             // The datagram counters every memcache UDP backend keeps, beside the frame ones.
             let received = polled.frames.saturating_sub(polled.dropped);
-            handler.udp_count(worker, UdpEvent::Rx, received as u64);
-            handler.udp_count(worker, UdpEvent::Tx, polled.datagrams as u64);
-            handler.udp_count(worker, UdpEvent::Dropped, polled.dropped as u64);
+            handler
+                .hooks()
+                .udp_count(worker, UdpEvent::Rx, received as u64);
+            handler
+                .hooks()
+                .udp_count(worker, UdpEvent::Tx, polled.datagrams as u64);
+            handler
+                .hooks()
+                .udp_count(worker, UdpEvent::Dropped, polled.dropped as u64);
             busy |= q.busy();
         }
         self.report(handler);
@@ -246,9 +252,13 @@ impl XdpWorker {
             now.tx += c.tx;
             now.dropped += c.dropped;
         }
-        handler.udp_count(self.worker, UdpEvent::XdpRx, now.rx - self.reported.rx);
-        handler.udp_count(self.worker, UdpEvent::XdpTx, now.tx - self.reported.tx);
-        handler.udp_count(
+        handler
+            .hooks()
+            .udp_count(self.worker, UdpEvent::XdpRx, now.rx - self.reported.rx);
+        handler
+            .hooks()
+            .udp_count(self.worker, UdpEvent::XdpTx, now.tx - self.reported.tx);
+        handler.hooks().udp_count(
             self.worker,
             UdpEvent::XdpDrop,
             now.dropped - self.reported.dropped,

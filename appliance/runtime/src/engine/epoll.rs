@@ -26,7 +26,7 @@ use ringstore_service::Now;
 use crate::placement::listeners::Endpoint;
 
 use crate::connection::Slab;
-use crate::handler::Handler;
+use crate::handler::{Handler, Hooks};
 use crate::ring::Features;
 use crate::setup::WorkerSetup;
 use crate::sys::{Epoll, Readiness, Watch};
@@ -273,7 +273,7 @@ impl<H: Handler> Worker<H> {
         self.next_tick_ms = now + self.setup.limits.tick_ms;
         if self.setup.reaper && now >= self.last_reclaim_ms + 1000 {
             self.last_reclaim_ms = now;
-            self.setup.handler.reclaim(self.now);
+            self.setup.handler.hooks().reclaim(self.now);
         }
         let timeouts = self.setup.limits.timeouts();
         let handler = Arc::clone(&self.setup.handler);

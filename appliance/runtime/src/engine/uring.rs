@@ -22,7 +22,7 @@ use crate::connection::machine::{Completed, Io, Served, Step};
 use crate::connection::{Conn, Slab};
 use crate::datapath::kernel_udp::KernelUdp;
 use crate::durable::DiskWorker;
-use crate::handler::Handler;
+use crate::handler::{Handler, Hooks};
 use crate::op::Op;
 use crate::ring::Features;
 use crate::setup::WorkerSetup;

@@ -11,7 +11,7 @@ use ringstore_service::Protocol;
 
 use crate::placement::listeners::Endpoint;
 
-use crate::handler::Handler;
+use crate::handler::{Handler, Hooks};
 use crate::placement::inbox::{least_loaded, Inbox};
 
 /// What memcached answers when it is out of connections.
@@ -131,7 +131,7 @@ impl<H: Handler> Acceptor<H> {
         };
         if let Some(fd) = refused {
             self.open.fetch_sub(1, Ordering::AcqRel);
-            self.handler.conn_refused();
+            self.handler.hooks().conn_refused();
             refuse_now(&fd, self.endpoint);
             if lingering.len() < LINGERING_MAX {
                 lingering.push((fd, Instant::now() + LINGER));

@@ -42,7 +42,7 @@ impl<H: Handler> Worker<H> {
             EpollIo { ready_in: false },
         );
         let (slot, generation) = self.conns.insert(conn);
-        self.setup.handler.conn_opened(self.setup.index);
+        self.setup.handler.hooks().conn_opened(self.setup.index);
         if let Err(err) = self
             .epoll
             .add(raw, conn_key(slot, generation), Watch::EdgeReadWrite)
@@ -69,7 +69,7 @@ impl<H: Handler> Worker<H> {
                 &*self.setup.handler,
                 device.as_ref().map(|d| d as &dyn Device),
             );
-            self.setup.handler.conn_closed(self.setup.index);
+            self.setup.handler.hooks().conn_closed(self.setup.index);
             self.forget_connection();
         }
     }

@@ -103,9 +103,9 @@ impl<H: Handler> Worker<H> {
             }
         }
         for (got, bytes) in udp.rx.datagrams() {
-            handler.udp_count(worker, UdpEvent::Rx, 1);
+            handler.hooks().udp_count(worker, UdpEvent::Rx, 1);
             let (false, Some(from)) = (got.truncated, got.from) else {
-                handler.udp_count(worker, UdpEvent::Dropped, 1);
+                handler.hooks().udp_count(worker, UdpEvent::Dropped, 1);
                 continue;
             };
             let mut queue = Queue {
@@ -142,12 +142,12 @@ fn send_all<H: Handler>(handler: &H, worker: usize, udp: &mut Udp) {
             .collect();
         match crate::sys::sendmmsg_nowait(udp.fd.as_raw_fd(), &batch) {
             Transfer::Done(n) if n > 0 => {
-                handler.udp_count(worker, UdpEvent::Tx, n as u64);
+                handler.hooks().udp_count(worker, UdpEvent::Tx, n as u64);
                 at += n;
             }
             _ => {
                 let left = (udp.tx.len() - at) as u64;
-                handler.udp_count(worker, UdpEvent::Dropped, left);
+                handler.hooks().udp_count(worker, UdpEvent::Dropped, left);
                 break;
             }
         }

@@ -28,7 +28,7 @@ impl<H: Handler> Worker<H> {
             },
         );
         let (slot, _) = self.conns.insert(conn);
-        self.setup.handler.conn_opened(self.setup.index);
+        self.setup.handler.hooks().conn_opened(self.setup.index);
         self.peak_conns = self.peak_conns.max(self.conns.live());
         self.arm_recv(slot);
     }
@@ -98,7 +98,7 @@ impl<H: Handler> Worker<H> {
                 &*self.setup.handler,
                 device.as_ref().map(|d| d as &dyn Device),
             );
-            self.setup.handler.conn_closed(self.setup.index);
+            self.setup.handler.hooks().conn_closed(self.setup.index);
             self.forget_connection();
         }
     }

@@ -7,7 +7,7 @@ impl<H: Handler> Worker<H> {
         let now = self.now.mono_ms;
         if self.setup.reaper && now >= self.last_reclaim_ms + 1000 {
             self.last_reclaim_ms = now;
-            self.setup.handler.reclaim(self.now);
+            self.setup.handler.hooks().reclaim(self.now);
         }
         if self.stopping_deadline.is_none() && now >= self.accept_backoff_until {
             // Re-arm accepts that backed off (EMFILE).

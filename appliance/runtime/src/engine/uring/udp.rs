@@ -67,7 +67,7 @@ impl<H: Handler> Worker<H> {
         let Some(udp) = self.udp.as_mut() else {
             return;
         };
-        handler.udp_count(worker, UdpEvent::Rx, 1);
+        handler.hooks().udp_count(worker, UdpEvent::Rx, 1);
         let disk = self.disk.as_ref();
         let pending = &mut self.pending;
         let served = 'served: {
@@ -130,7 +130,10 @@ impl<H: Handler> Worker<H> {
         };
         if datagrams > 0 {
             let count = u64::try_from(datagrams).unwrap_or(u64::MAX);
-            self.setup.handler.udp_count(self.setup.index, event, count);
+            self.setup
+                .handler
+                .hooks()
+                .udp_count(self.setup.index, event, count);
         }
         if !udp.ready.is_empty() {
             self.send_ready_udp();
@@ -155,7 +158,9 @@ impl<H: Handler> Worker<H> {
         if handler.awaits_durable(&entry.session) {
             return;
         }
-        handler.udp_bound_reply(&entry.request_head, &mut entry.out.bytes);
+        handler
+            .hooks()
+            .udp_bound_reply(&entry.request_head, &mut entry.out.bytes);
         handler.output_flushed(&mut entry.session);
         handler.session_closed(&mut entry.session, None);
         // Released: it leaves the table once its datagrams have send slots (one group commit
