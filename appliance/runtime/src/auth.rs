@@ -62,10 +62,11 @@ fn log_line(line: &str) {
     eprintln!("{line}");
 }
 
-/// Turns the checks on for every connection `shared` will serve (before the workers start).
-pub(crate) fn enable(shared: &Shared, files: Files) {
+/// The checks for every connection the server will serve (it is built with them, before the
+/// workers start); `None` when neither file is named.
+pub(crate) fn enable(files: Files) -> Option<Auth> {
     if files.users.is_none() && files.tokens.is_none() {
-        return;
+        return None;
     }
     if let Some(users) = &files.users {
         eprintln!(
@@ -81,7 +82,7 @@ pub(crate) fn enable(shared: &Shared, files: Files) {
     }
     let mut auth = Auth::new(files.users, files.tokens, log_line);
     auth.users_file = files.users_file;
-    let _ = shared.auth.set(auth);
+    Some(auth)
 }
 
 /// Reads the files `config` names again (SIGHUP, the console) and puts each that parses in
@@ -92,7 +93,7 @@ pub(crate) fn enable(shared: &Shared, files: Files) {
 /// in force, and the log says why on one line. Turning a check on or off needs a restart.
 /// `Ok`: what is in force now (one line); `Err`: why a file was not taken (one line).
 pub fn reload(shared: &Shared, config: &Config) -> Result<String, String> {
-    let Some(auth) = shared.auth.get() else {
+    let Some(auth) = shared.started.auth.as_ref() else {
         return Ok("no --auth-file or --http-tokens: nothing to reload".into());
     };
     let mut outcomes = Vec::new();

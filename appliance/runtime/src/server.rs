@@ -84,33 +84,25 @@ impl Server {
         let (node, cpus) = (placed.node, placed.cpus);
         let bound = crate::placement::listeners::bind(config, cpus.len())?;
         let udp_sockets = bound.udp.len();
-        let (shared, clock) = shared_state(config, node, &cpus, &placed.sub_regions)?;
-        crate::auth::enable(&shared, auth_files);
+        let (store, clock) = build_store(config, node, &cpus, &placed.sub_regions)?;
+        let (kernel_tls, certs) = tls_setup(config)?;
+        let (xdp, xdp_mode) = attach_xdp(config, prepared, bound.addrs.udp, &cpus, clock)?;
+        // Everything the shared state reports is known now: it is built once, complete.
+        let started = ringstore_service::Started {
+            rusage: Some(crate::sys::process_cpu_time),
+            xdp_mode,
+            auth: crate::auth::enable(auth_files),
+            tls: certs.as_ref().map(|certs| {
+                Arc::new(crate::tls::CertControl(certs.clone()))
+                    as Arc<dyn ringstore_service::TlsControl>
+            }),
+            io_runtime: runtime.name(),
+            settings: start_settings(config, &bound.addrs, kernel_tls),
+        };
+        let shared = shared_state(config, store, node, &cpus, clock, started);
         let data = placed
             .durable
             .map(|durable| crate::data::attach(durable, &shared.store, clock, config.data_full));
-        // Kernel TLS where the kernel has it (both runtimes call after_bytes): this probe alone
-        // decides that the kernel has none; a hand-over one socket refuses stays its own.
-        let kernel_tls =
-            config.tls.enabled() && !config.tls.user_space_only && crate::sys::kernel_has_tls();
-        publish_start_settings(&shared, config, &bound.addrs, kernel_tls);
-        let certs = crate::tls::load_certs(config, kernel_tls)
-            .map_err(|e| RuntimeError::Tls(e.to_string()))?;
-        if config.tls.enabled() {
-            eprintln!(
-                "ringstore: tls {}",
-                match (kernel_tls, config.tls.user_space_only) {
-                    (true, _) => "with kernel offload (CONFIG_TLS)",
-                    (false, true) => "in user space (tls-kernel-offload off)",
-                    (false, false) => "in user space (the kernel has no TLS)",
-                }
-            );
-        }
-        if let Some(certs) = &certs {
-            let _ = shared
-                .tls
-                .set(Arc::new(crate::tls::CertControl(certs.clone())));
-        }
         let handler = Arc::new(Tls::new(
             ServiceHandler(shared.clone()),
             certs,
@@ -121,7 +113,6 @@ impl Server {
                 kernel_offload: kernel_tls,
             },
         ));
-        let xdp = attach_xdp(config, prepared, bound.addrs.udp, &cpus, &shared, clock)?;
         let plane = Plane::start(PlaneSetup {
             handler: handler.clone(),
             cpus: cpus.iter().map(|&c| Some(c)).collect(),
@@ -134,7 +125,6 @@ impl Server {
             xdp: xdp.workers,
             runtime,
         })?;
-        let _ = shared.io_runtime.set(runtime.name());
         if udp_sockets > 0 {
             eprintln!(
                 "ringstore: udp {} on {udp_sockets} workers (one SO_REUSEPORT socket each)",
@@ -143,7 +133,6 @@ impl Server {
         }
         let exchange =
             crate::numa_sub::Exchange::start(shared.clone(), clock, placed.exchange_cpus)?;
-        let _ = shared.rusage.set(crate::sys::process_cpu_time);
         // Every worker has started (Plane::start waits for them): publish the union of their
         // effective capability sets for `stats worker_capeff`.
         shared.worker_capeff.store(
@@ -265,7 +254,7 @@ impl Server {
     /// Reads the TLS certificates again (SIGHUP): new handshakes use them, open sessions keep
     /// theirs. The error (the old certificates stay) is one line; without TLS, nothing to do.
     pub fn reload_certs(&self) -> Result<(), String> {
-        match self.shared.tls.get() {
+        match self.shared.started.tls.as_ref() {
             Some(tls) => tls.refresh(),
             None => Ok(()),
         }
@@ -394,14 +383,37 @@ fn place(config: &Config) -> Result<Placed, RuntimeError> {
     })
 }
 
-/// The store and the service state every worker shares, and the clock started once the
-/// store is built.
-fn shared_state(
+/// Whether sessions go to the kernel (kernel TLS), and the certificates of the TLS
+/// listeners (`None`: none is on).
+fn tls_setup(
+    config: &Config,
+) -> Result<(bool, Option<Arc<ringstore_tls::CertStore>>), RuntimeError> {
+    // Kernel TLS where the kernel has it (both runtimes call after_bytes): this probe alone
+    // decides that the kernel has none; a hand-over one socket refuses stays its own.
+    let kernel_tls =
+        config.tls.enabled() && !config.tls.user_space_only && crate::sys::kernel_has_tls();
+    let certs =
+        crate::tls::load_certs(config, kernel_tls).map_err(|e| RuntimeError::Tls(e.to_string()))?;
+    if config.tls.enabled() {
+        eprintln!(
+            "ringstore: tls {}",
+            match (kernel_tls, config.tls.user_space_only) {
+                (true, _) => "with kernel offload (CONFIG_TLS)",
+                (false, true) => "in user space (tls-kernel-offload off)",
+                (false, false) => "in user space (the kernel has no TLS)",
+            }
+        );
+    }
+    Ok((kernel_tls, certs))
+}
+
+/// The store, and the clock started once it is built.
+fn build_store(
     config: &Config,
     node: u32,
     cpus: &[usize],
     sub_regions: &[ringstore_store::SubRegion],
-) -> Result<(Arc<Shared>, Clock), RuntimeError> {
+) -> Result<(Store, Clock), RuntimeError> {
     let store_config = StoreConfig {
         memory_bytes: usize::try_from(config.memory).unwrap_or(usize::MAX),
         item_size_max: config.item_size_max,
@@ -424,7 +436,18 @@ fn shared_state(
             ),
         }
     }
-    let clock = Clock::start();
+    Ok((store, Clock::start()))
+}
+
+/// The service state every worker shares, over `store`, with what the runtime knew at start.
+fn shared_state(
+    config: &Config,
+    store: Store,
+    node: u32,
+    cpus: &[usize],
+    clock: Clock,
+    started: ringstore_service::Started,
+) -> Arc<Shared> {
     let service_config = ServiceConfig {
         item_size_max: config.item_size_max,
         max_line: LINE_MAX,
@@ -446,27 +469,31 @@ fn shared_state(
             ringstore_config::parse_hostname(&crate::sys::hostname()).unwrap_or_default()
         }),
     };
-    let shared = Shared::new(
+    Shared::with(
         store,
         service_config,
         service_topology,
         cpus.len(),
         std::process::id(),
         clock.unix_start(),
-    );
-    Ok((shared, clock))
+        started,
+    )
 }
 
 /// What `stats settings` reports of the start (memcached's `tcpport`, `udpport`, `inter`,
 /// `idle_timeout`, `tcp_backlog`, `ssl_kernel_tls`): the bound addresses, port 0 resolved.
-fn publish_start_settings(shared: &Shared, config: &Config, addrs: &LocalAddrs, kernel_tls: bool) {
-    let _ = shared.start.set(ringstore_service::StartSettings {
+fn start_settings(
+    config: &Config,
+    addrs: &LocalAddrs,
+    kernel_tls: bool,
+) -> ringstore_service::StartSettings {
+    ringstore_service::StartSettings {
         memcache: addrs.memcache,
         udp: addrs.udp,
         idle_timeout_secs: config.idle_timeout_secs,
         tcp_backlog: crate::sys::LISTEN_BACKLOG.unsigned_abs(),
         kernel_tls,
-    });
+    }
 }
 
 /// The limits every worker enforces, from `config`.
@@ -484,15 +511,15 @@ fn limits(config: &Config) -> Limits {
 
 /// AF_XDP: program, map and sockets are made before the workers start (under PID 1 before
 /// privileges drop: `prepared`; otherwise here, for `--xdp`, steering the bound UDP port);
-/// each queue goes to the worker on its IRQ's CPU. Empty without XDP.
+/// each queue goes to the worker on its IRQ's CPU. With the mode line `stats xdp_mode`
+/// reports; empty and `None` without XDP.
 fn attach_xdp(
     config: &Config,
     prepared: Option<crate::XdpPrepared>,
     udp: Option<std::net::SocketAddr>,
     cpus: &[usize],
-    shared: &Shared,
     clock: Clock,
-) -> Result<crate::datapath::xdp::Attached, RuntimeError> {
+) -> Result<(crate::datapath::xdp::Attached, Option<String>), RuntimeError> {
     let prepared = match (prepared, config.xdp.is_empty(), udp) {
         (Some(p), _, _) => Some(p),
         // The port steered is the bound one (`udp` may name port 0).
@@ -500,13 +527,11 @@ fn attach_xdp(
         _ => None,
     };
     let Some(prepared) = prepared else {
-        return Ok(crate::datapath::xdp::Attached::default());
+        return Ok((crate::datapath::xdp::Attached::default(), None));
     };
     let attached = crate::datapath::xdp::distribute(prepared, cpus, &config.udp_allow, clock);
-    let _ = shared
-        .xdp_mode
-        .set(crate::datapath::xdp::modes_line(&attached.attachments));
-    Ok(attached)
+    let modes = crate::datapath::xdp::modes_line(&attached.attachments);
+    Ok((attached, Some(modes)))
 }
 
 /// The union of `CapEff` over this process's serving threads (`ringstore-*` threads), read

@@ -93,16 +93,20 @@ pub struct Topology {
 /// [`Shared::aux_slot`], a spare slot after the workers' (memcache UDP is served by the
 /// workers, on their own slots).
 ///
-/// `worker_capeff` is the effective capability set (`CapEff` from `/proc/self/status`) of
-/// the worker threads, set by the runtime after it drops privileges; `stats` prints it
-/// as 16 hex digits (`worker_capeff`). 0 until set.
+/// Built once ([`Shared::with`]) from what the runtime knows at start ([`Started`]) and
+/// never changed after: what changes while serving (counters, the users and tokens a reload
+/// installs, the certificates) changes inside its own field. The one value published later
+/// is `worker_capeff`, the effective capability set (`CapEff` from `/proc/self/status`) of
+/// the worker threads, known only once they have started and dropped privileges; `stats`
+/// prints it as 16 hex digits (`worker_capeff`), 0 until then.
 pub struct Shared {
     pub store: Store,
     /// What connections hold in flight, bounded across all of them.
     pub conn_memory: Arc<budget::ConnMemory>,
     pub config: ServiceConfig,
     pub topology: Topology,
-    /// Effective capabilities of the workers (bit mask as in `CapEff`); set by the runtime.
+    /// Effective capabilities of the workers (bit mask as in `CapEff`); published by the
+    /// runtime once its workers run.
     pub worker_capeff: std::sync::atomic::AtomicU64,
     pid: u32,
     unix_start: u64,
@@ -110,27 +114,46 @@ pub struct Shared {
     refused: std::sync::atomic::AtomicU64,
     /// `stats reset` subtracts this snapshot instead of writing other workers' slots.
     baseline: std::sync::Mutex<StatsTotals>,
-    /// The process's CPU time so far, user and system, in microseconds (memcache
-    /// `rusage_user`, `rusage_system`); set by the runtime, which may make the syscall.
-    pub rusage: std::sync::OnceLock<fn() -> (u64, u64)>,
-    /// The AF_XDP mode per interface (`IF:MODE,...`, `stats xdp_mode`); unset: no XDP.
-    pub xdp_mode: std::sync::OnceLock<String>,
-    /// `--auth-file`: set by the runtime before the first connection; unset: no login asked.
-    pub auth: std::sync::OnceLock<auth::Auth>,
-    /// The TLS certificates (set by the runtime when a TLS listener is on): `refresh_certs`
-    /// and the TLS stats.
-    pub tls: std::sync::OnceLock<Arc<dyn TlsControl>>,
     /// `refresh_certs`: one reload a second for the whole server, and its counters.
     pub refresh_certs: memcache::CertRefreshGate,
     /// Unfinished large HTTP uploads, by client and region (`http/uploads.rs`).
     pub uploads: Arc<http::UploadLedger>,
     /// memcached's `watch`: the per-worker log rings and who watches (`watch.rs`).
     pub watch: Arc<watch::Hub>,
-    /// The workers' I/O runtime, `io_uring` or `epoll` (`stats io_runtime`); set by the
-    /// runtime at start.
-    pub io_runtime: std::sync::OnceLock<&'static str>,
-    /// Listeners, timeouts and kernel TLS as started (`stats settings`); set by the runtime.
-    pub start: std::sync::OnceLock<StartSettings>,
+    /// What the runtime knew at start.
+    pub started: Started,
+}
+
+/// What the runtime knows before its workers start, for `stats`, logins and `refresh_certs`;
+/// [`Shared::with`] takes it whole. The default: a plain test server (no login, no TLS, no
+/// XDP, `io_uring`).
+pub struct Started {
+    /// The process's CPU time so far, user and system, in microseconds (memcache
+    /// `rusage_user`, `rusage_system`); the runtime's, which may make the syscall.
+    pub rusage: Option<fn() -> (u64, u64)>,
+    /// The AF_XDP mode per interface (`IF:MODE,...`, `stats xdp_mode`); `None`: no XDP.
+    pub xdp_mode: Option<String>,
+    /// `--auth-file` and `--http-tokens`; `None`: no login asked, no token needed.
+    pub auth: Option<auth::Auth>,
+    /// The TLS certificates when a TLS listener is on: `refresh_certs` and the TLS stats.
+    pub tls: Option<Arc<dyn TlsControl>>,
+    /// The workers' I/O runtime, `io_uring` or `epoll` (`stats io_runtime`).
+    pub io_runtime: &'static str,
+    /// Listeners, timeouts and kernel TLS as started (`stats settings`).
+    pub settings: StartSettings,
+}
+
+impl Default for Started {
+    fn default() -> Started {
+        Started {
+            rusage: None,
+            xdp_mode: None,
+            auth: None,
+            tls: None,
+            io_runtime: "io_uring",
+            settings: StartSettings::default(),
+        }
+    }
 }
 
 /// What the service may ask of the TLS layer (ADR 0031).
@@ -161,7 +184,7 @@ pub struct TlsSettings {
 }
 
 impl Shared {
-    /// `workers` sizes the per-worker counter slots (no contended atomics on the hot path).
+    /// [`Shared::with`] a default [`Started`] (tests, tools).
     pub fn new(
         store: Store,
         config: ServiceConfig,
@@ -169,6 +192,29 @@ impl Shared {
         workers: usize,
         pid: u32,
         unix_start: u64,
+    ) -> Arc<Shared> {
+        Shared::with(
+            store,
+            config,
+            topology,
+            workers,
+            pid,
+            unix_start,
+            Started::default(),
+        )
+    }
+
+    /// The shared state of a server with `workers` workers (which sizes the per-worker
+    /// counter slots: no contended atomics on the hot path) in process `pid`, started at
+    /// Unix time `unix_start`.
+    pub fn with(
+        store: Store,
+        config: ServiceConfig,
+        topology: Topology,
+        workers: usize,
+        pid: u32,
+        unix_start: u64,
+        started: Started,
     ) -> Arc<Shared> {
         let watch = Arc::new(watch::Hub::new(workers.max(1) + 1));
         store.attach_eviction_log(Arc::clone(&watch) as Arc<dyn ringstore_store::EvictionLog>);
@@ -185,15 +231,10 @@ impl Shared {
                 .collect(),
             refused: std::sync::atomic::AtomicU64::new(0),
             baseline: std::sync::Mutex::new(StatsTotals::default()),
-            rusage: std::sync::OnceLock::new(),
-            xdp_mode: std::sync::OnceLock::new(),
-            auth: std::sync::OnceLock::new(),
-            tls: std::sync::OnceLock::new(),
             refresh_certs: memcache::CertRefreshGate::default(),
             uploads: Arc::default(),
             watch,
-            io_runtime: std::sync::OnceLock::new(),
-            start: std::sync::OnceLock::new(),
+            started,
         })
     }
 

@@ -31,14 +31,6 @@ fn shared() -> Arc<Shared> {
         external_threshold: 0,
     })
     .unwrap();
-    let shared = Shared::new(
-        store,
-        ServiceConfig::default(),
-        Topology::default(),
-        1,
-        1,
-        0,
-    );
     let file = format!(
         "reader {} read\nwriter {} write\nusers {} write users/\n\
          app1 subject:CN=app1 write app1/\napp2 subject:CN=app2 read\n",
@@ -47,11 +39,18 @@ fn shared() -> Arc<Shared> {
         hex("u-token")
     );
     let tokens = HttpTokens::parse(&file).unwrap();
-    shared
-        .auth
-        .set(Auth::new(None, Some(tokens), |_| {}))
-        .unwrap();
-    shared
+    Shared::with(
+        store,
+        ServiceConfig::default(),
+        Topology::default(),
+        1,
+        1,
+        0,
+        crate::Started {
+            auth: Some(Auth::new(None, Some(tokens), |_| {})),
+            ..crate::Started::default()
+        },
+    )
 }
 
 fn request(shared: &Shared, text: &str) -> (String, Flow) {

@@ -145,7 +145,7 @@ impl<'a> StoreBackend<'a> {
             object_size_max: shared.config.object_size_max,
             conn_memory: Some(&shared.conn_memory),
             device,
-            auth: shared.auth.get(),
+            auth: shared.started.auth.as_ref(),
             uploads: Some(&shared.uploads),
         }
     }

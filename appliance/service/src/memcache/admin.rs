@@ -152,7 +152,7 @@ impl CertRefreshGate {
 /// no work and answer an error line (unless `noreply`).
 pub(crate) fn refresh_certs(ctx: &Ctx<'_>, out: &mut Vec<u8>, noreply: bool, datagram: bool) {
     let gate = &ctx.shared.refresh_certs;
-    let reply = match ctx.shared.tls.get() {
+    let reply = match ctx.shared.started.tls.as_ref() {
         _ if datagram => {
             gate.refused.fetch_add(1, Ordering::Relaxed);
             REFRESH_CERTS_NOT_OVER_UDP.to_string()

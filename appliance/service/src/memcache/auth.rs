@@ -47,7 +47,12 @@ pub(crate) enum Gate {
 
 impl Gate {
     pub(crate) fn for_shared(shared: &crate::Shared) -> Gate {
-        if shared.auth.get().is_some_and(|a| a.users.is_some()) {
+        if shared
+            .started
+            .auth
+            .as_ref()
+            .is_some_and(|a| a.users.is_some())
+        {
             Gate::Locked(Login::default())
         } else {
             Gate::Open
@@ -61,7 +66,7 @@ impl Gate {
         let Gate::LoggedIn(standing) = self else {
             return false;
         };
-        let users = shared.auth.get().and_then(|a| a.users.as_ref());
+        let users = shared.started.auth.as_ref().and_then(|a| a.users.as_ref());
         users.is_some_and(|users| !users.still_holds(standing))
     }
 }
@@ -163,8 +168,9 @@ impl Login {
 pub(crate) fn check(ctx: &Ctx<'_>, user: &[u8], pass: &[u8], kind: &str) -> Option<Box<Standing>> {
     let (auth, users) = ctx
         .shared
+        .started
         .auth
-        .get()
+        .as_ref()
         .and_then(|a| a.users.as_ref().map(|u| (a, u)))?;
     ctx.stats.auth_cmds.inc();
     let standing = users.login(user, pass).map(Box::new);

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::bound_tests::shared;
+use super::bound_tests::{shared, shared_started};
 use crate::auth::{Auth, Credentials};
 use crate::{Flow, Now, Protocol, Session, Shared};
 
@@ -36,10 +36,19 @@ fn locked() -> Arc<Shared> {
 }
 
 fn locked_with(log: fn(&str)) -> Arc<Shared> {
-    let shared = shared(1 << 20);
     let users = Credentials::parse(b"alice:secret\nbob:hunter2\n").unwrap();
-    shared.auth.set(Auth::new(Some(users), None, log)).unwrap();
-    shared
+    logged_in_by(Auth::new(Some(users), None, log))
+}
+
+/// A server that asks `auth` of its clients.
+fn logged_in_by(auth: Auth) -> Arc<Shared> {
+    shared_started(
+        1 << 20,
+        crate::Started {
+            auth: Some(auth),
+            ..crate::Started::default()
+        },
+    )
 }
 
 fn feed(shared: &Shared, s: &mut Session, input: &[u8]) -> (Vec<u8>, Flow) {
@@ -166,7 +175,7 @@ fn attempts_are_counted_and_logged_at_a_bounded_rate() {
 
 fn reload(shared: &Shared, file: &[u8]) {
     let users = Credentials::parse(file).unwrap();
-    let auth = shared.auth.get().unwrap();
+    let auth = shared.started.auth.as_ref().unwrap();
     auth.users.as_ref().unwrap().replace(users);
 }
 
@@ -361,11 +370,10 @@ fn shared_open() -> Arc<Shared> {
 
 #[test]
 fn stats_settings_say_auth_is_on_as_memcached_does() {
-    let shared = shared(1 << 20);
     let users = Credentials::parse(b"alice:secret\n").unwrap();
     let mut auth = Auth::new(Some(users), None, check_line);
     auth.users_file = Some("/tls/users".into());
-    shared.auth.set(auth).unwrap();
+    let shared = logged_in_by(auth);
     let mut s = Session::for_connection(Protocol::Memcache, 0, &shared);
     let (out, _) = feed(
         &shared,

@@ -17,6 +17,11 @@ const ITEM_MAX: usize = 512 << 10;
 const HIGH_WATER: usize = 64 << 10;
 
 pub(super) fn shared(conn_memory: usize) -> Arc<Shared> {
+    shared_started(conn_memory, crate::Started::default())
+}
+
+/// [`shared`] as a runtime that knew `started` built it.
+pub(super) fn shared_started(conn_memory: usize, started: crate::Started) -> Arc<Shared> {
     let store = Store::new(StoreConfig {
         memory_bytes: 16 << 20,
         item_size_max: ITEM_MAX,
@@ -33,7 +38,7 @@ pub(super) fn shared(conn_memory: usize) -> Arc<Shared> {
         object_size_max: 0,
         conn_memory,
     };
-    Shared::new(store, config, Topology::default(), 1, 1, 0)
+    Shared::with(store, config, Topology::default(), 1, 1, 0, started)
 }
 
 fn set(shared: &Shared, key: &str, value: &[u8]) {

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::tests::{check, feed, shared, NOW};
+use super::tests::{check, feed, shared, shared_started, NOW};
 use crate::{Flow, Now, Protocol, ServiceConfig, Session, Shared, Topology};
 use ringstore_store::{Store, StoreConfig};
 
@@ -202,11 +202,16 @@ fn counters_memcached_has() {
         "0.000000",
         "no runtime: no rusage"
     );
-    let _ = shared.rusage.set(|| (1_500_002, 3));
     out.clear();
     s.on_bytes(b"stats reset\r\nstats\r\n", at(5), &shared, None, &mut out);
     assert_eq!(stat(&out, "get_expired"), "0");
     assert_eq!(stat(&out, "get_flushed"), "0");
+    let timed = shared_started(crate::Started {
+        rusage: Some(|| (1_500_002, 3)),
+        ..crate::Started::default()
+    });
+    out.clear();
+    s.on_bytes(b"stats\r\n", at(5), &timed, None, &mut out);
     assert_eq!(stat(&out, "rusage_user"), "1.500002");
     assert_eq!(stat(&out, "rusage_system"), "0.000003");
     out.clear();
@@ -240,7 +245,10 @@ fn counters_memcached_has() {
             }
         }
     }
-    let _ = shared.tls.set(std::sync::Arc::new(Certs));
+    let shared = shared_started(crate::Started {
+        tls: Some(std::sync::Arc::new(Certs)),
+        ..crate::Started::default()
+    });
     out.clear();
     s.on_bytes(b"stats settings\r\n", at(5), &shared, None, &mut out);
     // memcached 1.6.18 -Z -o ssl_chain_cert=...,ssl_key=...,ssl_verify_mode=2,ssl_min_version=3
@@ -271,12 +279,15 @@ fn stats_settings_lists_the_listeners_and_timeouts() {
     assert_eq!(stat(&out, "tcpport"), "0");
     assert_eq!(stat(&out, "udpport"), "0");
     assert_eq!(stat(&out, "inter"), "NULL");
-    let _ = shared.start.set(crate::StartSettings {
-        memcache: Some("127.0.0.1:11211".parse().expect("addr")),
-        udp: Some("127.0.0.1:11212".parse().expect("addr")),
-        idle_timeout_secs: 30,
-        tcp_backlog: 1024,
-        kernel_tls: true,
+    let shared = shared_started(crate::Started {
+        settings: crate::StartSettings {
+            memcache: Some("127.0.0.1:11211".parse().expect("addr")),
+            udp: Some("127.0.0.1:11212".parse().expect("addr")),
+            idle_timeout_secs: 30,
+            tcp_backlog: 1024,
+            kernel_tls: true,
+        },
+        ..crate::Started::default()
     });
     out.clear();
     s.on_bytes(b"stats settings\r\n", at(5), &shared, None, &mut out);
@@ -317,9 +328,11 @@ impl crate::TlsControl for CountingCerts {
 
 #[test]
 fn refresh_certs_is_refused_over_udp_and_runs_once_a_second() {
-    let shared = shared();
     let certs = std::sync::Arc::new(CountingCerts::default());
-    let _ = shared.tls.set(certs.clone());
+    let shared = shared_started(crate::Started {
+        tls: Some(certs.clone()),
+        ..crate::Started::default()
+    });
     let reloads = || certs.0.load(std::sync::atomic::Ordering::Relaxed);
     // A datagram (the UDP path marks responses): refused, nothing read.
     let mut udp = Session::new(Protocol::Memcache, 0);

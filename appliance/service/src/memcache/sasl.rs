@@ -31,7 +31,11 @@ pub(super) fn allowed_unauthenticated(request: &Request<'_>) -> bool {
 }
 
 fn auth_on(ctx: &Ctx<'_>) -> bool {
-    ctx.shared.auth.get().is_some_and(|a| a.users.is_some())
+    ctx.shared
+        .started
+        .auth
+        .as_ref()
+        .is_some_and(|a| a.users.is_some())
 }
 
 /// `SASL list mechs`.
@@ -77,7 +81,7 @@ pub(super) fn auth(
             // Counted like a refused password (memcached counts every failed SASL step).
             ctx.stats.auth_cmds.inc();
             ctx.stats.auth_errors.inc();
-            if let Some(auth) = ctx.shared.auth.get() {
+            if let Some(auth) = ctx.shared.started.auth.as_ref() {
                 auth.log.failed(ctx.now.mono_ms, "memcache SASL");
             }
             None

@@ -100,7 +100,7 @@ fn process(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
         stat_str(out, "hostname", &shared.topology.hostname);
     }
     stat(out, "pointer_size", usize::BITS.into());
-    let (user_us, system_us) = shared.rusage.get().map_or((0, 0), |f| f());
+    let (user_us, system_us) = shared.started.rusage.map_or((0, 0), |f| f());
     seconds(out, "rusage_user", user_us);
     seconds(out, "rusage_system", system_us);
 }
@@ -198,12 +198,12 @@ fn datapath_and_placement(ctx: &Ctx<'_>, out: &mut Vec<u8>, t: &StatsTotals, sto
     stat(out, "pinned_bytes", shared.pinned_bytes());
     stat(out, "pinned_segments", store.pinned_segments);
     stat(out, "orphaned_segments", store.orphaned_segments);
-    let xdp_mode = shared.xdp_mode.get().map_or("off", String::as_str);
+    let xdp_mode = shared.started.xdp_mode.as_deref().unwrap_or("off");
     stat_str(out, "xdp_mode", xdp_mode);
     stat(out, "xdp_rx", t.xdp_rx);
     stat(out, "xdp_tx", t.xdp_tx);
     stat(out, "xdp_drop", t.xdp_drop);
-    if let Some(tls) = shared.tls.get() {
+    if let Some(tls) = shared.started.tls.as_ref() {
         // TLS, with memcached's names where it has one (ADR 0031).
         stat(out, "tls_handshakes", t.tls_handshakes);
         stat(out, "tls_handshake_errors", t.tls_handshake_errors);
@@ -245,7 +245,7 @@ fn datapath_and_placement(ctx: &Ctx<'_>, out: &mut Vec<u8>, t: &StatsTotals, sto
         &format!("{:016x}", shared.worker_capeff.load(Relaxed)),
     );
     // The workers' I/O runtime (`--io`, ADR 0033).
-    let io_runtime = shared.io_runtime.get().copied().unwrap_or("io_uring");
+    let io_runtime = shared.started.io_runtime;
     stat_str(out, "io_runtime", io_runtime);
 }
 
@@ -279,7 +279,7 @@ fn seconds(out: &mut Vec<u8>, name: &str, us: u64) {
 /// and docs/adr/0036. Then ringstore's own.
 fn settings(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     let shared = ctx.shared;
-    let start = shared.start.get().cloned().unwrap_or_default();
+    let start = shared.started.settings.clone();
     let store = shared.store.stats();
     stat(out, "maxbytes", store.limit_maxbytes);
     stat(out, "maxconns", shared.config.max_conns as u64);
@@ -328,7 +328,12 @@ fn settings(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
 /// `auth_enabled_sasl` and `auth_enabled_ascii`: `--auth-file` turns on both text logins
 /// and binary SASL PLAIN (memcached's -Y and -S); memcached prints the -Y file's path, or `no`.
 fn auth_settings(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
-    let users = ctx.shared.auth.get().filter(|a| a.users.is_some());
+    let users = ctx
+        .shared
+        .started
+        .auth
+        .as_ref()
+        .filter(|a| a.users.is_some());
     let sasl = if users.is_some() { "yes" } else { "no" };
     stat_str(out, "auth_enabled_sasl", sasl);
     let ascii = users.map_or("no", |a| a.users_file.as_deref().unwrap_or("yes"));
@@ -338,7 +343,7 @@ fn auth_settings(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
 /// memcached -Z's lines, in its order and forms (with TLS off, as memcached built with TLS
 /// prints them: `(null)` files, verify 0, `tlsv1.2`), for the settings ringstore has.
 fn tls_settings(ctx: &Ctx<'_>, out: &mut Vec<u8>, kernel_tls: bool) {
-    let tls = ctx.shared.tls.get().map(|t| t.settings());
+    let tls = ctx.shared.started.tls.as_ref().map(|t| t.settings());
     let on = if tls.is_some() { "yes" } else { "no" };
     stat_str(out, "ssl_enabled", on); // a TLS listener is on (`--memcache-tls` or `--https`)
     let t = tls.unwrap_or(TlsSettings {

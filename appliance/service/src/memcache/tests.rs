@@ -16,15 +16,27 @@ pub(super) const NOW: Now = Now {
 const ITEM_MAX: usize = 1024;
 
 pub(super) fn shared() -> Arc<Shared> {
-    shared_on(Topology {
-        numa_node: 1,
-        worker_cpus: vec![2, 3],
-        hostname: "cache-01".into(),
-    })
+    shared_started(crate::Started::default())
+}
+
+/// [`shared`] as a runtime that knew `started` built it.
+pub(super) fn shared_started(started: crate::Started) -> Arc<Shared> {
+    shared_on_started(
+        Topology {
+            numa_node: 1,
+            worker_cpus: vec![2, 3],
+            hostname: "cache-01".into(),
+        },
+        started,
+    )
 }
 
 /// [`shared`] on another machine.
 fn shared_on(topology: Topology) -> Arc<Shared> {
+    shared_on_started(topology, crate::Started::default())
+}
+
+fn shared_on_started(topology: Topology, started: crate::Started) -> Arc<Shared> {
     let store = Store::new(StoreConfig {
         memory_bytes: 8 << 20,
         item_size_max: ITEM_MAX,
@@ -41,7 +53,7 @@ fn shared_on(topology: Topology) -> Arc<Shared> {
         object_size_max: 0,
         conn_memory: 64 << 20,
     };
-    Shared::new(store, config, topology, 2, 42, 1_700_000_000)
+    Shared::with(store, config, topology, 2, 42, 1_700_000_000, started)
 }
 
 /// Feeds `chunks` in order to a fresh session; returns all output and the last flow.
