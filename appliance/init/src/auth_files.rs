@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ringstore_service::auth::{Credentials, HttpTokens, AUTH_FILE_MAX};
+use ringstore_auth::{Credentials, HttpTokens, AUTH_FILE_MAX};
 
 use crate::bootdisk::Found;
 use crate::tls_files;
