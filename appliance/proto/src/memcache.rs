@@ -10,7 +10,8 @@
 //! number rules), [`key`] (key rules, base64), [`get`], [`storage`], [`arith`], [`delete`],
 //! [`touch`], [`flush`], [`misc`] (stats, version, verbosity, quit), [`crawler`]
 //! (`lru_crawler` key dumps, `shutdown`), [`meta`] (meta flag parsing shared by
-//! mg/ms/md/ma), [`mg`], [`ms`], [`md`], [`ma`], and [`reply`]. The binary protocol is
+//! mg/ms/md/ma), [`mg`], [`ms`], [`md`], [`ma`], and [`reply`]; [`scan`] finds a pipelined
+//! batch's keys ahead of the parser (a prefetch hint). The binary protocol is
 //! [`binary`]: its own header, requests and response frames.
 
 pub mod arith;
@@ -27,6 +28,7 @@ pub mod mg;
 pub mod misc;
 pub mod ms;
 pub mod reply;
+pub mod scan;
 pub mod storage;
 pub mod tokens;
 pub mod touch;

@@ -5,31 +5,12 @@
 
 use std::sync::Arc;
 
-use ringstore_service::memcache::ResponseMark;
 use ringstore_service::zero_copy::Splice;
 use ringstore_service::{Device, Flow, Now, Protocol, Session, Shared};
 
-/// Reply bytes one request datagram may produce (47 datagrams). memcache over UDP is an
-/// amplification vector (a 54-byte `get` naming a large value thousands of times), so a
-/// longer reply is replaced by the protocol's "too large" reply (`Handler::udp_request`);
-/// TCP serves such requests.
-pub const REPLY_MAX: usize = 64 << 10;
-
-/// A request's reply: its bytes and where each of its responses ends (memcached frames
-/// every response separately: one per command, one per key of a multi-key get). No marks:
-/// the whole reply is one response.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Reply {
-    pub bytes: Vec<u8>,
-    pub marks: Vec<ResponseMark>,
-}
-
-impl Reply {
-    pub fn clear(&mut self) {
-        self.bytes.clear();
-        self.marks.clear();
-    }
-}
+/// memcache over UDP's rules (a session per datagram, a mark per response, the reply cap)
+/// are the service's (`ringstore_service::memcache::udp`).
+pub use ringstore_service::memcache::udp::{Reply, REPLY_MAX};
 
 /// What a worker calls for each connection's (or held datagram's) session. Monomorphised: no
 /// dynamic dispatch per request. A wrapper (the TLS one, [`crate::tls::Tls`]) implements
@@ -222,8 +203,6 @@ const RECLAIM_BUDGET: usize = 1000;
 /// expired items its LRU crawler has not reclaimed yet; no read ever sees such an item,
 /// and eviction takes it sooner when memory is needed.
 const REAP_GRACE_SECS: u32 = 60;
-/// What a UDP request whose reply would pass [`REPLY_MAX`] gets instead.
-const REPLY_TOO_LARGE: &[u8] = b"SERVER_ERROR reply too large for UDP\r\n";
 
 impl Handler for ServiceHandler {
     type Session = Session;
@@ -284,13 +263,7 @@ impl Handler for ServiceHandler {
     fn session_closed(&self, session: &mut Session, device: Option<&dyn Device>) {
         session.on_close(&self.0, device);
     }
-    /// Runs `request` (one request datagram) through a fresh memcache session counted on
-    /// `worker`'s slot; the reply, at most [`REPLY_MAX`] bytes, is left in `reply`.
-    ///
-    /// With a data device (`device`), a write is journaled and its reply held until its
-    /// records are settled: the session is returned (`Some`) and the caller keeps it until
-    /// [`Session::awaits_durable`] is false after [`Session::on_durable`], then sends what
-    /// that wrote to its output (through [`Handler::udp_bound_reply`]).
+    /// memcached's rules: `ringstore_service::memcache::udp::serve`.
     fn udp_request(
         &self,
         worker: usize,
@@ -299,32 +272,7 @@ impl Handler for ServiceHandler {
         device: Option<&dyn Device>,
         reply: &mut Reply,
     ) -> Option<Session> {
-        reply.clear();
-        let out = &mut reply.bytes;
-        // Each datagram picks its protocol by its first byte (text, or binary after 0x80), as
-        // memcached's UDP does: nothing of an earlier datagram's carries over.
-        let mut session = Session::new(Protocol::Memcache, worker);
-        session.mark_responses();
-        let mut next = request;
-        loop {
-            let flow = session.on_bytes(next, now, &self.0, device, out);
-            next = &[];
-            if flow != Flow::Drain || out.len() > REPLY_MAX {
-                break;
-            }
-        }
-        if device.is_some() && session.awaits_durable() {
-            // The reply waits in the session; bounded when it is released.
-            return Some(session);
-        }
-        if out.len() > REPLY_MAX {
-            self.hooks().udp_bound_reply(request, out);
-        } else {
-            reply.marks = session.take_response_marks();
-        }
-        session.on_output_flushed();
-        session.on_close(&self.0, device);
-        None
+        ringstore_service::memcache::udp::serve(&self.0, worker, request, now, device, reply)
     }
 }
 
@@ -355,13 +303,8 @@ impl Hooks for ServiceHandler {
     fn forget_if_cas(&self, key: &[u8], cas: u64, now: Now) {
         self.0.store.forget_if_cas(key, cas, now.store);
     }
-    /// Replaces a reply longer than [`REPLY_MAX`] by the protocol's "too large" reply to
-    /// `request`.
     fn udp_bound_reply(&self, request: &[u8], out: &mut Vec<u8>) {
-        if out.len() > REPLY_MAX {
-            out.clear();
-            ringstore_service::memcache::reply_too_large(request, REPLY_TOO_LARGE, out);
-        }
+        ringstore_service::memcache::udp::bound_reply(request, out);
     }
     #[inline]
     fn udp_count(&self, worker: usize, event: UdpEvent, n: u64) {

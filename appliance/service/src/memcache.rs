@@ -27,12 +27,12 @@ mod dump;
 pub mod expiry;
 mod get;
 mod meta;
-mod prefetch;
 mod sasl;
 mod stats;
 mod storage;
 #[cfg(test)]
 mod tests;
+pub mod udp;
 
 use ringstore_proto::memcache::binary::{response, Head, Status, REQUEST_MAGIC};
 use ringstore_proto::memcache::misc::WatchKinds;
@@ -496,7 +496,10 @@ impl MemcacheSession {
         }
         let limits = ctx.limits();
         self.awaiting = 0;
-        let (keys, n) = prefetch::batch_keys(&buf[pos..]);
+        // The batch's keys, found before any of its requests runs, so the store starts
+        // loading their index buckets and items at once (ADR 0038).
+        let mut keys: [&[u8]; ringstore_store::PREFETCH_MAX] = [&[]; ringstore_store::PREFETCH_MAX];
+        let n = ringstore_proto::memcache::scan::batch_keys(&buf[pos..], &mut keys);
         if n > 1 {
             ctx.shared.store.prefetch(&keys[..n]);
         }
