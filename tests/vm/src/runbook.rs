@@ -336,7 +336,7 @@ mod tests {
         assert!(commands.iter().all(|c| !c.contains('\\')));
         let section = runbook_section("Replace a failed data disk").unwrap();
         assert!(section.contains("dd if=/dev/zero"));
-        // What the drain test does (vm_tests/drain.rs), as the page says it.
+        // What the drain test does (drain.rs), as the page says it.
         let drain =
             runbook_section("Drain a box from twemproxy, update it and put it back").unwrap();
         for step in [
