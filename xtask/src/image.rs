@@ -14,7 +14,9 @@ pub const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
 const MUSL_RUSTFLAGS: &str =
     "-C target-feature=+crt-static -C relocation-model=static -C strip=debuginfo";
 
-/// The artifacts QEMU boots, and the boot forms: the QEMU tests' types, since they boot them.
+/// The artifacts QEMU boots and the boot forms, where they go (`target/appliance`), the test
+/// key: the QEMU tests' (tests/vm), which boot them and log in with it.
+pub use ringstore_vm::image::{appliance_dir, test_key};
 pub use ringstore_vm::{BootImage, Image};
 
 /// Where cargo puts build output (`CARGO_TARGET_DIR` or `<root>/target`).
@@ -22,11 +24,6 @@ pub fn cargo_target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("target"))
-}
-
-/// `target/appliance` in the workspace.
-pub fn appliance_dir() -> PathBuf {
-    root().join("target/appliance")
 }
 
 /// Builds the static PID 1 binary and returns its path.
@@ -97,11 +94,6 @@ pub fn check_static_elf(bytes: &[u8]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The test-only key pair the QEMU tests log in with (never authorize it on a real box).
-pub fn test_key() -> PathBuf {
-    root().join("tests/keys/test_ed25519")
 }
 
 /// The public half of [`test_key`], authorized only in images built with `--test-keys`.

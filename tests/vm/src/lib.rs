@@ -3,8 +3,9 @@
 //! and QEMU with -no-reboot, so a kernel panic ends QEMU and fails the test that waits.
 //!
 //! `cargo xtask vm-test [NAME]` builds the test image and calls [`run`] with it and the
-//! [`Builder`] for the variants a test needs (ADR 0041). A new test is a module here with a
-//! `fn(&Image) -> Result<…>`, registered by one entry in [`tests`] (the order they run).
+//! [`Builder`] for the variants a test needs (ADR 0041). A new test is a file in this folder
+//! (a `mod` line below) with a `fn(&Image) -> Result<…>`, registered by one entry in
+//! [`tests`] (the order they run); it drives the box with `Vm` (vm.rs) and `client.rs`.
 
 // The kernel is called through rustix.
 #![forbid(unsafe_code)]
@@ -21,7 +22,7 @@ mod hardware;
 pub mod image;
 mod kernel_panic;
 mod ktls_reset;
-pub(crate) mod netns;
+mod netns;
 mod numa2;
 mod numa_sub;
 mod operator;
@@ -45,10 +46,11 @@ use anyhow::{bail, Result};
 pub use devrun::LOGIN_HINT;
 pub use image::{BootImage, BootRequest, Builder, Image, PxeHost};
 // Running commands, the workspace root, a server child: shared with xtask and the benchmarks.
+use ringstore_testkit as util;
+
 use kernel_panic::kernel_panic_fails_the_wait;
 use numa2::numa2_serves;
 use numa_sub::sub_memory_keeps_more_and_promotes_hot as numa_sub_test;
-use ringstore_testkit as util;
 use scan::scan_finds_only_data_ports;
 use twonic::{twonic_refuses_without_numa, twonic_serves_with_numa1};
 
