@@ -270,25 +270,8 @@ mod tests {
     /// are the bench crate's (tests/bench holds the pages to them).
     fn documented_flags(page: &str) -> BTreeSet<(String, String)> {
         let text = std::fs::read_to_string(crate::util::root().join(page)).unwrap();
-        let mut found = BTreeSet::new();
-        for line in text.lines() {
-            let Some(at) = line.find("cargo xtask ") else {
-                continue;
-            };
-            let rest = &line[at + "cargo xtask ".len()..];
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
-                .collect();
-            if name == "bench" {
-                continue;
-            }
-            for word in rest.split(|c: char| c.is_whitespace() || "[]`()|,".contains(c)) {
-                if word.starts_with("--") && word.len() > 2 {
-                    found.insert((name.clone(), word.trim_end_matches('.').to_string()));
-                }
-            }
-        }
+        let mut found = crate::util::docs::documented_flags(&text);
+        found.retain(|(command, _)| command != "bench");
         found
     }
 
@@ -358,7 +341,7 @@ mod tests {
                     "test" => crate::test::parse_options(&args).map(|_| ()),
                     "oci" => crate::oci::parse_options(&args).map(|_| ()),
                     // Only `--help`, which lists the tests and builds nothing.
-                    "vm-test" => crate::vm_tests::run(&args),
+                    "vm-test" => crate::vm_test::run(&args),
                     other => panic!("no parser check for {other}"),
                 };
                 if let Err(err) = outcome {

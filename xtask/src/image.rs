@@ -14,29 +14,16 @@ pub const MUSL_TARGET: &str = "x86_64-unknown-linux-musl";
 const MUSL_RUSTFLAGS: &str =
     "-C target-feature=+crt-static -C relocation-model=static -C strip=debuginfo";
 
-/// The artifacts QEMU boots.
-#[derive(Debug, Clone)]
-pub struct Image {
-    /// The static PID 1 binary.
-    pub binary: PathBuf,
-    pub bzimage: PathBuf,
-    pub initramfs: PathBuf,
-    /// The kernel source package and release it was built from.
-    pub kernel_version: String,
-    /// The console's authorized_keys in the initramfs (ADR-0023), for the boot forms too.
-    pub authorized_keys: Option<Vec<u8>>,
-}
+/// The artifacts QEMU boots and the boot forms, where they go (`target/appliance`), the test
+/// key: the QEMU tests' (tests/vm), which boot them and log in with it.
+pub use ringstore_vm::image::{appliance_dir, test_key};
+pub use ringstore_vm::{BootImage, Image};
 
 /// Where cargo puts build output (`CARGO_TARGET_DIR` or `<root>/target`).
 pub fn cargo_target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("target"))
-}
-
-/// `target/appliance` in the workspace.
-pub fn appliance_dir() -> PathBuf {
-    root().join("target/appliance")
 }
 
 /// Builds the static PID 1 binary and returns its path.
@@ -107,11 +94,6 @@ pub fn check_static_elf(bytes: &[u8]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The test-only key pair the QEMU tests log in with (never authorize it on a real box).
-pub fn test_key() -> PathBuf {
-    root().join("tests/keys/test_ed25519")
 }
 
 /// The public half of [`test_key`], authorized only in images built with `--test-keys`.
@@ -312,15 +294,6 @@ fn parse_mib(text: &str) -> Result<u64> {
         .and_then(|n| n.checked_mul(mult))
         .filter(|n| *n > 0 && *n <= 16 << 20)
         .with_context(|| format!("size {text:?}: expected MiB like 256M or 2G"))
-}
-
-/// The boot forms `cargo xtask image` writes.
-#[derive(Debug, Clone)]
-pub struct BootImage {
-    pub efi: PathBuf,
-    /// `ringstore.efi.sig`, with a signing key.
-    pub signature: Option<PathBuf>,
-    pub disk: PathBuf,
 }
 
 /// `SOURCE_DATE_EPOCH`, or 0.

@@ -19,14 +19,13 @@ mod keyscan;
 mod layering;
 mod oci;
 mod pxe;
-mod qemu;
 #[cfg(test)]
 mod reference;
 mod run;
 mod scaleout;
 mod test;
 mod uki;
-mod vm_tests;
+mod vm_test;
 
 // Running commands, the workspace root, a server child: shared with the benchmarks.
 use ringstore_testkit as util;
@@ -47,7 +46,7 @@ fn main() -> Result<()> {
         "run" => run::run(rest),
         "pxe" => pxe::run(rest),
         "scaleout" => scaleout::run(rest),
-        "vm-test" => vm_tests::run(rest),
+        "vm-test" => vm_test::run(rest),
         "keygen" => keygen::run(rest),
         "help" | "--help" | "-h" => {
             print!("{}", cli::usage());

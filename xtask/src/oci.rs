@@ -66,9 +66,16 @@ pub fn parse_options(args: &[String]) -> Result<bool> {
     Ok(check)
 }
 
+/// The test step (`cargo xtask oci --check`): the image's runs under podman, then the pages'
+/// `podman run` commands as printed.
+pub fn check() -> Result<()> {
+    let machine = podman::check()?;
+    recipe::run_all(&machine)
+}
+
 pub fn run(args: &[String]) -> Result<()> {
     if parse_options(args)? {
-        return podman::check();
+        return check();
     }
     let path = build()?;
     println!("{}", path.display());

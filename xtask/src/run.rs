@@ -18,15 +18,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::qemu::{self, Serial};
+use ringstore_vm::qemu::{self, Serial};
+use ringstore_vm::LOGIN_HINT;
 
 mod console_slot;
 use console_slot::ConsoleSlot;
 
-/// The line before the login command in what `cargo xtask run` prints (the QEMU test finds
-/// the command after it).
-pub const LOGIN_HINT: &str =
-    "run: log in from a second terminal (any console command in place of status: stats, tuning, poweroff):";
 /// Ctrl-a, then `x`: quit QEMU (QEMU's own escape).
 const ESCAPE: u8 = 0x01;
 /// How long QEMU has to open its serial socket.

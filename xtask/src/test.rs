@@ -89,7 +89,7 @@ fn run_steps(opts: &Options) -> Result<()> {
     })?;
     step(
         "container image (cargo xtask oci, podman)",
-        &crate::oci::podman::check,
+        &crate::oci::check,
     )?;
     if !opts.quick && !opts.skip_vm {
         step("QEMU appliance tests", &vm_tests)?;
@@ -206,5 +206,5 @@ fn end_to_end(io: Option<&str>) -> Result<()> {
 }
 
 fn vm_tests() -> Result<()> {
-    crate::vm_tests::run(&[])
+    crate::vm_test::run(&[])
 }

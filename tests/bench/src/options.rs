@@ -205,18 +205,11 @@ mod tests {
     /// Every `--flag` `page` names on a line about `cargo xtask bench`.
     fn documented_flags(page: &str) -> BTreeSet<String> {
         let text = std::fs::read_to_string(ringstore_testkit::root().join(page)).unwrap();
-        let mut found = BTreeSet::new();
-        for line in text.lines() {
-            let Some(at) = line.find("cargo xtask bench") else {
-                continue;
-            };
-            for word in line[at..].split(|c: char| c.is_whitespace() || "[]`()|,".contains(c)) {
-                if word.starts_with("--") && word.len() > 2 {
-                    found.insert(word.trim_end_matches('.').to_string());
-                }
-            }
-        }
-        found
+        let flags = ringstore_testkit::docs::documented_flags(&text).into_iter();
+        flags
+            .filter(|(command, _)| command == "bench")
+            .map(|(_, flag)| flag)
+            .collect()
     }
 
     /// docs/REFERENCE.md lists every bench flag USAGE has and no other; README.md names none

@@ -1,6 +1,8 @@
 //! Host-side helpers xtask, the benchmarks (tests/bench) and the QEMU tests share: running
-//! commands with clear errors, locating the workspace, a `ringstore serve` child on loopback.
+//! commands with clear errors, locating the workspace, a `ringstore serve` child on loopback,
+//! the commands and flags the pages print.
 
+pub mod docs;
 pub mod tls;
 
 use anyhow::{bail, Context, Result};

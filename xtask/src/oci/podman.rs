@@ -325,10 +325,11 @@ fn machine_options(image: &str) -> std::result::Result<Vec<String>, String> {
 /// it does not list): the probable cause, from the process's `Seccomp:` mode, then the fallback.
 pub const DEFAULT_PROFILE_LINE: &str = "ringstore: io_uring refused (ENOSYS) with a seccomp filter on this process (Seccomp: 2): probably the container's seccomp profile";
 
-/// The test step: build the archive, load it, run it three times (io_uring allowed, denied
+/// The image's runs: build the archive, load it, run it three times (io_uring allowed, denied
 /// with EPERM as Docker does, and podman's own default profile). Podman missing or unable to
 /// run a container is a failure, never a skip: `cargo xtask test` installs podman itself.
-pub fn check() -> Result<()> {
+/// Returns the options this machine needs to run a container (the recipe runs take them).
+pub fn check() -> Result<Vec<String>> {
     let archive = super::build()?;
     if !crate::util::have("podman") {
         anyhow::bail!(
@@ -374,7 +375,7 @@ pub fn check() -> Result<()> {
     if default_profile_verdict(&default) != "allows io_uring" {
         default_profile_run(image, &machine, &path, &default)?;
     }
-    super::recipe::run_all(&machine)
+    Ok(machine)
 }
 
 /// The profile shipped beside the archive (the committed [`super::SECCOMP_PROFILE`]) is this

@@ -15,34 +15,15 @@ use super::podman::{self, Container};
 const PAGE: &str = "docs/CONTAINER.md";
 const PAGES: [&str; 2] = ["README.md", PAGE];
 
-/// Every `podman run` command in `text`'s `sh` blocks: continuation lines joined, the
-/// trailing `# comment` dropped, split into words (the page's commands quote nothing).
+/// Every `podman run` command in `text`'s `sh` blocks, split into words (the page's commands
+/// quote nothing).
 pub fn commands(text: &str) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    let mut in_sh = false;
-    let mut pending = String::new();
-    for line in text.lines() {
-        if line.starts_with("```") {
-            in_sh = line == "```sh";
-            continue;
-        }
-        if !in_sh {
-            continue;
-        }
-        let code = line.split(" #").next().unwrap_or_default().trim_end();
-        match code.strip_suffix('\\') {
-            Some(head) => pending.push_str(head),
-            None => {
-                pending.push_str(code);
-                let words: Vec<String> = pending.split_whitespace().map(String::from).collect();
-                if words.starts_with(&["podman".to_string(), "run".to_string()]) {
-                    out.push(words);
-                }
-                pending.clear();
-            }
-        }
-    }
-    out
+    let words = ringstore_testkit::docs::sh_commands(text)
+        .into_iter()
+        .map(|c| c.split_whitespace().map(String::from).collect::<Vec<_>>());
+    words
+        .filter(|w| w.starts_with(&["podman".to_string(), "run".to_string()]))
+        .collect()
 }
 
 /// One command made runnable here: `--name` and the machine's options after `run`, each

@@ -30,7 +30,7 @@ const EFI: &str = "target/appliance/ringstore.efi";
 const PEM: &str = "/dev/shm/old.pem";
 const DATA_DISK: &str = "/dev/nvme1n1";
 /// The data disk files: the size of the durable tests' data disk.
-const DATA_MIB: u64 = 64;
+const DATA_MIB: u32 = 64;
 
 /// The text of section `heading` ("### ...") of docs/OPERATIONS.md.
 fn runbook_section(heading: &str) -> Result<String> {
@@ -52,24 +52,11 @@ fn runbook_section(heading: &str) -> Result<String> {
 /// comments left out.
 fn rotation_commands() -> Result<Vec<String>> {
     let section = runbook_section("Rotate the update signing key")?;
-    let block = section
-        .split("```sh\n")
-        .nth(1)
-        .and_then(|b| b.split("```").next())
-        .context("the signing key section has no sh block")?;
-    let mut commands = Vec::new();
-    let mut current = String::new();
-    for line in block.lines() {
-        if let Some(head) = line.strip_suffix('\\') {
-            current.push_str(head);
-            continue;
-        }
-        current.push_str(line);
-        let command = std::mem::take(&mut current);
-        if !command.trim().is_empty() && !command.trim_start().starts_with('#') {
-            commands.push(command.trim().to_string());
-        }
-    }
+    let commands = crate::util::docs::sh_commands(&section);
+    ensure!(
+        !commands.is_empty(),
+        "the signing key section has no sh block"
+    );
     Ok(commands)
 }
 
@@ -114,7 +101,7 @@ fn rotation_images(image: &Image, dir: &Path, site: &Path) -> Result<BootImage> 
         .skip(3)
         .map(String::from)
         .collect();
-    crate::keygen::run(&args)?;
+    crate::image::builder()?.keygen(&args)?;
     let build = commands
         .iter()
         .position(|c| c.starts_with("cargo xtask image "))
@@ -149,12 +136,6 @@ fn zero_disk_start(disk: &Path) -> Result<()> {
         .find(|c| c.starts_with("dd if=/dev/zero"))
         .context("the disk section has no dd command")?;
     sh(&substitute(dd, DATA_DISK, disk)?)
-}
-
-/// A sparse all-zero data disk file of [`DATA_MIB`].
-fn blank_disk(path: &Path) -> Result<()> {
-    std::fs::File::create(path)?.set_len(DATA_MIB << 20)?;
-    Ok(())
 }
 
 /// Boots `machine` with `data` as its data disk, to the prompt after the ready line.
@@ -194,7 +175,7 @@ pub fn rotate_signing_key_and_replace_data_disk(image: &Image) -> Result<Runbook
     std::fs::create_dir(&site)?;
     let a = test_images(image, "runbook-a", "")?;
     // The drain's host server, built before any boot.
-    let binary = crate::test::release_binary()?;
+    let binary = crate::image::builder()?.release_binary()?;
     rotation_images(image, &dir, &site)?;
     // An image signed only with the old key: slot A's own.
     std::fs::copy(&a.efi, site.join("old-only.efi"))?;
@@ -208,7 +189,11 @@ pub fn rotate_signing_key_and_replace_data_disk(image: &Image) -> Result<Runbook
     let machine = UefiMachine::new("runbook", &a)?;
     machine.write_config("data = \"/dev/vdb\"\n")?;
     let first = dir.join("data-1.raw");
-    blank_disk(&first)?;
+    ensure!(
+        crate::qemu::ensure_disk(&first, DATA_MIB)?,
+        "{} was there before the test",
+        first.display()
+    );
     let mut vm = boot_ready(&machine, "runbook_rotate", &first)?;
     console_line_with(&vm, "data device /dev/vdb: formatted")?;
     memcache_set_get(vm.port("memcache", 0)?)?;
@@ -232,11 +217,11 @@ pub fn rotate_signing_key_and_replace_data_disk(image: &Image) -> Result<Runbook
     std::fs::File::options()
         .write(true)
         .open(&second)?
-        .set_len(DATA_MIB << 20)?;
+        .set_len(u64::from(DATA_MIB) << 20)?;
     let refusal_line = refused_disk(&machine, &second)?;
     zero_disk_start(&second)?;
     ensure!(
-        std::fs::metadata(&second)?.len() == DATA_MIB << 20,
+        std::fs::metadata(&second)?.len() == u64::from(DATA_MIB) << 20,
         "the runbook's dd changed the disk's size"
     );
     let replaced_line = serves_empty(&machine, &second)?;
@@ -351,7 +336,7 @@ mod tests {
         assert!(commands.iter().all(|c| !c.contains('\\')));
         let section = runbook_section("Replace a failed data disk").unwrap();
         assert!(section.contains("dd if=/dev/zero"));
-        // What the drain test does (vm_tests/drain.rs), as the page says it.
+        // What the drain test does (drain.rs), as the page says it.
         let drain =
             runbook_section("Drain a box from twemproxy, update it and put it back").unwrap();
         for step in [

@@ -16,6 +16,11 @@ use crate::image::Image;
 const BUILD_LIMIT: Duration = Duration::from_secs(300);
 const POWEROFF_LIMIT: Duration = Duration::from_secs(60);
 
+/// The line before the login command in what `cargo xtask run` prints (xtask's run.rs prints
+/// it; this test finds the command after it).
+pub const LOGIN_HINT: &str =
+    "run: log in from a second terminal (any console command in place of status: stats, tuning, poweroff):";
+
 /// Kills `cargo xtask run` (and so its QEMU, whose serial socket then closes) if the test
 /// ends early.
 struct Running(Child);
@@ -63,10 +68,10 @@ fn wait_for(text: &Arc<Mutex<String>>, what: &str, limit: Duration) -> Result<St
     }
 }
 
-/// The command printed on the line after [`crate::run::LOGIN_HINT`], as words.
+/// The command printed on the line after [`LOGIN_HINT`], as words.
 pub fn printed_login(stderr: &str) -> Option<Vec<String>> {
     let mut lines = stderr.lines();
-    lines.find(|l| l.trim() == crate::run::LOGIN_HINT)?;
+    lines.find(|l| l.trim() == LOGIN_HINT)?;
     let command = lines.next()?.trim().strip_prefix("run:")?.trim();
     Some(command.split_whitespace().map(str::to_string).collect())
 }
@@ -104,12 +109,8 @@ pub fn xtask_run_prints_a_working_login(_image: &Image) -> Result<String> {
     collect(child.stderr.take().context("stderr")?, Arc::clone(&host));
     let mut running = Running(child);
     let stderr = wait_for(&host, "run: serial console below", BUILD_LIMIT)?;
-    let login = printed_login(&stderr).with_context(|| {
-        format!(
-            "no login command after {:?}:\n{stderr}",
-            crate::run::LOGIN_HINT
-        )
-    })?;
+    let login = printed_login(&stderr)
+        .with_context(|| format!("no login command after {:?}:\n{stderr}", LOGIN_HINT))?;
     wait_for(&guest, "ringstore: ready memcache=", BOOT_LIMIT)?;
     let ready = started.elapsed();
     let (ok, status) = console(&login, "status")?;
@@ -149,7 +150,7 @@ mod tests {
     fn the_login_command_is_the_line_after_the_hint() {
         let stderr = format!(
             "run: profile numa2\n{}\nrun:     /t/ringstore console --socket /r/console.sock --key /r/test_ed25519 status\nrun: serial console below\n",
-            crate::run::LOGIN_HINT
+            LOGIN_HINT
         );
         assert_eq!(
             printed_login(&stderr).unwrap(),

@@ -16,9 +16,11 @@ use super::console::stat;
 use super::vm::Vm;
 use super::{BOOT_LIMIT, COMMAND_LIMIT, PROMPT};
 use crate::image::Image;
-use crate::inventory::{Host, Inventory};
+use crate::image::PxeHost as Host;
 use crate::qemu::{self, Serial};
 
+/// The entry script of the bundle (xtask's pxe.rs writes it; the test fails if it is absent).
+const BOOT_SCRIPT: &str = "boot.ipxe";
 /// The MAC of the VM that must be refused.
 const UNKNOWN_MAC: &str = "52:54:00:fe:00:99";
 /// OVMF's code and the template of its variable store (Debian's `ovmf`).
@@ -64,7 +66,7 @@ pub fn pxe_args(
         let mut arg = arg.clone();
         if !netdev && arg.starts_with("user,id=n0") {
             let dir = tftp.display().to_string().replace(',', ",,");
-            arg.push_str(&format!(",tftp={dir},bootfile={}", crate::pxe::BOOT_SCRIPT));
+            arg.push_str(&format!(",tftp={dir},bootfile={}", BOOT_SCRIPT));
             netdev = true;
         } else if let Some(at) = arg
             .find("mac=")
@@ -173,13 +175,16 @@ fn check_host(vm: &mut Vm, host: &Host, cpus: usize) -> Result<()> {
 
 /// Two listed MACs boot their own configuration; an unlisted one gets no kernel.
 pub fn pxe_boots_each_host_from_its_mac(image: &Image) -> Result<PxeReport> {
-    let inventory = crate::util::root().join(crate::pxe::MINIMAL_INVENTORY);
-    let inv = Inventory::load(&inventory)?;
     let tftp = crate::image::appliance_dir()
         .join("vm")
         .join(format!("pxe-tftp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tftp);
-    crate::pxe::write_bundle(&inv, &image.bzimage, &image.initramfs, &tftp)?;
+    let hosts = crate::image::builder()?.pxe_bundle(image, &tftp)?;
+    anyhow::ensure!(
+        tftp.join(BOOT_SCRIPT).is_file(),
+        "the PXE bundle in {} has no {BOOT_SCRIPT}",
+        tftp.display()
+    );
     let outcome = (|| {
         // One VM at a time: three TCG guests at once on a loaded 2-core host starved QEMU's
         // serial output (the kernel's 8250 driver then overwrites characters) and once failed
@@ -188,9 +193,9 @@ pub fn pxe_boots_each_host_from_its_mac(image: &Image) -> Result<PxeReport> {
         let profile = qemu::load_profile("single")?;
         let cpus = (profile.sockets * profile.cores_per_socket) as usize;
         let mut ready = Vec::new();
-        for (k, host) in inv.hosts.iter().enumerate() {
+        for (k, host) in hosts.iter().enumerate() {
             let name = format!("pxe-{}", host.hostname);
-            let mut vm = boot_pxe(image, &name, &tftp, &host.mac.to_string(), k > 0)?;
+            let mut vm = boot_pxe(image, &name, &tftp, &host.mac, k > 0)?;
             let at = vm.wait_for("ringstore: ready memcache=", 0, BOOT_LIMIT)?;
             ready.push((host.hostname.clone(), vm.started.elapsed().as_secs_f64()));
             vm.wait_for(PROMPT, at, COMMAND_LIMIT)?;

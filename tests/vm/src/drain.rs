@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 
-use super::client::{exchange, tcp};
+use super::client::{exchange, get_at, set_at, tcp};
 
 /// Keys stored through the proxy: enough that both servers own some (ketama, two servers).
 const KEYS: usize = 32;
@@ -22,6 +22,8 @@ const LISTEN_LIMIT: Duration = Duration::from_secs(10);
 /// The pool: the host server, nutcracker and what the keys stored before the drain were.
 pub(super) struct Pool {
     dir: PathBuf,
+    /// The twemproxy pool file `cargo xtask scaleout` wrote, which nutcracker reads.
+    yml_file: PathBuf,
     /// `nutcracker.yml` as `cargo xtask scaleout` wrote it (both servers).
     yml: String,
     /// The box's server line in it.
@@ -63,14 +65,15 @@ impl Pool {
         let host = crate::util::Server::start(binary, &["--memory", "32MiB", "--cores", "1"])?;
         let host_port = host.memcache_host_port()?.1;
         let proxy = crate::qemu::free_port()?;
-        let inv = crate::inventory::Inventory::parse(&inventory(proxy, box_port, host_port))?;
         let dir = dir.join("proxy");
-        crate::scaleout::write(&inv, &dir)?;
-        let yml = std::fs::read_to_string(dir.join(crate::scaleout::NUTCRACKER_YML))?;
+        let text = inventory(proxy, box_port, host_port);
+        let yml_file = crate::image::builder()?.scaleout(&text, &dir)?;
+        let yml = std::fs::read_to_string(&yml_file)?;
         let box_line = format!("    - 127.0.0.1:{box_port}:1\n");
         ensure!(yml.contains(&box_line), "no {box_line:?} in\n{yml}");
         let mut pool = Pool {
             dir,
+            yml_file,
             yml,
             box_line,
             proxy,
@@ -85,11 +88,11 @@ impl Pool {
         pool.restart()?;
         let keys: Vec<String> = (0..KEYS).map(|i| format!("drain:{i}")).collect();
         for key in &keys {
-            set(pool.proxy, key, &format!("v1-{key}"))?;
+            set_at(pool.proxy, key, &format!("v1-{key}"))?;
         }
         for key in keys {
             let own = Some(format!("v1-{key}"));
-            match (get(box_port, &key)?, get(host_port, &key)?) {
+            match (get_at(box_port, &key)?, get_at(host_port, &key)?) {
                 (b, None) if b == own => pool.box_keys.push(key),
                 (None, h) if h == own => pool.host_keys.push(key),
                 other => anyhow::bail!("{key} through the proxy: box/host hold {other:?}"),
@@ -119,7 +122,7 @@ impl Pool {
         let log = self.dir.join("nutcracker.log");
         let child = Command::new("/usr/sbin/nutcracker")
             .arg("-c")
-            .arg(self.dir.join(crate::scaleout::NUTCRACKER_YML))
+            .arg(&self.yml_file)
             .args(["-s", &stats, "-a", "127.0.0.1", "-o"])
             .arg(&log)
             .stdin(Stdio::null())
@@ -153,10 +156,7 @@ impl Pool {
     }
 
     fn write_yml(&self, yml: &str) -> Result<()> {
-        Ok(std::fs::write(
-            self.dir.join(crate::scaleout::NUTCRACKER_YML),
-            yml,
-        )?)
+        Ok(std::fs::write(&self.yml_file, yml)?)
     }
 
     /// Step 1: the box's line removed, nutcracker restarted. Through the proxy the box's keys
@@ -165,13 +165,13 @@ impl Pool {
         let started = Instant::now();
         self.without_box()?;
         for key in &self.box_keys {
-            let got = get(self.proxy, key)?;
+            let got = get_at(self.proxy, key)?;
             ensure!(got.is_none(), "drained: {key} through the proxy: {got:?}");
         }
         self.host_keys_hit("drained")?;
         let moved = self.box_keys[0].clone();
-        set(self.proxy, &moved, &format!("v2-{moved}"))?;
-        let on_host = get(self.host_port, &moved)?;
+        set_at(self.proxy, &moved, &format!("v2-{moved}"))?;
+        let on_host = get_at(self.host_port, &moved)?;
         ensure!(
             on_host == Some(format!("v2-{moved}")),
             "drained: {moved} written through the proxy, the host holds {on_host:?}"
@@ -182,7 +182,7 @@ impl Pool {
 
     fn host_keys_hit(&self, when: &str) -> Result<()> {
         for key in &self.host_keys {
-            let got = get(self.proxy, key)?;
+            let got = get_at(self.proxy, key)?;
             ensure!(
                 got == Some(format!("v1-{key}")),
                 "{when}: {key} through the proxy: {got:?}"
@@ -195,7 +195,7 @@ impl Pool {
     /// pre-drain (now stale) value; `flush_all` on its memcache port empties it.
     pub(super) fn flush_box(&mut self, moved: &str) -> Result<()> {
         let started = Instant::now();
-        let stale = get(self.box_port, moved)?;
+        let stale = get_at(self.box_port, moved)?;
         ensure!(
             stale == Some(format!("v1-{moved}")),
             "updated box: {moved} is {stale:?}, not the copy it held when drained"
@@ -205,7 +205,7 @@ impl Pool {
         })?;
         ensure!(flushed == "OK\r\n", "flush_all answered {flushed:?}");
         for key in &self.box_keys {
-            let got = get(self.box_port, key)?;
+            let got = get_at(self.box_port, key)?;
             ensure!(got.is_none(), "flushed box: {key} is {got:?}");
         }
         self.spent += started.elapsed();
@@ -221,19 +221,19 @@ impl Pool {
         self.write_yml(&self.yml)?;
         self.restart()?;
         for key in &self.box_keys {
-            let got = get(self.proxy, key)?;
+            let got = get_at(self.proxy, key)?;
             ensure!(got.is_none(), "rejoined: {key} through the proxy: {got:?}");
         }
         self.host_keys_hit("rejoined")?;
-        set(self.proxy, moved, &format!("v3-{moved}"))?;
-        let on_box = get(self.box_port, moved)?;
+        set_at(self.proxy, moved, &format!("v3-{moved}"))?;
+        let on_box = get_at(self.box_port, moved)?;
         ensure!(
             on_box == Some(format!("v3-{moved}")),
             "rejoined: {moved} written through the proxy, the box holds {on_box:?}"
         );
         // The next drain serves the host's copy from the first one: v2, stale.
         self.without_box()?;
-        let left = get(self.proxy, moved)?;
+        let left = get_at(self.proxy, moved)?;
         ensure!(
             left == Some(format!("v2-{moved}")),
             "drained again: {moved} through the proxy is {left:?}, not the host's old copy"
@@ -246,27 +246,4 @@ impl Pool {
             self.spent.as_secs_f64()
         ))
     }
-}
-
-fn set(port: u16, key: &str, value: &str) -> Result<()> {
-    let request = format!("set {key} 0 0 {}\r\n{value}\r\n", value.len());
-    let got = exchange(&mut tcp(port)?, request.as_bytes(), |t| t.ends_with("\r\n"))?;
-    ensure!(got == "STORED\r\n", "set {key} on port {port}: {got:?}");
-    Ok(())
-}
-
-/// The value of `key` on `port`, `None` for a miss.
-fn get(port: u16, key: &str) -> Result<Option<String>> {
-    let got = exchange(&mut tcp(port)?, format!("get {key}\r\n").as_bytes(), |t| {
-        t.ends_with("END\r\n") || t.ends_with("ERROR\r\n")
-    })?;
-    if got == "END\r\n" {
-        return Ok(None);
-    }
-    let value = got
-        .strip_prefix(&format!("VALUE {key} 0 "))
-        .and_then(|rest| rest.split_once("\r\n"))
-        .and_then(|(_, rest)| rest.strip_suffix("\r\nEND\r\n"))
-        .with_context(|| format!("get {key} on port {port}: {got:?}"))?;
-    Ok(Some(value.to_string()))
 }

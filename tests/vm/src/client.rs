@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, ensure, Context, Result};
 
 pub(super) fn tcp(port: u16) -> Result<TcpStream> {
     let stream =
@@ -31,6 +31,51 @@ pub(super) fn exchange(
         got.extend_from_slice(&buf[..n]);
     }
     Ok(String::from_utf8_lossy(&got).into_owned())
+}
+
+/// `set KEY 0 0 LEN` of `value` on `stream`: the answer line.
+pub(super) fn set(stream: &mut TcpStream, key: &str, value: &str) -> Result<String> {
+    let request = format!("set {key} 0 0 {}\r\n{value}\r\n", value.len());
+    exchange(stream, request.as_bytes(), |t| t.ends_with("\r\n"))
+}
+
+/// `get KEY` on `stream`: its value (flags 0), `None` for a miss.
+pub(super) fn get(stream: &mut TcpStream, key: &str) -> Result<Option<String>> {
+    let got = exchange(stream, format!("get {key}\r\n").as_bytes(), whole_get)?;
+    if got == "END\r\n" {
+        return Ok(None);
+    }
+    let value = got
+        .strip_prefix(&format!("VALUE {key} 0 "))
+        .and_then(|rest| rest.split_once("\r\n"))
+        .and_then(|(_, rest)| rest.strip_suffix("\r\nEND\r\n"))
+        .with_context(|| format!("get {key}: {:?}", &got[..got.len().min(80)]))?;
+    Ok(Some(value.to_string()))
+}
+
+/// A `set` of `key` on a new connection to `port` that must be stored.
+pub(super) fn set_at(port: u16, key: &str, value: &str) -> Result<()> {
+    let got = set(&mut tcp(port)?, key, value)?;
+    ensure!(got == "STORED\r\n", "set {key} on port {port}: {got:?}");
+    Ok(())
+}
+
+/// A `get` of `key` on a new connection to `port`.
+pub(super) fn get_at(port: u16, key: &str) -> Result<Option<String>> {
+    get(&mut tcp(port)?, key).with_context(|| format!("on port {port}"))
+}
+
+/// Whether `t` is a whole answer to one `get`: a hit with the bytes its header announces and
+/// `END`, or any other line (a miss, an error).
+fn whole_get(t: &str) -> bool {
+    let Some(head_end) = t.find("\r\n") else {
+        return false;
+    };
+    let announced = t[..head_end]
+        .strip_prefix("VALUE ")
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse::<usize>().ok());
+    announced.is_none_or(|len| t.len() >= head_end + 2 + len + "\r\nEND\r\n".len())
 }
 
 pub(super) fn memcache_set_get(port: u16) -> Result<()> {

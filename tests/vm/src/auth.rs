@@ -12,7 +12,6 @@ use anyhow::{ensure, Result};
 use sha2::{Digest, Sha256};
 
 use super::client::{exchange, tcp};
-use super::uefi::UefiMachine;
 use super::vm::Vm;
 
 /// The tokens the test hands out (not secrets: a throwaway guest).
@@ -28,9 +27,12 @@ fn line(name: &str, token: &str) -> String {
     format!("{name} {hash} write\n")
 }
 
-/// Before the boot: `/auth/tokens` with the old token.
-pub(super) fn write_tokens(machine: &UefiMachine) -> Result<()> {
-    machine.write_config_file("auth/tokens", line("old", OLD).as_bytes())
+/// The tokens file on the config partition.
+pub(super) const TOKENS_FILE: &str = "auth/tokens";
+
+/// Before the boot: the tokens file with the old token.
+pub(super) fn first_tokens() -> String {
+    line("old", OLD)
 }
 
 /// The status line of a GET with `token` (none: no `Authorization`) on `s`, kept alive.
@@ -56,8 +58,12 @@ fn allowed(status: &str) -> bool {
     status.starts_with("HTTP/1.1 200") || status.starts_with("HTTP/1.1 404")
 }
 
-/// The checks, on the running third boot of `machine`.
-pub(super) fn tokens_from_the_partition(vm: &mut Vm, machine: &UefiMachine) -> Result<()> {
+/// The checks, on the running third boot; `write_tokens` replaces [`TOKENS_FILE`] on its
+/// config partition under the running guest (the UEFI test's machine does).
+pub(super) fn tokens_from_the_partition(
+    vm: &mut Vm,
+    write_tokens: impl Fn(&[u8]) -> Result<()>,
+) -> Result<()> {
     let port = vm.port("http", 0)?;
     let mut kept = tcp(port)?;
     let none = get(&mut kept, None)?;
@@ -73,7 +79,7 @@ pub(super) fn tokens_from_the_partition(vm: &mut Vm, machine: &UefiMachine) -> R
             && shown.contains("http_tokens /run/ringstore/auth/tokens"),
         "`auth`:\n{shown}"
     );
-    machine.write_config_file("auth/tokens", line("new", NEW).as_bytes())?;
+    write_tokens(line("new", NEW).as_bytes())?;
     let reloaded = vm.command("auth reload")?;
     ensure!(
         reloaded.contains("reloaded") && reloaded.contains("http-tokens reloaded: 1 tokens"),
@@ -86,7 +92,7 @@ pub(super) fn tokens_from_the_partition(vm: &mut Vm, machine: &UefiMachine) -> R
     );
     let new = get(&mut kept, Some(NEW))?;
     ensure!(allowed(&new), "the new token: {new}");
-    machine.write_config_file("auth/tokens", b"broken 12 write\n")?;
+    write_tokens(b"broken 12 write\n")?;
     let refused = vm.command("auth reload")?;
     ensure!(
         refused.contains("error: /auth/tokens: line 1: the hash is not 64 hex digits")

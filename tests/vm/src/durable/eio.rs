@@ -13,8 +13,8 @@ use super::{
     DISK_PROFILE,
 };
 use crate::image::Image;
-use crate::vm_tests::vm::Vm;
-use crate::vm_tests::{BOOT_LIMIT, COMMAND_LIMIT, PROMPT};
+use crate::vm::Vm;
+use crate::{BOOT_LIMIT, COMMAND_LIMIT, PROMPT};
 
 /// blkdebug rules: the first flush the guest sends (the format's) arms the rule, and the next
 /// write after it fails once with EIO (errno 5). Later writes succeed.

@@ -9,9 +9,9 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 
 use super::{boot_ready, console_line_with, ScratchDisks, DISK_PROFILE};
+use crate::client::tcp;
 use crate::image::Image;
-use crate::vm_tests::client::tcp;
-use crate::vm_tests::vm::Vm;
+use crate::vm::Vm;
 
 /// 12 MiB: 12 times `item-size-max`, and it fits one worker's half of the 64 MiB disk.
 const OBJECT_LEN: usize = 12 << 20;

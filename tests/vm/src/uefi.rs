@@ -9,12 +9,13 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use ringstore_disk::{fat, Role};
 
+use super::auth;
 use super::client::{exchange, http_put_get, memcache_set_get, tcp};
 use super::first_boot;
 use super::full_box;
 use super::vm::{scratch_dir, Vm};
 use super::{BOOT_LIMIT, PROMPT};
-use crate::image::{appliance_dir, BootImage, BootOptions, Image};
+use crate::image::{appliance_dir, BootImage, BootRequest, Image};
 use crate::qemu::{free_port, Forward};
 
 pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
@@ -27,13 +28,14 @@ pub fn test_images(image: &Image, name: &str, append: &str) -> Result<BootImage>
 }
 
 /// The options [`test_images`] builds with.
-pub(super) fn test_options(name: &str, append: &str) -> BootOptions {
-    let mut opts = BootOptions::new();
-    opts.signing_key = Some(crate::util::root().join("image/test-signing-key.hex"));
-    opts.out = appliance_dir().join("vm").join(format!("images-{name}"));
-    opts.append = append.to_string();
-    opts.size_mib = Some(160);
-    opts
+pub(super) fn test_options(name: &str, append: &str) -> BootRequest {
+    BootRequest {
+        signing_key: Some(crate::util::root().join("image/test-signing-key.hex")),
+        out: appliance_dir().join("vm").join(format!("images-{name}")),
+        append: append.to_string(),
+        size_mib: Some(160),
+        ..BootRequest::default()
+    }
 }
 
 /// Test-only console credentials (tests/keys/README.md): a key only the config partition
@@ -381,13 +383,15 @@ pub fn disk_boots_serves_and_keeps_data(image: &Image) -> Result<DiskReport> {
     vm.poweroff()?;
     drop(vm);
     machine.write_config("max_conns = 999\ncolour = \"red\"\n")?;
-    super::auth::write_tokens(&machine)?;
+    machine.write_config_file(auth::TOKENS_FILE, auth::first_tokens().as_bytes())?;
     let mut vm = machine.boot("uefi_disk_bad_config")?;
     let ready = vm.wait_for(READY, 0, BOOT_LIMIT)?;
     let third_ready_wall = vm.started.elapsed();
     vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
     first_boot::bad_config_reported(&mut vm)?;
-    super::auth::tokens_from_the_partition(&mut vm, &machine)?;
+    auth::tokens_from_the_partition(&mut vm, |bytes| {
+        machine.write_config_file(auth::TOKENS_FILE, bytes)
+    })?;
     vm.poweroff()?;
     Ok(DiskReport {
         ready_wall,

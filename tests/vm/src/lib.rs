@@ -1,6 +1,14 @@
 //! QEMU tests that boot the real image and talk to it through the serial console (a unix
 //! socket) and the forwarded data ports. Every wait is bounded; the kernel runs with panic=-1
 //! and QEMU with -no-reboot, so a kernel panic ends QEMU and fails the test that waits.
+//!
+//! `cargo xtask vm-test [NAME]` builds the test image and calls [`run`] with it and the
+//! [`Builder`] for the variants a test needs (ADR 0041). A new test is a file in this folder
+//! (a `mod` line below) with a `fn(&Image) -> Result<…>`, registered by one entry in
+//! [`tests`] (the order they run); it drives the box with `Vm` (vm.rs) and `client.rs`.
+
+// The kernel is called through rustix.
+#![forbid(unsafe_code)]
 
 mod auth;
 mod client;
@@ -11,14 +19,16 @@ mod durable;
 mod first_boot;
 mod full_box;
 mod hardware;
+pub mod image;
 mod kernel_panic;
 mod ktls_reset;
-pub(crate) mod netns;
+mod netns;
 mod numa2;
 mod numa_sub;
 mod operator;
 mod portscan;
 mod pxe;
+pub mod qemu;
 mod runbook;
 mod scan;
 mod serial;
@@ -33,7 +43,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
-use crate::image::Image;
+pub use devrun::LOGIN_HINT;
+pub use image::{BootImage, BootRequest, Builder, Image, PxeHost};
+// Running commands, the workspace root, a server child: shared with xtask and the benchmarks.
+use ringstore_testkit as util;
+
 use kernel_panic::kernel_panic_fails_the_wait;
 use numa2::numa2_serves;
 use numa_sub::sub_memory_keeps_more_and_promotes_hot as numa_sub_test;
@@ -57,7 +71,7 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
     vec![
         // Builds (not boots) the default image and PXE bundle: first, so a leak fails fast.
         ("default_artifacts_carry_no_test_key", |_| {
-            crate::keyscan::default_artifacts_carry_no_test_secret()
+            image::builder()?.default_artifacts_carry_no_test_secret()
         }),
         (
             "xtask_run_prints_a_working_login",
@@ -182,26 +196,23 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
     ]
 }
 
-/// `cargo xtask test` runs this: builds the image, then every QEMU test whose name contains one
-/// of `filters` (all when empty). Console logs go to target/appliance/vm/NAME.log.
-pub fn run(args: &[String]) -> Result<()> {
-    let parsed = crate::cli::parse("vm-test", args)?;
-    if parsed.flags.iter().any(|(flag, _)| *flag == "--help") {
-        for (name, _) in tests() {
-            println!("{name}");
-        }
-        return Ok(());
-    }
-    let filters = &parsed.positional;
-    // TEST KEYS: every QEMU test logs in with tests/keys/test_ed25519.
-    let image = crate::image::build_test_image()?;
+/// The QEMU tests' names, in the order they run.
+pub fn names() -> Vec<&'static str> {
+    tests().into_iter().map(|(name, _)| name).collect()
+}
+
+/// Runs every QEMU test whose name contains one of `filters` (all when empty) on `image`,
+/// building what they need beyond it with `builder`. Console logs go to
+/// target/appliance/vm/NAME.log.
+pub fn run(builder: &'static dyn Builder, image: &Image, filters: &[String]) -> Result<()> {
+    image::set_builder(builder);
     let mut failed = Vec::new();
     for (name, test) in tests() {
         if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
             continue;
         }
         let started = Instant::now();
-        let mut outcome = test(&image);
+        let mut outcome = test(image);
         if let Err(err) = &outcome {
             // A guest kernel stall or a QEMU crash before /init is the emulator's, not ours: run
             // the test once more.
@@ -210,7 +221,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 || text.contains(vm::EMULATOR_FAILED_BEFORE_INIT)
             {
                 eprintln!("vm test {name}: {err:#}\nvm test {name}: running it once more");
-                outcome = test(&image);
+                outcome = test(image);
             }
         }
         match outcome {

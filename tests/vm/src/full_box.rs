@@ -7,7 +7,7 @@ use std::net::TcpStream;
 
 use anyhow::{bail, ensure, Context, Result};
 
-use super::client::{exchange, tcp};
+use super::client::{get, set, tcp};
 use super::vm::Vm;
 
 /// Value bytes of one fill item: about 2,000 of them fill the default disk.img's ~95 MB data
@@ -30,9 +30,8 @@ fn fill_value(i: usize) -> String {
 }
 
 /// `set` of fill item `i` on `stream`: the answer line.
-fn set(stream: &mut TcpStream, i: usize) -> Result<String> {
-    let request = format!("set {} 0 0 {BIG}\r\n{}\r\n", fill_key(i), fill_value(i));
-    exchange(stream, request.as_bytes(), |t| t.ends_with("\r\n"))
+fn set_fill(stream: &mut TcpStream, i: usize) -> Result<String> {
+    set(stream, &fill_key(i), &fill_value(i))
 }
 
 /// Connections the fill holds open at once: the server places each new connection on its
@@ -56,7 +55,7 @@ fn fill_until_refused(port: u16, most: usize) -> Result<usize> {
         let Some(stream) = conns[c].as_mut() else {
             continue;
         };
-        match set(stream, i)?.as_str() {
+        match set_fill(stream, i)?.as_str() {
             "STORED\r\n" => last = Some(i),
             DEVICE_FULL => conns[c] = None,
             other => bail!("set {} answered {other:?}", fill_key(i)),
@@ -86,7 +85,7 @@ fn every_region_full(data: &[serde_json::Value]) -> Result<String> {
 fn keep_storing(port: u16, from: usize, count: usize) -> Result<()> {
     let mut stream = tcp(port)?;
     for i in from..from + count {
-        let answer = set(&mut stream, i)?;
+        let answer = set_fill(&mut stream, i)?;
         ensure!(
             answer == "STORED\r\n",
             "on a full evicting device set {} answered {answer:?}",
@@ -98,22 +97,12 @@ fn keep_storing(port: u16, from: usize, count: usize) -> Result<()> {
 
 /// Fill item `i` reads back with its exact value.
 fn reads_back(port: u16, i: usize) -> Result<()> {
-    let mut s = tcp(port)?;
-    let request = format!("get {}\r\n", fill_key(i));
-    let got = exchange(&mut s, request.as_bytes(), |t| {
-        t.ends_with("END\r\n") && (t.len() > BIG || t == "END\r\n")
-    })?;
-    let want = format!(
-        "VALUE {} 0 {BIG}\r\n{}\r\nEND\r\n",
-        fill_key(i),
-        fill_value(i)
-    );
+    let got = get(&mut tcp(port)?, &fill_key(i))?;
     ensure!(
-        got == want,
-        "get {} answered {} bytes: {:?}",
+        got.as_deref() == Some(fill_value(i).as_str()),
+        "get {} answered {:?} bytes, not its {BIG}",
         fill_key(i),
-        got.len(),
-        &got[..got.len().min(80)]
+        got.map(|v| v.len())
     );
     Ok(())
 }
