@@ -44,16 +44,8 @@ pub const FLUSH_KEY: &[u8] = b"";
 
 const OVERLAY_SHARDS: usize = 64;
 
-/// What a region with no room left for a value does (config `data-full`, ADR 0039).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum DataFull {
-    /// The region's compactor evicts its oldest segment before values run out of room:
-    /// its records leave the index (and their RAM copies), counted as evictions.
-    #[default]
-    Evict,
-    /// Values are refused with [`DurableError::NoSpace`] until deletes free room.
-    Refuse,
-}
+/// What a region with no room left for a value does: config's `data-full` (ADR 0039).
+pub use ringstore_config::DataFull;
 
 /// Which free segments a value write may take (ADR 0039). The caller says, never the key:
 /// a write a client sent is [`Reserve::Client`] whatever its key, so no client can take the
