@@ -2,8 +2,8 @@
 writes of 0.1-8 KiB values far beyond the device keep being stored, counted in `evictions`
 and extstore's `extstore_objects_evicted`; a key whose newest record was evicted is a miss,
 also after kill -9 (never an older value of it brought back by recovery). `--data-full
-refuse` keeps every acknowledged write and answers "data device full"; the update canary's
-small writes still fit there."""
+refuse` keeps every acknowledged write and answers "data device full" to every client write,
+whatever its key, while deletes still fit."""
 
 import random
 import signal
@@ -221,12 +221,22 @@ def test_refuse_mode_keeps_every_write_and_says_the_device_is_full(server_factor
     st = stats(s.mc)
     assert (st["evictions"], st["extstore_objects_evicted"]) == ("0", "0"), st
     assert c.get_many(stored) == {k: value for k in stored}, "every acknowledged write is kept"
-    # The update canary's writes (init/src/update/canary.rs) fit on the full device.
-    assert c.set(b"ringstore-update-canary", b"token-1") == b"STORED"
-    assert c.set(b"ringstore-canary-7", b"ok") == b"STORED"
-    c.s.sendall(b"delete ringstore-canary-7\r\n")
+    # Smaller values fill what the big ones left, until a 2-byte value is refused too.
+    for size in (10_000, 1_000, 100, 2):
+        for i in range(20_000):
+            if c.set(b"pad%d-%d" % (size, i), b"p" * size) != b"STORED":
+                break
+        else:
+            raise AssertionError(f"{size}-byte values never filled the device")
+    # A client's write is refused whatever its key: the update canary's names take none of the
+    # space kept for deletes (ADR 0039), so a delete still succeeds after them.
+    for key in (b"ringstore-canary-x", b"ringstore-update-canary", b"pad2-0"):
+        r = c.set(key, b"ok")
+        assert r == b"SERVER_ERROR data device full storing object", (key, r)
+    c.s.sendall(b"delete fill0\r\n")
     assert c.line() == b"DELETED"
-    assert c.get_many([b"ringstore-update-canary"]) == {b"ringstore-update-canary": b"token-1"}
+    assert c.get_many([b"fill0"]) == {}
+    stored.remove(b"fill0")
     c.close()
     s.proc.send_signal(signal.SIGKILL)
     s.proc.wait()

@@ -501,16 +501,15 @@ pub static KEYS: &[KeyInfo] = &[
         endpoint: false,
         hidden: false,
         apply: |c, v| {
-            let size = if v.trim().eq_ignore_ascii_case("auto") {
-                None
+            c.sub_memory = if v.trim().eq_ignore_ascii_case("auto") {
+                crate::SubMemory::Auto
             } else {
                 match parse_size(v) {
-                    Some(n) if n == 0 || n >= 1 << 20 => Some(n),
+                    Some(0) => crate::SubMemory::Off,
+                    Some(n) if n >= 1 << 20 => crate::SubMemory::Bytes(n),
                     _ => return Err(()),
                 }
             };
-            c.sub_memory_auto = size.is_none();
-            c.sub_memory = size.unwrap_or(0);
             Ok(())
         },
     },

@@ -29,6 +29,31 @@ pub enum NumaChoice {
     Node(u32),
 }
 
+/// `sub-memory`: item memory on every other online NUMA node, for items demoted from
+/// `memory` instead of evicted (ADR 0035); any but `Off` needs an explicit `numa` node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SubMemory {
+    /// `0`: none.
+    #[default]
+    Off,
+    /// This many bytes (at least 1 MiB) on every other node.
+    Bytes(u64),
+    /// `auto`: the appliance sizes each other node's region as it sizes `memory` for the
+    /// serving node and sets [`SubMemory::Bytes`] before the server starts; `ringstore
+    /// serve` refuses it (it keeps explicit sizes).
+    Auto,
+}
+
+impl SubMemory {
+    /// Bytes on each other node: 0 when off or `auto` not yet sized.
+    pub fn bytes(self) -> u64 {
+        match self {
+            SubMemory::Bytes(n) => n,
+            SubMemory::Off | SubMemory::Auto => 0,
+        }
+    }
+}
+
 /// How accepted connections reach workers (ADR-0001). Hidden key `placement`, for measurement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Placement {
@@ -158,13 +183,8 @@ pub struct Config {
     pub io: IoRuntime,
     /// Hidden data-plane switches.
     pub tuning: Tuning,
-    /// `sub-memory`: bytes of item memory on every other online NUMA node (0 = off); needs
-    /// an explicit `numa` node (ADR 0035).
-    pub sub_memory: u64,
-    /// `sub-memory auto`: the appliance sizes each other node's region as it sizes `memory`
-    /// for the serving node and sets [`Config::sub_memory`] before the server starts;
-    /// `ringstore serve` refuses it (it keeps explicit sizes).
-    pub sub_memory_auto: bool,
+    /// `sub-memory`: a size, `auto` or off (ADR 0035).
+    pub sub_memory: SubMemory,
     /// `sub-memory-simulated` (hidden, tests only): on a one-node machine one sub region on
     /// the serving node stands in for a foreign node.
     pub sub_memory_simulated: bool,
@@ -244,14 +264,17 @@ pub enum DataRecover {
     Salvage,
 }
 
-/// `data-full`: what happens when a region of the data device has no room for a write
-/// (ADR 0039).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `data-full`: what a region of the data device with no room left for a value does
+/// (ADR 0039). The one definition: the durable crate's compactor and staging use it too.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum DataFull {
-    /// Drop the oldest segment's records (counted as evictions) so writes keep succeeding.
+    /// The region's compactor evicts its oldest segment before values run out of room: its
+    /// records leave the index (and their RAM copies), counted as evictions, so writes keep
+    /// succeeding.
+    #[default]
     Evict,
-    /// Refuse the write with a "data device full" error: every acknowledged write stays
-    /// until it is deleted.
+    /// Values are refused with a "data device full" error until deletes free room: every
+    /// acknowledged write stays until it is deleted.
     Refuse,
 }
 
@@ -295,8 +318,7 @@ impl Default for Config {
             tls: TlsConfig::default(),
             io: IoRuntime::Auto,
             tuning: Tuning::default(),
-            sub_memory: 0,
-            sub_memory_auto: false,
+            sub_memory: SubMemory::Off,
             sub_memory_simulated: false,
         }
     }
@@ -496,7 +518,7 @@ impl Config {
                 "auth-file with udp: memcache over UDP cannot log in; turn udp off".into(),
             ));
         }
-        let sub_memory = self.sub_memory > 0 || self.sub_memory_auto;
+        let sub_memory = self.sub_memory != SubMemory::Off;
         if sub_memory && !matches!(self.numa, NumaChoice::Node(_)) {
             return Err(ConfigError::Inconsistent(
                 "sub-memory needs an explicit --numa NODE (the node served from; sub regions go on the others), not auto".into(),

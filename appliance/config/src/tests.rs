@@ -351,9 +351,9 @@ fn tls_keys_and_their_rules() {
 
 #[test]
 fn sub_memory_needs_an_explicit_node_and_a_size_of_at_least_1mib() {
-    assert_eq!(Config::default().sub_memory, 0);
+    assert_eq!(Config::default().sub_memory, SubMemory::Off);
     let c = Config::from_args(["--numa", "1", "--sub-memory", "32MiB"]).unwrap();
-    assert_eq!(c.sub_memory, 32 << 20);
+    assert_eq!(c.sub_memory, SubMemory::Bytes(32 << 20));
     assert!(!c.sub_memory_simulated);
     let err = Config::from_args(["--sub-memory", "32MiB"]).unwrap_err();
     assert!(matches!(err, ConfigError::Inconsistent(_)), "{err}");
@@ -362,9 +362,9 @@ fn sub_memory_needs_an_explicit_node_and_a_size_of_at_least_1mib() {
     assert!(matches!(err, ConfigError::Inconsistent(_)), "{err}");
     assert!(Config::from_args(["--numa", "0", "--sub-memory", "4KiB"]).is_err());
     let off = Config::from_args(["--sub-memory", "0"]).unwrap();
-    assert_eq!(off.sub_memory, 0);
+    assert_eq!(off.sub_memory, SubMemory::Off);
     let toml = Config::from_kernel_cmdline("ringstore.numa=1 ringstore.sub_memory=32MiB").unwrap();
-    assert_eq!(toml.sub_memory, 32 << 20);
+    assert_eq!(toml.sub_memory, SubMemory::Bytes(32 << 20));
     let sim = Config::from_args([
         "--numa",
         "0",
@@ -381,8 +381,12 @@ fn sub_memory_needs_an_explicit_node_and_a_size_of_at_least_1mib() {
 #[test]
 fn sub_memory_auto_needs_an_explicit_node_and_a_later_size_replaces_it() {
     let c = Config::from_kernel_cmdline("ringstore.numa=1 ringstore.sub_memory=auto").unwrap();
-    assert!(c.sub_memory_auto);
-    assert_eq!(c.sub_memory, 0, "the appliance fills the size in");
+    assert_eq!(
+        c.sub_memory,
+        SubMemory::Auto,
+        "the appliance fills the size in"
+    );
+    assert_eq!(c.sub_memory.bytes(), 0);
     let err = Config::from_args(["--sub-memory", "AUTO"]).unwrap_err();
     assert!(err.to_string().contains("--numa NODE"), "{err}");
     let sized = Config::from_args([
@@ -394,8 +398,8 @@ fn sub_memory_auto_needs_an_explicit_node_and_a_later_size_replaces_it() {
         "8MiB",
     ])
     .unwrap();
-    assert!(!sized.sub_memory_auto);
-    assert_eq!(sized.sub_memory, 8 << 20);
+    assert_eq!(sized.sub_memory, SubMemory::Bytes(8 << 20));
+    assert_eq!(sized.sub_memory.bytes(), 8 << 20);
     assert!(Config::from_args(["--numa", "0", "--sub-memory", "automatic"]).is_err());
 }
 

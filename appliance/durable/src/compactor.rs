@@ -314,28 +314,29 @@ impl Compactor {
         let mut index = s.write_index();
         for f in &w.recs {
             let masked = f.plan == Plan::Mask && w.moved.contains(&f.loc);
-            if masked || (f.plan == Plan::Evict && index.is_live(&f.key, &f.loc)) {
-                // Evicted: gone from the index (or now its tombstone), and from RAM.
-                if !masked {
-                    index.remove(&f.key);
-                }
-                if f.meta.kind == RecordKind::Manifest {
-                    s.dropped_manifest(&mut index, &f.key);
-                }
+            let evict = masked || (f.plan == Plan::Evict && index.is_live(&f.key, &f.loc));
+            if !evict && w.moved.contains(&f.loc) {
+                continue;
+            }
+            if !evict && !index.is_live(&f.key, &f.loc) {
+                index.reclaimed_below(&f.key, f.meta.kind, floor);
+                continue;
+            }
+            // Evicted, or dropped (only verified drops are still live here: copies moved,
+            // failures aborted): gone from the index, or for a masked key now its tombstone.
+            if !masked {
+                index.remove(&f.key);
+            }
+            if f.meta.kind == RecordKind::Manifest {
+                s.dropped_manifest(&mut index, &f.key);
+            }
+            if evict {
+                // ... and from RAM.
                 self.evicted.push((f.key.clone(), f.meta.cas));
                 evicted += 1;
                 evicted_bytes += u64::from(f.loc.len);
-            } else if w.moved.contains(&f.loc) {
-                continue;
-            } else if index.is_live(&f.key, &f.loc) {
-                // Only verified drops are still live here (copies moved, failures aborted).
-                index.remove(&f.key);
-                if f.meta.kind == RecordKind::Manifest {
-                    s.dropped_manifest(&mut index, &f.key);
-                }
-                self.stats.dropped += 1;
             } else {
-                index.reclaimed_below(&f.key, f.meta.kind, floor);
+                self.stats.dropped += 1;
             }
         }
         drop(index);

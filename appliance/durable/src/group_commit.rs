@@ -273,6 +273,8 @@ impl<T> GroupCommit<T> {
             self.seal_open();
             let seq = self.next_batch;
             self.next_batch += 1;
+            // Batches are queued, written and released in sequence order (TIGER_STYLE).
+            debug_assert!(self.batches.back().is_none_or(|b| b.seq < seq && b.sealed));
             let buf = self
                 .spare
                 .pop()
@@ -295,6 +297,7 @@ impl<T> GroupCommit<T> {
         };
         b.bytes.extend_from_slice(bytes);
         b.len += bytes.len();
+        debug_assert_eq!(b.len, b.bytes.len(), "only the open batch collects bytes");
         if let Some(t) = token {
             b.tokens.push(t);
             self.pending_writes += 1;
@@ -395,6 +398,10 @@ impl<T> GroupCommit<T> {
             .position(|b| b.seq == seq && b.in_flight && id & 1 == 0)
             .ok_or(DurableError::UnexpectedCompletion(id))?;
         self.batches[idx].in_flight = false;
+        assert!(
+            self.writing > 0,
+            "group commit: a write completed with none in flight"
+        );
         self.writing -= 1;
         let b = &mut self.batches[idx];
         match b.state {
@@ -427,6 +434,8 @@ impl<T> GroupCommit<T> {
             .filter(|_| id & 1 == 1)
             .ok_or(DurableError::UnexpectedCompletion(id))?;
         self.flushing.remove(at);
+        // Flushes complete in any order, but one that succeeded covers only batches whose
+        // write had completed when it was issued, and they are released front first.
         if ok {
             // Everything this flush covers, and what every earlier flush covers: those
             // writes completed before it was issued.
@@ -456,6 +465,10 @@ impl<T> GroupCommit<T> {
         for b in self.batches.iter_mut().skip(idx) {
             b.state = State::Failed;
             b.sealed = true;
+            assert!(
+                b.tokens.len() <= self.pending_writes,
+                "group commit: tokens uncounted"
+            );
             self.pending_writes -= b.tokens.len();
             done.failed.append(&mut b.tokens);
         }
@@ -478,6 +491,13 @@ impl<T> GroupCommit<T> {
                 break;
             };
             if b.state == State::Durable {
+                // Acknowledged in push order: only the front batch is ever released, and
+                // only once durable; every token of it was counted when pushed.
+                assert!(
+                    b.tokens.len() <= self.pending_writes,
+                    "group commit: tokens uncounted"
+                );
+                debug_assert!(self.batches.front().is_none_or(|n| n.seq > b.seq));
                 self.pending_writes -= b.tokens.len();
                 done.acked.append(&mut b.tokens);
             }

@@ -55,5 +55,5 @@ pub use region::{Purpose, RegionLog, SegState, Staged, COMPACTION_RESERVE};
 /// What the store logs: the one mutation type, staged with [`Serving::stage`].
 pub use ringstore_store::Mutation;
 pub use serving::{
-    is_internal_write, DataFull, Evictions, Relocation, Serving, ServingState, Settled, FLUSH_KEY,
+    DataFull, Evictions, Relocation, Reserve, Serving, ServingState, Settled, FLUSH_KEY,
 };

@@ -27,7 +27,7 @@ use crate::device::BlockDevice;
 use crate::engine::Durable;
 use crate::error::DurableError;
 use crate::index::{Index, Loc};
-use crate::region::RegionLog;
+use crate::region::{RegionLog, COMPACTION_RESERVE, DELETE_RESERVE};
 use crate::superblock::Superblock;
 
 mod objects;
@@ -44,30 +44,30 @@ pub const FLUSH_KEY: &[u8] = b"";
 
 const OVERLAY_SHARDS: usize = 64;
 
-/// What a region with no room left for a value does (config `data-full`, ADR 0039).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum DataFull {
-    /// The region's compactor evicts its oldest segment before values run out of room:
-    /// its records leave the index (and their RAM copies), counted as evictions.
-    #[default]
-    Evict,
-    /// Values are refused with [`DurableError::NoSpace`] until deletes free room.
-    Refuse,
+/// What a region with no room left for a value does: config's `data-full` (ADR 0039).
+pub use ringstore_config::DataFull;
+
+/// Which free segments a value write may take (ADR 0039). The caller says, never the key:
+/// a write a client sent is [`Reserve::Client`] whatever its key, so no client can take the
+/// segments kept for deletes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reserve {
+    /// A client's value: keeps [`COMPACTION_RESERVE`] + [`DELETE_RESERVE`] free segments back,
+    /// so deletes and flush_all still fit on a full device.
+    Client,
+    /// The appliance's own small write, staged in-process by its writer: may take the delete
+    /// reserve (never compaction's).
+    Internal,
 }
 
-/// Keys of the appliance's own writes (the update canary's, `init/src/update/canary.rs`),
-/// which may take the delete reserve when small ([`is_internal_write`]), so a full device in
-/// `refuse` mode still passes an update's canary.
-pub const INTERNAL_KEY_PREFIXES: [&[u8]; 2] = [b"ringstore-canary-", b"ringstore-update-canary"];
-
-/// Largest value an internal write may store in the delete reserve: the canary's values are a
-/// few bytes, so clients writing such keys take at most this much of it per write.
-pub const INTERNAL_VALUE_MAX: usize = 64;
-
-/// True for a small write under one of [`INTERNAL_KEY_PREFIXES`] (memcache key or HTTP path).
-pub fn is_internal_write(key: &[u8], value_len: usize) -> bool {
-    let key = key.strip_prefix(b"/").unwrap_or(key);
-    value_len <= INTERNAL_VALUE_MAX && INTERNAL_KEY_PREFIXES.iter().any(|p| key.starts_with(p))
+impl Reserve {
+    /// Free segments a value staged with this reserve leaves untouched.
+    pub(crate) fn keep(self) -> u32 {
+        match self {
+            Reserve::Client => COMPACTION_RESERVE + DELETE_RESERVE,
+            Reserve::Internal => COMPACTION_RESERVE,
+        }
+    }
 }
 
 /// Device evictions since start ([`Serving::evictions`]), in memcached extstore's terms.

@@ -19,7 +19,8 @@ use ringstore_durable::compactor::run_to_idle;
 use ringstore_durable::serving::drive_sync;
 use ringstore_durable::sim::{SimDevice, SimRng};
 use ringstore_durable::{
-    Compactor, DataFull, Durable, DurableError, Limits, Mutation, Options, RegionLog, Serving,
+    Compactor, DataFull, Durable, DurableError, Limits, Mutation, Options, RegionLog, Reserve,
+    Serving,
 };
 
 const KEYS: u64 = 1200;
@@ -215,6 +216,18 @@ fn a_full_device_evicts_and_never_brings_back_an_older_value() {
     );
 }
 
+/// A client-sized write of `key`: the value `ok`.
+fn small_put(key: &[u8], cas: u64) -> Mutation<'_> {
+    Mutation::Put {
+        key,
+        value: b"ok",
+        flags: 0,
+        exptime: 0,
+        cas,
+        large: false,
+    }
+}
+
 #[test]
 fn refuse_mode_refuses_values_and_evicts_nothing() {
     let s = Serving::new(
@@ -250,19 +263,40 @@ fn refuse_mode_refuses_values_and_evicts_nothing() {
         let got = s.lookup(format!("fill{i}").as_bytes(), 0).unwrap();
         assert_eq!(got.map(|i| i.value), Some(value.clone()), "fill{i} kept");
     }
-    // The update canary's small writes still fit: they may take the delete reserve.
-    let canary = Mutation::Put {
-        key: b"ringstore-canary-1",
-        value: b"ok",
-        flags: 0,
-        exptime: 0,
-        cas: stored + 2,
-        large: false,
-    };
-    s.stage(&mut log, canary, stored + 2).unwrap();
+    // Small values fill what the large ones left, until they too are refused.
+    let mut small = 0u64;
+    while small < 100_000 {
+        let key = format!("pad{small}");
+        match s.stage(&mut log, small_put(key.as_bytes(), stored + 1), stored + 1) {
+            Ok(_) => small += 1,
+            Err(DurableError::NoSpace) => break,
+            Err(e) => panic!("pad{small}: {e}"),
+        }
+        drive_sync(&s, &mut log, |_| {}).unwrap();
+    }
+    assert!(small < 100_000, "small values never filled the device");
+    // A client's write is refused whatever its key: the canary's names take no reserve.
+    for key in [
+        &b"ringstore-canary-x"[..],
+        b"ringstore-update-canary",
+        b"/ringstore-canary-1",
+    ] {
+        let err = s.stage(&mut log, small_put(key, stored + 2), stored + 2);
+        let err = err.unwrap_err();
+        assert!(matches!(err, DurableError::NoSpace), "{key:?}: {err}");
+    }
+    // Deletes still fit: the delete reserve is untouched.
+    let delete = Mutation::Delete { key: b"fill0" };
+    s.stage(&mut log, delete, stored + 3).unwrap();
+    drive_sync(&s, &mut log, |_| {}).unwrap();
+    assert!(s.lookup(b"fill0", 0).unwrap().is_none(), "fill0 deleted");
+    // The appliance's own in-process writer chooses the delete reserve explicitly.
+    let internal = small_put(b"any-internal-key", stored + 4);
+    s.stage_reserving(&mut log, internal, stored + 4, Reserve::Internal)
+        .unwrap();
     drive_sync(&s, &mut log, |_| {}).unwrap();
     assert_eq!(
-        s.lookup(b"ringstore-canary-1", 0).unwrap().map(|i| i.value),
+        s.lookup(b"any-internal-key", 0).unwrap().map(|i| i.value),
         Some(b"ok".to_vec())
     );
 }
@@ -324,21 +358,4 @@ fn the_oldest_keys_are_evicted_first_and_named_for_their_ram_copies() {
         let got = d.get(format!("k{i}").as_bytes()).unwrap();
         assert_eq!(got.is_some(), i >= first_kept, "k{i} after the crash");
     }
-}
-
-#[test]
-fn only_the_canary_s_small_writes_are_internal() {
-    use ringstore_durable::is_internal_write;
-    assert!(is_internal_write(b"ringstore-update-canary", 16));
-    assert!(is_internal_write(b"ringstore-canary-1a2b", 2));
-    assert!(
-        is_internal_write(b"/ringstore-canary-1a2b", 2),
-        "the HTTP canary's path"
-    );
-    assert!(
-        !is_internal_write(b"ringstore-canary-1a2b", 65),
-        "a large value is a client's"
-    );
-    assert!(!is_internal_write(b"user-key", 2));
-    assert!(!is_internal_write(b"xringstore-canary-1", 2));
 }

@@ -319,21 +319,20 @@ fn size_sub_memory(
     machine: &Machine,
     config: &ringstore_config::Config,
     placement: &plane::Placement,
+    totals: &[(u32, u64)],
 ) -> ringstore_config::Config {
-    let totals = sizing::node_totals();
     let workers = placement.workers.len();
-    let Some((size, node)) = sizing::sub_memory_for(&totals, placement.node, workers, config)
-    else {
+    let Some((size, node)) = sizing::sub_memory_for(totals, placement.node, workers, config) else {
         return config.clone();
     };
-    let total = totals.iter().find(|(n, _)| *n == node).map_or(0, |t| t.1);
+    let total = sizing::total_of(totals, node).unwrap_or(0);
     info!(
         "sub_memory {} MiB on each other node, sized to node {node}: {} MiB less the reserve (set sub_memory to choose)",
         size >> 20,
         total >> 20
     );
     let sized = ringstore_config::Config {
-        sub_memory: size,
+        sub_memory: ringstore_config::SubMemory::Bytes(size),
         ..config.clone()
     };
     sized_by_machine(machine, &sized, "sub-memory", size);
@@ -347,15 +346,22 @@ fn size_to_the_machine(
     config: &ringstore_config::Config,
     placement: &plane::Placement,
 ) -> Option<ringstore_config::Config> {
+    let memory = memory_from_default(machine);
+    let auto = config.sub_memory == ringstore_config::SubMemory::Auto;
+    if !memory && !auto {
+        return None;
+    }
+    // One walk of /sys/devices/system/node serves both sizes.
+    let totals = sizing::node_totals();
     let mut sized = None;
-    if memory_from_default(machine) {
-        if let Some(total) = sizing::node_total(placement.node) {
+    if memory {
+        if let Some(total) = sizing::total_of(&totals, placement.node) {
             sized = Some(size_memory(machine, config, placement, total));
         }
     }
-    if config.sub_memory_auto {
+    if auto {
         let base = sized.as_ref().unwrap_or(config);
-        sized = Some(size_sub_memory(machine, base, placement));
+        sized = Some(size_sub_memory(machine, base, placement, &totals));
     }
     sized
 }

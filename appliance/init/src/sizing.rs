@@ -56,7 +56,16 @@ pub fn sub_memory_for(
         .min()
 }
 
-/// Every NUMA node with CPUs (those the runtime gives sub regions) and its `MemTotal`.
+/// `node`'s `MemTotal` in `totals` (from [`node_totals`]).
+pub fn total_of(totals: &[(u32, u64)], node: u32) -> Option<u64> {
+    totals
+        .iter()
+        .find(|(n, _)| *n == node)
+        .map(|&(_, total)| total)
+}
+
+/// Every NUMA node with CPUs (the serving node, and those the runtime gives sub regions) and
+/// its `MemTotal`: the one walk of `/sys/devices/system/node` that both sizes use.
 pub fn node_totals() -> Vec<(u32, u64)> {
     let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") else {
         return Vec::new();
@@ -75,7 +84,7 @@ pub fn node_totals() -> Vec<(u32, u64)> {
 }
 
 /// `MemTotal` of NUMA node `node` (`/sys/devices/system/node/nodeN/meminfo`), in bytes.
-pub fn node_total(node: u32) -> Option<u64> {
+fn node_total(node: u32) -> Option<u64> {
     let text =
         std::fs::read_to_string(format!("/sys/devices/system/node/node{node}/meminfo")).ok()?;
     parse_node_total(&text)
@@ -131,6 +140,9 @@ mod tests {
         let qemu = [(0, GIB), (1, GIB)];
         assert_eq!(sub_memory_for(&qemu, 1, 1, &config), Some((64 * MIB, 0)));
         assert_eq!(sub_memory_for(&[(0, GIB)], 0, 1, &config), None);
+        // `memory` takes the serving node's total from the same walk.
+        assert_eq!(total_of(&totals, 2), Some(128 * GIB));
+        assert_eq!(total_of(&totals, 3), None);
     }
 
     #[test]

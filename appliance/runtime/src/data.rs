@@ -183,10 +183,6 @@ pub(crate) fn attach(
 ) -> Arc<Serving<FileDevice>> {
     let started = Instant::now();
     // Store times of staged mutations are seconds since the clock started.
-    let data_full = match data_full {
-        DataFull::Evict => ringstore_durable::DataFull::Evict,
-        DataFull::Refuse => ringstore_durable::DataFull::Refuse,
-    };
     let serving = Serving::new(durable).with_unix_start(clock.unix_start());
     let serving = Arc::new(serving.with_data_full(data_full));
     if serving.swept_chunks() > 0 {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ringstore_config::Config;
+use ringstore_config::{Config, SubMemory};
 use ringstore_service::Shared;
 use ringstore_store::SubRegion;
 
@@ -34,16 +34,17 @@ pub fn sub_regions(
     config: &Config,
     sys: &Path,
 ) -> Result<Vec<SubRegion>, RuntimeError> {
-    if config.sub_memory == 0 {
-        if config.sub_memory_auto {
-            // Only the appliance's PID 1 sizes `auto` (init/src/sizing.rs) before it starts us.
+    let size = match config.sub_memory {
+        SubMemory::Off => return Ok(Vec::new()),
+        // Only the appliance's PID 1 sizes `auto` (init/src/sizing.rs) before it starts us.
+        SubMemory::Auto => {
             return Err(RuntimeError::Numa(
                 "sub-memory auto is sized by the appliance; give a size (like 4GiB)".into(),
-            ));
+            ))
         }
-        return Ok(Vec::new());
-    }
-    let bytes = usize::try_from(config.sub_memory).unwrap_or(usize::MAX);
+        SubMemory::Bytes(n) => n,
+    };
+    let bytes = usize::try_from(size).unwrap_or(usize::MAX);
     let mut nodes: Vec<u32> = topology
         .nodes
         .iter()
@@ -62,10 +63,10 @@ pub fn sub_regions(
     }
     for &n in &nodes {
         let free = node_free_bytes(sys, n);
-        if free.is_some_and(|f| f < config.sub_memory) {
+        if free.is_some_and(|f| f < size) {
             return Err(RuntimeError::Numa(format!(
                 "NUMA node {n} cannot back sub-memory {} bytes: it has {} bytes free",
-                config.sub_memory,
+                size,
                 free.unwrap_or(0)
             )));
         }
@@ -242,7 +243,11 @@ mod tests {
 
     fn config(sub: u64, simulated: bool) -> Config {
         Config {
-            sub_memory: sub,
+            sub_memory: if sub == 0 {
+                SubMemory::Off
+            } else {
+                SubMemory::Bytes(sub)
+            },
             sub_memory_simulated: simulated,
             numa: ringstore_config::NumaChoice::Node(1),
             ..Config::default()
@@ -267,7 +272,7 @@ mod tests {
             .unwrap()
             .is_empty());
         let auto = Config {
-            sub_memory_auto: true,
+            sub_memory: SubMemory::Auto,
             ..config(0, false)
         };
         let err = sub_regions(&t, 1, &auto, sys.path()).unwrap_err();

@@ -60,14 +60,30 @@ impl Pool {
         let seg = p.free.pop()?;
         p.in_use += 1;
         if guaranteed {
+            // A shard below its guarantee was counted in `reserved` (TIGER_STYLE: the
+            // accounting is asserted where it is kept; once per segment, not per item).
+            assert!(
+                p.reserved > 0,
+                "pool: a guaranteed take with nothing reserved"
+            );
             p.reserved -= 1;
         }
+        assert!(
+            p.in_use * self.seg_size <= self.budget,
+            "pool: {} segments in use exceed the budget of {} bytes",
+            p.in_use,
+            self.budget
+        );
         Some(seg)
     }
 
     /// Returns a segment from a shard that holds `held_after` segments once it is gone.
     pub(crate) fn give(&self, seg: Segment, held_after: usize) {
         let mut p = self.lock();
+        assert!(
+            p.in_use > 0,
+            "pool: a segment given back that was never taken"
+        );
         p.free.push(seg);
         p.in_use -= 1;
         if held_after < MIN_HELD {
@@ -80,7 +96,13 @@ impl Pool {
         if new >= old {
             self.index_bytes.fetch_add(new - old, Ordering::Relaxed);
         } else {
-            self.index_bytes.fetch_sub(old - new, Ordering::Relaxed);
+            let before = self.index_bytes.fetch_sub(old - new, Ordering::Relaxed);
+            // The shard's old allocation was counted here: shrinking below zero would wrap.
+            assert!(
+                before >= old - new,
+                "pool: index bytes {before} shrunk by {}",
+                old - new
+            );
         }
     }
 

@@ -301,8 +301,18 @@ impl Shard {
         item::set_bits(self.bytes_mut(loc), h.bits | item::DEAD);
         let slot = loc.slot();
         let s = self.slot_mut(slot);
+        // The hot path: checked in debug builds and the property tests (TIGER_STYLE).
+        debug_assert!(
+            s.live_items > 0 && s.live_bytes >= h.len(),
+            "kill of a dead slot's item"
+        );
+        debug_assert!(h.bits & item::DEAD == 0, "an item killed twice");
         s.live_bytes -= h.len();
         s.live_items -= 1;
+        debug_assert!(
+            s.live_bytes <= s.seg.bytes.len(),
+            "live bytes beyond the segment"
+        );
         let lane = s.lane();
         if s.live_items == 0 && self.lanes[lane].active != Some(slot_id(slot)) {
             let fifo = &mut self.lanes[lane].fifo;
@@ -360,6 +370,10 @@ impl Shard {
             item::write(&mut s.seg.bytes[off..off + len], new);
             s.live_bytes += len;
             s.live_items += 1;
+            debug_assert!(
+                s.live_bytes <= s.seg.bytes.len(),
+                "live bytes beyond the segment"
+            );
         }
         let loc = Loc::at(slot, off);
         let slots = &self.slots;

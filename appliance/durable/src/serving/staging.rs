@@ -11,14 +11,14 @@ use std::sync::MutexGuard;
 use super::objects::{remove_chunks, ObjectRef};
 use ringstore_store::Mutation;
 
-use super::{is_internal_write, lock, Relocation, Serving, Settled, FLUSH_KEY, OVERLAY_SHARDS};
+use super::{lock, Relocation, Reserve, Serving, Settled, FLUSH_KEY, OVERLAY_SHARDS};
 use crate::device::BlockDevice;
 use crate::engine::Item;
 use crate::error::DurableError;
 use crate::group_commit::Completion;
 use crate::large::{chunk_key, encode_chunk_value, parse_chunk_key, Manifest};
 use crate::record::{encoded_len, RecordKind, RecordMeta};
-use crate::region::{Purpose, RegionLog, Staged, COMPACTION_RESERVE, DELETE_RESERVE};
+use crate::region::{Purpose, RegionLog, Staged, COMPACTION_RESERVE};
 
 #[derive(Debug)]
 pub(super) enum Pending {
@@ -45,13 +45,25 @@ impl<D: BlockDevice> Serving<D> {
 
     /// Encodes the store's mutation `m` into `log` with ack `token`; returns its sequence.
     /// Call under the store's shard lock for the key, so sequence order is write order.
-    /// Errors: `NoSpace`, `Backpressure`, `TooLarge`, `BadManifest`. Values keep
-    /// [`DELETE_RESERVE`] free segments back for deletes.
+    /// Errors: `NoSpace`, `Backpressure`, `TooLarge`, `BadManifest`. A client's write: values
+    /// keep [`crate::region::DELETE_RESERVE`] free segments back for deletes ([`Reserve::Client`]).
     pub fn stage(
         &self,
         log: &mut RegionLog<u64>,
         m: Mutation<'_>,
         token: u64,
+    ) -> Result<u64, DurableError> {
+        self.stage_reserving(log, m, token, Reserve::Client)
+    }
+
+    /// [`Serving::stage`] with the reserve a value may take chosen by the caller: only the
+    /// appliance's own in-process writers pass [`Reserve::Internal`].
+    pub fn stage_reserving(
+        &self,
+        log: &mut RegionLog<u64>,
+        m: Mutation<'_>,
+        token: u64,
+        reserve: Reserve,
     ) -> Result<u64, DurableError> {
         let object = match m {
             Mutation::Put {
@@ -83,12 +95,7 @@ impl<D: BlockDevice> Serving<D> {
                     cas,
                     seq,
                 };
-                // The canary's small writes may take the delete reserve (ADR 0039).
-                let keep = if is_internal_write(key, value.len()) {
-                    COMPACTION_RESERVE
-                } else {
-                    COMPACTION_RESERVE + DELETE_RESERVE
-                };
+                let keep = reserve.keep(); // the caller's choice, never the key's (ADR 0039)
                 log.stage_keeping(key, value, meta, Purpose::Client(token), keep)?;
                 if let Some(obj) = object {
                     let mut objects = lock(&self.objects);
@@ -134,7 +141,7 @@ impl<D: BlockDevice> Serving<D> {
         let key = chunk_key(object, index);
         let value = encode_chunk_value(bytes);
         let meta = RecordMeta::bare(RecordKind::Value, seq);
-        let keep = COMPACTION_RESERVE + DELETE_RESERVE;
+        let keep = Reserve::Client.keep();
         log.stage_keeping(&key, &value, meta, Purpose::Client(token), keep)?;
         let len = encoded_len(key.len(), value.len()) as u64;
         *lock(&self.objects).uploading.entry(object).or_default() += len;

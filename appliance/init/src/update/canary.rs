@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 pub const CANARY_OP_LIMIT: Duration = Duration::from_secs(10);
 /// The key the old system writes before the trial and the new one reads after recovery.
 pub const CANARY_KEY: &str = "ringstore-update-canary";
+/// The trial's own fresh keys (memcache) and objects (HTTP, after a `/`): this and a tag.
+pub const CANARY_KEY_PREFIX: &str = "ringstore-canary-";
 
 /// The low 64 bits of `d` in nanoseconds: clock bits for tags that only need to differ
 /// between runs.
@@ -70,6 +72,24 @@ fn exchange(
     Ok(got)
 }
 
+/// What a server in `data-full refuse` mode answers a set that finds its device full: the
+/// canary is a client like any other and gets no room kept for deletes (ADR 0039).
+pub(super) const DEVICE_FULL: &str = "SERVER_ERROR data device full storing object\r\n";
+
+/// One memcache request's whole answer.
+fn memcache_answer(
+    limit: Duration,
+    addr: SocketAddr,
+    what: &str,
+    request: &str,
+) -> Result<String, String> {
+    // A value answer is whole at its END line; any other answer at its first line end.
+    let got = exchange(limit, addr, what, request.as_bytes(), |g| {
+        g.ends_with(b"\r\n") && (!g.starts_with(b"VALUE") || g.ends_with(b"END\r\n"))
+    })?;
+    Ok(String::from_utf8_lossy(&got).into_owned())
+}
+
 pub(super) fn memcache(
     limit: Duration,
     addr: SocketAddr,
@@ -77,37 +97,51 @@ pub(super) fn memcache(
     request: &str,
     expect: &str,
 ) -> Result<(), String> {
-    // A value answer is whole at its END line; any other answer at its first line end.
-    let got = exchange(limit, addr, what, request.as_bytes(), |g| {
-        g.ends_with(b"\r\n") && (!g.starts_with(b"VALUE") || g.ends_with(b"END\r\n"))
-    })?;
-    if got != expect.as_bytes() {
-        return Err(format!(
-            "{what}: answered {:?}, expected {expect:?}",
-            String::from_utf8_lossy(&got)
-        ));
+    let got = memcache_answer(limit, addr, what, request)?;
+    if got != expect {
+        return Err(format!("{what}: answered {got:?}, expected {expect:?}"));
     }
     Ok(())
 }
 
+/// A memcache set: `Ok(true)` stored, `Ok(false)` refused as [`DEVICE_FULL`] (a full
+/// `refuse` box answering as it must), anything else an error.
+pub(super) fn memcache_set(
+    limit: Duration,
+    addr: SocketAddr,
+    what: &str,
+    request: &str,
+) -> Result<bool, String> {
+    match memcache_answer(limit, addr, what, request)?.as_str() {
+        "STORED\r\n" => Ok(true),
+        DEVICE_FULL => Ok(false),
+        got => Err(format!(
+            "{what}: answered {got:?}, expected \"STORED\\r\\n\""
+        )),
+    }
+}
+
+/// One HTTP request; its answer's status must start with one of `statuses`: which one.
 fn http(
     limit: Duration,
     addr: SocketAddr,
     what: &str,
     request: String,
-    status: &str,
+    statuses: &[&str],
     body: &str,
-) -> Result<(), String> {
+) -> Result<usize, String> {
     let got = exchange(limit, addr, what, request.as_bytes(), |g| {
         g.windows(4).any(|w| w == b"\r\n\r\n") && g.ends_with(body.as_bytes())
     })?;
-    if !got.starts_with(format!("HTTP/1.1 {status}").as_bytes()) {
-        return Err(format!(
-            "{what}: answered {:?}",
-            String::from_utf8_lossy(&got[..got.len().min(200)])
-        ));
-    }
-    Ok(())
+    statuses
+        .iter()
+        .position(|status| got.starts_with(format!("HTTP/1.1 {status}").as_bytes()))
+        .ok_or_else(|| {
+            format!(
+                "{what}: answered {:?}",
+                String::from_utf8_lossy(&got[..got.len().min(200)])
+            )
+        })
 }
 
 /// The canary through the server's own listeners; `token` is what [`CANARY_KEY`] must hold.
@@ -142,28 +176,26 @@ fn memcache_canary(
     tag: &str,
     recovered: Option<&str>,
 ) -> Result<(), String> {
-    let key = format!("ringstore-canary-{tag}");
-    memcache(
-        limit,
-        addr,
-        "memcache set",
-        &format!("set {key} 0 0 2\r\nok\r\n"),
-        "STORED\r\n",
-    )?;
-    memcache(
-        limit,
-        addr,
-        "memcache get",
-        &format!("get {key}\r\n"),
-        &format!("VALUE {key} 0 2\r\nok\r\nEND\r\n"),
-    )?;
-    memcache(
-        limit,
-        addr,
-        "memcache delete",
-        &format!("delete {key}\r\n"),
-        "DELETED\r\n",
-    )?;
+    let key = format!("{CANARY_KEY_PREFIX}{tag}");
+    let set = format!("set {key} 0 0 2\r\nok\r\n");
+    // A full `refuse` device refuses the canary's set as any client's: that answer is the
+    // box working as configured, and there is then no key to read back or delete.
+    if memcache_set(limit, addr, "memcache set", &set)? {
+        memcache(
+            limit,
+            addr,
+            "memcache get",
+            &format!("get {key}\r\n"),
+            &format!("VALUE {key} 0 2\r\nok\r\nEND\r\n"),
+        )?;
+        memcache(
+            limit,
+            addr,
+            "memcache delete",
+            &format!("delete {key}\r\n"),
+            "DELETED\r\n",
+        )?;
+    }
     if let Some(token) = recovered {
         memcache(
             limit,
@@ -178,21 +210,18 @@ fn memcache_canary(
 
 /// PUT, GET and DELETE of an object named by `tag`.
 fn http_canary(limit: Duration, addr: SocketAddr, tag: &str) -> Result<(), String> {
-    let path = format!("/ringstore-canary-{tag}");
-    http(
-        limit,
-        addr,
-        "HTTP PUT",
-        format!("PUT {path} HTTP/1.1\r\nHost: canary\r\nContent-Length: 2\r\n\r\nok"),
-        "20",
-        "",
-    )?;
+    let path = format!("/{CANARY_KEY_PREFIX}{tag}");
+    let put = format!("PUT {path} HTTP/1.1\r\nHost: canary\r\nContent-Length: 2\r\n\r\nok");
+    // 507: a full `refuse` device, as for the memcache set; nothing to read back or delete.
+    if http(limit, addr, "HTTP PUT", put, &["20", "507"], "")? == 1 {
+        return Ok(());
+    }
     http(
         limit,
         addr,
         "HTTP GET",
         format!("GET {path} HTTP/1.1\r\nHost: canary\r\n\r\n"),
-        "200",
+        &["200"],
         "ok",
     )?;
     http(
@@ -200,9 +229,10 @@ fn http_canary(limit: Duration, addr: SocketAddr, tag: &str) -> Result<(), Strin
         addr,
         "HTTP DELETE",
         format!("DELETE {path} HTTP/1.1\r\nHost: canary\r\n\r\n"),
-        "20",
+        &["20"],
         "",
     )
+    .map(drop)
 }
 
 #[cfg(test)]
@@ -214,6 +244,11 @@ mod tests {
     /// A memcache and an HTTP listener that answer like the server, `token` under the canary
     /// key, every answer after `delay`.
     fn fake(token: &'static str, delay: Duration) -> (SocketAddr, SocketAddr) {
+        fake_box(token, delay, false)
+    }
+
+    /// [`fake`], refusing every set and PUT as a full `refuse` device does when `full`.
+    fn fake_box(token: &'static str, delay: Duration, full: bool) -> (SocketAddr, SocketAddr) {
         let mc = TcpListener::bind("127.0.0.1:0").unwrap();
         let web = TcpListener::bind("127.0.0.1:0").unwrap();
         let (mc_addr, web_addr) = (mc.local_addr().unwrap(), web.local_addr().unwrap());
@@ -229,7 +264,7 @@ mod tests {
                     ["set", ..] => {
                         let mut data = String::new();
                         let _ = r.read_line(&mut data);
-                        "STORED\r\n".to_string()
+                        if full { DEVICE_FULL } else { "STORED\r\n" }.to_string()
                     }
                     ["get", key] if *key == CANARY_KEY => {
                         format!("VALUE {key} 0 {}\r\n{token}\r\nEND\r\n", token.len())
@@ -247,6 +282,9 @@ mod tests {
                 let n = s.read(&mut buf).unwrap_or(0);
                 std::thread::sleep(delay);
                 let answer: &[u8] = match &buf[..n.min(3)] {
+                    b"PUT" if full => {
+                        b"HTTP/1.1 507 Insufficient Storage\r\nContent-Length: 0\r\n\r\n"
+                    }
                     b"PUT" => b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n",
                     b"GET" => b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
                     b"DEL" => b"HTTP/1.1 204 No Content\r\n\r\n",
@@ -315,5 +353,15 @@ mod tests {
         let (_, web) = fake("x", Duration::ZERO);
         let err = canary(&config(gone, web, false), None, CANARY_OP_LIMIT).unwrap_err();
         assert!(err.starts_with("memcache set:"), "{err}");
+    }
+
+    #[test]
+    fn a_full_refusing_box_passes_with_its_refusals() {
+        let (mc, web) = fake_box("0123456789abcdef", Duration::ZERO, true);
+        let config = config(mc, web, true);
+        let note = canary(&config, Some("0123456789abcdef"), CANARY_OP_LIMIT).unwrap();
+        assert!(note.starts_with("canary passed in "), "{note}");
+        let set = format!("set {CANARY_KEY} 0 0 2\r\nok\r\n");
+        assert_eq!(memcache_set(CANARY_OP_LIMIT, mc, "set", &set), Ok(false));
     }
 }

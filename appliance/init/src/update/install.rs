@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use ringstore_disk::slots::{self, Slot, Trial};
 use ringstore_disk::{fat, signature};
 
-use super::canary::{local, low_nanos, memcache, CANARY_KEY, CANARY_OP_LIMIT};
+use super::canary::{local, low_nanos, memcache_set, CANARY_KEY, CANARY_OP_LIMIT};
 use super::esp::{self, esp_fs, write_one_shot, write_text};
 use crate::machine::Machine;
 use crate::power::{self, Action};
@@ -70,14 +70,13 @@ fn prepare(machine: &Machine, url: &str) -> Result<Slot, String> {
     let mut wrote_token = false;
     if let Some(config) = config.filter(|c| c.data.is_some()) {
         if let Some(addr) = config.memcache.map(local) {
-            memcache(
-                CANARY_OP_LIMIT,
-                addr,
-                "canary key",
-                &format!("set {CANARY_KEY} 0 0 {}\r\n{token}\r\n", token.len()),
-                "STORED\r\n",
-            )?;
-            wrote_token = true;
+            let set = format!("set {CANARY_KEY} 0 0 {}\r\n{token}\r\n", token.len());
+            wrote_token = memcache_set(CANARY_OP_LIMIT, addr, "canary key", &set)?;
+            if !wrote_token {
+                // A full `refuse` device takes no new key, this one included (ADR 0039):
+                // the trial then runs its canary without a key to read back.
+                info!("update: the data device is full (refuse): no canary key to read back");
+            }
         }
     }
     if wrote_token {
