@@ -1,7 +1,9 @@
 //! A box whose data device is full (issue 36, ADR 0039), driven through the forwarded
 //! memcache port: big values fill the data partition fast; in `refuse` mode the sets end in
 //! the device-full error, in `evict` mode they keep being stored. The update test runs its
-//! updates on such a box (`uefi.rs`), where the canary's internal writes take the reserve.
+//! updates on such a box (`uefi.rs`), where the canary's writes are refused like any client's
+//! (no key buys the delete reserve, ADR 0039) and the trial counts the device-full answer as
+//! the box serving as configured.
 
 use std::net::TcpStream;
 

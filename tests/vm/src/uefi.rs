@@ -578,7 +578,7 @@ pub struct UpdateReport {
 /// answers the device-full error. An image whose signature does not match is refused with slot
 /// B still empty; a good image (its own `max_conns`, the default `evict`) is written to B, boots
 /// once as a trial, passes the canary (the old system's key written before the reboot, the new
-/// one's writes on the full device: the internal writes' reserve) and commits; on B the last
+/// one's writes on the full device answered, device full being the configured answer) and commits; on B the last
 /// value A stored reads back and further sets keep being stored, the oldest segments evicted;
 /// then an image that never becomes ready (a bad configuration key)
 /// is written to A, fails its trial, and the machine is back on B by itself, saying why; last
