@@ -15,7 +15,7 @@ use super::options::Options;
 use super::procs::{self, Pinned};
 use super::report::format_number;
 use super::subject::Subject;
-use super::{fill, loadgen};
+use super::{client, fill};
 use anyhow::{bail, Context, Result};
 use std::fmt::Write as _;
 
@@ -28,7 +28,7 @@ fn spec(
     o: &Options,
     server: &Pinned,
     (op, value_len, depth): (Op, usize, usize),
-) -> loadgen::LoadSpec {
+) -> client::LoadSpec {
     cell_spec(o, server, op, value_len, depth)
 }
 
@@ -37,7 +37,7 @@ struct Row {
     cell: String,
     server: &'static str,
     workers: usize,
-    result: loadgen::LoadResult,
+    result: client::LoadResult,
 }
 
 pub(super) fn cores_part(o: &Options, subject: &Subject, doc: &mut Doc) -> Result<()> {
@@ -56,7 +56,7 @@ pub(super) fn cores_part(o: &Options, subject: &Subject, doc: &mut Doc) -> Resul
         for cell in CELLS {
             let name = cell_name(cell.0, cell.1, cell.2);
             eprintln!("bench: cores: {name} with {workers} worker(s), memcached and ringstore in alternating slices");
-            let results = loadgen::run(&[spec(o, &memcached, cell), spec(o, &ringstore, cell)])?;
+            let results = client::run(&[spec(o, &memcached, cell), spec(o, &ringstore, cell)])?;
             memcached.check_alive()?;
             ringstore.check_alive()?;
             let mut results = results.into_iter();
@@ -79,7 +79,7 @@ pub(super) fn cores_part(o: &Options, subject: &Subject, doc: &mut Doc) -> Resul
 }
 
 /// Requests per server CPU-second.
-fn efficiency(r: &loadgen::LoadResult) -> f64 {
+fn efficiency(r: &client::LoadResult) -> f64 {
     1e6 / r.server_cpu_per_million()
 }
 
@@ -96,7 +96,7 @@ fn table(rows: &[Row]) -> String {
         let one = rows
             .iter()
             .find(|r| r.cell == row.cell && r.server == row.server && r.workers == 1);
-        let ratio = |f: fn(&loadgen::LoadResult) -> f64| {
+        let ratio = |f: fn(&client::LoadResult) -> f64| {
             one.map_or("-".to_string(), |one| {
                 format!("{:.2}x", f(&row.result) / f(&one.result))
             })
@@ -111,7 +111,7 @@ fn table(rows: &[Row]) -> String {
             row.result.server_cpu_percent(),
             row.result.server_cpu_per_million(),
             format_number(efficiency(&row.result), 0),
-            ratio(loadgen::LoadResult::throughput),
+            ratio(client::LoadResult::throughput),
             ratio(efficiency),
         );
     }

@@ -3,8 +3,8 @@
 //! and on tmpfs; and the time to the ready line after `kill -9` and after SIGTERM with 1M
 //! objects on the device.
 
+use super::client::{self, LoadResult, LoadSpec, Mode};
 use super::fill;
-use super::loadgen::{self, LoadResult, LoadSpec};
 use super::mcwire::Op;
 use super::procs::{self, Pinned};
 use anyhow::{bail, Context, Result};
@@ -116,8 +116,10 @@ pub fn measure_sets(configs: &[Config], seconds: u64, warmup: Duration) -> Resul
         .iter()
         .map(|c| LoadSpec {
             port: c.server.port,
-            op: Op::Set,
-            value_len: VALUE_LEN,
+            mode: Mode::Memcache {
+                op: Op::Set,
+                value_len: VALUE_LEN,
+            },
             depth: 1,
             conns: CONNS,
             keyspace: KEYSPACE,
@@ -127,7 +129,7 @@ pub fn measure_sets(configs: &[Config], seconds: u64, warmup: Duration) -> Resul
             server_pid: c.server.pid(),
         })
         .collect();
-    loadgen::run(&specs)
+    client::run(&specs)
 }
 
 /// A ringstore on loopback whose stderr (recovery times) is kept, so it can be sent SIGTERM

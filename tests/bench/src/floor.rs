@@ -94,7 +94,7 @@ pub fn main(args: &[String]) -> Result<()> {
     serve(listener, Shape::new(op, value_len))
 }
 
-fn serve(listener: TcpListener, shape: Shape) -> Result<()> {
+pub(crate) fn serve(listener: TcpListener, shape: Shape) -> Result<()> {
     let mut floor = Floor {
         ring: IoUring::new(4096)?,
         conns: (0..CONNS_MAX).map(|_| None).collect(),
@@ -177,7 +177,7 @@ impl Floor {
         let entry = opcode::Recv::new(
             types::Fd(c.fd.as_raw_fd()),
             c.rx.as_mut_ptr(),
-            super::loadgen::sqe_len(RX_LEN),
+            super::client::sqe_len(RX_LEN),
         )
         .build()
         .user_data((slot as u64) << 1);
@@ -226,7 +226,7 @@ impl Floor {
         let entry = opcode::Send::new(
             types::Fd(c.fd.as_raw_fd()),
             rest.as_ptr(),
-            super::loadgen::sqe_len(rest.len()),
+            super::client::sqe_len(rest.len()),
         )
         .build()
         .user_data(((slot as u64) << 1) | 1);
@@ -325,10 +325,12 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let port = listener.local_addr()?.port();
         std::thread::spawn(move || serve(listener, Shape::new(Op::MetaGet, served)));
-        let spec = crate::loadgen::LoadSpec {
+        let spec = crate::client::LoadSpec {
             port,
-            op: Op::MetaGet,
-            value_len: asked,
+            mode: crate::client::Mode::Memcache {
+                op: Op::MetaGet,
+                value_len: asked,
+            },
             depth: 1,
             conns: 2,
             keyspace: 4,
@@ -337,7 +339,7 @@ mod tests {
             slices: 1,
             server_pid: std::process::id(),
         };
-        let results = crate::loadgen::run(&[spec])?;
+        let results = crate::client::run(&[spec])?;
         Ok(results.iter().map(|r| r.requests).sum())
     }
 

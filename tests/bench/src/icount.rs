@@ -4,9 +4,9 @@
 //!
 //! Each server runs under `valgrind --tool=callgrind` (ringstore with `--cores 1` and the hidden
 //! key `--eventfd-wait on`: valgrind runs `io_uring_enter` holding its big lock, so a worker
-//! waiting inside it would starve every other thread; memcached with `-t 1`). One blocking
-//! client connection sends each cell's requests in batches of `depth` (all written before any
-//! reply is read). Counts are taken by difference: `callgrind_control --dump` before a pass of
+//! waiting inside it would starve every other thread; memcached with `-t 1`). One client
+//! connection (the load generator's counted passes, client/) sends each cell's requests in
+//! batches of `depth` (all sent before any reply is read). Counts are taken by difference: `callgrind_control --dump` before a pass of
 //! N requests, after it, and after a pass of 2N; (I(2N) - I(N)) / N cancels startup, the dump
 //! itself and whatever idle work a pass costs once (`--separate-threads=yes`: one file per
 //! thread). Counted: every user-space instruction of the worker thread, the one that parses,
@@ -14,15 +14,15 @@
 //! which adds memcached's timer-driven helper threads (they follow the wall clock, so they are
 //! noisy). Not counted: the kernel (system calls, TCP, io_uring), which callgrind cannot see.
 
+use super::client::{self, LoadSpec, Mode};
 use super::doc::Doc;
-use super::mcwire::{split_reply, write_request, Op, Reply};
+use super::mcwire::Op;
 use super::procs::free_port;
 use super::report::{format_number, Better, Table};
 use super::subject::Subject;
 use crate::util;
 use anyhow::{bail, Context, Result};
 use std::fmt::Write as _;
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -46,8 +46,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 /// memcached's `-c`, and the open-files soft limit both servers run under valgrind with.
 const MAX_CONNS: usize = 1024;
-/// Receive buffer of the client: a depth-16 batch of 100-byte GET replies is ~2 KiB.
-const RECV_CAP: usize = 64 << 10;
 
 const NO_VALGRIND: &str = "valgrind not found: the icount part runs the servers under callgrind \
                            (apt-get install valgrind; it brings callgrind_control)";
@@ -301,75 +299,24 @@ fn totals(text: &str) -> Option<u64> {
     field("totals:").or_else(|| field("summary:"))
 }
 
-/// One blocking client connection that sends batches of `depth` requests.
-struct Client {
-    stream: TcpStream,
-    buf: Vec<u8>,
-    request: Vec<u8>,
-    next_key: usize,
-}
-
-impl Client {
-    fn connect(port: u16) -> Result<Client> {
-        let stream = TcpStream::connect(("127.0.0.1", port))?;
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(REPLY_TIMEOUT))?;
-        Ok(Client {
-            stream,
-            buf: Vec::with_capacity(RECV_CAP),
-            request: Vec::new(),
-            next_key: 0,
-        })
+/// One pass of `count` requests of `op` at `depth` on the session's connection; fails unless
+/// every reply is the expected one (a hit, `STORED`).
+fn pass(client: &mut client::Session, op: Op, depth: usize, count: usize) -> Result<()> {
+    let mode = Mode::Memcache {
+        op,
+        value_len: VALUE_LEN,
+    };
+    let r = client.pass(&mode, depth, count, REPLY_TIMEOUT)?;
+    if r.misses + r.errors > 0 {
+        bail!(
+            "{}: {} misses and {} errors in {} replies",
+            op.name(),
+            r.misses,
+            r.errors,
+            r.requests
+        );
     }
-
-    /// `count` requests in batches of `depth`: each batch written whole, then all its replies read.
-    fn run(&mut self, op: Op, depth: usize, count: usize) -> Result<()> {
-        let value = [b'v'; VALUE_LEN];
-        for _ in 0..count.div_ceil(depth) {
-            self.request.clear();
-            for _ in 0..depth {
-                write_request(&mut self.request, op, &value, self.next_key);
-                self.next_key = (self.next_key + 1) % KEYS;
-            }
-            self.stream.write_all(&self.request)?;
-            let mut replies = 0;
-            while replies < depth {
-                let mut at = 0;
-                while let Some((reply, used)) = split_reply(&self.buf[at..]) {
-                    let want = if op == Op::Get {
-                        Reply::Hit
-                    } else {
-                        Reply::Stored
-                    };
-                    if reply != want {
-                        bail!("{} answered {reply:?}, expected {want:?}", op.name());
-                    }
-                    at += used;
-                    replies += 1;
-                }
-                self.buf.drain(..at);
-                if replies >= depth {
-                    break;
-                }
-                if self.buf.len() >= RECV_CAP {
-                    bail!("a reply longer than {RECV_CAP} bytes");
-                }
-                let mut chunk = [0u8; 16 << 10];
-                let n = self
-                    .stream
-                    .read(&mut chunk)
-                    .context("waiting for replies")?;
-                if n == 0 {
-                    bail!("the server closed the connection");
-                }
-                self.buf.extend_from_slice(&chunk[..n]);
-            }
-            if replies > depth {
-                bail!("more replies than requests");
-            }
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 /// One server's instructions per request for one cell, pass by pass.
@@ -401,19 +348,32 @@ fn spread(v: &[f64]) -> f64 {
 
 /// Instructions per request of every cell on `server`.
 fn measure(server: &mut Grind) -> Result<Vec<Counted>> {
-    let mut client = Client::connect(server.port)?;
-    client.run(Op::Set, 16, KEYS)?;
+    let mut client = client::Session::open(&LoadSpec {
+        port: server.port,
+        mode: Mode::Memcache {
+            op: Op::Set,
+            value_len: VALUE_LEN,
+        },
+        depth: 16,
+        conns: 1,
+        keyspace: KEYS,
+        warmup: Duration::ZERO,
+        measure: Duration::ZERO,
+        slices: 1,
+        server_pid: server.child.id(),
+    })?;
+    pass(&mut client, Op::Set, 16, KEYS)?;
     let mut out = Vec::new();
     for (op, depth) in CELLS {
         eprintln!("bench: icount: {} {} depth {depth}", server.name, op.name());
-        client.run(op, depth, WARM)?;
+        pass(&mut client, op, depth, WARM)?;
         server.dump()?;
         let (mut passes, mut all) = (Vec::new(), Vec::new());
         let mut profile = PathBuf::new();
         for _ in 0..PASSES {
-            client.run(op, depth, N)?;
+            pass(&mut client, op, depth, N)?;
             let short = server.dump()?;
-            client.run(op, depth, 2 * N)?;
+            pass(&mut client, op, depth, 2 * N)?;
             let long = server.dump()?;
             passes.push(long.request.saturating_sub(short.request) as f64 / N as f64);
             all.push(long.all.saturating_sub(short.all) as f64 / N as f64);
@@ -498,7 +458,7 @@ pub(super) fn icount_part(subject: &Subject, out_dir: &Path, doc: &mut Doc) -> R
         results.push((spec.name, counted));
     }
     doc.command(&format!(
-        "icount client (tests/bench/src/icount.rs): 1 blocking connection, {KEYS} keys preloaded with {VALUE_LEN}-byte values; per cell {WARM} requests, then {PASSES}× (callgrind_control --dump, {N} requests, dump, {} requests, dump); instructions/request = (I(2N) - I(N)) / N",
+        "icount client (tests/bench/src/client/, counted passes): 1 connection, {KEYS} keys preloaded with {VALUE_LEN}-byte values; per cell {WARM} requests, then {PASSES}× (callgrind_control --dump, {N} requests, dump, {} requests, dump); instructions/request = (I(2N) - I(N)) / N",
         2 * N
     ));
     for (name, counted) in &results {

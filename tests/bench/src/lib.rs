@@ -2,17 +2,22 @@
 //! ringstore and memcached (and nginx for HTTP) side by side in one run.
 //!
 //! Every server runs pinned to CPU 0 with one core's worth of threads; every load generator
-//! runs pinned to CPU 1. The memcache cells use our own io_uring load generator (memaslap
-//! saturates its core first; the run shows that too), the HTTP cells use wrk, the TLS cells
-//! (`--only tls`) an epoll generator with rustls clients (tls_load.rs). Results go to
-//! stdout and `target/bench/results.md`.
+//! runs pinned to CPU 1. Every part that drives memcache load (and the TLS part's HTTPS
+//! cells) uses the one io_uring load generator in client/, in its text, meta, binary, TLS or
+//! UDP mode (memaslap saturates its core first; the run shows that too); the HTTP cells use
+//! wrk. Results go to stdout and `target/bench/results.md`.
 
-// `unsafe` only where the load generators push io_uring SQEs (loadgen.rs, floor.rs): the
+// `unsafe` only where the load generators push io_uring SQEs (client/engine.rs, floor.rs): the
 // buffers they point into outlive the operations, which only that code can show.
 #![deny(unsafe_code)]
 
 mod budget_fill;
 mod cells;
+#[allow(
+    unsafe_code,
+    reason = "io_uring SQEs pointing into connection buffers (see the crate's deny above)"
+)]
+mod client;
 mod cores;
 mod cpu_table;
 mod doc;
@@ -21,7 +26,7 @@ mod durable_part;
 mod fill;
 #[allow(
     unsafe_code,
-    reason = "io_uring SQEs pointing into connection buffers, as in loadgen"
+    reason = "io_uring SQEs pointing into connection buffers, as in the load generator"
 )]
 pub mod floor;
 mod hist;
@@ -29,11 +34,6 @@ mod http;
 mod http_part;
 mod icount;
 pub mod load;
-#[allow(
-    unsafe_code,
-    reason = "io_uring SQEs pointing into connection buffers (see the crate's deny above)"
-)]
-mod loadgen;
 mod machine;
 mod mcwire;
 mod memaslap;
@@ -48,7 +48,6 @@ mod saturation;
 mod subject;
 mod tail;
 mod tls_handshake;
-mod tls_load;
 mod tls_part;
 mod tls_wire;
 mod udp;

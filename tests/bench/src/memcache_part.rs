@@ -11,7 +11,7 @@ use super::procs::{self, Pinned};
 use super::report::{Better, Table};
 use super::saturation::memaslap_section;
 use super::subject::{binary_label, Subject};
-use super::{fill, loadgen, WARMUP};
+use super::{client, fill, WARMUP};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::time::Duration;
@@ -23,11 +23,10 @@ pub(super) fn cell_spec(
     op: Op,
     value_len: usize,
     depth: usize,
-) -> loadgen::LoadSpec {
-    loadgen::LoadSpec {
+) -> client::LoadSpec {
+    client::LoadSpec {
         port: server.port,
-        op,
-        value_len,
+        mode: client::Mode::Memcache { op, value_len },
         depth,
         conns: o.conns,
         keyspace: keyspace(value_len),
@@ -40,9 +39,9 @@ pub(super) fn cell_spec(
 
 /// What one cell measured: the baseline, the subject and the floor server (when up).
 struct CellResults {
-    base: loadgen::LoadResult,
-    subject: Option<loadgen::LoadResult>,
-    floor: Option<loadgen::LoadResult>,
+    base: client::LoadResult,
+    subject: Option<client::LoadResult>,
+    floor: Option<client::LoadResult>,
 }
 
 /// Runs one cell against memcached, the subject and the floor server (when they are up) in
@@ -77,7 +76,7 @@ fn memcache_cell(
             cell_spec(o, s, op, value_len, depth),
         ];
         specs.extend(floor.iter().map(|f| cell_spec(o, f, op, value_len, depth)));
-        let outcome = loadgen::run(&specs).and_then(|results| {
+        let outcome = client::run(&specs).and_then(|results| {
             s.check_alive()?;
             Ok(results)
         });
@@ -100,7 +99,7 @@ fn memcache_cell(
         }
     }
     eprintln!("bench: {cell}: {base_name} alone");
-    let mut results = loadgen::run(&[cell_spec(o, base, op, value_len, depth)])?;
+    let mut results = client::run(&[cell_spec(o, base, op, value_len, depth)])?;
     base.check_alive()?;
     let ours = results.pop().context("one result")?;
     if ours.requests == 0 {
@@ -142,8 +141,8 @@ fn floor_rows(
     doc: &mut Doc,
     cell: &str,
     depth: usize,
-    f: Option<&loadgen::LoadResult>,
-    s: Option<&loadgen::LoadResult>,
+    f: Option<&client::LoadResult>,
+    s: Option<&client::LoadResult>,
 ) {
     let (Some(f), Some(s)) = (f, s) else {
         return;
@@ -179,8 +178,8 @@ fn record_cell(
     doc: &mut Doc,
     (cell, depth): (&str, usize),
     (base_name, name): (&str, &str),
-    b: &loadgen::LoadResult,
-    s: Option<&loadgen::LoadResult>,
+    b: &client::LoadResult,
+    s: Option<&client::LoadResult>,
 ) {
     for (who, r) in [(base_name, Some(b)), (name, s)] {
         if let Some(r) = r.filter(|r| r.misses + r.errors > 0) {
@@ -328,7 +327,7 @@ pub(super) fn memcache_part(
         }
     };
     doc.command(&format!(
-        "load generator (tests/bench/src/loadgen.rs): 1 thread pinned to CPU {}, one io_uring, {} connections per server, {KEYSPACE} keys per value size preloaded (at most 256 MiB of them per size, so fewer for big values), {} s warm-up, then {} s measured per server and cell in {} alternating slices",
+        "load generator (tests/bench/src/client/): 1 thread pinned to CPU {}, one io_uring, {} connections per server, {KEYSPACE} keys per value size preloaded (at most 256 MiB of them per size, so fewer for big values), {} s warm-up, then {} s measured per server and cell in {} alternating slices",
         procs::CLIENT_CPU, o.conns, WARMUP.as_secs(), o.seconds, o.seconds.clamp(1, 10)
     ));
 

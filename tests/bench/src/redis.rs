@@ -4,9 +4,9 @@
 //! and the disk's own bound measured in the same run: the median latency of a 4 KiB write +
 //! fdatasync there, so `clients × depth ÷ latency` is what waiting for the flush allows.
 
+use super::client::{self, LoadResult, LoadSpec, Mode};
 use super::doc::{mark, Doc};
 use super::durable::{self, DataFile};
-use super::loadgen::{self, LoadResult, LoadSpec};
 use super::mcwire::Op;
 use super::options::Options;
 use super::{procs, report, WARMUP};
@@ -57,8 +57,7 @@ fn spec(port: u16, pid: u32, op: Op, value_len: usize, depth: usize, seconds: u6
     let measure = Duration::from_secs(seconds);
     LoadSpec {
         port,
-        op,
-        value_len,
+        mode: Mode::Memcache { op, value_len },
         depth,
         conns: durable::CONNS,
         keyspace: durable::KEYSPACE,
@@ -141,7 +140,7 @@ pub(super) fn redis_section(
                 seconds,
             ),
         ];
-        let results = loadgen::run(&specs)?;
+        let results = client::run(&specs)?;
         ringstore.check_alive()?;
         redis.check_alive()?;
         let (after, _, _) = flush_latency(out_dir)?;

@@ -5,7 +5,7 @@ use super::cpu_table::{cpu_row, CPU_TABLE_HEAD};
 use super::doc::Doc;
 use super::options::Options;
 use super::procs::Pinned;
-use super::{loadgen, memaslap};
+use super::{client, memaslap};
 use std::path::Path;
 
 /// memaslap against each server, beside our generator's own GET 100 B depth-1 cell.
@@ -14,7 +14,7 @@ pub(super) fn memaslap_section(
     base: &mut Pinned,
     subj: Option<&mut Pinned>,
     name: &str,
-    ours: Option<(loadgen::LoadResult, Option<loadgen::LoadResult>)>,
+    ours: Option<(client::LoadResult, Option<client::LoadResult>)>,
     out_dir: &Path,
     doc: &mut Doc,
 ) -> String {

@@ -13,7 +13,7 @@ use super::options::{Options, Part};
 use super::procs::{self, Pinned};
 use super::report::{Better, Table};
 use super::subject::Subject;
-use super::{fill, loadgen};
+use super::{client, fill};
 use anyhow::{bail, Context, Result};
 use std::time::Duration;
 
@@ -35,8 +35,8 @@ const VALUE_LEN: usize = 100;
 const DEPTH: usize = 1;
 
 /// One server's load in the tail cells.
-fn spec(o: &Options, server: &Pinned, op: Op) -> loadgen::LoadSpec {
-    loadgen::LoadSpec {
+fn spec(o: &Options, server: &Pinned, op: Op) -> client::LoadSpec {
+    client::LoadSpec {
         conns: TAIL_CONNS,
         slices: u32::try_from(o.seconds * PACED_SLICES_PER_SECOND).unwrap_or(u32::MAX),
         ..cell_spec(o, server, op, VALUE_LEN, DEPTH)
@@ -46,15 +46,12 @@ fn spec(o: &Options, server: &Pinned, op: Op) -> loadgen::LoadSpec {
 /// What one cell measured for one server: the closed-loop peak run, the rate it was paced
 /// at, and the paced run.
 struct Measured {
-    peak: loadgen::LoadResult,
+    peak: client::LoadResult,
     rate: f64,
-    paced: loadgen::LoadResult,
+    paced: client::LoadResult,
 }
 
-fn all_answered(
-    results: Vec<loadgen::LoadResult>,
-    count: usize,
-) -> Result<Vec<loadgen::LoadResult>> {
+fn all_answered(results: Vec<client::LoadResult>, count: usize) -> Result<Vec<client::LoadResult>> {
     if results.len() != count || results.iter().any(|r| r.requests == 0) {
         bail!("a server completed no request");
     }
@@ -71,17 +68,17 @@ fn tail_cell(
     op: Op,
 ) -> Result<(Vec<Measured>, [f64; 2])> {
     let cell = cell_name(op, VALUE_LEN, DEPTH);
-    let specs: Vec<loadgen::LoadSpec> = servers.iter().map(|s| spec(o, s, op)).collect();
+    let specs: Vec<client::LoadSpec> = servers.iter().map(|s| spec(o, s, op)).collect();
     eprintln!("bench: tail: {cell}: closed-loop peaks, in alternating slices");
-    let peak_specs: Vec<loadgen::LoadSpec> = specs
+    let peak_specs: Vec<client::LoadSpec> = specs
         .iter()
-        .map(|s| loadgen::LoadSpec {
+        .map(|s| client::LoadSpec {
             measure: PEAK_MEASURE,
             slices: PEAK_SLICES,
             ..s.clone()
         })
         .collect();
-    let peaks = all_answered(loadgen::run(&peak_specs)?, specs.len())?;
+    let peaks = all_answered(client::run(&peak_specs)?, specs.len())?;
     let rates: Vec<f64> = peaks
         .iter()
         .map(|p| p.median_slice_throughput() * LOAD_FRACTION)
@@ -91,7 +88,7 @@ fn tail_cell(
         LOAD_FRACTION * 100.0
     );
     let ticks_before = [procs::CoreTicks::read(0)?, procs::CoreTicks::read(1)?];
-    let paced = all_answered(loadgen::run_paced(&specs, &rates)?, specs.len())?;
+    let paced = all_answered(client::run_paced(&specs, &rates)?, specs.len())?;
     let ticks_after = [procs::CoreTicks::read(0)?, procs::CoreTicks::read(1)?];
     for server in servers.iter_mut() {
         server.check_alive()?;

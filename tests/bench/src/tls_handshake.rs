@@ -6,8 +6,8 @@
 //! Resumed cells keep rustls' client session store (TLS 1.3 tickets) across connections; a
 //! server that resumes none shows a resumed share of 0%.
 
+use super::client::connect;
 use super::procs;
-use super::tls_load::connect;
 use super::tls_wire::Wire;
 use anyhow::{bail, Context, Result};
 use rustls::ClientConfig;

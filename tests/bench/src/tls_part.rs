@@ -3,19 +3,20 @@
 //! against nginx, all on one certificate generated for the run and one cipher suite.
 
 use super::cells::{cell_name, keyspace, DEPTHS, VALUE_LENS};
+use super::client::{self, LoadResult as Measured, LoadSpec, Mode};
 use super::doc::{mark, Doc};
 use super::mcwire::Op;
 use super::options::Options;
 use super::procs::{self, Pinned};
 use super::subject::Subject;
 use super::tls_handshake::{self, Handshakes, HS_THREADS};
-use super::tls_load::{self, Load, Measured, Target};
 use super::tls_wire::{Wire, SUITE};
 use super::{fill, http, WARMUP};
 use anyhow::{bail, Context, Result};
 use ringstore_testkit::tls::{client_config, self_signed_command};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// HTTPS object sizes.
@@ -79,6 +80,24 @@ fn start_mc_servers(binary: &Path, cert: &Path, key: &Path, doc: &mut Doc) -> Re
     })
 }
 
+/// One server endpoint of a cell.
+struct Target {
+    port: u16,
+    /// `None`: plain TCP.
+    tls: Option<Arc<rustls::ClientConfig>>,
+    server_pid: u32,
+}
+
+/// The load of one cell (the same against every target).
+struct Load {
+    wire: Wire,
+    depth: usize,
+    conns: usize,
+    warmup: Duration,
+    measure: Duration,
+    slices: u32,
+}
+
 fn load(o: &Options, wire: Wire, depth: usize, conns: usize) -> Load {
     Load {
         wire,
@@ -88,6 +107,28 @@ fn load(o: &Options, wire: Wire, depth: usize, conns: usize) -> Load {
         measure: Duration::from_secs(o.seconds),
         slices: o.seconds.clamp(2, 10) as u32,
     }
+}
+
+/// Runs `load` against every target in alternating slices (the load generator's TLS mode).
+fn run(targets: &[Target], load: &Load) -> Result<Vec<Measured>> {
+    let specs: Vec<LoadSpec> = targets
+        .iter()
+        .map(|t| LoadSpec {
+            port: t.port,
+            mode: Mode::Tls {
+                wire: load.wire.clone(),
+                config: t.tls.clone(),
+            },
+            depth: load.depth,
+            conns: load.conns,
+            keyspace: load.wire.keyspace(),
+            warmup: load.warmup,
+            measure: load.measure,
+            slices: load.slices,
+            server_pid: t.server_pid,
+        })
+        .collect();
+    client::run(&specs)
 }
 
 const MC_HEAD: &str = "| cell | memcached -Z req/CPU-s | ringstore TLS req/CPU-s | ratio (goal ≥ 1.3×) | ringstore plain req/CPU-s | TLS cost (plain / TLS, goal ≤ 1.25× at depth 16) | throughput req/s (memcached, TLS, plain) | p99 µs (memcached, TLS, plain) | server CPU % (memcached, TLS, plain) | client CPU % |
@@ -178,7 +219,7 @@ fn mc_cells(
                     value_len,
                     keyspace: keyspace(value_len),
                 };
-                let r = tls_load::run(&targets, &load(o, wire, depth, o.conns))
+                let r = run(&targets, &load(o, wire, depth, o.conns))
                     .with_context(|| format!("TLS {cell}"))?;
                 mc_row(out, doc, &cell, depth, &r);
             }
@@ -294,7 +335,7 @@ fn https_cells(
         let wire = Wire::HttpGet {
             path: http::object_path(len),
         };
-        let r = tls_load::run(&targets, &load(o, wire, 1, HTTPS_CONNS))
+        let r = run(&targets, &load(o, wire, 1, HTTPS_CONNS))
             .with_context(|| format!("HTTPS {cell}"))?;
         let [n, t] = r.as_slice() else {
             bail!("two results")
@@ -349,7 +390,7 @@ pub(super) fn tls_part(
     https_cells(o, binary, &cert, &key, out_dir, &mut out, doc)?;
     let _ = write!(
         out,
-        "\nreq/CPU-s: requests completed per second of the server process's CPU time (utime + stime). Load generator: tests/bench/src/tls_load.rs, one thread pinned to CPU {} with one epoll, rustls' buffered ClientConnection, {} connections (HTTPS: {HTTPS_CONNS}), servers measured in alternating slices with every connection open (handshakes before the measured window). Handshakes: tests/bench/src/tls_handshake.rs, {HS_THREADS} client threads pinned to CPU {}, each connection handshake + `version` + close_notify.\n",
+        "\nreq/CPU-s: requests completed per second of the server process's CPU time (utime + stime). Load generator: tests/bench/src/client/ (TLS mode), one thread pinned to CPU {} with one io_uring, rustls' buffered ClientConnection, {} connections (HTTPS: {HTTPS_CONNS}), servers measured in alternating slices with every connection open (handshakes before the measured window). Handshakes: tests/bench/src/tls_handshake.rs, {HS_THREADS} client threads pinned to CPU {}, each connection handshake + `version` + close_notify.\n",
         procs::CLIENT_CPU,
         o.conns,
         procs::CLIENT_CPU

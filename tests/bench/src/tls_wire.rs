@@ -46,6 +46,22 @@ impl Wire {
         }
     }
 
+    /// The value length of this cell's memcache replies (0 for the others).
+    pub(super) fn value_len(&self) -> usize {
+        match self {
+            Wire::Memcache { value_len, .. } => *value_len,
+            _ => 0,
+        }
+    }
+
+    /// The keys this cell's requests walk (1 for the others).
+    pub(super) fn keyspace(&self) -> usize {
+        match self {
+            Wire::Memcache { keyspace, .. } => (*keyspace).max(1),
+            _ => 1,
+        }
+    }
+
     /// The SET value of this cell (empty for the others).
     pub(super) fn value(&self) -> Vec<u8> {
         match self {
