@@ -12,18 +12,16 @@
 //! send; paced: the batch's due time, see pace.rs).
 
 use super::codec::{Codec, Decoded, Tally};
+use super::conn::{open, Conn, Link};
 use super::pace::{plan, Plan, Schedule};
 use super::{LoadResult, LoadSpec, Mode};
 use crate::hist::{nanos, Histogram};
 use crate::procs;
 use anyhow::{bail, Context, Result};
 use io_uring::{opcode, squeue, types, IoUring};
-use rustls::ClientConnection;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpStream, UdpSocket};
-use std::os::fd::{AsRawFd, RawFd};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 /// A server that leaves a batch unanswered this long after a slice is stuck.
@@ -32,193 +30,9 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(3);
 const WAIT_MAX: Duration = Duration::from_millis(50);
 /// UDP: a batch with replies missing this long after its send is given up (they count lost).
 const LOST_AFTER: Duration = Duration::from_millis(200);
-/// Unparsed reply bytes a connection holds at most (a 1 MiB HTTP body pipelined, and more).
-const RX_MAX: usize = 64 << 20;
-/// Free space a receive asks for at least; less and the buffer is compacted or grown.
-const RX_SPARE_MIN: usize = 16 << 10;
-/// Ciphertext one TLS receive takes at most (a few records).
-const TLS_RX: usize = 64 << 10;
-/// Plaintext a TLS session holds unsent at most (one batch, whole: 16 × 4 KiB SETs and more).
-const TLS_UNSENT_MAX: usize = 1 << 20;
 
 const SEND: u64 = 0;
 const RECV: u64 = 1;
-
-/// A connection's socket, and for TLS its session and ciphertext receive buffer.
-enum Link {
-    Tcp(TcpStream),
-    Tls {
-        stream: TcpStream,
-        session: Box<ClientConnection>,
-        cipher: Vec<u8>,
-    },
-    Udp(UdpSocket),
-}
-
-impl Link {
-    fn fd(&self) -> RawFd {
-        match self {
-            Link::Tcp(stream) | Link::Tls { stream, .. } => stream.as_raw_fd(),
-            Link::Udp(socket) => socket.as_raw_fd(),
-        }
-    }
-
-    fn shutdown(&self) {
-        let _ = match self {
-            Link::Tcp(stream) | Link::Tls { stream, .. } => stream.shutdown(Shutdown::Both),
-            Link::Udp(socket) => rustix::net::shutdown(socket, rustix::net::Shutdown::Both)
-                .map_err(std::io::Error::from),
-        };
-    }
-}
-
-/// A blocking TCP connection to `port` on loopback (TCP_NODELAY on), with its TLS session
-/// (handshake finished) when `tls` is given.
-pub(crate) fn connect(
-    port: u16,
-    tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
-) -> Result<(TcpStream, Option<ClientConnection>)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))
-        .with_context(|| format!("connecting to 127.0.0.1:{port}"))?;
-    stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let session = match tls {
-        Some(config) => {
-            let name = rustls::pki_types::ServerName::try_from("localhost")?;
-            let mut session = ClientConnection::new(config.clone(), name)?;
-            session.set_buffer_limit(Some(TLS_UNSENT_MAX));
-            while session.is_handshaking() {
-                session.complete_io(&mut stream).context("TLS handshake")?;
-            }
-            Some(session)
-        }
-        None => None,
-    };
-    Ok((stream, session))
-}
-
-fn open(spec: &LoadSpec) -> Result<Link> {
-    match &spec.mode {
-        Mode::Memcache { .. } => Ok(Link::Tcp(connect(spec.port, None)?.0)),
-        Mode::Tls { config, .. } => {
-            let (stream, session) = connect(spec.port, config.as_ref())?;
-            // The ring waits for readiness itself; a timeout belongs to blocking reads only.
-            stream.set_read_timeout(None)?;
-            Ok(match session {
-                Some(session) => Link::Tls {
-                    stream,
-                    session: Box::new(session),
-                    cipher: vec![0; TLS_RX],
-                },
-                None => Link::Tcp(stream),
-            })
-        }
-        Mode::Udp { from, to } => {
-            let socket = UdpSocket::bind((*from, 0)).context("binding a UDP client socket")?;
-            socket.connect(to).context("connecting the UDP socket")?;
-            Ok(Link::Udp(socket))
-        }
-    }
-}
-
-/// One connection and its batch. The buffers an operation points into (`tx`, `rx`, a TLS
-/// link's `cipher`) are never reallocated while that operation is queued.
-struct Conn {
-    link: Link,
-    /// The batch's bytes as sent (ciphertext for TLS).
-    tx: Vec<u8>,
-    /// Stream: bytes sent. UDP: datagrams sent.
-    tx_sent: usize,
-    /// UDP: where each request datagram of `tx` ends (one per request of the batch).
-    marks: Vec<usize>,
-    sends_queued: usize,
-    /// Reply bytes (plaintext) received and not yet parsed: `rx[rx_start..rx_end]`.
-    rx: Vec<u8>,
-    rx_start: usize,
-    rx_end: usize,
-    recv_queued: bool,
-    replies: usize,
-    /// Where latencies of this batch count from.
-    since: Instant,
-    /// When this batch was sent (for UDP's loss timeout).
-    sent_wall: Instant,
-    /// A batch is out (sent or due to be) and not yet answered.
-    out: bool,
-    /// Takes part in the segment (cleared when it has drained).
-    active: bool,
-    /// Requests sent on this connection so far (the key walk's position).
-    sent_count: usize,
-    schedule: Option<Schedule>,
-    /// Counted passes: batches this connection may still start (`None`: no limit).
-    budget: Option<usize>,
-}
-
-impl Conn {
-    fn all_sent(&self) -> bool {
-        self.sends_queued == 0 && self.tx_sent == self.unit_count()
-    }
-
-    fn unit_count(&self) -> usize {
-        match self.link {
-            Link::Udp(_) => self.marks.len(),
-            _ => self.tx.len(),
-        }
-    }
-
-    /// Makes room for a receive into `rx` (no operation may point into it).
-    fn make_room(&mut self) -> Result<()> {
-        make_room(&mut self.rx, &mut self.rx_start, &mut self.rx_end)
-    }
-
-    /// TLS: takes `n` bytes of ciphertext just received and appends their plaintext to `rx`.
-    fn decrypt(&mut self, n: usize) -> Result<()> {
-        let Link::Tls {
-            session, cipher, ..
-        } = &mut self.link
-        else {
-            return Ok(());
-        };
-        let mut input = &cipher[..n];
-        while !input.is_empty() {
-            if session.read_tls(&mut input).context("TLS records")? == 0 {
-                bail!("the TLS session took no more ciphertext");
-            }
-            session.process_new_packets().context("TLS records")?;
-            loop {
-                // No operation points into `rx` on a TLS link: it may move.
-                make_room(&mut self.rx, &mut self.rx_start, &mut self.rx_end)?;
-                match session.reader().read(&mut self.rx[self.rx_end..]) {
-                    Ok(0) => bail!("the server sent close_notify"),
-                    Ok(k) => self.rx_end += k,
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                    Err(e) => return Err(e).context("TLS plaintext"),
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Leaves at least `RX_SPARE_MIN` free after `rx[start..end]`: compacts the unparsed bytes
-/// to the front, and doubles the buffer (up to `RX_MAX`) where that is not enough.
-fn make_room(rx: &mut Vec<u8>, start: &mut usize, end: &mut usize) -> Result<()> {
-    if *start == *end {
-        (*start, *end) = (0, 0);
-    }
-    if rx.len() - *end >= RX_SPARE_MIN {
-        return Ok(());
-    }
-    rx.copy_within(*start..*end, 0);
-    (*start, *end) = (0, *end - *start);
-    if rx.len() - *end < RX_SPARE_MIN {
-        if rx.len() >= RX_MAX {
-            bail!("a reply larger than {RX_MAX} bytes");
-        }
-        let larger = (rx.len() * 2).clamp(RX_SPARE_MIN * 2, RX_MAX);
-        rx.resize(larger, 0);
-    }
-    Ok(())
-}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -456,13 +270,15 @@ impl Generator {
             if self.reap(now)? > 0 {
                 heard = now;
             } else if now - heard > patience {
-                bail!("no reply for {} s", patience.as_secs());
+                bail!("no reply for {} s", patience.as_secs_f64());
             }
+            self.give_up_lost(now)?;
         }
         Ok(LoadResult {
             requests: self.counts.requests,
             misses: self.counts.misses,
             errors: self.counts.errors,
+            lost: self.counts.lost,
             hist: self.hist.clone(),
             ..LoadResult::empty()
         })

@@ -13,11 +13,13 @@
 //! schedule instead (pace.rs): a stall counts against every request it delayed.
 
 mod codec;
+mod conn;
 mod engine;
 mod pace;
 mod result;
 
-pub(crate) use engine::{connect, sqe_len};
+pub(crate) use conn::connect;
+pub(crate) use engine::sqe_len;
 pub use result::LoadResult;
 
 use crate::mcwire::Op;

@@ -37,6 +37,24 @@ fn one(specs: &[LoadSpec]) -> LoadResult {
     results.remove(0)
 }
 
+const PATIENCE: Duration = Duration::from_secs(5);
+
+/// A counted pass of `requests` at `depth` in `mode` on a session of `conns` connections:
+/// exact counts, whatever the machine's load.
+fn counted(
+    port: u16,
+    mode: Mode,
+    conns: usize,
+    depth: usize,
+    requests: usize,
+) -> Result<LoadResult> {
+    let mut session = Session::open(&LoadSpec {
+        conns,
+        ..spec(port, mode.clone(), depth, 0)
+    })?;
+    session.pass(&mode, depth, requests, PATIENCE)
+}
+
 /// What the scripted server does with the `n`-th request of a connection (0-based).
 #[derive(Clone, Copy)]
 enum Script {
@@ -46,7 +64,7 @@ enum Script {
     Mixed,
     /// Hits for 40 requests, then half a reply and close.
     CloseMidReply,
-    /// Hits for 40 requests, then silence (the connection stays open).
+    /// Silence (the connection stays open).
     Silent,
 }
 
@@ -95,7 +113,7 @@ fn serve_one(mut s: TcpStream, script: Script, value_len: usize, most: &AtomicUs
                     let _ = s.write_all(&out);
                     return;
                 }
-                Script::Silent if n >= 40 => return std::thread::sleep(Duration::from_secs(60)),
+                Script::Silent => return std::thread::sleep(Duration::from_secs(60)),
                 _ => write_reply(&mut out, Op::Get, &value, 0),
             }
         }
@@ -120,14 +138,12 @@ fn serve_one(mut s: TcpStream, script: Script, value_len: usize, most: &AtomicUs
 fn replies_split_across_reads_are_parsed_whole_and_depth_is_kept() {
     let most = Arc::new(AtomicUsize::new(0));
     let port = scripted(Script::Trickle, 100, most.clone());
-    let r = one(&[spec(port, get(100), 4, 300)]);
-    assert!(r.requests >= 8, "{} requests", r.requests);
+    let r = counted(port, get(100), 2, 4, 40).unwrap();
     assert_eq!(
-        (r.misses, r.errors),
-        (0, 0),
-        "every trickled reply parsed as a hit"
+        (r.requests, r.misses, r.errors),
+        (80, 0, 0),
+        "every trickled reply a hit"
     );
-    assert!(r.hist.quantile(1.0) > 0);
     assert_eq!(
         most.load(Ordering::Relaxed),
         4,
@@ -138,53 +154,63 @@ fn replies_split_across_reads_are_parsed_whole_and_depth_is_kept() {
 #[test]
 fn misses_and_errors_are_counted_apart() {
     let port = scripted(Script::Mixed, 10, Arc::default());
-    let r = one(&[spec(port, get(10), 3, 300)]);
-    assert!(r.requests >= 30, "{} requests", r.requests);
-    // Each connection answers hit, miss, error in turn: a third each, give or take one per
-    // connection at the window's edges.
-    assert!(
-        r.misses.abs_diff(r.requests / 3) <= 2,
-        "{} of {}",
-        r.misses,
-        r.requests
-    );
-    assert!(
-        r.errors.abs_diff(r.requests / 3) <= 2,
-        "{} of {}",
-        r.errors,
-        r.requests
-    );
+    // Each connection answers hit, miss, error in turn.
+    let r = counted(port, get(10), 2, 3, 30).unwrap();
+    assert_eq!((r.requests, r.misses, r.errors), (60, 20, 20));
 }
 
-fn fails_within(script: Script, limit: Duration, message: &str) {
-    let port = scripted(script, 100, Arc::default());
+#[test]
+fn a_server_closing_mid_reply_fails_the_pass_at_once() {
+    let port = scripted(Script::CloseMidReply, 100, Arc::default());
     let started = Instant::now();
-    let error = run(&[spec(port, get(100), 4, 300)])
+    let error = counted(port, get(100), 1, 4, 400)
         .err()
-        .expect("the run fails");
-    assert!(format!("{error:#}").contains(message), "{error:#}");
+        .expect("the pass fails");
+    assert!(format!("{error:#}").contains("closed"), "{error:#}");
     assert!(
-        started.elapsed() < limit,
-        "failed only after {:?}",
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
         started.elapsed()
     );
 }
 
 #[test]
-fn a_server_closing_mid_reply_fails_the_run_at_once() {
-    fails_within(Script::CloseMidReply, Duration::from_secs(3), "closed");
+fn a_silent_server_fails_a_timed_run_within_the_drain_limit() {
+    let port = scripted(Script::Silent, 100, Arc::default());
+    let started = Instant::now();
+    let error = run(&[spec(port, get(100), 4, 300)])
+        .err()
+        .expect("the run fails");
+    assert!(format!("{error:#}").contains("unanswered"), "{error:#}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
-fn a_silent_server_fails_the_run_within_the_drain_limit() {
-    fails_within(Script::Silent, Duration::from_secs(10), "unanswered");
+fn a_silent_server_fails_a_counted_pass_after_its_patience() {
+    let port = scripted(Script::Silent, 100, Arc::default());
+    let mut session = Session::open(&LoadSpec {
+        conns: 1,
+        ..spec(port, get(100), 4, 0)
+    })
+    .unwrap();
+    let started = Instant::now();
+    let error = session
+        .pass(&get(100), 4, 100, Duration::from_millis(300))
+        .err()
+        .expect("the pass fails");
+    assert!(format!("{error:#}").contains("no reply"), "{error:#}");
+    assert!(started.elapsed() < Duration::from_secs(3));
 }
 
-fn floor_run(op: Op, value_len: usize, depth: usize) -> LoadResult {
+fn floor_port(op: Op, value_len: usize) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || floor::serve(listener, Shape::new(op, value_len)));
-    one(&[spec(port, Mode::Memcache { op, value_len }, depth, 200)])
+    port
 }
 
 #[test]
@@ -197,14 +223,26 @@ fn text_meta_and_binary_modes_count_every_hit() {
         (Op::BinGetK, 4096, 16),
         (Op::Get, 524_288, 1),
     ] {
-        let r = floor_run(op, value_len, depth);
-        assert!(r.requests > 0, "{op:?} {value_len}");
+        let port = floor_port(op, value_len);
+        let r = counted(port, Mode::Memcache { op, value_len }, 2, depth, 32).unwrap();
         assert_eq!(
-            (r.misses, r.errors),
-            (0, 0),
+            (r.requests, r.misses, r.errors),
+            (64, 0, 0),
             "{op:?} {value_len} at depth {depth}"
         );
     }
+}
+
+#[test]
+fn a_timed_run_measures_only_its_window() {
+    let port = floor_port(Op::Get, 100);
+    let r = one(&[spec(port, get(100), 4, 300)]);
+    assert_eq!((r.misses, r.errors, r.lost), (0, 0, 0));
+    assert_eq!(r.slice_throughputs.len(), 1);
+    // The window runs from the first wake-up at or after its start to the first at or after
+    // its end (wake-ups come at least every 50 ms).
+    assert!(r.seconds > 0.25, "{} s", r.seconds);
+    assert!((r.slice_throughputs[0] - r.throughput()).abs() < 1e-6);
 }
 
 #[test]
@@ -222,9 +260,8 @@ fn tls_mode_speaks_through_a_rustls_session() {
         wire: Wire::Version,
         config: Some(config),
     };
-    let r = one(&[spec(port, mode, 8, 300)]);
-    assert!(r.requests >= 8, "{} requests", r.requests);
-    assert_eq!(r.errors, 0);
+    let r = counted(port, mode, 2, 8, 64).unwrap();
+    assert_eq!((r.requests, r.errors), (128, 0));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -294,10 +331,11 @@ fn udp_mode_counts_replies_and_gives_up_on_lost_ones() {
         from: std::net::Ipv4Addr::LOCALHOST.into(),
         to,
     };
-    let r = one(&[spec(to.port(), mode, 8, 1000)]);
-    assert!(r.requests > 100, "{} requests", r.requests);
-    assert_eq!(r.errors, 0);
-    assert!(r.lost > 0, "one in a hundred dropped, none counted lost");
+    // 2 sockets × 400 requests; the server drops one in a hundred. Every request is either
+    // answered or counted lost, once (a reply slower than the loss timeout counts lost).
+    let r = counted(to.port(), mode, 2, 8, 400).unwrap();
+    assert_eq!((r.requests + r.lost, r.errors), (800, 0));
+    assert!(r.lost >= 8, "{} lost", r.lost);
 }
 
 /// An HTTP/1.1 server answering every GET with a 200 of `body` bytes.
@@ -333,43 +371,21 @@ fn replies_larger_than_the_receive_buffer_grow_it() {
         wire: Wire::HttpGet { path: "/b".into() },
         config: None,
     };
-    let r = one(&[spec(port, mode, 2, 300)]);
-    assert!(r.requests >= 2, "{} requests", r.requests);
-    assert_eq!(r.errors, 0);
+    let r = counted(port, mode, 1, 2, 6).unwrap();
+    assert_eq!((r.requests, r.errors), (6, 0));
 }
 
 #[test]
-fn counted_passes_send_exactly_whole_batches() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || floor::serve(listener, Shape::new(Op::Get, 100)));
+fn counted_passes_change_depth_and_keep_the_connection() {
     let mut session = Session::open(&LoadSpec {
         conns: 1,
-        ..spec(port, get(100), 16, 0)
+        ..spec(floor_port(Op::Get, 100), get(100), 16, 0)
     })
     .unwrap();
-    let patience = Duration::from_secs(5);
-    let r = session.pass(&get(100), 16, 64, patience).unwrap();
+    let r = session.pass(&get(100), 16, 64, PATIENCE).unwrap();
     assert_eq!((r.requests, r.misses, r.errors), (64, 0, 0));
-    let r = session.pass(&get(100), 1, 5, patience).unwrap();
+    let r = session.pass(&get(100), 1, 5, PATIENCE).unwrap();
     assert_eq!(r.requests, 5, "the depth changes between passes");
-}
-
-#[test]
-fn a_counted_pass_against_a_silent_server_fails_after_its_patience() {
-    let port = scripted(Script::Silent, 100, Arc::default());
-    let mut session = Session::open(&LoadSpec {
-        conns: 1,
-        ..spec(port, get(100), 4, 0)
-    })
-    .unwrap();
-    let started = Instant::now();
-    let error = session
-        .pass(&get(100), 4, 100, Duration::from_millis(300))
-        .err()
-        .expect("the pass fails");
-    assert!(format!("{error:#}").contains("no reply"), "{error:#}");
-    assert!(started.elapsed() < Duration::from_secs(3));
 }
 
 #[test]
