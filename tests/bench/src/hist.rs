@@ -1,5 +1,5 @@
-//! The load generators' latency histogram: the `hdrhistogram` crate (3 significant digits,
-//! fixed size, no allocation per sample) behind the four calls the generators make.
+//! The load generator's latency histogram: the `hdrhistogram` crate (3 significant digits,
+//! fixed size, no allocation per sample) behind the four calls the generator makes.
 
 /// Values up to 2^40 ns (about 18 minutes) keep full precision; larger ones saturate.
 const MAX_NANOS: u64 = 1 << 40;

@@ -7,8 +7,9 @@
 //! UDP mode (memaslap saturates its core first; the run shows that too); the HTTP cells use
 //! wrk. Results go to stdout and `target/bench/results.md`.
 
-// `unsafe` only where the load generators push io_uring SQEs (client/engine.rs, floor.rs): the
-// buffers they point into outlive the operations, which only that code can show.
+// `unsafe` only where the load generator and the floor server push io_uring SQEs
+// (client/engine.rs, floor.rs): the buffers they point into outlive the operations, which
+// only that code can show.
 #![deny(unsafe_code)]
 
 mod budget_fill;

@@ -1,6 +1,6 @@
 //! The tail part (issue 24, "Tail latency"): GET and SET 100 B at depth 1 over 64 connections,
-//! each server first run closed loop for its own peak, then paced (open loop, loadgen's
-//! `run_paced`) at 70% of that peak; p50/p99/p99.9 count from each request's due time.
+//! each server first run closed loop for its own peak, then paced (open loop, the load
+//! generator's `run_paced`) at 70% of that peak; p50/p99/p99.9 count from each request's due time.
 //!
 //! Both servers are pinned as in the memcache cells (CPU 0, one worker; memcached `-t 1`) and
 //! measured in alternating slices, so a loaded machine hits both alike.
