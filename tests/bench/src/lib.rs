@@ -14,10 +14,6 @@
 
 mod budget_fill;
 mod cells;
-#[allow(
-    unsafe_code,
-    reason = "io_uring SQEs pointing into connection buffers (see the crate's deny above)"
-)]
 mod client;
 mod cores;
 mod cpu_table;

@@ -14,6 +14,10 @@
 
 mod codec;
 mod conn;
+#[allow(
+    unsafe_code,
+    reason = "io_uring SQEs pointing into connection buffers (see the crate's deny)"
+)]
 mod engine;
 mod pace;
 mod result;
