@@ -34,6 +34,7 @@ mod access;
 #[cfg(test)]
 mod access_tests;
 mod backend;
+mod hotkeys;
 mod large;
 #[cfg(test)]
 mod large_tests;

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod budget;
 pub mod device;
 mod held;
+pub mod hotkeys;
 pub mod http;
 pub mod memcache;
 mod stats;
@@ -120,6 +121,8 @@ pub struct Shared {
     pub uploads: Arc<http::UploadLedger>,
     /// memcached's `watch`: the per-worker log rings and who watches (`watch.rs`).
     pub watch: Arc<watch::Hub>,
+    /// The sampled per-worker hot-key sketches (`stats hotkeys`, `hotkeys.rs`).
+    pub hotkeys: hotkeys::HotKeys,
     /// What the runtime knew at start.
     pub started: Started,
 }
@@ -234,6 +237,7 @@ impl Shared {
             refresh_certs: memcache::CertRefreshGate::default(),
             uploads: Arc::default(),
             watch,
+            hotkeys: hotkeys::HotKeys::new(workers.max(1) + 1),
             started,
         })
     }

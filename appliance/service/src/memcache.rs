@@ -71,8 +71,10 @@ pub(crate) struct Ctx<'s> {
 }
 
 impl<'s> Ctx<'s> {
-    /// Logs a `watch` fetcher line for `key` (`size`: the value's length on a hit).
+    /// Logs a `watch` fetcher line for `key` (`size`: the value's length on a hit), and
+    /// counts the read for `stats hotkeys`.
     pub fn watch_get(&self, key: &[u8], found: bool, size: usize) {
+        self.shared.hotkeys.record(self.worker, key);
         let hub = &self.shared.watch;
         if hub.wants(WatchKinds::FETCHERS) {
             let cfd = self.cfd();
@@ -82,8 +84,9 @@ impl<'s> Ctx<'s> {
         }
     }
 
-    /// Logs a `watch` mutation line.
+    /// Logs a `watch` mutation line, and counts the write for `stats hotkeys`.
     pub fn watch_store(&self, line: crate::watch::StoreLine<'_>) {
+        self.shared.hotkeys.record(self.worker, line.key);
         let hub = &self.shared.watch;
         if hub.wants(WatchKinds::MUTATIONS) {
             let cfd = self.cfd();

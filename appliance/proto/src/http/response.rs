@@ -143,6 +143,14 @@ impl<'a> HeadWriter<'a> {
         self
     }
 
+    /// `Content-Type` (answers that are not stored objects: `/_hotkeys`).
+    pub fn content_type(self, value: &[u8]) -> Self {
+        self.out.extend_from_slice(b"Content-Type: ");
+        self.out.extend_from_slice(value);
+        self.out.extend_from_slice(b"\r\n");
+        self
+    }
+
     pub fn flags(self, flags: u32) -> Self {
         self.field_u64(b"X-Flags: ", u64::from(flags))
     }

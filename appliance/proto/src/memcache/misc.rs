@@ -20,10 +20,18 @@ pub enum StatsRequest {
     Sizes,
     /// `stats conns`
     Conns,
+    /// `stats hotkeys [N]`: the N (default [`HOTKEYS_DEFAULT`], at most [`HOTKEYS_MAX`])
+    /// keys requested most.
+    HotKeys(u8),
     /// `stats detail dump` (ringstore keeps no per-prefix stats) and `stats cachedump` of
     /// a class other than 1: an empty listing (`END`).
     Empty,
 }
+
+/// Keys `stats hotkeys` lists without a number.
+pub const HOTKEYS_DEFAULT: u8 = 10;
+/// Most keys `stats hotkeys N` lists (a larger N lists this many).
+pub const HOTKEYS_MAX: u8 = 100;
 
 const DETAIL_USAGE: &str = "CLIENT_ERROR usage: stats detail on|off|dump";
 
@@ -56,6 +64,13 @@ pub(crate) fn parse_stats<'a>(toks: &Tokens<'a>) -> Request<'a> {
         b"items" => stats(StatsRequest::Items),
         b"slabs" => stats(StatsRequest::Slabs),
         b"sizes" => stats(StatsRequest::Sizes),
+        b"hotkeys" if n == 3 => stats(StatsRequest::HotKeys(HOTKEYS_DEFAULT)),
+        b"hotkeys" => match strtoul32(toks.at(2)) {
+            Some(0) | None => Request::reply(BAD_FORMAT),
+            Some(k) => stats(StatsRequest::HotKeys(
+                u8::try_from(k.min(u32::from(HOTKEYS_MAX))).unwrap_or(HOTKEYS_MAX),
+            )),
+        },
         _ => Request::reply(ERROR),
     }
 }
@@ -165,6 +180,17 @@ mod tests {
             Request::reply("CLIENT_ERROR Illegal slab id")
         );
         assert_eq!(req(b"stats items\r\n"), Request::Stats(StatsRequest::Items));
+    }
+
+    #[test]
+    fn stats_hotkeys_takes_an_optional_count_up_to_the_limit() {
+        let hot = |k| Request::Stats(StatsRequest::HotKeys(k));
+        assert_eq!(req(b"stats hotkeys\r\n"), hot(HOTKEYS_DEFAULT));
+        assert_eq!(req(b"stats hotkeys 3\r\n"), hot(3));
+        assert_eq!(req(b"stats hotkeys 100\r\n"), hot(100));
+        assert_eq!(req(b"stats hotkeys 5000\r\n"), hot(HOTKEYS_MAX));
+        assert_eq!(req(b"stats hotkeys 0\r\n"), Request::reply(BAD_FORMAT));
+        assert_eq!(req(b"stats hotkeys x\r\n"), Request::reply(BAD_FORMAT));
     }
 
     #[test]

@@ -19,11 +19,41 @@ pub(super) fn check<B: Backend>(
     client: Option<&Subject>,
     now: Now,
 ) -> Result<(), Status> {
+    let allowed = with_token(backend, head, client, now, |token| {
+        let writes = matches!(head.method, Method::Put | Method::Delete);
+        !(writes && !token.write) && key.starts_with(&token.prefix)
+    })?;
+    match allowed {
+        Some(false) => Err(Status::Forbidden),
+        Some(true) | None => Ok(()),
+    }
+}
+
+/// The key prefix a reading request in `head` may see (empty: every key); `Err` is the
+/// status to answer (401 without a known token when `--http-tokens` asks for one).
+pub(super) fn read_prefix<B: Backend>(
+    backend: &B,
+    head: &RequestHead<'_>,
+    client: Option<&Subject>,
+    now: Now,
+) -> Result<Vec<u8>, Status> {
+    Ok(with_token(backend, head, client, now, |token| token.prefix.clone())?.unwrap_or_default())
+}
+
+/// `f` of the token the request presents; `Ok(None)` when no token is asked for, 401 when
+/// one is asked for and none known is presented.
+fn with_token<B: Backend, R>(
+    backend: &B,
+    head: &RequestHead<'_>,
+    client: Option<&Subject>,
+    now: Now,
+    f: impl FnOnce(&crate::auth::Token) -> R,
+) -> Result<Option<R>, Status> {
     let Some(auth) = backend.auth() else {
-        return Ok(());
+        return Ok(None);
     };
     let Some(tokens) = &auth.tokens else {
-        return Ok(());
+        return Ok(None);
     };
     let tokens = tokens.get();
     let token = match (head.authorization, client) {
@@ -35,11 +65,7 @@ pub(super) fn check<B: Backend>(
         auth.log.failed(now.mono_ms, "HTTP bearer token");
         return Err(Status::Unauthorized);
     };
-    let writes = matches!(head.method, Method::Put | Method::Delete);
-    if (writes && !token.write) || !key.starts_with(&token.prefix) {
-        return Err(Status::Forbidden);
-    }
-    Ok(())
+    Ok(Some(f(token)))
 }
 
 impl HttpSession {

@@ -104,6 +104,15 @@ pub trait Backend {
     fn uploads(&self) -> Option<&std::sync::Arc<super::UploadLedger>> {
         None
     }
+    /// Counts a GET, HEAD or PUT of `key` for the hot-key listing.
+    fn count_key(&self, worker: usize, key: &[u8]) {
+        let _ = (worker, key);
+    }
+    /// `GET /_hotkeys`: the `k` hot keys starting with `prefix`, as JSON (`None`: 404).
+    fn hot_keys(&self, k: usize, prefix: &[u8]) -> Option<Vec<u8>> {
+        let _ = (k, prefix);
+        None
+    }
     /// Large objects: publish `manifest` under `key` (every chunk is durable).
     fn put_large(&self, key: &[u8], manifest: &[u8], flags: u32, ttl: i64, now: Now) -> PutOutcome {
         let _ = (key, manifest, flags, ttl, now);
@@ -129,6 +138,8 @@ pub struct StoreBackend<'a> {
     pub auth: Option<&'a crate::auth::Auth>,
     /// The server's unfinished large uploads.
     pub uploads: Option<&'a std::sync::Arc<super::UploadLedger>>,
+    /// The hot-key sketches; `None` counts nothing.
+    pub hotkeys: Option<&'a crate::hotkeys::HotKeys>,
 }
 
 impl<'a> StoreBackend<'a> {
@@ -147,6 +158,7 @@ impl<'a> StoreBackend<'a> {
             device,
             auth: shared.started.auth.as_ref(),
             uploads: Some(&shared.uploads),
+            hotkeys: Some(&shared.hotkeys),
         }
     }
 
@@ -188,6 +200,17 @@ impl Backend for StoreBackend<'_> {
                 }
             }
         }
+    }
+
+    fn count_key(&self, worker: usize, key: &[u8]) {
+        if let Some(hot) = self.hotkeys {
+            hot.record(worker, key);
+        }
+    }
+
+    fn hot_keys(&self, k: usize, prefix: &[u8]) -> Option<Vec<u8>> {
+        let hot = self.hotkeys?;
+        Some(crate::hotkeys::json(hot, k, &hot.top(k, prefix)))
     }
 
     fn item_size_max(&self) -> usize {

@@ -50,10 +50,16 @@ impl HttpSession {
         if head.method != Method::Other && decode_key(head.target, &mut key).is_err() {
             return self.fail(backend, out, Status::BadRequest);
         }
+        if key.as_bytes() == hotkeys::PATH_KEY {
+            return self.hot_keys(head, pos, now, backend, out);
+        }
         if let Err(status) =
             access::check(backend, head, key.as_bytes(), self.client.as_deref(), now)
         {
             return self.refuse_access(backend, head, pos, out, status);
+        }
+        if matches!(head.method, Method::Get | Method::Head | Method::Put) {
+            backend.count_key(self.worker, key.as_bytes());
         }
         if head.method == Method::Put {
             return self.start_put(head, key, pos, backend, out);

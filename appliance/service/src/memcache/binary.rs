@@ -192,6 +192,7 @@ fn get_key(
     head: Head,
     g: &GetRequest<'_>,
 ) {
+    ctx.shared.hotkeys.record(ctx.worker, g.key);
     let store = ctx.store();
     let now = ctx.now.store;
     let touch = g.touch.map(|e| expiry(i64::from(e), ctx.now));
@@ -369,6 +370,7 @@ fn stat(ctx: &Ctx<'_>, out: &mut Vec<u8>, head: Head, key: &[u8]) {
         b"items" => StatsRequest::Items,
         b"slabs" => StatsRequest::Slabs,
         b"sizes" => StatsRequest::Sizes,
+        b"hotkeys" => StatsRequest::HotKeys(ringstore_proto::memcache::misc::HOTKEYS_DEFAULT),
         k if k.starts_with(b"detail on") || k.starts_with(b"detail off") => StatsRequest::Empty,
         // memcached's per-prefix dump as one `detailed` frame; ringstore keeps no prefix
         // stats, so it is the dump's bare `END` (the text `stats detail dump` answers the same).

@@ -28,6 +28,10 @@ pub(crate) fn stats(ctx: &Ctx<'_>, out: &mut Vec<u8>, req: StatsRequest) {
         }
         StatsRequest::Slabs => slabs(ctx, out),
         StatsRequest::Sizes => stat_str(out, "sizes_status", "disabled"),
+        StatsRequest::HotKeys(k) => {
+            let keys = ctx.shared.hotkeys.top(usize::from(k), b"");
+            crate::hotkeys::stats_lines(out, &keys);
+        }
         StatsRequest::Conns | StatsRequest::Empty => {}
     }
     reply::line(out, "END");
