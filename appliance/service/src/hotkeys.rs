@@ -319,7 +319,8 @@ pub struct HotKey {
 #[derive(Debug)]
 pub struct HotKeys {
     slots: Box<[Slot]>,
-    one_in: u32,
+    /// Read on each sample and each listing; changed only by [`HotKeys::set_one_in`].
+    one_in: AtomicU32,
     entries: usize,
     seed: u64,
 }
@@ -344,7 +345,7 @@ impl HotKeys {
             .collect();
         HotKeys {
             slots,
-            one_in: one_in.max(1),
+            one_in: AtomicU32::new(one_in.max(1)),
             entries,
             seed,
         }
@@ -352,7 +353,17 @@ impl HotKeys {
 
     /// The sampling rate: one request in this many, on average.
     pub fn one_in(&self) -> u32 {
-        self.one_in
+        self.one_in.load(Relaxed)
+    }
+
+    /// Samples one request in `one_in` from each worker's next sample on (1: every request,
+    /// which session tests use for exact counts). Counts taken before are scaled by the new
+    /// rate in later listings.
+    pub fn set_one_in(&self, one_in: u32) {
+        self.one_in.store(one_in.max(1), Relaxed);
+        for slot in self.slots.iter() {
+            slot.countdown.store(1, Relaxed);
+        }
     }
 
     /// Counts a request for `key` on worker `worker` (past the last slot: the spare one).
@@ -376,7 +387,7 @@ impl HotKeys {
         x ^= x << 17;
         slot.rng.store(x, Relaxed);
         // Uniform in 1..=2N-1: the mean gap is N.
-        let span = u64::from(self.one_in) * 2 - 1;
+        let span = u64::from(self.one_in()) * 2 - 1;
         let next = 1 + u32::try_from(x % span).unwrap_or(0);
         slot.countdown.store(next, Relaxed);
         let mut sketch = match slot.sketch.try_lock() {
@@ -426,7 +437,7 @@ impl HotKeys {
             .into_iter()
             .map(|(key, n)| HotKey {
                 key,
-                count: n.saturating_mul(u64::from(self.one_in)),
+                count: n.saturating_mul(u64::from(self.one_in())),
             })
             .collect();
         keys.sort_unstable_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));

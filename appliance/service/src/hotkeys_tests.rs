@@ -242,3 +242,149 @@ proptest! {
         prop_assert_eq!(held.values().map(|e| e.count).sum::<u64>(), n);
     }
 }
+
+/// `stats hotkeys` and `GET /_hotkeys` through sessions, every request counted (`one_in` 1).
+mod sessions {
+    use std::sync::Arc;
+
+    use sha2::{Digest, Sha256};
+
+    use crate::auth::{Auth, HttpTokens};
+    use crate::{Flow, Now, Protocol, ServiceConfig, Session, Shared, Topology};
+    use ringstore_store::{Store, StoreConfig};
+
+    const NOW: Now = Now {
+        store: 100,
+        unix: 1_700_000_100,
+        mono_ms: 5_000,
+    };
+
+    fn shared(tokens: Option<&str>) -> Arc<Shared> {
+        let store = Store::new(StoreConfig {
+            memory_bytes: 16 << 20,
+            item_size_max: 1 << 20,
+            shards: 2,
+            huge_pages: false,
+            external_threshold: 0,
+        })
+        .expect("store");
+        let shared = Shared::new(
+            store,
+            ServiceConfig::default(),
+            Topology::default(),
+            2,
+            1,
+            0,
+        );
+        shared.hotkeys.set_one_in(1);
+        if let Some(file) = tokens {
+            let tokens = HttpTokens::parse(file).expect("tokens file");
+            assert!(shared
+                .auth
+                .set(Auth::new(None, Some(tokens), |_| {}))
+                .is_ok());
+        }
+        shared
+    }
+
+    fn run(shared: &Shared, protocol: Protocol, worker: usize, input: &[u8]) -> String {
+        let mut s = Session::new(protocol, worker);
+        let mut out = Vec::new();
+        let mut flow = s.on_bytes(input, NOW, shared, None, &mut out);
+        while flow == Flow::Drain {
+            flow = s.on_bytes(&[], NOW, shared, None, &mut out);
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    fn hex(token: &str) -> String {
+        Sha256::digest(token.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    #[test]
+    fn stats_hotkeys_ranks_reads_and_writes_of_every_worker() {
+        let shared = shared(None);
+        run(
+            &shared,
+            Protocol::Memcache,
+            0,
+            b"set a 0 0 1\r\nx\r\nget a a a\r\n",
+        );
+        run(
+            &shared,
+            Protocol::Memcache,
+            1,
+            b"get a b\r\nmg b v\r\nmg AAH/ b v\r\n",
+        );
+        let http = run(
+            &shared,
+            Protocol::Http,
+            1,
+            b"GET /c HTTP/1.1\r\nHost: x\r\n\r\n",
+        );
+        assert!(http.starts_with("HTTP/1.1 404"), "{http}");
+        let reply = run(&shared, Protocol::Memcache, 0, b"stats hotkeys 3\r\n");
+        assert_eq!(
+            reply,
+            "STAT hotkey:1:key a\r\nSTAT hotkey:1:count 5\r\n\
+             STAT hotkey:2:key b\r\nSTAT hotkey:2:count 2\r\n\
+             STAT hotkey:3:key AAH/\r\nSTAT hotkey:3:base64 1\r\nSTAT hotkey:3:count 1\r\n\
+             END\r\n"
+        );
+        let reply = run(&shared, Protocol::Memcache, 0, b"stats hotkeys\r\n");
+        assert_eq!(
+            reply.matches(":key ").count(),
+            4,
+            "a, b, AAH/ and c: {reply}"
+        );
+    }
+
+    #[test]
+    fn the_http_listing_needs_a_token_and_shows_only_its_prefix() {
+        let file = format!(
+            "reader {} read\nusers {} read users/\n",
+            hex("r-token"),
+            hex("u-token")
+        );
+        let shared = shared(Some(&file));
+        for key in ["users/1", "users/1", "orders/9", "orders/9", "orders/9"] {
+            let req =
+                format!("GET /{key} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer r-token\r\n\r\n");
+            run(&shared, Protocol::Http, 0, req.as_bytes());
+        }
+        let get = |token: &str| {
+            let auth = format!("Authorization: Bearer {token}\r\n");
+            let req = format!("GET /_hotkeys?n=5 HTTP/1.1\r\nHost: x\r\n{auth}\r\n");
+            run(&shared, Protocol::Http, 1, req.as_bytes())
+        };
+        let anonymous = run(
+            &shared,
+            Protocol::Http,
+            0,
+            b"GET /_hotkeys HTTP/1.1\r\nHost: x\r\n\r\n",
+        );
+        assert!(anonymous.starts_with("HTTP/1.1 401"), "{anonymous}");
+        let all = get("r-token");
+        assert!(all.starts_with("HTTP/1.1 200"), "{all}");
+        assert!(all.contains("Content-Type: application/json\r\n"), "{all}");
+        assert!(
+            all.ends_with(
+                "\"keys\":[{\"rank\":1,\"key\":\"orders/9\",\"count\":3},\
+                 {\"rank\":2,\"key\":\"users/1\",\"count\":2}]}\n"
+            ),
+            "{all}"
+        );
+        assert!(all.contains("{\"k\":5,\"sample_one_in\":1,"), "{all}");
+        let users = get("u-token");
+        assert!(
+            users.ends_with("\"keys\":[{\"rank\":1,\"key\":\"users/1\",\"count\":2}]}\n"),
+            "{users}"
+        );
+        let put = "PUT /_hotkeys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer r-token\r\n\r\n";
+        let put = run(&shared, Protocol::Http, 0, put.as_bytes());
+        assert!(put.starts_with("HTTP/1.1 405"), "{put}");
+    }
+}
