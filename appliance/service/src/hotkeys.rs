@@ -8,8 +8,10 @@
 //! with `try_lock` (a sample that finds a reader merging is dropped, never waited for),
 //! hashes the key and updates the sketch: a probe of its index and a sift of its heap.
 //!
-//! Memory: [`ENTRIES`] entries of at most [`KEY_MAX`] key bytes per worker slot, allocated on
-//! the slot's first sample and never grown ([`SKETCH_BYTES`] each), whatever the keys.
+//! Memory: [`ENTRIES`] entries of at most [`KEY_MAX`] key bytes per worker slot (144 KiB,
+//! [`SKETCH_BYTES`]), fewer with many workers so all of them hold at most [`TOTAL_BYTES`]
+//! ([`entries_for`]); each allocated on the slot's first sample and never grown, whatever
+//! the keys.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
@@ -21,9 +23,15 @@ use ringstore_proto::memcache::reply;
 
 /// One request in this many, on average, updates a sketch.
 pub const SAMPLE_ONE_IN: u32 = 32;
-/// Counters per worker sketch (Space-Saving's `m`): a key counted more than `N / ENTRIES`
-/// times of the `N` samples a worker took is in its sketch.
+/// Counters per worker sketch (Space-Saving's `m`) at most: a key counted more than
+/// `N / ENTRIES` times of the `N` samples a worker took is in its sketch.
 pub const ENTRIES: usize = 512;
+/// Counters per worker sketch at least, however many workers share [`TOTAL_BYTES`].
+pub const ENTRIES_MIN: usize = 32;
+/// What every sketch together may hold: [`ENTRIES`] each up to 13 worker slots, fewer
+/// beyond (so the bound stays inside the memory bound's fixed part), never under
+/// [`ENTRIES_MIN`] (past 227 slots the total is `slots × sketch_bytes(ENTRIES_MIN)`).
+pub const TOTAL_BYTES: usize = 2 << 20;
 /// Longest key a sketch holds (the store's limit; a longer one is never stored anyway).
 pub const KEY_MAX: usize = ringstore_store::KEY_LEN_MAX;
 /// Most keys one answer lists.
@@ -31,12 +39,25 @@ pub const TOP_MAX: usize = 100;
 /// Keys listed when the request names no number.
 pub const TOP_DEFAULT: usize = 10;
 
-/// Bytes of one [`SpaceSaving`] sketch of [`ENTRIES`] entries: the key bytes, per entry its
-/// count, error, hash, length and heap position, the heap, and an index of twice as many slots.
+/// Bytes of one [`SpaceSaving`] sketch of [`ENTRIES`] entries.
 pub const SKETCH_BYTES: usize = sketch_bytes(ENTRIES);
+/// Bytes per entry: the key bytes, its count, error, hash, length and heap position, its
+/// place in the heap; and two index slots (the index has twice as many, rounded up to a
+/// power of two, which [`sketch_bytes`] adds).
+const ENTRY_BYTES: usize = KEY_MAX + 3 * 8 + 1 + 2 + 2;
 
-const fn sketch_bytes(cap: usize) -> usize {
-    cap * (KEY_MAX + 3 * 8 + 1 + 2 + 2) + index_len(cap) * 2
+/// Bytes of one sketch of `cap` entries.
+pub const fn sketch_bytes(cap: usize) -> usize {
+    cap * ENTRY_BYTES + index_len(cap) * 2
+}
+
+/// Entries per sketch for `slots` worker slots sharing [`TOTAL_BYTES`].
+pub fn entries_for(slots: usize) -> usize {
+    let mut cap = ENTRIES;
+    while cap > ENTRIES_MIN && slots.saturating_mul(sketch_bytes(cap)) > TOTAL_BYTES {
+        cap /= 2;
+    }
+    cap
 }
 
 const fn index_len(cap: usize) -> usize {
@@ -326,9 +347,9 @@ pub struct HotKeys {
 }
 
 impl HotKeys {
-    /// Sketches for `slots` worker slots, [`SAMPLE_ONE_IN`] and [`ENTRIES`].
+    /// Sketches for `slots` worker slots, [`SAMPLE_ONE_IN`], [`entries_for`] `slots`.
     pub fn new(slots: usize) -> HotKeys {
-        HotKeys::with(slots, SAMPLE_ONE_IN, ENTRIES)
+        HotKeys::with(slots, SAMPLE_ONE_IN, entries_for(slots))
     }
 
     /// Sketches of `entries` counters sampling one request in `one_in` on average (1: every

@@ -137,6 +137,19 @@ fn memory_stays_fixed_under_a_million_distinct_long_keys_and_hot_ones_survive() 
 }
 
 #[test]
+fn many_workers_share_a_fixed_total() {
+    assert_eq!(SKETCH_BYTES, 147_456, "144 KiB, as the docs say");
+    assert_eq!(entries_for(3), ENTRIES);
+    assert_eq!(entries_for(14), ENTRIES);
+    assert_eq!(entries_for(15), ENTRIES / 2);
+    for slots in 1..=227 {
+        let bytes = HotKeys::new(slots).memory_bound_bytes();
+        assert!(bytes <= TOTAL_BYTES, "{slots} slots: {bytes}");
+    }
+    assert_eq!(entries_for(1000), ENTRIES_MIN);
+}
+
+#[test]
 fn keys_over_the_limit_are_not_counted() {
     let mut s = SpaceSaving::new(4, 7);
     s.observe(&[b'a'; KEY_MAX + 1]);

@@ -6,6 +6,7 @@ mod auth;
 mod certs;
 mod commands;
 mod ctx;
+mod hotkeys;
 mod output;
 pub mod session;
 pub mod table;

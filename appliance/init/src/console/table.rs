@@ -50,6 +50,7 @@ pub static COMMANDS: &[Command] = &[
     Command { name: "net", aliases: &[], usage: "", help: "listening TCP/UDP sockets and interface addresses", access: LoggedIn, run: c::net },
     Command { name: "threads", aliases: &[], usage: "", help: "every thread with its effective/permitted/bounding capabilities and no_new_privs", access: LoggedIn, run: c::threads },
     Command { name: "watch", aliases: &[], usage: "[KIND ...] [--count N] [--secs S]", help: "memcached's watch log lines (fetchers, mutations, evictions, connevents) until a key, N lines (1000) or S seconds (10, at most 600)", access: LoggedIn, run: super::watch::run },
+    Command { name: "hotkeys", aliases: &[], usage: "[N]", help: "the N keys (10, at most 100) read and written most, with estimated requests, from the server's sampled sketches (memcache `stats hotkeys N`)", access: LoggedIn, run: super::hotkeys::run },
     Command { name: "log", aliases: &[], usage: "", help: "recent log lines (logins and every command included)", access: LoggedIn, run: c::log },
     Command { name: "slots", aliases: &[], usage: "", help: "the A/B slots: booted, committed, their images, the last trial (ADR 0025)", access: LoggedIn, run: c::slots },
     Command { name: "update", aliases: &[], usage: "URL", help: "fetch a signed ringstore.efi (http://IP[:PORT]/PATH and PATH.sig), write the inactive slot, reboot into it for a trial", access: LoggedIn, run: c::update },
