@@ -26,7 +26,7 @@ def ask(addr, request, end=b"END\r\n"):
     with connect(addr) as s:
         s.sendall(request)
         data = b""
-        while not data.endswith(end):
+        while not (data.endswith(end) or data.endswith(b"ERROR\r\n")):
             chunk = s.recv(1 << 16)
             assert chunk, data
             data += chunk

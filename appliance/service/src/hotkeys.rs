@@ -188,7 +188,8 @@ impl SpaceSaving {
     }
 
     fn home(&self, h: u64) -> usize {
-        (h as usize) & self.mask()
+        // The index is far smaller than 2^32 slots: the low bits of the hash pick the slot.
+        usize::try_from(h & self.mask() as u64).unwrap_or(0)
     }
 
     fn find(&self, h: u64, key: &[u8]) -> Option<usize> {

@@ -37,6 +37,7 @@ pub(super) const DOCUMENTED: &[(&str, &[&str])] = &[
         ],
     ),
     ("stats", &["stats"]),
+    ("hotkeys", &["hotkeys"]),
     ("irq", &["nics"]),
     ("net", &["listening", "addresses"]),
     ("threads", &["threads"]),

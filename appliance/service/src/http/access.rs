@@ -21,7 +21,7 @@ pub(super) fn check<B: Backend>(
 ) -> Result<(), Status> {
     let allowed = with_token(backend, head, client, now, |token| {
         let writes = matches!(head.method, Method::Put | Method::Delete);
-        !(writes && !token.write) && key.starts_with(&token.prefix)
+        (token.write || !writes) && key.starts_with(&token.prefix)
     })?;
     match allowed {
         Some(false) => Err(Status::Forbidden),
