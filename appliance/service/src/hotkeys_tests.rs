@@ -281,22 +281,17 @@ mod sessions {
             external_threshold: 0,
         })
         .expect("store");
-        let shared = Shared::new(
-            store,
-            ServiceConfig::default(),
-            Topology::default(),
-            2,
-            1,
-            0,
-        );
-        shared.hotkeys.set_one_in(1);
-        if let Some(file) = tokens {
+        let auth = tokens.map(|file| {
             let tokens = HttpTokens::parse(file).expect("tokens file");
-            assert!(shared
-                .auth
-                .set(Auth::new(None, Some(tokens), |_| {}))
-                .is_ok());
-        }
+            Auth::new(None, Some(tokens), |_| {})
+        });
+        let started = crate::Started {
+            auth,
+            ..crate::Started::default()
+        };
+        let config = ServiceConfig::default();
+        let shared = Shared::with(store, config, Topology::default(), 2, 1, 0, started);
+        shared.hotkeys.set_one_in(1);
         shared
     }
 
