@@ -103,6 +103,13 @@ fn serve(args: &[String]) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let shipper = match start_log_sink(&config) {
+        Ok(shipper) => shipper,
+        Err(err) => {
+            eprintln!("ringstore: {err}");
+            return ExitCode::from(2);
+        }
+    };
     let server = match Server::start(&config) {
         Ok(server) => server,
         Err(err) => {
@@ -110,6 +117,9 @@ fn serve(args: &[String]) -> ExitCode {
             return ExitCode::from(if is_usage_error(&err) { 2 } else { 1 });
         }
     };
+    if let Some(shipper) = shipper {
+        shipper.count_drops_in(server.shared().log_lines_dropped.clone());
+    }
     let mut stdout = std::io::stdout().lock();
     if writeln!(stdout, "{}", server.ready_line())
         .and_then(|()| stdout.flush())
@@ -146,6 +156,24 @@ fn serve(args: &[String]) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--log-sink`: starts the sender thread (after the signal block, so it inherits it) and
+/// sends every line this process writes to stderr there too (ADR 0045).
+fn start_log_sink(
+    config: &Config,
+) -> Result<Option<ringstore_logsink::Shipper>, ringstore_logsink::LogSinkError> {
+    let Some(sink) = &config.log_sink else {
+        return Ok(None);
+    };
+    let mut ident = ringstore_logsink::Ident::of_this_process();
+    if let Some(hostname) = &config.hostname {
+        ident.hostname = hostname.clone();
+    }
+    let shipper = ringstore_logsink::Shipper::start(sink, config.tls.ca.as_deref(), ident)?;
+    ringstore_logsink::tee_stderr(shipper.clone(), "server")?;
+    eprintln!("ringstore: log-sink: shipping this log to {sink}");
+    Ok(Some(shipper))
 }
 
 /// Whether a start failure comes from the values given, and so exits 2 like a bad flag: the
