@@ -2,24 +2,62 @@
 //! passed on to where fd 2 went before (the terminal, the console) and to the log sink. So
 //! every `eprintln!` of the server is shipped without the server knowing of the sink.
 
+use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
+use std::sync::Mutex;
+use std::thread::JoinHandle;
 
 use crate::{Facility, Severity, Shipper, LINE_MAX};
 
-/// Redirects the process's stderr through a tee thread that ships each line as `component`.
-/// What fd 2 reached before still gets every byte, in order.
-pub fn tee_stderr(shipper: Shipper, component: &'static str) -> std::io::Result<()> {
-    let (reader, writer) = UnixStream::pair()?;
-    let original = ringstore_sys::replace_stderr(&OwnedFd::from(writer))?;
-    std::thread::Builder::new()
-        .name("log-sink-tee".into())
-        .spawn(move || tee(reader, std::fs::File::from(original), &shipper, component))
-        .map(|_| ())
+/// A running tee: [`Tee::finish`] puts stderr back and waits for the tee to pass on the rest.
+#[derive(Debug)]
+pub struct Tee {
+    original: File,
+    thread: JoinHandle<()>,
 }
 
-fn tee(mut from: UnixStream, mut to: std::fs::File, shipper: &Shipper, component: &str) {
+impl Tee {
+    /// Where fd 2 went before (the terminal, the console): PID 1 writes its console there
+    /// directly, holding the same lock as the tee.
+    pub fn original(&self) -> std::io::Result<File> {
+        self.original.try_clone()
+    }
+
+    /// Makes the original stderr fd 2 again, which closes the tee's socket: the tee passes on
+    /// what is left (so the last lines before an exit reach the terminal) and ends.
+    pub fn finish(self) {
+        if ringstore_sys::replace_stderr(&OwnedFd::from(self.original)).is_ok() {
+            let _ = self.thread.join();
+        }
+    }
+}
+
+/// Redirects the process's stderr through a tee thread that ships each line as `component`.
+/// What fd 2 reached before still gets every line, in order, whole: each is written in one
+/// write(2), holding `console` when given (the lock PID 1's own console writes hold).
+pub fn tee_stderr(
+    shipper: Shipper,
+    component: &'static str,
+    console: Option<&'static Mutex<()>>,
+) -> std::io::Result<Tee> {
+    let (reader, writer) = UnixStream::pair()?;
+    let original = File::from(ringstore_sys::replace_stderr(&OwnedFd::from(writer))?);
+    let to = original.try_clone()?;
+    let thread = std::thread::Builder::new()
+        .name("log-sink-tee".into())
+        .spawn(move || tee(reader, to, &shipper, component, console))?;
+    Ok(Tee { original, thread })
+}
+
+fn tee(
+    mut from: UnixStream,
+    mut to: File,
+    shipper: &Shipper,
+    component: &str,
+    console: Option<&Mutex<()>>,
+) {
     let mut chunk = [0u8; 4096];
     let mut lines = LineSplitter::default();
     loop {
@@ -29,9 +67,10 @@ fn tee(mut from: UnixStream, mut to: std::fs::File, shipper: &Shipper, component
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => return,
         };
-        // A write error has nowhere to be reported; the sink still gets the line.
-        let _ = to.write_all(&chunk[..n]);
         lines.feed(&chunk[..n], |line| {
+            let _held = console.map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
+            // A write error has nowhere to be reported; the sink still gets the line.
+            let _ = to.write_all(format!("{line}\n").as_bytes());
             shipper.log(Facility::Daemon, Severity::Info, component, line);
         });
     }

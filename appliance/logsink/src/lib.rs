@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
 
-pub use capture::tee_stderr;
+pub use capture::{tee_stderr, Tee};
 pub use format::{
     format_line, octet_frame, sd_value, timestamp, Facility, Ident, Record, Severity, LINE_MAX,
     SD_ID,

@@ -103,17 +103,31 @@ fn serve(args: &[String]) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let shipper = match start_log_sink(&config) {
-        Ok(shipper) => shipper,
+    let tee = match start_log_sink(&config) {
+        Ok(tee) => tee,
         Err(err) => {
             eprintln!("ringstore: {err}");
             return ExitCode::from(2);
         }
     };
-    let server = match Server::start(&config) {
+    let code = serve_with(&config, &signals, tee.as_ref().map(|(shipper, _)| shipper));
+    if let Some((_, tee)) = tee {
+        // The last lines (the stop, an error) reach the terminal before the process exits.
+        tee.finish();
+    }
+    code
+}
+
+/// `serve` once the signals are blocked and the log sink (if any) runs.
+fn serve_with(
+    config: &Config,
+    signals: &TerminationSignals,
+    shipper: Option<&ringstore_logsink::Shipper>,
+) -> ExitCode {
+    let server = match Server::start(config) {
         Ok(server) => server,
         Err(err) => {
-            eprintln!("ringstore: {}", start_error(&err, &config));
+            eprintln!("ringstore: {}", start_error(&err, config));
             return ExitCode::from(if is_usage_error(&err) { 2 } else { 1 });
         }
     };
@@ -134,7 +148,7 @@ fn serve(args: &[String]) -> ExitCode {
             // logs its outcome; a file at fault keeps the one in force).
             Ok(libc_sig::SIGHUP) => {
                 let _ = server.reload_certs();
-                let _ = server.reload_auth(&config);
+                let _ = server.reload_auth(config);
             }
             Ok(signal) => break signal,
             Err(err) => {
@@ -162,7 +176,10 @@ fn serve(args: &[String]) -> ExitCode {
 /// sends every line this process writes to stderr there too (ADR 0045).
 fn start_log_sink(
     config: &Config,
-) -> Result<Option<ringstore_logsink::Shipper>, ringstore_logsink::LogSinkError> {
+) -> Result<
+    Option<(ringstore_logsink::Shipper, ringstore_logsink::Tee)>,
+    ringstore_logsink::LogSinkError,
+> {
     let Some(sink) = &config.log_sink else {
         return Ok(None);
     };
@@ -171,9 +188,9 @@ fn start_log_sink(
         ident.hostname = hostname.clone();
     }
     let shipper = ringstore_logsink::Shipper::start(sink, config.tls.ca.as_deref(), ident)?;
-    ringstore_logsink::tee_stderr(shipper.clone(), "server")?;
+    let tee = ringstore_logsink::tee_stderr(shipper.clone(), "server", None)?;
     eprintln!("ringstore: log-sink: shipping this log to {sink}");
-    Ok(Some(shipper))
+    Ok(Some((shipper, tee)))
 }
 
 /// Whether a start failure comes from the values given, and so exits 2 like a bad flag: the
