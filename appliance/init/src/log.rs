@@ -9,6 +9,10 @@
 //! threads takes too, so PID 1's lines, the prompt, command output and the server's lines never
 //! interleave with each other. Kernel log records can still land in the middle of any of them
 //! (the kernel writes them to the UART directly); readers strip them by their timestamp.
+//!
+//! With `log_sink` (ADR 0045) every line is queued for the receiver too, and fd 2 becomes the
+//! log sink's tee: PID 1 then writes the console directly, under [`CONSOLE`], which the tee
+//! holds for each server line it passes on, so lines still never interleave.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
