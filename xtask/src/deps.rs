@@ -23,6 +23,12 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("nginx-light", "/usr/sbin/nginx"),
     // The certificate `cargo xtask bench --only tls` makes per run (tests/bench/src/tls_part.rs).
     ("openssl", "/usr/bin/openssl"),
+    // tests/e2e/test_log_sink.py: the syslog receiver of --log-sink, with gtls for tls:// (ADR 0045).
+    ("rsyslog", "/usr/sbin/rsyslogd"),
+    (
+        "rsyslog-gnutls",
+        "/usr/lib/x86_64-linux-gnu/rsyslog/lmnsd_gtls.so",
+    ),
     ("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),
     ("ovmf", "/usr/share/OVMF/OVMF_CODE_4M.fd"),
     // The UKI stub and the boot manager of disk.img (ADR 0024, 0025).

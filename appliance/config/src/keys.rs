@@ -340,7 +340,7 @@ pub static KEYS: &[KeyInfo] = &[
     KeyInfo {
         name: "tls-ca",
         expected: "a path to PEM CA certificates",
-        help: "CAs client certificates are verified against (with tls-verify request or require)",
+        help: "CAs client certificates (with tls-verify request or require) and a log-sink tls:// receiver are verified against",
         endpoint: false,
         hidden: false,
         apply: |c, v| parse_path(v).map(|p| c.tls.ca = Some(p)).ok_or(()),
@@ -520,6 +520,14 @@ pub static KEYS: &[KeyInfo] = &[
         endpoint: false,
         hidden: true,
         apply: |c, v| parse_switch(v).map(|on| c.sub_memory_simulated = on).ok_or(()),
+    },
+    KeyInfo {
+        name: "log-sink",
+        expected: "udp://HOST:PORT, tcp://HOST:PORT, tls://HOST:PORT or off",
+        help: "ship the log to this syslog receiver, RFC 5424 lines (tls:// verified against tls-ca; default off)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| crate::parse_log_sink(v).map(|s| c.log_sink = s).ok_or(()),
     },
 ];
 

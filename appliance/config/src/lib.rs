@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod keys;
+mod log_sink;
 pub mod origin;
 mod value;
 
@@ -13,6 +14,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 pub use keys::{KeyInfo, KEYS};
+pub use log_sink::{parse_log_sink, LogSink, LogTransport};
 pub use origin::{Layer, Origin, Resolved, Setting};
 pub use value::{parse_count, parse_endpoint, parse_hostname, parse_size, HOSTNAME_MAX};
 
@@ -188,6 +190,8 @@ pub struct Config {
     /// `sub-memory-simulated` (hidden, tests only): on a one-node machine one sub region on
     /// the serving node stands in for a foreign node.
     pub sub_memory_simulated: bool,
+    /// `log-sink`: the syslog receiver the log is shipped to (ADR 0045); `None` = off.
+    pub log_sink: Option<LogSink>,
 }
 
 /// `--tls-verify`: client certificates (memcached's `ssl_verify_mode`).
@@ -320,6 +324,7 @@ impl Default for Config {
             tuning: Tuning::default(),
             sub_memory: SubMemory::Off,
             sub_memory_simulated: false,
+            log_sink: None,
         }
     }
 }
@@ -522,6 +527,16 @@ impl Config {
         if sub_memory && !matches!(self.numa, NumaChoice::Node(_)) {
             return Err(ConfigError::Inconsistent(
                 "sub-memory needs an explicit --numa NODE (the node served from; sub regions go on the others), not auto".into(),
+            ));
+        }
+        if self
+            .log_sink
+            .as_ref()
+            .is_some_and(|s| s.transport == LogTransport::Tls)
+            && self.tls.ca.is_none()
+        {
+            return Err(ConfigError::Inconsistent(
+                "log-sink tls:// verifies the receiver against tls-ca: set tls-ca too".into(),
             ));
         }
         if self.data_size.is_some() && self.data.is_none() {

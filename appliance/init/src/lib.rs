@@ -1,7 +1,8 @@
 //! PID 1 of the appliance: mounts, configuration from the kernel command line, network, NUMA, console, shutdown.
 //!
 //! [`run`] is the whole of PID 1. Boot order: mounts → console and /dev/kmsg → capabilities
-//! narrowed to the boot set → signals → kernel command line → host name → network → NUMA placement
+//! narrowed to the boot set → signals → kernel command line → host name → network → the log sink
+//! (ADR 0045) → NUMA placement
 //! (the serving node chosen as `ringstore serve` chooses it, docs/ARCHITECTURE.md "NUMA
 //! placement") → huge pages on the serving node → IRQ affinity → the data device's node (never
 //! mounted: the server owns it) → the data plane on a privilege-less thread → capabilities
@@ -30,6 +31,7 @@ pub mod hugepages;
 pub mod irq;
 pub mod layers;
 pub mod log;
+pub mod log_sink;
 pub mod machine;
 pub mod mounts;
 pub mod net;
@@ -152,6 +154,10 @@ fn boot(machine: &Arc<Machine>, on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     machine.state().hostname_from = Some(named.describe());
     let configured = net::bring_up(&options.ip);
     machine.state().configured = configured;
+    // From here the log leaves the box too (ADR 0045), the boot's lines so far first.
+    if let Some(config) = &config {
+        log_sink::start(config);
+    }
 
     if let Some(mut config) = config {
         if config.data.as_deref() == Some(std::path::Path::new("auto")) {
@@ -449,6 +455,9 @@ fn serve(machine: &Machine, config: &ringstore_config::Config) -> Result<(), Fat
             let ready = server.ready_line();
             // `ringstore: ready memcache=IP:PORT http=IP:PORT`, once, on the console and in `log`.
             info!("{ready}");
+            if let (Some(shipper), Some(counter)) = (log::shipper(), server.log_drop_counter()) {
+                shipper.count_drops_in(counter);
+            }
             let mut state = machine.state();
             state.ready_line = Some(ready);
             state.server = Some(server);

@@ -9,11 +9,17 @@
 //! threads takes too, so PID 1's lines, the prompt, command output and the server's lines never
 //! interleave with each other. Kernel log records can still land in the middle of any of them
 //! (the kernel writes them to the UART directly); readers strip them by their timestamp.
+//!
+//! With `log_sink` (ADR 0045) every line is queued for the receiver too, and fd 2 becomes the
+//! log sink's tee: PID 1 then writes the console directly, under [`CONSOLE`], which the tee
+//! holds for each server line it passes on, so lines still never interleave.
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::sync::Mutex;
+
+use ringstore_logsink::{Facility, Severity};
 
 /// Lines kept for the console's `log` command.
 pub const RING_LINES: usize = 256;
@@ -30,6 +36,14 @@ pub enum Level {
 }
 
 impl Level {
+    fn severity(self) -> Severity {
+        match self {
+            Level::Error => Severity::Error,
+            Level::Warn => Severity::Warning,
+            Level::Info => Severity::Info,
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Level::Error => "error",
@@ -65,6 +79,8 @@ pub const KMSG_LEVEL: u8 = 7;
 struct Sinks {
     kmsg: Option<File>,
     ring: Ring,
+    /// `log_sink` (ADR 0045): every line is queued there too, never waited on.
+    ship: Option<ringstore_logsink::Shipper>,
 }
 
 static SINKS: Mutex<Sinks> = Mutex::new(Sinks {
@@ -72,7 +88,15 @@ static SINKS: Mutex<Sinks> = Mutex::new(Sinks {
     ring: Ring {
         lines: VecDeque::new(),
     },
+    ship: None,
 });
+
+/// With the log sink's stderr tee in place: the console itself, written under [`CONSOLE`].
+static DIRECT_CONSOLE: std::sync::OnceLock<File> = std::sync::OnceLock::new();
+
+/// Held for each console write once fd 2 is the log sink's tee (whose thread holds it for each
+/// server line it passes on), so lines stay whole. Never held while waiting on anything else.
+pub static CONSOLE: Mutex<()> = Mutex::new(());
 /// Opens /dev/kmsg once devtmpfs and /proc are mounted, unless the console would print PID 1's
 /// debug-level copies (then the kernel's ring goes without them). Returns why it did not attach.
 pub fn attach_kmsg() -> Option<String> {
@@ -149,6 +173,9 @@ pub fn log(level: Level, text: &str) {
             // One write(2) is one record; a refused record is still on the console and in the ring.
             let _ = kmsg.write(kmsg_record(level, &line).as_bytes());
         }
+        if let Some(ship) = &sinks.ship {
+            ship.log(Facility::Daemon, level.severity(), "init", &line);
+        }
     }
     console_line(&format!("ringstore: {line}"));
 }
@@ -163,9 +190,35 @@ pub fn console_line(line: &str) {
 pub fn console_write(text: &str) {
     // fds 1 and 2 of PID 1 are both /dev/console; the unbuffered stderr handle passes the whole
     // text to one write(2).
+    if let Some(mut console) = DIRECT_CONSOLE.get() {
+        // fd 2 is the log sink's tee: write the console itself, as the tee does.
+        let _held = CONSOLE.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = console.write_all(text.as_bytes());
+        return;
+    }
     let mut out = std::io::stderr().lock();
     // A console write error has nowhere to be reported; the line is still in the ring.
     let _ = out.write_all(text.as_bytes());
+}
+
+/// Ships every line from now on, after the ones the ring kept from the boot so far (the
+/// backlog of the lines written before the network was up, at most [`RING_LINES`]).
+pub fn attach_shipper(ship: ringstore_logsink::Shipper) {
+    let mut sinks = lock_sinks();
+    for line in sinks.ring.lines() {
+        ship.log(Facility::Daemon, Severity::Info, "init", line);
+    }
+    sinks.ship = Some(ship);
+}
+
+/// The log sink, once attached (its counters for `stats`).
+pub fn shipper() -> Option<ringstore_logsink::Shipper> {
+    lock_sinks().ship.clone()
+}
+
+/// Writes the console through `console` from now on (fd 2 has become the log sink's tee).
+pub fn write_console_directly(console: File) {
+    let _ = DIRECT_CONSOLE.set(console);
 }
 
 /// The ring buffer's lines, oldest first.

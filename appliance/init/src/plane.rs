@@ -20,6 +20,10 @@ pub trait Serving: Send {
     fn ready_line(&self) -> String;
     /// Stops accepting, drains in-flight requests and joins the workers.
     fn shutdown(self: Box<Self>);
+    /// The counter `stats log_lines_dropped` reads (the log sink adds to it, ADR 0045).
+    fn log_drop_counter(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicU64>> {
+        None
+    }
     /// memcache text `request` answered in-process (`stats`, `flush_all`), at most `max` bytes.
     fn admin(&self, request: &[u8], max: usize) -> Vec<u8>;
     /// Starts or ends refusing new connections (open ones are served).
@@ -185,6 +189,9 @@ struct RuntimeServer(ringstore_runtime::Server);
 impl Serving for RuntimeServer {
     fn ready_line(&self) -> String {
         self.0.ready_line()
+    }
+    fn log_drop_counter(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicU64>> {
+        Some(self.0.shared().log_lines_dropped.clone())
     }
     fn shutdown(self: Box<Self>) {
         if let Err(err) = self.0.shutdown() {

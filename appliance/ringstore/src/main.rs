@@ -103,13 +103,37 @@ fn serve(args: &[String]) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let server = match Server::start(&config) {
+    let tee = match start_log_sink(&config) {
+        Ok(tee) => tee,
+        Err(err) => {
+            eprintln!("ringstore: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let code = serve_with(&config, &signals, tee.as_ref().map(|(shipper, _)| shipper));
+    if let Some((_, tee)) = tee {
+        // The last lines (the stop, an error) reach the terminal before the process exits.
+        tee.finish();
+    }
+    code
+}
+
+/// `serve` once the signals are blocked and the log sink (if any) runs.
+fn serve_with(
+    config: &Config,
+    signals: &TerminationSignals,
+    shipper: Option<&ringstore_logsink::Shipper>,
+) -> ExitCode {
+    let server = match Server::start(config) {
         Ok(server) => server,
         Err(err) => {
-            eprintln!("ringstore: {}", start_error(&err, &config));
+            eprintln!("ringstore: {}", start_error(&err, config));
             return ExitCode::from(if is_usage_error(&err) { 2 } else { 1 });
         }
     };
+    if let Some(shipper) = shipper {
+        shipper.count_drops_in(server.shared().log_lines_dropped.clone());
+    }
     let mut stdout = std::io::stdout().lock();
     if writeln!(stdout, "{}", server.ready_line())
         .and_then(|()| stdout.flush())
@@ -124,7 +148,7 @@ fn serve(args: &[String]) -> ExitCode {
             // logs its outcome; a file at fault keeps the one in force).
             Ok(libc_sig::SIGHUP) => {
                 let _ = server.reload_certs();
-                let _ = server.reload_auth(&config);
+                let _ = server.reload_auth(config);
             }
             Ok(signal) => break signal,
             Err(err) => {
@@ -146,6 +170,27 @@ fn serve(args: &[String]) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--log-sink`: starts the sender thread (after the signal block, so it inherits it) and
+/// sends every line this process writes to stderr there too (ADR 0045).
+fn start_log_sink(
+    config: &Config,
+) -> Result<
+    Option<(ringstore_logsink::Shipper, ringstore_logsink::Tee)>,
+    ringstore_logsink::LogSinkError,
+> {
+    let Some(sink) = &config.log_sink else {
+        return Ok(None);
+    };
+    let mut ident = ringstore_logsink::Ident::of_this_process();
+    if let Some(hostname) = &config.hostname {
+        ident.hostname = hostname.clone();
+    }
+    let shipper = ringstore_logsink::Shipper::start(sink, config.tls.ca.as_deref(), ident)?;
+    let tee = ringstore_logsink::tee_stderr(shipper.clone(), "server", None)?;
+    eprintln!("ringstore: log-sink: shipping this log to {sink}");
+    Ok(Some((shipper, tee)))
 }
 
 /// Whether a start failure comes from the values given, and so exits 2 like a bad flag: the

@@ -125,6 +125,9 @@ pub struct Shared {
     pub hotkeys: hotkeys::HotKeys,
     /// What the runtime knew at start.
     pub started: Started,
+    /// `--log-sink`: lines dropped so far (`stats log_lines_dropped`, ADR 0045); the sink
+    /// adds to it once the server started (`Shipper::count_drops_in`); 0 without one.
+    pub log_lines_dropped: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// What the runtime knows before its workers start, for `stats`, logins and `refresh_certs`;
@@ -239,6 +242,7 @@ impl Shared {
             watch,
             hotkeys: hotkeys::HotKeys::new(workers.max(1) + 1),
             started,
+            log_lines_dropped: Arc::default(),
         })
     }
 

@@ -51,16 +51,16 @@ pub use mounts::{mount, MountFlags};
 pub use net::{
     accept, bind_socket, bind_udp_to_device, eventfd, eventfd_read, eventfd_signal,
     interface_addresses, local_addr, peer_addr, peer_ip, poll_one_readable, poll_readable,
-    recv_discard, recv_from, send_nosignal, send_to, set_nodelay, shutdown, socket_addr_of,
-    zeroed_msghdr, LISTEN_BACKLOG,
+    recv_discard, recv_from, send_nosignal, send_to, set_nodelay, set_send_buffer, shutdown,
+    socket_addr_of, zeroed_msghdr, LISTEN_BACKLOG,
 };
 pub use netdev::{add_default_route, set_ipv4, set_up};
 pub use num::{u32_of, usize_of};
 pub use power::{disable_ctrl_alt_del, reboot, sync, RebootCommand};
 pub use process::{
     bounding_set_drop, bounding_set_has, ensure_console_fds, hostname, no_new_privs,
-    process_cpu_time, raise_nofile_limit, return_freed_memory_promptly, set_hostname,
-    set_memlock_unlimited, set_no_new_privs, set_nofile_limit, thread_cpu_time,
+    process_cpu_time, raise_nofile_limit, replace_stderr, return_freed_memory_promptly,
+    set_hostname, set_memlock_unlimited, set_no_new_privs, set_nofile_limit, thread_cpu_time,
     MALLOC_MMAP_THRESHOLD,
 };
 pub use signals::{

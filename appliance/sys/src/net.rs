@@ -164,6 +164,12 @@ pub fn set_nodelay(fd: RawFd) {
     let _ = with_fd(fd, |fd| sockopt::set_tcp_nodelay(fd, true));
 }
 
+/// Sets SO_SNDBUF (the kernel doubles it and stops autotuning it): what a socket may hold
+/// that its peer has not taken is bounded.
+pub fn set_send_buffer(fd: impl std::os::fd::AsFd, bytes: usize) -> io::Result<()> {
+    Ok(sockopt::set_socket_send_buffer_size(fd, bytes)?)
+}
+
 /// Best-effort nonblocking send without SIGPIPE; returns bytes sent.
 pub fn send_nosignal(fd: RawFd, bytes: &[u8]) -> io::Result<usize> {
     let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;

@@ -105,6 +105,16 @@ pub fn bounding_set_drop(cap: u32) -> io::Result<()> {
     )?)
 }
 
+/// Makes `to` the process's stderr (fd 2) and returns a new descriptor of what fd 2 was: the
+/// log sink's tee reads what every `eprintln!` writes and passes it on (ADR 0045).
+pub fn replace_stderr(to: &OwnedFd) -> std::io::Result<OwnedFd> {
+    use std::os::fd::AsFd;
+    let stderr = std::io::stderr();
+    let old = rustix::io::fcntl_dupfd_cloexec(stderr.as_fd(), 3)?;
+    rustix::stdio::dup2_stderr(to)?;
+    Ok(old)
+}
+
 /// The kernel opens /dev/console as fds 0-2 for init when the initramfs has that node; if it
 /// did not, opens it and makes it fds 0, 1 and 2 (call once devtmpfs is mounted).
 pub fn ensure_console_fds() {

@@ -81,6 +81,22 @@ fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     Ok(certs)
 }
 
+/// A client configuration that verifies a server against the CAs in `ca` (PEM): the log
+/// sink's `tls://` receiver (ADR 0045).
+pub fn client_config(ca: &Path) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in certs(ca)? {
+        roots.add(cert).map_err(TlsError::Rustls)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(TlsError::Rustls)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
 impl Settings {
     /// A server configuration offering `alpn` (empty: no ALPN), read from the files now.
     pub fn server_config(&self, alpn: &[&[u8]]) -> Result<Arc<ServerConfig>, TlsError> {

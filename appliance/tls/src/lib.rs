@@ -21,8 +21,8 @@ mod session;
 mod subject;
 
 pub use certificate::{CertificateSummary, DAY_SECS};
-pub use config::{CertStore, MinVersion, Settings, Verify, ALPN_HTTP1};
-pub use rustls::ServerConfig;
+pub use config::{client_config, CertStore, MinVersion, Settings, Verify, ALPN_HTTP1};
+pub use rustls::{ClientConfig, ServerConfig};
 pub use session::{
     DirectionSecrets, KernelCipher, KernelSecrets, Progress, ServerTls, TlsError,
     HANDSHAKE_STATE_MAX, INCOMING_MAX, OPEN_INCOMING_MAX,

@@ -251,6 +251,9 @@ fn datapath_and_placement(ctx: &Ctx<'_>, out: &mut Vec<u8>, t: &StatsTotals, sto
     // The workers' I/O runtime (`--io`, ADR 0033).
     let io_runtime = shared.started.io_runtime;
     stat_str(out, "io_runtime", io_runtime);
+    // `--log-sink` (ADR 0045): lines the full queue dropped; 0 without a sink.
+    let log_dropped = shared.log_lines_dropped.load(Relaxed);
+    stat(out, "log_lines_dropped", log_dropped);
 }
 
 /// NUMA sub memory (issue 23, ADR 0035): where the items are, reads by region, the moves
