@@ -177,6 +177,20 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    /// PID 1 reads the files with the server's parsers (the auth crate) without linking the
+    /// service (issue 37; ADR-0000).
+    #[test]
+    fn pid_1_does_not_depend_on_the_service_crate() {
+        let manifest = include_str!("../Cargo.toml");
+        let deps = manifest
+            .split("[dependencies]")
+            .nth(1)
+            .and_then(|rest| rest.split("\n[").next())
+            .unwrap_or_default();
+        assert!(deps.contains("ringstore-auth"), "{deps}");
+        assert!(!deps.contains("ringstore-service"), "{deps}");
+    }
+
     #[test]
     fn files_are_installed_0600_and_checked_as_the_server_checks_them() {
         let dir = std::env::temp_dir().join(format!("ringstore-auth-files-{}", std::process::id()));

@@ -412,6 +412,8 @@ pub(crate) mod echo {
         }
     }
 
+    impl Wrapped for Echo {}
+
     impl Hooks for Echo {
         fn conn_opened(&self, _: usize) {
             self.opened.fetch_add(1, Ordering::Relaxed);

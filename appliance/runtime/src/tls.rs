@@ -685,4 +685,27 @@ pub(crate) mod tests {
         });
         store.config(false)
     }
+
+    /// The worker-level hooks of a TLS-wrapped handler are the wrapped handler's own, reached
+    /// without going through the wrapper (issue 37: the wrapper forwards only what it changes).
+    #[test]
+    fn the_hooks_of_the_wrapper_are_the_wrapped_handlers() {
+        use crate::handler::echo::Echo;
+        use std::sync::atomic::Ordering::Relaxed;
+        let tls = Tls::new(
+            Echo::default(),
+            None,
+            TlsSetup {
+                workers: 1,
+                budget: ConnMemory::new(1 << 20),
+                handshake_timeout_ms: 1000,
+                kernel_offload: false,
+            },
+        );
+        assert!(std::ptr::eq(tls.hooks(), &tls.inner));
+        tls.hooks().conn_opened(0);
+        tls.hooks().conn_refused();
+        assert_eq!(tls.inner.opened.load(Relaxed), 1);
+        assert_eq!(tls.inner.refused.load(Relaxed), 1);
+    }
 }
