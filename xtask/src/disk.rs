@@ -7,9 +7,9 @@ use std::fs::OpenOptions;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use ringstore_disk::fat::{self, FixedTime};
-use ringstore_disk::layout::Layout;
-use ringstore_disk::{Guid, Role, Slice};
+use ringstore_bootdisk::fat::{self, FixedTime};
+use ringstore_bootdisk::layout::Layout;
+use ringstore_bootdisk::{Guid, Role, Slice};
 use sha2::{Digest, Sha256};
 
 /// What goes on one FAT partition: (path, bytes).
@@ -109,7 +109,7 @@ mod tests {
         name: &str,
     ) -> Result<Option<Vec<u8>>> {
         let mut disk = File::options().read(true).write(true).open(image)?;
-        let (sector, entries) = ringstore_disk::gpt::entries(&mut disk)?;
+        let (sector, entries) = ringstore_bootdisk::gpt::entries(&mut disk)?;
         let part = layout.by_role(role).context("role not in the layout")?;
         let entry = entries
             .iter()
@@ -124,7 +124,7 @@ mod tests {
     #[test]
     fn same_inputs_same_bytes_and_the_partitions_are_found_by_type() {
         let layout = Layout::builtin();
-        let dir = std::env::temp_dir().join(format!("ringstore-disk-test-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("ringstore-bootdisk-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let time: &'static FixedTime = Box::leak(Box::new(FixedTime::from_unix(1_700_000_000)));
         let files = vec![
@@ -164,7 +164,7 @@ mod tests {
             b"MZ boot"
         );
         let mut f = File::open(&one).unwrap();
-        let (_, entries) = ringstore_disk::gpt::entries(&mut f).unwrap();
+        let (_, entries) = ringstore_bootdisk::gpt::entries(&mut f).unwrap();
         let data = layout.by_role(Role::Data).unwrap();
         let found = entries
             .iter()

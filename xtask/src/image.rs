@@ -380,7 +380,7 @@ pub fn initramfs_extras(
             0o644,
             format!(
                 "{}\n",
-                ringstore_disk::signature::to_hex(key.verifying_key().as_bytes())
+                ringstore_bootdisk::signature::to_hex(key.verifying_key().as_bytes())
             )
             .into_bytes(),
         ));
@@ -421,8 +421,8 @@ fn build_uki(image: &Image, cmdline: &str, initrd: &[u8], epoch: u64) -> Result<
 /// image's ringstore.toml (and `--config-authorized-keys`), the data partition. Returns its
 /// size in bytes.
 fn build_disk(disk: &Path, opts: &BootOptions, efi: Vec<u8>, epoch: u64) -> Result<u64> {
-    use ringstore_disk::slots::{self, Slot};
-    use ringstore_disk::Role;
+    use ringstore_bootdisk::slots::{self, Slot};
+    use ringstore_bootdisk::Role;
     let boot_manager = std::fs::read(crate::uki::BOOT_MANAGER)
         .with_context(|| format!("reading {}", crate::uki::BOOT_MANAGER))?;
     let mut esp: crate::disk::Files = slots::BOOT_MANAGER_PATHS
@@ -444,10 +444,10 @@ fn build_disk(disk: &Path, opts: &BootOptions, efi: Vec<u8>, epoch: u64) -> Resu
             read_authorized_keys(path)?,
         ));
     }
-    let layout = ringstore_disk::Layout::builtin();
+    let layout = ringstore_bootdisk::Layout::builtin();
     let size = opts.size_mib.unwrap_or(layout.disk_size_mib) << 20;
-    let time: &'static ringstore_disk::fat::FixedTime =
-        Box::leak(Box::new(ringstore_disk::fat::FixedTime::from_unix(epoch)));
+    let time: &'static ringstore_bootdisk::fat::FixedTime =
+        Box::leak(Box::new(ringstore_bootdisk::fat::FixedTime::from_unix(epoch)));
     crate::disk::write(
         disk,
         &layout,
@@ -486,7 +486,7 @@ pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
     let signature = match &key {
         Some(key) => {
             let sig = opts.out.join("ringstore.efi.sig");
-            let hex = ringstore_disk::signature::to_hex(&key.sign(&efi_bytes).to_bytes());
+            let hex = ringstore_bootdisk::signature::to_hex(&key.sign(&efi_bytes).to_bytes());
             write(&sig, format!("{hex}\n"))?;
             Some(sig)
         }

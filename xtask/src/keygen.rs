@@ -10,11 +10,11 @@ use anyhow::{bail, Context, Result};
 /// The key file's text: a comment naming the public half, then the 32-byte ed25519 secret
 /// key (the seed) as 64 lowercase hex digits.
 pub fn key_file_text(key: &ed25519_dalek::SigningKey) -> String {
-    let public = ringstore_disk::signature::to_hex(key.verifying_key().as_bytes());
+    let public = ringstore_bootdisk::signature::to_hex(key.verifying_key().as_bytes());
     format!(
         "# ringstore update signing key (ADR 0025), secret: keep it off the boxes and out of git\n\
          # public {public}\n{}\n",
-        ringstore_disk::signature::to_hex(key.as_bytes())
+        ringstore_bootdisk::signature::to_hex(key.as_bytes())
     )
 }
 
@@ -35,7 +35,7 @@ pub fn write_new_key(out: &Path) -> Result<String> {
     file.write_all(key_file_text(&key).as_bytes())
         .and_then(|()| file.sync_all())
         .with_context(|| format!("writing {}", out.display()))?;
-    Ok(ringstore_disk::signature::to_hex(
+    Ok(ringstore_bootdisk::signature::to_hex(
         key.verifying_key().as_bytes(),
     ))
 }
@@ -79,7 +79,7 @@ mod tests {
         assert_eq!(mode, 0o600);
         let key = crate::image::read_signing_key(&path).unwrap();
         assert_eq!(
-            ringstore_disk::signature::to_hex(key.verifying_key().as_bytes()),
+            ringstore_bootdisk::signature::to_hex(key.verifying_key().as_bytes()),
             public
         );
         assert!(

@@ -57,7 +57,7 @@ pub fn test_secrets() -> Result<Vec<Needle>> {
     ));
     let signing = crate::image::test_signing_key();
     let key = crate::image::read_signing_key(&signing)?;
-    let hex = ringstore_disk::signature::to_hex;
+    let hex = ringstore_bootdisk::signature::to_hex;
     needles.push((
         "image/test-signing-key.hex secret".to_string(),
         hex(key.as_bytes()).into_bytes(),
@@ -163,7 +163,7 @@ fn scan_disk(path: &Path, needles: &[Needle], found: &mut Vec<String>) -> Result
         .write(true)
         .open(path)
         .with_context(|| format!("opening {}", path.display()))?;
-    let (sector, entries) = ringstore_disk::gpt::entries(&mut disk)
+    let (sector, entries) = ringstore_bootdisk::gpt::entries(&mut disk)
         .with_context(|| format!("{}: GPT", path.display()))?;
     for entry in entries {
         let at = format!("{}!{}", path.display(), entry.name);
@@ -178,8 +178,8 @@ fn scan_disk(path: &Path, needles: &[Needle], found: &mut Vec<String>) -> Result
                 found.push(format!("{at} (raw): {label}"));
             }
         }
-        let slice = ringstore_disk::Slice::new(&mut disk, start, len);
-        let Ok(fs) = ringstore_disk::fat::open(slice, &ringstore_disk::fat::DOS_EPOCH) else {
+        let slice = ringstore_bootdisk::Slice::new(&mut disk, start, len);
+        let Ok(fs) = ringstore_bootdisk::fat::open(slice, &ringstore_bootdisk::fat::DOS_EPOCH) else {
             continue;
         };
         for (name, data) in fat_files(&fs.root_dir(), "")? {
@@ -349,14 +349,14 @@ mod tests {
             let initrd = archive(key);
             let efi = crate::uki::build(&stub, &[(".initrd", &initrd)], 0).unwrap();
             let disk = dir.join(format!("{name}.img"));
-            let layout = ringstore_disk::Layout::builtin();
+            let layout = ringstore_bootdisk::Layout::builtin();
             crate::disk::write(
                 &disk,
                 &layout,
                 layout.disk_size_mib << 20,
                 "s",
-                &ringstore_disk::fat::DOS_EPOCH,
-                &[(ringstore_disk::Role::Esp, vec![("EFI/x.efi".into(), efi)])],
+                &ringstore_bootdisk::fat::DOS_EPOCH,
+                &[(ringstore_bootdisk::Role::Esp, vec![("EFI/x.efi".into(), efi)])],
             )
             .unwrap();
             let found = scan_path(&disk, &needles).unwrap();
@@ -385,7 +385,7 @@ mod tests {
         std::fs::write(dir.join("clean"), b"nothing here").unwrap();
         assert!(scan_path(&dir, &needles).unwrap().is_empty());
         let key = crate::image::read_signing_key(&crate::image::test_signing_key()).unwrap();
-        let public = ringstore_disk::signature::to_hex(key.verifying_key().as_bytes());
+        let public = ringstore_bootdisk::signature::to_hex(key.verifying_key().as_bytes());
         std::fs::write(dir.join("sub.img"), archive(Some(&public))).unwrap();
         let found = scan_path(&dir, &needles).unwrap();
         assert!(

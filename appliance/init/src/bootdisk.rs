@@ -1,5 +1,5 @@
 //! The appliance disk (`disk.img`, ADR 0024) as PID 1 finds it: each whole disk's GPT is read
-//! (`ringstore_disk::gpt`) and a partition is known by its type GUID from `image/layout.toml`,
+//! (`ringstore_bootdisk::gpt`) and a partition is known by its type GUID from `image/layout.toml`,
 //! never by its name or number. The FAT partitions (ESP, config) are read through a byte-range
 //! view of the whole disk, so PID 1 needs neither a kernel FAT driver nor a mount; the data
 //! partition is handed to the server as its partition node (`/dev/vda3`).
@@ -8,7 +8,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ringstore_disk::{fat, Layout, Role, Slice};
+use ringstore_bootdisk::{fat, Layout, Role, Slice};
 
 /// How long block devices may take to show their partition tables at boot.
 pub const DISK_WAIT: Duration = Duration::from_secs(5);
@@ -109,7 +109,7 @@ pub fn find(layout: &Layout, role: Role) -> Option<Found> {
         let Ok(mut file) = File::open(&path) else {
             continue;
         };
-        let Ok((sector, entries)) = ringstore_disk::gpt::entries(&mut file) else {
+        let Ok((sector, entries)) = ringstore_bootdisk::gpt::entries(&mut file) else {
             continue;
         };
         if let Some(e) = entries.iter().find(|e| e.type_guid == want) {
@@ -170,7 +170,7 @@ fn read_text(found: &Found, name: &str, max: u64) -> Result<Option<String>, Stri
 
 /// At first boot on a disk bigger than the image: the data partition, last on the disk and
 /// never written (its first 4 KiB all zero, so the server will format it at its new size),
-/// grows to the disk's end (`ringstore_disk::gpt::grow_to_end`: the backup table moved)
+/// grows to the disk's end (`ringstore_bootdisk::gpt::grow_to_end`: the backup table moved)
 /// and the kernel is told its new size. `Ok(None)` when there was nothing to grow or the
 /// partition holds data already (a format does not grow with its partition).
 pub fn grow_data_partition(layout: &Layout, found: &Found) -> Result<Option<String>, String> {
@@ -193,7 +193,7 @@ pub fn grow_data_partition(layout: &Layout, found: &Found) -> Result<Option<Stri
         .open(&found.disk)
         .map_err(|e| format!("{}: {e}", found.disk.display()))?;
     let Some(grown) =
-        ringstore_disk::gpt::grow_to_end(&mut disk, want).map_err(|e| e.to_string())?
+        ringstore_bootdisk::gpt::grow_to_end(&mut disk, want).map_err(|e| e.to_string())?
     else {
         return Ok(None);
     };
@@ -229,7 +229,7 @@ pub fn find_data_partition(layout: &Layout) -> Result<Found, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ringstore_disk::layout::FatKind;
+    use ringstore_bootdisk::layout::FatKind;
 
     /// A config partition (FAT12 in a plain file) holding `files`; its [`Found`].
     fn partition(name: &str, files: &[(&str, &[u8])]) -> Found {

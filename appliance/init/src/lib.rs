@@ -175,8 +175,8 @@ fn boot(machine: &Arc<Machine>, on_fatal: &mut OnFatal) -> Result<(), Fatal> {
 /// `ringstore.data=auto`: the data partition found by type, grown to the end of a bigger
 /// disk first when it is still blank (`bootdisk::grow_data_partition`); its device node.
 fn data_partition(machine: &Machine) -> Result<std::path::PathBuf, String> {
-    let found = bootdisk::find_data_partition(&ringstore_disk::Layout::builtin())?;
-    match bootdisk::grow_data_partition(&ringstore_disk::Layout::builtin(), &found) {
+    let found = bootdisk::find_data_partition(&ringstore_bootdisk::Layout::builtin())?;
+    match bootdisk::grow_data_partition(&ringstore_bootdisk::Layout::builtin(), &found) {
         Ok(Some(grown)) => {
             info!("data {grown}");
             machine.state().data_grown = Some(grown);
@@ -245,8 +245,8 @@ fn effective_cmdline(machine: &Machine, running: &str) -> String {
     let mut auth = Vec::new();
     let mut file = String::new();
     if !image.trim().is_empty() {
-        let layout = ringstore_disk::Layout::builtin();
-        match bootdisk::wait_for(&layout, ringstore_disk::Role::Config, bootdisk::DISK_WAIT) {
+        let layout = ringstore_bootdisk::Layout::builtin();
+        match bootdisk::wait_for(&layout, ringstore_bootdisk::Role::Config, bootdisk::DISK_WAIT) {
             None => info!("no config partition found; using the image's command line"),
             Some(found) => {
                 // The console's keys from the partition, for load_credentials after boot.

@@ -1,7 +1,7 @@
 //! The console's `slots`: which slot booted, which is committed, each slot's file and size,
 //! the last trial and its verdict — as text lines and as JSON fields (ADR 0025).
 
-use ringstore_disk::slots::{Slot, Trial};
+use ringstore_bootdisk::slots::{Slot, Trial};
 use serde_json::{json, Map, Value};
 
 use crate::state::SlotsState;

@@ -2,7 +2,7 @@
 //! and read by the console, the trial verdict and shutdown through [`crate::machine::Machine`].
 //! It imports only the types it is made of, from modules that know nothing of it.
 
-use ringstore_disk::slots::{Slot, Trial};
+use ringstore_bootdisk::slots::{Slot, Trial};
 
 use crate::bootdisk::Found;
 use crate::layers::Layers;

@@ -9,7 +9,7 @@
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use ringstore_disk::fat;
+use ringstore_bootdisk::fat;
 use ringstore_tls::CertificateSummary;
 
 use crate::bootdisk::Found;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use ringstore_disk::{fat, Role};
+use ringstore_bootdisk::{fat, Role};
 
 use super::auth;
 use super::client::{exchange, http_put_get, memcache_set_get, tcp};
@@ -77,12 +77,12 @@ impl UefiMachine {
 
     /// Writes file `name` of the config partition.
     pub fn write_config_file(&self, name: &str, bytes: &[u8]) -> Result<()> {
-        let layout = ringstore_disk::Layout::builtin();
+        let layout = ringstore_bootdisk::Layout::builtin();
         let mut file = std::fs::File::options()
             .read(true)
             .write(true)
             .open(&self.disk)?;
-        let (sector, entries) = ringstore_disk::gpt::entries(&mut file)?;
+        let (sector, entries) = ringstore_bootdisk::gpt::entries(&mut file)?;
         let want = layout
             .by_role(Role::Config)
             .context("no config role")?
@@ -91,7 +91,7 @@ impl UefiMachine {
             .iter()
             .find(|e| e.type_guid == want)
             .context("no config partition")?;
-        let volume = ringstore_disk::Slice::new(
+        let volume = ringstore_bootdisk::Slice::new(
             file,
             e.first_lba * sector,
             (e.last_lba + 1 - e.first_lba) * sector,

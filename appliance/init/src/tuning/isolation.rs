@@ -11,7 +11,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use ringstore_disk::slots;
+use ringstore_bootdisk::slots;
 
 use super::{check, cpu_set_check, cpus, Check, Facts};
 
@@ -358,10 +358,10 @@ fn write_entry(
 ) -> Result<String, String> {
     let fs = crate::update::esp_fs(esp)?;
     let entry = slot.tuned_entry_path();
-    let fat = |e: ringstore_disk::fat::FatError| format!("ESP: {e}");
-    ringstore_disk::fat::write_file(&fs, &entry, slots::tuned_entry(slot, options).as_bytes())
+    let fat = |e: ringstore_bootdisk::fat::FatError| format!("ESP: {e}");
+    ringstore_bootdisk::fat::write_file(&fs, &entry, slots::tuned_entry(slot, options).as_bytes())
         .map_err(fat)?;
-    ringstore_disk::fat::write_file(
+    ringstore_bootdisk::fat::write_file(
         &fs,
         slots::LOADER_CONF,
         slots::loader_conf_booting(slot.tuned_entry_id()).as_bytes(),

@@ -4,8 +4,8 @@
 use std::io::{Read, Seek, Write};
 use std::path::Path;
 
-use ringstore_disk::slots::{self, Slot, Trial};
-use ringstore_disk::{Layout, Role};
+use ringstore_bootdisk::slots::{self, Slot, Trial};
+use ringstore_bootdisk::{Layout, Role};
 
 use super::esp::{self, esp_fs, read_efi_string, read_text, write_text};
 use crate::state::SlotsState;

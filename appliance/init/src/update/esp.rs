@@ -4,7 +4,7 @@
 use std::io::{Read, Seek, Write};
 use std::path::Path;
 
-use ringstore_disk::fat;
+use ringstore_bootdisk::fat;
 
 use crate::bootdisk::Found;
 
@@ -21,7 +21,7 @@ pub(super) fn loader_var(name: &str) -> std::path::PathBuf {
 /// The ESP's FAT file system, opened for writing.
 pub(crate) fn esp_fs(
     found: &Found,
-) -> Result<fatfs::FileSystem<ringstore_disk::Slice<std::fs::File>>, String> {
+) -> Result<fatfs::FileSystem<ringstore_bootdisk::Slice<std::fs::File>>, String> {
     let volume = found.open(true).map_err(|e| format!("ESP: {e}"))?;
     fat::open(volume, &fat::DOS_EPOCH).map_err(|e| format!("ESP: {e}"))
 }

@@ -5,8 +5,8 @@
 use std::io::{Read, Seek, Write};
 use std::time::{Duration, Instant};
 
-use ringstore_disk::slots::{self, Slot, Trial};
-use ringstore_disk::{fat, signature};
+use ringstore_bootdisk::slots::{self, Slot, Trial};
+use ringstore_bootdisk::{fat, signature};
 
 use super::canary::{local, low_nanos, memcache_set, CANARY_KEY, CANARY_OP_LIMIT};
 use super::esp::{self, esp_fs, write_one_shot, write_text};

@@ -4,8 +4,8 @@
 
 use std::io::{Read, Seek, Write};
 
-use ringstore_disk::fat;
-use ringstore_disk::slots::{self, Slot, Trial};
+use ringstore_bootdisk::fat;
+use ringstore_bootdisk::slots::{self, Slot, Trial};
 
 use super::canary::{canary, CANARY_OP_LIMIT};
 use super::esp::{self, esp_fs, write_text};
