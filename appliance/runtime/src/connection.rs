@@ -8,7 +8,6 @@ use crate::durable::Outcome;
 use crate::handler::{Handler, Hooks};
 use crate::op::GEN_MASK;
 use crate::placement::listeners::Endpoint;
-use crate::setup::Limits;
 
 pub(crate) mod linger;
 pub(crate) mod machine;
@@ -174,7 +173,7 @@ impl<S, X> Conn<S, X> {
 
     /// The session was called (with input, with none to drain, or again once its held
     /// reply's records are settled) and answered `flow`: what it left is reported to the
-    /// machine, the output cap (`limits.out_hard_cap`) enforced, and the machine's next step
+    /// machine, the output cap (`out_cap`, `Limits::out_hard_cap`) enforced, and the machine's next step
     /// returned. `device`: a data device is attached (only then may a session hold a
     /// reply). Both engines report through here.
     pub(crate) fn served<H: Handler<Session = S>>(
@@ -182,9 +181,8 @@ impl<S, X> Conn<S, X> {
         handler: &H,
         flow: Flow,
         at: At,
-        (limits, device): (&Limits, bool),
+        (cap, device): (usize, bool),
     ) -> Step {
-        let cap = limits.out_hard_cap;
         let over_cap = self.out_len() > cap;
         if over_cap {
             eprintln!("ringstore: closing a connection whose pending output passed {cap} bytes");

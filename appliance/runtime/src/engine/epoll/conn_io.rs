@@ -191,7 +191,7 @@ impl<H: Handler> Worker<H> {
     /// (the machine's state says with what).
     pub(super) fn served(&mut self, slot: u32, flow: Flow) -> bool {
         let at = self.at();
-        let rules = (&self.setup.limits, self.disk.is_some());
+        let rules = (self.setup.limits.out_hard_cap, self.disk.is_some());
         let Some(conn) = self.conns.at_mut(slot) else {
             return false;
         };

@@ -177,7 +177,7 @@ impl<H: Handler> Worker<H> {
     /// step is carried out.
     pub(super) fn served(&mut self, slot: u32, flow: Flow) {
         let at = self.at();
-        let rules = (&self.setup.limits, self.disk.is_some());
+        let rules = (self.setup.limits.out_hard_cap, self.disk.is_some());
         let Some(conn) = self.conns.at_mut(slot) else {
             return;
         };
