@@ -2,7 +2,9 @@
 //! tests, tests/vm), no two modules under the same parent import each other, directly or
 //! around a longer circle, except the circles listed in [`ALLOWED`], each with its reason
 //! there (issue 21; issue 37 extended it from the top level to every folder). Between crates,
-//! ADR-0000's dependency table is what each crate's `Cargo.toml` declares (issue 37).
+//! ADR-0000's dependency table is what each crate's `Cargo.toml` declares (issue 37). In
+//! the runtime, a step of a connection's lifecycle is defined in at most one module of
+//! `src/engine/` (ADR 0040): a second definition is a second lifecycle starting.
 
 #[cfg(test)]
 mod tests {
@@ -407,5 +409,177 @@ mod tests {
         let (normal, dev) = &parse_table(row)["x"];
         assert_eq!(normal.iter().collect::<Vec<_>>(), ["proto", "rustls"]);
         assert_eq!(dev.iter().collect::<Vec<_>>(), ["tls"]);
+    }
+
+    /// Steps of a connection's lifecycle besides the machine's own inputs and outputs
+    /// (`handle_*`, `poll_*`, read from `connection/machine.rs`): the ones both engines
+    /// once wrote themselves (ADR 0040, issue 37).
+    const LIFECYCLE_STEPS: &[&str] = &[
+        "open_connection",
+        "finish_close",
+        "begin_stop",
+        "on_tick",
+        "poll_output",
+        "take_inbox",
+        "check_timeouts",
+        "closed_by_tick",
+        "linger",
+        "start_linger",
+        "forget_connection",
+        "settle_sessions",
+        "bytes_sent",
+        "output_flushed",
+    ];
+
+    /// Steps both engines still define, each with its reason: the engine's own I/O around
+    /// a part the connection module defines once. An entry that is no longer defined twice
+    /// fails the test, so the list only shrinks.
+    const TWICE: &[(&str, &str)] = &[
+        (
+            "open_connection",
+            "each engine readies the socket its own way (a receive buffer and the first \
+             receive; nonblocking and the epoll registration) around `Conn::open`",
+        ),
+        (
+            "finish_close",
+            "each engine hands its own data-device handle to `Conn::end`",
+        ),
+        (
+            "begin_stop",
+            "cancelling accepts on the ring, or taking the listeners out of the epoll set, \
+             around `Slab::stop` with the worker's one deadline",
+        ),
+        (
+            "on_tick",
+            "re-arming the ring's tick, accepts and UDP, or resuming level-triggered accepts, \
+             around `Conn::closed_by_tick` and `Slab::poll_output`",
+        ),
+        (
+            "take_inbox",
+            "each engine opens what the inbox hands it through its own `open_connection`",
+        ),
+    ];
+
+    /// The names of the functions `code` defines.
+    fn defined_fns(code: &str) -> BTreeSet<String> {
+        let mut names = BTreeSet::new();
+        for (pos, _) in code.match_indices("fn ") {
+            let before = code[..pos].chars().next_back();
+            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+                continue;
+            }
+            let name = ident(&code[pos + 3..]);
+            if !name.is_empty() {
+                names.insert(name);
+            }
+        }
+        names
+    }
+
+    /// The connection machine's inputs and outputs: its `handle_*` and `poll_*` functions.
+    fn machine_steps(machine: &str) -> Vec<String> {
+        defined_fns(&code(machine))
+            .into_iter()
+            .filter(|n| n.starts_with("handle_") || n.starts_with("poll_"))
+            .collect()
+    }
+
+    /// Each of `steps` defined in more than one module of the engines (the files under
+    /// `engine`, and `engine.rs` beside it), as "step: module, module", unless `twice`
+    /// names it.
+    fn lifecycle_duplicates(engine: &Path, steps: &[String], twice: &[&str]) -> Vec<String> {
+        let mut files = Vec::new();
+        rust_files(engine, &mut files);
+        let parent = engine.with_extension("rs");
+        if parent.is_file() {
+            files.push(parent);
+        }
+        let mut defined: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+        for file in &files {
+            let name = file.file_name().unwrap_or_default().to_string_lossy();
+            if name == "tests.rs" || name.ends_with("_tests.rs") {
+                continue;
+            }
+            let fns = defined_fns(&code(&std::fs::read_to_string(file).unwrap()));
+            let module = file
+                .strip_prefix(engine.parent().unwrap_or(engine))
+                .unwrap();
+            for step in steps.iter().filter(|s| fns.contains(*s)) {
+                let modules = defined.entry(step.as_str()).or_default();
+                modules.insert(module.display().to_string());
+            }
+        }
+        defined
+            .into_iter()
+            .filter(|(step, modules)| modules.len() > 1 && !twice.contains(step))
+            .map(|(step, modules)| {
+                let modules: Vec<String> = modules.into_iter().collect();
+                format!("{step}: {}", modules.join(", "))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn no_lifecycle_step_is_defined_twice_in_the_engines() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../appliance/runtime/src");
+        let machine = std::fs::read_to_string(src.join("connection/machine.rs")).unwrap();
+        let mut steps = machine_steps(&machine);
+        assert!(
+            steps.len() >= 8 && steps.iter().any(|s| s == "handle_served"),
+            "the machine's handle_*/poll_* were not found: {steps:?}"
+        );
+        steps.extend(LIFECYCLE_STEPS.iter().map(|s| s.to_string()));
+        let twice: Vec<&str> = TWICE.iter().map(|(step, _)| *step).collect();
+        let engine = src.join("engine");
+        let found = lifecycle_duplicates(&engine, &steps, &twice);
+        assert!(
+            found.is_empty(),
+            "lifecycle steps defined by more than one engine module (ADR 0040: the \
+             connection machine or `connection.rs` defines each once): {found:?}"
+        );
+        let all = lifecycle_duplicates(&engine, &steps, &[]);
+        for step in twice {
+            assert!(
+                all.iter().any(|f| f.starts_with(&format!("{step}:"))),
+                "`{step}` is no longer defined twice: take it out of TWICE"
+            );
+        }
+    }
+
+    #[test]
+    fn a_planted_second_definition_of_a_step_is_rejected() {
+        let dir = std::env::temp_dir().join(format!("lifecycle-{}", std::process::id()));
+        let engine = dir.join("engine");
+        std::fs::create_dir_all(engine.join("uring")).unwrap();
+        std::fs::write(dir.join("engine.rs"), "mod epoll;\nmod uring;").unwrap();
+        std::fs::write(
+            engine.join("uring/conn_io.rs"),
+            "impl W {\n    pub(super) fn poll_output(&mut self) {}\n    fn open_connection() {}\n}",
+        )
+        .unwrap();
+        std::fs::write(
+            engine.join("epoll.rs"),
+            "// fn handle_sent() in a comment\nfn poll_output(&mut self) {}\n\
+             fn open_connection() {}\nfn handle_sent() {}\n#[cfg(test)]\nfn handle_sent() {}",
+        )
+        .unwrap();
+        std::fs::write(engine.join("stop.rs"), "fn handle_sent() {}").unwrap();
+        let steps: Vec<String> = ["poll_output", "open_connection", "handle_sent"]
+            .map(String::from)
+            .to_vec();
+        let found = lifecycle_duplicates(&engine, &steps, &["open_connection"]);
+        let everything = lifecycle_duplicates(&engine, &steps, &[]);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            found,
+            [
+                "handle_sent: engine/epoll.rs, engine/stop.rs",
+                "poll_output: engine/epoll.rs, engine/uring/conn_io.rs"
+            ]
+        );
+        assert_eq!(everything.len(), 3, "{everything:?}");
+        let machine = "impl Machine {\n    pub(crate) fn handle_served(&mut self) {}\n\
+                       fn go_on() {}\n    pub(crate) fn poll_transmit() {}\n}";
+        assert_eq!(machine_steps(machine), ["handle_served", "poll_transmit"]);
     }
 }

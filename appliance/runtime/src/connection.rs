@@ -2,7 +2,7 @@
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
-use ringstore_service::{Device, Now};
+use ringstore_service::{Device, Flow, Now};
 
 use crate::durable::Outcome;
 use crate::handler::{Handler, Hooks};
@@ -11,8 +11,9 @@ use crate::placement::listeners::Endpoint;
 
 pub(crate) mod linger;
 pub(crate) mod machine;
+pub(crate) mod output;
 
-use machine::{Io, Machine, Timeouts};
+use machine::{At, Io, Machine, Served, Step, Timeouts};
 
 /// Bytes of output capacity kept after a flush; larger buffers are shrunk back so idle
 /// connections hold little memory.
@@ -43,7 +44,7 @@ pub(crate) struct Conn<S, X> {
     /// moves it behind `out` ([`Conn::send_completed`]).
     spill: Vec<u8>,
     /// How much of the output the kernel has taken: of `out`, with the session's spliced
-    /// values counted where they go (`engine/uring/send_vec.rs`).
+    /// values counted where they go (`connection/output.rs`).
     pub sent: usize,
     /// Where the connection is in its life, what the engine has in flight and the clocks
     /// the tick judges: the one place both engines keep that state (ADR 0040).
@@ -155,19 +156,64 @@ impl<S, X> Conn<S, X> {
         }
     }
 
-    /// Whether the tick closes this connection at `now_ms`: for time
-    /// ([`Machine::handle_timeout`]) or for the session's own reason ([`Handler::expired`]).
-    /// Both engines' ticks ask this; a connection already closing is left to finish.
+    /// Whether the tick closes this connection `at`: for time ([`Machine::handle_timeout`])
+    /// or for the session's own reason ([`Handler::expired`]). Both engines' ticks ask this;
+    /// a connection already closing is left to finish.
     pub(crate) fn closed_by_tick<H: Handler<Session = S>>(
         &mut self,
         handler: &H,
-        now_ms: u64,
+        at: At,
         timeouts: Timeouts,
     ) -> bool {
         if self.machine.closing() {
             return false;
         }
-        self.machine.handle_timeout(now_ms, timeouts) || handler.expired(&mut self.session, now_ms)
+        self.machine.handle_timeout(at, timeouts) || handler.expired(&mut self.session, at.now_ms)
+    }
+
+    /// The session was called (with input, with none to drain, or again once its held
+    /// reply's records are settled) and answered `flow`: what it left is reported to the
+    /// machine, the output cap (`out_cap`, `Limits::out_hard_cap`) enforced, and the machine's next step
+    /// returned. `device`: a data device is attached (only then may a session hold a
+    /// reply). Both engines report through here.
+    pub(crate) fn served<H: Handler<Session = S>>(
+        &mut self,
+        handler: &H,
+        flow: Flow,
+        at: At,
+        (cap, device): (usize, bool),
+    ) -> Step {
+        let over_cap = self.out_len() > cap;
+        if over_cap {
+            eprintln!("ringstore: closing a connection whose pending output passed {cap} bytes");
+        }
+        let served = Served {
+            flow,
+            partial: handler.has_partial_request(&self.session),
+            held: device && handler.awaits_durable(&self.session),
+            pending: self.pending(handler),
+            over_cap,
+        };
+        self.machine.handle_served(at, served)
+    }
+
+    /// `n` more bytes of the output went out (0: only ask). True when it is all out: then
+    /// it is forgotten (a bounded capacity kept) and the session told, so it lets go of
+    /// the values it pinned for the send. Both engines count their sends here.
+    pub(crate) fn bytes_sent<H: Handler<Session = S>>(&mut self, handler: &H, n: usize) -> bool {
+        self.sent += n;
+        let total = output::output_len(&self.out, handler.splices(&self.session));
+        assert!(
+            self.sent <= total,
+            "{} bytes sent of an output of {total}",
+            self.sent
+        );
+        if self.sent < total {
+            return false;
+        }
+        self.output_flushed();
+        handler.output_flushed(&mut self.session);
+        true
     }
 
     /// The output is pending: buffered bytes, or values the session sends from the item.
@@ -252,19 +298,38 @@ impl<S, X> Slab<S, X> {
         self.generations[slot as usize]
     }
 
-    /// The worker stops with drain deadline `deadline_ms`: every connection is told
+    /// The worker stops (`at` carries its drain deadline): every connection is asked
     /// ([`Machine::handle_stop`]); returns the slots of the idle ones, to be closed now.
-    pub(crate) fn stop(&mut self, deadline_ms: u64) -> Vec<u32> {
+    pub(crate) fn stop(&self, at: At) -> Vec<u32> {
         let mut idle = Vec::new();
-        for (slot, conn) in self.slots.iter_mut().enumerate() {
-            if conn
-                .as_mut()
-                .is_some_and(|c| c.machine.handle_stop(deadline_ms))
-            {
+        for (slot, conn) in self.slots.iter().enumerate() {
+            if conn.as_ref().is_some_and(|c| c.machine.handle_stop(at)) {
                 idle.push(crate::sys::u32_of(slot));
             }
         }
         idle
+    }
+
+    /// Output sessions produce without input (`watch`), asked of every connection with
+    /// nothing pending (so what one holds is at most one poll's worth): returns the
+    /// connections that produced some, which the machine now sends. Both engines' ticks
+    /// poll through here.
+    pub(crate) fn poll_output<H: Handler<Session = S>>(&mut self, handler: &H) -> Vec<(u32, u32)> {
+        let mut produced = Vec::new();
+        for (slot, conn) in self.slots.iter_mut().enumerate() {
+            let Some(conn) = conn.as_mut() else {
+                continue;
+            };
+            if !conn.machine.may_poll_output() || conn.pending(handler) {
+                continue;
+            }
+            if handler.poll_output(&mut conn.session, &mut conn.out) && !conn.out.is_empty() {
+                let step = conn.machine.handle_polled_output();
+                assert_eq!(step, Step::Send, "polled output goes out");
+                produced.push((crate::sys::u32_of(slot), self.generations[slot]));
+            }
+        }
+        produced
     }
 
     /// Removes the connection (dropping it closes the fd) and retires the slot's generation.
@@ -386,6 +451,27 @@ mod tests {
             Some(&b'!'),
             "no send in flight: the session writes to out"
         );
+    }
+
+    /// The output is counted as one stream: all of it out forgets it; more than there was
+    /// is a broken count, refused where it is kept.
+    #[test]
+    fn sent_bytes_are_counted_up_to_the_output() {
+        use crate::handler::echo::Echo;
+        let echo = Echo::default();
+        let session = echo.open(ringstore_service::Protocol::Memcache, 0);
+        let fd = crate::sys::eventfd().unwrap();
+        let mut c = Conn::new(fd, session, Machine::new(0, false), ());
+        c.out.extend_from_slice(b"VALUE k 0 3\r\nabc\r\nEND\r\n");
+        let len = c.out.len();
+        assert!(!c.bytes_sent(&echo, 0));
+        assert!(!c.bytes_sent(&echo, len - 1), "a short send");
+        assert!(c.bytes_sent(&echo, 1), "the rest");
+        assert!(c.out.is_empty() && c.sent == 0, "forgotten once out");
+        c.out.extend_from_slice(b"END\r\n");
+        let over =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.bytes_sent(&echo, 6)));
+        assert!(over.is_err(), "6 bytes counted of an output of 5");
     }
 
     #[test]

@@ -7,16 +7,23 @@
 //! ([`Machine::handle_timeout`]), a stop ([`Machine::handle_stop`]), a lingering read
 //! ([`Machine::handle_linger_recv`]), an operation completed ([`Machine::handle_completed`])
 //! — and gets back the one [`Step`] to carry out: send, read, drain the session, linger,
-//! close, or wait. Time is passed in (`now_ms`, monotonic), so timers are inputs.
+//! close, or wait. Time is passed in ([`At`]: the monotonic time and, once the worker stops,
+//! its drain deadline, which the worker keeps once for all its connections), so timers are
+//! inputs.
 //!
 //! What the machine keeps is one [`State`] instead of loose flags, the operations an
 //! engine has in flight (an io_uring worker's armed receive and send; the readiness engine
-//! never has any), and the clocks the tick judges (last activity, a half-received request,
-//! the stop's drain deadline). Its invariants are asserted where they are kept:
+//! never has any), and the clocks the tick judges (last activity, a half-received request).
+//! Its invariants are asserted where they are kept (`assert!`, in release builds too: each
+//! is a compare of fields already loaded):
 //!
 //! - nothing is sent once the connection is closing or lingering (no `Step::Send` from them,
-//!   and arming a send there panics in debug builds);
-//! - a held reply waits for its commit: while `Held` the machine neither sends nor reads;
+//!   and arming a send there panics);
+//! - a held reply waits for its commit: while `Held` the machine neither sends nor reads
+//!   (no receive armed, no input served), and it leaves `Held` only with the session no
+//!   longer holding;
+//! - input is served only while the connection reads (or output it produced without input
+//!   is going out), never while draining, held, lingering or closing;
 //! - a lingering connection and a half-received request are bounded in time (the tick
 //!   closes them), and after a stop every connection is closed by its drain deadline.
 
@@ -94,6 +101,31 @@ pub(crate) struct Served {
     pub over_cap: bool,
 }
 
+/// When an input happens, as the worker knows it: the monotonic time and, once the worker
+/// stops, the stop's drain deadline. The worker keeps the deadline once for all its
+/// connections and passes it in with the time (as quinn-proto passes `now` into every
+/// input), so no connection keeps a copy of the worker's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct At {
+    pub now_ms: u64,
+    /// Set once the worker stops: in-flight requests may finish until then.
+    pub stop_deadline_ms: Option<u64>,
+}
+
+impl At {
+    /// At `now_ms` on a worker that stops by `stopping` (`None`: not stopping).
+    pub(crate) fn new(now_ms: u64, stopping: Option<u64>) -> At {
+        At {
+            now_ms,
+            stop_deadline_ms: stopping,
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop_deadline_ms.is_some()
+    }
+}
+
 /// The timeouts the tick applies ([`Machine::handle_timeout`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Timeouts {
@@ -112,8 +144,6 @@ pub(crate) struct Machine {
     last_active_ms: u64,
     /// When the currently buffered partial request started (slow-client timeout).
     partial_since_ms: Option<u64>,
-    /// The stop's drain deadline, once the worker stops.
-    stop_deadline_ms: Option<u64>,
 }
 
 impl Machine {
@@ -126,7 +156,6 @@ impl Machine {
             send_in_flight: false,
             last_active_ms: now_ms,
             partial_since_ms: partial.then_some(now_ms),
-            stop_deadline_ms: None,
         }
     }
 
@@ -148,6 +177,10 @@ impl Machine {
             Io::Recv => {
                 assert!(!self.recv_in_flight, "a second receive armed");
                 assert!(!self.closing(), "a receive armed on a closing connection");
+                assert!(
+                    !self.held(),
+                    "a receive armed while a reply is held: nothing is read before its commit"
+                );
                 self.recv_in_flight = true;
             }
             Io::Send => {
@@ -222,14 +255,14 @@ impl Machine {
     }
 
     /// The receive may go in the same submission as the send, linked behind it: the
-    /// connection reads next, none is armed, and the worker is not stopping.
-    pub(crate) fn links_recv(&self) -> bool {
+    /// connection reads next, none is armed, and the worker is not stopping (`at`).
+    pub(crate) fn links_recv(&self, at: At) -> bool {
         self.state
             == State::Sending {
                 after: Flow::Continue,
             }
             && !self.recv_in_flight
-            && self.stop_deadline_ms.is_none()
+            && !at.stopping()
     }
 
     /// The session may be asked for output it produces without input (`watch`): nothing
@@ -240,19 +273,29 @@ impl Machine {
 
     /// Input arrived at `now_ms` (idle timeout).
     pub(crate) fn handle_received(&mut self, now_ms: u64) {
+        assert!(
+            matches!(self.state, State::Reading | State::Sending { .. }),
+            "input served in {:?}: only a reading connection (or one whose `watch` output \
+             is going out) reads",
+            self.state
+        );
         self.last_active_ms = now_ms;
     }
 
     /// The session was called (with input, with none to drain, or again after its held
     /// reply's commit) and did `served`.
-    pub(crate) fn handle_served(&mut self, now_ms: u64, mut served: Served) -> Step {
+    pub(crate) fn handle_served(&mut self, at: At, mut served: Served) -> Step {
         assert!(
             !self.closing() && !self.lingering(),
             "the session is never called once the connection is over ({:?})",
             self.state
         );
+        assert!(
+            !(self.held() && served.held),
+            "a held connection resumed while its session still holds the reply"
+        );
         if served.partial {
-            self.partial_since_ms.get_or_insert(now_ms);
+            self.partial_since_ms.get_or_insert(at.now_ms);
         } else {
             self.partial_since_ms = None;
         }
@@ -265,6 +308,11 @@ impl Machine {
             served.flow = Flow::Continue;
         }
         if served.held {
+            // Nothing is read while the reply is held: the input that led here completed.
+            assert!(
+                !self.recv_in_flight,
+                "a reply held with a receive in flight"
+            );
             self.state = State::Held { after: served.flow };
             return Step::Wait;
         }
@@ -278,7 +326,7 @@ impl Machine {
                 Step::Send
             };
         }
-        self.go_on(now_ms, served.flow)
+        self.go_on(at, served.flow)
     }
 
     /// The session produced output without input (`poll_output`).
@@ -290,9 +338,9 @@ impl Machine {
         Step::Send
     }
 
-    /// A send put bytes out at `now_ms`; `all_out`: the pending output is all sent.
-    pub(crate) fn handle_sent(&mut self, now_ms: u64, all_out: bool) -> Step {
-        self.last_active_ms = now_ms;
+    /// A send put bytes out (`at`); `all_out`: the pending output is all sent.
+    pub(crate) fn handle_sent(&mut self, at: At, all_out: bool) -> Step {
+        self.last_active_ms = at.now_ms;
         let State::Sending { after } = self.state else {
             // A send armed before the session held a reply (output it produced without
             // input went out while a request came in): the commit resumes the connection.
@@ -302,32 +350,33 @@ impl Machine {
         if !all_out {
             return Step::Send; // a short send: the rest goes next
         }
-        self.go_on(now_ms, after)
+        self.go_on(at, after)
     }
 
     /// A receive was cancelled (the send it was linked behind came up short): reading
     /// resumes, unless the connection has moved on (a send in flight resumes it).
-    pub(crate) fn handle_recv_cancelled(&mut self, now_ms: u64) -> Step {
+    pub(crate) fn handle_recv_cancelled(&mut self, at: At) -> Step {
         match self.state {
-            State::Reading if !self.send_in_flight => self.go_on(now_ms, Flow::Continue),
+            State::Reading if !self.send_in_flight => self.go_on(at, Flow::Continue),
             _ => Step::Wait,
         }
     }
 
     /// Nothing is pending and the session asked for `flow`.
-    fn go_on(&mut self, now_ms: u64, flow: Flow) -> Step {
+    fn go_on(&mut self, at: At, flow: Flow) -> Step {
+        assert!(
+            !self.closing() && !self.lingering(),
+            "a connection that is over went on ({:?})",
+            self.state
+        );
         match flow {
-            Flow::Continue
-                if self.stop_deadline_ms.is_some() && self.partial_since_ms.is_none() =>
-            {
-                Step::Close
-            }
+            Flow::Continue if at.stopping() && self.partial_since_ms.is_none() => Step::Close,
             Flow::Continue => {
                 self.state = State::Reading;
                 Step::Read
             }
             Flow::Close => {
-                self.state = State::Lingering(Linger::start(now_ms));
+                self.state = State::Lingering(Linger::start(at.now_ms));
                 self.partial_since_ms = None;
                 Step::Linger
             }
@@ -349,11 +398,12 @@ impl Machine {
         }
     }
 
-    /// The tick at `now_ms`: true when the connection is closed for time — its linger ran
-    /// out, its started request is older than the request timeout (a slow client), it sat
-    /// idle past the idle timeout, or the stop's drain deadline passed.
-    pub(crate) fn handle_timeout(&self, now_ms: u64, timeouts: Timeouts) -> bool {
-        let past_deadline = self.stop_deadline_ms.is_some_and(|d| now_ms >= d);
+    /// The tick `at`: true when the connection is closed for time — its linger ran out, its
+    /// started request is older than the request timeout (a slow client), it sat idle past
+    /// the idle timeout, or the stop's drain deadline passed.
+    pub(crate) fn handle_timeout(&self, at: At, timeouts: Timeouts) -> bool {
+        let now_ms = at.now_ms;
+        let past_deadline = at.stop_deadline_ms.is_some_and(|d| now_ms >= d);
         match &self.state {
             State::Closing { .. } => false,
             State::Lingering(linger) => linger.expired(now_ms) || past_deadline,
@@ -369,11 +419,12 @@ impl Machine {
         }
     }
 
-    /// The worker stops; in-flight requests may finish until `deadline_ms`. True: the
-    /// connection is idle (nothing pending, held or half received) and is closed now; a
-    /// lingering one ends by itself well within the deadline.
-    pub(crate) fn handle_stop(&mut self, deadline_ms: u64) -> bool {
-        self.stop_deadline_ms = Some(deadline_ms);
+    /// The worker stops (`at` carries its drain deadline, until which in-flight requests
+    /// may finish). True: the connection is idle (nothing pending, held or half received)
+    /// and is closed now; a lingering one ends by itself well within the deadline. The
+    /// machine keeps nothing of the stop: every later input gets the deadline in its `at`.
+    pub(crate) fn handle_stop(&self, at: At) -> bool {
+        assert!(at.stopping(), "a stop without a drain deadline");
         self.state == State::Reading && self.partial_since_ms.is_none()
     }
 }

@@ -6,8 +6,8 @@
 //! acceptor → least-loaded-worker placement and its inbox ([`crate::placement::inbox`]), the
 //! connection table ([`crate::connection::Slab`]), the output buffer's bounds and the timeouts
 //! ([`crate::connection::Conn::closed_by_tick`]), the lingering close ([`crate::connection::linger`]), the
-//! limits ([`Limits`]) and the vectored send of values from the item
-//! ([`crate::engine::uring::send_vec::pieces`]). What differs is only how bytes move: a
+//! limits ([`Limits`]) and the output stream with values sent from the item
+//! ([`crate::connection::output`]). What differs is only how bytes move: a
 //! connection is registered once, edge-triggered for input and output, and read or written
 //! with nonblocking calls until the kernel says EAGAIN; reads go into one buffer per worker
 //! (a session keeps what it needs), so an idle connection holds no receive buffer.
@@ -25,6 +25,7 @@ use ringstore_service::Now;
 
 use crate::placement::listeners::Endpoint;
 
+use crate::connection::machine::At;
 use crate::connection::Slab;
 use crate::handler::{Handler, Hooks};
 use crate::ring::Features;
@@ -33,7 +34,6 @@ use crate::sys::{Epoll, Readiness, Watch};
 
 mod conn_io;
 mod disk;
-mod send_iov;
 mod udp;
 
 /// The receive buffer every connection of a worker reads into, in turn.
@@ -267,7 +267,14 @@ impl<H: Handler> Worker<H> {
         }
     }
 
-    /// The tick: the reaper step, timeouts and the stop's drain deadline.
+    /// The time inputs to the connection machine happen at: now, and the stop's drain
+    /// deadline that this worker keeps once for all its connections.
+    fn at(&self) -> At {
+        At::new(self.now.mono_ms, self.stopping_deadline)
+    }
+
+    /// The tick: the reaper step, timeouts and the stop's drain deadline, output sessions
+    /// produce without input (`watch`: a connection that produced some runs).
     fn on_tick(&mut self) {
         let now = self.now.mono_ms;
         self.next_tick_ms = now + self.setup.limits.tick_ms;
@@ -275,41 +282,23 @@ impl<H: Handler> Worker<H> {
             self.last_reclaim_ms = now;
             self.setup.handler.hooks().reclaim(self.now);
         }
-        let timeouts = self.setup.limits.timeouts();
+        let (at, timeouts) = (self.at(), self.setup.limits.timeouts());
         let handler = Arc::clone(&self.setup.handler);
         for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
             let due = self
                 .conns
                 .at_mut(slot)
-                .is_some_and(|conn| conn.closed_by_tick(&*handler, now, timeouts));
+                .is_some_and(|conn| conn.closed_by_tick(&*handler, at, timeouts));
             if due {
                 self.finish_close(slot);
             }
         }
-        self.poll_output();
+        let produced = self.conns.poll_output(&*handler);
+        self.runnable.extend(produced);
         // Accepts that backed off resume (level-triggered: what waits is reported again).
         if now >= self.accept_backoff_until {
             for index in 0..self.setup.listeners.len() {
                 self.accept_all(index);
-            }
-        }
-    }
-
-    /// Output sessions produce without input (`watch`): asked of every connection with
-    /// nothing pending (as the io_uring worker's tick does); one that produced some runs.
-    fn poll_output(&mut self) {
-        let handler = Arc::clone(&self.setup.handler);
-        for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
-            let generation = self.conns.generation(slot);
-            let Some(conn) = self.conns.get_mut(slot, generation) else {
-                continue;
-            };
-            if !conn.machine.may_poll_output() || conn.pending(&*handler) {
-                continue;
-            }
-            if handler.poll_output(&mut conn.session, &mut conn.out) && !conn.out.is_empty() {
-                conn.machine.handle_polled_output();
-                self.runnable.push((slot, generation));
             }
         }
     }
@@ -321,7 +310,7 @@ impl<H: Handler> Worker<H> {
         for (fd, _) in self.setup.listeners.drain(..) {
             self.epoll.remove(fd.as_raw_fd());
         }
-        for slot in self.conns.stop(deadline) {
+        for slot in self.conns.stop(self.at()) {
             self.finish_close(slot);
         }
         // Connections queued after the stop are dropped unserved (open_connection).

@@ -18,7 +18,7 @@ use ringstore_service::{Device, Flow, Now};
 use crate::placement::listeners::Endpoint;
 
 use crate::bufring::BufRing;
-use crate::connection::machine::{Completed, Io, Served, Step};
+use crate::connection::machine::{At, Completed, Io, Step};
 use crate::connection::{Conn, Slab};
 use crate::datapath::kernel_udp::KernelUdp;
 use crate::durable::DiskWorker;
@@ -279,7 +279,7 @@ impl<H: Handler> Worker<H> {
         // Whatever is left (only after a ring failure) is closed without ceremony.
         for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
             if self.conns.remove(slot).is_some() {
-                self.forget_connection();
+                self.setup.forget_connection();
             }
         }
         let _ = self.ring.submitter().unregister_buf_ring(BufRing::GROUP);

@@ -92,6 +92,11 @@ struct Harness {
 }
 
 impl Harness {
+    /// Now, with the stop's deadline as the worker keeps it.
+    fn at(&self) -> At {
+        At::new(self.now, self.stop_deadline)
+    }
+
     fn new(engine: Engine, partial: bool, drains: Vec<Served>) -> Harness {
         let mut h = Harness {
             engine,
@@ -158,7 +163,7 @@ impl Harness {
         } else {
             self.partial_since = None;
         }
-        let step = self.m.handle_served(self.now, served);
+        let step = self.m.handle_served(self.at(), served);
         if served.held && !served.over_cap {
             assert_eq!(step, Step::Wait, "a held reply waits");
         }
@@ -209,7 +214,7 @@ impl Harness {
                 if self.engine == Engine::Uring && !self.complete(Io::Send) {
                     return;
                 }
-                let step = self.m.handle_sent(self.now, all);
+                let step = self.m.handle_sent(self.at(), all);
                 self.carry_out(step);
             }
             Event::Settled(served) if self.m.held() => {
@@ -248,7 +253,7 @@ impl Harness {
                 self.check_bounds();
             }
             Event::Tick => {
-                let due = self.m.handle_timeout(self.now, TIMEOUTS);
+                let due = self.m.handle_timeout(self.at(), TIMEOUTS);
                 if self.close_requested {
                     assert!(!due, "a closing connection is not closed again");
                 } else if due {
@@ -258,7 +263,7 @@ impl Harness {
             Event::Stop if self.stop_deadline.is_none() => {
                 let deadline = self.now + DRAIN_MS;
                 self.stop_deadline = Some(deadline);
-                let idle = self.m.handle_stop(deadline);
+                let idle = self.m.handle_stop(self.at());
                 if idle && !self.close_requested {
                     assert_eq!(self.m.state(), State::Reading);
                     self.close();
@@ -292,7 +297,7 @@ impl Harness {
         if self.close_requested {
             return;
         }
-        let due = self.m.handle_timeout(self.now, TIMEOUTS);
+        let due = self.m.handle_timeout(self.at(), TIMEOUTS);
         if let Some(since) = self.linger_since {
             assert!(self.m.lingering());
             if self.now >= since + LINGER_MS {
@@ -342,36 +347,49 @@ proptest! {
     }
 }
 
-#[test]
-fn a_held_reply_waits_for_its_commit_then_goes_out() {
-    let mut m = Machine::new(0, false);
-    let held = Served {
+/// A session's answer that holds its reply for the data device.
+fn held_reply(pending: bool) -> Served {
+    Served {
         flow: Flow::Continue,
         partial: false,
         held: true,
-        pending: true,
+        pending,
         over_cap: false,
-    };
-    assert_eq!(m.handle_served(1, held), Step::Wait);
+    }
+}
+
+#[test]
+fn a_held_reply_waits_for_its_commit_then_goes_out() {
+    let mut m = Machine::new(0, false);
+    let held = held_reply(true);
+    assert_eq!(m.handle_served(At::new(1, None), held), Step::Wait);
     assert!(!m.may_poll_output(), "nothing is asked of a held session");
     assert_eq!(m.held_flow(), Some(Flow::Continue));
     let settled = Served {
         held: false,
         ..held
     };
-    assert_eq!(m.handle_served(2, settled), Step::Send);
-    assert_eq!(m.handle_sent(3, true), Step::Read);
+    assert_eq!(m.handle_served(At::new(2, None), settled), Step::Send);
+    assert_eq!(m.handle_sent(At::new(3, None), true), Step::Read);
 }
 
 #[test]
 fn the_stop_closes_only_idle_connections() {
-    let mut idle = Machine::new(0, false);
-    assert!(idle.handle_stop(100));
-    let mut half = Machine::new(0, true);
-    assert!(!half.handle_stop(100), "a half-received request may finish");
+    let stopping = |now| At::new(now, Some(100));
+    let idle = Machine::new(0, false);
+    assert!(idle.handle_stop(stopping(0)));
+    let half = Machine::new(0, true);
     assert!(
-        half.handle_timeout(100, TIMEOUTS),
-        "but not past the deadline"
+        !half.handle_stop(stopping(0)),
+        "a half-received request may finish"
+    );
+    assert!(
+        !half.handle_timeout(stopping(99), TIMEOUTS),
+        "until the deadline"
+    );
+    assert!(
+        half.handle_timeout(stopping(100), TIMEOUTS),
+        "but not past it"
     );
     let mut sending = Machine::new(0, false);
     let reply = Served {
@@ -381,10 +399,10 @@ fn the_stop_closes_only_idle_connections() {
         pending: true,
         over_cap: false,
     };
-    assert_eq!(sending.handle_served(1, reply), Step::Send);
-    assert!(!sending.handle_stop(100));
+    assert_eq!(sending.handle_served(At::new(1, None), reply), Step::Send);
+    assert!(!sending.handle_stop(stopping(1)));
     assert_eq!(
-        sending.handle_sent(2, true),
+        sending.handle_sent(stopping(2), true),
         Step::Close,
         "once its reply is out a stopping connection closes"
     );
@@ -396,6 +414,33 @@ fn arming_a_send_after_close_is_refused() {
     let mut m = Machine::new(0, false);
     assert!(m.close());
     m.armed(Io::Send);
+}
+
+#[test]
+#[should_panic(expected = "a receive armed while a reply is held")]
+fn arming_a_receive_while_a_reply_is_held_is_refused() {
+    let mut m = Machine::new(0, false);
+    let held = held_reply(true);
+    assert_eq!(m.handle_served(At::new(1, None), held), Step::Wait);
+    m.armed(Io::Recv);
+}
+
+#[test]
+#[should_panic(expected = "input served in Held")]
+fn input_for_a_held_connection_is_refused() {
+    let mut m = Machine::new(0, false);
+    let held = held_reply(false);
+    m.handle_served(At::new(1, None), held);
+    m.handle_received(2);
+}
+
+#[test]
+#[should_panic(expected = "still holds the reply")]
+fn a_held_connection_is_not_resumed_before_its_commit() {
+    let mut m = Machine::new(0, false);
+    let held = held_reply(false);
+    m.handle_served(At::new(1, None), held);
+    m.handle_served(At::new(2, None), held);
 }
 
 /// Every `.rs` file under `dir`, recursively.
@@ -421,7 +466,7 @@ fn no_engine_keeps_a_lifecycle_of_its_own() {
         "awaits_device",
         "Linger::start",
         "linger.on_recv",
-        "stop_deadline_ms",
+        "Served {",
         "fn due_to_close",
     ];
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine");

@@ -6,7 +6,8 @@ use std::os::fd::AsFd;
 use ringstore_service::{Device, Flow};
 
 use super::*;
-use crate::connection::machine::{Served, State, Step};
+use crate::connection::machine::{State, Step};
+use crate::connection::output::Iovecs;
 use crate::connection::Conn;
 use crate::durable::ConnDevice;
 use crate::sys::Transfer;
@@ -25,13 +26,13 @@ impl<H: Handler> Worker<H> {
     pub(super) fn open_connection(&mut self, fd: OwnedFd, endpoint: Endpoint) {
         if self.stopping_deadline.is_some() {
             drop(fd);
-            return self.forget_connection();
+            return self.setup.forget_connection();
         }
         crate::sys::set_nodelay(fd.as_raw_fd());
         if let Err(err) = crate::sys::set_nonblocking(fd.as_raw_fd()) {
             eprintln!("ringstore: a connection could not be made nonblocking: {err}");
             drop(fd);
-            return self.forget_connection();
+            return self.setup.forget_connection();
         }
         let raw = fd.as_raw_fd();
         let conn = Conn::open(
@@ -54,11 +55,6 @@ impl<H: Handler> Worker<H> {
         // Input that arrived before the registration is reported by it (the first edge).
     }
 
-    /// Accounting for a connection that is gone (closed or dropped before it was served).
-    fn forget_connection(&mut self) {
-        self.setup.forget_connection();
-    }
-
     /// Closes at once (nothing is ever in flight in this runtime; closing the socket also
     /// takes it out of the epoll set).
     pub(super) fn finish_close(&mut self, slot: u32) {
@@ -70,23 +66,8 @@ impl<H: Handler> Worker<H> {
                 device.as_ref().map(|d| d as &dyn Device),
             );
             self.setup.handler.hooks().conn_closed(self.setup.index);
-            self.forget_connection();
+            self.setup.forget_connection();
         }
-    }
-
-    /// The session is done and its last reply sent (the machine lingers): half-close and
-    /// discard what the peer still sends, within bounds (`connection/linger.rs`), so the
-    /// reply is not lost to a reset.
-    fn linger(&mut self, slot: u32) {
-        let generation = self.conns.generation(slot);
-        let Some(conn) = self.conns.at_mut(slot) else {
-            return;
-        };
-        let device = self.disk.as_ref().map(|d| d.log.for_conn(slot, generation));
-        conn.start_linger(
-            &*self.setup.handler,
-            device.as_ref().map(|d| d as &dyn Device),
-        );
     }
 
     /// Serves connection `(slot, generation)` as far as its socket allows: sends what is
@@ -110,6 +91,7 @@ impl<H: Handler> Worker<H> {
     /// One step of [`Worker::drive`], as the connection machine's state says; false when
     /// the connection must wait for an edge (or is gone).
     fn step(&mut self, slot: u32, generation: u32) -> bool {
+        let at = self.at();
         let handler = &*self.setup.handler;
         let Some(conn) = self.conns.get_mut(slot, generation) else {
             return false;
@@ -121,11 +103,7 @@ impl<H: Handler> Worker<H> {
             State::Draining => Step::Drain,
             State::Reading => Step::Read,
             State::Sending { .. } => match flush(handler, conn) {
-                Flushed::All => {
-                    conn.output_flushed();
-                    handler.output_flushed(&mut conn.session);
-                    conn.machine.handle_sent(self.now.mono_ms, true)
-                }
+                Flushed::All => conn.machine.handle_sent(at, true),
                 Flushed::Blocked => return false,
                 Flushed::Failed => {
                     self.finish_close(slot);
@@ -157,7 +135,16 @@ impl<H: Handler> Worker<H> {
                 self.served(slot, flow)
             }
             Step::Linger => {
-                self.linger(slot);
+                // Half-close and discard what the peer still sends, within bounds, so the
+                // last reply is not lost to a reset (`connection/linger.rs`).
+                let Some(conn) = self.conns.get_mut(slot, generation) else {
+                    return false;
+                };
+                let device = self.disk.as_ref().map(|d| d.log.for_conn(slot, generation));
+                conn.start_linger(
+                    &*self.setup.handler,
+                    device.as_ref().map(|d| d as &dyn Device),
+                );
                 true
             }
             Step::Close => {
@@ -200,27 +187,15 @@ impl<H: Handler> Worker<H> {
     }
 
     /// The session was called (with input, to drain, or after its held reply's commit) and
-    /// answered `flow`: reports what it left to the machine, enforcing the output cap. True
-    /// when the connection goes on at its next turn (the machine's state says with what).
+    /// answered `flow` ([`Conn::served`]). True when the connection goes on at its next turn
+    /// (the machine's state says with what).
     pub(super) fn served(&mut self, slot: u32, flow: Flow) -> bool {
-        let cap = self.setup.limits.out_hard_cap;
-        let handler = &*self.setup.handler;
-        let device = self.disk.is_some();
+        let at = self.at();
+        let rules = (self.setup.limits.out_hard_cap, self.disk.is_some());
         let Some(conn) = self.conns.at_mut(slot) else {
             return false;
         };
-        let over_cap = conn.out_len() > cap;
-        if over_cap {
-            eprintln!("ringstore: closing a connection whose pending output passed {cap} bytes");
-        }
-        let served = Served {
-            flow,
-            partial: handler.has_partial_request(&conn.session),
-            held: device && handler.awaits_durable(&conn.session),
-            pending: conn.pending(handler),
-            over_cap,
-        };
-        match conn.machine.handle_served(self.now.mono_ms, served) {
+        match conn.served(&*self.setup.handler, flow, at, rules) {
             // The next turn does it (the machine's state says what).
             Step::Send | Step::Read | Step::Drain => true,
             step => {
@@ -280,24 +255,26 @@ fn feed<H: Handler>(
     flow
 }
 
-/// Writes `conn`'s pending output (with spliced values: one `sendmsg` per round) until it
-/// is all out or the socket is full.
+/// Writes `conn`'s pending output (with spliced values: one `sendmsg` per round, its iovecs
+/// on the stack) until it is all out or the socket is full.
 fn flush<H: Handler>(handler: &H, conn: &mut Conn<H::Session, EpollIo>) -> Flushed {
+    let mut iov = Iovecs::new();
+    let mut sent = 0;
     loop {
-        let splices = handler.splices(&conn.session);
-        let total = crate::engine::uring::send_vec::output_len(&conn.out, splices);
-        if conn.sent >= total {
+        if conn.bytes_sent(handler, sent) {
             return Flushed::All;
         }
+        let splices = handler.splices(&conn.session);
         let fd = conn.fd.as_raw_fd();
         let result = if splices.is_empty() {
             crate::sys::send_nowait(fd, &conn.out[conn.sent..])
         } else {
-            send_iov::send(fd, &conn.out, splices, conn.sent)
+            iov.fill(&conn.out, splices, conn.sent);
+            crate::sys::sendmsg_iovecs_nowait(fd, iov.as_slice())
         };
         match result {
             Transfer::Done(0) | Transfer::Failed => return Flushed::Failed,
-            Transfer::Done(n) => conn.sent += n,
+            Transfer::Done(n) => sent = n,
             Transfer::WouldBlock => return Flushed::Blocked,
         }
     }

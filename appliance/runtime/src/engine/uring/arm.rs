@@ -100,6 +100,7 @@ impl<H: Handler> Worker<H> {
     /// request instead of two. A short send breaks the link (the receive completes with
     /// ECANCELED) and the remainder is sent first.
     pub(super) fn arm_send(&mut self, slot: u32) {
+        let at = self.at();
         let generation = self.conns.generation(slot);
         let handler = &*self.setup.handler;
         let Some(conn) = self.conns.get_mut(slot, generation) else {
@@ -117,7 +118,7 @@ impl<H: Handler> Worker<H> {
             let fd = conn.fd.as_raw_fd();
             send_vec::entry(fd, &conn.out, conn.sent, &mut conn.io.vec_send, splices)
         };
-        let link_recv = self.link_recv && conn.machine.links_recv();
+        let link_recv = self.link_recv && conn.machine.links_recv(at);
         let mut entry = entry.user_data(Op::Send { slot, generation }.encode());
         if link_recv {
             entry = entry.flags(squeue::Flags::IO_LINK);

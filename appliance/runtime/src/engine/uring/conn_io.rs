@@ -1,14 +1,13 @@
 //! A connection's life on its worker: open, receive into its session, send its output, close
 //! (or linger), and the slow-client bookkeeping.
 
-use super::send_vec;
 use super::*;
 
 impl<H: Handler> Worker<H> {
     pub(super) fn open_connection(&mut self, fd: OwnedFd, endpoint: Endpoint) {
         if self.stopping_deadline.is_some() {
             drop(fd);
-            self.forget_connection();
+            self.setup.forget_connection();
             return;
         }
         crate::sys::set_nodelay(fd.as_raw_fd());
@@ -31,11 +30,6 @@ impl<H: Handler> Worker<H> {
         self.setup.handler.hooks().conn_opened(self.setup.index);
         self.peak_conns = self.peak_conns.max(self.conns.live());
         self.arm_recv(slot);
-    }
-
-    /// Accounting for a connection that is gone (closed or dropped before it was served).
-    pub(super) fn forget_connection(&mut self) {
-        self.setup.forget_connection();
     }
 
     /// Carries out what the connection machine says the connection does next.
@@ -99,7 +93,7 @@ impl<H: Handler> Worker<H> {
                 device.as_ref().map(|d| d as &dyn Device),
             );
             self.setup.handler.hooks().conn_closed(self.setup.index);
-            self.forget_connection();
+            self.setup.forget_connection();
         }
     }
 
@@ -111,6 +105,7 @@ impl<H: Handler> Worker<H> {
     }
 
     pub(super) fn on_recv(&mut self, slot: u32, generation: u32, res: i32, flags: u32) {
+        let at = self.at();
         let bid = cqueue::buffer_select(flags);
         let Some(conn) = self.conns.get_mut(slot, generation) else {
             return self.recycle(bid);
@@ -134,7 +129,7 @@ impl<H: Handler> Worker<H> {
         let step = match -res {
             libc::ENOBUFS | libc::EINTR | libc::EAGAIN => Step::Read,
             // The send it was linked behind came up short; reading resumes once it is done.
-            libc::ECANCELED => conn.machine.handle_recv_cancelled(self.now.mono_ms),
+            libc::ECANCELED => conn.machine.handle_recv_cancelled(at),
             // 0 = the peer closed (possibly mid-value), or ECONNRESET and friends.
             _ => Step::Close,
         };
@@ -178,27 +173,15 @@ impl<H: Handler> Worker<H> {
         self.served(slot, flow);
     }
 
-    /// The session was called and answered `flow`: reports what it left to the machine
-    /// (enforcing the output cap) and carries out the next step.
+    /// The session was called and answered `flow` ([`Conn::served`]): the machine's next
+    /// step is carried out.
     pub(super) fn served(&mut self, slot: u32, flow: Flow) {
-        let cap = self.setup.limits.out_hard_cap;
-        let handler = &*self.setup.handler;
-        let device = self.disk.is_some();
+        let at = self.at();
+        let rules = (self.setup.limits.out_hard_cap, self.disk.is_some());
         let Some(conn) = self.conns.at_mut(slot) else {
             return;
         };
-        let over_cap = conn.out_len() > cap;
-        if over_cap {
-            eprintln!("ringstore: closing a connection whose pending output passed {cap} bytes");
-        }
-        let served = Served {
-            flow,
-            partial: handler.has_partial_request(&conn.session),
-            held: device && handler.awaits_durable(&conn.session),
-            pending: conn.pending(handler),
-            over_cap,
-        };
-        let step = conn.machine.handle_served(self.now.mono_ms, served);
+        let step = conn.served(&*self.setup.handler, flow, at, rules);
         self.carry_out(slot, step);
     }
 
@@ -220,7 +203,7 @@ impl<H: Handler> Worker<H> {
     }
 
     pub(super) fn on_send(&mut self, slot: u32, generation: u32, res: i32) {
-        let now = self.now.mono_ms;
+        let at = self.at();
         let handler = &*self.setup.handler;
         let Some(conn) = self.conns.get_mut(slot, generation) else {
             return;
@@ -239,13 +222,8 @@ impl<H: Handler> Worker<H> {
                 _ => self.close(slot),
             };
         }
-        conn.sent += res as usize;
-        let all_out = conn.sent >= send_vec::output_len(&conn.out, handler.splices(&conn.session));
-        if all_out {
-            conn.output_flushed();
-            handler.output_flushed(&mut conn.session);
-        }
-        let step = conn.machine.handle_sent(now, all_out);
+        let all_out = conn.bytes_sent(handler, res as usize);
+        let step = conn.machine.handle_sent(at, all_out);
         self.carry_out(slot, step);
     }
 }

@@ -18,41 +18,31 @@ impl<H: Handler> Worker<H> {
             }
         }
         self.check_timeouts();
-        self.poll_output();
+        // What sessions produce without input (`watch`) goes out.
+        for (slot, _) in self.conns.poll_output(&*self.setup.handler) {
+            self.carry_out(slot, Step::Send);
+        }
         self.arm_udp();
         self.arm_tick();
     }
 
     pub(super) fn check_timeouts(&mut self) {
-        let now = self.now.mono_ms;
-        let timeouts = self.setup.limits.timeouts();
+        let (at, timeouts) = (self.at(), self.setup.limits.timeouts());
         let handler = Arc::clone(&self.setup.handler);
         for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
             let Some(conn) = self.conns.at_mut(slot) else {
                 continue;
             };
-            if conn.closed_by_tick(&*handler, now, timeouts) {
+            if conn.closed_by_tick(&*handler, at, timeouts) {
                 self.close(slot);
             }
         }
     }
 
-    /// Output sessions produce without input (`watch`): asked of every connection with
-    /// nothing pending, so what one holds is at most one poll's worth.
-    pub(super) fn poll_output(&mut self) {
-        let handler = Arc::clone(&self.setup.handler);
-        for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
-            let Some(conn) = self.conns.at_mut(slot) else {
-                continue;
-            };
-            if !conn.machine.may_poll_output() || conn.pending(&*handler) {
-                continue;
-            }
-            if handler.poll_output(&mut conn.session, &mut conn.out) && !conn.out.is_empty() {
-                let step = conn.machine.handle_polled_output();
-                self.carry_out(slot, step);
-            }
-        }
+    /// The time inputs to the connection machine happen at: now, and the stop's drain
+    /// deadline that this worker keeps once for all its connections.
+    pub(super) fn at(&self) -> At {
+        At::new(self.now.mono_ms, self.stopping_deadline)
     }
 
     pub(super) fn begin_stop(&mut self) {
@@ -69,7 +59,7 @@ impl<H: Handler> Worker<H> {
                     .user_data(Op::Cancel.encode()),
             );
         }
-        for slot in self.conns.stop(deadline) {
+        for slot in self.conns.stop(self.at()) {
             self.close(slot);
         }
         self.stop_udp();
