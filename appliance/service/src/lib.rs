@@ -13,6 +13,7 @@ pub mod device;
 mod held;
 pub mod http;
 pub mod memcache;
+pub mod metrics;
 mod stats;
 pub mod watch;
 pub mod zero_copy;
@@ -122,6 +123,8 @@ pub struct Shared {
     pub watch: Arc<watch::Hub>,
     /// What the runtime knew at start.
     pub started: Started,
+    /// `/metrics`: the latency histograms.
+    pub metrics: metrics::Metrics,
 }
 
 /// What the runtime knows before its workers start, for `stats`, logins and `refresh_certs`;
@@ -141,6 +144,12 @@ pub struct Started {
     pub io_runtime: &'static str,
     /// Listeners, timeouts and kernel TLS as started (`stats settings`).
     pub settings: StartSettings,
+    /// Monotonic nanoseconds for the latency histograms (the runtime's clock: the service
+    /// reads none); `None`: every request counts as taking 0 s.
+    pub clock: Option<fn() -> u64>,
+    /// Calls back with `(worker, CPU nanoseconds)` for each worker thread it can read
+    /// (`/metrics` `ringstore_worker_cpu_seconds_total`); `None`: no such series.
+    pub worker_cpu: Option<fn(&mut dyn FnMut(usize, u64))>,
 }
 
 impl Default for Started {
@@ -152,6 +161,8 @@ impl Default for Started {
             tls: None,
             io_runtime: "io_uring",
             settings: StartSettings::default(),
+            clock: None,
+            worker_cpu: None,
         }
     }
 }
@@ -234,6 +245,7 @@ impl Shared {
             refresh_certs: memcache::CertRefreshGate::default(),
             uploads: Arc::default(),
             watch,
+            metrics: metrics::Metrics::new(workers.max(1) + 1, started.clock),
             started,
         })
     }

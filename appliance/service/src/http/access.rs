@@ -19,6 +19,43 @@ pub(super) fn check<B: Backend>(
     client: Option<&Subject>,
     now: Now,
 ) -> Result<(), Status> {
+    with_token(backend, head, client, now, |token| {
+        let writes = matches!(head.method, Method::Put | Method::Delete);
+        if (writes && !token.write) || !key.starts_with(&token.prefix) {
+            return Err(Status::Forbidden);
+        }
+        Ok(())
+    })
+}
+
+/// Whether `GET /metrics` may be answered: under `--http-tokens`, any token (read or write)
+/// whose prefix is empty, i.e. one allowed every key: the series are server-wide, so a
+/// token confined to a prefix (one tenant) is refused 403.
+pub(super) fn check_metrics<B: Backend>(
+    backend: &B,
+    head: &RequestHead<'_>,
+    client: Option<&Subject>,
+    now: Now,
+) -> Result<(), Status> {
+    with_token(backend, head, client, now, |token| {
+        if token.prefix.is_empty() {
+            Ok(())
+        } else {
+            Err(Status::Forbidden)
+        }
+    })
+}
+
+/// Finds the token the request presents (its bearer token, else its verified client
+/// certificate's line) and lets `allow` judge it; without `--http-tokens` every request
+/// goes on, without a known token it is 401.
+fn with_token<B: Backend>(
+    backend: &B,
+    head: &RequestHead<'_>,
+    client: Option<&Subject>,
+    now: Now,
+    allow: impl FnOnce(&crate::auth::Token) -> Result<(), Status>,
+) -> Result<(), Status> {
     let Some(auth) = backend.auth() else {
         return Ok(());
     };
@@ -35,11 +72,7 @@ pub(super) fn check<B: Backend>(
         auth.log.failed(now.mono_ms, "HTTP bearer token");
         return Err(Status::Unauthorized);
     };
-    let writes = matches!(head.method, Method::Put | Method::Delete);
-    if (writes && !token.write) || !key.starts_with(&token.prefix) {
-        return Err(Status::Forbidden);
-    }
-    Ok(())
+    allow(token)
 }
 
 impl HttpSession {
@@ -54,6 +87,9 @@ impl HttpSession {
         out: &mut Vec<u8>,
         status: Status,
     ) -> Step {
+        if status == Status::Unauthorized {
+            backend.record(self.worker, Event::AuthFailed);
+        }
         if !matches!(head.body, BodyFraming::None) || !head.keep_alive {
             return self.fail(backend, out, status);
         }

@@ -2,6 +2,7 @@
 //! budget, and answering a PUT whose body arrived whole.
 
 use super::*;
+use crate::metrics::Family;
 
 impl HttpSession {
     /// Parses and answers (or starts) the request at `data[pos..]`.
@@ -34,6 +35,13 @@ impl HttpSession {
             Err(e) => return self.fail(backend, out, e.status()),
         };
         pos += head_len;
+        if head.target == crate::metrics::PATH && matches!(head.method, Method::Get | Method::Head)
+        {
+            let open_metrics = crate::metrics::wants_open_metrics(&rest[..head_len]);
+            if let Some(step) = self.metrics(&head, open_metrics, pos, now, backend, out) {
+                return step;
+            }
+        }
         self.start_request(&head, pos, now, backend, out)
     }
 
@@ -84,6 +92,7 @@ impl HttpSession {
                         hit: status != Status::NotFound,
                     },
                 );
+                self.tally.note(Family::HttpGet);
                 backend.record(self.worker, Event::Response(status));
                 if let Some(stream) = stream {
                     // A body to drop after a streamed one is not worth the state: close instead.
@@ -104,6 +113,7 @@ impl HttpSession {
                         hit: status != Status::NotFound,
                     },
                 );
+                self.tally.note(Family::HttpDelete);
                 backend.record(self.worker, Event::Response(status));
             }
             Method::Put | Method::Other => {
@@ -188,6 +198,7 @@ impl HttpSession {
     ) {
         let status = reply::put(backend, put, value, now, out);
         backend.record(self.worker, Event::Set);
+        self.tally.note(Family::HttpPut);
         backend.record(self.worker, Event::Response(status));
         if put.connection == ConnectionField::Close {
             self.state = State::Closed;
@@ -196,6 +207,57 @@ impl HttpSession {
 }
 
 impl HttpSession {
+    /// `GET /metrics` (or HEAD): the exposition, after the token check; `None` when the
+    /// backend has no metrics (a key named `metrics`, as in unit tests).
+    fn metrics<B: Backend>(
+        &mut self,
+        head: &RequestHead<'_>,
+        open_metrics: bool,
+        pos: usize,
+        now: Now,
+        backend: &B,
+        out: &mut Vec<u8>,
+    ) -> Option<Step> {
+        if let Err(status) = access::check_metrics(backend, head, self.client.as_deref(), now) {
+            return Some(self.refuse_access(backend, head, pos, out, status));
+        }
+        if !matches!(head.body, BodyFraming::None) {
+            // A scrape carries no body; one that does is not worth skipping.
+            return Some(self.fail(backend, out, Status::BadRequest));
+        }
+        let mut body = Vec::new();
+        if !backend.metrics(self.worker, now, open_metrics, &mut body) {
+            return None;
+        }
+        let content_type = if open_metrics {
+            crate::metrics::OPEN_METRICS_TYPE
+        } else {
+            crate::metrics::TEXT_TYPE
+        };
+        out.extend_from_slice(Status::Ok.status_line());
+        out.extend_from_slice(b"Server: ringstore\r\nContent-Type: ");
+        out.extend_from_slice(content_type.as_bytes());
+        out.extend_from_slice(b"\r\nContent-Length: ");
+        ringstore_proto::memcache::reply::push_u64(out, body.len() as u64);
+        out.extend_from_slice(b"\r\n");
+        let connection = connection_field(head.keep_alive, head.version);
+        match connection {
+            ConnectionField::Omit => {}
+            ConnectionField::KeepAlive => out.extend_from_slice(b"Connection: keep-alive\r\n"),
+            ConnectionField::Close => out.extend_from_slice(b"Connection: close\r\n"),
+        }
+        out.extend_from_slice(b"\r\n");
+        if head.method == Method::Get {
+            out.extend_from_slice(&body);
+        }
+        backend.record(self.worker, Event::Response(Status::Ok));
+        Some(if head.keep_alive {
+            Step::Next(pos)
+        } else {
+            Step::Close
+        })
+    }
+
     /// An error response that ends the connection.
     pub(super) fn fail<B: Backend>(&self, backend: &B, out: &mut Vec<u8>, status: Status) -> Step {
         backend.record(self.worker, Event::Response(status));

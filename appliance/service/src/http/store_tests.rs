@@ -32,6 +32,7 @@ fn backend(store: &Store) -> StoreBackend<'_> {
         device: None,
         auth: None,
         uploads: None,
+        shared: None,
     }
 }
 

@@ -97,7 +97,11 @@ mod tests {
         // The partial `get a` of the datagram is dropped with its session.
         assert_eq!(reply.bytes, b"VALUE a 0 1\r\nx\r\nEND\r\n");
         let ends: Vec<usize> = reply.marks.iter().map(|m| m.end).collect();
-        assert_eq!(ends, [16, 21], "the value of `a`; the miss of `b` with `END`");
+        assert_eq!(
+            ends,
+            [16, 21],
+            "the value of `a`; the miss of `b` with `END`"
+        );
     }
 
     #[test]
