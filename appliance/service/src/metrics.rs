@@ -84,3 +84,45 @@ pub fn render(
     ringstore::write(&mut e, shared, &general);
     e.finish();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_metrics_only_when_accept_names_it() {
+        let om = b"GET /metrics HTTP/1.1\r\nHost: x\r\nACCEPT: application/OpenMetrics-text; version=1.0.0\r\n\r\n";
+        assert!(wants_open_metrics(om));
+        let plain = b"GET /metrics HTTP/1.1\r\nAccept: text/plain\r\nX-Note: application/openmetrics-text\r\n\r\n";
+        assert!(!wants_open_metrics(plain));
+    }
+
+    #[test]
+    fn a_scrape_maps_stats_and_counts_no_keys() {
+        let store = crate::Store::new(crate::StoreConfig {
+            memory_bytes: 8 << 20,
+            item_size_max: 1 << 20,
+            shards: 2,
+            huge_pages: false,
+            external_threshold: 0,
+        })
+        .expect("store");
+        let shared = Shared::new(store, Default::default(), Default::default(), 2, 1, 0);
+        shared.stats(0).get_hits.add(3);
+        shared.stats(1).cmd_set.add(5);
+        shared.stats(1).cas_hits.add(2);
+        let mut out = Vec::new();
+        let now = Now {
+            store: 0,
+            unix: 10,
+            mono_ms: 0,
+        };
+        render(&shared, 0, None, now, false, &mut out);
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(text.contains("\nmemcached_commands_total{command=\"get\",status=\"hit\"} 3\n"));
+        assert!(text.contains("\nmemcached_commands_total{command=\"set\",status=\"hit\"} 3\n"));
+        assert!(text.contains("\n# TYPE memcached_uptime_seconds counter\n"));
+        assert!(text.contains("ringstore_request_duration_seconds_bucket{protocol=\"http\",command=\"GET\",le=\"+Inf\"} 0\n"));
+        assert!(!text.contains("# EOF"));
+    }
+}

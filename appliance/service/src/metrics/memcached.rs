@@ -225,10 +225,6 @@ impl<'a> StatLines<'a> {
     pub fn get(&self, name: &str) -> Option<&'a str> {
         self.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
     }
-
-    fn number(&self, name: &str) -> Option<f64> {
-        self.get(name).and_then(|v| v.parse().ok())
-    }
 }
 
 /// Writes the memcached_* series of `general`, `settings` and `items` (`stats` replies).
@@ -293,19 +289,13 @@ fn commands(e: &mut Exposition<'_>, s: &StatLines<'_>) {
             e.sample_labelled(name, &[("command", command), ("status", status)], v);
         }
     }
-    let cas = ["cas_misses", "cas_hits", "cas_badval"].map(|k| s.number(k));
-    if let (Some(set), [Some(a), Some(b), Some(c)]) = (s.number("cmd_set"), cas) {
-        let v = float(set - (a + b + c));
+    // ringstore's counts are whole numbers: the difference is exact (the exporter's float
+    // subtraction gives the same value below 2^53).
+    let int = |k: &str| s.get(k).and_then(|v| v.parse::<i128>().ok());
+    let cas = ["cas_misses", "cas_hits", "cas_badval"].map(int);
+    if let (Some(set), [Some(a), Some(b), Some(c)]) = (int("cmd_set"), cas) {
+        let v = (set - (a + b + c)).to_string();
         e.sample_labelled(name, &[("command", "set"), ("status", "hit")], &v);
-    }
-}
-
-/// A float as Prometheus reads it back exactly (integers without a fraction).
-fn float(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 9e15 {
-        format!("{}", v as i64)
-    } else {
-        format!("{v}")
     }
 }
 
