@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from conftest import Server
+from test_tls import certs, client_context, fields, tls_server  # noqa: F401 (certs: a fixture)
 
 # ---- the exposition, parsed
 
@@ -612,3 +612,17 @@ def test_prometheus_scrapes_ringstore(server_factory, tmp_path):
         except subprocess.TimeoutExpired:
             prom.kill()
             prom.wait()
+
+
+def test_metrics_over_https(server_factory, certs):
+    srv = tls_server(server_factory, certs)
+    host, port = fields(srv)["https"]
+    c = http.client.HTTPSConnection("localhost", port, context=client_context(certs), timeout=10)
+    status, ctype, body = scrape(c)
+    c.close()
+    assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
+    s, types = parse_exposition(body)
+    # The handshake of this very connection is counted before its request is answered.
+    assert s[("ringstore_tls_handshakes_total", ())] >= 1
+    assert types["ringstore_tls_kernel_offload_total"] == "counter"
+    assert ("ringstore_tls_kernel_offload_total", (("direction", "tx"),)) in s
