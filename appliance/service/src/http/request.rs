@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::metrics::Family;
+use ringstore_proto::http::HeadWriter;
 
 impl HttpSession {
     /// Parses and answers (or starts) the request at `data[pos..]`.
@@ -206,6 +207,10 @@ impl HttpSession {
     }
 }
 
+/// Bytes of the metrics reply's head (status, `Server`, `Content-Type`, `Content-Length`,
+/// `Connection`), at most.
+const METRICS_HEAD_ROOM: usize = 256;
+
 impl HttpSession {
     /// `GET /metrics` (or HEAD): the exposition, after the token check; `None` when the
     /// backend has no metrics (a key named `metrics`, as in unit tests).
@@ -229,24 +234,28 @@ impl HttpSession {
         if !backend.metrics(self.worker, now, open_metrics, &mut body) {
             return None;
         }
+        // Output past the free allowance is reserved in the connection-memory budget, as a
+        // GET's value is; without room the scrape is refused like one.
+        let connection = connection_field(head.keep_alive, head.version);
+        let fits = backend.conn_memory().is_none_or(|budget| {
+            self.out_hold
+                .room_for_output(budget, out.len(), body.len() + METRICS_HEAD_ROOM)
+        });
+        if !fits {
+            backend.record(self.worker, Event::Response(Status::ServiceUnavailable));
+            write_empty(out, Status::ServiceUnavailable, connection);
+            return Some(if head.keep_alive {
+                Step::Next(pos)
+            } else {
+                Step::Close
+            });
+        }
         let content_type = if open_metrics {
             crate::metrics::OPEN_METRICS_TYPE
         } else {
             crate::metrics::TEXT_TYPE
         };
-        out.extend_from_slice(Status::Ok.status_line());
-        out.extend_from_slice(b"Server: ringstore\r\nContent-Type: ");
-        out.extend_from_slice(content_type.as_bytes());
-        out.extend_from_slice(b"\r\nContent-Length: ");
-        ringstore_proto::memcache::reply::push_u64(out, body.len() as u64);
-        out.extend_from_slice(b"\r\n");
-        let connection = connection_field(head.keep_alive, head.version);
-        match connection {
-            ConnectionField::Omit => {}
-            ConnectionField::KeepAlive => out.extend_from_slice(b"Connection: keep-alive\r\n"),
-            ConnectionField::Close => out.extend_from_slice(b"Connection: close\r\n"),
-        }
-        out.extend_from_slice(b"\r\n");
+        metrics_head(out, content_type, body.len(), connection);
         if head.method == Method::Get {
             out.extend_from_slice(&body);
         }
@@ -264,6 +273,18 @@ impl HttpSession {
         write_empty(out, status, ConnectionField::Close);
         Step::Close
     }
+}
+
+/// The head of a metrics reply: 200, `Content-Type`, the body's length, `Connection`.
+fn metrics_head(out: &mut Vec<u8>, content_type: &str, len: usize, connection: ConnectionField) {
+    let start = out.len();
+    HeadWriter::start(out, Status::Ok)
+        .content_length(len as u64)
+        .finish(connection);
+    // The head writer has no Content-Type (objects are untyped): it goes after the status line.
+    let at = start + Status::Ok.status_line().len();
+    let field = [b"Content-Type: ", content_type.as_bytes(), b"\r\n"].concat();
+    out.splice(at..at, field);
 }
 
 pub(super) fn connection_field(keep_alive: bool, version: Version) -> ConnectionField {
