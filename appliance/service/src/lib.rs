@@ -149,7 +149,7 @@ pub struct Started {
     pub clock: Option<fn() -> u64>,
     /// Calls back with `(worker, CPU nanoseconds)` for each worker thread it can read
     /// (`/metrics` `ringstore_worker_cpu_seconds_total`); `None`: no such series.
-    pub worker_cpu: Option<fn(&mut dyn FnMut(usize, u64))>,
+    pub worker_cpu: Option<metrics::WorkerCpu>,
 }
 
 impl Default for Started {

@@ -556,14 +556,13 @@ impl MemcacheSession {
                     return (buf.len(), Flow::Close);
                 }
                 Parse::Done { request, consumed } => {
-                    let family = family(&request);
                     // A reply to a request that staged records waits for the device, and
                     // every later one waits behind it.
                     let flow = held.around(
                         out,
                         || ctx.staged(),
                         Failure::Fixed,
-                        |target| self.execute(request, ctx, target),
+                        |target| self.execute_counted(request, ctx, target),
                     );
                     match flow {
                         Flow::Close => return (buf.len(), Flow::Close),
@@ -571,7 +570,6 @@ impl MemcacheSession {
                         Flow::Drain => return (pos, Flow::Drain),
                         Flow::Continue => pos += consumed,
                     }
-                    self.tally.note(family);
                     if self.watcher.is_some() {
                         return (buf.len(), Flow::Continue);
                     }
@@ -634,6 +632,17 @@ impl MemcacheSession {
         }
         self.awaiting = request_len;
         true
+    }
+
+    /// [`MemcacheSession::execute`], counting a request that finished in its latency family
+    /// (a paused get counts when it finishes).
+    fn execute_counted(&mut self, request: Request<'_>, ctx: &Ctx<'_>, out: &mut Vec<u8>) -> Flow {
+        let family = family(&request);
+        let flow = self.execute(request, ctx, out);
+        if flow == Flow::Continue {
+            self.tally.note(family);
+        }
+        flow
     }
 
     fn execute(&mut self, request: Request<'_>, ctx: &Ctx<'_>, out: &mut Vec<u8>) -> Flow {

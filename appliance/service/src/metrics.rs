@@ -21,6 +21,9 @@ use ringstore_proto::memcache::misc::StatsRequest;
 use crate::device::Device;
 use crate::{Now, Shared};
 
+/// Calls back with `(worker, CPU nanoseconds)` for each worker thread (the runtime's).
+pub type WorkerCpu = fn(&mut dyn FnMut(usize, u64));
+
 /// The server's metrics state beyond the `stats` counters.
 pub struct Metrics {
     pub latency: Latency,
