@@ -68,6 +68,8 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ),
     ("php-cli", "/usr/bin/php"),
     ("php-memcached", "/etc/php/8.2/mods-available/memcached.ini"),
+    // tests/e2e/test_metrics.py: a real Prometheus scrapes /metrics (issue 33).
+    ("prometheus", "/usr/bin/prometheus"),
     // The container image's test (cargo xtask oci, ADR 0034): podman runs it, skopeo reads it.
     // netavark (podman's network) needs iptables; runc where crun refuses the cgroup layout.
     ("podman", "/usr/bin/podman"),

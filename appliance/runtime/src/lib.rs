@@ -33,6 +33,7 @@ mod durable;
 mod engine;
 mod error;
 mod handler;
+mod lend;
 pub mod numa;
 pub mod numa_sub;
 mod op;

@@ -98,6 +98,8 @@ impl Server {
             }),
             io_runtime: runtime.name(),
             settings: start_settings(config, &bound.addrs, kernel_tls),
+            clock: Some(crate::lend::mono_ns),
+            worker_cpu: Some(crate::lend::worker_cpu),
         };
         let shared = shared_state(config, store, node, &cpus, clock, started);
         let data = placed

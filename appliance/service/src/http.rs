@@ -84,6 +84,8 @@ pub struct HttpSession {
     client: Option<Box<ringstore_tls::Subject>>,
     /// The peer's address: the client whose unfinished uploads are bounded together.
     peer: Option<std::net::IpAddr>,
+    /// Requests answered in the current call, for the latency histograms.
+    tally: crate::metrics::Tally,
 }
 
 /// A PUT whose head was accepted and whose body is being read.
@@ -141,6 +143,7 @@ impl HttpSession {
             held: HeldReplies::default(),
             client: None,
             peer: None,
+            tally: crate::metrics::Tally::default(),
         }
     }
 
@@ -195,11 +198,15 @@ impl HttpSession {
     ) -> Flow {
         let backend = StoreBackend::of(shared, self.worker, device);
         let out_start = out.len();
+        self.tally.begin(&shared.metrics.latency);
         let flow = self.on_bytes_with(input, now, &backend, out);
         if let Some(stats) = backend.stats {
             stats.bytes_read.add(input.len() as u64);
             stats.bytes_written.add((out.len() - out_start) as u64);
         }
+        let partial = self.has_partial_request();
+        self.tally
+            .end(&shared.metrics.latency, self.worker, partial);
         flow
     }
 

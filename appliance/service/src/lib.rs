@@ -14,6 +14,7 @@ mod held;
 pub mod hotkeys;
 pub mod http;
 pub mod memcache;
+pub mod metrics;
 mod stats;
 pub mod watch;
 pub mod zero_copy;
@@ -128,6 +129,8 @@ pub struct Shared {
     /// `--log-sink`: lines dropped so far (`stats log_lines_dropped`, ADR 0045); the sink
     /// adds to it once the server started (`Shipper::count_drops_in`); 0 without one.
     pub log_lines_dropped: Arc<std::sync::atomic::AtomicU64>,
+    /// `/metrics`: the latency histograms.
+    pub metrics: metrics::Metrics,
 }
 
 /// What the runtime knows before its workers start, for `stats`, logins and `refresh_certs`;
@@ -147,6 +150,12 @@ pub struct Started {
     pub io_runtime: &'static str,
     /// Listeners, timeouts and kernel TLS as started (`stats settings`).
     pub settings: StartSettings,
+    /// Monotonic nanoseconds for the latency histograms (the runtime's clock: the service
+    /// reads none); `None`: every request counts as taking 0 s.
+    pub clock: Option<fn() -> u64>,
+    /// Calls back with `(worker, CPU nanoseconds)` for each worker thread it can read
+    /// (`/metrics` `ringstore_worker_cpu_seconds_total`); `None`: no such series.
+    pub worker_cpu: Option<metrics::WorkerCpu>,
 }
 
 impl Default for Started {
@@ -158,6 +167,8 @@ impl Default for Started {
             tls: None,
             io_runtime: "io_uring",
             settings: StartSettings::default(),
+            clock: None,
+            worker_cpu: None,
         }
     }
 }
@@ -241,6 +252,7 @@ impl Shared {
             uploads: Arc::default(),
             watch,
             hotkeys: hotkeys::HotKeys::new(workers.max(1) + 1),
+            metrics: metrics::Metrics::new(workers.max(1) + 1, started.clock),
             started,
             log_lines_dropped: Arc::default(),
         })

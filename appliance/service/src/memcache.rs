@@ -159,6 +159,8 @@ pub struct MemcacheSession {
     cfd: u64,
     /// The peer's address, when the runtime told it (`watch connevents`).
     peer: Option<std::net::SocketAddr>,
+    /// Requests answered in the current call, for the latency histograms.
+    pub(crate) tally: crate::metrics::Tally,
 }
 
 /// The end of one response in a session's output (memcached frames each of its UDP
@@ -214,6 +216,7 @@ impl MemcacheSession {
             watcher: None,
             cfd: 0,
             peer: None,
+            tally: crate::metrics::Tally::default(),
         }
     }
 
@@ -327,6 +330,7 @@ impl MemcacheSession {
     ) -> Flow {
         let stats = shared.stats(self.worker);
         stats.bytes_read.add(input.len() as u64);
+        self.tally.begin(&shared.metrics.latency);
         let out_start = out.len();
         // What is still pending from earlier calls keeps its reservation; the rest goes back.
         let _ = self.out_hold.set(
@@ -365,6 +369,9 @@ impl MemcacheSession {
             self.in_hold.release();
         }
         stats.bytes_written.add((out.len() - out_start) as u64);
+        let partial = !self.pending.is_empty();
+        self.tally
+            .end(&shared.metrics.latency, self.worker, partial);
         flow
     }
 
@@ -558,7 +565,7 @@ impl MemcacheSession {
                         out,
                         || ctx.staged(),
                         Failure::Fixed,
-                        |target| self.execute(request, ctx, target),
+                        |target| self.execute_counted(request, ctx, target),
                     );
                     match flow {
                         Flow::Close => return (buf.len(), Flow::Close),
@@ -628,6 +635,17 @@ impl MemcacheSession {
         }
         self.awaiting = request_len;
         true
+    }
+
+    /// [`MemcacheSession::execute`], counting a request that finished in its latency family
+    /// (a paused get counts when it finishes).
+    fn execute_counted(&mut self, request: Request<'_>, ctx: &Ctx<'_>, out: &mut Vec<u8>) -> Flow {
+        let family = family(&request);
+        let flow = self.execute(request, ctx, out);
+        if flow == Flow::Continue {
+            self.tally.note(family);
+        }
+        flow
     }
 
     fn execute(&mut self, request: Request<'_>, ctx: &Ctx<'_>, out: &mut Vec<u8>) -> Flow {
@@ -721,6 +739,46 @@ impl MemcacheSession {
         }
         Flow::Continue
     }
+}
+
+/// The latency histogram a text request counts in.
+fn family(request: &Request<'_>) -> crate::metrics::Family {
+    use crate::metrics::Family;
+    match request {
+        Request::Get(_) => Family::Get,
+        Request::Store(_) | Request::TooLarge { .. } => Family::Set,
+        Request::Delete { .. } => Family::Delete,
+        Request::Arith { .. } => Family::Arith,
+        Request::MetaGet(_)
+        | Request::MetaSet(_)
+        | Request::MetaDelete(_)
+        | Request::MetaArith(_)
+        | Request::MetaNoop
+        | Request::MetaDebug { .. } => Family::Meta,
+        _ => Family::Other,
+    }
+}
+
+/// A `stats` reply (`req`: general, settings, items) as worker `worker` would answer it,
+/// for `/metrics` (which maps those lines as memcached_exporter does).
+pub(crate) fn stats_text(
+    shared: &Shared,
+    worker: usize,
+    device: Option<&dyn Device>,
+    now: Now,
+    req: ringstore_proto::memcache::misc::StatsRequest,
+    out: &mut Vec<u8>,
+) {
+    let cfd = std::cell::Cell::new(0);
+    let ctx = Ctx {
+        shared,
+        worker,
+        cfd: &cfd,
+        stats: shared.stats(worker),
+        now,
+        device,
+    };
+    stats::stats(&ctx, out, req);
 }
 
 /// The reply to `request` (one whole request) when the transport cannot carry its real one

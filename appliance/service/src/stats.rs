@@ -163,6 +163,8 @@ counters! {
     auth_cmds,
     /// Of those, the ones refused (memcached `auth_errors`).
     auth_errors,
+    /// HTTP requests refused 401 under `--http-tokens` (`/metrics`' auth failures).
+    http_auth_failures,
     // TLS (ADR 0031).
     /// TLS handshakes completed.
     tls_handshakes,

@@ -22,6 +22,7 @@ mod hardware;
 pub mod image;
 mod kernel_panic;
 mod ktls_reset;
+mod metrics;
 mod netns;
 mod numa2;
 mod numa_sub;
@@ -87,6 +88,10 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
             ))
         }),
         ("numa2_sub_memory", numa_sub_test),
+        (
+            "prometheus_scrapes_the_appliance",
+            metrics::prometheus_scrapes_the_appliance,
+        ),
         ("console_login_and_json", operator::console_login_and_json),
         (
             "tuning_names_each_difference",

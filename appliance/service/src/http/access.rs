@@ -29,6 +29,21 @@ pub(super) fn check<B: Backend>(
     }
 }
 
+/// Whether `GET /metrics` may be answered: under `--http-tokens`, any token (read or write)
+/// whose prefix is empty, i.e. one allowed every key: the series are server-wide, so a
+/// token confined to a prefix (one tenant) is refused 403.
+pub(super) fn check_metrics<B: Backend>(
+    backend: &B,
+    head: &RequestHead<'_>,
+    client: Option<&Subject>,
+    now: Now,
+) -> Result<(), Status> {
+    match with_token(backend, head, client, now, |token| token.prefix.is_empty())? {
+        Some(false) => Err(Status::Forbidden),
+        Some(true) | None => Ok(()),
+    }
+}
+
 /// The key prefix a reading request in `head` may see (empty: every key); `Err` is the
 /// status to answer (401 without a known token when `--http-tokens` asks for one).
 pub(super) fn read_prefix<B: Backend>(
@@ -80,6 +95,9 @@ impl HttpSession {
         out: &mut Vec<u8>,
         status: Status,
     ) -> Step {
+        if status == Status::Unauthorized {
+            backend.record(self.worker, Event::AuthFailed);
+        }
         if !matches!(head.body, BodyFraming::None) || !head.keep_alive {
             return self.fail(backend, out, status);
         }

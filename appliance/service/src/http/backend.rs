@@ -63,6 +63,8 @@ pub enum Event {
     Delete { hit: bool },
     /// A final response was written [http_requests, http_responses_4xx / _5xx].
     Response(Status),
+    /// A request refused 401 under `--http-tokens` [http_auth_failures].
+    AuthFailed,
 }
 
 /// Keyspace operations and limits an HTTP session uses.
@@ -113,6 +115,12 @@ pub trait Backend {
         let _ = (k, prefix);
         None
     }
+    /// `GET /metrics`: appends the exposition (OpenMetrics when `open_metrics`) to `out`;
+    /// false when this backend has none (then `/metrics` names a key like any other).
+    fn metrics(&self, worker: usize, now: Now, open_metrics: bool, out: &mut Vec<u8>) -> bool {
+        let _ = (worker, now, open_metrics, out);
+        false
+    }
     /// Large objects: publish `manifest` under `key` (every chunk is durable).
     fn put_large(&self, key: &[u8], manifest: &[u8], flags: u32, ttl: i64, now: Now) -> PutOutcome {
         let _ = (key, manifest, flags, ttl, now);
@@ -140,6 +148,8 @@ pub struct StoreBackend<'a> {
     pub uploads: Option<&'a std::sync::Arc<super::UploadLedger>>,
     /// The hot-key sketches; `None` counts nothing.
     pub hotkeys: Option<&'a crate::hotkeys::HotKeys>,
+    /// The whole server, for `/metrics` (`None`: no `/metrics`).
+    pub shared: Option<&'a Shared>,
 }
 
 impl<'a> StoreBackend<'a> {
@@ -159,6 +169,7 @@ impl<'a> StoreBackend<'a> {
             auth: shared.started.auth.as_ref(),
             uploads: Some(&shared.uploads),
             hotkeys: Some(&shared.hotkeys),
+            shared: Some(shared),
         }
     }
 
@@ -184,6 +195,7 @@ impl Backend for StoreBackend<'_> {
                 }
             }
             Event::Set => stats.cmd_set.inc(),
+            Event::AuthFailed => stats.http_auth_failures.inc(),
             Event::Delete { hit } => {
                 if hit {
                     stats.delete_hits.inc()
@@ -215,6 +227,14 @@ impl Backend for StoreBackend<'_> {
 
     fn item_size_max(&self) -> usize {
         self.item_size_max
+    }
+
+    fn metrics(&self, worker: usize, now: Now, open_metrics: bool, out: &mut Vec<u8>) -> bool {
+        let Some(shared) = self.shared else {
+            return false;
+        };
+        crate::metrics::render(shared, worker, self.device, now, open_metrics, out);
+        true
     }
 
     fn out_high_water(&self) -> usize {

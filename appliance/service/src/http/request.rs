@@ -2,6 +2,8 @@
 //! budget, and answering a PUT whose body arrived whole.
 
 use super::*;
+use crate::metrics::Family;
+use ringstore_proto::http::HeadWriter;
 
 impl HttpSession {
     /// Parses and answers (or starts) the request at `data[pos..]`.
@@ -34,6 +36,13 @@ impl HttpSession {
             Err(e) => return self.fail(backend, out, e.status()),
         };
         pos += head_len;
+        if head.target == crate::metrics::PATH && matches!(head.method, Method::Get | Method::Head)
+        {
+            let open_metrics = crate::metrics::wants_open_metrics(&rest[..head_len]);
+            if let Some(step) = self.metrics(&head, open_metrics, pos, now, backend, out) {
+                return step;
+            }
+        }
         self.start_request(&head, pos, now, backend, out)
     }
 
@@ -90,6 +99,7 @@ impl HttpSession {
                         hit: status != Status::NotFound,
                     },
                 );
+                self.tally.note(Family::HttpGet);
                 backend.record(self.worker, Event::Response(status));
                 if let Some(stream) = stream {
                     // A body to drop after a streamed one is not worth the state: close instead.
@@ -110,6 +120,7 @@ impl HttpSession {
                         hit: status != Status::NotFound,
                     },
                 );
+                self.tally.note(Family::HttpDelete);
                 backend.record(self.worker, Event::Response(status));
             }
             Method::Put | Method::Other => {
@@ -194,6 +205,7 @@ impl HttpSession {
     ) {
         let status = reply::put(backend, put, value, now, out);
         backend.record(self.worker, Event::Set);
+        self.tally.note(Family::HttpPut);
         backend.record(self.worker, Event::Response(status));
         if put.connection == ConnectionField::Close {
             self.state = State::Closed;
@@ -201,13 +213,84 @@ impl HttpSession {
     }
 }
 
+/// Bytes of the metrics reply's head (status, `Server`, `Content-Type`, `Content-Length`,
+/// `Connection`), at most.
+const METRICS_HEAD_ROOM: usize = 256;
+
 impl HttpSession {
+    /// `GET /metrics` (or HEAD): the exposition, after the token check; `None` when the
+    /// backend has no metrics (a key named `metrics`, as in unit tests).
+    fn metrics<B: Backend>(
+        &mut self,
+        head: &RequestHead<'_>,
+        open_metrics: bool,
+        pos: usize,
+        now: Now,
+        backend: &B,
+        out: &mut Vec<u8>,
+    ) -> Option<Step> {
+        if let Err(status) = access::check_metrics(backend, head, self.client.as_deref(), now) {
+            return Some(self.refuse_access(backend, head, pos, out, status));
+        }
+        if !matches!(head.body, BodyFraming::None) {
+            // A scrape carries no body; one that does is not worth skipping.
+            return Some(self.fail(backend, out, Status::BadRequest));
+        }
+        let mut body = Vec::new();
+        if !backend.metrics(self.worker, now, open_metrics, &mut body) {
+            return None;
+        }
+        // Output past the free allowance is reserved in the connection-memory budget, as a
+        // GET's value is; without room the scrape is refused like one.
+        let connection = connection_field(head.keep_alive, head.version);
+        let fits = backend.conn_memory().is_none_or(|budget| {
+            self.out_hold
+                .room_for_output(budget, out.len(), body.len() + METRICS_HEAD_ROOM)
+        });
+        if !fits {
+            backend.record(self.worker, Event::Response(Status::ServiceUnavailable));
+            write_empty(out, Status::ServiceUnavailable, connection);
+            return Some(if head.keep_alive {
+                Step::Next(pos)
+            } else {
+                Step::Close
+            });
+        }
+        let content_type = if open_metrics {
+            crate::metrics::OPEN_METRICS_TYPE
+        } else {
+            crate::metrics::TEXT_TYPE
+        };
+        metrics_head(out, content_type, body.len(), connection);
+        if head.method == Method::Get {
+            out.extend_from_slice(&body);
+        }
+        backend.record(self.worker, Event::Response(Status::Ok));
+        Some(if head.keep_alive {
+            Step::Next(pos)
+        } else {
+            Step::Close
+        })
+    }
+
     /// An error response that ends the connection.
     pub(super) fn fail<B: Backend>(&self, backend: &B, out: &mut Vec<u8>, status: Status) -> Step {
         backend.record(self.worker, Event::Response(status));
         write_empty(out, status, ConnectionField::Close);
         Step::Close
     }
+}
+
+/// The head of a metrics reply: 200, `Content-Type`, the body's length, `Connection`.
+fn metrics_head(out: &mut Vec<u8>, content_type: &str, len: usize, connection: ConnectionField) {
+    let start = out.len();
+    HeadWriter::start(out, Status::Ok)
+        .content_length(len as u64)
+        .finish(connection);
+    // The head writer has no Content-Type (objects are untyped): it goes after the status line.
+    let at = start + Status::Ok.status_line().len();
+    let field = [b"Content-Type: ", content_type.as_bytes(), b"\r\n"].concat();
+    out.splice(at..at, field);
 }
 
 pub(super) fn connection_field(keep_alive: bool, version: Version) -> ConnectionField {

@@ -33,6 +33,7 @@ fn backend(store: &Store) -> StoreBackend<'_> {
         auth: None,
         uploads: None,
         hotkeys: None,
+        shared: None,
     }
 }
 

@@ -153,6 +153,7 @@ fn commands(out: &mut Vec<u8>, t: &StatsTotals) {
     // `--auth-file`: text logins and binary SASL attempts (memcache/auth.rs).
     stat(out, "auth_cmds", t.auth_cmds);
     stat(out, "auth_errors", t.auth_errors);
+    stat(out, "http_auth_failures", t.http_auth_failures);
 }
 
 /// Bytes moved, listening, threads and the store's items.

@@ -1,0 +1,243 @@
+//! Request latency histograms: per-worker bucket counters (single writer, summed at scrape)
+//! and the per-session tally that feeds them once per batch of input.
+//!
+//! What is measured: from the moment the session starts on the input that carries a
+//! request's first byte (the read's completion, handed to `on_bytes`) to the moment
+//! `on_bytes` returns with the request's reply in the output buffer, which the runtime then
+//! hands to the kernel without further work. Every request finished in one `on_bytes` call
+//! gets that call's duration; a request whose first bytes arrived in an earlier call is
+//! timed from that earlier call (so a slow client's upload counts its transfer time). Two
+//! clock reads per `on_bytes` call, one array increment per request, one bucket search per
+//! command family used in the call.
+
+use crate::stats::Counter;
+
+/// Bucket upper bounds in nanoseconds: a few µs (a cached GET on a local worker) to seconds
+/// (a durable write behind a slow device). 19 buckets plus `+Inf`.
+pub const BOUNDS_NS: [u64; 19] = [
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+];
+
+/// The `le` label of each bound, as Prometheus clients print seconds.
+pub const BOUNDS_LABEL: [&str; 19] = [
+    "5e-06", "1e-05", "2.5e-05", "5e-05", "0.0001", "0.00025", "0.0005", "0.001", "0.0025",
+    "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5",
+];
+
+const SLOTS: usize = BOUNDS_NS.len() + 1;
+
+/// A command family: the label pair of one histogram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// get, gets, gat, gats.
+    Get,
+    /// set, add, replace, append, prepend, cas (and refused ones).
+    Set,
+    Delete,
+    /// incr, decr.
+    Arith,
+    /// mg, ms, md, ma, mn, me.
+    Meta,
+    /// Every binary-protocol request.
+    Binary,
+    /// Any other text command (touch, stats, version, flush_all, ...).
+    Other,
+    /// HTTP GET and HEAD.
+    HttpGet,
+    HttpPut,
+    HttpDelete,
+}
+
+/// Number of families.
+pub const FAMILIES: usize = 10;
+
+/// Every family with its `protocol` and `command` labels, in index order.
+pub const LABELS: [(Family, &str, &str); FAMILIES] = [
+    (Family::Get, "memcache", "get"),
+    (Family::Set, "memcache", "set"),
+    (Family::Delete, "memcache", "delete"),
+    (Family::Arith, "memcache", "arith"),
+    (Family::Meta, "memcache", "meta"),
+    (Family::Binary, "memcache", "binary"),
+    (Family::Other, "memcache", "other"),
+    (Family::HttpGet, "http", "GET"),
+    (Family::HttpPut, "http", "PUT"),
+    (Family::HttpDelete, "http", "DELETE"),
+];
+
+/// One worker's histograms: written by that worker only.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct WorkerLatency {
+    buckets: [[Counter; SLOTS]; FAMILIES],
+    sum_ns: [Counter; FAMILIES],
+}
+
+/// The bucket an observation of `ns` falls in (`BOUNDS_NS.len()`: `+Inf`).
+pub fn bucket(ns: u64) -> usize {
+    BOUNDS_NS.partition_point(|&b| b < ns)
+}
+
+impl WorkerLatency {
+    /// Counts `n` requests of `family` that took `ns` each.
+    pub fn observe(&self, family: Family, ns: u64, n: u64) {
+        let f = family as usize;
+        self.buckets[f][bucket(ns)].add(n);
+        self.sum_ns[f].add(ns.saturating_mul(n));
+    }
+}
+
+/// One family's histogram summed over the workers: per-bucket (not cumulative) counts and
+/// the sum in nanoseconds.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Summed {
+    pub buckets: [u64; SLOTS],
+    pub sum_ns: u64,
+}
+
+/// The histograms of every worker, and the clock the runtime lends them.
+pub struct Latency {
+    workers: Box<[WorkerLatency]>,
+    /// Monotonic nanoseconds, the runtime's (the service reads no clock of its own); `None`:
+    /// every request counts as taking 0 ns.
+    clock: Option<fn() -> u64>,
+}
+
+impl Latency {
+    pub fn new(slots: usize, clock: Option<fn() -> u64>) -> Latency {
+        Latency {
+            workers: (0..slots).map(|_| WorkerLatency::default()).collect(),
+            clock,
+        }
+    }
+
+    /// Monotonic nanoseconds (0 without a clock).
+    pub fn now_ns(&self) -> u64 {
+        self.clock.map_or(0, |f| f())
+    }
+
+    pub fn worker(&self, worker: usize) -> &WorkerLatency {
+        &self.workers[worker.min(self.workers.len() - 1)]
+    }
+
+    /// `family`'s histogram summed over every worker.
+    pub fn summed(&self, family: Family) -> Summed {
+        let f = family as usize;
+        let mut s = Summed::default();
+        for w in self.workers.iter() {
+            for (total, c) in s.buckets.iter_mut().zip(&w.buckets[f]) {
+                *total = total.wrapping_add(c.get());
+            }
+            s.sum_ns = s.sum_ns.wrapping_add(w.sum_ns[f].get());
+        }
+        s
+    }
+}
+
+/// A session's requests finished in the current `on_bytes` call, by family, and when the
+/// oldest of them started.
+#[derive(Debug, Default)]
+pub struct Tally {
+    counts: [u32; FAMILIES],
+    /// Bit per family with a count.
+    used: u16,
+    /// When the current call started.
+    batch_start: u64,
+    /// When the call that brought a still-partial request's first bytes started.
+    partial_since: Option<u64>,
+}
+
+impl Tally {
+    /// The start of an `on_bytes` call.
+    #[inline]
+    pub fn begin(&mut self, latency: &Latency) {
+        self.batch_start = latency.now_ns();
+    }
+
+    /// One request of `family` was answered.
+    #[inline]
+    pub fn note(&mut self, family: Family) {
+        let f = family as usize;
+        self.counts[f] += 1;
+        self.used |= 1 << f;
+    }
+
+    /// The end of an `on_bytes` call: the requests answered in it go to `worker`'s
+    /// histograms; `partial`: part of a request is buffered for the next call.
+    pub fn end(&mut self, latency: &Latency, worker: usize, partial: bool) {
+        let start = self.partial_since.unwrap_or(self.batch_start);
+        if self.used != 0 {
+            let ns = latency.now_ns().saturating_sub(start);
+            let slot = latency.worker(worker);
+            for (f, &(family, _, _)) in LABELS.iter().enumerate() {
+                if self.used & (1 << f) != 0 {
+                    slot.observe(family, ns, u64::from(self.counts[f]));
+                    self.counts[f] = 0;
+                }
+            }
+            self.used = 0;
+            // The partial request (if any) is a new one, begun in this call.
+            self.partial_since = None;
+        }
+        self.partial_since = match (partial, self.partial_since) {
+            (false, _) => None,
+            (true, Some(t)) => Some(t),
+            (true, None) => Some(self.batch_start),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_bound_inclusively() {
+        assert_eq!(bucket(0), 0);
+        assert_eq!(bucket(5_000), 0);
+        assert_eq!(bucket(5_001), 1);
+        assert_eq!(bucket(5_000_000_000), 18);
+        assert_eq!(bucket(5_000_000_001), 19);
+        for (b, label) in BOUNDS_NS.iter().zip(BOUNDS_LABEL) {
+            let secs: f64 = label.parse().expect("a number");
+            assert!((secs * 1e9 - *b as f64).abs() < 1.0, "{label}");
+        }
+    }
+
+    #[test]
+    fn tally_counts_each_request_once() {
+        let latency = Latency::new(2, None);
+        let mut t = Tally::default();
+        t.begin(&latency);
+        t.note(Family::Get);
+        t.note(Family::Get);
+        t.note(Family::HttpPut);
+        t.end(&latency, 1, false);
+        t.begin(&latency);
+        t.end(&latency, 1, false);
+        assert_eq!(latency.summed(Family::Get).buckets[0], 2);
+        assert_eq!(
+            latency.summed(Family::HttpPut).buckets.iter().sum::<u64>(),
+            1
+        );
+        assert_eq!(latency.summed(Family::Set), Summed::default());
+    }
+}
