@@ -124,7 +124,8 @@ mod tests {
     #[test]
     fn same_inputs_same_bytes_and_the_partitions_are_found_by_type() {
         let layout = Layout::builtin();
-        let dir = std::env::temp_dir().join(format!("ringstore-bootdisk-test-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("ringstore-bootdisk-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let time: &'static FixedTime = Box::leak(Box::new(FixedTime::from_unix(1_700_000_000)));
         let files = vec![

@@ -446,8 +446,9 @@ fn build_disk(disk: &Path, opts: &BootOptions, efi: Vec<u8>, epoch: u64) -> Resu
     }
     let layout = ringstore_bootdisk::Layout::builtin();
     let size = opts.size_mib.unwrap_or(layout.disk_size_mib) << 20;
-    let time: &'static ringstore_bootdisk::fat::FixedTime =
-        Box::leak(Box::new(ringstore_bootdisk::fat::FixedTime::from_unix(epoch)));
+    let time: &'static ringstore_bootdisk::fat::FixedTime = Box::leak(Box::new(
+        ringstore_bootdisk::fat::FixedTime::from_unix(epoch),
+    ));
     crate::disk::write(
         disk,
         &layout,

@@ -179,7 +179,8 @@ fn scan_disk(path: &Path, needles: &[Needle], found: &mut Vec<String>) -> Result
             }
         }
         let slice = ringstore_bootdisk::Slice::new(&mut disk, start, len);
-        let Ok(fs) = ringstore_bootdisk::fat::open(slice, &ringstore_bootdisk::fat::DOS_EPOCH) else {
+        let Ok(fs) = ringstore_bootdisk::fat::open(slice, &ringstore_bootdisk::fat::DOS_EPOCH)
+        else {
             continue;
         };
         for (name, data) in fat_files(&fs.root_dir(), "")? {
@@ -356,7 +357,10 @@ mod tests {
                 layout.disk_size_mib << 20,
                 "s",
                 &ringstore_bootdisk::fat::DOS_EPOCH,
-                &[(ringstore_bootdisk::Role::Esp, vec![("EFI/x.efi".into(), efi)])],
+                &[(
+                    ringstore_bootdisk::Role::Esp,
+                    vec![("EFI/x.efi".into(), efi)],
+                )],
             )
             .unwrap();
             let found = scan_path(&disk, &needles).unwrap();

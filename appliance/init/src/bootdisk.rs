@@ -206,8 +206,8 @@ pub fn grow_data_partition(layout: &Layout, found: &Found) -> Result<Option<Stri
         "partition {} of {} grown from {} to {} (the disk's end) at first boot",
         grown.number,
         found.disk.display(),
-        crate::datadev::size_text(grown.old_len()),
-        crate::datadev::size_text(grown.new_len()),
+        crate::data_device::size_text(grown.old_len()),
+        crate::data_device::size_text(grown.new_len()),
     )))
 }
 

@@ -24,7 +24,7 @@ pub mod bootdisk;
 pub mod cmdline;
 pub mod config_partition;
 pub mod console;
-pub mod datadev;
+pub mod data_device;
 pub mod fetch;
 pub mod hostname;
 pub mod hugepages;
@@ -184,7 +184,7 @@ fn data_partition(machine: &Machine) -> Result<std::path::PathBuf, String> {
         Ok(None) => {}
         Err(why) => warn!("data partition not grown: {why}"),
     }
-    found.node(datadev::NODE_WAIT)
+    found.node(data_device::NODE_WAIT)
 }
 
 /// Whether no configuration layer set `memory` (its resolved setting is the built-in
@@ -246,7 +246,11 @@ fn effective_cmdline(machine: &Machine, running: &str) -> String {
     let mut file = String::new();
     if !image.trim().is_empty() {
         let layout = ringstore_bootdisk::Layout::builtin();
-        match bootdisk::wait_for(&layout, ringstore_bootdisk::Role::Config, bootdisk::DISK_WAIT) {
+        match bootdisk::wait_for(
+            &layout,
+            ringstore_bootdisk::Role::Config,
+            bootdisk::DISK_WAIT,
+        ) {
             None => info!("no config partition found; using the image's command line"),
             Some(found) => {
                 // The console's keys from the partition, for load_credentials after boot.
@@ -432,7 +436,7 @@ fn serve(machine: &Machine, config: &ringstore_config::Config) -> Result<(), Fat
     }
     if let Some(path) = &config.data {
         // The driver creates the node in devtmpfs; PID 1 never mounts or opens it itself.
-        match datadev::wait_for_node(path, datadev::NODE_WAIT) {
+        match data_device::wait_for_node(path, data_device::NODE_WAIT) {
             Ok(described) => {
                 info!("data device {described}");
                 machine.state().data_device = Some(described);
@@ -474,7 +478,7 @@ fn serve(machine: &Machine, config: &ringstore_config::Config) -> Result<(), Fat
 /// A data device that cannot be used: nothing serves, and the caller follows
 /// `ringstore.on_fatal`, which logs the one console line (`ringstore: fatal: data device ...`).
 fn data_device_fatal(machine: &Machine, why: &str) -> Fatal {
-    let line = datadev::appliance_message(why);
+    let line = data_device::appliance_message(why);
     not_serving(machine, line.clone());
     Fatal(line)
 }

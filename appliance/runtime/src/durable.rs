@@ -21,16 +21,17 @@ use ringstore_store::{Backfill, StoreError, Time};
 
 mod compaction;
 mod device;
+pub(crate) mod open;
 mod sync;
 
 pub(crate) use device::{ConnDevice, DeviceBackfill};
 pub(crate) use sync::{Done, SyncThread};
 
 /// Where a worker's data-device I/O goes: the io_uring worker's SQEs or the readiness
-/// runtime's sync thread (ADR 0033). The log's bookkeeping ([`DiskWorker`]) is the same for
+/// runtime's sync thread (ADR 0033). The log's bookkeeping ([`DeviceWorker`]) is the same for
 /// both; a sink only says how each operation reaches the device, and its completion comes
-/// back through [`DiskWorker::complete`], [`DiskWorker::erase_complete`] and
-/// [`DiskWorker::read_complete`].
+/// back through [`DeviceWorker::complete`], [`DeviceWorker::erase_complete`] and
+/// [`DeviceWorker::read_complete`].
 pub(crate) trait DiskSink {
     /// Batch write `id` of `bytes` at `offset`; when `chained`, the next [`DiskSink::flush`]
     /// is its flush and must start only after it ended (and not at all if it failed).
@@ -41,7 +42,7 @@ pub(crate) trait DiskSink {
     /// Everything of this pump was handed over (io_uring: a chain is complete).
     fn end_of_batch(&mut self) {}
     /// Compaction read `id`: `buf.len()` bytes at `offset` into `buf`, which stays
-    /// untouched until [`DiskWorker::read_complete`].
+    /// untouched until [`DeviceWorker::read_complete`].
     fn read(&mut self, id: u64, offset: u64, buf: &mut [u8]);
     /// Erase `id`: `block` written at `offset`, then an fdatasync chained behind it.
     fn erase(&mut self, id: u64, offset: u64, block: &[u8]);
@@ -92,7 +93,7 @@ pub(crate) struct Outcome {
 }
 
 /// A worker's side of the data device.
-pub(crate) struct DiskWorker {
+pub(crate) struct DeviceWorker {
     serving: Arc<Serving<FileDevice>>,
     fd: RawFd,
     region: usize,
@@ -119,9 +120,12 @@ pub(crate) struct DiskWorker {
     next_compaction_op: u64,
 }
 
-impl DiskWorker {
+impl DeviceWorker {
     /// Takes region `region`'s log for this worker.
-    pub(crate) fn install(serving: Arc<Serving<FileDevice>>, region: usize) -> Option<DiskWorker> {
+    pub(crate) fn install(
+        serving: Arc<Serving<FileDevice>>,
+        region: usize,
+    ) -> Option<DeviceWorker> {
         let mut log = serving.take_log(region)?;
         // Each group: one write with its flush chained behind it (ADR 0011, chained flushes).
         log.chain_flushes(true);
@@ -135,7 +139,7 @@ impl DiskWorker {
             }
         };
         let compactor = Compactor::new(serving.superblock().geometry.block_size);
-        Some(DiskWorker {
+        Some(DeviceWorker {
             serving,
             fd,
             region,
@@ -159,7 +163,7 @@ impl DiskWorker {
     /// The device for one session call on behalf of connection `(slot, generation)`.
     pub(crate) fn for_conn(&self, slot: u32, generation: u32) -> ConnDevice<'_> {
         ConnDevice {
-            disk: self,
+            device: self,
             conn: (slot, generation),
         }
     }

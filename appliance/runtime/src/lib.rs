@@ -27,7 +27,6 @@ pub mod auth;
 mod bufring;
 mod clock;
 mod connection;
-mod data;
 pub mod datapath;
 mod durable;
 mod engine;

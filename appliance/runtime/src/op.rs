@@ -66,7 +66,7 @@ impl Op {
         let conn = |slot: u32, generation: u32, tag: u64| {
             (u64::from(slot) << 32) | (u64::from(generation & GEN_MASK) << 8) | tag
         };
-        let disk = |id: u64, tag: u64| {
+        let device = |id: u64, tag: u64| {
             debug_assert!(id < 1 << 56, "op ids fit in 56 bits");
             (id << 8) | tag
         };
@@ -77,12 +77,12 @@ impl Op {
             Op::Inbox => INBOX,
             Op::Accept { index } => conn(index, 0, ACCEPT),
             Op::Cancel => CANCEL,
-            Op::DiskWrite { id } => disk(id, DISK_WRITE),
-            Op::DiskFlush { id } => disk(id, DISK_FLUSH),
-            Op::DiskErase { id } => disk(id, DISK_ERASE),
-            Op::DiskEraseFlush { id } => disk(id, DISK_ERASE_FLUSH),
+            Op::DiskWrite { id } => device(id, DISK_WRITE),
+            Op::DiskFlush { id } => device(id, DISK_FLUSH),
+            Op::DiskErase { id } => device(id, DISK_ERASE),
+            Op::DiskEraseFlush { id } => device(id, DISK_ERASE_FLUSH),
             Op::Wake => WAKE,
-            Op::DiskCompactRead { id } => disk(id, DISK_COMPACT_READ),
+            Op::DiskCompactRead { id } => device(id, DISK_COMPACT_READ),
             Op::UdpRecv => UDP_RECV,
             Op::UdpSend { slot } => conn(slot, 0, UDP_SEND),
             Op::XdpReady { index } => conn(index, 0, XDP_READY),

@@ -102,9 +102,9 @@ impl Server {
             worker_cpu: Some(crate::lend::worker_cpu),
         };
         let shared = shared_state(config, store, node, &cpus, clock, started);
-        let data = placed
-            .durable
-            .map(|durable| crate::data::attach(durable, &shared.store, clock, config.data_full));
+        let data = placed.durable.map(|durable| {
+            crate::durable::open::attach(durable, &shared.store, clock, config.data_full)
+        });
         let handler = Arc::new(Tls::new(
             ServiceHandler(shared.clone()),
             certs,
@@ -365,7 +365,7 @@ fn place(config: &Config) -> Result<Placed, RuntimeError> {
     let sub_regions =
         crate::numa_sub::sub_regions(&topology, node, config, std::path::Path::new("/sys"))?;
     let durable = match &config.data {
-        Some(path) => Some(crate::data::open(path, config, &mut cpus)?),
+        Some(path) => Some(crate::durable::open::open(path, config, &mut cpus)?),
         None => None,
     };
     let node_cpus = topology

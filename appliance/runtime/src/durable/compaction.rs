@@ -3,8 +3,8 @@
 
 use super::*;
 
-impl DiskWorker {
-    /// One bounded step of background compaction (before [`DiskWorker::pump`], so its copies
+impl DeviceWorker {
+    /// One bounded step of background compaction (before [`DeviceWorker::pump`], so its copies
     /// join this iteration's batch). Returns true when the loop should not sleep.
     pub(crate) fn compact_step(
         &mut self,
@@ -46,7 +46,7 @@ impl DiskWorker {
     }
 
     /// The buffer of compaction read `id` (a sink that read into a buffer of its own copies
-    /// it here before [`DiskWorker::read_complete`]); None when that read is not in flight.
+    /// it here before [`DeviceWorker::read_complete`]); None when that read is not in flight.
     pub(crate) fn read_buf_of(&mut self, id: u64) -> Option<&mut [u8]> {
         (self.reading == Some(id)).then(|| self.compactor.read_buf())
     }

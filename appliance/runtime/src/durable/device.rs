@@ -6,46 +6,46 @@ use super::*;
 
 /// The data device for one session call: the worker's log, on behalf of one connection.
 pub(crate) struct ConnDevice<'a> {
-    pub(super) disk: &'a DiskWorker,
+    pub(super) device: &'a DeviceWorker,
     pub(super) conn: (u32, u32),
 }
 
 impl Journal for ConnDevice<'_> {
     fn record(&self, m: Mutation<'_>) -> Result<(), StoreError> {
-        let serving = &self.disk.serving;
-        self.disk
+        let serving = &self.device.serving;
+        self.device
             .stage(Some(self.conn), |log, token| serving.stage(log, m, token))
     }
 }
 
 impl Device for ConnDevice<'_> {
     fn staged(&self) -> u64 {
-        self.disk.log.borrow().staged
+        self.device.log.borrow().staged
     }
 
     fn chunk_len(&self) -> usize {
-        self.disk.serving.chunk_len()
+        self.device.serving.chunk_len()
     }
 
     fn region_len(&self) -> u64 {
-        self.disk.serving.region_len()
+        self.device.serving.region_len()
     }
 
     fn new_object_id(&self) -> u64 {
-        self.disk.serving.next_object_id()
+        self.device.serving.next_object_id()
     }
 
     fn stage_chunk(&self, object: u64, index: u32, bytes: &[u8]) -> Result<(), StoreError> {
-        let serving = &self.disk.serving;
-        self.disk.stage(Some(self.conn), |log, token| {
+        let serving = &self.device.serving;
+        self.device.stage(Some(self.conn), |log, token| {
             serving.stage_chunk(log, object, index, bytes, token)
         })
     }
 
     fn abandon_object(&self, object: u64, chunks: u32) {
-        let mut w = self.disk.log.borrow_mut();
+        let mut w = self.device.log.borrow_mut();
         if w.recs.is_empty() {
-            self.disk.serving.abandon_object(object, chunks);
+            self.device.serving.abandon_object(object, chunks);
         } else {
             let token = w.staged;
             w.abandoned.push_back((token, object, chunks));
@@ -53,7 +53,7 @@ impl Device for ConnDevice<'_> {
     }
 
     fn read_chunk(&self, object: u64, index: u32) -> Option<Vec<u8>> {
-        let serving = &self.disk.serving;
+        let serving = &self.device.serving;
         serving
             .read_chunk(object, index)
             .map_err(|err| {
@@ -70,7 +70,7 @@ impl Device for ConnDevice<'_> {
         start: usize,
         end: usize,
     ) -> Option<Vec<u8>> {
-        let serving = &self.disk.serving;
+        let serving = &self.device.serving;
         serving
             .read_chunk_range(object, index, start, end)
             .map_err(|err| {
@@ -84,7 +84,7 @@ impl Device for ConnDevice<'_> {
     }
 
     fn stats(&self, out: &mut dyn FnMut(&'static str, u64)) {
-        let serving = &self.disk.serving;
+        let serving = &self.device.serving;
         let (uploads, reserved) = serving.uploads();
         out("data_reserved_bytes", reserved);
         out("data_uploads_in_progress", uploads as u64);
@@ -97,7 +97,7 @@ impl Device for ConnDevice<'_> {
     }
 
     fn evictions(&self) -> u64 {
-        self.disk.serving.evictions().objects
+        self.device.serving.evictions().objects
     }
 }
 

@@ -33,7 +33,7 @@ use crate::setup::WorkerSetup;
 use crate::sys::{Epoll, Readiness, Watch};
 
 mod conn_io;
-mod disk;
+mod device;
 mod udp;
 
 /// The receive buffer every connection of a worker reads into, in turn.
@@ -45,7 +45,7 @@ const EVENTS: usize = 256;
 
 /// What an event's key names: a connection (slot and generation), the inbox, a listener.
 const KEY_INBOX: u64 = 1 << 62;
-const KEY_DISK: u64 = 1 << 61;
+const KEY_DEVICE: u64 = 1 << 61;
 const KEY_UDP: u64 = 1 << 60;
 const KEY_LISTENER: u64 = 1 << 63;
 
@@ -78,9 +78,9 @@ struct Worker<H: Handler> {
     accept_backoff_until: u64,
     peak_conns: usize,
     /// The data device (`--data`): this worker's region log and its sync thread.
-    disk: Option<disk::Disk>,
+    device: Option<device::DeviceThreads>,
     /// Background compaction has more to do: the next wait does not sleep.
-    disk_busy: bool,
+    device_busy: bool,
     /// memcache UDP (`--udp`): this worker's socket of the reuseport group.
     udp: Option<udp::Udp>,
 }
@@ -121,13 +121,13 @@ impl<H: Handler> Worker<H> {
                 .and_then(|()| epoll.add(fd.as_raw_fd(), key, Watch::LevelRead))
                 .map_err(|err| format!("cannot watch its listener: {err}"))?;
         }
-        let disk = match &setup.data {
+        let device = match &setup.data {
             Some(serving) => {
-                let disk = disk::Disk::start(serving, setup.index)?;
+                let device = device::DeviceThreads::start(serving, setup.index)?;
                 epoll
-                    .add(disk.thread.eventfd(), KEY_DISK, Watch::LevelRead)
+                    .add(device.thread.eventfd(), KEY_DEVICE, Watch::LevelRead)
                     .map_err(|err| format!("epoll_ctl (data device) failed: {err}"))?;
-                Some(disk)
+                Some(device)
             }
             None => None,
         };
@@ -156,8 +156,8 @@ impl<H: Handler> Worker<H> {
             last_reclaim_ms: now.mono_ms,
             accept_backoff_until: 0,
             peak_conns: 0,
-            disk,
-            disk_busy: false,
+            device,
+            device_busy: false,
             udp,
             setup,
         })
@@ -166,7 +166,7 @@ impl<H: Handler> Worker<H> {
     fn serve(&mut self) {
         loop {
             // Work left from the last iteration: just look; otherwise sleep until the tick.
-            let timeout = if self.runnable.is_empty() && !self.disk_busy {
+            let timeout = if self.runnable.is_empty() && !self.device_busy {
                 self.next_tick_ms.saturating_sub(self.now.mono_ms)
             } else {
                 0
@@ -189,22 +189,22 @@ impl<H: Handler> Worker<H> {
                 self.drive(slot, generation);
             }
             // Group commit: what this iteration staged goes to the device thread at once.
-            self.disk_busy = self.pump_disk();
+            self.device_busy = self.pump_device();
             if self.now.mono_ms >= self.next_tick_ms {
                 self.on_tick();
             }
             if self.stopping_deadline.is_none() && self.setup.stop.load(Ordering::Acquire) {
                 self.begin_stop();
             }
-            if self.stopping_deadline.is_some() && self.conns.live() == 0 && self.disk_idle() {
+            if self.stopping_deadline.is_some() && self.conns.live() == 0 && self.device_idle() {
                 break;
             }
         }
         for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
             self.finish_close(slot);
         }
-        if let Some(disk) = self.disk.take() {
-            disk.stop();
+        if let Some(device) = self.device.take() {
+            device.stop();
         }
     }
 
@@ -213,8 +213,8 @@ impl<H: Handler> Worker<H> {
             self.setup.inbox.clear_wakeups();
             return self.take_inbox();
         }
-        if event.key == KEY_DISK {
-            return self.on_disk();
+        if event.key == KEY_DEVICE {
+            return self.on_device();
         }
         if event.key == KEY_UDP {
             return self.on_udp();

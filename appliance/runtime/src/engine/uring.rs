@@ -21,7 +21,7 @@ use crate::bufring::BufRing;
 use crate::connection::machine::{At, Completed, Io, Step};
 use crate::connection::{Conn, Slab};
 use crate::datapath::kernel_udp::KernelUdp;
-use crate::durable::DiskWorker;
+use crate::durable::DeviceWorker;
 use crate::handler::{Handler, Hooks};
 use crate::op::Op;
 use crate::ring::Features;
@@ -65,7 +65,7 @@ struct Worker<H: Handler> {
     conns: Slab<H::Session, UringIo>,
     pending: Vec<squeue::Entry>,
     /// Pairs that must reach the kernel in one submission: a data-device batch write and the
-    /// flush chained behind it (`DiskWorker::pump`).
+    /// flush chained behind it (`DeviceWorker::pump`).
     pending_chains: Vec<[squeue::Entry; 2]>,
     completions: Vec<(u64, i32, u32)>,
     new_conns: Vec<(OwnedFd, Endpoint)>,
@@ -86,7 +86,7 @@ struct Worker<H: Handler> {
     /// Receives queued behind sends poll first (hidden key `poll-first`, for measurement).
     poll_first: bool,
     /// This worker's region log, when a data device is on (None: RAM only, no extra work).
-    disk: Option<DiskWorker>,
+    device: Option<DeviceWorker>,
     /// Hidden key `eventfd-wait` (measurement under valgrind): an eventfd registered with the
     /// ring; the worker blocks in a read of it instead of inside `io_uring_enter`.
     wait_fd: Option<OwnedFd>,
@@ -111,8 +111,8 @@ pub(crate) fn run<H: Handler>(
         }
     };
     worker.serve();
-    if let Some(disk) = worker.disk.take() {
-        disk.uninstall();
+    if let Some(device) = worker.device.take() {
+        device.uninstall();
     }
     worker.peak_conns
 }
@@ -178,9 +178,9 @@ impl<H: Handler> Worker<H> {
     fn start(mut setup: WorkerSetup<H>) -> Result<(Worker<H>, Features), String> {
         let registered = register(&mut setup)?;
         let now = setup.clock.now();
-        let disk = match &setup.data {
+        let device = match &setup.data {
             Some(serving) => Some(
-                DiskWorker::install(serving.clone(), setup.index)
+                DeviceWorker::install(serving.clone(), setup.index)
                     .ok_or("the data device has no free region for it")?,
             ),
             None => None,
@@ -209,7 +209,7 @@ impl<H: Handler> Worker<H> {
             link_recv: tuning.link_recv,
             peak_conns: 0,
             poll_first: tuning.poll_first,
-            disk,
+            device,
             wait_fd: registered.wait_fd,
         };
         Ok((worker, registered.features))
@@ -249,9 +249,9 @@ impl<H: Handler> Worker<H> {
             if self.stopping_deadline.is_none() && self.setup.stop.load(Ordering::Acquire) {
                 self.begin_stop();
             }
-            if let Some(disk) = &mut self.disk {
-                let (fd, lane_fd) = disk.fds();
-                let mut sink = disk::UringSink {
+            if let Some(device) = &mut self.device {
+                let (fd, lane_fd) = device.fds();
+                let mut sink = device::UringSink {
                     fd,
                     lane_fd,
                     sqes: &mut self.pending,
@@ -260,17 +260,17 @@ impl<H: Handler> Worker<H> {
                 };
                 // Background compaction, one bounded step; its copies join this iteration's batch.
                 let may_start = self.stopping_deadline.is_none();
-                if disk.compact_step(&mut sink, self.now.unix, self.now.mono_ms, may_start) {
+                if device.compact_step(&mut sink, self.now.unix, self.now.mono_ms, may_start) {
                     sink.sqes
                         .push(opcode::Nop::new().build().user_data(Op::Wake.encode()));
                 }
                 // Group commit: everything staged this iteration goes out as one write + one flush.
-                disk.pump(&mut sink);
+                device.pump(&mut sink);
             }
             if self.stopping_deadline.is_some()
                 && self.conns.live() == 0
                 && !self.accept_armed.contains(&true)
-                && self.disk.as_ref().is_none_or(DiskWorker::is_idle)
+                && self.device.as_ref().is_none_or(DeviceWorker::is_idle)
                 && self.udp.as_ref().is_none_or(KernelUdp::is_idle)
             {
                 break;
@@ -355,20 +355,20 @@ impl<H: Handler> Worker<H> {
                 Op::Tick => self.on_tick(),
                 Op::Inbox => self.on_inbox(),
                 Op::Accept { index } => self.on_accept(index as usize, res),
-                Op::DiskWrite { id } => self.on_disk(false, id, res),
-                Op::DiskFlush { id } => self.on_disk(true, id, res),
+                Op::DiskWrite { id } => self.on_device(false, id, res),
+                Op::DiskFlush { id } => self.on_device(true, id, res),
                 Op::DiskErase { .. } | Op::DiskEraseFlush { .. } => {
-                    if let Some(disk) = &mut self.disk {
+                    if let Some(device) = &mut self.device {
                         let flush = matches!(op, Op::DiskEraseFlush { .. });
-                        let evicted = disk.erase_complete(flush, res, self.now.mono_ms);
+                        let evicted = device.erase_complete(flush, res, self.now.mono_ms);
                         // No session waits on an eviction: only its RAM copies go.
                         let handler = &*self.setup.handler;
                         crate::connection::forget_dropped(handler, &evicted, self.now);
                     }
                 }
                 Op::DiskCompactRead { id } => {
-                    if let Some(disk) = &mut self.disk {
-                        disk.read_complete(id, res, self.now.mono_ms);
+                    if let Some(device) = &mut self.device {
+                        device.read_complete(id, res, self.now.mono_ms);
                     }
                 }
                 Op::UdpRecv => self.on_udp_recv(res, flags),
@@ -390,7 +390,7 @@ impl<H: Handler> Worker<H> {
 mod accept;
 mod arm;
 mod conn_io;
-mod disk;
+mod device;
 pub(crate) mod send_vec;
 // The SQE pushes and accepted descriptors: the only `unsafe` of the worker.
 #[allow(

@@ -60,7 +60,10 @@ impl<H: Handler> Worker<H> {
     pub(super) fn finish_close(&mut self, slot: u32) {
         let generation = self.conns.generation(slot);
         if let Some(conn) = self.conns.remove(slot) {
-            let device = self.disk.as_ref().map(|d| d.log.for_conn(slot, generation));
+            let device = self
+                .device
+                .as_ref()
+                .map(|d| d.log.for_conn(slot, generation));
             conn.end(
                 &*self.setup.handler,
                 device.as_ref().map(|d| d as &dyn Device),
@@ -98,7 +101,7 @@ impl<H: Handler> Worker<H> {
         };
         let next = match conn.machine.state() {
             State::Lingering(_) => return self.discard_lingering(slot),
-            // Resumed once its records are settled (disk.rs); a closing one is gone already.
+            // Resumed once its records are settled (device.rs); a closing one is gone already.
             State::Held { .. } | State::Closing { .. } => return false,
             State::Draining => Step::Drain,
             State::Reading => Step::Read,
@@ -130,7 +133,10 @@ impl<H: Handler> Worker<H> {
                 let Some(conn) = self.conns.get_mut(slot, generation) else {
                     return false;
                 };
-                let device = self.disk.as_ref().map(|d| d.log.for_conn(slot, generation));
+                let device = self
+                    .device
+                    .as_ref()
+                    .map(|d| d.log.for_conn(slot, generation));
                 let flow = feed(handler, device.as_ref(), conn, &[], self.now);
                 self.served(slot, flow)
             }
@@ -140,7 +146,10 @@ impl<H: Handler> Worker<H> {
                 let Some(conn) = self.conns.get_mut(slot, generation) else {
                     return false;
                 };
-                let device = self.disk.as_ref().map(|d| d.log.for_conn(slot, generation));
+                let device = self
+                    .device
+                    .as_ref()
+                    .map(|d| d.log.for_conn(slot, generation));
                 conn.start_linger(
                     &*self.setup.handler,
                     device.as_ref().map(|d| d as &dyn Device),
@@ -172,7 +181,10 @@ impl<H: Handler> Worker<H> {
                 false
             }
             Transfer::Done(n) => {
-                let device = self.disk.as_ref().map(|d| d.log.for_conn(slot, generation));
+                let device = self
+                    .device
+                    .as_ref()
+                    .map(|d| d.log.for_conn(slot, generation));
                 let flow = feed(
                     handler,
                     device.as_ref(),
@@ -191,7 +203,7 @@ impl<H: Handler> Worker<H> {
     /// (the machine's state says with what).
     pub(super) fn served(&mut self, slot: u32, flow: Flow) -> bool {
         let at = self.at();
-        let rules = (self.setup.limits.out_hard_cap, self.disk.is_some());
+        let rules = (self.setup.limits.out_hard_cap, self.device.is_some());
         let Some(conn) = self.conns.at_mut(slot) else {
             return false;
         };
@@ -236,7 +248,7 @@ impl<H: Handler> Worker<H> {
 /// input: what must happen right after `on_bytes` (a TLS layer's kernel key install, say)
 /// goes here. With a data device the session gets the worker's log on behalf of this
 /// connection; if it then holds a reply until its records are settled, the machine holds the
-/// connection and [`Worker::on_disk`] resumes it.
+/// connection and [`Worker::on_device`] resumes it.
 fn feed<H: Handler>(
     handler: &H,
     device: Option<&ConnDevice<'_>>,

@@ -74,7 +74,7 @@ impl<H: Handler> Worker<H> {
         let Some(conn) = self.conns.at_mut(slot) else {
             return;
         };
-        let device = self.disk.as_ref().map(|d| d.for_conn(slot, generation));
+        let device = self.device.as_ref().map(|d| d.for_conn(slot, generation));
         conn.start_linger(
             &*self.setup.handler,
             device.as_ref().map(|d| d as &dyn Device),
@@ -87,7 +87,7 @@ impl<H: Handler> Worker<H> {
     pub(super) fn finish_close(&mut self, slot: u32) {
         let generation = self.conns.generation(slot);
         if let Some(conn) = self.conns.remove(slot) {
-            let device = self.disk.as_ref().map(|d| d.for_conn(slot, generation));
+            let device = self.device.as_ref().map(|d| d.for_conn(slot, generation));
             conn.end(
                 &*self.setup.handler,
                 device.as_ref().map(|d| d as &dyn Device),
@@ -155,7 +155,7 @@ impl<H: Handler> Worker<H> {
         };
         let mut flow = call_session(
             &*self.setup.handler,
-            self.disk.as_mut(),
+            self.device.as_mut(),
             conn,
             (slot, generation),
             input,
@@ -177,7 +177,7 @@ impl<H: Handler> Worker<H> {
     /// step is carried out.
     pub(super) fn served(&mut self, slot: u32, flow: Flow) {
         let at = self.at();
-        let rules = (self.setup.limits.out_hard_cap, self.disk.is_some());
+        let rules = (self.setup.limits.out_hard_cap, self.device.is_some());
         let Some(conn) = self.conns.at_mut(slot) else {
             return;
         };
@@ -193,7 +193,7 @@ impl<H: Handler> Worker<H> {
         };
         let flow = call_session(
             &*self.setup.handler,
-            self.disk.as_mut(),
+            self.device.as_mut(),
             conn,
             (slot, generation),
             &[],
@@ -232,16 +232,16 @@ impl<H: Handler> Worker<H> {
 ///
 /// With a data device the session gets the worker's log on behalf of this connection; if it
 /// then holds a reply until its records are settled, the machine holds the connection and
-/// [`Worker::on_disk`] resumes it.
+/// [`Worker::on_device`] resumes it.
 fn call_session<H: Handler>(
     handler: &H,
-    disk: Option<&mut DiskWorker>,
+    device: Option<&mut DeviceWorker>,
     conn: &mut Conn<H::Session, UringIo>,
     (slot, generation): (u32, u32),
     input: &[u8],
     now: Now,
 ) -> Flow {
-    let device = disk.as_deref().map(|d| d.for_conn(slot, generation));
+    let device = device.as_deref().map(|d| d.for_conn(slot, generation));
     let device = device.as_ref().map(|d| d as &dyn Device);
     let ((session, out), _) = conn.session_and_out();
     handler.on_bytes(session, input, now, device, out)

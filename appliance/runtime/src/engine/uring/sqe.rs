@@ -19,7 +19,7 @@ impl<H: Handler> Worker<H> {
                     // Output buffers and own receive buffers are not touched or freed while their op
                     // is in flight, the pool lives as long as the ring, the inbox word is leaked, the
                     // timespec is copied by the kernel at submission, data-device batch buffers
-                    // stay in `DiskWorker::inflight` until their completion (the device fd with them),
+                    // stay in `DeviceWorker::inflight` until their completion (the device fd with them),
                     // and the compactor's erase block and read buffer stay put until theirs; the
                     // UDP receive's msghdr and buffer group live as long as the ring, and a UDP
                     // send slot (msghdr, iovecs, address, GSO control message, bytes, in a slice
@@ -48,7 +48,7 @@ impl<H: Handler> Worker<H> {
             {
                 let mut sq = self.ring.submission();
                 while next < self.pending_chains.len() {
-                    // Data-device batch buffers stay in `DiskWorker::inflight` until their
+                    // Data-device batch buffers stay in `DeviceWorker::inflight` until their
                     // completion (see above); a flush points at no memory.
                     // SAFETY: both entries point only at memory that outlives their completions.
                     if unsafe { sq.push_multiple(&self.pending_chains[next]) }.is_err() {

@@ -68,7 +68,7 @@ impl<H: Handler> Worker<H> {
             return;
         };
         handler.hooks().udp_count(worker, UdpEvent::Rx, 1);
-        let disk = self.disk.as_ref();
+        let device = self.device.as_ref();
         let pending = &mut self.pending;
         let served = 'served: {
             let buf = udp.bufs.filled(bid, len);
@@ -91,7 +91,7 @@ impl<H: Handler> Worker<H> {
                 &udp.allow,
                 &mut udp.out,
                 |head, request, out| {
-                    let Some(disk) = disk else {
+                    let Some(device) = device else {
                         handler.udp_request(worker, request, now, None, out);
                         return Answer::Now;
                     };
@@ -100,7 +100,7 @@ impl<H: Handler> Worker<H> {
                     };
                     let index = index as usize;
                     let id = held_id(index, held_gen[index]);
-                    let device = disk.for_conn(HELD_SLOT, id);
+                    let device = device.for_conn(HELD_SLOT, id);
                     let Some(session) =
                         handler.udp_request(worker, request, now, Some(&device), out)
                     else {

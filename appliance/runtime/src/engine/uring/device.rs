@@ -101,9 +101,11 @@ impl DiskSink for UringSink<'_> {
 
 impl<H: Handler> Worker<H> {
     /// A data-device batch write (`flush` false) or flush completed.
-    pub(super) fn on_disk(&mut self, flush: bool, id: u64, res: i32) {
-        let Some(disk) = &mut self.disk else { return };
-        let outcome = disk.complete(flush, id, res);
+    pub(super) fn on_device(&mut self, flush: bool, id: u64, res: i32) {
+        let Some(device) = &mut self.device else {
+            return;
+        };
+        let outcome = device.complete(flush, id, res);
         let mut held_udp = Vec::new();
         let resumed = crate::connection::settle_sessions(
             &*self.setup.handler,

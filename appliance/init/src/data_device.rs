@@ -105,7 +105,7 @@ mod tests {
     #[test]
     fn an_existing_file_is_described_with_its_size() {
         let path =
-            std::env::temp_dir().join(format!("ringstore-init-datadev-{}", std::process::id()));
+            std::env::temp_dir().join(format!("ringstore-init-data-device-{}", std::process::id()));
         std::fs::write(&path, vec![0u8; 2 << 20]).unwrap();
         let described = wait_for_node(&path, Duration::ZERO);
         std::fs::remove_file(&path).unwrap();
