@@ -85,7 +85,7 @@ pub struct HttpSession {
     /// The peer's address: the client whose unfinished uploads are bounded together.
     peer: Option<std::net::IpAddr>,
     /// Requests answered in the current call, for the latency histograms.
-    tally: crate::metrics::Tally,
+    tally: crate::latency::Tally,
 }
 
 /// A PUT whose head was accepted and whose body is being read.
@@ -143,7 +143,7 @@ impl HttpSession {
             held: HeldReplies::default(),
             client: None,
             peer: None,
-            tally: crate::metrics::Tally::default(),
+            tally: crate::latency::Tally::default(),
         }
     }
 

@@ -13,6 +13,7 @@ pub mod device;
 mod held;
 pub mod hotkeys;
 pub mod http;
+pub mod latency;
 pub mod memcache;
 pub mod metrics;
 mod stats;

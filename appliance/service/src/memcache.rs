@@ -160,7 +160,7 @@ pub struct MemcacheSession {
     /// The peer's address, when the runtime told it (`watch connevents`).
     peer: Option<std::net::SocketAddr>,
     /// Requests answered in the current call, for the latency histograms.
-    pub(crate) tally: crate::metrics::Tally,
+    pub(crate) tally: crate::latency::Tally,
 }
 
 /// The end of one response in a session's output (memcached frames each of its UDP
@@ -216,7 +216,7 @@ impl MemcacheSession {
             watcher: None,
             cfd: 0,
             peer: None,
-            tally: crate::metrics::Tally::default(),
+            tally: crate::latency::Tally::default(),
         }
     }
 
@@ -742,8 +742,8 @@ impl MemcacheSession {
 }
 
 /// The latency histogram a text request counts in.
-fn family(request: &Request<'_>) -> crate::metrics::Family {
-    use crate::metrics::Family;
+fn family(request: &Request<'_>) -> crate::latency::Family {
+    use crate::latency::Family;
     match request {
         Request::Get(_) => Family::Get,
         Request::Store(_) | Request::TooLarge { .. } => Family::Set,

@@ -8,12 +8,11 @@
 //! what `stats` takes (the store's per-shard counters, one shard at a time) and allocates
 //! in proportion to the number of series, never to the number of keys.
 
-mod latency;
 mod memcached;
 mod ringstore;
 mod text;
 
-pub use latency::{Family, Latency, Tally, WorkerLatency, BOUNDS_NS, FAMILIES};
+pub use crate::latency::{Family, Latency, Tally, WorkerLatency, BOUNDS_NS, FAMILIES};
 pub use memcached::StatLines;
 
 use ringstore_proto::memcache::misc::StatsRequest;

@@ -251,7 +251,7 @@ impl HttpSession {
             reply::answer_put(outcome, connection, out)
         };
         backend.record(self.worker, Event::Set);
-        self.tally.note(crate::metrics::Family::HttpPut);
+        self.tally.note(crate::latency::Family::HttpPut);
         backend.record(self.worker, Event::Response(status));
         if connection == ConnectionField::Close {
             self.state = State::Closed;

@@ -2,7 +2,7 @@
 //! budget, and answering a PUT whose body arrived whole.
 
 use super::*;
-use crate::metrics::Family;
+use crate::latency::Family;
 use ringstore_proto::http::HeadWriter;
 
 impl HttpSession {

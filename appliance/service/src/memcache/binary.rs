@@ -106,7 +106,7 @@ impl MemcacheSession {
                     if flow == Flow::Close {
                         return (buf.len(), Flow::Close);
                     }
-                    self.tally.note(crate::metrics::Family::Binary);
+                    self.tally.note(crate::latency::Family::Binary);
                     pos += consumed;
                 }
             }

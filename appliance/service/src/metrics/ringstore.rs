@@ -1,9 +1,9 @@
 //! `ringstore_*`: what memcached has no series for. Latency histograms from the workers'
 //! counters; the rest from the same `stats` lines the memcached_* series come from.
 
-use super::latency::{Latency, BOUNDS_LABEL, LABELS};
 use super::memcached::StatLines;
 use super::text::{Exposition, Kind};
+use crate::latency::{Latency, BOUNDS_LABEL, LABELS};
 use crate::Shared;
 
 /// Series read from `stats` lines: metric, type, help, and its (stat key, labels) samples.
