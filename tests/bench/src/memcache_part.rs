@@ -270,7 +270,7 @@ const SUB_MEMORY_ARGS: [&str; 6] = [
 const SUB_MEMORY_NAME: &str = "ringstore --numa 0 --sub-memory 256MiB (simulated)";
 
 /// The baseline server and its name: memcached, `--compare-binary`, or (`--sub-memory`) the
-/// subject without sub memory.
+/// subject without sub memory. A `--compare-binary` baseline runs with the subject's `--io`.
 fn start_baseline(o: &Options, subject: &Subject) -> Result<(Pinned, String)> {
     Ok(match (&o.compare, subject) {
         (None, Subject::Ringstore(path)) if o.sub_memory => (
@@ -281,7 +281,11 @@ fn start_baseline(o: &Options, subject: &Subject) -> Result<(Pinned, String)> {
             if !path.exists() {
                 bail!("--compare-binary {} does not exist", path.display());
             }
-            (procs::start_ringstore(path, 1024)?, binary_label(path))
+            // The same --io as the subject: a runtime's before/after, not one runtime
+            // against the other.
+            let baseline =
+                Subject::Ringstore(path.clone()).start_memcache(1024, o.io.as_deref())?;
+            (baseline, binary_label(path))
         }
         _ => (procs::start_memcached(1024)?, "memcached".to_string()),
     })
