@@ -146,9 +146,7 @@ pub struct StoreBackend<'a> {
     pub auth: Option<&'a crate::auth::Auth>,
     /// The server's unfinished large uploads.
     pub uploads: Option<&'a std::sync::Arc<super::UploadLedger>>,
-    /// The hot-key sketches; `None` counts nothing.
-    pub hotkeys: Option<&'a crate::hotkeys::HotKeys>,
-    /// The whole server, for `/metrics` (`None`: no `/metrics`).
+    /// The whole server, for `/metrics` and the hot keys (`None`: neither).
     pub shared: Option<&'a Shared>,
 }
 
@@ -168,7 +166,6 @@ impl<'a> StoreBackend<'a> {
             device,
             auth: shared.started.auth.as_ref(),
             uploads: Some(&shared.uploads),
-            hotkeys: Some(&shared.hotkeys),
             shared: Some(shared),
         }
     }
@@ -215,13 +212,13 @@ impl Backend for StoreBackend<'_> {
     }
 
     fn count_key(&self, worker: usize, key: &[u8]) {
-        if let Some(hot) = self.hotkeys {
+        if let Some(hot) = self.shared.map(|s| &s.hotkeys) {
             hot.record(worker, key);
         }
     }
 
     fn hot_keys(&self, k: usize, prefix: &[u8]) -> Option<Vec<u8>> {
-        let hot = self.hotkeys?;
+        let hot = &self.shared?.hotkeys;
         Some(crate::hotkeys::json(hot, k, &hot.top(k, prefix)))
     }
 

@@ -32,7 +32,6 @@ fn backend(store: &Store) -> StoreBackend<'_> {
         device: None,
         auth: None,
         uploads: None,
-        hotkeys: None,
         shared: None,
     }
 }
