@@ -118,6 +118,7 @@ mod tests {
             store: 0,
             unix: 10,
             mono_ms: 0,
+            mono_ns: 0,
         };
         render(&shared, 0, None, now, false, &mut out);
         let text = String::from_utf8(out).expect("utf-8");
