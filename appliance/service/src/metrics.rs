@@ -83,7 +83,7 @@ pub fn render(
     let items = StatLines(&scratch[spans[2]..spans[3]]);
     let mut e = text::Exposition::new(out, open_metrics);
     memcached::write(&mut e, &general, &settings, &items);
-    ringstore::write(&mut e, shared, &general);
+    ringstore::write(&mut e, shared, device, &general);
     e.finish();
 }
 
