@@ -354,6 +354,49 @@ def test_latency_histograms_count_every_request(server):
     mc.close()
 
 
+def histogram(samples, name):
+    """(cumulative buckets sorted by le, sum, count) of an unlabelled histogram."""
+    buckets = sorted((float(dict(k[1])["le"]), v) for k, v in samples.items()
+                     if k[0] == name + "_bucket")
+    return buckets, samples[(name + "_sum", ())], samples[(name + "_count", ())]
+
+
+def test_durable_commit_histograms_count_every_write(server_factory, tmp_path):
+    """With --data, each acknowledged write is one observation of the commit latency, and the
+    group sizes add up to the writes; without a data device neither family is served."""
+    assert not any(k[0].startswith("ringstore_data_commit")
+                   for k in metrics(server_factory("--memory", "64MiB")))
+    path = tmp_path / "data.img"
+    with open(path, "wb") as f:
+        f.truncate(64 << 20)
+    srv = server_factory("--data", str(path), "--cores", "1", "--memory", "64MiB")
+    before = metrics(srv)
+    assert histogram(before, "ringstore_data_commit_group_records")[2] == 0
+    mc = Mc(srv.mc)
+    sequential = 20
+    for i in range(sequential):
+        assert mc.cmd(f"set d{i} 0 0 1\r\nv") == "STORED"
+    # 100 writes in one send: staged in one pass, they share few groups.
+    pipelined = 100
+    mc.s.sendall(b"".join(b"set p%d 0 0 2\r\nvv\r\n" % i for i in range(pipelined)))
+    for _ in range(pipelined):
+        assert mc.line() == "STORED"
+    mc.close()
+    writes = sequential + pipelined
+    s = metrics(srv)
+    lat, lat_sum, lat_count = histogram(s, "ringstore_data_commit_duration_seconds")
+    assert lat_count == writes, lat
+    assert [v for _, v in lat] == sorted(v for _, v in lat) and lat[-1] == (float("inf"), writes)
+    assert 0 < lat_sum < writes * 5.0
+    sizes, records, groups = histogram(s, "ringstore_data_commit_group_records")
+    assert records == writes, sizes
+    assert sequential <= groups <= sequential + 10, f"{groups} groups for {writes} writes"
+    assert sizes[0] == (1.0, sizes[0][1]) and sizes[0][1] >= sequential - 1, sizes
+    assert sizes[-1] == (float("inf"), groups)
+    print(f"commit: {writes} writes in {groups:.0f} groups, "
+          f"mean {lat_sum / lat_count * 1e6:.0f} µs to durable")
+
+
 def test_open_metrics_when_accept_asks(server):
     c = http.client.HTTPConnection(*server.http, timeout=10)
     status, ctype, body = scrape(c, accept="application/openmetrics-text; version=1.0.0,text/plain;q=0.5")

@@ -219,7 +219,7 @@ pub fn manifest_digest(archive: &[u8]) -> Result<String> {
 /// `secs` after the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
 fn rfc3339(secs: u64) -> String {
     let (year, month, day) =
-        ringstore_bootdisk::fat::civil_from_days(i64::try_from(secs / 86_400).unwrap_or(i64::MAX));
+        ringstore_sys::civil_from_days(i64::try_from(secs / 86_400).unwrap_or(i64::MAX));
     let rem = secs % 86_400;
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",

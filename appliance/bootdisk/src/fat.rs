@@ -42,7 +42,7 @@ impl FixedTime {
     pub fn from_unix(secs: u64) -> FixedTime {
         let days = secs / 86_400;
         let rem = secs % 86_400;
-        let (mut year, mut month, mut day) = civil_from_days(days as i64);
+        let (mut year, mut month, mut day) = ringstore_sys::civil_from_days(days as i64);
         if year < 1980 {
             (year, month, day) = (1980, 1, 1);
         }
@@ -67,19 +67,6 @@ impl FixedTime {
 fn date_field(value: i64) -> u16 {
     debug_assert!((1..=2107).contains(&value), "date field {value}");
     u16::try_from(value).unwrap_or(1)
-}
-
-/// Howard Hinnant's days-since-1970 → (year, month, day) (also the OCI image's `created`).
-pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -27,6 +27,10 @@
 //! later flush's success, which may have run before the write ended).
 use crate::units::usize_from;
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::commit_metrics::CommitMetrics;
 
 use crate::error::DurableError;
 
@@ -146,6 +150,8 @@ struct Batch<T> {
     chain: Option<u64>,
     /// That flush completed successfully before the write's completion was reported.
     chain_done: bool,
+    /// When its first bytes were pushed (with [`GroupCommit::attach_metrics`] only).
+    opened: Option<Instant>,
 }
 
 /// The group-commit state machine of one log. `T` is the caller's ack token.
@@ -169,6 +175,8 @@ pub struct GroupCommit<T> {
     chained: bool,
     /// The flush chained behind the write `poll_action` returned last, returned next.
     chained_flush: Option<Action>,
+    /// Where each durable group's latency and size go ([`GroupCommit::attach_metrics`]).
+    metrics: Option<Arc<CommitMetrics>>,
 }
 
 impl<T> GroupCommit<T> {
@@ -188,7 +196,13 @@ impl<T> GroupCommit<T> {
             spare: Vec::new(),
             chained: false,
             chained_flush: None,
+            metrics: None,
         }
+    }
+
+    /// Reports each group released durable to `metrics` (two clock reads per group).
+    pub fn attach_metrics(&mut self, metrics: Arc<CommitMetrics>) {
+        self.metrics = Some(metrics);
     }
 
     /// Chained mode (see the module notes): batches wait for a free flush lane unless full,
@@ -290,6 +304,7 @@ impl<T> GroupCommit<T> {
                 in_flight: false,
                 chain: None,
                 chain_done: false,
+                opened: self.metrics.as_ref().map(|_| Instant::now()),
             });
         }
         let Some(b) = self.batches.back_mut() else {
@@ -499,6 +514,9 @@ impl<T> GroupCommit<T> {
                 );
                 debug_assert!(self.batches.front().is_none_or(|n| n.seq > b.seq));
                 self.pending_writes -= b.tokens.len();
+                if let (Some(m), Some(opened)) = (&self.metrics, b.opened) {
+                    m.note_group(opened, b.tokens.len());
+                }
                 done.acked.append(&mut b.tokens);
             }
         }

@@ -271,3 +271,34 @@ fn flushes_in_flight_never_share_a_lane() {
     written(&mut g, 4);
     assert_eq!(g.poll_action(), None, "one lane, and it is busy");
 }
+
+#[test]
+fn durable_groups_report_their_records_and_latency_once() {
+    let metrics = std::sync::Arc::new(CommitMetrics::default());
+    let mut g = gc(Limits::default());
+    g.attach_metrics(metrics.clone());
+    g.push(None, &[0; 64]).unwrap();
+    g.push(Some(1), &[1; 100]).unwrap();
+    g.push(Some(2), &[2; 100]).unwrap();
+    let (w, _, _) = write_id(g.poll_action());
+    g.on_write_complete(w, true).unwrap();
+    g.push(Some(3), &[3; 10]).unwrap();
+    let f = flush_id(g.poll_action());
+    assert_eq!(
+        metrics.group_sizes().buckets.iter().sum::<u64>(),
+        0,
+        "not durable yet"
+    );
+    let (w2, _, _) = write_id(g.poll_action());
+    g.on_flush_complete(f, true).unwrap();
+    g.on_write_complete(w2, true).unwrap();
+    let f2 = flush_id(g.poll_action());
+    g.on_flush_complete(f2, true).unwrap();
+    let sizes = metrics.group_sizes();
+    assert_eq!(sizes.buckets.iter().sum::<u64>(), 2, "two groups");
+    assert_eq!(
+        sizes.sum, 3,
+        "three acknowledged records; the untokened bytes are none"
+    );
+    assert_eq!(metrics.latency().buckets.iter().sum::<u64>(), 3);
+}

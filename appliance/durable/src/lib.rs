@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 mod checkpoint;
+pub mod commit_metrics;
 pub mod compactor;
 mod device;
 mod engine;
@@ -41,6 +42,7 @@ pub mod sim;
 pub mod superblock;
 pub mod units;
 
+pub use commit_metrics::CommitMetrics;
 pub use compactor::{Compactor, CompactorStats, Step};
 pub use device::{BlockDevice, FileDevice};
 pub use engine::{Ack, Durable, Item, OpenReport, Options};

@@ -383,6 +383,11 @@ impl<T> RegionLog<T> {
         self.commit.limit_flush_lanes(lanes);
     }
 
+    /// Reports each durable group to `metrics` ([`GroupCommit::attach_metrics`]).
+    pub fn attach_metrics(&mut self, metrics: std::sync::Arc<crate::CommitMetrics>) {
+        self.commit.attach_metrics(metrics);
+    }
+
     /// Chained group commit ([`GroupCommit::chain_flushes`]): for drivers that chain each
     /// batch's flush behind its write.
     pub fn chain_flushes(&mut self, on: bool) {

@@ -136,6 +136,8 @@ pub struct Serving<D: BlockDevice> {
     evicted: [AtomicU64; 3],
     /// Unix seconds of store time 0: a staged [`Mutation`]'s times are store times.
     unix_start: u64,
+    /// Every region log's group commit reports here (`/metrics` `ringstore_data_commit_*`).
+    commit: Arc<crate::CommitMetrics>,
 }
 
 /// A snapshot of a serving device ([`Serving::state`]).
@@ -213,6 +215,7 @@ impl<D: BlockDevice> Serving<D> {
             next_seq,
             ..
         } = d;
+        let commit = Arc::new(crate::CommitMetrics::default());
         let mut me = Serving {
             dev: Arc::new(dev),
             sb,
@@ -223,7 +226,15 @@ impl<D: BlockDevice> Serving<D> {
             hasher: Default::default(),
             next_seq: AtomicU64::new(next_seq),
             flush: Mutex::new(None),
-            parked: Mutex::new(regions.into_iter().map(Some).collect()),
+            parked: Mutex::new(
+                regions
+                    .into_iter()
+                    .map(|mut log| {
+                        log.attach_metrics(commit.clone());
+                        Some(log)
+                    })
+                    .collect(),
+            ),
             pending_floor: (0..sb.geometry.regions)
                 .map(|_| AtomicU64::new(u64::MAX))
                 .collect(),
@@ -235,6 +246,7 @@ impl<D: BlockDevice> Serving<D> {
             data_full: DataFull::Evict,
             evicted: Default::default(),
             unix_start: 0,
+            commit,
         };
         let mark = me.read_index().get(FLUSH_KEY).copied();
         if let Some(e) = mark {
@@ -265,6 +277,11 @@ impl<D: BlockDevice> Serving<D> {
     /// `n` recovered values did not fit the RAM store at start.
     pub fn note_load_refused(&self, n: u64) {
         self.load_refused.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The group-commit histograms of every region ([`crate::CommitMetrics`]).
+    pub fn commit_metrics(&self) -> &crate::CommitMetrics {
+        &self.commit
     }
 
     /// Records read back that did not verify since start ([`Serving::note_corrupt`]).

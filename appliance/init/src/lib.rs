@@ -33,6 +33,7 @@ pub mod layers;
 pub mod log;
 pub mod log_sink;
 pub mod machine;
+pub mod metrics_handoff;
 pub mod mounts;
 pub mod net;
 pub mod netstat;
@@ -462,9 +463,12 @@ fn serve(machine: &Machine, config: &ringstore_config::Config) -> Result<(), Fat
             if let (Some(shipper), Some(counter)) = (log::shipper(), server.log_drop_counter()) {
                 shipper.count_drops_in(counter);
             }
-            let mut state = machine.state();
-            state.ready_line = Some(ready);
-            state.server = Some(server);
+            {
+                let mut state = machine.state();
+                state.ready_line = Some(ready);
+                state.server = Some(server);
+            }
+            metrics_handoff::at_start(machine, config);
         }
         Err(plane::StartError::DataDevice(why)) => return Err(data_device_fatal(machine, &why)),
         Err(plane::StartError::Other(why)) => {

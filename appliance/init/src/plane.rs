@@ -61,6 +61,10 @@ pub trait Serving: Send {
     fn memory_regions(&self) -> Vec<MemoryRegion> {
         Vec::new()
     }
+    /// Hands PID 1's own series to `/metrics` (`metrics_handoff.rs`).
+    fn publish(&self, series: crate::metrics_handoff::BoxSeries) {
+        let _ = series;
+    }
 }
 
 /// One item memory region (ADR 0035) as the console and the tuning verifier see it.
@@ -243,6 +247,19 @@ impl Serving for RuntimeServer {
     }
     fn draining(&self) -> bool {
         self.0.draining()
+    }
+    fn publish(&self, series: crate::metrics_handoff::BoxSeries) {
+        use crate::metrics_handoff::BoxSeries;
+        // The server's `metrics::appliance`, reached in plain values: PID 1 does not depend on
+        // the service crate (auth_files.rs tests that).
+        let appliance = &self.0.shared().metrics.appliance;
+        match series {
+            BoxSeries::Boot { slot, data_device } => {
+                appliance.set_boot(slot, data_device);
+            }
+            BoxSeries::Tuning(checks) => appliance.set_tuning(checks),
+            BoxSeries::Certificate(not_after) => appliance.set_certificate(not_after),
+        }
     }
     fn connections(&self) -> u64 {
         self.0.shared().curr_connections()

@@ -215,7 +215,7 @@ pub fn describe(s: &CertificateSummary, now: i64) -> String {
 pub fn not_after_text(s: &CertificateSummary) -> String {
     let day = ringstore_tls::DAY_SECS;
     let secs = s.not_after.rem_euclid(day);
-    let (y, m, d) = fat::civil_from_days(s.not_after.div_euclid(day));
+    let (y, m, d) = ringstore_sys::civil_from_days(s.not_after.div_euclid(day));
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
         secs / 3600,

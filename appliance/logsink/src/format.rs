@@ -141,7 +141,7 @@ pub fn timestamp(unix_micros: u64) -> String {
     let rem = secs % 86_400;
     // Shared with the FAT times and the OCI image's `created` (days on or after 1970 fit i64).
     let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX);
-    let (year, month, day) = ringstore_bootdisk::fat::civil_from_days(days);
+    let (year, month, day) = ringstore_sys::civil_from_days(days);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z",
         rem / 3600,

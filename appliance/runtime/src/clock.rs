@@ -26,14 +26,17 @@ impl Clock {
         self.unix_start
     }
 
-    /// Store time (seconds since start), Unix seconds and monotonic milliseconds, all from one reading.
+    /// Store time (seconds since start), Unix seconds, monotonic milliseconds and the
+    /// latency histograms' nanoseconds ([`crate::lend::mono_ns`]), all from one reading.
     pub(crate) fn now(&self) -> Now {
-        let elapsed = self.start.elapsed();
+        let t = Instant::now();
+        let elapsed = t.saturating_duration_since(self.start);
         let secs = elapsed.as_secs();
         Now {
             store: u32::try_from(secs).unwrap_or(u32::MAX),
             unix: self.unix_start + secs,
             mono_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+            mono_ns: crate::lend::ns_since_origin(t),
         }
     }
 }
@@ -49,6 +52,10 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(5));
         let b = clock.now();
         assert!(b.mono_ms >= a.mono_ms + 5);
+        assert!(b.mono_ns >= a.mono_ns + 5_000_000);
+        // The loop's reading and the latency clock count on one scale.
+        let c = crate::lend::mono_ns();
+        assert!(c >= b.mono_ns && c < b.mono_ns + 1_000_000_000);
         assert_eq!(a.unix, clock.unix_start() + a.store as u64);
         assert!(clock.unix_start() > 1_600_000_000);
     }

@@ -5,10 +5,21 @@
 use std::sync::OnceLock;
 use std::time::Instant;
 
-/// Monotonic nanoseconds since the first call.
-pub(crate) fn mono_ns() -> u64 {
+/// The instant [`mono_ns`] counts from (the first call of either).
+pub(crate) fn mono_origin() -> Instant {
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    u64::try_from(ORIGIN.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX)
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+/// Monotonic nanoseconds since [`mono_origin`]; the loop's [`crate::clock::Clock::now`]
+/// reads the same scale into `Now::mono_ns`, so a session's start and end readings compare.
+pub(crate) fn mono_ns() -> u64 {
+    ns_since_origin(Instant::now())
+}
+
+/// Nanoseconds from [`mono_origin`] to `t`.
+pub(crate) fn ns_since_origin(t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(mono_origin()).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Calls `each(worker, ns)` for every worker thread (`ringstore-w<N>`) whose CPU time it can

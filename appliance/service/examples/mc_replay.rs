@@ -29,6 +29,7 @@ fn main() -> std::io::Result<()> {
         store: 100,
         unix: 1_700_000_100,
         mono_ms: 0,
+        mono_ns: 0,
     };
     let mut session = Session::new(Protocol::Memcache, 0);
     let mut out = Vec::new();

@@ -44,6 +44,10 @@ pub trait Device: Journal {
     ) -> Option<Vec<u8>>;
     /// Counters of the device for `stats`, as `(name, value)` calls to `out`.
     fn stats(&self, out: &mut dyn FnMut(&'static str, u64));
+    /// The group-commit histograms (`/metrics` `ringstore_data_commit_*`); `None`: not kept.
+    fn commit_metrics(&self) -> Option<&ringstore_durable::CommitMetrics> {
+        None
+    }
     /// Records the full device evicted since start (ADR 0039): `stats` adds them to
     /// `evictions`, as memcached counts what its cache dropped for room.
     fn evictions(&self) -> u64 {

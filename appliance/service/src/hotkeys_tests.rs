@@ -270,6 +270,7 @@ mod sessions {
         store: 100,
         unix: 1_700_000_100,
         mono_ms: 5_000,
+        mono_ns: 5_000 * 1_000_000,
     };
 
     fn shared(tokens: Option<&str>) -> Arc<Shared> {

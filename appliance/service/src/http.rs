@@ -198,7 +198,7 @@ impl HttpSession {
     ) -> Flow {
         let backend = StoreBackend::of(shared, self.worker, device);
         let out_start = out.len();
-        self.tally.begin(&shared.metrics.latency);
+        self.tally.begin(&shared.metrics.latency, now);
         let flow = self.on_bytes_with(input, now, &backend, out);
         if let Some(stats) = backend.stats {
             stats.bytes_read.add(input.len() as u64);

@@ -1,14 +1,15 @@
 //! Request latency histograms: per-worker bucket counters (single writer, summed at scrape)
 //! and the per-session tally that feeds them once per batch of input.
 //!
-//! What is measured: from the moment the session starts on the input that carries a
-//! request's first byte (the read's completion, handed to `on_bytes`) to the moment
-//! `on_bytes` returns with the request's reply in the output buffer, which the runtime then
-//! hands to the kernel without further work. Every request finished in one `on_bytes` call
-//! gets that call's duration; a request whose first bytes arrived in an earlier call is
-//! timed from that earlier call (so a slow client's upload counts its transfer time). Two
-//! clock reads per `on_bytes` call, one array increment per request, one bucket search per
-//! command family used in the call.
+//! What is measured: from the moment the worker woke with the input that carries a
+//! request's first byte (the read's completion; [`crate::Now::mono_ns`], the reading the
+//! runtime takes once per loop iteration anyway) to the moment `on_bytes` returns with the
+//! request's reply in the output buffer, which the runtime then hands to the kernel without
+//! further work. Every request finished in one `on_bytes` call gets that call's duration; a
+//! request whose first bytes arrived in an earlier call is timed from that earlier call (so a
+//! slow client's upload counts its transfer time). One clock read per `on_bytes` call that
+//! finished a request (none for one that did not), one array increment per request, one
+//! bucket search per command family used in the call.
 
 use crate::stats::Counter;
 
@@ -166,10 +167,15 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// The start of an `on_bytes` call.
+    /// The start of an `on_bytes` call whose input the worker woke with at `now`: that
+    /// reading is the start, so a call costs no clock read of its own until [`Tally::end`].
     #[inline]
-    pub fn begin(&mut self, latency: &Latency) {
-        self.batch_start = latency.now_ns();
+    pub fn begin(&mut self, latency: &Latency, now: crate::Now) {
+        self.batch_start = if latency.clock.is_some() {
+            now.mono_ns
+        } else {
+            0
+        };
     }
 
     /// One request of `family` was answered.
@@ -209,6 +215,43 @@ impl Tally {
 mod tests {
     use super::*;
 
+    const NOW: crate::Now = crate::Now {
+        store: 0,
+        unix: 0,
+        mono_ms: 0,
+        mono_ns: 0,
+    };
+
+    /// A clock that counts its readings: 1 ms apart, from 1 s.
+    fn counting_clock() -> u64 {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static READS: AtomicU64 = AtomicU64::new(0);
+        1_000_000_000 + 1_000_000 * READS.fetch_add(1, Ordering::Relaxed)
+    }
+
+    #[test]
+    fn a_call_reads_the_clock_once_and_starts_at_the_wakeup() {
+        let latency = Latency::new(1, Some(counting_clock));
+        let woke = crate::Now {
+            mono_ns: counting_clock() - 250_000,
+            ..NOW
+        };
+        let mut t = Tally::default();
+        t.begin(&latency, woke);
+        t.note(Family::Get);
+        t.end(&latency, 0, false);
+        // The end read the clock once, 1 ms after the reading above: 1.25 ms from the wakeup.
+        // Were `begin` to read the clock too, the request would take 1 ms (the 1ms bucket).
+        let s = latency.summed(Family::Get);
+        assert_eq!(s.sum_ns, 1_250_000);
+        assert_eq!(s.buckets[bucket(1_250_000)], 1);
+        // A call that finished no request reads no clock at all.
+        let before = counting_clock();
+        t.begin(&latency, woke);
+        t.end(&latency, 0, true);
+        assert_eq!(counting_clock(), before + 1_000_000);
+    }
+
     #[test]
     fn buckets_bound_inclusively() {
         assert_eq!(bucket(0), 0);
@@ -226,12 +269,12 @@ mod tests {
     fn tally_counts_each_request_once() {
         let latency = Latency::new(2, None);
         let mut t = Tally::default();
-        t.begin(&latency);
+        t.begin(&latency, NOW);
         t.note(Family::Get);
         t.note(Family::Get);
         t.note(Family::HttpPut);
         t.end(&latency, 1, false);
-        t.begin(&latency);
+        t.begin(&latency, NOW);
         t.end(&latency, 1, false);
         assert_eq!(latency.summed(Family::Get).buckets[0], 2);
         assert_eq!(

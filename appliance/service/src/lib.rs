@@ -35,6 +35,9 @@ pub struct Now {
     pub unix: u64,
     /// Monotonic milliseconds, for timeouts.
     pub mono_ms: u64,
+    /// Monotonic nanoseconds on the scale of [`Started::clock`], read with the rest when the
+    /// worker woke with this input: where a request's latency starts (`latency.rs`).
+    pub mono_ns: u64,
 }
 
 /// Which protocol a listening endpoint speaks.

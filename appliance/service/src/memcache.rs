@@ -330,7 +330,7 @@ impl MemcacheSession {
     ) -> Flow {
         let stats = shared.stats(self.worker);
         stats.bytes_read.add(input.len() as u64);
-        self.tally.begin(&shared.metrics.latency);
+        self.tally.begin(&shared.metrics.latency, now);
         let out_start = out.len();
         // What is still pending from earlier calls keeps its reservation; the rest goes back.
         let _ = self.out_hold.set(

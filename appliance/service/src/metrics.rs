@@ -8,6 +8,7 @@
 //! what `stats` takes (the store's per-shard counters, one shard at a time) and allocates
 //! in proportion to the number of series, never to the number of keys.
 
+pub mod appliance;
 mod memcached;
 mod ringstore;
 mod text;
@@ -26,6 +27,8 @@ pub type WorkerCpu = fn(&mut dyn FnMut(usize, u64));
 /// The server's metrics state beyond the `stats` counters.
 pub struct Metrics {
     pub latency: Latency,
+    /// On the appliance: PID 1's series (the booted slot, tuning, certificate, data device).
+    pub appliance: appliance::Appliance,
 }
 
 impl Metrics {
@@ -33,6 +36,7 @@ impl Metrics {
     pub fn new(slots: usize, clock: Option<fn() -> u64>) -> Metrics {
         Metrics {
             latency: Latency::new(slots, clock),
+            appliance: appliance::Appliance::default(),
         }
     }
 }
@@ -83,7 +87,8 @@ pub fn render(
     let items = StatLines(&scratch[spans[2]..spans[3]]);
     let mut e = text::Exposition::new(out, open_metrics);
     memcached::write(&mut e, &general, &settings, &items);
-    ringstore::write(&mut e, shared, &general);
+    ringstore::write(&mut e, shared, device, &general);
+    appliance::write(&mut e, &shared.metrics.appliance, now.unix);
     e.finish();
 }
 
@@ -118,6 +123,7 @@ mod tests {
             store: 0,
             unix: 10,
             mono_ms: 0,
+            mono_ns: 0,
         };
         render(&shared, 0, None, now, false, &mut out);
         let text = String::from_utf8(out).expect("utf-8");

@@ -11,6 +11,7 @@ const NOW: Now = Now {
     store: 100,
     unix: 1_700_000_100,
     mono_ms: 0,
+    mono_ns: 0,
 };
 
 fn shared(high_water: usize) -> Arc<Shared> {

@@ -112,6 +112,7 @@ fn reload_server(machine: &Machine, before: Option<tls_files::TlsFiles>) -> Outp
     if before.is_some() {
         machine.state().tls_files = Some(Ok(()));
     }
+    crate::metrics_handoff::certificate(machine);
     let mut out = show(machine);
     let seen = out.text.last().cloned().unwrap_or_default();
     crate::info!("certs reload: new handshakes use {seen}");

@@ -363,6 +363,7 @@ pub fn tuning(ctx: &mut Ctx, _: &[&str]) -> Output {
         return Output::error("nothing was placed (see `status`)");
     };
     let checks = crate::tuning::verify(&facts);
+    crate::metrics_handoff::tuning(ctx.machine, &checks);
     let differences = checks.iter().filter(|c| c.difference).count();
     let tuned = crate::tuning::isolation::state(&checks, &facts);
     let mut out = Output::new();

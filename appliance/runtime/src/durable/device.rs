@@ -99,6 +99,10 @@ impl Device for ConnDevice<'_> {
     fn evictions(&self) -> u64 {
         self.device.serving.evictions().objects
     }
+
+    fn commit_metrics(&self) -> Option<&ringstore_durable::CommitMetrics> {
+        Some(self.device.serving.commit_metrics())
+    }
 }
 
 /// Counts a damaged record read (`stats data_corrupt_records`).

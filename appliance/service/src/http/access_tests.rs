@@ -13,6 +13,7 @@ const NOW: Now = Now {
     store: 100,
     unix: 1_700_000_100,
     mono_ms: 5_000,
+    mono_ns: 5_000 * 1_000_000,
 };
 
 fn hex(token: &str) -> String {

@@ -238,6 +238,7 @@ const NOW: Now = Now {
     store: 10,
     unix: 1_700_000_000,
     mono_ms: 0,
+    mono_ns: 0,
 };
 
 fn body(len: usize) -> Vec<u8> {

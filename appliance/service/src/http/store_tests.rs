@@ -8,6 +8,7 @@ const NOW: Now = Now {
     store: 100,
     unix: 1_700_000_000,
     mono_ms: 0,
+    mono_ns: 0,
 };
 
 fn store() -> Store {

@@ -81,6 +81,7 @@ const NOW: Now = Now {
     store: 10,
     unix: 1_700_000_000,
     mono_ms: 0,
+    mono_ns: 0,
 };
 
 /// Feeds `input` in one piece; returns the output and the last flow.

@@ -12,6 +12,7 @@ const NOW: Now = Now {
     store: 100,
     unix: 1_700_000_100,
     mono_ms: 0,
+    mono_ns: 0,
 };
 const ITEM_MAX: usize = 512 << 10;
 const HIGH_WATER: usize = 64 << 10;

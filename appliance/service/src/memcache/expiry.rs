@@ -54,6 +54,7 @@ mod tests {
             store: 100,
             unix: 1_700_000_000,
             mono_ms: 0,
+            mono_ns: 0,
         };
         assert_eq!(expiry(0, now), Expiry::At(NEVER));
         assert_eq!(expiry(-1, now), Expiry::Expired);

@@ -3,8 +3,10 @@
 
 use super::memcached::StatLines;
 use super::text::{Exposition, Kind};
+use crate::device::Device;
 use crate::latency::{Latency, BOUNDS_LABEL, LABELS};
 use crate::Shared;
+use ringstore_durable::commit_metrics::{Histogram, COMMIT_BOUNDS_NS, GROUP_BOUNDS};
 
 /// Series read from `stats` lines: metric, type, help, and its (stat key, labels) samples.
 /// A sample whose stat is absent (TLS off, no `--sub-memory`, no data device) is left out,
@@ -128,8 +130,16 @@ const FROM_STATS: &[FromStats] = &[
 ];
 
 /// Writes every `ringstore_*` family.
-pub fn write(e: &mut Exposition<'_>, shared: &Shared, general: &StatLines<'_>) {
+pub fn write(
+    e: &mut Exposition<'_>,
+    shared: &Shared,
+    device: Option<&dyn Device>,
+    general: &StatLines<'_>,
+) {
     histograms(e, &shared.metrics.latency);
+    if let Some(commit) = device.and_then(|d| d.commit_metrics()) {
+        commit_histograms(e, commit);
+    }
     for &(metric, kind, help, samples) in FROM_STATS {
         let mut headed = false;
         for &(key, labels) in samples {
@@ -160,32 +170,81 @@ fn histograms(e: &mut Exposition<'_>, latency: &Latency) {
         Kind::Histogram,
         "Request latency: from the start of the worker's work on the input holding the request's first byte to its reply queued for the kernel.",
     );
-    let bucket = "ringstore_request_duration_seconds_bucket";
     for (family, protocol, command) in LABELS {
         let s = latency.summed(family);
-        let mut cumulative = 0u64;
-        for (i, n) in s.buckets.iter().enumerate() {
-            cumulative = cumulative.wrapping_add(*n);
-            let le = BOUNDS_LABEL.get(i).copied().unwrap_or("+Inf");
-            e.sample_u64(
-                bucket,
-                &[("protocol", protocol), ("command", command), ("le", le)],
-                cumulative,
-            );
-        }
         let labels = [("protocol", protocol), ("command", command)];
-        let sum = format!(
-            "{}.{:09}",
-            s.sum_ns / 1_000_000_000,
-            s.sum_ns % 1_000_000_000
-        );
-        e.sample_labelled("ringstore_request_duration_seconds_sum", &labels, &sum);
-        e.sample_u64(
-            "ringstore_request_duration_seconds_count",
-            &labels,
-            cumulative,
-        );
+        let les = |i: usize| BOUNDS_LABEL.get(i).copied().unwrap_or("+Inf").to_string();
+        samples(e, name, &labels, les, &s.buckets, &seconds(s.sum_ns));
     }
+}
+
+/// `ringstore_data_commit_duration_seconds` and `ringstore_data_commit_group_records`: the
+/// data device's group commit (`ringstore_durable::CommitMetrics`).
+fn commit_histograms(e: &mut Exposition<'_>, commit: &ringstore_durable::CommitMetrics) {
+    type Family = (
+        &'static str,
+        &'static str,
+        Histogram,
+        &'static [u64],
+        fn(u64) -> String,
+    );
+    let families: [Family; 2] = [
+        (
+            "ringstore_data_commit_duration_seconds",
+            "Durable writes: from their group's first record staged to the group's flush completed, one observation per record.",
+            commit.latency(),
+            &COMMIT_BOUNDS_NS,
+            seconds,
+        ),
+        (
+            "ringstore_data_commit_group_records",
+            "Records per group made durable by one flush.",
+            commit.group_sizes(),
+            &GROUP_BOUNDS,
+            |n| n.to_string(),
+        ),
+    ];
+    for (name, help, h, bounds, text) in families {
+        e.head(name, Kind::Histogram, help);
+        let les = |i: usize| bounds.get(i).map_or("+Inf".into(), |&b| text(b));
+        samples(e, name, &[], les, &h.buckets, &text(h.sum));
+    }
+}
+
+/// One histogram's `_bucket` (cumulative), `_sum` and `_count` samples: `buckets` per
+/// bucket, `le(i)` the label of bucket `i`.
+fn samples(
+    e: &mut Exposition<'_>,
+    name: &str,
+    labels: &[(&str, &str)],
+    le: impl Fn(usize) -> String,
+    buckets: &[u64],
+    sum: &str,
+) {
+    let bucket = format!("{name}_bucket");
+    let mut cumulative = 0u64;
+    for (i, n) in buckets.iter().enumerate() {
+        cumulative = cumulative.wrapping_add(*n);
+        let le = le(i);
+        // At most two labels of its own (protocol, command), then `le`.
+        let mut with_le = [("", ""); 3];
+        let k = labels.len().min(2);
+        with_le[..k].copy_from_slice(&labels[..k]);
+        with_le[k] = ("le", &le);
+        e.sample_u64(&bucket, &with_le[..=k], cumulative);
+    }
+    e.sample_labelled(&format!("{name}_sum"), labels, sum);
+    e.sample_u64(&format!("{name}_count"), labels, cumulative);
+}
+
+/// Nanoseconds as decimal seconds (`0.000025`, `1`, `2.5`).
+fn seconds(ns: u64) -> String {
+    let frac = ns % 1_000_000_000;
+    if frac == 0 {
+        return (ns / 1_000_000_000).to_string();
+    }
+    let text = format!("{}.{frac:09}", ns / 1_000_000_000);
+    text.trim_end_matches('0').to_string()
 }
 
 /// Per-worker series (the label is bounded by the worker count).
@@ -215,5 +274,40 @@ fn workers(e: &mut Exposition<'_>, shared: &Shared) {
                 e.sample_labelled(name, &[("worker", &w.to_string())], &v);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_are_exact_decimals() {
+        assert_eq!(seconds(25_000), "0.000025");
+        assert_eq!(seconds(2_500_000_000), "2.5");
+        assert_eq!(seconds(1_000_000_000), "1");
+        assert_eq!(seconds(0), "0");
+    }
+
+    #[test]
+    fn commit_histograms_are_cumulative_with_sum_and_count() {
+        let commit = ringstore_durable::CommitMetrics::default();
+        let opened = std::time::Instant::now();
+        commit.note_group(opened, 3);
+        commit.note_group(opened, 1);
+        let mut out = Vec::new();
+        let mut e = Exposition::new(&mut out, false);
+        commit_histograms(&mut e, &commit);
+        let text = String::from_utf8(out).expect("utf-8");
+        let group = "ringstore_data_commit_group_records";
+        assert!(text.contains(&format!("\n{group}_bucket{{le=\"1\"}} 1\n")));
+        assert!(text.contains(&format!("\n{group}_bucket{{le=\"2\"}} 1\n")));
+        assert!(text.contains(&format!("\n{group}_bucket{{le=\"4\"}} 2\n")));
+        assert!(text.contains(&format!("\n{group}_bucket{{le=\"+Inf\"}} 2\n")));
+        assert!(text.contains(&format!("\n{group}_sum 4\n{group}_count 2\n")));
+        let latency = "ringstore_data_commit_duration_seconds";
+        assert!(text.contains(&format!("\n{latency}_bucket{{le=\"0.000025\"}} ")));
+        assert!(text.contains(&format!("\n{latency}_bucket{{le=\"+Inf\"}} 4\n")));
+        assert!(text.contains(&format!("\n{latency}_count 4\n")));
     }
 }

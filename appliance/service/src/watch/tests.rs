@@ -6,6 +6,7 @@ const NOW: Now = Now {
     store: 10,
     unix: 1_700_000_010,
     mono_ms: 10_250,
+    mono_ns: 10_250 * 1_000_000,
 };
 
 fn get_line(hub: &Hub, worker: usize, key: &[u8]) {

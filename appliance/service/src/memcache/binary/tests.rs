@@ -470,6 +470,7 @@ const NOW: Now = Now {
     store: 100,
     unix: 1_700_000_100,
     mono_ms: 0,
+    mono_ns: 0,
 };
 
 /// A value that does not fit the connection-memory budget is refused with "Out of memory"
