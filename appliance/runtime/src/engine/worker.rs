@@ -23,8 +23,10 @@ pub(crate) struct Core<H: Handler, X> {
     pub(super) setup: WorkerSetup<H>,
     /// The clock read once per loop iteration; every input of the iteration happens at it.
     pub(super) now: Now,
-    /// Set once the worker stops: when the drain ends, whatever is still open.
+    /// Set when the worker begins to stop: the end of the drain, after which the tick
+    /// closes whatever is still open.
     pub(super) stopping_deadline: Option<u64>,
+    /// When this worker last ran the expiry reaper (once a second, when it is the reaper).
     pub(super) last_reclaim_ms: u64,
     /// Out of descriptors: accepts pause until then.
     pub(super) accept_backoff_until: u64,
