@@ -1,18 +1,18 @@
 //! The operator console's protocol, shared by PID 1 (the box) and `ringstore console` (the host):
-//! login by SSH-key challenge/response or password (`auth`), the `@json` answer framing
+//! login by SSH-key challenge/response or password (`login`), the `@json` answer framing
 //! (`frame`), the console stream split from the kernel's records (`split`) and the client that
 //! logs in and runs one command (`client`). ADR-0023, docs/CONSOLE.md.
 #![forbid(unsafe_code)]
 
-pub mod auth;
 pub mod client;
 pub mod frame;
+pub mod login;
 pub mod split;
 
-pub use auth::{
+pub use frame::{FrameError, SCHEMA};
+pub use login::{
     AuthError, AuthorizedKeys, Backoff, Challenge, Identity, KeyInfo, PasswordHash, NAMESPACE,
 };
-pub use frame::{FrameError, SCHEMA};
 
 /// The console's prompt, printed after every answer.
 pub const PROMPT: &str = "ringstore> ";

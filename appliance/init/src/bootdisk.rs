@@ -17,8 +17,8 @@ const POLL: Duration = Duration::from_millis(50);
 pub const CONFIG_FILE: &str = "ringstore.toml";
 pub const CONFIG_FILE_MAX: u64 = 1 << 20;
 /// The config partition's console keys (OpenSSH authorized_keys lines, ADR-0023) and their
-/// bound: [`ringstore_console::auth::KEYS_MAX`] lines of at most
-/// [`ringstore_console::auth::KEY_LINE_MAX`] bytes, and room for comments.
+/// bound: [`ringstore_console::login::KEYS_MAX`] lines of at most
+/// [`ringstore_console::login::KEY_LINE_MAX`] bytes, and room for comments.
 pub const AUTHORIZED_KEYS_FILE: &str = "authorized_keys";
 pub const AUTHORIZED_KEYS_FILE_MAX: u64 = 64 << 10;
 

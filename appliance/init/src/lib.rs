@@ -40,7 +40,7 @@ pub mod netstat;
 pub mod plane;
 pub mod power;
 pub mod privs;
-pub mod signals;
+pub mod signal_thread;
 pub mod sizing;
 pub mod slots_report;
 pub mod state;
@@ -68,7 +68,7 @@ pub fn run() -> ! {
             &format!("panic in thread {thread}: {info}"),
         );
     }));
-    signals::block();
+    signal_thread::block();
     let machine = Arc::new(Machine::default());
     let mut on_fatal = OnFatal::Reboot;
     let booted = catch_unwind(AssertUnwindSafe(|| boot(&machine, &mut on_fatal)));
@@ -111,7 +111,7 @@ fn boot(machine: &Arc<Machine>, on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     }
     // Before any thread starts: every thread PID 1 spawns inherits at most the boot set.
     privs::restrict_thread_or_log(privs::Role::Boot);
-    signals::spawn_waiter(Arc::clone(machine));
+    signal_thread::spawn_waiter(Arc::clone(machine));
     power::disable_ctrl_alt_del();
     raise_limits();
 

@@ -9,3 +9,4 @@
 
 pub(crate) mod epoll;
 pub(crate) mod uring;
+pub(crate) mod worker;

@@ -18,7 +18,7 @@
 
 #![deny(unsafe_code)]
 
-pub mod auth;
+pub mod auth_files;
 // The provided-buffer ring: memory shared with the kernel, written through raw pointers.
 #[allow(
     unsafe_code,
@@ -41,7 +41,7 @@ mod plane;
 mod ring;
 mod server;
 mod setup;
-mod signals;
+mod termination;
 mod tls;
 pub(crate) use ringstore_sys as sys;
 pub mod topology;
@@ -54,4 +54,4 @@ pub use error::RuntimeError;
 pub use placement::listeners::LocalAddrs;
 pub use ring::Features;
 pub use server::Server;
-pub use signals::TerminationSignals;
+pub use termination::TerminationSignals;

@@ -78,7 +78,7 @@ impl Server {
         crate::sys::return_freed_memory_promptly();
         crate::sys::raise_nofile_limit();
         // Read before anything is bound or mapped: a file at fault refuses the start.
-        let auth_files = crate::auth::load(config)?;
+        let auth_files = crate::auth_files::load(config)?;
         let runtime = choose_runtime(config)?;
         let placed = place(config)?;
         let (node, cpus) = (placed.node, placed.cpus);
@@ -91,7 +91,7 @@ impl Server {
         let started = ringstore_service::Started {
             rusage: Some(crate::sys::process_cpu_time),
             xdp_mode,
-            auth: crate::auth::enable(auth_files),
+            auth: crate::auth_files::enable(auth_files),
             tls: certs.as_ref().map(|certs| {
                 Arc::new(crate::tls::CertControl(certs.clone()))
                     as Arc<dyn ringstore_service::TlsControl>
@@ -207,7 +207,7 @@ impl Server {
     /// `Ok` says what is in force, `Err` (one line) why a file was not taken. Without either
     /// flag, nothing to do (turning a check on or off needs a restart).
     pub fn reload_auth(&self, config: &Config) -> Result<String, String> {
-        crate::auth::reload(&self.shared, config)
+        crate::auth_files::reload(&self.shared, config)
     }
 
     /// The NUMA node served from.

@@ -15,9 +15,9 @@
 mod admin;
 pub use admin::CertRefreshGate;
 mod arith;
-mod auth;
+mod ascii_auth;
 #[cfg(test)]
-mod auth_tests;
+mod ascii_auth_tests;
 mod binary;
 #[cfg(test)]
 mod bound_tests;
@@ -151,8 +151,8 @@ pub struct MemcacheSession {
     marks: Option<Vec<ResponseMark>>,
     /// GET values sent from the item (`zero_copy.rs`).
     pub(crate) zc: ZeroCopy,
-    /// `--auth-file`: whether the connection must still log in (`auth.rs`).
-    gate: auth::Gate,
+    /// `--auth-file`: whether the connection must still log in (`ascii_auth.rs`).
+    gate: ascii_auth::Gate,
     /// Set once the connection sent `watch`: it then only receives log lines.
     watcher: Option<Box<crate::watch::Watcher>>,
     /// The connection number its `watch` lines carry (`cfd=`), given when first needed.
@@ -212,7 +212,7 @@ impl MemcacheSession {
             mode: Mode::Undecided,
             marks: None,
             zc: ZeroCopy::default(),
-            gate: auth::Gate::Unresolved,
+            gate: ascii_auth::Gate::Unresolved,
             watcher: None,
             cfd: 0,
             peer: None,
@@ -256,14 +256,14 @@ impl MemcacheSession {
     /// Decides from `shared` whether this connection must log in (once; later calls keep
     /// what was decided).
     pub fn resolve_gate(&mut self, shared: &Shared) {
-        if matches!(self.gate, auth::Gate::Unresolved) {
-            self.gate = auth::Gate::for_shared(shared);
+        if matches!(self.gate, ascii_auth::Gate::Unresolved) {
+            self.gate = ascii_auth::Gate::for_shared(shared);
         }
     }
 
     /// The connection logged in (text `set` login or binary SASL) as `standing`.
     fn log_in(&mut self, standing: Box<crate::auth::Standing>) {
-        self.gate = auth::Gate::LoggedIn(standing);
+        self.gate = ascii_auth::Gate::LoggedIn(standing);
     }
 
     /// True when the connection logged in as a user that a reload of the users file
@@ -275,12 +275,15 @@ impl MemcacheSession {
 
     /// A failed SASL attempt: the connection must log in again.
     fn log_out(&mut self) {
-        self.gate = auth::Gate::Locked(auth::Login::default());
+        self.gate = ascii_auth::Gate::Locked(ascii_auth::Login::default());
     }
 
     /// True while the connection has not logged in under `--auth-file`.
     pub fn locked(&self) -> bool {
-        !matches!(self.gate, auth::Gate::Open | auth::Gate::LoggedIn(_))
+        !matches!(
+            self.gate,
+            ascii_auth::Gate::Open | ascii_auth::Gate::LoggedIn(_)
+        )
     }
 
     /// From now on, note where each response ends in the output (text protocol, while no
@@ -454,7 +457,7 @@ impl MemcacheSession {
     pub fn has_partial_request(&self) -> bool {
         (!self.pending.is_empty() && self.get_cursor == 0 && self.dump.is_none())
             || self.swallow > 0
-            || matches!(self.gate, auth::Gate::Locked(_))
+            || matches!(self.gate, ascii_auth::Gate::Locked(_))
     }
 
     /// Parses and executes requests from `buf`; returns the bytes used and the next step.
@@ -493,12 +496,12 @@ impl MemcacheSession {
             return self.run_binary(buf, ctx, out, held);
         }
         let mut pos = 0;
-        if let auth::Gate::Locked(login) = &mut self.gate {
+        if let ascii_auth::Gate::Locked(login) = &mut self.gate {
             let (used, step) = login.run(buf, ctx, out);
             match step {
-                auth::Step::More => return (used, Flow::Continue),
-                auth::Step::Close => return (buf.len(), Flow::Close),
-                auth::Step::LoggedIn(standing) => {
+                ascii_auth::Step::More => return (used, Flow::Continue),
+                ascii_auth::Step::Close => return (buf.len(), Flow::Close),
+                ascii_auth::Step::LoggedIn(standing) => {
                     self.log_in(standing);
                     pos = used;
                 }

@@ -14,7 +14,7 @@ use rustls::{ClientConfig, ClientConnection};
 
 use super::client::tcp;
 use super::console::stat;
-use super::tls::{connect, tls_set_get};
+use super::tls_client::{connect, tls_set_get};
 use super::vm::Vm;
 
 /// How many clients reset right after their Finished: each is a chance for the reset to reach

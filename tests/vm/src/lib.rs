@@ -35,6 +35,7 @@ mod scan;
 mod serial;
 mod tls;
 mod tls12;
+mod tls_client;
 mod twonic;
 mod uefi;
 mod vm;

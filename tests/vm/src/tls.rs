@@ -9,8 +9,6 @@
 //! `io = "epoll"`) also see clients that reset right after their Finished and a normal session
 //! after them that still gets kernel TLS (`ktls_reset.rs`).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +19,7 @@ use rustls::{ClientConfig, ClientConnection, StreamOwned};
 
 use super::client::{exchange, tcp};
 use super::ktls_reset::resets_leave_kernel_tls_on;
+use super::tls_client::{ask, connect, tls_set_get, Tls};
 use super::uefi::{test_images, UefiMachine};
 use super::vm::{scratch_dir, Vm};
 use super::{BOOT_LIMIT, PROMPT};
@@ -31,8 +30,6 @@ const MEMCACHE_TLS: u16 = 11212;
 const HTTPS: u16 = 8443;
 const BIG: usize = 512 << 10;
 const BIG_GETS: usize = 12;
-
-pub(super) type Tls = StreamOwned<ClientConnection, TcpStream>;
 
 /// One certificate made for this run: its files and a client that trusts only it.
 struct Cert {
@@ -54,48 +51,6 @@ fn make_cert(dir: &Path, cn: &str, days: u32) -> Result<Cert> {
         client: ringstore_testkit::tls::client_config(&cert, None, false)?,
         https_client: ringstore_testkit::tls::client_config(&cert, Some(b"http/1.1"), false)?,
     })
-}
-
-/// A session on host port `port`: the handshake, and a `version` round trip as proof (so
-/// the client's Finished is never read together with a partial record of a larger first
-/// request, which would keep the session out of kernel TLS).
-pub(super) fn connect(port: u16, config: &Arc<ClientConfig>) -> Result<Tls> {
-    let name = ServerName::try_from("localhost")?;
-    let conn = ClientConnection::new(config.clone(), name)?;
-    let mut tls = StreamOwned::new(conn, tcp(port)?);
-    // The handshake, and a proof the session works.
-    let answer = ask(&mut tls, b"version\r\n", |t| t.ends_with(b"\r\n"))?;
-    ensure!(
-        answer.starts_with(b"VERSION "),
-        "version over TLS: {answer:?}"
-    );
-    Ok(tls)
-}
-
-/// Writes `request` on `tls` and reads until `done` (bounded: 2 MiB).
-fn ask(tls: &mut Tls, request: &[u8], done: impl Fn(&[u8]) -> bool) -> Result<Vec<u8>> {
-    tls.write_all(request)?;
-    tls.flush()?;
-    let mut got = Vec::new();
-    let mut buf = vec![0u8; 64 << 10];
-    while !done(&got) && got.len() < 2 << 20 {
-        let n = tls.read(&mut buf)?;
-        ensure!(n > 0, "closed after {} bytes", got.len());
-        got.extend_from_slice(&buf[..n]);
-    }
-    Ok(got)
-}
-
-pub(super) fn tls_set_get(tls: &mut Tls, key: &str, value: &str) -> Result<()> {
-    let set = format!("set {key} 0 0 {}\r\n{value}\r\n", value.len());
-    let stored = ask(tls, set.as_bytes(), |t| t.ends_with(b"\r\n"))?;
-    ensure!(stored == b"STORED\r\n", "set over TLS: {stored:?}");
-    let got = ask(tls, format!("get {key}\r\n").as_bytes(), |t| {
-        t.ends_with(b"END\r\n")
-    })?;
-    let want = format!("VALUE {key} 0 {}\r\n{value}\r\nEND\r\n", value.len());
-    ensure!(got == want.as_bytes(), "get over TLS: {got:?}");
-    Ok(())
 }
 
 /// `BIG_GETS` GETs of the 512 KiB value `big` over one TLS session; their wall time.

@@ -10,7 +10,7 @@ use anyhow::{ensure, Context, Result};
 use rustls::HandshakeKind;
 
 use super::console::stat;
-use super::tls::{connect, Tls};
+use super::tls_client::{connect, Tls};
 use super::vm::Vm;
 
 /// The value's size: several records each way, under the 2 MiB the reader allows.

@@ -8,7 +8,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use ringstore_console::auth::{IDLE_LIMIT, SIGNATURE_LINES_MAX};
+use ringstore_console::login::{IDLE_LIMIT, SIGNATURE_LINES_MAX};
 use ringstore_console::{AuthError, AuthorizedKeys, Backoff, Challenge, Identity, PasswordHash};
 
 use super::output::Output;
@@ -40,7 +40,7 @@ impl Credentials {
     /// From the sources' texts: the image's authorized_keys and password hash (absent: `None`),
     /// then the config partition's authorized_keys (`Err`: why it could not be read). A bad key
     /// line is skipped and reported, never fatal; keys past the limit
-    /// ([`ringstore_console::auth::KEYS_MAX`], all sources together) are dropped and reported.
+    /// ([`ringstore_console::login::KEYS_MAX`], all sources together) are dropped and reported.
     pub fn build(
         image_keys: Option<&str>,
         password: Option<&str>,
@@ -425,7 +425,7 @@ mod tests {
 
     #[test]
     fn credentials_merge_the_image_and_the_config_partition() {
-        use ringstore_console::auth::{KEYS_MAX, KEY_LINE_MAX};
+        use ringstore_console::login::{KEYS_MAX, KEY_LINE_MAX};
         let long = format!("ssh-ed25519 {}", "A".repeat(KEY_LINE_MAX));
         let partition = format!("{PART_PUB}ssh-ed25519 garbage\n{long}\n{TEST_PUB}");
         let c = Credentials::build(Some(TEST_PUB), Some(TEST_PHC), Some(Ok(&partition)));

@@ -6,7 +6,7 @@
 //! acceptor → least-loaded-worker placement and its inbox ([`crate::placement::inbox`]), the
 //! connection table ([`crate::connection::Slab`]), the output buffer's bounds and the timeouts
 //! ([`crate::connection::Conn::closed_by_tick`]), the lingering close ([`crate::connection::linger`]), the
-//! limits ([`Limits`]) and the output stream with values sent from the item
+//! lifecycle steps ([`super::worker::Engine`]) and the output stream with values sent from the item
 //! ([`crate::connection::output`]). What differs is only how bytes move: a
 //! connection is registered once, edge-triggered for input and output, and read or written
 //! with nonblocking calls until the kernel says EAGAIN; reads go into one buffer per worker
@@ -23,13 +23,12 @@ use std::sync::Arc;
 
 use ringstore_service::Now;
 
-use crate::placement::listeners::Endpoint;
-
-use crate::connection::machine::At;
-use crate::connection::Slab;
+use crate::durable::DeviceWorker;
 use crate::handler::{Handler, Hooks};
 use crate::ring::Features;
 use crate::setup::WorkerSetup;
+
+use super::worker::{Core, Engine};
 use crate::sys::{Epoll, Readiness, Watch};
 
 mod conn_io;
@@ -63,20 +62,13 @@ pub(crate) struct EpollIo {
 
 struct Worker<H: Handler> {
     epoll: Epoll,
-    conns: Slab<H::Session, EpollIo>,
+    core: Core<H, EpollIo>,
     events: Vec<Readiness>,
     /// Connections with input left after their turns: served next iteration without waiting.
     runnable: Vec<(u32, u32)>,
     read_buf: Box<[u8]>,
-    new_conns: Vec<(OwnedFd, Endpoint)>,
-    setup: WorkerSetup<H>,
-    now: Now,
-    stopping_deadline: Option<u64>,
+    /// When the tick is due (the `epoll_wait` timeout).
     next_tick_ms: u64,
-    last_reclaim_ms: u64,
-    /// Out of descriptors: accepts pause until then.
-    accept_backoff_until: u64,
-    peak_conns: usize,
     /// The data device (`--data`): this worker's region log and its sync thread.
     device: Option<device::DeviceThreads>,
     /// Background compaction has more to do: the next wait does not sleep.
@@ -96,7 +88,7 @@ pub(crate) fn run<H: Handler>(
         Ok(mut worker) => {
             let _ = ready.send(Ok(Features::default()));
             worker.serve();
-            worker.peak_conns
+            worker.core.peak_conns
         }
         Err(why) => {
             let _ = ready.send(Err(format!("worker {index}: {why}")));
@@ -142,24 +134,17 @@ impl<H: Handler> Worker<H> {
             }
             None => None,
         };
-        let now = setup.clock.now();
+        let core = Core::new(setup);
         Ok(Worker {
             epoll,
-            conns: Slab::new(),
             events: Vec::with_capacity(EVENTS),
             runnable: Vec::new(),
             read_buf: vec![0u8; READ_BUF].into_boxed_slice(),
-            new_conns: Vec::new(),
-            now,
-            stopping_deadline: None,
-            next_tick_ms: now.mono_ms + setup.limits.tick_ms,
-            last_reclaim_ms: now.mono_ms,
-            accept_backoff_until: 0,
-            peak_conns: 0,
+            next_tick_ms: core.now.mono_ms + core.setup.limits.tick_ms,
             device,
             device_busy: false,
             udp,
-            setup,
+            core,
         })
     }
 
@@ -167,7 +152,7 @@ impl<H: Handler> Worker<H> {
         loop {
             // Work left from the last iteration: just look; otherwise sleep until the tick.
             let timeout = if self.runnable.is_empty() && !self.device_busy {
-                self.next_tick_ms.saturating_sub(self.now.mono_ms)
+                self.next_tick_ms.saturating_sub(self.core.now.mono_ms)
             } else {
                 0
             };
@@ -176,11 +161,11 @@ impl<H: Handler> Worker<H> {
             if let Err(err) = self.epoll.wait(timeout, &mut events) {
                 eprintln!(
                     "ringstore: worker {}: epoll_wait failed: {err}; closing its connections",
-                    self.setup.index
+                    self.core.setup.index
                 );
                 break;
             }
-            self.now = self.setup.clock.now();
+            self.core.now = self.core.setup.clock.now();
             for event in &events {
                 self.on_event(*event);
             }
@@ -190,17 +175,21 @@ impl<H: Handler> Worker<H> {
             }
             // Group commit: what this iteration staged goes to the device thread at once.
             self.device_busy = self.pump_device();
-            if self.now.mono_ms >= self.next_tick_ms {
+            if self.core.now.mono_ms >= self.next_tick_ms {
                 self.on_tick();
             }
-            if self.stopping_deadline.is_none() && self.setup.stop.load(Ordering::Acquire) {
+            if self.core.stopping_deadline.is_none() && self.core.setup.stop.load(Ordering::Acquire)
+            {
                 self.begin_stop();
             }
-            if self.stopping_deadline.is_some() && self.conns.live() == 0 && self.device_idle() {
+            if self.core.stopping_deadline.is_some()
+                && self.core.conns.live() == 0
+                && self.device_idle()
+            {
                 break;
             }
         }
-        for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
+        for slot in 0..crate::sys::u32_of(self.core.conns.capacity_slots()) {
             self.finish_close(slot);
         }
         if let Some(device) = self.device.take() {
@@ -210,7 +199,7 @@ impl<H: Handler> Worker<H> {
 
     fn on_event(&mut self, event: Readiness) {
         if event.key == KEY_INBOX {
-            self.setup.inbox.clear_wakeups();
+            self.core.setup.inbox.clear_wakeups();
             return self.take_inbox();
         }
         if event.key == KEY_DEVICE {
@@ -225,95 +214,103 @@ impl<H: Handler> Worker<H> {
         }
         let slot = crate::sys::u32_of(usize::try_from(event.key & 0xFFFF_FFFF).unwrap_or(0));
         let generation = crate::sys::u32_of(usize::try_from(event.key >> 32).unwrap_or(0));
-        let Some(conn) = self.conns.get_mut(slot, generation) else {
+        let Some(conn) = self.core.conns.get_mut(slot, generation) else {
             return; // an event for a connection closed earlier in this batch
         };
         conn.io.ready_in |= event.readable || event.hangup;
         self.drive(slot, generation);
     }
 
-    fn take_inbox(&mut self) {
-        let mut fresh = std::mem::take(&mut self.new_conns);
-        self.setup.inbox.drain_into(&mut fresh);
-        for (fd, endpoint) in fresh.drain(..) {
-            self.open_connection(fd, endpoint);
-        }
-        self.new_conns = fresh;
-    }
-
     /// Accepts everything pending on reuseport listener `index` (placement `reuseport`).
     fn accept_all(&mut self, index: usize) {
-        if self.stopping_deadline.is_some() || self.now.mono_ms < self.accept_backoff_until {
+        if self.core.stopping_deadline.is_some()
+            || self.core.now.mono_ms < self.core.accept_backoff_until
+        {
             return;
         }
-        let Some((listener, protocol)) = self.setup.listeners.get(index) else {
+        let Some((listener, protocol)) = self.core.setup.listeners.get(index) else {
             return;
         };
         let (listener, protocol) = (listener.as_raw_fd(), *protocol);
         loop {
             match crate::sys::accept(listener) {
                 Ok(Some(fd)) => {
-                    if let Some(fd) = self.setup.admit_own(fd, protocol) {
+                    if let Some(fd) = self.core.setup.admit_own(fd, protocol) {
                         self.open_connection(fd, protocol);
                     }
                 }
                 Ok(None) => return,
                 Err(_) => {
                     // Out of descriptors (or worse): level-triggered, so pause, don't spin.
-                    self.accept_backoff_until = self.now.mono_ms + 100;
+                    self.core.accept_backoff_until = self.core.now.mono_ms + 100;
                     return;
                 }
             }
         }
     }
+}
 
-    /// The time inputs to the connection machine happen at: now, and the stop's drain
-    /// deadline that this worker keeps once for all its connections.
-    fn at(&self) -> At {
-        At::new(self.now.mono_ms, self.stopping_deadline)
+/// The readiness worker's I/O under the shared lifecycle steps ([`Engine`]).
+impl<H: Handler> Engine<H> for Worker<H> {
+    type Io = EpollIo;
+
+    fn core(&self) -> &Core<H, EpollIo> {
+        &self.core
     }
 
-    /// The tick: the reaper step, timeouts and the stop's drain deadline, output sessions
-    /// produce without input (`watch`: a connection that produced some runs).
-    fn on_tick(&mut self) {
-        let now = self.now.mono_ms;
-        self.next_tick_ms = now + self.setup.limits.tick_ms;
-        if self.setup.reaper && now >= self.last_reclaim_ms + 1000 {
-            self.last_reclaim_ms = now;
-            self.setup.handler.hooks().reclaim(self.now);
+    fn core_mut(&mut self) -> &mut Core<H, EpollIo> {
+        &mut self.core
+    }
+
+    fn socket_io(&mut self, fd: &OwnedFd) -> Option<EpollIo> {
+        if let Err(err) = crate::sys::set_nonblocking(fd.as_raw_fd()) {
+            eprintln!("ringstore: a connection could not be made nonblocking: {err}");
+            return None;
         }
-        let (at, timeouts) = (self.at(), self.setup.limits.timeouts());
-        let handler = Arc::clone(&self.setup.handler);
-        for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
-            let due = self
-                .conns
-                .at_mut(slot)
-                .is_some_and(|conn| conn.closed_by_tick(&*handler, at, timeouts));
-            if due {
-                self.finish_close(slot);
-            }
+        Some(EpollIo { ready_in: false })
+    }
+
+    /// Registers the socket once, edge-triggered both ways: input that arrived before the
+    /// registration is reported by it (the first edge).
+    fn start_io(&mut self, slot: u32, generation: u32) -> bool {
+        let Some(conn) = self.core.conns.get_mut(slot, generation) else {
+            return false;
+        };
+        let key = conn_key(slot, generation);
+        if let Err(err) = self
+            .epoll
+            .add(conn.fd.as_raw_fd(), key, Watch::EdgeReadWrite)
+        {
+            eprintln!("ringstore: epoll_ctl failed for a connection: {err}");
+            return false;
         }
-        let produced = self.conns.poll_output(&*handler);
-        self.runnable.extend(produced);
-        // Accepts that backed off resume (level-triggered: what waits is reported again).
-        if now >= self.accept_backoff_until {
-            for index in 0..self.setup.listeners.len() {
-                self.accept_all(index);
-            }
+        true
+    }
+
+    fn device_log(&self) -> Option<&DeviceWorker> {
+        self.device.as_ref().map(|d| &d.log)
+    }
+
+    /// The connection runs at the end of this iteration (its output is written then).
+    fn send_polled(&mut self, slot: u32, generation: u32) {
+        self.runnable.push((slot, generation));
+    }
+
+    /// Level-triggered: what waits on the listeners is reported again, so take it now.
+    fn resume_accepts(&mut self) {
+        for index in 0..self.core.setup.listeners.len() {
+            self.accept_all(index);
         }
     }
 
-    /// Stops accepting, closes idle connections; the others finish (bounded by the deadline).
-    fn begin_stop(&mut self) {
-        let deadline = self.now.mono_ms + self.setup.limits.drain_deadline_ms;
-        self.stopping_deadline = Some(deadline);
-        for (fd, _) in self.setup.listeners.drain(..) {
+    /// Takes the listeners out of the epoll set (and closes them).
+    fn stop_intake(&mut self) {
+        for (fd, _) in self.core.setup.listeners.drain(..) {
             self.epoll.remove(fd.as_raw_fd());
         }
-        for slot in self.conns.stop(self.at()) {
-            self.finish_close(slot);
-        }
-        // Connections queued after the stop are dropped unserved (open_connection).
-        self.take_inbox();
+    }
+
+    fn tick_done(&mut self) {
+        self.next_tick_ms = self.core.now.mono_ms + self.core.setup.limits.tick_ms;
     }
 }

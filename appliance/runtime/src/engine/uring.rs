@@ -10,22 +10,21 @@
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::SyncSender;
-use std::sync::Arc;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use ringstore_service::{Device, Flow, Now};
 
-use crate::placement::listeners::Endpoint;
-
 use crate::bufring::BufRing;
-use crate::connection::machine::{At, Completed, Io, Step};
-use crate::connection::{Conn, Slab};
+use crate::connection::machine::{Completed, Io, Step};
+use crate::connection::Conn;
 use crate::datapath::kernel_udp::KernelUdp;
 use crate::durable::DeviceWorker;
 use crate::handler::{Handler, Hooks};
 use crate::op::Op;
 use crate::ring::Features;
 use crate::setup::WorkerSetup;
+
+use super::worker::{Core, Engine};
 
 /// Provided receive buffers per worker and their size: 4 MiB a worker either way, in 64 KiB
 /// buffers rather than 256 of 16 KiB, so a depth-16 batch of 4 KiB SETs (66 KiB) arrives in one
@@ -62,27 +61,19 @@ struct Worker<H: Handler> {
     udp: Option<KernelUdp<H::Session>>,
     /// UDP receive errors logged so far (a few, then quiet).
     udp_errors_logged: u32,
-    conns: Slab<H::Session, UringIo>,
+    core: Core<H, UringIo>,
     pending: Vec<squeue::Entry>,
     /// Pairs that must reach the kernel in one submission: a data-device batch write and the
     /// flush chained behind it (`DeviceWorker::pump`).
     pending_chains: Vec<[squeue::Entry; 2]>,
     completions: Vec<(u64, i32, u32)>,
-    new_conns: Vec<(OwnedFd, Endpoint)>,
-    setup: WorkerSetup<H>,
     /// The 8-byte target of the eventfd read; leaked so a read cancelled at teardown can never write freed memory.
     inbox_word: *mut u64,
     tick: Box<types::Timespec>,
-    now: Now,
-    stopping_deadline: Option<u64>,
     /// Per reuseport listener: an accept is in flight.
     accept_armed: Vec<bool>,
-    accept_backoff_until: u64,
-    last_reclaim_ms: u64,
     /// Link each connection's next receive behind its send (hidden key `link-recv`, for measurement).
     link_recv: bool,
-    /// Most connections open at once on this worker (logged at stop: placement balance).
-    peak_conns: usize,
     /// Receives queued behind sends poll first (hidden key `poll-first`, for measurement).
     poll_first: bool,
     /// This worker's region log, when a data device is on (None: RAM only, no extra work).
@@ -114,7 +105,7 @@ pub(crate) fn run<H: Handler>(
     if let Some(device) = worker.device.take() {
         device.uninstall();
     }
-    worker.peak_conns
+    worker.core.peak_conns
 }
 
 /// The ring of a worker with what is registered with it, before the loop starts.
@@ -177,7 +168,6 @@ impl<H: Handler> Worker<H> {
     /// cannot start (its index is added by the caller).
     fn start(mut setup: WorkerSetup<H>) -> Result<(Worker<H>, Features), String> {
         let registered = register(&mut setup)?;
-        let now = setup.clock.now();
         let device = match &setup.data {
             Some(serving) => Some(
                 DeviceWorker::install(serving.clone(), setup.index)
@@ -186,28 +176,20 @@ impl<H: Handler> Worker<H> {
             None => None,
         };
         let tuning = setup.limits.tuning;
+        let tick = std::time::Duration::from_millis(setup.limits.tick_ms);
         let worker = Worker {
             ring: registered.ring,
             bufs: registered.bufs,
             udp: registered.udp,
             udp_errors_logged: 0,
-            conns: Slab::new(),
+            core: Core::new(setup),
             pending: Vec::with_capacity(256),
             pending_chains: Vec::new(),
             completions: Vec::with_capacity(256),
-            new_conns: Vec::new(),
             inbox_word: Box::leak(Box::new(0u64)),
-            tick: Box::new(types::Timespec::from(std::time::Duration::from_millis(
-                setup.limits.tick_ms,
-            ))),
-            setup,
-            now,
-            stopping_deadline: None,
+            tick: Box::new(types::Timespec::from(tick)),
             accept_armed: Vec::new(),
-            accept_backoff_until: 0,
-            last_reclaim_ms: now.mono_ms,
             link_recv: tuning.link_recv,
-            peak_conns: 0,
             poll_first: tuning.poll_first,
             device,
             wait_fd: registered.wait_fd,
@@ -220,12 +202,18 @@ impl<H: Handler> Worker<H> {
     fn serve(&mut self) {
         self.arm_inbox();
         self.arm_tick();
-        self.accept_armed = vec![false; self.setup.listeners.len()];
-        for i in 0..self.setup.listeners.len() {
+        self.accept_armed = vec![false; self.core.setup.listeners.len()];
+        for i in 0..self.core.setup.listeners.len() {
             self.arm_accept(i);
         }
         self.arm_udp();
-        let xdp_fds = self.setup.xdp.as_ref().map(|x| x.fds()).unwrap_or_default();
+        let xdp_fds = self
+            .core
+            .setup
+            .xdp
+            .as_ref()
+            .map(|x| x.fds())
+            .unwrap_or_default();
         for index in 0..xdp_fds.len() {
             self.arm_xdp(index);
         }
@@ -234,19 +222,20 @@ impl<H: Handler> Worker<H> {
             if let Err(err) = self.submit_and_wait() {
                 eprintln!(
                     "ringstore: worker {}: io_uring_enter failed: {err}; closing its connections",
-                    self.setup.index
+                    self.core.setup.index
                 );
                 break;
             }
-            self.now = self.setup.clock.now();
+            self.core.now = self.core.setup.clock.now();
             self.reap();
             // AF_XDP: one bounded burst per socket; work left over means no blocking wait.
-            let setup = &mut self.setup;
+            let setup = &mut self.core.setup;
             if setup.xdp.as_mut().is_some_and(|x| x.poll(&*setup.handler)) {
                 self.pending
                     .push(opcode::Nop::new().build().user_data(Op::Wake.encode()));
             }
-            if self.stopping_deadline.is_none() && self.setup.stop.load(Ordering::Acquire) {
+            if self.core.stopping_deadline.is_none() && self.core.setup.stop.load(Ordering::Acquire)
+            {
                 self.begin_stop();
             }
             if let Some(device) = &mut self.device {
@@ -259,16 +248,21 @@ impl<H: Handler> Worker<H> {
                     chained_write: None,
                 };
                 // Background compaction, one bounded step; its copies join this iteration's batch.
-                let may_start = self.stopping_deadline.is_none();
-                if device.compact_step(&mut sink, self.now.unix, self.now.mono_ms, may_start) {
+                let may_start = self.core.stopping_deadline.is_none();
+                if device.compact_step(
+                    &mut sink,
+                    self.core.now.unix,
+                    self.core.now.mono_ms,
+                    may_start,
+                ) {
                     sink.sqes
                         .push(opcode::Nop::new().build().user_data(Op::Wake.encode()));
                 }
                 // Group commit: everything staged this iteration goes out as one write + one flush.
                 device.pump(&mut sink);
             }
-            if self.stopping_deadline.is_some()
-                && self.conns.live() == 0
+            if self.core.stopping_deadline.is_some()
+                && self.core.conns.live() == 0
                 && !self.accept_armed.contains(&true)
                 && self.device.as_ref().is_none_or(DeviceWorker::is_idle)
                 && self.udp.as_ref().is_none_or(KernelUdp::is_idle)
@@ -277,9 +271,9 @@ impl<H: Handler> Worker<H> {
             }
         }
         // Whatever is left (only after a ring failure) is closed without ceremony.
-        for slot in 0..crate::sys::u32_of(self.conns.capacity_slots()) {
-            if self.conns.remove(slot).is_some() {
-                self.setup.forget_connection();
+        for slot in 0..crate::sys::u32_of(self.core.conns.capacity_slots()) {
+            if self.core.conns.remove(slot).is_some() {
+                self.core.setup.forget_connection();
             }
         }
         let _ = self.ring.submitter().unregister_buf_ring(BufRing::GROUP);
@@ -360,15 +354,15 @@ impl<H: Handler> Worker<H> {
                 Op::DiskErase { .. } | Op::DiskEraseFlush { .. } => {
                     if let Some(device) = &mut self.device {
                         let flush = matches!(op, Op::DiskEraseFlush { .. });
-                        let evicted = device.erase_complete(flush, res, self.now.mono_ms);
+                        let evicted = device.erase_complete(flush, res, self.core.now.mono_ms);
                         // No session waits on an eviction: only its RAM copies go.
-                        let handler = &*self.setup.handler;
-                        crate::connection::forget_dropped(handler, &evicted, self.now);
+                        let handler = &*self.core.setup.handler;
+                        crate::connection::forget_dropped(handler, &evicted, self.core.now);
                     }
                 }
                 Op::DiskCompactRead { id } => {
                     if let Some(device) = &mut self.device {
-                        device.read_complete(id, res, self.now.mono_ms);
+                        device.read_complete(id, res, self.core.now.mono_ms);
                     }
                 }
                 Op::UdpRecv => self.on_udp_recv(res, flags),
@@ -387,6 +381,75 @@ impl<H: Handler> Worker<H> {
     }
 }
 
+/// The io_uring worker's I/O under the shared lifecycle steps ([`Engine`]).
+impl<H: Handler> Engine<H> for Worker<H> {
+    type Io = UringIo;
+
+    fn core(&self) -> &Core<H, UringIo> {
+        &self.core
+    }
+
+    fn core_mut(&mut self) -> &mut Core<H, UringIo> {
+        &mut self.core
+    }
+
+    /// Without a buffer ring the connection gets its own receive buffer for its life.
+    fn socket_io(&mut self, _fd: &OwnedFd) -> Option<UringIo> {
+        let own_buf = self
+            .bufs
+            .is_none()
+            .then(|| vec![0u8; OWN_BUF_SIZE].into_boxed_slice());
+        Some(UringIo {
+            own_buf,
+            vec_send: None,
+        })
+    }
+
+    fn start_io(&mut self, slot: u32, _generation: u32) -> bool {
+        self.arm_recv(slot);
+        true
+    }
+
+    fn device_log(&self) -> Option<&DeviceWorker> {
+        self.device.as_ref()
+    }
+
+    fn send_polled(&mut self, slot: u32, _generation: u32) {
+        self.carry_out(slot, Step::Send);
+    }
+
+    /// Re-arms the accepts that backed off (EMFILE).
+    fn resume_accepts(&mut self) {
+        for i in 0..self.accept_armed.len() {
+            if !self.accept_armed[i] {
+                self.arm_accept(i);
+            }
+        }
+    }
+
+    /// Cancels the accepts in flight and the UDP receive.
+    fn stop_intake(&mut self) {
+        for i in 0..self.core.setup.listeners.len() {
+            let target = Op::Accept {
+                index: crate::sys::u32_of(i),
+            }
+            .encode();
+            self.pending.push(
+                opcode::AsyncCancel::new(target)
+                    .build()
+                    .user_data(Op::Cancel.encode()),
+            );
+        }
+        self.stop_udp();
+    }
+
+    /// Re-arms the tick's timeout, and a UDP receive that ran out of buffers.
+    fn tick_done(&mut self) {
+        self.arm_udp();
+        self.arm_tick();
+    }
+}
+
 mod accept;
 mod arm;
 mod conn_io;
@@ -398,5 +461,4 @@ pub(crate) mod send_vec;
     reason = "SQE pointers must outlive their completions; see the module doc"
 )]
 mod sqe;
-mod stop;
 mod udp;

@@ -11,7 +11,7 @@
 
 use ringstore_proto::memcache::binary::{response, Head, Request, Status};
 
-use super::auth::check;
+use super::ascii_auth::check;
 use super::Ctx;
 use crate::auth::Standing;
 

@@ -150,7 +150,7 @@ fn commands(out: &mut Vec<u8>, t: &StatsTotals) {
     stat(out, "touch_misses", t.touch_misses);
     stat(out, "store_too_large", t.store_too_large);
     stat(out, "store_no_memory", t.store_no_memory);
-    // `--auth-file`: text logins and binary SASL attempts (memcache/auth.rs).
+    // `--auth-file`: text logins and binary SASL attempts (memcache/ascii_auth.rs).
     stat(out, "auth_cmds", t.auth_cmds);
     stat(out, "auth_errors", t.auth_errors);
     stat(out, "http_auth_failures", t.http_auth_failures);

@@ -1,5 +1,6 @@
-//! A connection's life on a readiness worker: open (registered once, edge-triggered), read
-//! into its session, write its output until EAGAIN, linger, close.
+//! A connection's I/O on a readiness worker: read into its session, write its output until
+//! EAGAIN, linger (opening, registered once edge-triggered, and closing are the shared steps
+//! of `engine/worker.rs`).
 
 use std::os::fd::AsFd;
 
@@ -23,56 +24,6 @@ enum Flushed {
 }
 
 impl<H: Handler> Worker<H> {
-    pub(super) fn open_connection(&mut self, fd: OwnedFd, endpoint: Endpoint) {
-        if self.stopping_deadline.is_some() {
-            drop(fd);
-            return self.setup.forget_connection();
-        }
-        crate::sys::set_nodelay(fd.as_raw_fd());
-        if let Err(err) = crate::sys::set_nonblocking(fd.as_raw_fd()) {
-            eprintln!("ringstore: a connection could not be made nonblocking: {err}");
-            drop(fd);
-            return self.setup.forget_connection();
-        }
-        let raw = fd.as_raw_fd();
-        let conn = Conn::open(
-            &*self.setup.handler,
-            fd,
-            endpoint,
-            (self.setup.index, self.now.mono_ms),
-            EpollIo { ready_in: false },
-        );
-        let (slot, generation) = self.conns.insert(conn);
-        self.setup.handler.hooks().conn_opened(self.setup.index);
-        if let Err(err) = self
-            .epoll
-            .add(raw, conn_key(slot, generation), Watch::EdgeReadWrite)
-        {
-            eprintln!("ringstore: epoll_ctl failed for a connection: {err}");
-            return self.finish_close(slot);
-        }
-        self.peak_conns = self.peak_conns.max(self.conns.live());
-        // Input that arrived before the registration is reported by it (the first edge).
-    }
-
-    /// Closes at once (nothing is ever in flight in this runtime; closing the socket also
-    /// takes it out of the epoll set).
-    pub(super) fn finish_close(&mut self, slot: u32) {
-        let generation = self.conns.generation(slot);
-        if let Some(conn) = self.conns.remove(slot) {
-            let device = self
-                .device
-                .as_ref()
-                .map(|d| d.log.for_conn(slot, generation));
-            conn.end(
-                &*self.setup.handler,
-                device.as_ref().map(|d| d as &dyn Device),
-            );
-            self.setup.handler.hooks().conn_closed(self.setup.index);
-            self.setup.forget_connection();
-        }
-    }
-
     /// Serves connection `(slot, generation)` as far as its socket allows: sends what is
     /// pending, then reads and feeds its session, at most [`TURNS`] reads; with input left,
     /// it goes on the run list.
@@ -83,6 +34,7 @@ impl<H: Handler> Worker<H> {
             }
         }
         if self
+            .core
             .conns
             .get_mut(slot, generation)
             .is_some_and(|c| c.io.ready_in)
@@ -94,9 +46,9 @@ impl<H: Handler> Worker<H> {
     /// One step of [`Worker::drive`], as the connection machine's state says; false when
     /// the connection must wait for an edge (or is gone).
     fn step(&mut self, slot: u32, generation: u32) -> bool {
-        let at = self.at();
-        let handler = &*self.setup.handler;
-        let Some(conn) = self.conns.get_mut(slot, generation) else {
+        let at = self.core.at();
+        let handler = &*self.core.setup.handler;
+        let Some(conn) = self.core.conns.get_mut(slot, generation) else {
             return false;
         };
         let next = match conn.machine.state() {
@@ -123,27 +75,28 @@ impl<H: Handler> Worker<H> {
             Step::Send => true, // the next turn writes
             Step::Read => {
                 let ready = self
+                    .core
                     .conns
                     .get_mut(slot, generation)
                     .is_some_and(|c| c.io.ready_in);
                 ready && self.read(slot, generation)
             }
             Step::Drain => {
-                let handler = &*self.setup.handler;
-                let Some(conn) = self.conns.get_mut(slot, generation) else {
+                let handler = &*self.core.setup.handler;
+                let Some(conn) = self.core.conns.get_mut(slot, generation) else {
                     return false;
                 };
                 let device = self
                     .device
                     .as_ref()
                     .map(|d| d.log.for_conn(slot, generation));
-                let flow = feed(handler, device.as_ref(), conn, &[], self.now);
+                let flow = feed(handler, device.as_ref(), conn, &[], self.core.now);
                 self.served(slot, flow)
             }
             Step::Linger => {
                 // Half-close and discard what the peer still sends, within bounds, so the
                 // last reply is not lost to a reset (`connection/linger.rs`).
-                let Some(conn) = self.conns.get_mut(slot, generation) else {
+                let Some(conn) = self.core.conns.get_mut(slot, generation) else {
                     return false;
                 };
                 let device = self
@@ -151,7 +104,7 @@ impl<H: Handler> Worker<H> {
                     .as_ref()
                     .map(|d| d.log.for_conn(slot, generation));
                 conn.start_linger(
-                    &*self.setup.handler,
+                    &*self.core.setup.handler,
                     device.as_ref().map(|d| d as &dyn Device),
                 );
                 true
@@ -166,8 +119,8 @@ impl<H: Handler> Worker<H> {
 
     /// One nonblocking read into the worker's buffer, fed to the session.
     fn read(&mut self, slot: u32, generation: u32) -> bool {
-        let handler = &*self.setup.handler;
-        let Some(conn) = self.conns.get_mut(slot, generation) else {
+        let handler = &*self.core.setup.handler;
+        let Some(conn) = self.core.conns.get_mut(slot, generation) else {
             return false;
         };
         match crate::sys::recv_nowait(conn.fd.as_raw_fd(), &mut self.read_buf) {
@@ -190,9 +143,9 @@ impl<H: Handler> Worker<H> {
                     device.as_ref(),
                     conn,
                     &self.read_buf[..n],
-                    self.now,
+                    self.core.now,
                 );
-                conn.machine.handle_received(self.now.mono_ms);
+                conn.machine.handle_received(self.core.now.mono_ms);
                 self.served(slot, flow)
             }
         }
@@ -202,16 +155,16 @@ impl<H: Handler> Worker<H> {
     /// answered `flow` ([`Conn::served`]). True when the connection goes on at its next turn
     /// (the machine's state says with what).
     pub(super) fn served(&mut self, slot: u32, flow: Flow) -> bool {
-        let at = self.at();
-        let rules = (self.setup.limits.out_hard_cap, self.device.is_some());
-        let Some(conn) = self.conns.at_mut(slot) else {
+        let at = self.core.at();
+        let rules = (self.core.setup.limits.out_hard_cap, self.device.is_some());
+        let Some(conn) = self.core.conns.at_mut(slot) else {
             return false;
         };
-        match conn.served(&*self.setup.handler, flow, at, rules) {
+        match conn.served(&*self.core.setup.handler, flow, at, rules) {
             // The next turn does it (the machine's state says what).
             Step::Send | Step::Read | Step::Drain => true,
             step => {
-                let generation = self.conns.generation(slot);
+                let generation = self.core.conns.generation(slot);
                 self.carry_out(slot, generation, step)
             }
         }
@@ -219,8 +172,8 @@ impl<H: Handler> Worker<H> {
 
     /// A lingering connection: read and throw away until the peer closes or a bound is hit.
     fn discard_lingering(&mut self, slot: u32) -> bool {
-        let now = self.now.mono_ms;
-        let Some(conn) = self.conns.at_mut(slot) else {
+        let now = self.core.now.mono_ms;
+        let Some(conn) = self.core.conns.at_mut(slot) else {
             return false;
         };
         if !conn.io.ready_in {

@@ -51,11 +51,11 @@ impl<H: Handler> Worker<H> {
         let Some(device) = &mut self.device else {
             return false;
         };
-        let may_start = self.stopping_deadline.is_none();
+        let may_start = self.core.stopping_deadline.is_none();
         let busy = device.log.compact_step(
             &mut device.thread,
-            self.now.unix,
-            self.now.mono_ms,
+            self.core.now.unix,
+            self.core.now.mono_ms,
             may_start,
         );
         device.log.pump(&mut device.thread);
@@ -73,14 +73,15 @@ impl<H: Handler> Worker<H> {
         for completion in done.drain(..) {
             let outcome = self.complete(completion);
             let resumed = settle_sessions(
-                &*self.setup.handler,
-                &mut self.conns,
+                &*self.core.setup.handler,
+                &mut self.core.conns,
                 &outcome,
-                self.now,
+                self.core.now,
                 |_, _, _| {}, // no UDP on this runtime
             );
             for (slot, generation) in resumed {
                 let flow = self
+                    .core
                     .conns
                     .get_mut(slot, generation)
                     .and_then(|conn| conn.machine.held_flow());
@@ -96,7 +97,7 @@ impl<H: Handler> Worker<H> {
 
     /// Feeds one completion to the log.
     fn complete(&mut self, completion: Done) -> Outcome {
-        let now_ms = self.now.mono_ms;
+        let now_ms = self.core.now.mono_ms;
         let Some(device) = &mut self.device else {
             return Outcome::default();
         };

@@ -85,9 +85,9 @@ impl ReplySink for Queue<'_> {
 impl<H: Handler> Worker<H> {
     /// The UDP socket is readable: serves a burst of datagrams, then sends their replies.
     pub(super) fn on_udp(&mut self) {
-        let worker = self.setup.index;
-        let handler = &*self.setup.handler;
-        let now = self.now;
+        let worker = self.core.setup.index;
+        let handler = &*self.core.setup.handler;
+        let now = self.core.now;
         let Some(udp) = self.udp.as_mut() else {
             return;
         };

@@ -9,24 +9,15 @@ impl<H: Handler> Worker<H> {
         self.arm_inbox();
     }
 
-    pub(super) fn take_inbox(&mut self) {
-        let mut fresh = std::mem::take(&mut self.new_conns);
-        self.setup.inbox.drain_into(&mut fresh);
-        for (fd, endpoint) in fresh.drain(..) {
-            self.open_connection(fd, endpoint);
-        }
-        self.new_conns = fresh;
-    }
-
     pub(super) fn on_accept(&mut self, index: usize, res: i32) {
         self.accept_armed[index] = false;
         if res >= 0 {
             let fd = super::sqe::adopt_accepted(res);
-            let endpoint = self.setup.listeners[index].1;
-            if self.stopping_deadline.is_some() {
+            let endpoint = self.core.setup.listeners[index].1;
+            if self.core.stopping_deadline.is_some() {
                 return;
             }
-            if let Some(fd) = self.setup.admit_own(fd, endpoint) {
+            if let Some(fd) = self.core.setup.admit_own(fd, endpoint) {
                 self.open_connection(fd, endpoint);
             }
             self.arm_accept(index);
@@ -36,9 +27,9 @@ impl<H: Handler> Worker<H> {
             libc::ECANCELED | libc::EINVAL | libc::EBADF => {} // stopping
             libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM => {
                 // Out of descriptors: retry from the tick instead of spinning.
-                self.accept_backoff_until = self.now.mono_ms + 100;
+                self.core.accept_backoff_until = self.core.now.mono_ms + 100;
             }
-            _ if self.stopping_deadline.is_none() => self.arm_accept(index),
+            _ if self.core.stopping_deadline.is_none() => self.arm_accept(index),
             _ => {}
         }
     }

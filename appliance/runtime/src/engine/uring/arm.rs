@@ -13,7 +13,7 @@ impl<H: Handler> Worker<H> {
 
     pub(super) fn arm_inbox(&mut self) {
         let entry = opcode::Read::new(
-            types::Fd(self.setup.inbox.eventfd()),
+            types::Fd(self.core.setup.inbox.eventfd()),
             self.inbox_word.cast(),
             8,
         )
@@ -26,6 +26,7 @@ impl<H: Handler> Worker<H> {
     /// loop, which then polls every socket (the socket lives as long as the worker).
     pub(super) fn arm_xdp(&mut self, index: usize) {
         let Some(fd) = self
+            .core
             .setup
             .xdp
             .as_ref()
@@ -46,7 +47,7 @@ impl<H: Handler> Worker<H> {
     }
 
     pub(super) fn arm_accept(&mut self, index: usize) {
-        let fd = self.setup.listeners[index].0.as_raw_fd();
+        let fd = self.core.setup.listeners[index].0.as_raw_fd();
         let entry = opcode::Accept::new(types::Fd(fd), std::ptr::null_mut(), std::ptr::null_mut())
             .flags(libc::SOCK_CLOEXEC)
             .build()
@@ -68,9 +69,9 @@ impl<H: Handler> Worker<H> {
     /// request has just been answered, so the peer's next one is not there yet; polling first
     /// skips a receive attempt that would only find the socket empty.
     pub(super) fn arm_recv_with(&mut self, slot: u32, ioprio: u16) {
-        let generation = self.conns.generation(slot);
+        let generation = self.core.conns.generation(slot);
         let pooled = self.bufs.is_some();
-        let Some(conn) = self.conns.get_mut(slot, generation) else {
+        let Some(conn) = self.core.conns.get_mut(slot, generation) else {
             return;
         };
         let fd = types::Fd(conn.fd.as_raw_fd());
@@ -100,10 +101,10 @@ impl<H: Handler> Worker<H> {
     /// request instead of two. A short send breaks the link (the receive completes with
     /// ECANCELED) and the remainder is sent first.
     pub(super) fn arm_send(&mut self, slot: u32) {
-        let at = self.at();
-        let generation = self.conns.generation(slot);
-        let handler = &*self.setup.handler;
-        let Some(conn) = self.conns.get_mut(slot, generation) else {
+        let at = self.core.at();
+        let generation = self.core.conns.generation(slot);
+        let handler = &*self.core.setup.handler;
+        let Some(conn) = self.core.conns.get_mut(slot, generation) else {
             return;
         };
         let splices = handler.splices(&conn.session);

@@ -1,37 +1,9 @@
-//! A connection's life on its worker: open, receive into its session, send its output, close
-//! (or linger), and the slow-client bookkeeping.
+//! A connection's I/O on an io_uring worker: receive into its session, send its output,
+//! linger (opening and closing are the shared steps of `engine/worker.rs`).
 
 use super::*;
 
 impl<H: Handler> Worker<H> {
-    pub(super) fn open_connection(&mut self, fd: OwnedFd, endpoint: Endpoint) {
-        if self.stopping_deadline.is_some() {
-            drop(fd);
-            self.setup.forget_connection();
-            return;
-        }
-        crate::sys::set_nodelay(fd.as_raw_fd());
-        let own_buf = if self.bufs.is_none() {
-            Some(vec![0u8; OWN_BUF_SIZE].into_boxed_slice())
-        } else {
-            None
-        };
-        let conn = Conn::open(
-            &*self.setup.handler,
-            fd,
-            endpoint,
-            (self.setup.index, self.now.mono_ms),
-            UringIo {
-                own_buf,
-                vec_send: None,
-            },
-        );
-        let (slot, _) = self.conns.insert(conn);
-        self.setup.handler.hooks().conn_opened(self.setup.index);
-        self.peak_conns = self.peak_conns.max(self.conns.live());
-        self.arm_recv(slot);
-    }
-
     /// Carries out what the connection machine says the connection does next.
     pub(super) fn carry_out(&mut self, slot: u32, step: Step) {
         match step {
@@ -39,6 +11,7 @@ impl<H: Handler> Worker<H> {
             Step::Read => {
                 // A receive linked behind the send may be armed already.
                 let armed = self
+                    .core
                     .conns
                     .at_mut(slot)
                     .is_some_and(|c| c.machine.in_flight(Io::Recv));
@@ -53,47 +26,21 @@ impl<H: Handler> Worker<H> {
         }
     }
 
-    /// Closes now if nothing is in flight; otherwise shuts the socket down so in-flight
-    /// operations complete promptly and closes when the last one has.
-    pub(super) fn close(&mut self, slot: u32) {
-        let Some(conn) = self.conns.at_mut(slot) else {
-            return;
-        };
-        if conn.machine.close() {
-            self.finish_close(slot);
-        } else {
-            crate::sys::shutdown(conn.fd.as_raw_fd(), libc::SHUT_RDWR);
-        }
-    }
-
     /// The session is done and its last reply sent (the machine lingers): half-close and
     /// discard what the peer still sends, within bounds, so the reply is not lost to a reset
     /// (see `connection/linger.rs`).
     pub(super) fn linger(&mut self, slot: u32) {
-        let generation = self.conns.generation(slot);
-        let Some(conn) = self.conns.at_mut(slot) else {
+        let generation = self.core.conns.generation(slot);
+        let Some(conn) = self.core.conns.at_mut(slot) else {
             return;
         };
         let device = self.device.as_ref().map(|d| d.for_conn(slot, generation));
         conn.start_linger(
-            &*self.setup.handler,
+            &*self.core.setup.handler,
             device.as_ref().map(|d| d as &dyn Device),
         );
         if !conn.machine.in_flight(Io::Recv) {
             self.arm_recv(slot);
-        }
-    }
-
-    pub(super) fn finish_close(&mut self, slot: u32) {
-        let generation = self.conns.generation(slot);
-        if let Some(conn) = self.conns.remove(slot) {
-            let device = self.device.as_ref().map(|d| d.for_conn(slot, generation));
-            conn.end(
-                &*self.setup.handler,
-                device.as_ref().map(|d| d as &dyn Device),
-            );
-            self.setup.handler.hooks().conn_closed(self.setup.index);
-            self.setup.forget_connection();
         }
     }
 
@@ -105,9 +52,9 @@ impl<H: Handler> Worker<H> {
     }
 
     pub(super) fn on_recv(&mut self, slot: u32, generation: u32, res: i32, flags: u32) {
-        let at = self.at();
+        let at = self.core.at();
         let bid = cqueue::buffer_select(flags);
-        let Some(conn) = self.conns.get_mut(slot, generation) else {
+        let Some(conn) = self.core.conns.get_mut(slot, generation) else {
             return self.recycle(bid);
         };
         match conn.machine.handle_completed(Io::Recv) {
@@ -119,7 +66,7 @@ impl<H: Handler> Worker<H> {
             Completed::Wait => return self.recycle(bid),
         }
         if conn.machine.lingering() {
-            let step = conn.machine.handle_linger_recv(res, self.now.mono_ms);
+            let step = conn.machine.handle_linger_recv(res, self.core.now.mono_ms);
             self.recycle(bid);
             return self.carry_out(slot, step);
         }
@@ -140,7 +87,7 @@ impl<H: Handler> Worker<H> {
     /// `len` bytes received (in pool buffer `bid`, or the connection's own buffer): the
     /// session consumes them, then the machine says what next.
     fn serve_input(&mut self, slot: u32, generation: u32, len: usize, bid: Option<u16>) {
-        let Some(conn) = self.conns.get_mut(slot, generation) else {
+        let Some(conn) = self.core.conns.get_mut(slot, generation) else {
             return self.recycle(bid);
         };
         // The connection's own buffer (no buffer ring) is lent out for the call.
@@ -154,21 +101,21 @@ impl<H: Handler> Worker<H> {
             _ => &own_buf.as_deref().expect("own buffer")[..len],
         };
         let mut flow = call_session(
-            &*self.setup.handler,
+            &*self.core.setup.handler,
             self.device.as_mut(),
             conn,
             (slot, generation),
             input,
-            self.now,
+            self.core.now,
         );
         // No receive is in flight and nothing of this output was sent: the moment a
         // TLS session may go to the kernel (tls.rs).
         let ((session, out), fd) = conn.session_and_out();
-        if !self.setup.handler.after_bytes(session, fd, out) {
+        if !self.core.setup.handler.after_bytes(session, fd, out) {
             flow = Flow::Close;
         }
         conn.io.own_buf = own_buf;
-        conn.machine.handle_received(self.now.mono_ms);
+        conn.machine.handle_received(self.core.now.mono_ms);
         self.recycle(bid);
         self.served(slot, flow);
     }
@@ -176,36 +123,36 @@ impl<H: Handler> Worker<H> {
     /// The session was called and answered `flow` ([`Conn::served`]): the machine's next
     /// step is carried out.
     pub(super) fn served(&mut self, slot: u32, flow: Flow) {
-        let at = self.at();
-        let rules = (self.setup.limits.out_hard_cap, self.device.is_some());
-        let Some(conn) = self.conns.at_mut(slot) else {
+        let at = self.core.at();
+        let rules = (self.core.setup.limits.out_hard_cap, self.device.is_some());
+        let Some(conn) = self.core.conns.at_mut(slot) else {
             return;
         };
-        let step = conn.served(&*self.setup.handler, flow, at, rules);
+        let step = conn.served(&*self.core.setup.handler, flow, at, rules);
         self.carry_out(slot, step);
     }
 
     /// The machine drains: the session is called with no input to go on.
     fn drain(&mut self, slot: u32) {
-        let generation = self.conns.generation(slot);
-        let Some(conn) = self.conns.get_mut(slot, generation) else {
+        let generation = self.core.conns.generation(slot);
+        let Some(conn) = self.core.conns.get_mut(slot, generation) else {
             return;
         };
         let flow = call_session(
-            &*self.setup.handler,
+            &*self.core.setup.handler,
             self.device.as_mut(),
             conn,
             (slot, generation),
             &[],
-            self.now,
+            self.core.now,
         );
         self.served(slot, flow);
     }
 
     pub(super) fn on_send(&mut self, slot: u32, generation: u32, res: i32) {
-        let at = self.at();
-        let handler = &*self.setup.handler;
-        let Some(conn) = self.conns.get_mut(slot, generation) else {
+        let at = self.core.at();
+        let handler = &*self.core.setup.handler;
+        let Some(conn) = self.core.conns.get_mut(slot, generation) else {
             return;
         };
         let completed = conn.machine.handle_completed(Io::Send);

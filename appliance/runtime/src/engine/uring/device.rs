@@ -108,10 +108,10 @@ impl<H: Handler> Worker<H> {
         let outcome = device.complete(flush, id, res);
         let mut held_udp = Vec::new();
         let resumed = crate::connection::settle_sessions(
-            &*self.setup.handler,
-            &mut self.conns,
+            &*self.core.setup.handler,
+            &mut self.core.conns,
             &outcome,
-            self.now,
+            self.core.now,
             |generation, token, ok| held_udp.push((generation, token, ok)),
         );
         for (generation, token, ok) in held_udp {
@@ -119,6 +119,7 @@ impl<H: Handler> Worker<H> {
         }
         for (slot, generation) in resumed {
             let flow = self
+                .core
                 .conns
                 .get_mut(slot, generation)
                 .and_then(|conn| conn.machine.held_flow());

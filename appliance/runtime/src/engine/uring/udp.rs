@@ -20,7 +20,7 @@ fn held_id(index: usize, generation: u32) -> u32 {
 impl<H: Handler> Worker<H> {
     /// Arms the multishot receive if it is not (and the worker is not stopping).
     pub(super) fn arm_udp(&mut self) {
-        if self.stopping_deadline.is_some() {
+        if self.core.stopping_deadline.is_some() {
             return;
         }
         if let Some(udp) = self.udp.as_mut() {
@@ -53,7 +53,7 @@ impl<H: Handler> Worker<H> {
             self.udp_errors_logged += 1;
             eprintln!(
                 "ringstore: worker {}: UDP receive failed: {}",
-                self.setup.index,
+                self.core.setup.index,
                 std::io::Error::from_raw_os_error(-res)
             );
         }
@@ -61,9 +61,9 @@ impl<H: Handler> Worker<H> {
 
     /// Serves the datagram in receive buffer `bid` (`len` bytes with the recvmsg header).
     fn serve_udp(&mut self, bid: u16, len: usize) {
-        let worker = self.setup.index;
-        let handler = &*self.setup.handler;
-        let now = self.now;
+        let worker = self.core.setup.index;
+        let handler = &*self.core.setup.handler;
+        let now = self.core.now;
         let Some(udp) = self.udp.as_mut() else {
             return;
         };
@@ -130,10 +130,11 @@ impl<H: Handler> Worker<H> {
         };
         if datagrams > 0 {
             let count = u64::try_from(datagrams).unwrap_or(u64::MAX);
-            self.setup
+            self.core
+                .setup
                 .handler
                 .hooks()
-                .udp_count(self.setup.index, event, count);
+                .udp_count(self.core.setup.index, event, count);
         }
         if !udp.ready.is_empty() {
             self.send_ready_udp();
@@ -143,7 +144,7 @@ impl<H: Handler> Worker<H> {
     /// The data device settled `token` of held UDP request `id`: its reply goes out once
     /// every record it waits for is settled.
     pub(super) fn on_udp_durable(&mut self, id: u32, token: u64, ok: bool) {
-        let handler = &*self.setup.handler;
+        let handler = &*self.core.setup.handler;
         let Some(udp) = self.udp.as_mut() else {
             return;
         };
@@ -171,8 +172,8 @@ impl<H: Handler> Worker<H> {
 
     /// Sends released held replies, oldest first, while the send slots take each whole.
     pub(super) fn send_ready_udp(&mut self) {
-        let worker = self.setup.index;
-        let handler = &*self.setup.handler;
+        let worker = self.core.setup.index;
+        let handler = &*self.core.setup.handler;
         let Some(udp) = self.udp.as_mut() else {
             return;
         };
