@@ -8,21 +8,8 @@
 use ringstore_config::Config;
 
 use crate::machine::Machine;
+use crate::plane::BoxSeries;
 use crate::tuning::Check;
-
-/// One handover to the server's `/metrics`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BoxSeries {
-    /// Fixed for the boot: the slot (`A`, `B`, `none`) and the data device's path.
-    Boot {
-        slot: String,
-        data_device: Option<String>,
-    },
-    /// The tuning verifier's checks: (check, subject, as wanted).
-    Tuning(Vec<(String, String, bool)>),
-    /// The serving certificate's notAfter (Unix seconds); `None`: no TLS.
-    Certificate(Option<i64>),
-}
 
 /// Right after the server started: the boot's series, the certificate, and the checks.
 pub fn at_start(machine: &Machine, config: &Config) {

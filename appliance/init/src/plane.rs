@@ -62,9 +62,23 @@ pub trait Serving: Send {
         Vec::new()
     }
     /// Hands PID 1's own series to `/metrics` (`metrics_handoff.rs`).
-    fn publish(&self, series: crate::metrics_handoff::BoxSeries) {
+    fn publish(&self, series: BoxSeries) {
         let _ = series;
     }
+}
+
+/// One handover of PID 1's own series to the server's `/metrics` (made in `metrics_handoff.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BoxSeries {
+    /// Fixed for the boot: the slot (`A`, `B`, `none`) and the data device's path.
+    Boot {
+        slot: String,
+        data_device: Option<String>,
+    },
+    /// The tuning verifier's checks: (check, subject, as wanted).
+    Tuning(Vec<(String, String, bool)>),
+    /// The serving certificate's notAfter (Unix seconds); `None`: no TLS.
+    Certificate(Option<i64>),
 }
 
 /// One item memory region (ADR 0035) as the console and the tuning verifier see it.
@@ -248,8 +262,7 @@ impl Serving for RuntimeServer {
     fn draining(&self) -> bool {
         self.0.draining()
     }
-    fn publish(&self, series: crate::metrics_handoff::BoxSeries) {
-        use crate::metrics_handoff::BoxSeries;
+    fn publish(&self, series: BoxSeries) {
         // The server's `metrics::appliance`, reached in plain values: PID 1 does not depend on
         // the service crate (auth_files.rs tests that).
         let appliance = &self.0.shared().metrics.appliance;
