@@ -285,7 +285,9 @@ def test_million_items_restart_beside_memcached(memfile):
     c = Conn(s.mc)
     c.fill(items)
     c.close()
-    assert stopped(s)[0] == 0
+    rc, err = stopped(s)
+    assert rc == 0, err
+    seal = next(line for line in err.splitlines() if "memory-file: sealed" in line)
     s, rs_secs = serving_after(lambda: start(memfile, memory="512MiB"), lambda h: h.mc)
     rs_kept = count_kept(s.mc, items)
     st = Conn(s.mc).stats()
@@ -294,7 +296,7 @@ def test_million_items_restart_beside_memcached(memfile):
     print(
         f"\n1M items of 100 B restart: ringstore {rs_kept} kept, serving after {rs_secs:.3f} s "
         f"(resume {int(st['memory_file_resume_us']) / 1000:.0f} ms); "
-        f"memcached -e {mc_kept} kept, serving after {mc_secs:.3f} s"
+        f"memcached -e {mc_kept} kept, serving after {mc_secs:.3f} s; seal: {seal}"
     )
     assert rs_kept == MILLION
     assert st["memory_file_restart"] == "resumed"
@@ -327,6 +329,9 @@ def memcached_restart(items, path):
         c.close()
         proc.send_signal(signal.SIGUSR1)
         proc.wait(timeout=60)
+        # memcached 1.6.18 refuses its own save when restarted within the second it stopped
+        # ("restart incompatible due to setting for [stop_time]"): not counted in its time.
+        time.sleep(2)
         proc, secs = serving_after(spawn, lambda p: ("127.0.0.1", port))
         kept = count_kept(("127.0.0.1", port), items)
         proc.kill()

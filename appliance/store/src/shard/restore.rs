@@ -105,6 +105,13 @@ impl Shard {
             .map_or(&[][..], |s| &s.seg.bytes[..seg.write])
     }
 
+    /// Sizes the index for `n` more items at once (before a sealed shard is restored).
+    pub(crate) fn reserve_index(&mut self, sh: &Shared, n: usize) {
+        let before = self.index.allocation_size();
+        self.index.reserve(self.index.len() + n);
+        sh.pool.index_grew(before, self.index.allocation_size());
+    }
+
     /// Takes back `seg`, written up to `write` and checked by [`check_chain`], as the lane's
     /// newest segment (or its active one): items that expired while down are marked dead,
     /// the others get this run's exptime and last access and go into the index. A segment

@@ -121,6 +121,8 @@ struct Sealed {
     shift_from: i64,
     sealed_unix: u64,
     entries: Vec<Entry>,
+    /// Live items sealed per shard ([`check_chains`]).
+    live: Vec<usize>,
 }
 
 /// A fresh random seed for a store's key hashes.
@@ -262,17 +264,21 @@ fn check_footer(
         shift_from: epoch,
         sealed_unix,
         entries,
+        live: Vec::new(),
     })
 }
 
-/// Every sealed segment's items walk cleanly and hash to their shard.
-fn check_chains(sealed: &Sealed, segs: &[Segment], shards: usize) -> Result<(), String> {
+/// Every sealed segment's items walk cleanly and hash to their shard; records how many
+/// live items each shard has (its index is sized for them at once).
+fn check_chains(sealed: &mut Sealed, segs: &[Segment], shards: usize) -> Result<(), String> {
     let hasher = FixedState::with_seed(sealed.seed);
+    sealed.live = vec![0; shards];
     for e in &sealed.entries {
-        check_chain(segs[e.seg].bytes, e.write, |key| {
+        let live = check_chain(segs[e.seg].bytes, e.write, |key| {
             super::shard_index(hasher.hash_one(key), shards) == e.shard
         })
         .map_err(|why| format!("segment {}: {why}", e.seg))?;
+        sealed.live[e.shard] += usize::try_from(live).unwrap_or(usize::MAX);
     }
     Ok(())
 }
@@ -326,7 +332,7 @@ impl Store {
         let sealed = match cold {
             Some(reason) => Err(reason),
             None => check_footer(meta, layout_words(&config, &geo), &geo, &segs)
-                .and_then(|s| check_chains(&s, &segs, geo.shard_count).map(|()| s)),
+                .and_then(|mut s| check_chains(&mut s, &segs, geo.shard_count).map(|()| s)),
         };
         // Whatever happens next, this region's old seal is spent.
         set_word(meta, W_MAGIC, MAGIC_OPEN);
@@ -373,6 +379,10 @@ impl Store {
             now: at.now,
         };
         let (mut items, mut expired) = (0, 0);
+        for (i, shard) in self.shards.iter_mut().enumerate() {
+            let shard = shard.get_mut().unwrap_or_else(|p| p.into_inner());
+            shard.reserve_index(&self.shared, s.live.get(i).copied().unwrap_or(0));
+        }
         for e in &s.entries {
             let Some(seg) = taken[e.seg].take() else {
                 continue;
