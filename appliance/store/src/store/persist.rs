@@ -272,15 +272,54 @@ fn check_footer(
 /// live items each shard has (its index is sized for them at once).
 fn check_chains(sealed: &mut Sealed, segs: &[Segment], shards: usize) -> Result<(), String> {
     let hasher = FixedState::with_seed(sealed.seed);
-    sealed.live = vec![0; shards];
+    let mut per_shard: Vec<Vec<Entry>> = vec![Vec::new(); shards];
     for e in &sealed.entries {
-        let live = check_chain(segs[e.seg].bytes, e.write, |key| {
-            super::shard_index(hasher.hash_one(key), shards) == e.shard
-        })
-        .map_err(|why| format!("segment {}: {why}", e.seg))?;
-        sealed.live[e.shard] += usize::try_from(live).unwrap_or(usize::MAX);
+        per_shard[e.shard].push(*e);
+    }
+    let counted: Vec<Result<(usize, usize), String>> =
+        on_threads(per_shard, |shard, entries: Vec<Entry>| {
+            let mut live = 0;
+            for e in entries {
+                live += check_chain(segs[e.seg].bytes, e.write, |key| {
+                    super::shard_index(hasher.hash_one(key), shards) == shard
+                })
+                .map_err(|why| format!("segment {}: {why}", e.seg))?;
+            }
+            Ok((shard, usize::try_from(live).unwrap_or(usize::MAX)))
+        });
+    sealed.live = vec![0; shards];
+    for c in counted {
+        let (shard, live) = c?;
+        sealed.live[shard] = live;
     }
     Ok(())
+}
+
+/// Most threads a resume checks and restores shards on (they are independent).
+const RESUME_THREADS: usize = 8;
+
+/// `f(i, work[i])` for every shard `i`, spread over up to [`RESUME_THREADS`] scoped threads
+/// (inherit the caller's CPU and memory binding); the results in no particular order.
+fn on_threads<W: Send, R: Send>(work: Vec<W>, f: impl Fn(usize, W) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, RESUME_THREADS)
+        .min(work.len().max(1));
+    let mut buckets: Vec<Vec<(usize, W)>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, w) in work.into_iter().enumerate() {
+        buckets[i % threads].push((i, w));
+    }
+    let f = &f;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = buckets
+            .into_iter()
+            .map(|b| scope.spawn(move || b.into_iter().map(|(i, w)| f(i, w)).collect::<Vec<R>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
 }
 
 /// Cuts the arena part of a region into `geo.segments` segments.
@@ -378,22 +417,27 @@ impl Store {
             delta: s.shift_from - new_epoch,
             now: at.now,
         };
-        let (mut items, mut expired) = (0, 0);
-        for (i, shard) in self.shards.iter_mut().enumerate() {
-            let shard = shard.get_mut().unwrap_or_else(|p| p.into_inner());
-            shard.reserve_index(&self.shared, s.live.get(i).copied().unwrap_or(0));
-        }
+        let mut per_shard: Vec<Vec<(Segment, Entry)>> =
+            (0..self.shards.len()).map(|_| Vec::new()).collect();
         for e in &s.entries {
-            let Some(seg) = taken[e.seg].take() else {
-                continue;
-            };
-            let shard = self.shards[e.shard]
-                .get_mut()
-                .unwrap_or_else(|p| p.into_inner());
-            let r = shard.restore(&self.shared, seg, e.write, e.active, shift);
-            items += r.kept;
-            expired += r.expired;
+            if let Some(seg) = taken[e.seg].take() {
+                per_shard[e.shard].push((seg, *e));
+            }
         }
+        let (shards, shared) = (&self.shards, &self.shared);
+        let done = on_threads(per_shard, |i, segs: Vec<(Segment, Entry)>| {
+            let mut shard = shards[i].lock().unwrap_or_else(|p| p.into_inner());
+            shard.reserve_index(shared, s.live.get(i).copied().unwrap_or(0));
+            let (mut kept, mut expired) = (0, 0);
+            for (seg, e) in segs {
+                let r = shard.restore(shared, seg, e.write, e.active, shift);
+                kept += r.kept;
+                expired += r.expired;
+            }
+            (kept, expired)
+        });
+        let items = done.iter().map(|d| d.0).sum();
+        let expired = done.iter().map(|d| d.1).sum();
         self.raise_cas_floor(s.cas);
         Outcome::Resumed {
             items,
