@@ -29,7 +29,7 @@ mod space;
 mod tier;
 
 pub(crate) use dump::WalkPos;
-pub(crate) use restore::{check_chain, Shift};
+pub(crate) use restore::{check_chain, SealedSeg, Shift};
 
 /// A segment held by a shard and its accounting.
 struct SegSlot {

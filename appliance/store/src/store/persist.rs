@@ -14,7 +14,7 @@ use foldhash::fast::FixedState;
 
 use super::Geometry;
 use crate::arena::{Segment, HUGE_PAGE};
-use crate::shard::{check_chain, Shift};
+use crate::shard::{check_chain, SealedSeg, Shift};
 use crate::{Backing, Store, StoreConfig, StoreError, Time};
 
 /// The region format this build writes and reads; another one starts cold.
@@ -322,6 +322,24 @@ fn on_threads<W: Send, R: Send>(work: Vec<W>, f: impl Fn(usize, W) -> R + Sync) 
     })
 }
 
+/// Writes the segment table: each `(shard, segment)` as its number, shard, bytes written
+/// and flags.
+fn write_table(meta: &mut [u8], entries: &[(usize, SealedSeg)], base: usize, seg_size: usize) {
+    for (n, (shard, s)) in entries.iter().enumerate() {
+        let at = FOOTER + n * ENTRY;
+        let fields = [
+            (s.addr - base) / seg_size,
+            *shard,
+            s.write,
+            usize::from(s.active),
+        ];
+        for (k, f) in fields.iter().enumerate() {
+            let v = u32::try_from(*f).unwrap_or(u32::MAX);
+            meta[at + 4 * k..at + 4 * k + 4].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
 /// Cuts the arena part of a region into `geo.segments` segments.
 fn cut(arena: &'static mut [u8], geo: &Geometry, backing: Backing) -> Vec<Segment> {
     let mut rest = arena;
@@ -483,19 +501,7 @@ impl Store {
             }
         }
         set_word(&mut meta, W_MAGIC, MAGIC_OPEN);
-        for (n, (shard, s)) in entries.iter().enumerate() {
-            let at = FOOTER + n * ENTRY;
-            let fields = [
-                (s.addr - p.base) / seg_size,
-                *shard,
-                s.write,
-                usize::from(s.active),
-            ];
-            for (k, f) in fields.iter().enumerate() {
-                let v = u32::try_from(*f).unwrap_or(u32::MAX);
-                meta[at + 4 * k..at + 4 * k + 4].copy_from_slice(&v.to_le_bytes());
-            }
-        }
+        write_table(&mut meta, &entries, p.base, seg_size);
         let geo = Geometry {
             seg_size,
             segments: self.segment_count(),
