@@ -132,6 +132,14 @@ pub static KEYS: &[KeyInfo] = &[
         apply: |c, v| path_or_off(v).map(|p| c.data = p),
     },
     KeyInfo {
+        name: "memory-file",
+        expected: "a path to a file on tmpfs or hugetlbfs, or off",
+        help: "keep the item memory in this file: a clean stop (SIGTERM) seals it and the next start with the same layout resumes with every item (ADR 0052); default off",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| path_or_off(v).map(|p| c.memory_file = p),
+    },
+    KeyInfo {
         name: "data-size",
         expected: "a size like 10GiB (at least 64MiB)",
         help: "with data as a file: create it at this size when missing, or extend a blank one (never shrinks, never grows a formatted one)",

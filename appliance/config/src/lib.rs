@@ -141,6 +141,8 @@ pub struct Config {
     pub memory: u64,
     /// `data`: data device or file.
     pub data: Option<std::path::PathBuf>,
+    /// `memory-file`: the item arena lives in this file, sealed at a clean stop (ADR 0052).
+    pub memory_file: Option<std::path::PathBuf>,
     /// `data-size`: create the data file at this size when it does not exist, or extend a
     /// blank one to it; a file larger than this, or formatted smaller, is refused.
     pub data_size: Option<u64>,
@@ -303,6 +305,7 @@ impl Default for Config {
             numa: NumaChoice::Auto,
             memory: 64 << 20,
             data: None,
+            memory_file: None,
             data_size: None,
             data_format: DataFormat::Auto,
             data_recover: DataRecover::Refuse,

@@ -33,6 +33,7 @@ mod engine;
 mod error;
 mod handler;
 mod lend;
+mod memory_file;
 pub mod numa;
 pub mod numa_sub;
 mod op;

@@ -283,6 +283,8 @@ impl Server {
         let stopped = self.plane.stop();
         // The workers (and their sockets) are gone: detach the programs.
         self.xdp.clear();
+        // Nothing changes the store any more: seal a memory file for the next start.
+        crate::memory_file::seal(&self.shared.store, self.clock);
         if let Some(data) = &self.data {
             // Every worker drained its log and parked it: publish the checkpoint.
             let started = std::time::Instant::now();
@@ -428,6 +430,18 @@ fn build_store(
             0
         },
     };
+    if let Some(path) = &config.memory_file {
+        if !sub_regions.is_empty() {
+            return Err(RuntimeError::Store(ringstore_store::StoreError::Config(
+                "--memory-file and --sub-memory cannot be used together".into(),
+            )));
+        }
+        // The clock first: the region's seal is read against this run's store time.
+        let clock = Clock::start();
+        let data = config.data.is_some();
+        let store = crate::memory_file::build(path, store_config, data, clock)?;
+        return Ok((store, clock));
+    }
     let store = Store::with_sub_regions(store_config, sub_regions)?;
     for r in store.regions().iter().filter(|_| !sub_regions.is_empty()) {
         match r.node {

@@ -263,6 +263,17 @@ impl Header {
     }
 }
 
+/// Whether the header of the item at `b[0]` decodes within `b` (bytes a sealed region
+/// hands back are checked before [`Header::read`] trusts them, ADR 0052).
+pub(crate) fn header_fits(b: &[u8]) -> bool {
+    if b.len() <= EXT_BITS {
+        return false;
+    }
+    let at = offsets(ext_of(b)).varint;
+    b.get(at..)
+        .is_some_and(|rest| rest.iter().take(VARINT_MAX).any(|&x| x & 0x80 == 0))
+}
+
 /// The key of the item that starts at `b[0]`, without decoding the rest of its header
 /// (what every index probe that matches a tag reads).
 pub(crate) fn key(b: &[u8]) -> &[u8] {

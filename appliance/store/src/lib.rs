@@ -29,7 +29,10 @@ pub use pin::{Pin, PinRequest};
 pub use arena::BindFn;
 use item::{Header, NewItem};
 use shard::{Shard, Shared};
-pub use store::{DumpCursor, DumpItem, Journaled, Store};
+pub use store::{
+    DumpCursor, DumpItem, Journaled, Outcome, Region, Restart, SealReport, Store, WallTime,
+    FORMAT_VERSION,
+};
 pub use tier::{RegionStats, SubRegion, PROMOTE_SCORE, SCORE_HALF_LIFE_SECS};
 
 /// Longest key the store accepts, in bytes (keys are stored with an 8-bit length; memcache
@@ -263,6 +266,8 @@ mod durability_tests;
     reason = "test value patterns take the low byte of an index on purpose"
 )]
 mod external_tests;
+#[cfg(test)]
+mod persist_tests;
 #[cfg(test)]
 #[expect(
     clippy::cast_possible_truncation,

@@ -91,6 +91,36 @@ impl Pool {
         }
     }
 
+    /// Takes out of the free list every segment `wanted` picks, without counting them as
+    /// in use: a sealed region's segments, each then adopted by its shard ([`Pool::adopt`]).
+    pub(crate) fn take_where(&self, mut wanted: impl FnMut(&Segment) -> bool) -> Vec<Segment> {
+        let mut p = self.lock();
+        let (taken, free): (Vec<Segment>, Vec<Segment>) = std::mem::take(&mut p.free)
+            .into_iter()
+            .partition(|s| wanted(s));
+        p.free = free;
+        taken
+    }
+
+    /// Each free segment's address and a copy of its bytes (tests).
+    #[cfg(test)]
+    pub(crate) fn free_copies(&self) -> Vec<(usize, Vec<u8>)> {
+        let p = self.lock();
+        p.free
+            .iter()
+            .map(|s| (s.bytes.as_ptr() as usize, s.bytes.to_vec()))
+            .collect()
+    }
+
+    /// Counts a segment from [`Pool::take_where`] as taken by a shard holding `held`.
+    pub(crate) fn adopt(&self, held: usize) {
+        let mut p = self.lock();
+        p.in_use += 1;
+        if held < MIN_HELD && p.reserved > 0 {
+            p.reserved -= 1;
+        }
+    }
+
     /// Records a change of one shard's index allocation.
     pub(crate) fn index_grew(&self, old: usize, new: usize) {
         if new >= old {

@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 
-use foldhash::fast::RandomState;
+use foldhash::fast::FixedState;
 use std::hash::BuildHasher;
 
 use crate::arena::Segment;
@@ -24,10 +24,12 @@ use crate::StoreError;
 
 mod dump;
 mod pin;
+mod restore;
 mod space;
 mod tier;
 
 pub(crate) use dump::WalkPos;
+pub(crate) use restore::{check_chain, SealedSeg, Shift};
 
 /// A segment held by a shard and its accounting.
 struct SegSlot {
@@ -75,7 +77,8 @@ impl SegSlot {
 /// Read-only context every shard shares.
 pub(crate) struct Shared {
     pub pool: Pool,
-    pub hasher: RandomState,
+    /// Seeded per store at random, or with a sealed region's seed (ADR 0052).
+    pub hasher: FixedState,
     pub seg_size: usize,
     /// Store-wide pin accounting and cap (`pin.rs`).
     pub pins: crate::pin::PinCounts,

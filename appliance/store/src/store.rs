@@ -5,16 +5,23 @@ use super::*;
 
 mod dump;
 mod journaled;
+mod persist;
 mod read;
 mod write;
 
 pub use dump::{DumpCursor, DumpItem};
 pub use journaled::Journaled;
+pub use persist::{Outcome, Region, Restart, SealReport, WallTime, FORMAT_VERSION};
 
 /// The keyspace. `Sync`: shared by every worker behind an `Arc`.
 pub struct Store {
     shards: Box<[Mutex<Shard>]>,
     shared: Shared,
+    /// The seed keys are hashed with (kept in a sealed region: shards are found by hash).
+    hash_seed: u64,
+    /// The region the arena lives in when it outlives the process (ADR 0052), and how the
+    /// last start went.
+    pub(crate) persist: Option<persist::Persist>,
     /// Next CAS unique is this plus one.
     cas: AtomicU64,
     /// Pending or last flush_all: epoch in the high 32 bits (0 = none), `at` in the low 32.
@@ -118,16 +125,23 @@ const SEGMENTS_PER_SHARD_MAX: usize = 16 * 1024;
 /// the arena; 1 GiB still has 16 shards, 4 GiB and more the 64 a one-core server asks for.
 const SEGMENTS_PER_SHARD_MIN: usize = 32;
 
-impl Store {
-    /// Allocates the arena (bind the calling thread to the NUMA node first) and an empty index.
-    pub fn new(config: StoreConfig) -> Result<Store, StoreError> {
-        Store::with_sub_regions(config, &[])
-    }
+/// The shard of `hash` among `shards` (a power of two).
+#[inline]
+pub(crate) fn shard_index(hash: u64, shards: usize) -> usize {
+    (hash >> 32) as usize & (shards - 1)
+}
 
-    /// [`Store::new`] with sub regions on other NUMA nodes (ADR 0035): items the local
-    /// arena cannot keep are demoted there instead of evicted, and read-hot ones promoted
-    /// back by [`Store::exchange`]. Each region must hold at least one segment.
-    pub fn with_sub_regions(config: StoreConfig, subs: &[SubRegion]) -> Result<Store, StoreError> {
+/// The arena's shape for a configuration: segment size, segment count and lock shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Geometry {
+    pub seg_size: usize,
+    pub segments: usize,
+    pub shard_count: usize,
+}
+
+impl Geometry {
+    /// Checks `config` and derives the arena's shape from it (and the sub regions' bytes).
+    pub(crate) fn of(config: &StoreConfig, subs: &[SubRegion]) -> Result<Geometry, StoreError> {
         let sub_total: usize = subs.iter().map(|r| r.bytes).sum();
         if config.item_size_max == 0 || config.item_size_max > ITEM_SIZE_MAX_LIMIT {
             return Err(StoreError::Config(format!(
@@ -166,8 +180,40 @@ impl Store {
                 .shards
                 .min((segments / SEGMENTS_PER_SHARD_MIN).max(1)),
         );
-        let segs = arena::allocate(segments, seg_size, config.huge_pages)
+        Ok(Geometry {
+            seg_size,
+            segments,
+            shard_count,
+        })
+    }
+}
+
+impl Store {
+    /// Allocates the arena (bind the calling thread to the NUMA node first) and an empty index.
+    pub fn new(config: StoreConfig) -> Result<Store, StoreError> {
+        Store::with_sub_regions(config, &[])
+    }
+
+    /// [`Store::new`] with sub regions on other NUMA nodes (ADR 0035): items the local
+    /// arena cannot keep are demoted there instead of evicted, and read-hot ones promoted
+    /// back by [`Store::exchange`]. Each region must hold at least one segment.
+    pub fn with_sub_regions(config: StoreConfig, subs: &[SubRegion]) -> Result<Store, StoreError> {
+        let geo = Geometry::of(&config, subs)?;
+        let segs = arena::allocate(geo.segments, geo.seg_size, config.huge_pages)
             .map_err(|e| StoreError::Config(format!("cannot map the arena: {e}")))?;
+        Store::assemble(config, subs, &geo, segs, persist::random_seed())
+    }
+
+    /// A store over `segs` (the arena of `geo`), its keys hashed with `seed`.
+    pub(crate) fn assemble(
+        config: StoreConfig,
+        subs: &[SubRegion],
+        geo: &Geometry,
+        segs: Vec<arena::Segment>,
+        seed: u64,
+    ) -> Result<Store, StoreError> {
+        let (seg_size, segments, shard_count) = (geo.seg_size, geo.segments, geo.shard_count);
+        let sub_total: usize = subs.iter().map(|r| r.bytes).sum();
         let hugepage_bytes = segs
             .iter()
             .filter(|s| s.backing == Backing::HugeTlb)
@@ -190,12 +236,14 @@ impl Store {
                 .collect(),
             shared: Shared {
                 pool,
-                hasher: foldhash::fast::RandomState::default(),
+                hasher: foldhash::fast::FixedState::with_seed(seed),
                 seg_size,
                 pins: crate::pin::PinCounts::new(segments + sub_segments),
                 subs: sub_pools,
                 eviction_log: OnceLock::new(),
             },
+            hash_seed: seed,
+            persist: None,
             cas: AtomicU64::new(0),
             flush: AtomicU64::new(0),
             flush_lock: Mutex::new(()),
@@ -358,7 +406,17 @@ impl Store {
 
     /// Index of the shard of `hash`.
     fn shard_of(&self, hash: u64) -> usize {
-        (hash >> 32) as usize & (self.shards.len() - 1)
+        shard_index(hash, self.shards.len())
+    }
+
+    /// Whether a delayed flush_all is pending at `now` (not yet due).
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the flush word packs (epoch << 32 | at): `as u32` takes its low half, `at`"
+    )]
+    pub(crate) fn flush_pending(&self, now: Time) -> bool {
+        let v = self.flush.load(Ordering::Acquire);
+        v >> 32 != 0 && now < v as u32
     }
 
     /// Starts loading, for each key of a batch about to be executed, its index bucket and
@@ -642,6 +700,10 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
+        if self.persist.is_some() {
+            // A region's segments are its caller's memory: never handed to another store.
+            return;
+        }
         let mut segs = self.shared.pool.drain();
         for p in &mut self.shared.subs {
             segs.extend(p.drain());

@@ -47,7 +47,7 @@ pub use ktls::{
     install_kernel_tls, kernel_has_tls, quick_ack, KtlsCipher, KtlsError, KtlsKeys, KTLS_TLS12,
     KTLS_TLS13,
 };
-pub use mmap::Mapping;
+pub use mmap::{map_file_for_process, Mapping};
 pub use mounts::{mount, MountFlags};
 pub use net::{
     accept, bind_socket, bind_udp_to_device, eventfd, eventfd_read, eventfd_signal,

@@ -95,3 +95,36 @@ impl Drop for Mapping {
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
+
+/// Filesystem magic of hugetlbfs (`statfs.f_type`).
+const HUGETLBFS_MAGIC: u64 = 0x9584_58f6;
+
+/// `len` bytes of `file` mapped shared (MAP_SHARED) for the rest of the process, as the
+/// only slice of them: the item arena kept across restarts (`--memory-file`, ADR 0052),
+/// and whether the file is on hugetlbfs. The file is locked first (`flock` LOCK_EX |
+/// LOCK_NB; a second server on the same file is refused) and its descriptor is kept open
+/// with the lock until the process exits, so no cooperating process writes these bytes
+/// behind the slice's back.
+pub fn map_file_for_process(
+    file: std::fs::File,
+    len: usize,
+) -> io::Result<(&'static mut [u8], bool)> {
+    let fd = file.as_raw_fd();
+    // SAFETY: flock and fstatfs only read the descriptor `file` owns for the call.
+    if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above; `fs` is a plain struct the kernel fills.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `fs` is a valid, writable statfs for the call.
+    let huge = unsafe { libc::fstatfs(fd, &mut fs) } == 0
+        && u64::try_from(fs.f_type).ok() == Some(HUGETLBFS_MAGIC);
+    let map = map(len, libc::MAP_SHARED, fd, 0)?;
+    let ptr = map.ptr;
+    // Never unmapped and the descriptor never closed: the slice lives as long as the process.
+    std::mem::forget(map);
+    std::mem::forget(file);
+    // SAFETY: `ptr` is a fresh read-write mapping of `len` bytes that nothing else in this
+    // process refers to (the `Mapping` was forgotten, not dropped), valid until exit.
+    Ok((unsafe { std::slice::from_raw_parts_mut(ptr, len) }, huge))
+}

@@ -86,6 +86,34 @@ fn general(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     traffic_and_items(ctx, out, &t, &store);
     datapath_and_placement(ctx, out, &t, &store);
     numa_sub_memory(ctx, out, &store);
+    memory_file(ctx, out);
+}
+
+/// How the start over `--memory-file` went (ADR 0052); nothing without one. memcached
+/// (`-e`) only logs its restart; these names are ringstore's.
+fn memory_file(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
+    let Some(r) = ctx.shared.store.restart() else {
+        return;
+    };
+    match &r.outcome {
+        ringstore_store::Outcome::Resumed {
+            items,
+            expired,
+            down_secs,
+            micros,
+        } => {
+            stat_str(out, "memory_file_restart", "resumed");
+            stat(out, "memory_file_items_kept", *items);
+            stat(out, "memory_file_items_expired", *expired);
+            stat(out, "memory_file_down_seconds", *down_secs);
+            stat(out, "memory_file_resume_us", *micros);
+        }
+        ringstore_store::Outcome::Cold { reason } => {
+            stat_str(out, "memory_file_restart", "cold");
+            stat(out, "memory_file_items_kept", 0);
+            stat_str(out, "memory_file_cold_reason", reason);
+        }
+    }
 }
 
 /// The process: identity, version, uptime and CPU time.
@@ -313,6 +341,9 @@ fn settings(ctx: &Ctx<'_>, out: &mut Vec<u8>) {
     stat_str(out, "binding_protocol", "auto-negotiate"); // text or binary by the first byte
     auth_settings(ctx, out);
     stat(out, "item_size_max", shared.config.item_size_max as u64);
+    if let Some(r) = shared.store.restart() {
+        stat_str(out, "memory_file", &r.source); // memcached's `-e` path
+    }
     stat_str(out, "maxconns_fast", "yes");
     stat_str(out, "lru_crawler", "yes");
     stat_str(out, "flush_enabled", "yes");
