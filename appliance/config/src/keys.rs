@@ -148,7 +148,7 @@ pub static KEYS: &[KeyInfo] = &[
     KeyInfo {
         name: "data-key",
         expected: "a path to a 32-byte key file (mode 0600), or off",
-        help: "encrypt and authenticate everything on the data device with this key (AES-256-GCM); without it the data cannot be read",
+        help: "seal everything on the data device with this key, AES-256-GCM (default off: in clear); without the key the data cannot be read",
         endpoint: false,
         hidden: false,
         apply: |c, v| path_or_off(v).map(|p| c.data_key = p),

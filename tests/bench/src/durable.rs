@@ -309,6 +309,22 @@ pub fn measure_recovery(binary: &Path, data: &DataFile) -> Result<Recovery> {
     Ok(out)
 }
 
+/// Writes a random 32-byte data key, mode 0600, at `path` (for the `--data-key` cell).
+pub fn write_data_key(path: &Path) -> Result<()> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut key = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    std::io::Write::write_all(&mut f, &key)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -346,20 +362,4 @@ mod tests {
             assert_eq!(filesystem_name(Path::new("/dev/shm/x")), "tmpfs");
         }
     }
-}
-
-/// Writes a random 32-byte data key, mode 0600, at `path` (for the `--data-key` cell).
-pub fn write_data_key(path: &Path) -> Result<()> {
-    use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut key = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
-    let _ = std::fs::remove_file(path);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    std::io::Write::write_all(&mut f, &key)?;
-    Ok(())
 }
