@@ -22,37 +22,21 @@ impl<D: BlockDevice> Durable<D> {
     /// then recover from the checkpoint (if the last shutdown was clean) or by scanning.
     pub fn open(dev: D, opts: &Options) -> Result<(Self, OpenReport), DurableError> {
         let started = Instant::now();
-        let len = dev.len();
-        let mut head = vec![0u8; usize_from((PROBE_LEN as u64).min(len))];
-        dev.read_at(0, &mut head)
-            .map_err(|e| DurableError::io(0, &e))?;
-        let existing = match probe(&head) {
-            Probe::Blank => None,
-            Probe::Ringstore => match Superblock::decode(&head, len) {
-                Ok(sb) => Some(sb),
-                Err(e) if !opts.force => return Err(e),
-                Err(_) => None,
-            },
-            Probe::Foreign(_) | Probe::Unknown if opts.force => None,
-            Probe::Foreign(name) => return Err(DurableError::ForeignSignature(name)),
-            Probe::Unknown => return Err(DurableError::NotBlank),
-        };
-        if let Some(sb) = &existing {
-            check_key(sb, opts.data_key.as_ref())?;
-        }
+        let existing = existing_superblock(&dev, opts)?;
         let (sb, formatted) = match existing {
             Some(sb) => (sb, false),
             None => (format(&dev, opts)?, true),
         };
         // Recovery only opens records; nothing is sealed before the epoch below is durable.
-        let crypt = match &opts.data_key {
-            Some(key) => Some(Arc::new(Crypt::reader(key, sb.uuid)?)),
-            None => None,
-        };
+        let crypt = opts
+            .data_key
+            .as_ref()
+            .map(|k| Crypt::reader(k, sb.uuid))
+            .transpose()?;
         let mut me = Durable {
             dev,
             sb,
-            crypt,
+            crypt: crypt.map(Arc::new),
             regions: Vec::new(),
             index: Index::new(sb.geometry.regions, sb.geometry.segments_per_region),
             next_seq: 1,
@@ -75,13 +59,7 @@ impl<D: BlockDevice> Durable<D> {
             report.damaged = damaged;
         }
         if let Some(key) = &opts.data_key {
-            // Recovery succeeded (a refused device is left as it was): raise the epoch, then
-            // give every log a sealer of this open.
-            let crypt = Arc::new(next_epoch(&me.dev, &me.sb, key)?);
-            for log in &mut me.regions {
-                log.set_sealer(Some(Sealer::new(crypt.clone())));
-            }
-            me.crypt = Some(crypt);
+            me.start_sealing(key)?;
         }
         me.next_seq = me.index.max_seq() + 1;
         report.live_objects = me
@@ -91,6 +69,17 @@ impl<D: BlockDevice> Durable<D> {
             .count();
         report.elapsed = started.elapsed();
         Ok((me, report))
+    }
+
+    /// Once recovery succeeded (a refused device is left as it was): raises the epoch, then
+    /// gives every log a sealer of this open (ADR 0050).
+    fn start_sealing(&mut self, key: &DataKey) -> Result<(), DurableError> {
+        let crypt = Arc::new(next_epoch(&self.dev, &self.sb, key)?);
+        for log in &mut self.regions {
+            log.set_sealer(Some(Sealer::new(crypt.clone())));
+        }
+        self.crypt = Some(crypt);
+        Ok(())
     }
 
     /// Scans every region. Damage in acknowledged history refuses the device unless
@@ -281,6 +270,33 @@ fn format<D: BlockDevice>(dev: &D, opts: &Options) -> Result<Superblock, Durable
     dev.write_at(0, &sb.encode()).map_err(io)?;
     dev.flush().map_err(io)?;
     Ok(sb)
+}
+
+/// The superblock of a device that holds one and may be opened with `opts` (its key checked);
+/// `None` for a blank device, or one `force` formats over. Reads only.
+fn existing_superblock<D: BlockDevice>(
+    dev: &D,
+    opts: &Options,
+) -> Result<Option<Superblock>, DurableError> {
+    let len = dev.len();
+    let mut head = vec![0u8; usize_from((PROBE_LEN as u64).min(len))];
+    dev.read_at(0, &mut head)
+        .map_err(|e| DurableError::io(0, &e))?;
+    let existing = match probe(&head) {
+        Probe::Blank => None,
+        Probe::Ringstore => match Superblock::decode(&head, len) {
+            Ok(sb) => Some(sb),
+            Err(e) if !opts.force => return Err(e),
+            Err(_) => None,
+        },
+        Probe::Foreign(_) | Probe::Unknown if opts.force => None,
+        Probe::Foreign(name) => return Err(DurableError::ForeignSignature(name)),
+        Probe::Unknown => return Err(DurableError::NotBlank),
+    };
+    if let Some(sb) = &existing {
+        check_key(sb, opts.data_key.as_ref())?;
+    }
+    Ok(existing)
 }
 
 /// Refuses a device whose superblock does not match the key given (ADR 0050): encrypted and
