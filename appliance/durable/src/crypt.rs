@@ -55,9 +55,9 @@ impl DataKey {
         DataKey(bytes)
     }
 
-    /// Reads a key file: exactly 32 bytes, a regular file readable and writable by its owner
-    /// only (mode 0600 or 0400); anything else is refused so a key is never taken from a file
-    /// others could read.
+    /// Reads a key file: exactly 32 bytes, a regular file with no permission beyond its
+    /// owner's read and write (mode 0600, or 0400); anything else is refused, so a key is
+    /// never taken from a file others could read or replace.
     pub fn from_file(path: &Path) -> Result<DataKey, DurableError> {
         use std::os::unix::fs::MetadataExt;
         let refuse = |reason: String| DurableError::KeyFile {
@@ -69,7 +69,7 @@ impl DataKey {
             return Err(refuse("not a regular file".into()));
         }
         let mode = meta.mode() & 0o7777;
-        if mode & 0o177 != 0 {
+        if mode & !0o600 != 0 {
             return Err(refuse(format!(
                 "mode {mode:04o}: a data key must be readable by its owner only (chmod 600)"
             )));
@@ -347,6 +347,12 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         let err = DataKey::from_file(&path).unwrap_err().to_string();
         assert!(err.contains("0644"), "{err}");
+        for mode in [0o640, 0o604, 0o700, 0o4600] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert!(DataKey::from_file(&path).is_err(), "mode {mode:o} accepted");
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+        assert!(DataKey::from_file(&path).is_ok());
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         let k = DataKey::from_file(&path).unwrap();
         assert_eq!(k.check_value(&[0; 16]), key(9).check_value(&[0; 16]));
