@@ -154,6 +154,14 @@ pub static KEYS: &[KeyInfo] = &[
         },
     },
     KeyInfo {
+        name: "data-key",
+        expected: "a path to a 32-byte key file (mode 0600), or off",
+        help: "seal everything on the data device with this key, AES-256-GCM (default off: in clear); without the key the data cannot be read",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| path_or_off(v).map(|p| c.data_key = p),
+    },
+    KeyInfo {
         name: "data-format",
         expected: "auto or force",
         help: "auto: format a blank data device, refuse foreign content; force: format over it",

@@ -146,6 +146,9 @@ pub struct Config {
     /// `data-size`: create the data file at this size when it does not exist, or extend a
     /// blank one to it; a file larger than this, or formatted smaller, is refused.
     pub data_size: Option<u64>,
+    /// `data-key`: a file holding the 32-byte key that seals everything written to the data
+    /// device (ADR 0050); read (and its mode checked) when the device is opened.
+    pub data_key: Option<std::path::PathBuf>,
     /// `data-format`: what to do with a data device holding something else.
     pub data_format: DataFormat,
     /// `data-recover`: what to do when recovery finds damage in acknowledged history.
@@ -307,6 +310,7 @@ impl Default for Config {
             data: None,
             memory_file: None,
             data_size: None,
+            data_key: None,
             data_format: DataFormat::Auto,
             data_recover: DataRecover::Refuse,
             data_full: DataFull::Evict,
@@ -540,6 +544,11 @@ impl Config {
         {
             return Err(ConfigError::Inconsistent(
                 "log-sink tls:// verifies the receiver against tls-ca: set tls-ca too".into(),
+            ));
+        }
+        if self.data_key.is_some() && self.data.is_none() {
+            return Err(ConfigError::Inconsistent(
+                "data-key seals the data device: set data too".into(),
             ));
         }
         if self.data_size.is_some() && self.data.is_none() {

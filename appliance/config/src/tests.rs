@@ -178,6 +178,23 @@ fn config_file_first_flags_override() {
 }
 
 #[test]
+fn data_key_is_a_path_and_needs_data() {
+    assert_eq!(Config::default().data_key, None);
+    let c = Config::from_args(["--data", "/tmp/d", "--data-key", "/etc/k"]).unwrap();
+    assert_eq!(c.data_key.as_deref(), Some(std::path::Path::new("/etc/k")));
+    let c = Config::from_toml_str("data = \"/tmp/d\"\ndata_key = \"/etc/k\"\n").unwrap();
+    assert_eq!(c.data_key.as_deref(), Some(std::path::Path::new("/etc/k")));
+    assert!(matches!(
+        Config::from_args(["--data-key", "/etc/k"]),
+        Err(ConfigError::Inconsistent(_))
+    ));
+    assert!(Config::from_args(["--data", "/tmp/d", "--data-key", "off"])
+        .unwrap()
+        .data_key
+        .is_none());
+}
+
+#[test]
 fn data_format_is_auto_or_force() {
     assert_eq!(Config::default().data_format, crate::DataFormat::Auto);
     let c = Config::from_args(["--data", "/tmp/d", "--data-format=force"]).unwrap();

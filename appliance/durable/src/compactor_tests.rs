@@ -10,6 +10,7 @@ use crate::SPACE_FACTOR;
 
 fn opts() -> Options {
     Options {
+        data_key: None,
         regions: 1,
         segment_size: 16 * 1024,
         block_size: 512,
@@ -255,6 +256,7 @@ fn segments_with_records_in_flight_are_not_compacted() {
 )]
 fn reads_are_requested_and_a_failed_or_short_read_gives_up_until_the_retry() {
     let o = Options {
+        data_key: None,
         segment_size: 2 * READ_CHUNK as u64,
         ..opts()
     };
@@ -394,6 +396,7 @@ fn reads_are_requested_and_a_failed_or_short_read_gives_up_until_the_retry() {
 #[test]
 fn a_tombstone_stays_while_an_older_write_of_its_key_is_in_flight_elsewhere() {
     let o = Options {
+        data_key: None,
         regions: 2,
         ..opts()
     };

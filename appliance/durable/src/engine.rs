@@ -4,7 +4,10 @@
 //!
 //! Opening (format, recovery) and shutdown (the checkpoint) are in `engine/lifecycle.rs`; this
 //! file holds the types, the synchronous write path and reads.
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::crypt::{Crypt, DataKey};
 
 use crate::device::BlockDevice;
 use crate::error::DurableError;
@@ -17,8 +20,11 @@ use crate::superblock::Superblock;
 mod lifecycle;
 
 /// How to open (and if blank, format) a device.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Options {
+    /// The data key (ADR 0050): a blank device is formatted encrypted with it, an encrypted
+    /// one opens only with it. `None`: records in clear, and an encrypted device is refused.
+    pub data_key: Option<DataKey>,
     /// Regions (one per worker) when formatting.
     pub regions: u32,
     /// Segment size when formatting.
@@ -42,6 +48,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
+            data_key: None,
             regions: 1,
             segment_size: 8 << 20,
             block_size: 4096,
@@ -89,6 +96,8 @@ pub use crate::readback::Item;
 pub struct Durable<D: BlockDevice> {
     pub(crate) dev: D,
     pub(crate) sb: Superblock,
+    /// The open's sealing state on a device with a data key (ADR 0050).
+    pub(crate) crypt: Option<Arc<Crypt>>,
     pub(crate) regions: Vec<RegionLog<u64>>,
     pub(crate) index: Index,
     pub(crate) next_seq: u64,
@@ -100,6 +109,11 @@ impl<D: BlockDevice> Durable<D> {
     /// The superblock (uuid and geometry).
     pub fn superblock(&self) -> &Superblock {
         &self.sb
+    }
+
+    /// The open's sealing state; `None` on a device without a data key.
+    pub fn crypt(&self) -> Option<&Crypt> {
+        self.crypt.as_deref()
     }
 
     /// The device.
@@ -245,7 +259,13 @@ impl<D: BlockDevice> Durable<D> {
     /// Expiry is the caller's business (`exptime` is returned).
     pub fn get(&self, key: &[u8]) -> Result<Option<Item>, DurableError> {
         match self.index.get(key) {
-            Some(e) => crate::readback::read_entry(&self.dev, &self.sb.geometry, key, e),
+            Some(e) => crate::readback::read_entry(
+                &self.dev,
+                &self.sb.geometry,
+                key,
+                e,
+                self.crypt.as_deref(),
+            ),
             None => Ok(None),
         }
     }
@@ -254,3 +274,7 @@ impl<D: BlockDevice> Durable<D> {
 #[cfg(test)]
 #[path = "engine_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "sealed_tests.rs"]
+mod sealed_tests;

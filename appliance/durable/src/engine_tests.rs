@@ -5,6 +5,7 @@ use crate::sim::{SimDevice, SimRng};
 
 fn opts() -> Options {
     Options {
+        data_key: None,
         regions: 2,
         segment_size: 16 * 1024,
         block_size: 512,
@@ -133,6 +134,7 @@ fn a_flipped_byte_in_acknowledged_history_is_reported_not_rolled_back() {
     assert_eq!((region, places), (0, 1));
     // Salvage: everything that verifies, also past the damage; f is gone, reported.
     let salvage = Options {
+        data_key: None,
         salvage: true,
         ..opts()
     };
@@ -260,17 +262,18 @@ fn foreign_and_other_version_devices_are_refused_unless_forced() {
     assert!(matches!(err, DurableError::ForeignSignature("ext2/3/4")));
     assert!(err.to_string().contains("ext2/3/4"));
     let forced = Options {
+        data_key: None,
         force: true,
         ..opts()
     };
     let (d, rep) = Durable::open(SimDevice::from_image(img), &forced).unwrap();
     assert!(rep.formatted);
     let mut img = d.device().crash_image(&mut SimRng::new(1));
-    img[8] = 2; // format version 2
+    img[8] = 3; // a format version this build does not know
     assert!(matches!(
         Durable::open(SimDevice::from_image(img.clone()), &opts()),
         Err(DurableError::Version {
-            found: 2,
+            found: 3,
             supported: 1
         })
     ));

@@ -104,6 +104,26 @@ pub enum DurableError {
     /// The caller passed an out-of-range region number.
     #[error("no region {0}")]
     NoRegion(usize),
+    /// The device is encrypted (ADR 0050) and no data key was given.
+    #[error("the data device is encrypted: start with its data key (--data-key); the device is left untouched")]
+    KeyMissing,
+    /// A data key was given for a device formatted without one.
+    #[error("a data key was given but the data device was formatted without one; the device is left untouched")]
+    KeyUnexpected,
+    /// The data key does not match the superblock's key check value.
+    #[error("wrong data key: it does not match the key check value in the superblock; the device is left untouched")]
+    WrongKey,
+    /// The data key file cannot be used.
+    #[error("data key {path}: {reason}")]
+    KeyFile {
+        /// The file.
+        path: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// The nonce counter or the open epoch would wrap: sealing stops rather than reuse a nonce.
+    #[error("data key nonce space exhausted: refusing to seal under a nonce used before")]
+    NonceSpace,
 }
 
 impl DurableError {

@@ -16,6 +16,7 @@ use crate::Mutation;
 
 fn opts(regions: u32) -> Options {
     Options {
+        data_key: None,
         regions,
         segment_size: 16 * 1024,
         block_size: 512,
@@ -156,6 +157,7 @@ fn assert_readable(s: &Serving<SimDevice>, m: &Manifest, bytes: &[u8]) {
 /// whole 64 KiB pieces and a last one of 60 KiB.
 fn open_pieces() -> Serving<SimDevice> {
     let o = Options {
+        data_key: None,
         segment_size: 1 << 20,
         block_size: 4096,
         ..opts(1)
@@ -213,6 +215,7 @@ fn chunk_len_fits_the_segment_with_room_for_others() {
     let (s, _) = open_with(SimDevice::new(1 << 20), 1);
     assert_eq!(s.chunk_len(), 4096, "16 KiB segments: the 4 KiB floor");
     let big = Options {
+        data_key: None,
         segment_size: 256 * 1024,
         block_size: 4096,
         ..opts(1)
@@ -221,6 +224,7 @@ fn chunk_len_fits_the_segment_with_room_for_others() {
     // (256 KiB - 4 KiB) / 4 - 64 rounded down to 4 KiB.
     assert_eq!(s.chunk_len(), 60 * 1024);
     let huge = Options {
+        data_key: None,
         segment_size: 8 << 20,
         block_size: 4096,
         ..opts(1)

@@ -23,6 +23,7 @@
 mod checkpoint;
 pub mod commit_metrics;
 pub mod compactor;
+pub mod crypt;
 mod device;
 mod engine;
 mod error;
@@ -44,6 +45,7 @@ pub mod units;
 
 pub use commit_metrics::CommitMetrics;
 pub use compactor::{Compactor, CompactorStats, Step};
+pub use crypt::DataKey;
 pub use device::{BlockDevice, FileDevice};
 pub use engine::{Ack, Durable, Item, OpenReport, Options};
 pub use error::DurableError;

@@ -114,9 +114,10 @@ impl<D: BlockDevice> Durable<D> {
         let block = g.block_size as usize;
         let mut found = Vec::new();
         if let Some((_, seed)) = SegmentHeader::decode(&buf[..block]) {
-            scan(&buf, block, seed, block, |pos, rec| {
+            let crypt = self.crypt.as_deref();
+            scan(&buf, block, seed, block, crypt, |pos, rec| {
                 found.push(Found {
-                    key: rec.key.into(),
+                    key: (*rec.key).into(),
                     value: rec.value.to_vec(),
                     meta: rec.meta,
                     loc: Loc {

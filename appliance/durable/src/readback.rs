@@ -2,6 +2,7 @@
 //! its index entry, reads it and verifies it (crc chain, key, and header against the entry)
 //! before decoding it into an [`Item`]. [`crate::Durable::get`] and every read of
 //! [`crate::Serving`] (look-ups, chunk reads, start-up warming) go through it.
+use crate::crypt::Crypt;
 use crate::device::BlockDevice;
 use crate::error::DurableError;
 use crate::index::{Entry, Loc};
@@ -31,9 +32,15 @@ pub(crate) fn record_offset(g: &Geometry, loc: &Loc) -> u64 {
 }
 
 /// The record at the start of `buf`, if it verifies as the one `e` names for `key`: its crc
-/// chains after `e.seed`, and its key and header are those the index holds.
-pub(crate) fn verify<'a>(buf: &'a [u8], key: &[u8], e: &Entry) -> Option<RecordView<'a>> {
-    decode(buf, e.seed).filter(|r| r.key == key && r.meta == e.meta)
+/// chains after `e.seed` (and its tag verifies under `crypt` on a device with a data key), and
+/// its key and header are those the index holds.
+pub(crate) fn verify<'a>(
+    buf: &'a [u8],
+    key: &[u8],
+    e: &Entry,
+    crypt: Option<&Crypt>,
+) -> Option<RecordView<'a>> {
+    decode(buf, e.seed, crypt).filter(|r| *r.key == *key && r.meta == e.meta)
 }
 
 /// Reads the record `e` names for `key` and returns its value; `None` for a tombstone.
@@ -43,6 +50,7 @@ pub(crate) fn read_entry<D: BlockDevice>(
     g: &Geometry,
     key: &[u8],
     e: &Entry,
+    crypt: Option<&Crypt>,
 ) -> Result<Option<Item>, DurableError> {
     if !e.meta.kind.has_value() {
         return Ok(None);
@@ -51,8 +59,8 @@ pub(crate) fn read_entry<D: BlockDevice>(
     let mut buf = vec![0u8; e.loc.len as usize];
     dev.read_at(offset, &mut buf)
         .map_err(|err| DurableError::io(offset, &err))?;
-    let rec = verify(&buf, key, e).ok_or(DurableError::Corrupt { offset })?;
-    Ok(Some(Item::from_record(&rec)))
+    let rec = verify(&buf, key, e, crypt).ok_or(DurableError::Corrupt { offset })?;
+    Ok(Some(Item::from_record(rec)))
 }
 
 impl Item {
@@ -69,7 +77,7 @@ impl Item {
     }
 
     /// The value a verified record holds.
-    pub(crate) fn from_record(r: &RecordView<'_>) -> Item {
-        Item::new(&r.meta, r.value.to_vec())
+    pub(crate) fn from_record(r: RecordView<'_>) -> Item {
+        Item::new(&r.meta, r.value.into_owned())
     }
 }

@@ -7,15 +7,32 @@
 //! The [`Stamp`] (ADR 0016) names the segment use the record was written in and how much of
 //! that segment was durable when it was encoded; recovery uses it to tell a torn tail from a
 //! damaged record in acknowledged history. Records written before stamps carry zeros there.
+//!
+//! On a device with a data key (ADR 0050) every record is sealed instead (magic "RSE1"):
+//! `0 magic | 4 crc32c | 8 zero u8 | 9 stamp tag high u8 | 10 zero u16 | 12 body_len u32 |
+//!  16 zero u32 | 20 stamp u32 | 24 nonce [12] | 36 zero [12] | 48 AES-256-GCM ciphertext of the
+//!  body | tag [16] | zero pad to 8`, the body being `0 kind u8 | 1 zero | 2 key_len u16 |
+//!  4 value_len u32 | 8 flags u32 | 12 zero u32 | 16 exptime u64 | 24 cas u64 | 32 seq u64 |
+//!  40 key | value`. The framing (magic, lengths, stamp, crc chain over the bytes as stored) is
+//! what recovery walks, so torn tails, resync and damage work unchanged; the tag, over the body
+//! and the header's other fields and the device uuid, is checked right after the crc, and a
+//! record whose tag fails does not decode, exactly like one whose crc fails.
 //! The crc covers the header (crc field as zero), key and value, seeded with the previous
 //! record's crc (the segment header's crc for the first record), so a stale record from an
 //! earlier use of the segment, or one after a hole left by a torn batch, never decodes.
+use std::borrow::Cow;
+
+use crate::crypt::{Crypt, NONCE_LEN, TAG_LEN};
 use crate::superblock::{le32, le64};
 
 /// Record magic, "RSR1".
 pub const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"RSR1");
+/// Sealed record magic, "RSE1".
+pub const SEALED_MAGIC: u32 = u32::from_le_bytes(*b"RSE1");
 /// Header bytes before the key.
 pub const HEADER_LEN: usize = 48;
+/// Bytes of a sealed record's body before its key.
+const BODY_HEAD: usize = 40;
 /// Longest key a record can carry.
 pub const KEY_LEN_MAX: usize = u16::MAX as usize;
 
@@ -132,6 +149,181 @@ pub fn encoded_len(key_len: usize, value_len: usize) -> usize {
     (HEADER_LEN + key_len + value_len).div_ceil(8) * 8
 }
 
+/// Bytes a sealed record (ADR 0050) with these lengths occupies in the log.
+pub fn sealed_len(key_len: usize, value_len: usize) -> usize {
+    sealed_total(BODY_HEAD + key_len + value_len)
+}
+
+/// Bytes a sealed record with a body of `body_len` bytes occupies.
+fn sealed_total(body_len: usize) -> usize {
+    (HEADER_LEN + body_len + TAG_LEN).div_ceil(8) * 8
+}
+
+/// Bytes a record occupies: sealed on a device with a data key, in clear otherwise.
+pub fn record_len(sealed: bool, key_len: usize, value_len: usize) -> usize {
+    if sealed {
+        sealed_len(key_len, value_len)
+    } else {
+        encoded_len(key_len, value_len)
+    }
+}
+
+/// True for either record magic (a candidate place for a record; [`decode`] decides which
+/// one the device allows).
+pub fn is_magic(word: u32) -> bool {
+    word == RECORD_MAGIC || word == SEALED_MAGIC
+}
+
+/// Bytes the record at the start of `buf` claims to occupy, from its lengths read as the
+/// device's layout (`sealed`), unverified; `None` when shorter than a header.
+pub fn claimed_len(buf: &[u8], sealed: bool) -> Option<usize> {
+    if buf.len() < HEADER_LEN {
+        return None;
+    }
+    Some(if sealed {
+        sealed_total(le32(buf, 12) as usize)
+    } else {
+        encoded_len(
+            usize::from(u16::from_le_bytes([buf[10], buf[11]])),
+            le32(buf, 12) as usize,
+        )
+    })
+}
+
+/// Append one sealed record (ADR 0050) to `out`, chained after `prev_crc`, under `nonce`
+/// (from [`crate::crypt::Sealer`]); returns this record's crc.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the caller bounds key and value lengths (KEY_LEN_MAX, u32::MAX); asserted"
+)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "encode_into's plus the sealing pair"
+)]
+pub fn encode_sealed_into(
+    out: &mut Vec<u8>,
+    prev_crc: u32,
+    meta: &RecordMeta,
+    stamp: Stamp,
+    key: &[u8],
+    value: &[u8],
+    crypt: &Crypt,
+    nonce: [u8; NONCE_LEN],
+) -> u32 {
+    debug_assert!(key.len() <= KEY_LEN_MAX, "key of {} bytes", key.len());
+    let start = out.len();
+    let (b9, w20) = stamp.encode();
+    let body_len = BODY_HEAD + key.len() + value.len();
+    let total = sealed_len(key.len(), value.len());
+    out.reserve(total);
+    out.extend_from_slice(&SEALED_MAGIC.to_le_bytes());
+    out.extend_from_slice(&[0, 0, 0, 0, 0, b9, 0, 0]);
+    out.extend_from_slice(&(body_len as u32).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&w20.to_le_bytes());
+    out.extend_from_slice(&nonce);
+    out.extend_from_slice(&[0; 12]);
+    out.push(meta.kind.byte());
+    out.push(0);
+    out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(&meta.flags.to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&meta.exptime.to_le_bytes());
+    out.extend_from_slice(&meta.cas.to_le_bytes());
+    out.extend_from_slice(&meta.seq.to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+    let (head, body) = out[start..].split_at_mut(HEADER_LEN);
+    let tag = crypt.seal(nonce, &sealed_aad(head), body);
+    out.extend_from_slice(&tag);
+    out.resize(start + total, 0);
+    debug_assert_eq!(out.len() - start, total);
+    let crc = sealed_crc(
+        prev_crc,
+        &out[start..start + HEADER_LEN + body_len + TAG_LEN],
+    );
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    crc
+}
+
+/// What a sealed record's tag authenticates besides its body: the header but its crc.
+fn sealed_aad(header: &[u8]) -> [u8; HEADER_LEN - 4] {
+    let mut aad = [0u8; HEADER_LEN - 4];
+    aad[..4].copy_from_slice(&header[..4]);
+    aad[4..].copy_from_slice(&header[8..HEADER_LEN]);
+    aad
+}
+
+/// The crc of a sealed record's stored bytes (`rec`: header, ciphertext and tag), the crc
+/// field counted as zero.
+fn sealed_crc(prev_crc: u32, rec: &[u8]) -> u32 {
+    let crc = crc32c::crc32c_append(prev_crc, &rec[0..4]);
+    let crc = crc32c::crc32c_append(crc, &[0; 4]);
+    crc32c::crc32c_append(crc, &rec[8..])
+}
+
+/// The stored bytes (header through tag) of the sealed record at the start of `buf`.
+fn sealed_bytes(buf: &[u8]) -> Option<&[u8]> {
+    if buf.len() < HEADER_LEN || le32(buf, 0) != SEALED_MAGIC {
+        return None;
+    }
+    sealed_extent(buf)
+}
+
+/// The bytes a sealed record at the start of `buf` claims (header through tag), by its body
+/// length alone.
+fn sealed_extent(buf: &[u8]) -> Option<&[u8]> {
+    if buf.len() < HEADER_LEN {
+        return None;
+    }
+    let end = HEADER_LEN
+        .checked_add(le32(buf, 12) as usize)?
+        .checked_add(TAG_LEN)?;
+    buf.get(..end)
+}
+
+/// Decodes a sealed record: crc first (the framing), then the tag, then the body's fields.
+fn decode_sealed<'a>(buf: &'a [u8], prev_crc: u32, crypt: &Crypt) -> Option<RecordView<'a>> {
+    let rec = sealed_bytes(buf)?;
+    let body_len = rec.len() - HEADER_LEN - TAG_LEN;
+    let len = sealed_total(body_len);
+    if body_len < BODY_HEAD || buf.len() < len {
+        return None;
+    }
+    let crc = le32(buf, 4);
+    if sealed_crc(prev_crc, rec) != crc {
+        return None;
+    }
+    let nonce: [u8; NONCE_LEN] = rec[24..24 + NONCE_LEN].try_into().ok()?;
+    let mut body = crypt.open(nonce, &sealed_aad(rec), &rec[HEADER_LEN..])?;
+    let kind = RecordKind::from_byte(body[0])?;
+    let key_len = usize::from(u16::from_le_bytes([body[2], body[3]]));
+    let value_len = le32(&body, 4) as usize;
+    if BODY_HEAD + key_len + value_len != body_len
+        || (kind == RecordKind::Tombstone && value_len != 0)
+    {
+        return None;
+    }
+    let meta = RecordMeta {
+        kind,
+        flags: le32(&body, 8),
+        exptime: le64(&body, 16),
+        cas: le64(&body, 24),
+        seq: le64(&body, 32),
+    };
+    let key = body[BODY_HEAD..BODY_HEAD + key_len].to_vec();
+    body.drain(..BODY_HEAD + key_len);
+    Some(RecordView {
+        meta,
+        stamp: Stamp::decode(buf[9], le32(buf, 20)),
+        key: Cow::Owned(key),
+        value: Cow::Owned(body),
+        len,
+        crc,
+    })
+}
+
 /// Append one record to `out`, chained after `prev_crc`; returns this record's crc.
 /// The caller checks `key.len() <= KEY_LEN_MAX` and `value.len() <= u32::MAX`.
 #[expect(
@@ -188,7 +380,12 @@ fn record_crc(prev_crc: u32, header: &[u8], key: &[u8], value: &[u8]) -> u32 {
 /// The crc the record at the start of `buf` would have if it chained after `prev_crc`,
 /// computed from its declared lengths whatever its stored crc says (recovery uses it to step
 /// over a record whose crc field is the damaged part). `None` when the lengths run past `buf`.
-pub fn recompute_crc(buf: &[u8], prev_crc: u32) -> Option<u32> {
+/// `sealed`: the device seals its records, so the bytes are read as a sealed record whatever
+/// its (maybe damaged) magic says.
+pub fn recompute_crc(buf: &[u8], prev_crc: u32, sealed: bool) -> Option<u32> {
+    if sealed {
+        return sealed_extent(buf).map(|rec| sealed_crc(prev_crc, rec));
+    }
     if buf.len() < HEADER_LEN {
         return None;
     }
@@ -207,26 +404,31 @@ pub fn recompute_crc(buf: &[u8], prev_crc: u32) -> Option<u32> {
     ))
 }
 
-/// A record decoded in place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A record decoded in place (a sealed one: decrypted into owned key and value).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordView<'a> {
     /// Header fields.
     pub meta: RecordMeta,
     /// What the record says about its segment.
     pub stamp: Stamp,
     /// Key bytes.
-    pub key: &'a [u8],
+    pub key: Cow<'a, [u8]>,
     /// Value bytes (empty for a tombstone).
-    pub value: &'a [u8],
+    pub value: Cow<'a, [u8]>,
     /// Bytes the record occupies, padding included.
     pub len: usize,
     /// This record's crc (the next record's seed).
     pub crc: u32,
 }
 
-/// Decode the record at the start of `buf`, which must chain after `prev_crc`.
-/// `None` for anything else: wrong magic, impossible lengths, truncation, bad crc. Never panics.
-pub fn decode(buf: &[u8], prev_crc: u32) -> Option<RecordView<'_>> {
+/// Decode the record at the start of `buf`, which must chain after `prev_crc`: a sealed one
+/// under `crypt` on a device with a data key, one in clear otherwise (never the other kind).
+/// `None` for anything else: wrong magic, impossible lengths, truncation, bad crc, a tag that
+/// does not verify. Never panics.
+pub fn decode<'a>(buf: &'a [u8], prev_crc: u32, crypt: Option<&Crypt>) -> Option<RecordView<'a>> {
+    if let Some(c) = crypt {
+        return decode_sealed(buf, prev_crc, c);
+    }
     if buf.len() < HEADER_LEN || le32(buf, 0) != RECORD_MAGIC {
         return None;
     }
@@ -260,8 +462,8 @@ pub fn decode(buf: &[u8], prev_crc: u32) -> Option<RecordView<'_>> {
     Some(RecordView {
         meta,
         stamp: Stamp::decode(buf[9], le32(buf, 20)),
-        key,
-        value,
+        key: Cow::Borrowed(key),
+        value: Cow::Borrowed(value),
         len,
         crc,
     })
@@ -279,6 +481,7 @@ pub fn scan<'a>(
     start: usize,
     seed: u32,
     block: usize,
+    crypt: Option<&Crypt>,
     mut f: impl FnMut(usize, &RecordView<'a>),
 ) -> (usize, u32) {
     let mut pos = start;
@@ -288,7 +491,7 @@ pub fn scan<'a>(
         if !pos.is_multiple_of(block) && pos + 4 <= buf.len() && le32(buf, pos) == 0 {
             pos = pos.div_ceil(block) * block;
         }
-        let Some(rec) = buf.get(pos..).and_then(|rest| decode(rest, crc)) else {
+        let Some(rec) = buf.get(pos..).and_then(|rest| decode(rest, crc, crypt)) else {
             debug_assert!(start <= end && end <= buf.len().max(start));
             return (end, crc);
         };
@@ -308,7 +511,118 @@ pub fn scan<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crypt::{DataKey, Sealer};
     use proptest::prelude::*;
+    use std::sync::Arc;
+
+    fn crypt(b: u8) -> Arc<Crypt> {
+        Arc::new(Crypt::new(&DataKey::from_bytes([b; 32]), [4; 16], 1).unwrap())
+    }
+
+    fn seal(
+        out: &mut Vec<u8>,
+        s: &mut Sealer,
+        prev: u32,
+        m: &RecordMeta,
+        k: &[u8],
+        v: &[u8],
+    ) -> u32 {
+        let nonce = s.next_nonce().unwrap();
+        encode_sealed_into(out, prev, m, STAMP, k, v, s.crypt(), nonce)
+    }
+
+    #[test]
+    fn sealed_record_hides_everything_and_fails_like_a_bad_crc() {
+        let c = crypt(1);
+        let mut s = Sealer::new(c.clone());
+        let mut buf = Vec::new();
+        let crc = seal(
+            &mut buf,
+            &mut s,
+            5,
+            &meta(77),
+            b"secret-key",
+            b"secret-value",
+        );
+        assert_eq!(buf.len(), sealed_len(10, 12));
+        assert_eq!(claimed_len(&buf, true), Some(buf.len()));
+        assert!(!buf.windows(6).any(|w| w == b"secret"));
+        // Neither the meta (flags 7, exptime 99, cas 42, seq 77) shows.
+        assert!(!buf
+            .windows(8)
+            .any(|w| w == 77u64.to_le_bytes() || w == 99u64.to_le_bytes()));
+        assert_eq!(Stamp::peek(&buf), Some(STAMP));
+        assert_eq!(recompute_crc(&buf, 5, true), Some(crc));
+        let r = decode(&buf, 5, Some(&c)).unwrap();
+        assert_eq!(
+            (&*r.key, &*r.value, r.meta, r.crc, r.len),
+            (
+                &b"secret-key"[..],
+                &b"secret-value"[..],
+                meta(77),
+                crc,
+                buf.len()
+            )
+        );
+        // A device in clear never takes a sealed record, nor another key, nor another chain.
+        assert!(decode(&buf, 5, None).is_none());
+        assert!(decode(&buf, 5, Some(&crypt(2))).is_none());
+        assert!(decode(&buf, 6, Some(&c)).is_none());
+        for i in 0..buf.len() - 4 {
+            let mut b = buf.clone();
+            b[i] ^= 0x10;
+            assert!(decode(&b, 5, Some(&c)).is_none(), "flip at {i} accepted");
+        }
+        // A flip that keeps the crc right (the crc field recomputed) is still caught by the tag.
+        let mut b = buf.clone();
+        b[HEADER_LEN + 3] ^= 1;
+        let fixed = recompute_crc(&b, 5, true).unwrap();
+        b[4..8].copy_from_slice(&fixed.to_le_bytes());
+        assert!(decode(&b, 5, Some(&c)).is_none());
+        // A clear record is not accepted on a sealed device.
+        let mut clear = Vec::new();
+        encode_into(&mut clear, 5, &meta(1), STAMP, b"k", b"v");
+        assert!(decode(&clear, 5, Some(&c)).is_none());
+    }
+
+    /// The instruction cost of sealing, for callgrind (`docs/adr/0050`): encodes 2,000 records
+    /// of 4 KiB, sealed when `RINGSTORE_SEAL_COST=sealed`, in clear otherwise; the difference of
+    /// two runs' totals over 2,000 is the seal's cost per record.
+    #[test]
+    #[ignore = "a measurement: run under valgrind --tool=callgrind"]
+    fn seal_cost_per_4k_record() {
+        let sealed = std::env::var("RINGSTORE_SEAL_COST").is_ok_and(|v| v == "sealed");
+        let mut s = Sealer::new(crypt(1));
+        let value = vec![0x5Au8; 4096];
+        let mut out = Vec::with_capacity(8192);
+        let mut crc = 0;
+        for i in 0..2000u64 {
+            out.clear();
+            crc = if sealed {
+                seal(&mut out, &mut s, crc, &meta(i), b"key-0000000001", &value)
+            } else {
+                encode_into(&mut out, crc, &meta(i), STAMP, b"key-0000000001", &value)
+            };
+        }
+        assert!(out.len() >= 4096);
+    }
+
+    #[test]
+    fn sealed_records_chain_and_scan() {
+        let c = crypt(3);
+        let mut s = Sealer::new(c.clone());
+        let mut seg = Vec::new();
+        let c1 = seal(&mut seg, &mut s, 1, &meta(1), b"a", b"x");
+        seg.resize(512, 0);
+        let c2 = seal(&mut seg, &mut s, c1, &meta(2), b"b", b"");
+        seg.resize(2048, 0);
+        let mut seen = Vec::new();
+        let (end, crc) = scan(&seg, 0, 1, 512, Some(&c), |off, r| {
+            seen.push((off, r.meta.seq))
+        });
+        assert_eq!(seen, vec![(0, 1), (512, 2)]);
+        assert_eq!((end, crc), (512 + sealed_len(1, 0), c2));
+    }
 
     const STAMP: Stamp = Stamp {
         tag: 0xA55A,
@@ -329,18 +643,18 @@ mod tests {
     fn chain_rejects_wrong_seed_and_flipped_bits() {
         let mut buf = Vec::new();
         let c = encode_into(&mut buf, 5, &meta(1), STAMP, b"key", b"value");
-        let r = decode(&buf, 5).unwrap();
+        let r = decode(&buf, 5, None).unwrap();
         assert_eq!(
-            (r.key, r.value, r.crc, r.len),
+            (&*r.key, &*r.value, r.crc, r.len),
             (&b"key"[..], &b"value"[..], c, 56)
         );
-        assert!(decode(&buf, 6).is_none());
+        assert!(decode(&buf, 6, None).is_none());
         for i in 0..(HEADER_LEN + 8) {
             let mut b = buf.clone();
             b[i] ^= 0x10;
-            assert!(decode(&b, 5).is_none(), "flip at {i} accepted");
+            assert!(decode(&b, 5, None).is_none(), "flip at {i} accepted");
         }
-        assert!(decode(&buf[..40], 5).is_none());
+        assert!(decode(&buf[..40], 5, None).is_none());
     }
 
     #[test]
@@ -353,14 +667,18 @@ mod tests {
         let _c3 = encode_into(&mut seg, c2, &meta(3), STAMP, b"c", b"z");
         seg.resize(2048, 0);
         let mut seen = Vec::new();
-        let (end, crc) = scan(&seg, 0, 1, block, |off, r| seen.push((off, r.meta.seq)));
+        let (end, crc) = scan(&seg, 0, 1, block, None, |off, r| {
+            seen.push((off, r.meta.seq))
+        });
         assert_eq!(seen, vec![(0, 1), (512, 2), (568, 3)]);
         assert_eq!(end, 624);
         assert_ne!(crc, c2);
         // Wipe record 2 (a torn batch): record 3 is behind a hole and must not appear.
         seg[512..568].fill(0);
         seen.clear();
-        let (end, crc) = scan(&seg, 0, 1, block, |off, r| seen.push((off, r.meta.seq)));
+        let (end, crc) = scan(&seg, 0, 1, block, None, |off, r| {
+            seen.push((off, r.meta.seq))
+        });
         assert_eq!((seen, end, crc), (vec![(0, 1)], 56, c1));
     }
 
@@ -378,19 +696,48 @@ mod tests {
             let stamp = Stamp { tag, durable: durable / 8 * 8 };
             let crc = encode_into(&mut buf, seed, &m, stamp, &key, &value);
             prop_assert_eq!(buf.len() - 3, encoded_len(key.len(), value.len()));
-            let r = decode(&buf[3..], seed).unwrap();
+            let r = decode(&buf[3..], seed, None).unwrap();
             prop_assert_eq!(r.meta, m);
             prop_assert_eq!(r.stamp, stamp);
-            prop_assert_eq!(r.key, &key[..]);
-            prop_assert_eq!(r.value, &value[..]);
+            prop_assert_eq!(&*r.key, &key[..]);
+            prop_assert_eq!(&*r.value, &value[..]);
             prop_assert_eq!(r.crc, crc);
         }
 
         #[test]
+        fn sealed_roundtrip(key in proptest::collection::vec(any::<u8>(), 0..300),
+                     value in proptest::collection::vec(any::<u8>(), 0..3000),
+                     flags: u32, exptime: u64, cas: u64, seq: u64, seed: u32, kind in 1u8..=3) {
+            let kind = RecordKind::from_byte(kind).unwrap();
+            let value = if kind == RecordKind::Tombstone { Vec::new() } else { value };
+            let m = RecordMeta { kind, flags, exptime, cas, seq };
+            let c = crypt(9);
+            let mut s = Sealer::new(c.clone());
+            let mut buf = vec![9u8; 8];
+            let crc = seal(&mut buf, &mut s, seed, &m, &key, &value);
+            prop_assert_eq!(buf.len() - 8, sealed_len(key.len(), value.len()));
+            let r = decode(&buf[8..], seed, Some(&c)).unwrap();
+            prop_assert_eq!(r.meta, m);
+            prop_assert_eq!(&*r.key, &key[..]);
+            prop_assert_eq!(&*r.value, &value[..]);
+            prop_assert_eq!(r.crc, crc);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic_sealed(bytes in proptest::collection::vec(any::<u8>(), 0..2000), seed: u32) {
+            let c = crypt(9);
+            let _ = decode(&bytes, seed, Some(&c));
+            let _ = claimed_len(&bytes, true);
+            let _ = recompute_crc(&bytes, seed, true);
+            let (end, _) = scan(&bytes, 0, seed, 512, Some(&c), |_, _| ());
+            prop_assert!(end <= bytes.len());
+        }
+
+        #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2000), seed: u32) {
-            let _ = decode(&bytes, seed);
+            let _ = decode(&bytes, seed, None);
             let mut n = 0usize;
-            let (end, _) = scan(&bytes, 0, seed, 512, |_, _| n += 1);
+            let (end, _) = scan(&bytes, 0, seed, 512, None, |_, _| n += 1);
             prop_assert!(end <= bytes.len());
         }
     }

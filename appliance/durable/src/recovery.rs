@@ -9,12 +9,12 @@
 //! past the place where the chain broke, that place was acknowledged history: a damaged
 //! record or a lost write, reported as [`Damage`]. Otherwise it is the torn tail of a crash
 //! (or of a failed write), which is normal, and nothing past it is used.
+use crate::crypt::Crypt;
 use crate::device::BlockDevice;
 use crate::error::DurableError;
 use crate::index::Loc;
 use crate::record::{
-    decode, encoded_len, recompute_crc, scan, RecordMeta, RecordView, Stamp, HEADER_LEN,
-    RECORD_MAGIC,
+    claimed_len, decode, is_magic, recompute_crc, scan, RecordMeta, RecordView, Stamp, HEADER_LEN,
 };
 use crate::region::SegState;
 use crate::segment::{PrevSegment, SegmentHeader};
@@ -71,6 +71,7 @@ pub fn scan_region<D: BlockDevice + ?Sized>(
     dev: &D,
     sb: &Superblock,
     region: u32,
+    crypt: Option<&Crypt>,
 ) -> Result<RegionScan, DurableError> {
     let g = &sb.geometry;
     let block = g.block_size as usize;
@@ -100,6 +101,7 @@ pub fn scan_region<D: BlockDevice + ?Sized>(
             segment: seg,
             tag: h.tag(),
             block,
+            crypt,
         };
         scan_segment(&buf, at, &h, seed, &mut out, &mut claims);
     }
@@ -124,18 +126,20 @@ pub fn scan_region<D: BlockDevice + ?Sized>(
 
 /// One use of one segment being scanned: where it is and the tag its records carry.
 #[derive(Debug, Clone, Copy)]
-struct SegmentUse {
+struct SegmentUse<'c> {
     region: u32,
     segment: u32,
     tag: u16,
     block: usize,
+    /// The open's sealing state on a device with a data key: records must verify under it.
+    crypt: Option<&'c Crypt>,
 }
 
-impl SegmentUse {
+impl SegmentUse<'_> {
     /// The record `r` found at `pos`, chained after `seed`.
     fn record(self, pos: usize, r: &RecordView<'_>, seed: u32) -> ScannedRecord {
         ScannedRecord {
-            key: r.key.into(),
+            key: (*r.key).into(),
             meta: r.meta,
             loc: Loc {
                 region: self.region,
@@ -196,7 +200,7 @@ fn read_segment<D: BlockDevice + ?Sized>(
 /// when a later stamp says the segment was durable past it, a torn tail otherwise.
 fn scan_segment(
     buf: &[u8],
-    at: SegmentUse,
+    at: SegmentUse<'_>,
     h: &SegmentHeader,
     seed: u32,
     out: &mut RegionScan,
@@ -239,13 +243,13 @@ fn scan_segment(
 /// Returns where it ends, the crc to chain after, and whether a record of it is acknowledged.
 fn follow_chain(
     buf: &[u8],
-    at: SegmentUse,
+    at: SegmentUse<'_>,
     seed: u32,
     records: &mut Vec<ScannedRecord>,
 ) -> (usize, u32, bool) {
     let mut prev = seed;
     let mut acked = false;
-    let (end, chain) = scan(buf, at.block, seed, at.block, |pos, r| {
+    let (end, chain) = scan(buf, at.block, seed, at.block, at.crypt, |pos, r| {
         acked |= at.acknowledges(r.stamp);
         records.push(at.record(pos, r, prev));
         prev = r.crc;
@@ -264,20 +268,20 @@ type Later = (usize, Stamp, ScannedRecord);
 /// after them.
 fn search_past_breaks(
     buf: &[u8],
-    at: SegmentUse,
+    at: SegmentUse<'_>,
     mut end: usize,
     mut chain: u32,
 ) -> (Vec<usize>, Vec<Later>) {
     let mut later: Vec<Later> = Vec::new();
     let mut breaks = Vec::new();
-    while let Some((q, seed)) = resync(buf, end, chain, at.tag, at.block) {
+    while let Some((q, seed)) = resync(buf, end, chain, at) {
         debug_assert!(
             q > end && q.is_multiple_of(8),
             "resync went back: {q} <= {end}"
         );
         breaks.push(end);
         let mut prev = seed;
-        let (e, c) = scan(buf, q, seed, at.block, |pos, r| {
+        let (e, c) = scan(buf, q, seed, at.block, at.crypt, |pos, r| {
             later.push((pos, r.stamp, at.record(pos, r, prev)));
             prev = r.crc;
         });
@@ -347,7 +351,8 @@ fn judge_claims(out: &mut RegionScan, claims: Claims, region: u32, block: usize)
 /// `bad` (whose own predecessor may be lost) chained after that record's stored crc.
 /// Candidates are 8-byte aligned places holding the record magic; ones stamped with another
 /// tag (left from an earlier use of the segment) are skipped before any crc is computed.
-fn resync(buf: &[u8], end: usize, chain: u32, tag: u16, block: usize) -> Option<(usize, u32)> {
+fn resync(buf: &[u8], end: usize, chain: u32, at: SegmentUse<'_>) -> Option<(usize, u32)> {
+    let (tag, block, crypt) = (at.tag, at.block, at.crypt);
     let past_padding = |pos: usize| {
         if !pos.is_multiple_of(block) && pos + 4 <= buf.len() && le32(buf, pos) == 0 {
             pos.div_ceil(block) * block
@@ -357,28 +362,31 @@ fn resync(buf: &[u8], end: usize, chain: u32, tag: u16, block: usize) -> Option<
     };
     let ours = |pos: usize| {
         pos + HEADER_LEN <= buf.len()
-            && le32(buf, pos) == RECORD_MAGIC
+            && is_magic(le32(buf, pos))
             && Stamp::peek(&buf[pos..]).is_some_and(|st| st.tag == tag)
     };
     let bad = past_padding(end);
     if bad + HEADER_LEN > buf.len() {
         return None;
     }
-    let seeds = [Some(le32(buf, bad + 4)), recompute_crc(&buf[bad..], chain)];
+    let sealed = crypt.is_some();
+    let seeds = [
+        Some(le32(buf, bad + 4)),
+        recompute_crc(&buf[bad..], chain, sealed),
+    ];
     let mut q = bad;
     while q + HEADER_LEN <= buf.len() {
         if q > bad && ours(q) {
             for seed in seeds.iter().flatten() {
-                if decode(&buf[q..], *seed).is_some() {
+                if decode(&buf[q..], *seed, crypt).is_some() {
                     return Some((q, *seed));
                 }
             }
         }
-        if le32(buf, q) == RECORD_MAGIC || q == bad {
-            let key_len = usize::from(u16::from_le_bytes([buf[q + 10], buf[q + 11]]));
-            let next = past_padding(q + encoded_len(key_len, le32(buf, q + 12) as usize));
+        if is_magic(le32(buf, q)) || q == bad {
+            let next = past_padding(q.saturating_add(claimed_len(&buf[q..], sealed).unwrap_or(0)));
             let seed = le32(buf, q + 4);
-            if next > q && ours(next) && decode(&buf[next..], seed).is_some() {
+            if next > q && ours(next) && decode(&buf[next..], seed, crypt).is_some() {
                 return Some((next, seed));
             }
         }
@@ -388,10 +396,14 @@ fn resync(buf: &[u8], end: usize, chain: u32, tag: u16, block: usize) -> Option<
 }
 
 /// Scan every region, one thread per region.
-pub fn scan_all<D: BlockDevice>(dev: &D, sb: &Superblock) -> Result<Vec<RegionScan>, DurableError> {
+pub fn scan_all<D: BlockDevice>(
+    dev: &D,
+    sb: &Superblock,
+    crypt: Option<&Crypt>,
+) -> Result<Vec<RegionScan>, DurableError> {
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..sb.geometry.regions)
-            .map(|r| s.spawn(move || scan_region(dev, sb, r)))
+            .map(|r| s.spawn(move || scan_region(dev, sb, r, crypt)))
             .collect();
         handles
             .into_iter()

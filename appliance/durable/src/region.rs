@@ -1,10 +1,11 @@
 //! One region's append-only log (one per worker): segment allocation within the region,
 //! record encoding with the crc chain, and the region's group commit. Sans-IO: the caller
 //! executes the emitted actions and reports completions.
+use crate::crypt::Sealer;
 use crate::error::DurableError;
 use crate::group_commit::{Action, Completion, GroupCommit, Limits, OpId};
 use crate::index::Loc;
-use crate::record::{encode_into, encoded_len, RecordMeta, Stamp, KEY_LEN_MAX};
+use crate::record::{encode_into, encode_sealed_into, record_len, RecordMeta, Stamp, KEY_LEN_MAX};
 use crate::segment::{PrevSegment, SegmentHeader};
 use crate::superblock::Geometry;
 use crate::units::{count_u32, seg_u32, usize_from};
@@ -74,6 +75,8 @@ pub struct RegionLog<T> {
     prev: Option<PrevSegment>,
     commit: GroupCommit<Staged<T>>,
     scratch: Vec<u8>,
+    /// On a device with a data key: seals every record (ADR 0050).
+    sealer: Option<Sealer>,
 }
 
 impl<T> RegionLog<T> {
@@ -101,7 +104,46 @@ impl<T> RegionLog<T> {
             prev: None,
             commit: GroupCommit::new(limits, geo.block_size, 0),
             scratch: Vec::new(),
+            sealer: None,
         }
+    }
+
+    /// Seal every record this log writes from now on (a device opened with its data key).
+    pub fn set_sealer(&mut self, sealer: Option<Sealer>) {
+        self.sealer = sealer;
+    }
+
+    /// Bytes a record with these lengths occupies in this log.
+    pub fn record_len(&self, key_len: usize, value_len: usize) -> usize {
+        record_len(self.sealer.is_some(), key_len, value_len)
+    }
+
+    /// Encodes one record into the scratch buffer, chained after `seed`; returns its crc.
+    fn encode(
+        &mut self,
+        seed: u32,
+        meta: &RecordMeta,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<u32, DurableError> {
+        self.scratch.clear();
+        Ok(match &mut self.sealer {
+            None => encode_into(&mut self.scratch, seed, meta, self.stamp, key, value),
+            Some(sealer) => {
+                let nonce = sealer.next_nonce()?;
+                let crypt = sealer.crypt();
+                encode_sealed_into(
+                    &mut self.scratch,
+                    seed,
+                    meta,
+                    self.stamp,
+                    key,
+                    value,
+                    crypt,
+                    nonce,
+                )
+            }
+        })
     }
 
     /// Continue appending to `segment` at `tail` (bytes into the segment, block-aligned) after `chain`.
@@ -224,7 +266,7 @@ impl<T> RegionLog<T> {
                 limit: KEY_LEN_MAX,
             });
         }
-        let len = encoded_len(key.len(), value.len());
+        let len = self.record_len(key.len(), value.len());
         if len > self.max_record_len() {
             return Err(DurableError::TooLarge {
                 len,
@@ -246,9 +288,8 @@ impl<T> RegionLog<T> {
             self.open_segment(keep)?;
         }
         let seg = self.active.ok_or(DurableError::NoSpace)?;
-        self.scratch.clear();
         let seed = self.chain;
-        let crc = encode_into(&mut self.scratch, seed, &meta, self.stamp, key, value);
+        let crc = self.encode(seed, &meta, key, value)?;
         let start = self.geo.segment_offset(self.region, seg);
         let at = self.commit.place(len);
         let loc = Loc {

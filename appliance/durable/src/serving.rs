@@ -23,6 +23,7 @@ use crate::units::count_u32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
+use crate::crypt::Crypt;
 use crate::device::BlockDevice;
 use crate::engine::Durable;
 use crate::error::DurableError;
@@ -108,6 +109,8 @@ pub struct Settled {
 pub struct Serving<D: BlockDevice> {
     dev: Arc<D>,
     sb: Superblock,
+    /// The open's sealing state on a device with a data key (ADR 0050).
+    crypt: Option<Arc<Crypt>>,
     index: RwLock<Index>,
     overlay: Box<[Mutex<OverlayShard>]>,
     hasher: crate::index::KeyHasher,
@@ -210,6 +213,7 @@ impl<D: BlockDevice> Serving<D> {
         let Durable {
             dev,
             sb,
+            crypt,
             regions,
             index,
             next_seq,
@@ -219,6 +223,7 @@ impl<D: BlockDevice> Serving<D> {
         let mut me = Serving {
             dev: Arc::new(dev),
             sb,
+            crypt,
             index: RwLock::new(index),
             overlay: (0..OVERLAY_SHARDS)
                 .map(|_| Mutex::new(Default::default()))
@@ -292,6 +297,16 @@ impl<D: BlockDevice> Serving<D> {
     /// The superblock.
     pub fn superblock(&self) -> &Superblock {
         &self.sb
+    }
+
+    /// The open's sealing state; `None` on a device without a data key.
+    pub fn crypt(&self) -> Option<&Crypt> {
+        self.crypt.as_deref()
+    }
+
+    /// Bytes a record with these lengths occupies on this device.
+    pub fn record_len(&self, key_len: usize, value_len: usize) -> usize {
+        crate::record::record_len(self.crypt.is_some(), key_len, value_len)
     }
 
     /// The device.
@@ -397,6 +412,7 @@ impl<D: BlockDevice> Serving<D> {
         let d = Durable {
             dev: self.dev.clone(),
             sb: self.sb,
+            crypt: self.crypt.clone(),
             regions,
             index,
             next_seq: self.next_seq.load(Ordering::Relaxed),

@@ -7,6 +7,7 @@ use crate::Mutation;
 
 fn open(dev: SimDevice) -> Serving<SimDevice> {
     let opts = Options {
+        data_key: None,
         regions: 2,
         segment_size: 16 * 1024,
         block_size: 512,

@@ -1,12 +1,29 @@
 //! The superblock at offset 0: magic, format version, device uuid, geometry and checksum;
 //! plus detection of blank devices and of other filesystems' signatures.
+//!
+//! An encrypted device (ADR 0050) is format version 2 (older builds refuse it instead of
+//! writing clear records into it): after the version 1 fields, `88 algorithm u32 (1 =
+//! AES-256-GCM) | 96 key check value [32] | 128 crc32c of 0..128`. Two epoch slots, at 512 and
+//! 1024 of the superblock block (`magic "RSEPOCH1" | 8 epoch u64 | 16 crc32c of 0..16 seeded
+//! with the uuid's crc`), hold the open counter that makes nonces unique across opens: an open
+//! writes the next epoch into the slot with the older (or invalid) one, so a torn write can
+//! only lose the new epoch, never the last one that was made durable.
 use crate::error::DurableError;
 use crate::units::usize_from;
 
 /// Magic at offset 0 of a ringstore data device.
 pub const MAGIC: &[u8; 8] = b"RINGSTOR";
-/// The on-disk format version this build reads and writes.
+/// The on-disk format version this build reads and writes for a device without a data key.
 pub const FORMAT_VERSION: u32 = 1;
+/// The format version of a device formatted with a data key (ADR 0050).
+pub const FORMAT_VERSION_SEALED: u32 = 2;
+/// Superblock bytes covered by the second checksum of a sealed device.
+const SEALED_LEN: usize = 128;
+/// AES-256-GCM, the one algorithm id so far.
+const ALG_AES_256_GCM: u32 = 1;
+/// Offsets of the two epoch slots inside the superblock block.
+pub const EPOCH_SLOTS: [usize; 2] = [512, 1024];
+const EPOCH_MAGIC: &[u8; 8] = b"RSEPOCH1";
 /// Bytes reserved for the superblock at the start of the device.
 pub const SUPERBLOCK_LEN: u64 = 4096;
 /// Bytes of the device examined for foreign signatures (covers btrfs at 65600).
@@ -116,6 +133,8 @@ pub struct Superblock {
     pub device_len: u64,
     /// The layout.
     pub geometry: Geometry,
+    /// The key check value of a device formatted with a data key; `None`: records in clear.
+    pub key_check: Option<[u8; 32]>,
 }
 
 impl Superblock {
@@ -124,7 +143,12 @@ impl Superblock {
         let g = &self.geometry;
         let mut b = vec![0u8; usize_from(SUPERBLOCK_LEN)];
         b[0..8].copy_from_slice(MAGIC);
-        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        let version = if self.key_check.is_some() {
+            FORMAT_VERSION_SEALED
+        } else {
+            FORMAT_VERSION
+        };
+        b[8..12].copy_from_slice(&version.to_le_bytes());
         b[12..16].copy_from_slice(&g.block_size.to_le_bytes());
         b[16..32].copy_from_slice(&self.uuid);
         b[32..40].copy_from_slice(&self.device_len.to_le_bytes());
@@ -136,7 +160,41 @@ impl Superblock {
         b[72..80].copy_from_slice(&g.data_offset.to_le_bytes());
         let crc = crc32c::crc32c(&b[..BODY_LEN]);
         b[BODY_LEN..BODY_LEN + 4].copy_from_slice(&crc.to_le_bytes());
+        if let Some(check) = &self.key_check {
+            b[88..92].copy_from_slice(&ALG_AES_256_GCM.to_le_bytes());
+            b[96..SEALED_LEN].copy_from_slice(check);
+            let crc = crc32c::crc32c(&b[..SEALED_LEN]);
+            b[SEALED_LEN..SEALED_LEN + 4].copy_from_slice(&crc.to_le_bytes());
+        }
         b
+    }
+
+    /// The highest valid epoch in the superblock block `b` (0 when neither slot is valid) and
+    /// the slot to write the next one into (the other one).
+    pub fn epoch(&self, b: &[u8]) -> (u32, usize) {
+        let seed = crc32c::crc32c(&self.uuid);
+        let read = |at: usize| {
+            let s = b.get(at..at + 20)?;
+            (&s[..8] == EPOCH_MAGIC && le32(s, 16) == crc32c::crc32c_append(seed, &s[..16]))
+                .then(|| le64(s, 8))
+        };
+        let [a, c] = EPOCH_SLOTS.map(read);
+        let newest = a.unwrap_or(0).max(c.unwrap_or(0));
+        let slot = if a.unwrap_or(0) <= c.unwrap_or(0) {
+            0
+        } else {
+            1
+        };
+        (u32::try_from(newest).unwrap_or(u32::MAX), EPOCH_SLOTS[slot])
+    }
+
+    /// Writes `epoch` into slot `at` of the superblock block `b`.
+    pub fn set_epoch(&self, b: &mut [u8], at: usize, epoch: u32) {
+        let seed = crc32c::crc32c(&self.uuid);
+        b[at..at + 8].copy_from_slice(EPOCH_MAGIC);
+        b[at + 8..at + 16].copy_from_slice(&u64::from(epoch).to_le_bytes());
+        let crc = crc32c::crc32c_append(seed, &b[at..at + 16]);
+        b[at + 16..at + 20].copy_from_slice(&crc.to_le_bytes());
     }
 
     /// Decode a superblock whose magic is present; checks version, checksum and geometry.
@@ -145,7 +203,7 @@ impl Superblock {
             return Err(DurableError::CorruptSuperblock("missing magic"));
         }
         let version = le32(b, 8);
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != FORMAT_VERSION_SEALED {
             return Err(DurableError::Version {
                 found: version,
                 supported: FORMAT_VERSION,
@@ -154,6 +212,21 @@ impl Superblock {
         if le32(b, BODY_LEN) != crc32c::crc32c(&b[..BODY_LEN]) {
             return Err(DurableError::CorruptSuperblock("checksum mismatch"));
         }
+        let key_check = if version == FORMAT_VERSION_SEALED {
+            if b.len() < SEALED_LEN + 4 || le32(b, SEALED_LEN) != crc32c::crc32c(&b[..SEALED_LEN]) {
+                return Err(DurableError::CorruptSuperblock(
+                    "key check checksum mismatch",
+                ));
+            }
+            if le32(b, 88) != ALG_AES_256_GCM {
+                return Err(DurableError::CorruptSuperblock("unknown data encryption"));
+            }
+            let mut check = [0u8; 32];
+            check.copy_from_slice(&b[96..SEALED_LEN]);
+            Some(check)
+        } else {
+            None
+        };
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[16..32]);
         let geometry = Geometry {
@@ -169,6 +242,7 @@ impl Superblock {
             uuid,
             device_len: le64(b, 32),
             geometry,
+            key_check,
         };
         let g = &sb.geometry;
         let sane = (g.block_size == 512 || g.block_size == 4096)
@@ -280,6 +354,7 @@ mod tests {
             uuid: new_uuid(),
             device_len: 1 << 20,
             geometry: geo(),
+            key_check: None,
         };
         let mut b = sb.encode();
         assert_eq!(Superblock::decode(&b, 1 << 20).unwrap(), sb);
@@ -299,6 +374,56 @@ mod tests {
         ));
     }
 
+    fn sealed() -> Superblock {
+        Superblock {
+            uuid: new_uuid(),
+            device_len: 1 << 20,
+            geometry: geo(),
+            key_check: Some([7; 32]),
+        }
+    }
+
+    #[test]
+    fn sealed_superblock_is_version_2_with_a_checked_key_check() {
+        let sb = sealed();
+        let mut b = sb.encode();
+        assert_eq!(le32(&b, 8), FORMAT_VERSION_SEALED);
+        assert_eq!(Superblock::decode(&b, 1 << 20).unwrap(), sb);
+        b[100] ^= 1;
+        assert!(matches!(
+            Superblock::decode(&b, 1 << 20),
+            Err(DurableError::CorruptSuperblock(_))
+        ));
+    }
+
+    #[test]
+    fn epoch_slots_alternate_and_survive_a_torn_slot() {
+        let sb = sealed();
+        let mut b = sb.encode();
+        assert_eq!(sb.epoch(&b), (0, EPOCH_SLOTS[0]));
+        let mut slots = Vec::new();
+        for want in 1..=4u32 {
+            let (e, at) = sb.epoch(&b);
+            assert_eq!(e + 1, want);
+            sb.set_epoch(&mut b, at, want);
+            slots.push(at);
+        }
+        assert_eq!(slots, [512, 1024, 512, 1024]);
+        // The write of epoch 5 tears: its slot is garbage, epoch 4 is still there, and the
+        // next write goes to the torn slot again.
+        let (_, at) = sb.epoch(&b);
+        b[at + 9] ^= 0xFF;
+        assert_eq!(sb.epoch(&b), (4, at));
+        // The superblock itself still decodes: the slots are outside its checksums.
+        assert_eq!(Superblock::decode(&b, 1 << 20).unwrap(), sb);
+        // Another device's slots do not count.
+        let other = Superblock {
+            uuid: new_uuid(),
+            ..sb
+        };
+        assert_eq!(other.epoch(&b).0, 0);
+    }
+
     #[test]
     fn a_checksummed_geometry_that_overflows_is_refused_not_wrapped() {
         // Every field passes its own check and the checksum is valid, but regions ×
@@ -311,6 +436,7 @@ mod tests {
             uuid: new_uuid(),
             device_len: u64::MAX,
             geometry,
+            key_check: None,
         };
         assert!(matches!(
             Superblock::decode(&sb.encode(), u64::MAX),

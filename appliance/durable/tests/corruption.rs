@@ -19,12 +19,14 @@ use std::collections::HashMap;
 
 use ringstore_durable::record::{scan, Stamp, HEADER_LEN};
 use ringstore_durable::sim::{SimDevice, SimRng};
-use ringstore_durable::{Durable, DurableError, Limits, Options};
+use ringstore_durable::{DataKey, Durable, DurableError, Limits, Options};
 
 const KEYS: u64 = 16;
 
-fn options(salvage: bool) -> Options {
+/// `sealed`: with a data key (ADR 0050): sealed records, the same damage must be found.
+fn options(salvage: bool, sealed: bool) -> Options {
     Options {
+        data_key: sealed.then(|| DataKey::from_bytes([0xA5; 32])),
         regions: 2,
         segment_size: 16 * 1024,
         block_size: 512,
@@ -98,10 +100,12 @@ fn chains(img: &[u8], d: &Durable<SimDevice>) -> Vec<Seg> {
                 (le32(seg, 48), le32(seg, 52), open_seq)
             });
             let mut recs = Vec::new();
-            scan(seg, block, stored, block, |at, rec| {
+            // The bytes the crc covers: a sealed record adds its body's head and tag.
+            let extra = if d.crypt().is_some() { 40 + 16 } else { 0 };
+            scan(seg, block, stored, block, d.crypt(), |at, rec| {
                 recs.push(Placed {
                     at,
-                    len: HEADER_LEN + rec.key.len() + rec.value.len(),
+                    len: HEADER_LEN + rec.key.len() + rec.value.len() + extra,
                     stamp: rec.stamp,
                 })
             });
@@ -158,9 +162,9 @@ struct Tally {
     clippy::too_many_lines,
     reason = "one seeded scenario: writes, crash, damage, recovery and the verdict on it, read in order"
 )]
-fn run_seed(seed: u64, t: &mut Tally) {
+fn run_seed(seed: u64, t: &mut Tally, sealed: bool) {
     let mut rng = SimRng::new(seed);
-    let (mut d, _) = Durable::open(SimDevice::new(256 * 1024), &options(false)).unwrap();
+    let (mut d, _) = Durable::open(SimDevice::new(256 * 1024), &options(false, sealed)).unwrap();
     let mut versions: HashMap<u64, Vec<Version>> = HashMap::new();
     let mut tokens: HashMap<u64, (u64, usize)> = HashMap::new();
     let mut next = 1u64;
@@ -220,7 +224,7 @@ fn run_seed(seed: u64, t: &mut Tally) {
     let img = d.device().crash_image(&mut rng);
     let ctx = format!("seed {seed}");
     // The crash alone is a torn tail: never reported, nothing acknowledged lost.
-    let (plain, rep) = Durable::open(SimDevice::from_image(img.clone()), &options(false))
+    let (plain, rep) = Durable::open(SimDevice::from_image(img.clone()), &options(false, sealed))
         .unwrap_or_else(|e| panic!("{ctx}: undamaged crash image refused: {e}"));
     assert!(rep.damaged.is_empty());
     let got = read_all(&plain);
@@ -279,7 +283,7 @@ fn run_seed(seed: u64, t: &mut Tally) {
             bad[at..at + len].fill(0);
             t.lost_sectors += 1;
         }
-        match Durable::open(SimDevice::from_image(bad.clone()), &options(false)) {
+        match Durable::open(SimDevice::from_image(bad.clone()), &options(false, sealed)) {
             Err(DurableError::CorruptHistory { places, .. }) => {
                 assert!(places >= 1);
                 t.refused += 1;
@@ -290,7 +294,7 @@ fn run_seed(seed: u64, t: &mut Tally) {
                 other.map(|o| o.1)
             ),
         }
-        let (s, rep) = Durable::open(SimDevice::from_image(bad), &options(true))
+        let (s, rep) = Durable::open(SimDevice::from_image(bad), &options(true, sealed))
             .unwrap_or_else(|e| panic!("{ctx}: salvage failed: {e}"));
         assert!(!rep.damaged.is_empty(), "{ctx}: salvage reports the damage");
         let got = read_all(&s);
@@ -308,7 +312,7 @@ fn run_seed(seed: u64, t: &mut Tally) {
         let mut bad = img;
         bad[at + usize::try_from(rng.below(len as u64)).unwrap()] ^= 1 << rng.below(8);
         t.unvouched += 1;
-        if let Ok((s, _)) = Durable::open(SimDevice::from_image(bad), &options(false)) {
+        if let Ok((s, _)) = Durable::open(SimDevice::from_image(bad), &options(false, sealed)) {
             let got = read_all(&s);
             let mut rolled_back = false;
             for k in 0..KEYS {
@@ -324,19 +328,29 @@ fn run_seed(seed: u64, t: &mut Tally) {
 
 #[test]
 fn damage_in_flushed_history_is_reported_never_served_as_an_older_value() {
+    run_seeds(1000, false);
+}
+
+/// The same on a device with a data key: a damaged sealed record is found as damage too.
+#[test]
+fn damage_in_sealed_history_is_reported_never_served_as_an_older_value() {
+    run_seeds(1000, true);
+}
+
+fn run_seeds(default_seeds: u64, sealed: bool) {
     let seeds: u64 = std::env::var("RINGSTORE_CORRUPT_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
+        .unwrap_or(default_seeds);
     let base: u64 = std::env::var("RINGSTORE_SIM_SEED_BASE")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
     let mut t = Tally::default();
     for seed in base..base + seeds {
-        run_seed(seed, &mut t);
+        run_seed(seed, &mut t, sealed);
     }
-    println!("corruption simulation: {seeds} seeds: {t:?}");
+    println!("corruption simulation (sealed: {sealed}): {seeds} seeds: {t:?}");
     assert!(
         t.flips > usize::try_from(seeds).unwrap() / 4
             && t.lost_sectors > usize::try_from(seeds).unwrap() / 20,

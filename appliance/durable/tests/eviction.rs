@@ -27,6 +27,7 @@ const KEYS: u64 = 1200;
 
 fn options() -> Options {
     Options {
+        data_key: None,
         regions: 2,
         segment_size: 16 * 1024,
         block_size: 512,

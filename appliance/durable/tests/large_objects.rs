@@ -14,12 +14,16 @@ use std::collections::HashMap;
 use ringstore_durable::compactor::{run_to_idle, Compactor};
 use ringstore_durable::serving::drive_sync;
 use ringstore_durable::sim::{SimDevice, SimRng};
-use ringstore_durable::{Durable, Limits, Manifest, Mutation, Options, RegionLog, Serving};
+use ringstore_durable::{
+    DataKey, Durable, Limits, Manifest, Mutation, Options, RegionLog, Serving,
+};
 
 const KEYS: u64 = 8;
 
-fn options() -> Options {
+/// `sealed`: with a data key (ADR 0050): sealed chunks, manifests and whole-chunk range reads.
+fn options(sealed: bool) -> Options {
     Options {
+        data_key: sealed.then(|| DataKey::from_bytes([0x3C; 32])),
         regions: 2,
         segment_size: 16 * 1024,
         block_size: 512,
@@ -164,9 +168,9 @@ fn verify(s: &Serving<SimDevice>, model: &Model, ctx: &str) -> HashMap<u64, Vec<
     clippy::too_many_lines,
     reason = "one seeded scenario: uploads, crashes and recovery checks, read in order"
 )]
-fn run_seed(seed: u64) -> (usize, usize) {
+fn run_seed(seed: u64, sealed: bool) -> (usize, usize) {
     let mut rng = SimRng::new(seed);
-    let (d, _) = Durable::open(SimDevice::new(1 << 20), &options()).unwrap();
+    let (d, _) = Durable::open(SimDevice::new(1 << 20), &options(sealed)).unwrap();
     let mut s = Serving::new(d);
     let mut model = Model::default();
     let mut crashes = 0;
@@ -303,7 +307,7 @@ fn run_seed(seed: u64) -> (usize, usize) {
             crashes += 1;
             s.device().crash_image(&mut rng)
         };
-        let (d, _) = Durable::open(SimDevice::from_image(image), &options())
+        let (d, _) = Durable::open(SimDevice::from_image(image), &options(sealed))
             .unwrap_or_else(|e| panic!("{ctx}: recovery failed: {e}"));
         s = Serving::new(d);
         let base = verify(&s, &model, &ctx);
@@ -333,17 +337,26 @@ fn run_seed(seed: u64) -> (usize, usize) {
 
 #[test]
 fn recovered_manifests_always_have_all_their_chunks() {
+    run_seeds(false);
+}
+
+#[test]
+fn recovered_manifests_always_have_all_their_chunks_with_a_data_key() {
+    run_seeds(true);
+}
+
+fn run_seeds(sealed: bool) {
     let seeds: u64 = std::env::var("RINGSTORE_LARGE_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(300);
     let (mut crashes, mut manifests) = (0, 0);
     for seed in 0..seeds {
-        let (c, m) = run_seed(seed);
+        let (c, m) = run_seed(seed, sealed);
         crashes += c;
         manifests += m;
     }
-    println!("large objects: {seeds} seeds, {crashes} crash points, {manifests} manifests checked");
+    println!("large objects (sealed: {sealed}): {seeds} seeds, {crashes} crash points, {manifests} manifests checked");
     assert!(
         crashes > usize::try_from(seeds).unwrap(),
         "too few crash points: {crashes}"

@@ -12,13 +12,15 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use ringstore_durable::sim::{SimDevice, SimRng};
-use ringstore_durable::{Durable, DurableError, Limits, Options};
+use ringstore_durable::{DataKey, Durable, DurableError, Limits, Options};
 
 const KEYS: u64 = 24;
 const ROUNDS: usize = 3;
 
-fn options() -> Options {
+/// The options of a run; `sealed`: with a data key (ADR 0050), the same crashes and faults.
+fn options(sealed: bool) -> Options {
     Options {
+        data_key: sealed.then(|| DataKey::from_bytes([0x5A; 32])),
         regions: 2,
         segment_size: 16 * 1024,
         block_size: 512,
@@ -160,9 +162,18 @@ fn baseline(d: &Durable<SimDevice>) -> Model {
     }
 }
 
-fn run_seed(seed: u64) -> usize {
+/// True when `image` holds a record in clear with one of the run's keys (every one starts
+/// with "key-", right after the 48-byte header that starts with "RSR1"): both at once, so
+/// ciphertext that happens to hold one of them is no false alarm (2^-64 a place).
+fn a_key_in_clear(image: &[u8]) -> bool {
+    image
+        .windows(52)
+        .any(|w| &w[..4] == b"RSR1" && &w[48..] == b"key-")
+}
+
+fn run_seed(seed: u64, sealed: bool) -> usize {
     let mut rng = SimRng::new(seed);
-    let (mut d, _) = Durable::open(SimDevice::new(512 * 1024), &options()).unwrap();
+    let (mut d, _) = Durable::open(SimDevice::new(512 * 1024), &options(sealed)).unwrap();
     let mut model = baseline(&d);
     let mut crashes = 0;
     for round in 0..ROUNDS {
@@ -246,7 +257,14 @@ fn run_seed(seed: u64) -> usize {
             drop(d);
             img
         };
-        let (nd, report) = Durable::open(SimDevice::from_image(image), &options())
+        // A sealed device must hold no record in clear with a key of the run.
+        if sealed {
+            assert!(
+                !a_key_in_clear(&image),
+                "{ctx}: a key in clear on a sealed device"
+            );
+        }
+        let (nd, report) = Durable::open(SimDevice::from_image(image), &options(sealed))
             .unwrap_or_else(|e| panic!("{ctx}: recovery failed: {e}"));
         let clean_ok = clean && report.from_checkpoint;
         verify(&nd, &model, &ctx, clean_ok);
@@ -256,12 +274,38 @@ fn run_seed(seed: u64) -> usize {
     crashes
 }
 
+/// The check above finds what it looks for: a record of the run on a device in clear.
+#[test]
+fn the_check_for_keys_in_clear_finds_one_without_a_data_key() {
+    let (mut d, _) = Durable::open(SimDevice::new(512 * 1024), &options(false)).unwrap();
+    d.set(0, &key_name(3), b"v", 0, 0, 1, 1).unwrap();
+    d.tick();
+    assert!(a_key_in_clear(&d.device().crash_image(&mut SimRng::new(1))));
+    let (mut d, _) = Durable::open(SimDevice::new(512 * 1024), &options(true)).unwrap();
+    d.set(0, &key_name(3), b"v", 0, 0, 1, 1).unwrap();
+    d.tick();
+    assert!(!a_key_in_clear(
+        &d.device().crash_image(&mut SimRng::new(1))
+    ));
+}
+
 #[test]
 fn acknowledged_writes_survive_random_crashes() {
+    run_seeds(2000, false);
+}
+
+/// The same simulation on a device with a data key: sealed records, the sealed checkpoint and
+/// the open epoch bumped at every recovery.
+#[test]
+fn acknowledged_writes_survive_random_crashes_with_a_data_key() {
+    run_seeds(2000, true);
+}
+
+fn run_seeds(default_seeds: u64, sealed: bool) {
     let seeds: u64 = std::env::var("RINGSTORE_SIM_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(2000);
+        .unwrap_or(default_seeds);
     let base: u64 = std::env::var("RINGSTORE_SIM_SEED_BASE")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -269,10 +313,10 @@ fn acknowledged_writes_survive_random_crashes() {
     let started = Instant::now();
     let mut crashes = 0;
     for seed in base..base + seeds {
-        crashes += run_seed(seed);
+        crashes += run_seed(seed, sealed);
     }
     println!(
-        "simulation: {seeds} seeds, {crashes} crash points, {} rounds, {:.2?}",
+        "simulation (sealed: {sealed}): {seeds} seeds, {crashes} crash points, {} rounds, {:.2?}",
         usize::try_from(seeds).unwrap() * ROUNDS,
         started.elapsed()
     );

@@ -10,6 +10,7 @@ use ringstore_durable::{Durable, FileDevice, Limits, Options, SPACE_FACTOR};
 #[test]
 fn space_stays_within_the_stated_factor_of_live_data() {
     let opts = Options {
+        data_key: None,
         regions: 2,
         segment_size: 16 * 1024,
         block_size: 512,
@@ -76,6 +77,7 @@ fn recovery_time_per_million_objects() {
     let checkpoint_len = n * 100 + (1 << 20);
     let len = n * record * 2 + checkpoint_len + (64 << 20);
     let opts = Options {
+        data_key: None,
         regions: 4,
         segment_size: 4 << 20,
         block_size: 4096,

@@ -89,11 +89,22 @@ pub struct Config {
     pub data: Option<DataFile>,
 }
 
-/// Starts ringstore with `--data` on a fresh sparse file at `path`.
-pub fn start_durable(binary: &Path, label: &'static str, path: PathBuf) -> Result<Config> {
+/// Starts ringstore with `--data` on a fresh sparse file at `path`, and with `--data-key`
+/// (ADR 0050: every record sealed) when `key` names a key file.
+pub fn start_durable(
+    binary: &Path,
+    label: &'static str,
+    path: PathBuf,
+    key: Option<&Path>,
+) -> Result<Config> {
     let data = DataFile::create(path)?;
     let path_text = data.path.to_string_lossy().into_owned();
-    let server = procs::start_ringstore_with(binary, MEMORY_MIB, &["--data", &path_text])?;
+    let mut args = vec!["--data".to_string(), path_text];
+    if let Some(key) = key {
+        args.extend(["--data-key".to_string(), key.to_string_lossy().into_owned()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = procs::start_ringstore_with(binary, MEMORY_MIB, &args)?;
     Ok(Config {
         label,
         server,
@@ -296,6 +307,22 @@ pub fn measure_recovery(binary: &Path, data: &DataFile) -> Result<Recovery> {
     }
     drop(server);
     Ok(out)
+}
+
+/// Writes a random 32-byte data key, mode 0600, at `path` (for the `--data-key` cell).
+pub fn write_data_key(path: &Path) -> Result<()> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut key = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    std::io::Write::write_all(&mut f, &key)?;
+    Ok(())
 }
 
 #[cfg(test)]

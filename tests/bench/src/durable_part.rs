@@ -42,12 +42,27 @@ fn start_configs(binary: &Path, out_dir: &Path, doc: &mut Doc) -> Result<Vec<dur
     let tmpfs_fs = durable::filesystem_name(&tmpfs_path);
     let disk_label = "--data on disk";
     let tmpfs_label = "--data on tmpfs";
-    match durable::start_durable(binary, disk_label, disk_path) {
+    match durable::start_durable(binary, disk_label, disk_path, None) {
         Ok(c) => configs.push(c),
         Err(e) => doc.note(format!("durable: {disk_label} did not start: {e:#}")),
     }
+    // The same disk with every record sealed (AES-256-GCM, ADR 0050): encryption on vs off.
+    let sealed_label = "--data on disk, --data-key";
+    let key = out_dir.join("durable-bench.key");
+    let sealed = durable::write_data_key(&key).and_then(|()| {
+        durable::start_durable(
+            binary,
+            sealed_label,
+            out_dir.join("durable-sealed.data"),
+            Some(&key),
+        )
+    });
+    match sealed {
+        Ok(c) => configs.push(c),
+        Err(e) => doc.note(format!("durable: {sealed_label} did not start: {e:#}")),
+    }
     if tmpfs_fs == "tmpfs" {
-        match durable::start_durable(binary, tmpfs_label, tmpfs_path) {
+        match durable::start_durable(binary, tmpfs_label, tmpfs_path, None) {
             Ok(c) => configs.push(c),
             Err(e) => doc.note(format!("durable: {tmpfs_label} did not start: {e:#}")),
         }

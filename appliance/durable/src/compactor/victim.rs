@@ -128,20 +128,20 @@ impl Compactor {
         if let Some((_, seed)) = SegmentHeader::decode(&self.buf[..block]) {
             let index = s.read_index();
             let mut prev = seed;
-            scan(&self.buf, block, seed, block, |pos, rec| {
+            scan(&self.buf, block, seed, block, s.crypt(), |pos, rec| {
                 let loc = Loc {
                     region,
                     segment: seg,
                     offset: seg_u32(pos),
                     len: seg_u32(rec.len),
                 };
-                let plan = match index.get(rec.key) {
+                let plan = match index.get(&rec.key) {
                     Some(e) if e.loc == loc && loc.len > 0 => {
                         let expired = rec.meta.exptime != 0 && rec.meta.exptime <= now_unix;
                         let droppable = rec.meta.kind == RecordKind::Tombstone || expired;
                         if droppable && e.older == 0 && !rec.key.is_empty() {
                             Plan::Drop
-                        } else if evict && !droppable && evictable(rec.key) {
+                        } else if evict && !droppable && evictable(&rec.key) {
                             if e.older == 0 {
                                 Plan::Evict
                             } else {
@@ -154,7 +154,7 @@ impl Compactor {
                     _ => Plan::Dead,
                 };
                 recs.push(Found {
-                    key: rec.key.into(),
+                    key: (*rec.key).into(),
                     meta: rec.meta,
                     loc,
                     seed: prev,
@@ -193,7 +193,11 @@ impl Compactor {
                 continue;
             }
             let at = f.loc.offset as usize;
-            let Some(rec) = self.buf.get(at..).and_then(|b| decode(b, f.seed)) else {
+            let Some(rec) = self
+                .buf
+                .get(at..)
+                .and_then(|b| decode(b, f.seed, s.crypt()))
+            else {
                 w.failed = true;
                 break;
             };
@@ -204,9 +208,9 @@ impl Compactor {
                 };
                 (&[][..], meta)
             } else {
-                (rec.value, rec.meta)
+                (&*rec.value, rec.meta)
             };
-            match log.stage_keeping(rec.key, value, meta, Purpose::Relocate(f.loc), 0) {
+            match log.stage_keeping(&rec.key, value, meta, Purpose::Relocate(f.loc), 0) {
                 Ok(_) => {
                     w.outstanding += 1;
                     budget = budget.saturating_sub(rec.len);

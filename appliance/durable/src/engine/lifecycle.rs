@@ -3,10 +3,12 @@
 //! clean-shutdown checkpoint or by scanning every region, and at shutdown write the checkpoint
 //! the next open starts from (ADR 0010).
 use crate::units::{count_u32, usize_from};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Ack, Durable, OpenReport, Options};
 use crate::checkpoint::{self, RegionState, BODY_OFFSET};
+use crate::crypt::{Crypt, DataKey, Sealer};
 use crate::device::BlockDevice;
 use crate::error::DurableError;
 use crate::group_commit::Limits;
@@ -20,28 +22,21 @@ impl<D: BlockDevice> Durable<D> {
     /// then recover from the checkpoint (if the last shutdown was clean) or by scanning.
     pub fn open(dev: D, opts: &Options) -> Result<(Self, OpenReport), DurableError> {
         let started = Instant::now();
-        let len = dev.len();
-        let mut head = vec![0u8; usize_from((PROBE_LEN as u64).min(len))];
-        dev.read_at(0, &mut head)
-            .map_err(|e| DurableError::io(0, &e))?;
-        let existing = match probe(&head) {
-            Probe::Blank => None,
-            Probe::Ringstore => match Superblock::decode(&head, len) {
-                Ok(sb) => Some(sb),
-                Err(e) if !opts.force => return Err(e),
-                Err(_) => None,
-            },
-            Probe::Foreign(_) | Probe::Unknown if opts.force => None,
-            Probe::Foreign(name) => return Err(DurableError::ForeignSignature(name)),
-            Probe::Unknown => return Err(DurableError::NotBlank),
-        };
+        let existing = existing_superblock(&dev, opts)?;
         let (sb, formatted) = match existing {
             Some(sb) => (sb, false),
             None => (format(&dev, opts)?, true),
         };
+        // Recovery only opens records; nothing is sealed before the epoch below is durable.
+        let crypt = opts
+            .data_key
+            .as_ref()
+            .map(|k| Crypt::reader(k, sb.uuid))
+            .transpose()?;
         let mut me = Durable {
             dev,
             sb,
+            crypt: crypt.map(Arc::new),
             regions: Vec::new(),
             index: Index::new(sb.geometry.regions, sb.geometry.segments_per_region),
             next_seq: 1,
@@ -63,6 +58,9 @@ impl<D: BlockDevice> Durable<D> {
             report.records_scanned = records;
             report.damaged = damaged;
         }
+        if let Some(key) = &opts.data_key {
+            me.start_sealing(key)?;
+        }
         me.next_seq = me.index.max_seq() + 1;
         report.live_objects = me
             .index
@@ -73,6 +71,17 @@ impl<D: BlockDevice> Durable<D> {
         Ok((me, report))
     }
 
+    /// Once recovery succeeded (a refused device is left as it was): raises the epoch, then
+    /// gives every log a sealer of this open (ADR 0050).
+    fn start_sealing(&mut self, key: &DataKey) -> Result<(), DurableError> {
+        let crypt = Arc::new(next_epoch(&self.dev, &self.sb, key)?);
+        for log in &mut self.regions {
+            log.set_sealer(Some(Sealer::new(crypt.clone())));
+        }
+        self.crypt = Some(crypt);
+        Ok(())
+    }
+
     /// Scans every region. Damage in acknowledged history refuses the device unless
     /// `salvage`, which also applies the verified records found past it.
     fn load_by_scan(
@@ -81,7 +90,7 @@ impl<D: BlockDevice> Durable<D> {
         salvage: bool,
     ) -> Result<(usize, Vec<Damage>), DurableError> {
         let g = self.sb.geometry;
-        let scans = scan_all(&self.dev, &self.sb)?;
+        let scans = scan_all(&self.dev, &self.sb, self.crypt.as_deref())?;
         let damaged: Vec<Damage> = scans.iter().flat_map(|s| s.damaged.clone()).collect();
         if let (Some(first), false) = (damaged.first(), salvage) {
             return Err(DurableError::CorruptHistory {
@@ -134,6 +143,12 @@ impl<D: BlockDevice> Durable<D> {
         let at = g.checkpoint_offset + BODY_OFFSET;
         if self.dev.read_at(at, &mut body).is_err() || crc32c::crc32c(&body) != body_crc {
             return Ok(false);
+        }
+        if let Some(c) = &self.crypt {
+            let Some(plain) = c.open_blob(checkpoint::CHECKPOINT_MAGIC, &body) else {
+                return Ok(false);
+            };
+            body = plain;
         }
         let Some(ck) = checkpoint::decode_body(&body, g.regions, g.segments_per_region) else {
             return Ok(false);
@@ -207,6 +222,9 @@ impl<D: BlockDevice> Durable<D> {
             self.index.max_cas(),
             self.index.iter().collect::<Vec<_>>().into_iter(),
         );
+        if let Some(c) = &self.crypt {
+            body = c.seal_blob(checkpoint::CHECKPOINT_MAGIC, &body)?;
+        }
         if body.len() as u64 > g.checkpoint_len - BODY_OFFSET {
             return Ok((self.dev, false));
         }
@@ -237,10 +255,12 @@ fn format<D: BlockDevice>(dev: &D, opts: &Options) -> Result<Superblock, Durable
         opts.block_size,
         opts.checkpoint_len,
     )?;
+    let uuid = crate::superblock::new_uuid();
     let sb = Superblock {
-        uuid: crate::superblock::new_uuid(),
+        uuid,
         device_len: len,
         geometry,
+        key_check: opts.data_key.as_ref().map(|k| k.check_value(&uuid)),
     };
     // Everything up to the first region: stale signatures (btrfs at 64 KiB) and any old checkpoint.
     let wipe = (geometry.data_offset - SUPERBLOCK_LEN).min(round_up(PROBE_LEN as u64, 4096));
@@ -250,4 +270,61 @@ fn format<D: BlockDevice>(dev: &D, opts: &Options) -> Result<Superblock, Durable
     dev.write_at(0, &sb.encode()).map_err(io)?;
     dev.flush().map_err(io)?;
     Ok(sb)
+}
+
+/// The superblock of a device that holds one and may be opened with `opts` (its key checked);
+/// `None` for a blank device, or one `force` formats over. Reads only.
+fn existing_superblock<D: BlockDevice>(
+    dev: &D,
+    opts: &Options,
+) -> Result<Option<Superblock>, DurableError> {
+    let len = dev.len();
+    let mut head = vec![0u8; usize_from((PROBE_LEN as u64).min(len))];
+    dev.read_at(0, &mut head)
+        .map_err(|e| DurableError::io(0, &e))?;
+    let existing = match probe(&head) {
+        Probe::Blank => None,
+        Probe::Ringstore => match Superblock::decode(&head, len) {
+            Ok(sb) => Some(sb),
+            Err(e) if !opts.force => return Err(e),
+            Err(_) => None,
+        },
+        Probe::Foreign(_) | Probe::Unknown if opts.force => None,
+        Probe::Foreign(name) => return Err(DurableError::ForeignSignature(name)),
+        Probe::Unknown => return Err(DurableError::NotBlank),
+    };
+    if let Some(sb) = &existing {
+        check_key(sb, opts.data_key.as_ref())?;
+    }
+    Ok(existing)
+}
+
+/// Refuses a device whose superblock does not match the key given (ADR 0050): encrypted and
+/// no key, a key for a device in clear, or another key. Nothing is written before this.
+fn check_key(sb: &Superblock, key: Option<&DataKey>) -> Result<(), DurableError> {
+    match (&sb.key_check, key) {
+        (None, None) => Ok(()),
+        (Some(_), None) => Err(DurableError::KeyMissing),
+        (None, Some(_)) => Err(DurableError::KeyUnexpected),
+        (Some(check), Some(k)) if k.check_value(&sb.uuid) == *check => Ok(()),
+        (Some(_), Some(_)) => Err(DurableError::WrongKey),
+    }
+}
+
+/// Raises the open epoch in the superblock block and flushes it before anything is sealed,
+/// so this open's nonces (`epoch | counter`) differ from every earlier open's (ADR 0050).
+fn next_epoch<D: BlockDevice>(
+    dev: &D,
+    sb: &Superblock,
+    key: &DataKey,
+) -> Result<Crypt, DurableError> {
+    let io = |e: std::io::Error| DurableError::io(0, &e);
+    let mut block = vec![0u8; usize_from(SUPERBLOCK_LEN)];
+    dev.read_at(0, &mut block).map_err(io)?;
+    let (epoch, slot) = sb.epoch(&block);
+    let epoch = epoch.checked_add(1).ok_or(DurableError::NonceSpace)?;
+    sb.set_epoch(&mut block, slot, epoch);
+    dev.write_at(0, &block).map_err(io)?;
+    dev.flush().map_err(io)?;
+    Crypt::new(key, sb.uuid, epoch)
 }

@@ -69,7 +69,7 @@ impl<D: BlockDevice> Serving<D> {
         let mut live =
             crate::index::KeyMap::with_capacity_and_hasher(manifests.len(), Default::default());
         let io_failed = self.read_each(&manifests, |key, rec| {
-            if let Some(m) = rec.and_then(|r| Manifest::decode(r.value)) {
+            if let Some(m) = rec.and_then(|r| Manifest::decode(&r.value)) {
                 live.insert(Box::<[u8]>::from(key), (m.object, m.chunks()));
             }
         });
@@ -121,9 +121,9 @@ impl<D: BlockDevice> Serving<D> {
         let payload = usize_from(g.segment_size - u64::from(g.block_size));
         let per_segment = payload.div_ceil(1 << 20).max(4);
         let slot = payload / per_segment;
-        let fit = slot.saturating_sub(encoded_len(CHUNK_KEY_LEN, 0));
+        let fit = slot.saturating_sub(self.record_len(CHUNK_KEY_LEN, 0));
         let mut len = fit.min(1 << 20) / 4096 * 4096;
-        while len > 4096 && encoded_len(CHUNK_KEY_LEN, len + piece_table_len(len)) > slot {
+        while len > 4096 && self.record_len(CHUNK_KEY_LEN, len + piece_table_len(len)) > slot {
             len -= 4096;
         }
         len.max(4096)
@@ -169,6 +169,15 @@ impl<D: BlockDevice> Serving<D> {
         end: usize,
     ) -> Result<Vec<u8>, DurableError> {
         let key = chunk_key(object, index);
+        if self.crypt().is_some() {
+            // A sealed chunk verifies only whole (one tag over the record): read it all.
+            let data = self.read_chunk(object, index)?;
+            let len = data.len();
+            return data
+                .get(start..end)
+                .map(<[u8]>::to_vec)
+                .ok_or(DurableError::BadRange { start, end, len });
+        }
         let missing = || DurableError::MissingChunk { object, index };
         self.read_moving(&key, |e| self.read_entry_range(&key, e, start, end))?
             .ok_or_else(missing)

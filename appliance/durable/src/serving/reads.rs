@@ -72,7 +72,7 @@ impl<D: BlockDevice> Serving<D> {
     }
 
     pub(super) fn read_entry(&self, key: &[u8], e: &Entry) -> Result<Option<Item>, DurableError> {
-        read_entry(&*self.dev, &self.sb.geometry, key, e)
+        read_entry(&*self.dev, &self.sb.geometry, key, e, self.crypt())
     }
 
     /// Calls `f` with every value live at `now_unix` (for warming RAM at start), reading the
@@ -99,7 +99,7 @@ impl<D: BlockDevice> Serving<D> {
         bad += self.read_each(&entries, |key, rec| match rec {
             Some(r) => {
                 delivered += 1;
-                f(key, Item::from_record(&r));
+                f(key, Item::from_record(r));
             }
             None => bad += 1,
         });
@@ -145,7 +145,7 @@ impl<D: BlockDevice> Serving<D> {
             }
             for (key, e) in &entries[i..j] {
                 let at = usize_from(u64::from(e.loc.offset) - lo);
-                let rec = buf.get(at..).and_then(|b| verify(b, key, e));
+                let rec = buf.get(at..).and_then(|b| verify(b, key, e, self.crypt()));
                 f(key, rec);
             }
             i = j;

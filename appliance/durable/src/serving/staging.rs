@@ -17,7 +17,7 @@ use crate::engine::Item;
 use crate::error::DurableError;
 use crate::group_commit::Completion;
 use crate::large::{chunk_key, encode_chunk_value, parse_chunk_key, Manifest};
-use crate::record::{encoded_len, RecordKind, RecordMeta};
+use crate::record::{RecordKind, RecordMeta};
 use crate::region::{Purpose, RegionLog, Staged, COMPACTION_RESERVE};
 
 #[derive(Debug)]
@@ -143,7 +143,7 @@ impl<D: BlockDevice> Serving<D> {
         let meta = RecordMeta::bare(RecordKind::Value, seq);
         let keep = Reserve::Client.keep();
         log.stage_keeping(&key, &value, meta, Purpose::Client(token), keep)?;
-        let len = encoded_len(key.len(), value.len()) as u64;
+        let len = log.record_len(key.len(), value.len()) as u64;
         *lock(&self.objects).uploading.entry(object).or_default() += len;
         Ok(seq) // nobody reads a chunk before its manifest is durable
     }

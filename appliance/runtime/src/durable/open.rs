@@ -98,7 +98,15 @@ pub(crate) fn open(
     let dev = FileDevice::open(path)
         .map_err(|e| RuntimeError::DataRefused(format!("cannot open data device {shown}: {e}")))?;
     let regions = crate::sys::u32_of(cpus.len());
+    let data_key = match &config.data_key {
+        Some(file) => Some(
+            ringstore_durable::DataKey::from_file(file)
+                .map_err(|e| RuntimeError::DataRefused(e.to_string()))?,
+        ),
+        None => None,
+    };
     let opts = Options {
+        data_key,
         regions,
         segment_size: segment_size(
             ringstore_durable::BlockDevice::len(&dev),
@@ -120,6 +128,9 @@ pub(crate) fn open(
         | DurableError::Version { .. }
         | DurableError::CorruptSuperblock(_)
         | DurableError::TooSmall { .. }
+        | DurableError::KeyMissing
+        | DurableError::KeyUnexpected
+        | DurableError::WrongKey
         | DurableError::CorruptHistory { .. } => RuntimeError::DataRefused(format!(
             "data device {shown}: {}",
             e.to_string()
@@ -160,8 +171,13 @@ pub(crate) fn open(
     } else {
         "recovered by scanning the logs"
     };
+    let sealed = if durable.crypt().is_some() {
+        ", sealed with the data key"
+    } else {
+        ""
+    };
     eprintln!(
-        "ringstore: data device {shown}: {how}: {} objects, {} records scanned, {} regions x {} segments of {} KiB, {compactions} compactions, in {} ms",
+        "ringstore: data device {shown}: {how}: {} objects, {} records scanned, {} regions x {} segments of {} KiB, {compactions} compactions, in {} ms{sealed}",
         report.live_objects,
         report.records_scanned,
         g.regions,
