@@ -12,9 +12,9 @@ import sys
 WANTED = (b"curr_items", b"evictions", b"hash_bytes", b"bytes", b"limit_maxbytes")
 
 
-def main():
-    port = int(sys.argv[1])
-    n = int(sys.argv[2]) if len(sys.argv) > 2 else 1_500_000
+def fill(port, n):
+    """Stores `key:%08d` = 100 bytes for i in 0..n (pipelined `set ... noreply`), then asks
+    `stats`; returns its reply lines."""
     s = socket.create_connection(("127.0.0.1", port))
     value = b"x" * 100
     batch = []
@@ -30,7 +30,14 @@ def main():
         if not chunk:
             break
         buf += chunk
-    for line in buf.split(b"\r\n"):
+    s.close()
+    return buf.split(b"\r\n")
+
+
+def main():
+    port = int(sys.argv[1])
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 1_500_000
+    for line in fill(port, n):
         parts = line.split()
         if len(parts) == 3 and parts[1] in WANTED:
             print(line.decode())

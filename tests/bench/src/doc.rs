@@ -7,6 +7,8 @@ pub(super) struct Doc {
     pub(super) commands: Vec<String>,
     pub(super) notes: Vec<String>,
     pub(super) targets: Vec<String>,
+    /// Checks that fail the run once results.md is written (`--icount-check`).
+    pub(super) failures: Vec<String>,
 }
 
 impl Doc {

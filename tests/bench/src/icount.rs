@@ -16,12 +16,14 @@
 
 use super::client::{self, LoadSpec, Mode};
 use super::doc::Doc;
+use super::icount_baseline as baseline;
 use super::mcwire::Op;
 use super::procs::free_port;
 use super::report::{format_number, Better, Table};
 use super::subject::Subject;
 use crate::util;
 use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -62,6 +64,7 @@ struct Grind {
     /// Only a thread whose dump names this function can be the worker (None: any thread).
     request_marker: Option<&'static str>,
     excluded: &'static [&'static str],
+    profile_excluded: &'static [&'static str],
 }
 
 /// How to run one server under callgrind.
@@ -73,6 +76,8 @@ struct Spec {
     request_marker: Option<&'static str>,
     /// Calls to functions whose names end with these are subtracted (clock-driven work).
     excluded: &'static [&'static str],
+    /// Left out of the per-function counts, with what they call ([`baseline::self_costs`]).
+    profile_excluded: &'static [&'static str],
 }
 
 impl Grind {
@@ -119,6 +124,7 @@ impl Grind {
             command,
             request_marker: spec.request_marker,
             excluded: spec.excluded,
+            profile_excluded: spec.profile_excluded,
         };
         let deadline = Instant::now() + START_TIMEOUT;
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -184,6 +190,17 @@ impl Grind {
             }
         }
         Ok(counts)
+    }
+
+    /// The worker's exclusive instructions per request, function by function, between two
+    /// dumps `N` requests apart (the excluded clock-driven functions left out).
+    fn functions(&self, short: &Path, long: &Path) -> Result<BTreeMap<String, f64>> {
+        let read = |p: &Path| {
+            std::fs::read_to_string(p)
+                .with_context(|| format!("reading the callgrind dump {}", p.display()))
+                .map(|text| baseline::self_costs(&text, self.profile_excluded))
+        };
+        Ok(baseline::per_request(&read(short)?, &read(long)?, N))
     }
 
     /// Dump `k`'s files, one per thread (`--separate-threads=yes`: `{out}.{k}-{thread}`).
@@ -327,9 +344,12 @@ struct Counted {
     all: Vec<f64>,
     /// The heaviest thread's file of the last long pass (for callgrind_annotate).
     profile: PathBuf,
+    /// The worker's exclusive instructions per request, function by function (median of
+    /// the passes).
+    functions: BTreeMap<String, f64>,
 }
 
-fn median(v: &[f64]) -> f64 {
+pub(super) fn median(v: &[f64]) -> f64 {
     let mut sorted = v.to_vec();
     sorted.sort_by(f64::total_cmp);
     match sorted.len() {
@@ -370,6 +390,7 @@ fn measure(server: &mut Grind) -> Result<Vec<Counted>> {
         server.dump()?;
         let (mut passes, mut all) = (Vec::new(), Vec::new());
         let mut profile = PathBuf::new();
+        let mut functions = Vec::new();
         for _ in 0..PASSES {
             pass(&mut client, op, depth, N)?;
             let short = server.dump()?;
@@ -377,12 +398,14 @@ fn measure(server: &mut Grind) -> Result<Vec<Counted>> {
             let long = server.dump()?;
             passes.push(long.request.saturating_sub(short.request) as f64 / N as f64);
             all.push(long.all.saturating_sub(short.all) as f64 / N as f64);
+            functions.push(server.functions(&short.worker, &long.worker)?);
             profile = long.worker;
         }
         out.push(Counted {
             passes,
             all,
             profile,
+            functions: baseline::median_profile(&functions),
         });
     }
     Ok(out)
@@ -398,8 +421,14 @@ fn ringstore_spec(binary: &Path, port: u16) -> Spec {
         valgrind: Vec::new(),
         request_marker: None,
         // The expiry reaper runs on the clock (every tick), not per request; the eventfd wait
-        // exists only for valgrind, and how often it loops follows the timing.
+        // exists only for valgrind, and how often it loops follows the timing. (Not
+        // callgrind's --toggle-collect: its on/off state is global, so a toggle on one
+        // thread stops the count of the others.)
         excluded: &["::reclaim_expired", "::wait_in_eventfd"],
+        // The per-function counts also leave out what those call: the reaper's item walk
+        // (the item headers it decodes) moved them by up to 200 instructions per request
+        // between passes.
+        profile_excluded: &["::reclaim_expired", "::wait_in_eventfd", "::reap"],
     }
 }
 
@@ -434,10 +463,27 @@ fn memcached_spec(name: &'static str, port: u16) -> Spec {
         // slab-rebalance threads wake on timers instead.
         request_marker: Some("event_base_loop"),
         excluded: &[],
+        profile_excluded: &[],
     }
 }
 
-pub(super) fn icount_part(subject: &Subject, out_dir: &Path, doc: &mut Doc) -> Result<()> {
+/// What the icount part does with the baseline besides comparing with it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum BaselineUse {
+    /// Compare and report.
+    Report,
+    /// Compare; a function that moved fails the run (`--icount-check`).
+    Check,
+    /// Write the baseline from this run (`--icount-record`).
+    Record,
+}
+
+pub(super) fn icount_part(
+    subject: &Subject,
+    out_dir: &Path,
+    doc: &mut Doc,
+    use_baseline: BaselineUse,
+) -> Result<()> {
     if !util::have("valgrind") || !util::have("callgrind_control") {
         bail!("{NO_VALGRIND}");
     }
@@ -472,6 +518,66 @@ pub(super) fn icount_part(subject: &Subject, out_dir: &Path, doc: &mut Doc) -> R
         }
     }
     doc.sections.push(render(&results));
+    if let (Subject::Ringstore(_), Some((_, counted))) = (subject, results.last()) {
+        against_baseline(counted, doc, use_baseline)?;
+    }
+    Ok(())
+}
+
+/// The cell's name in the baseline.
+fn cell_name(op: Op, depth: usize) -> String {
+    format!("{} {VALUE_LEN} B, depth {depth}", op.name())
+}
+
+/// Compares ringstore's per-function counts with the recorded baseline (or records them).
+fn against_baseline(counted: &[Counted], doc: &mut Doc, use_baseline: BaselineUse) -> Result<()> {
+    let mut now = baseline::Profile::new();
+    for ((op, depth), c) in CELLS.iter().zip(counted) {
+        let mut functions = c.functions.clone();
+        functions.insert(baseline::TOTAL.to_string(), median(&c.passes));
+        now.insert(cell_name(*op, *depth), functions);
+    }
+    let path = util::root().join(baseline::BASELINE);
+    if use_baseline == BaselineUse::Record {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&path, baseline::to_tsv(&now))?;
+        doc.note(format!("icount: recorded the baseline {}", path.display()));
+        return Ok(());
+    }
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound && use_baseline == BaselineUse::Report =>
+        {
+            doc.note(format!(
+                "icount: no baseline {} to compare with (--icount-record writes it)",
+                path.display()
+            ));
+            return Ok(());
+        }
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("reading the icount baseline {}", path.display()))
+        }
+    };
+    let recorded =
+        baseline::from_tsv(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let compared = now.keys().filter(|c| recorded.contains_key(*c)).count();
+    let moved = baseline::compare(&recorded, &now);
+    doc.sections.push(baseline::render(&moved, compared));
+    if !moved.is_empty() {
+        let line = format!(
+            "icount: {} function counts moved against {} (see its section)",
+            moved.len(),
+            baseline::BASELINE
+        );
+        if use_baseline == BaselineUse::Check {
+            doc.failures.push(line.clone());
+        }
+        doc.note(line);
+    }
     Ok(())
 }
 

@@ -30,6 +30,7 @@ mod hist;
 mod http;
 mod http_part;
 mod icount;
+mod icount_baseline;
 pub mod load;
 mod machine;
 mod mcwire;
@@ -71,6 +72,24 @@ fn runtimes(o: &Options) -> Vec<Option<String>> {
         Some(list) => list.split(',').map(|io| Some(io.to_string())).collect(),
         None => vec![None],
     }
+}
+
+/// The icount part: alone with `--only icount`; in the full run where valgrind is installed
+/// (the bench never installs it), a failure costing only this part.
+fn icount_step(
+    o: &Options,
+    subject: &Subject,
+    out_dir: &std::path::Path,
+    doc: &mut Doc,
+) -> Result<()> {
+    if o.only == Some(Part::Icount) {
+        icount::icount_part(subject, out_dir, doc, o.icount)?;
+    } else if o.only.is_none() {
+        if let Err(e) = icount::icount_part(subject, out_dir, doc, o.icount) {
+            doc.note(format!("icount part skipped: {e:#}"));
+        }
+    }
+    Ok(())
 }
 
 /// The whole run: parses `args` (the flags of `cargo xtask bench`), writes target/bench/.
@@ -123,14 +142,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if o.only == Some(Part::Cores) {
         cores::cores_part(&o, &subject, &mut doc)?;
     }
-    if o.only == Some(Part::Icount) {
-        icount::icount_part(&subject, &out_dir, &mut doc)?;
-    } else if o.only.is_none() {
-        // Part of the full run where valgrind is installed; the bench never installs it.
-        if let Err(e) = icount::icount_part(&subject, &out_dir, &mut doc) {
-            doc.note(format!("icount part skipped: {e:#}"));
-        }
-    }
+    icount_step(&o, &subject, &out_dir, &mut doc)?;
     let mut md = String::new();
     let _ = writeln!(md, "# ringstore benchmark results\n");
     let _ = writeln!(md, "{}\n", machine_summary());
@@ -175,5 +187,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let path = out_dir.join("results.md");
     std::fs::write(&path, &md)?;
     eprintln!("bench: wrote {}", path.display());
+    if !doc.failures.is_empty() {
+        anyhow::bail!("{}", doc.failures.join("; "));
+    }
     Ok(())
 }

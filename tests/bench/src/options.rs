@@ -1,6 +1,7 @@
 //! `cargo xtask bench` arguments: the usage text, the parts to run, and the parsed options.
 
 use super::cells::parse_cell;
+use super::icount::BaselineUse;
 use super::mcwire::Op;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
@@ -9,6 +10,7 @@ const USAGE: &str =
     "usage: cargo xtask bench [--seconds N] [--only memcache|tail|http|memory|durable|udp|icount|cores|tls] [--binary PATH]
                          [--conns N] [--self-check] [--cells get-100-1,set-4096-16,...]
                          [--compare-binary PATH] [--io RUNTIME] [--sub-memory]
+                         [--icount-check | --icount-record]
 
   --seconds N    measured seconds per cell, after 1 s of warm-up (default 5; durable: at most 10)
   --only PART    run one part: memcache (GET/SET vs memcached), http (GET vs nginx), memory,
@@ -35,6 +37,11 @@ const USAGE: &str =
   --io RUNTIME   the ringstore subject's --io in the memcache cells (auto, io_uring,
                  epoll; default: the server's default, auto); a list (io_uring,epoll) runs
                  the memcache part once per runtime in this run, each beside memcached
+  --icount-check icount: fail the run when a function's instructions per request moved
+                 against the recorded baseline (tests/bench/baseline/icount.tsv; the
+                 comparison is reported in every icount run)
+  --icount-record
+                 icount: write this run's per-function counts as the baseline
   --sub-memory   memcache cells: ringstore --numa 0 is the baseline and the subject is the same
                  binary with --sub-memory 256MiB --sub-memory-simulated on (issue 23: the score
                  keeping's cost on the GET path)
@@ -69,6 +76,8 @@ pub(super) struct Options {
     pub(super) io: Option<String>,
     /// `--sub-memory`: the memcache cells compare ringstore with and without sub memory.
     pub(super) sub_memory: bool,
+    /// `--icount-check` / `--icount-record`: what the icount part does with its baseline.
+    pub(super) icount: super::icount::BaselineUse,
 }
 
 /// `--io`: one runtime or a comma list of them.
@@ -98,6 +107,14 @@ fn parse_part(name: &str) -> Result<Part> {
     })
 }
 
+/// `--icount-check` or `--icount-record`, not both.
+fn icount_use(was: BaselineUse, want: BaselineUse) -> Result<BaselineUse> {
+    if was != BaselineUse::Report && was != want {
+        bail!("--icount-check and --icount-record exclude each other");
+    }
+    Ok(want)
+}
+
 pub(super) fn parse(args: &[String]) -> Result<Options> {
     let mut o = Options {
         seconds: 5,
@@ -109,6 +126,7 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
         compare: None,
         io: None,
         sub_memory: false,
+        icount: BaselineUse::Report,
     };
     if args.iter().any(|a| a == "-h" || a == "--help") {
         print!("{USAGE}");
@@ -130,6 +148,8 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
             "--only" => o.only = Some(parse_part(&value()?)?),
             "--self-check" => o.self_check = true,
             "--sub-memory" => o.sub_memory = true,
+            "--icount-check" => o.icount = icount_use(o.icount, BaselineUse::Check)?,
+            "--icount-record" => o.icount = icount_use(o.icount, BaselineUse::Record)?,
             "--cells" => {
                 o.cells = value()?.split(',').map(parse_cell).collect::<Result<_>>()?;
             }
@@ -138,6 +158,16 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
     }
     if !(1..=60).contains(&o.seconds) || !(1..=1000).contains(&o.conns) {
         bail!("--seconds must be 1..=60 and --conns 1..=1000");
+    }
+    if o.icount != BaselineUse::Report {
+        match o.only {
+            None => o.only = Some(Part::Icount),
+            Some(Part::Icount) => {}
+            Some(_) => bail!("--icount-check and --icount-record apply to the icount part only"),
+        }
+        if o.self_check {
+            bail!("--icount-check and --icount-record measure ringstore, not --self-check");
+        }
     }
     if o.sub_memory && (o.compare.is_some() || o.self_check) {
         bail!("--sub-memory excludes --compare-binary and --self-check");
@@ -248,6 +278,13 @@ mod tests {
     fn parses_durable_and_compare_binary() {
         assert!(parse(&args(&["--only", "durable"])).unwrap().only == Some(Part::Durable));
         assert!(parse(&args(&["--only", "icount"])).unwrap().only == Some(Part::Icount));
+        let o = parse(&args(&["--icount-check"])).unwrap();
+        assert!(o.only == Some(Part::Icount) && o.icount == BaselineUse::Check);
+        let o = parse(&args(&["--only", "icount", "--icount-record"])).unwrap();
+        assert!(o.icount == BaselineUse::Record);
+        assert!(parse(&args(&["--icount-check", "--icount-record"])).is_err());
+        assert!(parse(&args(&["--icount-check", "--only", "http"])).is_err());
+        assert!(parse(&args(&["--icount-record", "--self-check"])).is_err());
         assert!(parse(&args(&["--only", "tls"])).unwrap().only == Some(Part::Tls));
         assert!(parse(&args(&["--only", "tail"])).unwrap().only == Some(Part::Tail));
         let o = parse(&args(&[

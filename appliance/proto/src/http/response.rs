@@ -219,20 +219,8 @@ pub fn write_empty(out: &mut Vec<u8>, status: Status, connection: ConnectionFiel
     head.finish(connection);
 }
 
-/// Appends the decimal digits of `value` without allocating.
-pub fn push_u64(out: &mut Vec<u8>, mut value: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-}
+/// Appends the decimal digits of a number without allocating (the memcache replies' own).
+pub use crate::memcache::reply::push_u64;
 
 #[cfg(test)]
 mod tests {

@@ -3,6 +3,12 @@
 
 /// Appends the decimal text of `v`.
 pub fn push_u64(out: &mut Vec<u8>, mut v: u64) {
+    if let Ok(digit @ 0..=9) = u8::try_from(v) {
+        // One digit (a GET's flags, mostly): no digit buffer to set up and copy, which cost
+        // a `VALUE` line about 40 instructions (callgrind).
+        out.push(b'0' + digit);
+        return;
+    }
     let mut buf = [0u8; 20];
     let mut i = buf.len();
     loop {

@@ -63,6 +63,20 @@ pub fn batch_keys<'a>(buf: &'a [u8], keys: &mut [&'a [u8]]) -> usize {
     n
 }
 
+/// True when `buf` holds at most one text request (one line, or a storage command's line
+/// and its data block): a batch of one has nothing to prefetch, and [`batch_keys`] would parse
+/// its line once more for nothing (at depth 1 that cost a GET 195 instructions and a SET 398,
+/// under callgrind). Two `get` lines also count as one here: a two-key batch goes without its
+/// prefetch.
+pub fn single_request(buf: &[u8]) -> bool {
+    match memchr::memchr_iter(b'\n', buf).take(3).count() {
+        0 | 1 => true,
+        // set, add, replace, append, prepend, cas, ms: the line and its data block.
+        2 => !(buf.starts_with(b"g") || buf.starts_with(b"mg")),
+        _ => false,
+    }
+}
+
 /// A data length as the storage commands write it (decimal digits, at most 10).
 fn data_len(word: &[u8]) -> Option<usize> {
     if word.is_empty() || word.len() > 10 || !word.iter().all(u8::is_ascii_digit) {
@@ -103,6 +117,19 @@ mod tests {
         assert_eq!(keys(b"set a 0 0 99999\r\nxy\r\nget b\r\n"), [&b"a"[..]]);
         assert_eq!(keys(b"set a 0 0 9999999999\r\nget b\r\n"), [&b"a"[..]]);
         assert_eq!(data_len(b"18446744073709551616"), None);
+    }
+
+    #[test]
+    fn a_single_request_is_told_from_a_batch() {
+        assert!(single_request(b""));
+        assert!(single_request(b"get a\r\n"));
+        assert!(single_request(b"get a b c\r\n"));
+        assert!(single_request(b"set a 0 0 5\r\nhello\r\n"));
+        assert!(single_request(b"ms a 2\r\nhi\r\n"));
+        assert!(single_request(b"set a 0 0 5\r\nhel"));
+        assert!(!single_request(b"get a\r\nget b\r\nget c\r\n"));
+        assert!(!single_request(b"mg a v\r\nmg b v\r\n"));
+        assert!(!single_request(b"set a 0 0 1\r\nx\r\nget a\r\n"));
     }
 
     #[test]
