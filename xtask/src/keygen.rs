@@ -1,11 +1,12 @@
 //! `cargo xtask keygen OUT`: a new update signing key (ADR 0025) in the file format
-//! `--signing-key` reads, written with mode 0600, and its public half printed.
+//! `--signing-key` reads, written with mode 0600, and its public half printed;
+//! `--secure-boot DIR`: a Secure Boot key set (`keygen_secure_boot.rs`).
 
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 
 /// The key file's text: a comment naming the public half, then the 32-byte ed25519 secret
 /// key (the seed) as 64 lowercase hex digits.
@@ -40,9 +41,27 @@ pub fn write_new_key(out: &Path) -> Result<String> {
     ))
 }
 
-/// `cargo xtask keygen OUT`.
+/// `cargo xtask keygen OUT` or `cargo xtask keygen --secure-boot DIR`.
 pub fn run(args: &[String]) -> Result<()> {
     let parsed = crate::cli::parse("keygen", args)?;
+    if let Some((_, dir)) = parsed.flags.iter().find(|(f, _)| *f == "--secure-boot") {
+        ensure!(
+            parsed.positional.is_empty(),
+            "keygen --secure-boot DIR takes no OUT"
+        );
+        let dir = Path::new(dir.as_deref().unwrap_or_default());
+        crate::keygen_secure_boot::write_set(dir)?;
+        eprintln!(
+            "keygen: wrote a Secure Boot key set to {} (keys mode 0600): PK, KEK and db keys and\n\
+             keygen: certificates, and PK.auth, KEK.auth, db.auth to enroll in setup mode\n\
+             keygen: (docs/OPERATIONS.md, \"Secure Boot\"). Keep the .key files off the boxes.\n\
+             keygen: sign images: cargo xtask image --secure-boot-key {}/db.key --secure-boot-cert {}/db.crt",
+            dir.display(),
+            dir.display(),
+            dir.display()
+        );
+        return Ok(());
+    }
     let [out] = parsed.positional.as_slice() else {
         bail!(
             "keygen needs exactly one OUT file\n\n{}",
