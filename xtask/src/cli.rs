@@ -357,6 +357,7 @@ mod tests {
                     "run" => crate::run::RunOptions::parse(&args).map(|_| ()),
                     "test" => crate::test::parse_options(&args).map(|_| ()),
                     "oci" => crate::oci::parse_options(&args).map(|_| ()),
+                    "keygen" => crate::keygen::parse(&args).map(|_| ()),
                     // Only `--help`, which lists the tests and builds nothing.
                     "vm-test" => crate::vm_test::run(&args),
                     other => panic!("no parser check for {other}"),
@@ -397,5 +398,10 @@ mod tests {
         assert!(parse("image", &args(&["stray"])).is_err());
         let p = parse("keygen", &args(&["k.hex"])).unwrap();
         assert_eq!(p.positional, ["k.hex"]);
+        assert_eq!(
+            crate::keygen::parse(&args(&["--secure-boot", "sb"])).unwrap(),
+            crate::keygen::Keygen::SecureBoot("sb".into())
+        );
+        assert!(crate::keygen::parse(&args(&["--secure-boot", "sb", "k.hex"])).is_err());
     }
 }
