@@ -114,6 +114,10 @@ fn fetch_verified(url: &str, started: Instant) -> Result<Vec<u8>, String> {
     if image.get(..2) != Some(b"MZ") {
         return Err("signed, but not an EFI application (no MZ header); nothing written".into());
     }
+    info!(
+        "update: {} bytes from {url}, signature verified",
+        image.len()
+    );
     // Under Secure Boot the firmware would refuse an image its db does not trust: writing one
     // would only turn the trial into a rollback (or, committed by hand, a box that never boots).
     match super::secure_boot::check_image(&image) {
@@ -121,10 +125,6 @@ fn fetch_verified(url: &str, started: Instant) -> Result<Vec<u8>, String> {
         Ok(None) => {}
         Err(why) => return Err(format!("{why}; nothing written")),
     }
-    info!(
-        "update: {} bytes from {url}, signature verified",
-        image.len()
-    );
     Ok(image)
 }
 
