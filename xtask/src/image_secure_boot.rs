@@ -1,7 +1,8 @@
 //! Secure Boot signing of disk.img's EFI binaries (ADR 0051): systemd-boot and each slot's
 //! ringstore.efi get an Authenticode signature from Debian's `sbsign` with the operator's db
 //! key, checked with `sbverify` before the image is written. The snakeoil key Debian's OVMF
-//! trusts is a test key: it signs only where `--test-keys` asks.
+//! trusts is a test key: it signs only where `--test-keys` asks. (image.rs calls this file;
+//! nothing here calls back.)
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -144,7 +145,7 @@ pub fn sign(bytes: &[u8], pair: &SigningPair, what: &str, scratch: &Path) -> Res
     let key = usable_key(pair, scratch)?;
     let unsigned = scratch.join(format!("{what}.unsigned"));
     let signed = scratch.join(format!("{what}.signed"));
-    crate::image::write(&unsigned, bytes)?;
+    std::fs::write(&unsigned, bytes).with_context(|| format!("writing {}", unsigned.display()))?;
     exec(
         Command::new("sbsign")
             .arg("--key")
@@ -168,7 +169,7 @@ pub fn sign(bytes: &[u8], pair: &SigningPair, what: &str, scratch: &Path) -> Res
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let bytes = crate::image::read(&signed)?;
+    let bytes = std::fs::read(&signed).with_context(|| format!("reading {}", signed.display()))?;
     if key != pair.key {
         let _ = std::fs::remove_file(&key);
     }
