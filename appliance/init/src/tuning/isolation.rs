@@ -4,7 +4,9 @@
 //! into it: no load balancing, no unbound work on them from then on. What only a boot
 //! argument can give (`nohz_full=`) it writes into the booted slot's tuned boot entry
 //! (`loader/entries/ringstore-X.conf`, the slot's own command line plus `nohz_full=`) and makes
-//! that the default, so the next boot is fully tuned. A command line with `isolcpus=` is the
+//! that the default, so the next boot is fully tuned; under Secure Boot systemd-stub ignores
+//! an entry's options, so it writes none and `tuning` names the `--append` a signed image
+//! needs (ADR 0051). A command line with `isolcpus=` is the
 //! operator's own choice: PID 1 then leaves isolation to it. `tuning` says which state the box
 //! is in ([`TuningState`]).
 
