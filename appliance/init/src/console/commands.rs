@@ -47,7 +47,7 @@ fn status_system(out: &mut Output, state: &State) {
     out.set("hostname_from", json!(state.hostname_from));
     out.line(state.partition_file.status_line());
     out.set("config_partition", state.partition_file.json());
-    let secure_boot = crate::update::SecureBoot::read();
+    let secure_boot = crate::secure_boot::SecureBoot::read();
     out.line(format!("secure boot {}", secure_boot.describe()));
     out.set("secure_boot", secure_boot.json());
 }
@@ -382,7 +382,7 @@ pub fn tuning(ctx: &mut Ctx, _: &[&str]) -> Output {
         }
     ));
     out.line(format!("state {}", tuned.describe()));
-    let secure_boot = crate::update::SecureBoot::read();
+    let secure_boot = crate::secure_boot::SecureBoot::read();
     out.line(format!("secure boot {}", secure_boot.describe()));
     if secure_boot.enabled == Some(false) {
         out.line(

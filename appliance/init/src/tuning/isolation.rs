@@ -239,7 +239,7 @@ pub fn after_trial(machine: &crate::machine::Machine) {
     let boot_args = match nohz_token(&isolate) {
         // Under Secure Boot systemd-stub ignores the tuned entry's options: writing one would
         // only leave `tuning` saying "pending" after every boot.
-        Some(token) if nohz_full != isolate && crate::update::SecureBoot::read().on() => {
+        Some(token) if nohz_full != isolate && crate::secure_boot::SecureBoot::read().on() => {
             crate::info!(
                 "tuning: Secure Boot on: {token} only from the signed image's command line"
             );

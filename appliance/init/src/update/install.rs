@@ -120,7 +120,7 @@ fn fetch_verified(url: &str, started: Instant) -> Result<Vec<u8>, String> {
     );
     // Under Secure Boot the firmware would refuse an image its db does not trust: writing one
     // would only turn the trial into a rollback (or, committed by hand, a box that never boots).
-    match super::secure_boot::check_image(&image) {
+    match crate::secure_boot::check_image(&image) {
         Ok(Some(how)) => info!("update: Secure Boot on: the image is {how}"),
         Ok(None) => {}
         Err(why) => return Err(format!("{why}; nothing written")),

@@ -3,7 +3,7 @@
 //! The ESP holds systemd-boot, `loader.conf` (whose `default` is the committed slot) and the
 //! two UKIs `\EFI\Linux\ringstore-{a,b}.efi`. `update URL` fetches a new ringstore.efi and its
 //! `.sig`, verifies the ed25519 signature against the key in the running image and, under
-//! Secure Boot, that the firmware's db trusts its Authenticode signature (`secure_boot.rs`,
+//! Secure Boot, that the firmware's db trusts its Authenticode signature (`crate::secure_boot`,
 //! ADR 0051) before writing anything, writes the inactive slot, records a pending trial on the ESP, sets systemd-boot's
 //! `LoaderEntryOneShot` to the new slot and reboots (`install.rs`). The trial boot arms the
 //! hardware watchdog (`watchdog.rs`), and once its server is ready runs the canary through its
@@ -22,7 +22,6 @@ mod boot;
 mod canary;
 mod esp;
 mod install;
-mod secure_boot;
 mod verdict;
 mod watchdog;
 
@@ -30,6 +29,5 @@ pub use boot::boot_state;
 pub use canary::{canary, CANARY_KEY, CANARY_OP_LIMIT};
 pub(crate) use esp::esp_fs;
 pub use install::{update, FETCH_LIMIT, IMAGE_MAX, NETWORK_BOOT_UPDATE};
-pub use secure_boot::SecureBoot;
 pub use verdict::decide_trial;
 pub use watchdog::{arm_watchdog, TRIAL_LIMIT};

@@ -2,14 +2,16 @@
 //! efivarfs for `status` and `tuning`, and the update check that an image written to a slot
 //! would be started by the firmware: with Secure Boot on, its Authenticode signature must
 //! chain to a certificate of the firmware's db (and nothing of it be in dbx), checked by
-//! `ringstore_bootdisk::authenticode` before a byte is written.
+//! `ringstore_bootdisk::authenticode` before a byte is written. It imports no other module of
+//! PID 1: `update`, `tuning` and the console all read it.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use ringstore_bootdisk::authenticode::{self, SignatureDb};
 
-use super::esp::EFIVARS;
+/// Where efivarfs is mounted (`update::boot_state` mounts it).
+pub const EFIVARS: &str = "/sys/firmware/efi/efivars";
 
 /// `EFI_GLOBAL_VARIABLE` (SecureBoot, SetupMode) and `EFI_IMAGE_SECURITY_DATABASE_GUID` (db,
 /// dbx).
