@@ -87,7 +87,20 @@ pub const COMMANDS: &[Command] = &[
             ),
             CONSOLE_PASSWORD_HASH,
             SIGNING_KEY,
-            TEST_KEYS,
+            switch(
+                "--test-keys",
+                "TEST ONLY: authorize tests/keys/test_ed25519.pub, sign updates with image/test-signing-key.hex and, without --secure-boot-key, Secure Boot with Debian's snakeoil key",
+            ),
+            flag(
+                "--secure-boot-key",
+                "FILE",
+                "the db key (PEM) that signs systemd-boot and ringstore.efi for Secure Boot (`cargo xtask keygen --secure-boot`)",
+            ),
+            flag(
+                "--secure-boot-cert",
+                "FILE",
+                "its certificate (PEM), the one enrolled in the firmware's db",
+            ),
             flag("--size", "SIZE", "disk.img's size (256M, 2G)"),
             flag("--seed", "TEXT", "every GUID and FAT volume id derives from it"),
             flag("--append", "ARGS", "appended to ringstore.efi's kernel command line"),
@@ -144,7 +157,11 @@ pub const COMMANDS: &[Command] = &[
         name: "keygen",
         positional: Some("OUT"),
         summary: "write a new update signing key to OUT (mode 0600), print its public half",
-        flags: &[],
+        flags: &[flag(
+            "--secure-boot",
+            "DIR",
+            "instead: a Secure Boot PK/KEK/db key set and the signed EFI signature lists to enroll, in DIR (new)",
+        )],
     },
     Command {
         name: "vm-test",
@@ -340,6 +357,7 @@ mod tests {
                     "run" => crate::run::RunOptions::parse(&args).map(|_| ()),
                     "test" => crate::test::parse_options(&args).map(|_| ()),
                     "oci" => crate::oci::parse_options(&args).map(|_| ()),
+                    "keygen" => crate::keygen::parse(&args).map(|_| ()),
                     // Only `--help`, which lists the tests and builds nothing.
                     "vm-test" => crate::vm_test::run(&args),
                     other => panic!("no parser check for {other}"),
@@ -380,5 +398,10 @@ mod tests {
         assert!(parse("image", &args(&["stray"])).is_err());
         let p = parse("keygen", &args(&["k.hex"])).unwrap();
         assert_eq!(p.positional, ["k.hex"]);
+        assert_eq!(
+            crate::keygen::parse(&args(&["--secure-boot", "sb"])).unwrap(),
+            crate::keygen::Keygen::SecureBoot("sb".into())
+        );
+        assert!(crate::keygen::parse(&args(&["--secure-boot", "sb", "k.hex"])).is_err());
     }
 }

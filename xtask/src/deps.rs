@@ -36,6 +36,10 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
         "systemd-boot-efi",
         "/usr/lib/systemd/boot/efi/linuxx64.efi.stub",
     ),
+    // Secure Boot (ADR 0051): sbsign/sbverify sign and check the EFI binaries of disk.img,
+    // efitools writes the PK/KEK/db signature lists `cargo xtask keygen --secure-boot` makes.
+    ("sbsigntool", "/usr/bin/sbsign"),
+    ("efitools", "/usr/bin/cert-to-efi-sig-list"),
     ("linux-source-6.12", "/usr/src/linux-source-6.12.tar.xz"),
     ("bc", "/usr/bin/bc"),
     ("flex", "/usr/bin/flex"),

@@ -192,6 +192,12 @@ pub struct BootOptions {
     pub console_password_hash: Option<PathBuf>,
     /// `--test-keys`: the repository's test key and test signing key, where no other is given.
     pub test_keys: bool,
+    /// `--secure-boot-key`/`--secure-boot-cert`: systemd-boot and ringstore.efi signed for
+    /// Secure Boot (ADR 0051); with `--test-keys` and neither, Debian's snakeoil test pair.
+    pub secure_boot_key: Option<PathBuf>,
+    pub secure_boot_cert: Option<PathBuf>,
+    /// The pair that signs, once the flags are checked ([`BootOptions::parse`]).
+    pub secure_boot: Option<crate::image_secure_boot::SigningPair>,
 }
 
 /// The command line every ringstore.efi starts with; `--append` adds to it.
@@ -209,6 +215,9 @@ impl BootOptions {
             config_authorized_keys: None,
             console_password_hash: None,
             test_keys: false,
+            secure_boot_key: None,
+            secure_boot_cert: None,
+            secure_boot: None,
         }
     }
 
@@ -246,6 +255,8 @@ impl BootOptions {
                 "--seed" => o.seed = value,
                 "--append" => o.append = value,
                 "--out" => o.out = PathBuf::from(value),
+                "--secure-boot-key" => o.secure_boot_key = Some(PathBuf::from(value)),
+                "--secure-boot-cert" => o.secure_boot_cert = Some(PathBuf::from(value)),
                 "--config-authorized-keys" => {
                     o.config_authorized_keys = Some(PathBuf::from(value));
                 }
@@ -255,7 +266,23 @@ impl BootOptions {
         if o.test_keys {
             o.use_test_keys();
         }
+        o.check_secure_boot()?;
         Ok(o)
+    }
+
+    /// Resolves the Secure Boot pair from the flags: both or neither, the snakeoil test pair
+    /// only with `--test-keys` (and by default there).
+    pub fn check_secure_boot(&mut self) -> Result<()> {
+        use crate::image_secure_boot::SigningPair;
+        self.secure_boot = SigningPair::from_flags(
+            self.secure_boot_key.as_deref(),
+            self.secure_boot_cert.as_deref(),
+            self.test_keys,
+        )?;
+        if self.test_keys && self.secure_boot.is_none() {
+            self.secure_boot = Some(SigningPair::snakeoil());
+        }
+        Ok(())
     }
 
     pub fn cmdline(&self) -> String {
@@ -423,8 +450,12 @@ fn build_uki(image: &Image, cmdline: &str, initrd: &[u8], epoch: u64) -> Result<
 fn build_disk(disk: &Path, opts: &BootOptions, efi: Vec<u8>, epoch: u64) -> Result<u64> {
     use ringstore_bootdisk::slots::{self, Slot};
     use ringstore_bootdisk::Role;
-    let boot_manager = std::fs::read(crate::uki::BOOT_MANAGER)
+    let mut boot_manager = std::fs::read(crate::uki::BOOT_MANAGER)
         .with_context(|| format!("reading {}", crate::uki::BOOT_MANAGER))?;
+    if let Some(pair) = &opts.secure_boot {
+        boot_manager =
+            crate::image_secure_boot::sign(&boot_manager, pair, "systemd-bootx64.efi", &opts.out)?;
+    }
     let mut esp: crate::disk::Files = slots::BOOT_MANAGER_PATHS
         .iter()
         .map(|p| (p.to_string(), boot_manager.clone()))
@@ -481,7 +512,12 @@ pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
         .with_context(|| format!("creating {}", opts.out.display()))?;
     let initrd = opts.out.join("initramfs-uki.img");
     crate::initramfs::build_initramfs(&image.binary, &initrd, extra)?;
-    let efi_bytes = build_uki(image, &cmdline, &read(&initrd)?, epoch)?;
+    let mut efi_bytes = build_uki(image, &cmdline, &read(&initrd)?, epoch)?;
+    if let Some(pair) = &opts.secure_boot {
+        // Authenticode first: the ed25519 signature below covers the signed bytes, which are
+        // what the slot holds and the firmware checks.
+        efi_bytes = crate::image_secure_boot::sign(&efi_bytes, pair, "ringstore.efi", &opts.out)?;
+    }
     let efi = opts.out.join("ringstore.efi");
     write(&efi, &efi_bytes)?;
     let signature = match &key {
@@ -496,13 +532,17 @@ pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
     let disk = opts.out.join("disk.img");
     let size = build_disk(&disk, opts, efi_bytes, epoch)?;
     eprintln!(
-        "image: {} ({} KiB, command line {cmdline:?}{}), {} ({} MiB, sparse)",
+        "image: {} ({} KiB, command line {cmdline:?}{}{}), {} ({} MiB, sparse)",
         efi.display(),
         file_kib(&efi),
         if key.is_some() {
             ", signed"
         } else {
             ", unsigned: refuses updates"
+        },
+        match &opts.secure_boot {
+            Some(pair) => format!(", Secure Boot signed with {}", pair.cert.display()),
+            None => ", not Secure Boot signed".into(),
         },
         disk.display(),
         size >> 20
@@ -515,14 +555,18 @@ pub fn build_boot(image: &Image, opts: &BootOptions) -> Result<BootImage> {
 }
 
 /// `cargo xtask image [--authorized-keys FILE] [--config-authorized-keys FILE]
-/// [--console-password-hash FILE] [--signing-key FILE] [--test-keys] [--size SIZE]
-/// [--seed TEXT] [--append ARGS] [--out DIR]`: everything under `--out` only.
+/// [--console-password-hash FILE] [--signing-key FILE] [--test-keys] [--secure-boot-key FILE
+/// --secure-boot-cert FILE] [--size SIZE] [--seed TEXT] [--append ARGS] [--out DIR]`:
+/// everything under `--out` only.
 pub fn run(args: &[String]) -> Result<()> {
     let opts = BootOptions::parse(args)?;
     let image = build_image_in(&opts.out, opts.authorized_keys.as_deref())?;
     build_boot(&image, &opts)?;
     if opts.test_keys {
         eprintln!("image: TEST KEYS (--test-keys): anyone with this repository can log in and sign updates");
+        if opts.secure_boot == Some(crate::image_secure_boot::SigningPair::snakeoil()) {
+            eprintln!("image: TEST KEYS: Secure Boot signed with Debian's snakeoil key (trusted only by OVMF_VARS_4M.snakeoil.fd)");
+        }
     }
     if opts.locked() {
         warn_locked("image");

@@ -1,11 +1,12 @@
 //! `cargo xtask keygen OUT`: a new update signing key (ADR 0025) in the file format
-//! `--signing-key` reads, written with mode 0600, and its public half printed.
+//! `--signing-key` reads, written with mode 0600, and its public half printed;
+//! `--secure-boot DIR`: a Secure Boot key set (`keygen_secure_boot.rs`).
 
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 
 /// The key file's text: a comment naming the public half, then the 32-byte ed25519 secret
 /// key (the seed) as 64 lowercase hex digits.
@@ -40,17 +41,53 @@ pub fn write_new_key(out: &Path) -> Result<String> {
     ))
 }
 
-/// `cargo xtask keygen OUT`.
-pub fn run(args: &[String]) -> Result<()> {
+/// What `cargo xtask keygen` was asked to write.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Keygen {
+    /// `OUT`: an update signing key.
+    UpdateKey(PathBuf),
+    /// `--secure-boot DIR`: a Secure Boot key set.
+    SecureBoot(PathBuf),
+}
+
+/// Parses `cargo xtask keygen OUT` or `cargo xtask keygen --secure-boot DIR`.
+pub fn parse(args: &[String]) -> Result<Keygen> {
     let parsed = crate::cli::parse("keygen", args)?;
+    if let Some((_, dir)) = parsed.flags.iter().find(|(f, _)| *f == "--secure-boot") {
+        ensure!(
+            parsed.positional.is_empty(),
+            "keygen --secure-boot DIR takes no OUT"
+        );
+        return Ok(Keygen::SecureBoot(PathBuf::from(
+            dir.as_deref().unwrap_or_default(),
+        )));
+    }
     let [out] = parsed.positional.as_slice() else {
         bail!(
             "keygen needs exactly one OUT file\n\n{}",
             crate::cli::command("keygen").help()
         );
     };
-    let out = Path::new(out);
-    let public = write_new_key(out)?;
+    Ok(Keygen::UpdateKey(PathBuf::from(out)))
+}
+
+/// `cargo xtask keygen OUT` or `cargo xtask keygen --secure-boot DIR`.
+pub fn run(args: &[String]) -> Result<()> {
+    let out = match parse(args)? {
+        Keygen::SecureBoot(dir) => {
+            crate::keygen_secure_boot::write_set(&dir)?;
+            let dir = dir.display();
+            eprintln!(
+                "keygen: wrote a Secure Boot key set to {dir} (keys mode 0600): PK, KEK and db keys and\n\
+                 keygen: certificates, and PK.auth, KEK.auth, db.auth to enroll in setup mode\n\
+                 keygen: (docs/OPERATIONS.md, \"Secure Boot\"). Keep the .key files off the boxes.\n\
+                 keygen: sign images: cargo xtask image --secure-boot-key {dir}/db.key --secure-boot-cert {dir}/db.crt"
+            );
+            return Ok(());
+        }
+        Keygen::UpdateKey(out) => out,
+    };
+    let public = write_new_key(&out)?;
     eprintln!(
         "keygen: wrote the update signing key {} (mode 0600). Keep it where your release\n\
          keygen: builds run and nowhere else (not on a box, not in git; back it up offline):\n\

@@ -66,6 +66,13 @@ pub fn test_secrets() -> Result<Vec<Needle>> {
         "image/test-signing-key.hex public half".to_string(),
         hex(key.verifying_key().as_bytes()).into_bytes(),
     ));
+    // A Secure Boot signature embeds its signer's certificate: the snakeoil one marks an
+    // image signed with a test key (ADR 0051).
+    needles.push((
+        "Debian's snakeoil Secure Boot certificate".to_string(),
+        crate::image_secure_boot::pem_cert_der(Path::new(crate::image_secure_boot::SNAKEOIL_CERT))
+            .context("apt-get install ovmf")?,
+    ));
     Ok(needles)
 }
 
@@ -256,6 +263,12 @@ pub fn default_artifacts_carry_no_test_secret() -> Result<String> {
                 .find(|(label, _)| label.contains("test_ed25519.pub key blob"))
                 .context("no test_ed25519.pub needle")?
                 .0;
+            anyhow::ensure!(
+                found.iter().any(|f| f.contains("image/ringstore.efi")
+                    && f.ends_with("snakeoil Secure Boot certificate")),
+                "ringstore.efi built with --test-keys is not Secure Boot signed with the snakeoil key:\n{}",
+                found.join("\n")
+            );
             for artifact in [
                 "image/initramfs.img",
                 "image/ringstore.efi",

@@ -40,6 +40,13 @@ impl Builder for Xtask {
             .clone_from(&request.config_authorized_keys);
         opts.console_password_hash
             .clone_from(&request.console_password_hash);
+        // The tests' keys are test keys: the snakeoil pair may sign.
+        opts.test_keys = request.secure_boot.is_some();
+        if let Some((key, cert)) = &request.secure_boot {
+            opts.secure_boot_key = Some(key.clone());
+            opts.secure_boot_cert = Some(cert.clone());
+        }
+        opts.check_secure_boot()?;
         crate::image::build_boot(image, &opts)
     }
 

@@ -1,9 +1,11 @@
 //! The appliance disk, shared by `cargo xtask image` (which writes disk.img) and PID 1 (which
 //! reads the config partition, finds the data partition and writes update slots): the layout
 //! from `image/layout.toml`, GUIDs, a byte-range view of a disk for the FAT code, FAT helpers,
-//! the A/B slot names and the update signature (ADR 0024, 0025).
+//! the A/B slot names, the update signature and the Authenticode check (ADR 0024, 0025, 0051).
 #![forbid(unsafe_code)]
 
+pub mod authenticode;
+pub mod der;
 pub mod fat;
 pub mod gpt;
 pub mod guid;

@@ -40,6 +40,7 @@ pub mod netstat;
 pub mod plane;
 pub mod power;
 pub mod privs;
+pub mod secure_boot;
 pub mod signal_thread;
 pub mod sizing;
 pub mod slots_report;

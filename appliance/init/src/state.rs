@@ -90,6 +90,9 @@ pub enum BootArgs {
     Pending { entry: String, options: String },
     /// Needed but not written: why.
     NotWritten(String),
+    /// Needed, but Secure Boot is on: systemd-stub ignores a boot entry's options, so only
+    /// the signed image's own command line can carry this token (ADR 0051).
+    SignedImageOnly { token: String },
 }
 
 /// The isolation as boot left it (kept in PID 1's state for `tuning`).

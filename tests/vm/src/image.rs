@@ -48,6 +48,9 @@ pub struct BootRequest {
     pub config_authorized_keys: Option<PathBuf>,
     /// `--console-password-hash`.
     pub console_password_hash: Option<PathBuf>,
+    /// `--secure-boot-key` and `--secure-boot-cert` (with `--test-keys`: the snakeoil pair
+    /// is allowed).
+    pub secure_boot: Option<(PathBuf, PathBuf)>,
 }
 
 /// A host of a PXE bundle, with the configuration its box must report.

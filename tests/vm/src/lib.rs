@@ -32,6 +32,7 @@ mod pxe;
 pub mod qemu;
 mod runbook;
 mod scan;
+mod secure_boot;
 mod serial;
 mod tls;
 mod tls12;
@@ -185,6 +186,17 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
                     r.drain_line,
                     r.refusal_line,
                     r.replaced_line
+                )
+            })
+        }),
+        ("secure_boot_boots_only_signed_images", |i| {
+            secure_boot::secure_boot_boots_only_signed_images(i).map(|r| {
+                format!(
+                    "unsigned: {:?}; changed after signing: {:?}; signed: ready {:.1} s after QEMU started; {:?}",
+                    r.unsigned_refusal,
+                    r.changed_refusal,
+                    r.ready_wall.as_secs_f64(),
+                    r.update_refusal
                 )
             })
         }),

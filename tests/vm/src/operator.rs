@@ -30,6 +30,7 @@ pub(super) const DOCUMENTED: &[(&str, &[&str])] = &[
             "hostname",
             "hostname_from",
             "config_partition",
+            "secure_boot",
             "numa_node",
             "worker_cpus",
             "addresses",
@@ -54,6 +55,7 @@ pub(super) const DOCUMENTED: &[(&str, &[&str])] = &[
             "serving_node",
             "worker_cpus",
             "state",
+            "secure_boot",
         ],
     ),
     (

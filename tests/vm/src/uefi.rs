@@ -20,6 +20,10 @@ use crate::qemu::{free_port, Forward};
 
 pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+/// The Secure Boot build (it needs q35 with SMM) and a variable store whose PK, KEK and db
+/// hold Debian's snakeoil test certificate, Secure Boot on (`secure_boot.rs`, ADR 0051).
+pub const OVMF_CODE_SECURE_BOOT: &str = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd";
+pub const OVMF_VARS_SNAKEOIL: &str = "/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd";
 pub(super) const READY: &str = "ringstore: ready memcache=";
 
 /// The images the UEFI tests boot, signed with the repository's test key.
@@ -51,6 +55,8 @@ pub struct UefiMachine {
     pub disk: PathBuf,
     pub vars: PathBuf,
     dir: PathBuf,
+    /// Booted by the Secure Boot firmware with the snakeoil variable store.
+    secure_boot: bool,
 }
 
 impl Drop for UefiMachine {
@@ -61,13 +67,34 @@ impl Drop for UefiMachine {
 
 impl UefiMachine {
     pub fn new(name: &str, images: &BootImage) -> Result<UefiMachine> {
+        UefiMachine::with_firmware(name, images, false)
+    }
+
+    /// One the Secure Boot firmware boots, its db trusting only the snakeoil certificate.
+    pub fn new_secure_boot(name: &str, images: &BootImage) -> Result<UefiMachine> {
+        UefiMachine::with_firmware(name, images, true)
+    }
+
+    fn with_firmware(name: &str, images: &BootImage, secure_boot: bool) -> Result<UefiMachine> {
         let dir = scratch_dir(&format!("disk-{name}"))?;
         let disk = dir.join("disk.img");
         let vars = dir.join("vars.fd");
         std::fs::copy(&images.disk, &disk)?;
-        std::fs::copy(OVMF_VARS, &vars)
-            .context("copying OVMF's variable store (apt-get install ovmf)")?;
-        Ok(UefiMachine { disk, vars, dir })
+        std::fs::copy(
+            if secure_boot {
+                OVMF_VARS_SNAKEOIL
+            } else {
+                OVMF_VARS
+            },
+            &vars,
+        )
+        .context("copying OVMF's variable store (apt-get install ovmf)")?;
+        Ok(UefiMachine {
+            disk,
+            vars,
+            dir,
+            secure_boot,
+        })
     }
 
     /// Replaces /ringstore.toml on the config partition.
@@ -77,29 +104,43 @@ impl UefiMachine {
 
     /// Writes file `name` of the config partition.
     pub fn write_config_file(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        self.write_file(Role::Config, name, bytes)
+    }
+
+    /// The partition with `role`, as a byte range of the disk file.
+    fn volume(&self, role: Role) -> Result<ringstore_bootdisk::Slice<std::fs::File>> {
         let layout = ringstore_bootdisk::Layout::builtin();
         let mut file = std::fs::File::options()
             .read(true)
             .write(true)
             .open(&self.disk)?;
         let (sector, entries) = ringstore_bootdisk::gpt::entries(&mut file)?;
-        let want = layout
-            .by_role(Role::Config)
-            .context("no config role")?
-            .type_guid;
+        let want = layout.by_role(role).context("no such role")?.type_guid;
         let e = entries
             .iter()
             .find(|e| e.type_guid == want)
-            .context("no config partition")?;
-        let volume = ringstore_bootdisk::Slice::new(
+            .context("no such partition")?;
+        Ok(ringstore_bootdisk::Slice::new(
             file,
             e.first_lba * sector,
             (e.last_lba + 1 - e.first_lba) * sector,
-        );
-        let fs = fat::open(volume, &fat::DOS_EPOCH)?;
+        ))
+    }
+
+    /// Writes file `name` of the FAT partition with `role`.
+    pub fn write_file(&self, role: Role, name: &str, bytes: &[u8]) -> Result<()> {
+        let fs = fat::open(self.volume(role)?, &fat::DOS_EPOCH)?;
         fat::write_file(&fs, name, bytes)?;
         fs.unmount()?;
         Ok(())
+    }
+
+    /// File `name` of the FAT partition with `role` (`None`: there is none).
+    pub fn read_file(&self, role: Role, name: &str) -> Result<Option<Vec<u8>>> {
+        let fs = fat::open(self.volume(role)?, &fat::DOS_EPOCH)?;
+        let bytes = fat::read_file(&fs, name, 256 << 20)?;
+        fs.unmount()?;
+        Ok(bytes)
     }
 
     /// Boots it; the console log is target/appliance/vm/NAME.log.
@@ -147,6 +188,9 @@ impl UefiMachine {
             },
         ];
         let mut args = uefi_args(&self.disk, &self.vars, &socket, &forwards);
+        if self.secure_boot {
+            secure_boot_firmware(&mut args);
+        }
         args.extend_from_slice(extra);
         Vm::start(name, dir, &socket, &args, forwards, None)
     }
@@ -210,6 +254,19 @@ pub fn uefi_args(disk: &Path, vars: &Path, socket: &Path, forwards: &[Forward]) 
     .iter()
     .map(|s| s.to_string())
     .collect()
+}
+
+/// `args` of [`uefi_args`] turned to the Secure Boot firmware: q35 with SMM, the secboot
+/// code, its flash secure (what OVMF's SMM variable store needs).
+fn secure_boot_firmware(args: &mut Vec<String>) {
+    for a in args.iter_mut() {
+        if a == "q35" {
+            *a = "q35,smm=on".into();
+        } else if a.contains(OVMF_CODE) {
+            *a = a.replace(OVMF_CODE, OVMF_CODE_SECURE_BOOT);
+        }
+    }
+    args.extend(["-global", "driver=cfi.pflash01,property=secure,value=on"].map(String::from));
 }
 
 /// The disk [`disk_boots_serves_and_keeps_data`] boots: the image `dd`'d to a bigger disk.

@@ -29,7 +29,8 @@ pub fn status(ctx: &mut Ctx, _: &[&str]) -> Output {
     out
 }
 
-/// Version, kernel, uptime, host name (and where it came from), the config partition's file.
+/// Version, kernel, uptime, host name (and where it came from), the config partition's file,
+/// Secure Boot and setup mode (from the firmware's variables).
 fn status_system(out: &mut Output, state: &State) {
     let kernel = crate::sysinfo::kernel_release();
     let uptime = crate::sysinfo::uptime_secs();
@@ -46,6 +47,9 @@ fn status_system(out: &mut Output, state: &State) {
     out.set("hostname_from", json!(state.hostname_from));
     out.line(state.partition_file.status_line());
     out.set("config_partition", state.partition_file.json());
+    let secure_boot = crate::secure_boot::SecureBoot::read();
+    out.line(format!("secure boot {}", secure_boot.describe()));
+    out.set("secure_boot", secure_boot.json());
 }
 
 /// The TLS certificate in use: subject, expiry and days left, a warning under 14 days.
@@ -378,6 +382,14 @@ pub fn tuning(ctx: &mut Ctx, _: &[&str]) -> Output {
         }
     ));
     out.line(format!("state {}", tuned.describe()));
+    let secure_boot = crate::secure_boot::SecureBoot::read();
+    out.line(format!("secure boot {}", secure_boot.describe()));
+    if secure_boot.enabled == Some(false) {
+        out.line(
+            "WARN secure boot is off: anyone with the disk in hand can boot an image of their own (docs/OPERATIONS.md, \"Secure Boot\")",
+        );
+    }
+    out.set("secure_boot", secure_boot.json());
     for c in &checks {
         out.line(format!(
             "{} {:<10} {:<16} wanted {}; in effect {}{}",

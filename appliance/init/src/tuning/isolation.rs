@@ -4,7 +4,9 @@
 //! into it: no load balancing, no unbound work on them from then on. What only a boot
 //! argument can give (`nohz_full=`) it writes into the booted slot's tuned boot entry
 //! (`loader/entries/ringstore-X.conf`, the slot's own command line plus `nohz_full=`) and makes
-//! that the default, so the next boot is fully tuned. A command line with `isolcpus=` is the
+//! that the default, so the next boot is fully tuned; under Secure Boot systemd-stub ignores
+//! an entry's options, so it writes none and `tuning` names the `--append` a signed image
+//! needs (ADR 0051). A command line with `isolcpus=` is the
 //! operator's own choice: PID 1 then leaves isolation to it. `tuning` says which state the box
 //! is in ([`TuningState`]).
 
@@ -44,6 +46,9 @@ pub enum TuningState {
     FullyTuned,
     /// Isolated at run time; the boot arguments are written for the next boot (a first boot).
     BootArgsPending,
+    /// Isolated at run time; under Secure Boot the boot arguments come only from the signed
+    /// image's command line, which lacks them.
+    RunTimeOnly,
     /// Something the verifier lists as a difference.
     NotTuned,
 }
@@ -54,6 +59,7 @@ impl TuningState {
         match self {
             TuningState::FullyTuned => "fully-tuned",
             TuningState::BootArgsPending => "boot-arguments-pending",
+            TuningState::RunTimeOnly => "run-time-isolated",
             TuningState::NotTuned => "not-tuned",
         }
     }
@@ -64,6 +70,9 @@ impl TuningState {
             TuningState::FullyTuned => "fully tuned",
             TuningState::BootArgsPending => {
                 "worker CPUs isolated at run time; boot arguments pending (in effect after the next boot)"
+            }
+            TuningState::RunTimeOnly => {
+                "worker CPUs isolated at run time; Secure Boot: boot arguments only from the signed image (see nohz_full)"
             }
             TuningState::NotTuned => "not tuned (see the differences)",
         }
@@ -76,6 +85,8 @@ pub fn state(checks: &[Check], f: &Facts) -> TuningState {
         TuningState::NotTuned
     } else if matches!(f.boot_args, BootArgs::Pending { .. }) && f.nohz_full != f.isolate {
         TuningState::BootArgsPending
+    } else if matches!(f.boot_args, BootArgs::SignedImageOnly { .. }) && f.nohz_full != f.isolate {
+        TuningState::RunTimeOnly
     } else {
         TuningState::FullyTuned
     }
@@ -111,6 +122,16 @@ pub fn checks(f: &Facts) -> Vec<Check> {
                 );
             }
             BootArgs::NotWritten(why) => append_note(&mut nohz, Some(why.clone())),
+            BootArgs::SignedImageOnly { token } => {
+                // The box cannot sign a boot entry: the operator's build can (ADR 0051).
+                nohz.difference = false;
+                append_note(
+                    &mut nohz,
+                    Some(format!(
+                        "Secure Boot: a boot entry's options are ignored; build the image with `--append {token}` to have it"
+                    )),
+                );
+            }
             _ => {}
         }
     }
@@ -215,7 +236,17 @@ pub fn after_trial(machine: &crate::machine::Machine) {
         .map(|s| ringstore_sys::parse_cpulist(&s))
         .unwrap_or_default();
     let running = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
-    let boot_args = persist_boot_args(&isolate, &nohz_full, &running, &slots);
+    let boot_args = match nohz_token(&isolate) {
+        // Under Secure Boot systemd-stub ignores the tuned entry's options: writing one would
+        // only leave `tuning` saying "pending" after every boot.
+        Some(token) if nohz_full != isolate && crate::secure_boot::SecureBoot::read().on() => {
+            crate::info!(
+                "tuning: Secure Boot on: {token} only from the signed image's command line"
+            );
+            BootArgs::SignedImageOnly { token }
+        }
+        _ => persist_boot_args(&isolate, &nohz_full, &running, &slots),
+    };
     if let BootArgs::NotWritten(why) = &boot_args {
         crate::warn!("tuning: boot arguments for the next boot not written: {why}");
     }
@@ -456,6 +487,30 @@ mod tests {
             iso.difference && iso.note.as_deref().unwrap().contains("no cpuset"),
             "{iso:?}"
         );
+    }
+
+    #[test]
+    fn under_secure_boot_the_box_is_run_time_isolated_and_says_how_to_get_nohz_full() {
+        let token = "nohz_full=1".to_string();
+        let f = two_cpus(BootArgs::SignedImageOnly { token }, vec![]);
+        assert_eq!(differences(&f), Vec::<&str>::new());
+        let checks = verify(&f);
+        assert_eq!(state(&checks, &f), TuningState::RunTimeOnly);
+        let nohz = checks.iter().find(|c| c.check == "nohz_full").unwrap();
+        assert!(
+            nohz.note
+                .as_deref()
+                .is_some_and(|n| n.contains("--append nohz_full=1")),
+            "{nohz:?}"
+        );
+        // A signed image built with the argument: fully tuned.
+        let built = two_cpus(
+            BootArgs::SignedImageOnly {
+                token: "nohz_full=1".into(),
+            },
+            vec![1],
+        );
+        assert_eq!(state(&verify(&built), &built), TuningState::FullyTuned);
     }
 
     #[test]

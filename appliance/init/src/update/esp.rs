@@ -9,7 +9,7 @@ use ringstore_bootdisk::fat;
 use crate::bootdisk::Found;
 
 const LOADER_GUID: &str = "4a67b082-0a4c-41cf-b6c7-440b29bb8c4f";
-pub(super) const EFIVARS: &str = "/sys/firmware/efi/efivars";
+pub(super) const EFIVARS: &str = crate::secure_boot::EFIVARS;
 /// Where the old system leaves the canary token for the trial boot.
 pub(super) const CANARY_TOKEN_FILE: &str = "loader/ringstore-canary.txt";
 

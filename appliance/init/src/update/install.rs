@@ -1,6 +1,7 @@
 //! `update URL`: fetch a signed ringstore.efi, verify it against the running image's key, write
 //! the inactive slot and read it back, leave the canary token, record the pending trial, set the
-//! one-shot entry and reboot into it. Nothing is written before the signature verified.
+//! one-shot entry and reboot into it. Nothing is written before the signature verified and,
+//! under Secure Boot, the firmware's db was found to trust the image (ADR 0051).
 
 use std::io::{Read, Seek, Write};
 use std::time::{Duration, Instant};
@@ -117,6 +118,13 @@ fn fetch_verified(url: &str, started: Instant) -> Result<Vec<u8>, String> {
         "update: {} bytes from {url}, signature verified",
         image.len()
     );
+    // Under Secure Boot the firmware would refuse an image its db does not trust: writing one
+    // would only turn the trial into a rollback (or, committed by hand, a box that never boots).
+    match crate::secure_boot::check_image(&image) {
+        Ok(Some(how)) => info!("update: Secure Boot on: the image is {how}"),
+        Ok(None) => {}
+        Err(why) => return Err(format!("{why}; nothing written")),
+    }
     Ok(image)
 }
 

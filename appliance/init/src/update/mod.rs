@@ -2,8 +2,9 @@
 //!
 //! The ESP holds systemd-boot, `loader.conf` (whose `default` is the committed slot) and the
 //! two UKIs `\EFI\Linux\ringstore-{a,b}.efi`. `update URL` fetches a new ringstore.efi and its
-//! `.sig`, verifies the ed25519 signature against the key in the running image before writing
-//! anything, writes the inactive slot, records a pending trial on the ESP, sets systemd-boot's
+//! `.sig`, verifies the ed25519 signature against the key in the running image and, under
+//! Secure Boot, that the firmware's db trusts its Authenticode signature (`crate::secure_boot`,
+//! ADR 0051) before writing anything, writes the inactive slot, records a pending trial on the ESP, sets systemd-boot's
 //! `LoaderEntryOneShot` to the new slot and reboots (`install.rs`). The trial boot arms the
 //! hardware watchdog (`watchdog.rs`), and once its server is ready runs the canary through its
 //! own listeners (`canary.rs`): memcache set/get/delete, HTTP PUT/GET/DELETE, each within
