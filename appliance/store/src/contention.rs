@@ -102,9 +102,10 @@ mod counted {
             Ok(g) => g,
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
             Err(TryLockError::WouldBlock) => {
+                // Counted before blocking, so a reader sees a waiter while it waits.
+                add(1, 1);
                 let start = Instant::now();
                 let g = m.lock().unwrap_or_else(|e| e.into_inner());
-                add(1, 1);
                 add(2, nanos(start));
                 g
             }
@@ -129,5 +130,35 @@ mod counted {
             wait_ns: sum(2),
             held_ns: sum(3),
         }
+    }
+}
+
+#[cfg(all(test, feature = "contention"))]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// Counters are process-wide and only grow, so parallel tests can only add to them:
+    /// each assertion is a lower bound on what this test itself caused.
+    #[test]
+    fn a_wait_for_a_held_shard_is_counted_with_its_hold_time() {
+        let m = Mutex::new(Shard::new(1 << 20, 0));
+        let before = snapshot();
+        std::thread::scope(|s| {
+            let guard = lock(&m);
+            s.spawn(|| drop(lock(&m))); // waits for the guard below
+                                        // Held until the waiter has been counted (it counts itself before blocking).
+            let give_up = Instant::now() + Duration::from_secs(30);
+            while snapshot().waited == before.waited && Instant::now() < give_up {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            drop(guard);
+        });
+        let after = snapshot();
+        assert!(after.acquisitions >= before.acquisitions + 2);
+        assert!(after.waited > before.waited, "{before:?} {after:?}");
+        assert!(after.held_ns >= before.held_ns + 40_000_000);
+        assert!(after.wait_ns > before.wait_ns);
     }
 }
