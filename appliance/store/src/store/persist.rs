@@ -512,10 +512,10 @@ impl Store {
         }
         // Each shard counts its own CAS uniques above the floor: the next start continues
         // above all of them.
-        let cas = guards
-            .iter()
-            .map(|g| g.last_cas)
-            .fold(self.cas.load(std::sync::atomic::Ordering::Relaxed), u64::max);
+        let cas = guards.iter().map(|g| g.last_cas).fold(
+            self.cas.load(std::sync::atomic::Ordering::Relaxed),
+            u64::max,
+        );
         let words = [
             (W_VERSION, FORMAT_VERSION),
             (W_SEED, self.hash_seed),
