@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 mod arena;
+mod contention;
 mod durability;
 mod evictions;
 mod index;
@@ -20,13 +21,14 @@ mod tier;
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub use durability::{Backfill, Fetched, Journal, Mutation};
 pub use evictions::{Evicted, EvictionLog};
 pub use pin::{Pin, PinRequest};
 
 pub use arena::BindFn;
+pub use contention::{snapshot as contention_snapshot, Contention};
 use item::{Header, NewItem};
 use shard::{Shard, Shared};
 pub use store::{

@@ -140,6 +140,9 @@ pub(crate) struct Shard {
     reap: ReapCursor,
     /// Epoch of the last flush_all applied to this shard.
     pub flush_epoch: u32,
+    /// The last CAS unique this shard handed out (`Store::next_cas`): kept under the shard
+    /// lock so that no request writes a cache line every worker shares.
+    pub last_cas: u64,
     pub counters: Counters,
     /// Hashes of up to [`FLUSHED_TRACKED`] keys the last flush removed (the first
     /// `flushed_len`), each forgotten once looked up.
@@ -214,6 +217,7 @@ impl Shard {
             next_gen: 0,
             reap: ReapCursor::default(),
             flush_epoch: 0,
+            last_cas: 0,
             counters: Counters::default(),
             flushed: [0; FLUSHED_TRACKED],
             flushed_len: 0,

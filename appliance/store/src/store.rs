@@ -2,6 +2,7 @@
 //! reaper and counters. Reads are in `store/read.rs`, writes in `store/write.rs`.
 
 use super::*;
+use crate::contention::{self, ShardGuard};
 
 mod dump;
 mod journaled;
@@ -22,7 +23,8 @@ pub struct Store {
     /// The region the arena lives in when it outlives the process (ADR 0052), and how the
     /// last start went.
     pub(crate) persist: Option<persist::Persist>,
-    /// Next CAS unique is this plus one.
+    /// Floor of CAS uniques: every one handed out is above it (`raise_cas_floor`). Written
+    /// only by recovery; each shard counts its own above it (`next_cas`).
     cas: AtomicU64,
     /// Pending or last flush_all: epoch in the high 32 bits (0 = none), `at` in the low 32.
     flush: AtomicU64,
@@ -400,8 +402,16 @@ impl Store {
         self.shared.seg_size
     }
 
-    fn next_cas(&self) -> u64 {
-        self.cas.fetch_add(1, Ordering::Relaxed) + 1
+    /// A new CAS unique for an item of `shard` (the shard of `hash`, locked): the next number
+    /// above both the shard's last and the floor that is congruent to the shard's index
+    /// modulo the shard count, so shards never hand out the same one and no request writes
+    /// a counter shared by every worker (one such atomic was the store's largest serial
+    /// term: a cache line every SET on every core pulled to itself).
+    fn next_cas(&self, shard: &mut Shard, hash: u64) -> u64 {
+        let base = shard.last_cas.max(self.cas.load(Ordering::Relaxed));
+        let cas = cas_above(base, self.shards.len() as u64, self.shard_of(hash) as u64);
+        shard.last_cas = cas;
+        cas
     }
 
     /// Index of the shard of `hash`.
@@ -443,15 +453,15 @@ impl Store {
     }
 
     /// Locks the shard of `hash`, first applying a flush_all that has come due.
-    fn lock(&self, hash: u64, now: Time) -> MutexGuard<'_, Shard> {
+    fn lock(&self, hash: u64, now: Time) -> ShardGuard<'_> {
         let i = self.shard_of(hash);
-        let mut shard = self.shards[i].lock().unwrap_or_else(|e| e.into_inner());
+        let mut shard = contention::lock(&self.shards[i]);
         self.apply_flush(&mut shard, now);
         shard
     }
 
-    fn lock_index(&self, i: usize, now: Time) -> MutexGuard<'_, Shard> {
-        let mut shard = self.shards[i].lock().unwrap_or_else(|e| e.into_inner());
+    fn lock_index(&self, i: usize, now: Time) -> ShardGuard<'_> {
+        let mut shard = contention::lock(&self.shards[i]);
         self.apply_flush(&mut shard, now);
         shard
     }
@@ -769,5 +779,37 @@ fn fetched_item<'a>(key: &'a [u8], item: &'a Fetched, now: Time, external: bool)
         now,
         large: item.large,
         external,
+    }
+}
+
+/// The least number above `base` that is `class` modulo `classes` (`class < classes`).
+fn cas_above(base: u64, classes: u64, class: u64) -> u64 {
+    let candidate = base - base % classes + class;
+    if candidate > base {
+        candidate
+    } else {
+        candidate + classes
+    }
+}
+
+#[cfg(test)]
+mod cas_tests {
+    use super::cas_above;
+
+    #[test]
+    fn cas_above_is_the_least_number_of_its_class_above_the_base() {
+        assert_eq!(cas_above(0, 16, 0), 16);
+        assert_eq!(cas_above(0, 16, 3), 3);
+        assert_eq!(cas_above(3, 16, 3), 19);
+        assert_eq!(cas_above(1000, 1, 0), 1001);
+        for base in 0..100 {
+            for class in 0..8 {
+                let c = cas_above(base, 8, class);
+                assert!(
+                    c > base && c % 8 == class && c - base <= 8,
+                    "{base} {class} {c}"
+                );
+            }
+        }
     }
 }

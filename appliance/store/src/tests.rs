@@ -835,3 +835,28 @@ fn a_prefetch_changes_nothing_it_reads_or_marks() {
         assert_eq!(read(&s, k, 2), Some(format!("v{i}").into_bytes()));
     }
 }
+
+#[test]
+fn cas_uniques_are_distinct_across_shards_and_above_the_floor() {
+    // Each shard counts its own CAS uniques (no counter every worker writes): they must
+    // still never repeat across shards, and stay above a floor recovery raises.
+    let s = store_with_shards(512 << 20, 16);
+    assert!(s.shard_count() > 1, "{} shards", s.shard_count());
+    let mut seen = std::collections::HashSet::new();
+    for round in 0..3u32 {
+        for k in 0..500u32 {
+            let cas = put(&s, format!("k{k}").as_bytes(), b"v", 0, 1);
+            assert!(
+                seen.insert(cas),
+                "CAS {cas} handed out twice (round {round})"
+            );
+        }
+    }
+    let floor = seen.iter().max().copied().unwrap_or(0) + 1000;
+    s.raise_cas_floor(floor);
+    for k in 0..500u32 {
+        let cas = put(&s, format!("k{k}").as_bytes(), b"w", 0, 1);
+        assert!(cas > floor, "{cas} not above the floor {floor}");
+        assert!(seen.insert(cas), "CAS {cas} handed out twice");
+    }
+}

@@ -16,6 +16,7 @@ mod budget_fill;
 mod cells;
 mod client;
 mod cores;
+mod cores_plan;
 mod cpu_table;
 mod doc;
 mod durable;

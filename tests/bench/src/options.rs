@@ -20,8 +20,9 @@ const USAGE: &str =
                  udp (UDP GET over veth: memcached -U, kernel UDP, AF_XDP; needs root),
                  icount (user-space instructions per request under valgrind's callgrind,
                  ringstore and memcached -t 1, GET/SET 100 B at depth 1 and 16; needs valgrind)
-                 cores (GET/SET 100 B at depth 16 with 1 and 2 server workers: ringstore
-                 --cores N and memcached -t N; on 2 CPUs the load generator shares CPU 1)
+                 cores (GET/SET 100 B at depth 16 with 1, 2, 4, 8, 16 server workers: ringstore
+                 --cores N and memcached -t N, one client CPU per four server CPUs; the
+                 widths that need more CPUs than the machine has are skipped with a note)
                  tls (issue 19: memcache GET/SET over TLS vs memcached -Z and ringstore
                  plaintext, full and resumed handshakes, HTTPS GET 1 KiB and 1 MiB vs nginx)
   --binary PATH  the ringstore binary (default: cargo build --release -p ringstore)

@@ -510,11 +510,17 @@ impl Store {
         for (k, v) in layout_words(&self.config, &geo).into_iter().enumerate() {
             set_word(&mut meta, W_SEG_SIZE + k, v);
         }
+        // Each shard counts its own CAS uniques above the floor: the next start continues
+        // above all of them.
+        let cas = guards.iter().map(|g| g.last_cas).fold(
+            self.cas.load(std::sync::atomic::Ordering::Relaxed),
+            u64::max,
+        );
         let words = [
             (W_VERSION, FORMAT_VERSION),
             (W_SEED, self.hash_seed),
             (W_PROBE, self.shared.hasher.hash_one(PROBE)),
-            (W_CAS, self.cas.load(std::sync::atomic::Ordering::Relaxed)),
+            (W_CAS, cas),
             (W_SEALED_UNIX, at.unix_secs),
             (W_SEALED_NOW, u64::from(at.now)),
             (W_ENTRIES, entries.len() as u64),

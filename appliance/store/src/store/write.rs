@@ -191,6 +191,8 @@ impl Store {
         new_cas: NewCas,
     ) -> Result<u64, StoreError> {
         let loc = found.loc;
+        // Drawn before the item is borrowed: the shard's CAS counter lives in the shard.
+        let next = matches!(new_cas, NewCas::Next).then(|| self.next_cas(shard, at.hash));
         let (_, h, value) = found.view(shard);
         let mut bits = h.bits & !(item::STALE | item::WIN);
         if marks.stale {
@@ -201,7 +203,7 @@ impl Store {
         }
         let cas = match new_cas {
             NewCas::Given(cas) => cas,
-            NewCas::Next => self.next_cas(),
+            NewCas::Next => next.unwrap_or(h.cas),
             NewCas::Keep => h.cas,
         };
         if let Some(journal) = at.journal {
@@ -265,7 +267,10 @@ impl Store {
         if value.len() > self.config.item_size_max || key.len() > KEY_LEN_MAX {
             return Err(StoreError::TooLarge);
         }
-        let cas = meta.cas.unwrap_or_else(|| self.next_cas());
+        let cas = match meta.cas {
+            Some(cas) => cas,
+            None => self.next_cas(shard, hash),
+        };
         if let Some(journal) = journal {
             journal.record(Mutation::Put {
                 key,

@@ -103,6 +103,13 @@ pub fn run(specs: &[LoadSpec]) -> Result<Vec<LoadResult>> {
     run_on_client_cpu(paced, None)
 }
 
+/// Like `run`, on a thread pinned to `cpu` (the cores part runs one such load generator per
+/// client core).
+pub fn run_on(cpu: usize, specs: &[LoadSpec]) -> Result<Vec<LoadResult>> {
+    let paced = specs.iter().map(|s| (s.clone(), None)).collect();
+    run_pinned(cpu, paced, None)
+}
+
 /// Like `run`, open loop: server `i` gets `rates[i]` requests per second in all, spread evenly
 /// over its connections on a fixed schedule (see pace.rs).
 pub fn run_paced(specs: &[LoadSpec], rates: &[f64]) -> Result<Vec<LoadResult>> {
@@ -138,11 +145,19 @@ fn run_on_client_cpu(
     paced: Vec<(LoadSpec, Option<f64>)>,
     netns: Option<String>,
 ) -> Result<Vec<LoadResult>> {
+    run_pinned(procs::CLIENT_CPU, paced, netns)
+}
+
+fn run_pinned(
+    cpu: usize,
+    paced: Vec<(LoadSpec, Option<f64>)>,
+    netns: Option<String>,
+) -> Result<Vec<LoadResult>> {
     std::thread::spawn(move || {
         if let Some(netns) = &netns {
             enter_netns(netns)?;
         }
-        procs::pin_current_thread(procs::CLIENT_CPU)?;
+        procs::pin_current_thread(cpu)?;
         procs::raise_own_priority();
         let specs: Vec<LoadSpec> = paced.iter().map(|(s, _)| s.clone()).collect();
         let mut generators = paced
