@@ -124,8 +124,9 @@ impl Crypt {
         Ok(c)
     }
 
-    /// One that only opens (recovery, before the open's epoch is durable): it never seals.
-    pub(crate) fn reader(key: &DataKey, uuid: [u8; 16]) -> Result<Crypt, DurableError> {
+    /// One that only opens (recovery, before the open's epoch is durable; the fuzz target): it
+    /// never seals.
+    pub fn reader(key: &DataKey, uuid: [u8; 16]) -> Result<Crypt, DurableError> {
         let aead = key.prf(AEAD_LABEL, &uuid);
         // Fails only for a key of another length than the algorithm's (32 here, always).
         let unbound = UnboundKey::new(&AES_256_GCM, &aead).map_err(|_| DurableError::NonceSpace)?;

@@ -45,6 +45,7 @@ pub fn feed(stream: &[u8], chunk: usize, mut sent: impl FnMut(&[u8])) {
         store: 10,
         unix: 1_700_000_000,
         mono_ms: 0,
+        mono_ns: 0,
     };
     for piece in stream.chunks(chunk) {
         let mut flow = session.on_bytes(piece, now, shared, None, &mut out);
