@@ -5,9 +5,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use ringstore_durable::crypt::Crypt;
 use ringstore_durable::large::{chunk_data, chunk_data_len};
 use ringstore_durable::record::{decode, scan};
-use ringstore_durable::crypt::Crypt;
 use ringstore_durable::{DataKey, Manifest};
 
 fuzz_target!(|data: &[u8]| {
@@ -25,7 +25,11 @@ fuzz_target!(|data: &[u8]| {
     match selector % 3 {
         0 => {
             if let Some(m) = Manifest::decode(rest) {
-                assert_eq!(m.encode(), rest, "a decoded manifest re-encodes identically");
+                assert_eq!(
+                    m.encode(),
+                    rest,
+                    "a decoded manifest re-encodes identically"
+                );
                 assert!(m.head.len() as u64 <= m.len);
                 if m.chunks() > 0 {
                     let (start, end) = m.chunk_range(m.chunks() - 1);

@@ -18,7 +18,11 @@ fuzz_target!(|data: &[u8]| {
                 assert!(rest.len() <= limits.max_buffered());
                 break;
             }
-            Parse::AwaitingValue { request_len, line_len, .. } => {
+            Parse::AwaitingValue {
+                request_len,
+                line_len,
+                ..
+            } => {
                 assert!(line_len <= rest.len() && rest.len() < request_len);
                 assert!(request_len <= limits.max_buffered());
                 break;

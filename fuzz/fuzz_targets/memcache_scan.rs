@@ -18,16 +18,30 @@ fuzz_target!(|data: &[u8]| {
         assert!(range.start <= key.as_ptr() && key.as_ptr_range().end <= range.end);
     }
     let first = match parse(data, &Limits::default()) {
-        Parse::Done { request: Request::Get(mut g), .. } if !data.starts_with(b"gat") => g.keys.next(),
-        Parse::Done { request: Request::Store(s), .. } => Some(s.key),
-        Parse::Done { request: Request::MetaGet(m), .. } => Some(m.key.raw()),
-        Parse::Done { request: Request::MetaSet(m), .. } => Some(m.key.raw()),
+        Parse::Done {
+            request: Request::Get(mut g),
+            ..
+        } if !data.starts_with(b"gat") => g.keys.next(),
+        Parse::Done {
+            request: Request::Store(s),
+            ..
+        } => Some(s.key),
+        Parse::Done {
+            request: Request::MetaGet(m),
+            ..
+        } => Some(m.key.raw()),
+        Parse::Done {
+            request: Request::MetaSet(m),
+            ..
+        } => Some(m.key.raw()),
         _ => None,
     };
     // The scan is a hint: it splits as the parser does on plain text lines, not on every
     // byte the parser treats as C does (a NUL ends memcached's key).
     let line = data.split(|&b| b == b'\n').next().unwrap_or_default();
-    let plain = line.iter().all(|&b| b == b' ' || b == b'\r' || b.is_ascii_graphic());
+    let plain = line
+        .iter()
+        .all(|&b| b == b' ' || b == b'\r' || b.is_ascii_graphic());
     if let (Some(first), true) = (first, n > 0 && plain) {
         assert_eq!(keys[0], first);
     }

@@ -10,7 +10,7 @@
 
 use ring::{digest, signature};
 
-use crate::der::{self, oid, Reader, Tlv};
+use ringstore_proto::der::{self, oid, Reader, Tlv};
 
 /// How many certificates from the signer up a chain may be, the signer included.
 const MAX_CHAIN: usize = 4;

@@ -5,7 +5,6 @@
 #![forbid(unsafe_code)]
 
 pub mod authenticode;
-pub mod der;
 pub mod fat;
 pub mod gpt;
 pub mod guid;

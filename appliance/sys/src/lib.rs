@@ -68,6 +68,6 @@ pub use signals::{
     block_signals, ignore_sigpipe, install_noop_handlers, kill, read_signal, reap_children,
     set_signal_mask, signal_set, signal_this_thread, signalfd, termination_set, wait_signal,
 };
-pub use time::civil_from_days;
+pub use time::{civil_from_days, days_from_civil};
 pub use tty::KeysAtOnce;
 pub use xsk::{ifindex, rx_queue_count, Frame, Xsk, XskConfig, XskError, XskMode};

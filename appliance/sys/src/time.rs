@@ -1,6 +1,6 @@
 //! Calendar dates of Unix days, for every place that prints a UTC date without a date crate:
 //! the FAT times of the boot disk, syslog timestamps (logsink), certificate expiry lines and
-//! the OCI image's `created`.
+//! the OCI image's `created`; and back (a certificate's `notAfter`).
 
 /// Howard Hinnant's days-since-1970 → (year, month, day) in the proleptic Gregorian calendar
 /// (negative days are before 1970).
@@ -16,6 +16,17 @@ pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -28,5 +39,15 @@ mod tests {
         assert_eq!(civil_from_days(11_017), (2000, 3, 1));
         assert_eq!(civil_from_days(19_782), (2024, 2, 29));
         assert_eq!(civil_from_days(20_793), (2026, 12, 6));
+    }
+
+    #[test]
+    fn days_from_civil_inverts_civil_from_days() {
+        assert_eq!(days_from_civil(1969, 12, 31), -1);
+        assert_eq!(days_from_civil(2024, 2, 29), 19_782);
+        for day in (-800_000..800_000).step_by(997) {
+            let (y, m, d) = civil_from_days(day);
+            assert_eq!(days_from_civil(y, m, d), day);
+        }
     }
 }

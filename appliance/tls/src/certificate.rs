@@ -3,7 +3,9 @@
 //! from the DER by walking the fields up to the subject (the TLS layer parses and uses the
 //! certificate; this reads, never trusts).
 
-use crate::subject::{tbs_field, tlv, Subject};
+use crate::subject::{tbs_fields, Subject};
+use ringstore_proto::der;
+use ringstore_sys::days_from_civil;
 
 /// A certificate's subject and `notAfter`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,14 +23,12 @@ impl CertificateSummary {
     /// Of DER certificate `der`; `None` if it does not have an X.509 shape.
     pub fn from_der(der: &[u8]) -> Option<CertificateSummary> {
         // Serial, signature algorithm, issuer: skipped.
-        let (0x30, validity, _) = tlv(tbs_field(der, 3)?)? else {
-            return None;
-        };
-        let (_, _, after) = tlv(validity)?;
-        let (tag, not_after, _) = tlv(after)?;
+        let mut validity = tbs_fields(der, 3)?.expect(der::SEQUENCE)?.reader();
+        let _not_before = validity.any()?;
+        let not_after = validity.any()?;
         Some(CertificateSummary {
             subject: Subject::from_certificate(der)?.to_string(),
-            not_after: der_time(tag, not_after)?,
+            not_after: der_time(not_after.tag, not_after.content)?,
         })
     }
 
@@ -49,11 +49,11 @@ fn der_time(tag: u8, text: &[u8]) -> Option<i64> {
         std::str::from_utf8(digits.get(range)?).ok()?.parse().ok()
     };
     let (year, rest) = match (tag, digits.len()) {
-        (0x17, 12) => {
+        (der::UTC_TIME, 12) => {
             let yy = num(0..2)?;
             (if yy < 50 { 2000 + yy } else { 1900 + yy }, 2)
         }
-        (0x18, 14) => (num(0..4)?, 4),
+        (der::GENERALIZED_TIME, 14) => (num(0..4)?, 4),
         _ => return None,
     };
     let field = |i: usize| num(rest + 2 * i..rest + 2 * i + 2);
@@ -61,17 +61,6 @@ fn der_time(tag: u8, text: &[u8]) -> Option<i64> {
     let valid =
         (1..=12).contains(&month) && (1..=31).contains(&day) && hour < 24 && min < 60 && sec < 61;
     valid.then(|| days_from_civil(year, month, day) * DAY_SECS + hour * 3600 + min * 60 + sec)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
@@ -144,13 +133,5 @@ mod tests {
         assert_eq!(der_time(0x18, b"361130065859Z"), None, "short");
         assert_eq!(der_time(0x17, b"700101000000Z"), Some(0));
         assert_eq!(der_time(0x17, b"491231235959Z"), Some(2_524_607_999));
-    }
-
-    #[test]
-    fn civil_dates_count_from_1970() {
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(1969, 12, 31), -1);
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
-        assert_eq!(days_from_civil(2024, 2, 29), 19_782);
     }
 }

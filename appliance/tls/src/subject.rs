@@ -10,6 +10,8 @@ pub const SUBJECT_MAX: usize = 1024;
 /// Most attributes (over all RDNs) a subject may have.
 const ATTRIBUTES_MAX: usize = 32;
 
+use ringstore_proto::der::{self, Reader};
+
 /// One attribute: its OID in dotted form, and its value (the string's bytes as UTF-8, or
 /// `#` and the lowercase hex of the whole DER element for a value that is not a string).
 type Attribute = (String, Vec<u8>);
@@ -33,40 +35,14 @@ pub(crate) const NAMES: &[(&str, &str)] = &[
     ("EMAILADDRESS", "1.2.840.113549.1.9.1"),
 ];
 
-/// One DER element: (tag, content, rest). Definite lengths up to 4 bytes only.
-pub(crate) fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, mut rest) = rest.split_first()?;
-    let len = if first < 0x80 {
-        usize::from(first)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let (bytes, after) = rest.split_at(n);
-        rest = after;
-        bytes
-            .iter()
-            .fold(0usize, |acc, &b| (acc << 8) | usize::from(b))
-    };
-    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
-}
-
-/// The fields of DER certificate `der`'s tbsCertificate from the one after the first
+/// A reader over DER certificate `der`'s tbsCertificate fields from the one after the first
 /// `skip` (not counting the optional `[0]` version) to the end.
-pub(crate) fn tbs_field(der: &[u8], skip: usize) -> Option<&[u8]> {
-    let (0x30, cert, _) = tlv(der)? else {
-        return None;
-    };
-    let (0x30, mut tbs, _) = tlv(cert)? else {
-        return None;
-    };
-    if tbs.first() == Some(&0xa0) {
-        tbs = tlv(tbs)?.2;
-    }
+pub(crate) fn tbs_fields(der: &[u8], skip: usize) -> Option<Reader<'_>> {
+    let certificate = Reader::new(der).expect(der::SEQUENCE)?;
+    let mut tbs = certificate.reader().expect(der::SEQUENCE)?.reader();
+    tbs.optional(der::CONTEXT_0);
     for _ in 0..skip {
-        tbs = tlv(tbs)?.2;
+        tbs.any()?;
     }
     Some(tbs)
 }
@@ -125,22 +101,20 @@ fn value_of(tag: u8, content: &[u8], whole: &[u8]) -> Vec<u8> {
 }
 
 /// One RDN (a SET of AttributeTypeAndValue) of a DER Name.
-fn rdn_of(mut set: &[u8], count: &mut usize) -> Option<Vec<Attribute>> {
+fn rdn_of(mut set: Reader<'_>, count: &mut usize) -> Option<Vec<Attribute>> {
     let mut rdn = Vec::new();
     while !set.is_empty() {
-        let (0x30, atv, rest) = tlv(set)? else {
-            return None;
-        };
-        set = rest;
-        let (0x06, oid, value) = tlv(atv)? else {
-            return None;
-        };
-        let (tag, content, _) = tlv(value)?;
+        let mut atv = set.expect(der::SEQUENCE)?.reader();
+        let oid = atv.expect(der::OID)?.content;
+        let value = atv.any()?;
         *count += 1;
-        if *count > ATTRIBUTES_MAX || value.len() > SUBJECT_MAX {
+        if *count > ATTRIBUTES_MAX || value.whole.len() > SUBJECT_MAX {
             return None;
         }
-        rdn.push((dotted(oid)?, value_of(tag, content, value)));
+        rdn.push((
+            dotted(oid)?,
+            value_of(value.tag, value.content, value.whole),
+        ));
     }
     rdn.sort();
     (!rdn.is_empty()).then_some(rdn)
@@ -150,17 +124,11 @@ impl Subject {
     /// The subject of a DER X.509 certificate; `None` if it does not have that shape.
     pub fn from_certificate(der: &[u8]) -> Option<Subject> {
         // Serial, signature algorithm, issuer, validity: skipped.
-        let (0x30, mut name, _) = tlv(tbs_field(der, 4)?)? else {
-            return None;
-        };
+        let mut name = tbs_fields(der, 4)?.expect(der::SEQUENCE)?.reader();
         let mut rdns = Vec::new();
         let mut count = 0;
         while !name.is_empty() {
-            let (0x31, set, rest) = tlv(name)? else {
-                return None;
-            };
-            name = rest;
-            rdns.push(rdn_of(set, &mut count)?);
+            rdns.push(rdn_of(name.expect(der::SET)?.reader(), &mut count)?);
         }
         Some(Subject(rdns))
     }

@@ -1,5 +1,6 @@
-//! A minimal DER reader for the Authenticode check (`authenticode.rs`): one TLV at a time,
-//! single-byte tags, definite lengths of at most four bytes (what PKCS#7 and X.509 use).
+//! A minimal DER reader for what PID 1 and the TLS layer read but never trust (Authenticode's
+//! PKCS#7 in `ringstore-bootdisk`, a certificate's subject and validity in `ringstore-tls`): one
+//! TLV at a time, single-byte tags, definite lengths of at most four bytes (what PKCS#7 and X.509 use).
 
 /// A DER element: its tag, its content, and the whole encoding (tag and length included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +16,8 @@ pub const OCTET_STRING: u8 = 0x04;
 pub const OID: u8 = 0x06;
 pub const SEQUENCE: u8 = 0x30;
 pub const SET: u8 = 0x31;
+pub const UTC_TIME: u8 = 0x17;
+pub const GENERALIZED_TIME: u8 = 0x18;
 /// `[0]` constructed (EXPLICIT or IMPLICIT SET/SEQUENCE).
 pub const CONTEXT_0: u8 = 0xa0;
 pub const CONTEXT_1: u8 = 0xa1;
