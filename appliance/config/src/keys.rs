@@ -545,6 +545,24 @@ pub static KEYS: &[KeyInfo] = &[
         hidden: false,
         apply: |c, v| crate::parse_log_sink(v).map(|s| c.log_sink = s).ok_or(()),
     },
+    // What observing the requests costs can be switched off (issue 33: the bench measures
+    // each with and without).
+    KeyInfo {
+        name: "latency-histograms",
+        expected: "on or off",
+        help: "record the request latency histograms of /metrics (ringstore_request_duration_seconds; default on)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| parse_switch(v).map(|on| c.latency_histograms = on).ok_or(()),
+    },
+    KeyInfo {
+        name: "hotkeys",
+        expected: "on or off",
+        help: "sample reads and writes into the hot-key sketches of stats hotkeys (default on)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| parse_switch(v).map(|on| c.hotkeys = on).ok_or(()),
+    },
 ];
 
 /// The key spelled `canonical` (dashes).

@@ -197,6 +197,12 @@ pub struct Config {
     pub sub_memory_simulated: bool,
     /// `log-sink`: the syslog receiver the log is shipped to (ADR 0045); `None` = off.
     pub log_sink: Option<LogSink>,
+    /// `latency-histograms`: record the per-family request latency histograms of
+    /// `/metrics` (ADR 0042); off: no series, and one predictable branch per batch of input.
+    pub latency_histograms: bool,
+    /// `hotkeys`: sample requests into the hot-key sketches (ADR 0044); off: `stats
+    /// hotkeys` lists no key, and a GET or SET pays one predictable branch.
+    pub hotkeys: bool,
 }
 
 /// `--tls-verify`: client certificates (memcached's `ssl_verify_mode`).
@@ -332,6 +338,8 @@ impl Default for Config {
             sub_memory: SubMemory::Off,
             sub_memory_simulated: false,
             log_sink: None,
+            latency_histograms: true,
+            hotkeys: true,
         }
     }
 }

@@ -430,3 +430,22 @@ fn io_runtime_is_auto_by_default_and_takes_the_three_names() {
     assert!(Config::from_toml_str("io = \"poll\"").is_err());
     assert!(Config::from_kernel_cmdline("ringstore.io=").is_err());
 }
+
+#[test]
+fn latency_histograms_and_hotkeys_are_on_by_default_and_switch_off() {
+    let d = Config::default();
+    assert!(d.latency_histograms && d.hotkeys);
+    let c = Config::from_args(["--latency-histograms", "off", "--hotkeys", "off"]).unwrap();
+    assert!(!c.latency_histograms && !c.hotkeys);
+    let c = Config::from_toml_str("latency-histograms = \"off\"\nhotkeys = \"on\"").unwrap();
+    assert!(!c.latency_histograms && c.hotkeys);
+    let c = Config::from_kernel_cmdline("ringstore.hotkeys=off").unwrap();
+    assert!(c.latency_histograms && !c.hotkeys);
+    assert!(Config::from_args(["--hotkeys", "sometimes"]).is_err());
+    for key in ["latency-histograms", "hotkeys"] {
+        assert!(
+            !crate::keys::find(key).unwrap().hidden,
+            "{key} is documented"
+        );
+    }
+}

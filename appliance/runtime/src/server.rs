@@ -100,6 +100,8 @@ impl Server {
             settings: start_settings(config, &bound.addrs, kernel_tls),
             clock: Some(crate::lend::mono_ns),
             worker_cpu: Some(crate::lend::worker_cpu),
+            latency_histograms: config.latency_histograms,
+            hotkeys: config.hotkeys,
         };
         let shared = shared_state(config, store, node, &cpus, clock, started);
         let data = placed.durable.map(|durable| {

@@ -8,6 +8,9 @@
 //! with `try_lock` (a sample that finds a reader merging is dropped, never waited for),
 //! hashes the key and updates the sketch: a probe of its index and a sift of its heap.
 //!
+//! `--hotkeys off` ([`HotKeys::switched`]): one predictable branch per request instead, no
+//! sketch, empty listings.
+//!
 //! Memory: [`ENTRIES`] entries of at most [`KEY_MAX`] key bytes per worker slot (144 KiB,
 //! [`SKETCH_BYTES`]), fewer with many workers so all of them hold at most [`TOTAL_BYTES`]
 //! ([`entries_for`]); each allocated on the slot's first sample and never grown, whatever
@@ -345,6 +348,8 @@ pub struct HotKeys {
     one_in: AtomicU32,
     entries: usize,
     seed: u64,
+    /// `--hotkeys`: false samples nothing (the bench's "without").
+    on: bool,
 }
 
 impl HotKeys {
@@ -370,7 +375,19 @@ impl HotKeys {
             one_in: AtomicU32::new(one_in.max(1)),
             entries,
             seed,
+            on: true,
         }
+    }
+
+    /// `--hotkeys on|off`: off, [`HotKeys::record`] returns at its first branch, no sketch
+    /// is ever allocated and every listing is empty.
+    pub fn switched(self, on: bool) -> HotKeys {
+        HotKeys { on, ..self }
+    }
+
+    /// Whether requests are sampled.
+    pub fn on(&self) -> bool {
+        self.on
     }
 
     /// The sampling rate: one request in this many, on average.
@@ -391,6 +408,9 @@ impl HotKeys {
     /// Counts a request for `key` on worker `worker` (past the last slot: the spare one).
     #[inline]
     pub fn record(&self, worker: usize, key: &[u8]) {
+        if !self.on {
+            return;
+        }
         let slot = &self.slots[worker.min(self.slots.len() - 1)];
         let left = slot.countdown.load(Relaxed);
         if left > 1 {

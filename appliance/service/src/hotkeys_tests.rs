@@ -274,6 +274,17 @@ mod sessions {
     };
 
     fn shared(tokens: Option<&str>) -> Arc<Shared> {
+        let auth = tokens.map(|file| {
+            let tokens = HttpTokens::parse(file).expect("tokens file");
+            Auth::new(None, Some(tokens), |_| {})
+        });
+        shared_started(crate::Started {
+            auth,
+            ..crate::Started::default()
+        })
+    }
+
+    fn shared_started(started: crate::Started) -> Arc<Shared> {
         let store = Store::new(StoreConfig {
             memory_bytes: 16 << 20,
             item_size_max: 1 << 20,
@@ -282,14 +293,6 @@ mod sessions {
             external_threshold: 0,
         })
         .expect("store");
-        let auth = tokens.map(|file| {
-            let tokens = HttpTokens::parse(file).expect("tokens file");
-            Auth::new(None, Some(tokens), |_| {})
-        });
-        let started = crate::Started {
-            auth,
-            ..crate::Started::default()
-        };
         let config = ServiceConfig::default();
         let shared = Shared::with(store, config, Topology::default(), 2, 1, 0, started);
         shared.hotkeys.set_one_in(1);
@@ -395,5 +398,38 @@ mod sessions {
         let put = "PUT /_hotkeys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer r-token\r\n\r\n";
         let put = run(&shared, Protocol::Http, 0, put.as_bytes());
         assert!(put.starts_with("HTTP/1.1 405"), "{put}");
+    }
+
+    /// `--hotkeys off --latency-histograms off`: nothing sampled, nothing timed, and
+    /// `/metrics` lists no request histogram; on (the default) both see the same requests.
+    #[test]
+    fn switched_off_nothing_is_sampled_or_timed() {
+        let requests = b"set a 0 0 1\r\nx\r\nget a a\r\nmg a v\r\n";
+        let metrics = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+        let histogram =
+            "ringstore_request_duration_seconds_count{protocol=\"memcache\",command=\"get\"} 1\n";
+        let on = shared(None);
+        run(&on, Protocol::Memcache, 0, requests);
+        let listed = run(&on, Protocol::Memcache, 0, b"stats hotkeys\r\n");
+        assert!(listed.starts_with("STAT hotkey:1:key a\r\n"), "{listed}");
+        let scrape = run(&on, Protocol::Http, 1, metrics);
+        assert!(scrape.contains(histogram), "{scrape}");
+        let off = shared_started(crate::Started {
+            hotkeys: false,
+            latency_histograms: false,
+            ..crate::Started::default()
+        });
+        off.hotkeys.set_one_in(1);
+        run(&off, Protocol::Memcache, 0, requests);
+        let listed = run(&off, Protocol::Memcache, 0, b"stats hotkeys\r\n");
+        assert_eq!(listed, "END\r\n");
+        assert_eq!(off.hotkeys.memory_bytes(), 0, "no sketch allocated");
+        let scrape = run(&off, Protocol::Http, 1, metrics);
+        assert!(scrape.starts_with("HTTP/1.1 200"), "{scrape}");
+        assert!(scrape.contains("\nmemcached_commands_total{"), "{scrape}");
+        assert!(
+            !scrape.contains("ringstore_request_duration_seconds"),
+            "{scrape}"
+        );
     }
 }

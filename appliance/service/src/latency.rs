@@ -127,6 +127,8 @@ pub struct Latency {
     /// Monotonic nanoseconds, the runtime's (the service reads no clock of its own); `None`:
     /// every request counts as taking 0 ns.
     clock: Option<fn() -> u64>,
+    /// `--latency-histograms`: false records nothing (the bench's "without").
+    on: bool,
 }
 
 impl Latency {
@@ -134,7 +136,19 @@ impl Latency {
         Latency {
             workers: (0..slots).map(|_| WorkerLatency::default()).collect(),
             clock,
+            on: true,
         }
+    }
+
+    /// `--latency-histograms off`: no clock read, no histogram written; a session's
+    /// [`Tally::end`] costs one predictable branch.
+    pub fn switched_off(self) -> Latency {
+        Latency { on: false, ..self }
+    }
+
+    /// Whether requests are recorded (`/metrics` lists the histograms only then).
+    pub fn on(&self) -> bool {
+        self.on
     }
 
     /// Monotonic nanoseconds (0 without a clock).
@@ -189,13 +203,23 @@ impl Tally {
     #[inline]
     pub fn note(&mut self, family: Family) {
         let f = family as usize;
-        self.counts[f] += 1;
+        // Wrapping: with the histograms off nothing resets the counts (see `end`).
+        self.counts[f] = self.counts[f].wrapping_add(1);
         self.used |= 1 << f;
     }
 
     /// The end of an `on_bytes` call: the requests answered in it go to `worker`'s
     /// histograms; `partial`: part of a request is buffered for the next call.
+    #[inline]
     pub fn end(&mut self, latency: &Latency, worker: usize, partial: bool) {
+        // Off: the one branch per call (`note` still counts, two instructions per request:
+        // branching there instead would cost as much).
+        if latency.on {
+            self.record(latency, worker, partial);
+        }
+    }
+
+    fn record(&mut self, latency: &Latency, worker: usize, partial: bool) {
         let start = self.partial_since.unwrap_or(self.batch_start);
         if self.used != 0 {
             let ns = latency.now_ns().saturating_sub(start);
@@ -258,6 +282,29 @@ mod tests {
         t.begin(&latency, woke);
         t.end(&latency, 0, true);
         assert_eq!(counting_clock(), before + 1_000_000);
+    }
+
+    #[test]
+    fn switched_off_it_reads_no_clock_and_records_nothing() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        // Its own counter: the other clock's is shared with a test running beside this one.
+        static READS: AtomicU64 = AtomicU64::new(0);
+        fn clock() -> u64 {
+            READS.fetch_add(1, Ordering::Relaxed)
+        }
+        let latency = Latency::new(1, Some(clock)).switched_off();
+        assert!(!latency.on());
+        let mut t = Tally::default();
+        for _ in 0..3 {
+            t.begin(&latency, NOW);
+            t.note(Family::Get);
+            t.note(Family::Set);
+            t.end(&latency, 0, true);
+        }
+        assert_eq!(READS.load(Ordering::Relaxed), 0, "no clock read");
+        for (family, _, _) in LABELS {
+            assert_eq!(latency.summed(family), Summed::default());
+        }
     }
 
     #[test]

@@ -160,6 +160,10 @@ pub struct Started {
     /// Calls back with `(worker, CPU nanoseconds)` for each worker thread it can read
     /// (`/metrics` `ringstore_worker_cpu_seconds_total`); `None`: no such series.
     pub worker_cpu: Option<metrics::WorkerCpu>,
+    /// `--latency-histograms`: record the request latency histograms (default on).
+    pub latency_histograms: bool,
+    /// `--hotkeys`: sample requests into the hot-key sketches (default on).
+    pub hotkeys: bool,
 }
 
 impl Default for Started {
@@ -173,6 +177,8 @@ impl Default for Started {
             settings: StartSettings::default(),
             clock: None,
             worker_cpu: None,
+            latency_histograms: true,
+            hotkeys: true,
         }
     }
 }
@@ -255,8 +261,9 @@ impl Shared {
             refresh_certs: memcache::CertRefreshGate::default(),
             uploads: Arc::default(),
             watch,
-            hotkeys: hotkeys::HotKeys::new(workers.max(1) + 1),
-            metrics: metrics::Metrics::new(workers.max(1) + 1, started.clock),
+            hotkeys: hotkeys::HotKeys::new(workers.max(1) + 1).switched(started.hotkeys),
+            metrics: metrics::Metrics::new(workers.max(1) + 1, started.clock)
+                .latency_histograms(started.latency_histograms),
             started,
             log_lines_dropped: Arc::default(),
         })

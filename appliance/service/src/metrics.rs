@@ -39,6 +39,17 @@ impl Metrics {
             appliance: appliance::Appliance::default(),
         }
     }
+
+    /// `--latency-histograms`: `false` records none (and lists none).
+    pub fn latency_histograms(self, on: bool) -> Metrics {
+        if on {
+            return self;
+        }
+        Metrics {
+            latency: self.latency.switched_off(),
+            ..self
+        }
+    }
 }
 
 /// The request path that answers metrics (exactly these bytes: an object named `metrics`

@@ -411,10 +411,12 @@ fn measure(server: &mut Grind) -> Result<Vec<Counted>> {
     Ok(out)
 }
 
-fn ringstore_spec(binary: &Path, port: u16) -> Spec {
+/// ringstore under callgrind; `extra`: `--icount-args` (e.g. `--latency-histograms off`).
+fn ringstore_spec(binary: &Path, port: u16, extra: &[String]) -> Spec {
     let mut program = vec![binary.to_string_lossy().into_owned()];
     program.extend(util::serve_on_loopback(port, false));
     program.extend(["--cores", "1", "--memory", "64MiB", "--eventfd-wait", "on"].map(String::from));
+    program.extend(extra.iter().cloned());
     Spec {
         name: "ringstore",
         program,
@@ -483,6 +485,7 @@ pub(super) fn icount_part(
     out_dir: &Path,
     doc: &mut Doc,
     use_baseline: BaselineUse,
+    extra: &[String],
 ) -> Result<()> {
     if !util::have("valgrind") || !util::have("callgrind_control") {
         bail!("{NO_VALGRIND}");
@@ -494,7 +497,7 @@ pub(super) fn icount_part(
         let port = free_port()?;
         let spec = match (which, subject) {
             (0, _) => memcached_spec("memcached", port),
-            (_, Subject::Ringstore(binary)) => ringstore_spec(binary, port),
+            (_, Subject::Ringstore(binary)) => ringstore_spec(binary, port, extra),
             (_, Subject::Baseline) => memcached_spec("memcached-again", port),
         };
         let mut server = Grind::start(&spec, &dir, port)?;

@@ -39,6 +39,7 @@ mod memaslap;
 mod memcache_part;
 mod memory;
 mod memory_part;
+mod metrics_part;
 mod options;
 mod procs;
 mod redis;
@@ -84,9 +85,9 @@ fn icount_step(
     doc: &mut Doc,
 ) -> Result<()> {
     if o.only == Some(Part::Icount) {
-        icount::icount_part(subject, out_dir, doc, o.icount)?;
+        icount::icount_part(subject, out_dir, doc, o.icount, &o.icount_args)?;
     } else if o.only.is_none() {
-        if let Err(e) = icount::icount_part(subject, out_dir, doc, o.icount) {
+        if let Err(e) = icount::icount_part(subject, out_dir, doc, o.icount, &o.icount_args) {
             doc.note(format!("icount part skipped: {e:#}"));
         }
     }
@@ -142,6 +143,9 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if o.only == Some(Part::Cores) {
         cores::cores_part(&o, &subject, &mut doc)?;
+    }
+    if o.only == Some(Part::Metrics) {
+        metrics_part::metrics_part(&o, &subject, &mut doc)?;
     }
     icount_step(&o, &subject, &out_dir, &mut doc)?;
     let mut md = String::new();

@@ -7,10 +7,10 @@ use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 
 const USAGE: &str =
-    "usage: cargo xtask bench [--seconds N] [--only memcache|tail|http|memory|durable|udp|icount|cores|tls] [--binary PATH]
+    "usage: cargo xtask bench [--seconds N] [--only memcache|tail|http|memory|durable|udp|icount|cores|tls|metrics] [--binary PATH]
                          [--conns N] [--self-check] [--cells get-100-1,set-4096-16,...]
                          [--compare-binary PATH] [--io RUNTIME] [--sub-memory]
-                         [--icount-check | --icount-record]
+                         [--icount-check | --icount-record] [--icount-args FLAGS]
 
   --seconds N    measured seconds per cell, after 1 s of warm-up (default 5; durable: at most 10)
   --only PART    run one part: memcache (GET/SET vs memcached), http (GET vs nginx), memory,
@@ -25,6 +25,10 @@ const USAGE: &str =
                  widths that need more CPUs than the machine has are skipped with a note)
                  tls (issue 19: memcache GET/SET over TLS vs memcached -Z and ringstore
                  plaintext, full and resumed handshakes, HTTPS GET 1 KiB and 1 MiB vs nginx)
+                 metrics (issue 33: GET/SET 100 B at depth 16 on the same binary with the
+                 latency histograms and hot-key sampling on, --latency-histograms off and
+                 --hotkeys off in alternating slices; then --seconds of /metrics scrapes
+                 of a server holding 1M keys: server CPU per scrape and the answer's size)
   --binary PATH  the ringstore binary (default: cargo build --release -p ringstore)
   --conns N      connections per load generator (default 50)
   --self-check   measure memcached (and nginx) against themselves: every ratio should be ~1.0
@@ -43,6 +47,10 @@ const USAGE: &str =
                  comparison is reported in every icount run)
   --icount-record
                  icount: write this run's per-function counts as the baseline
+  --icount-args FLAGS
+                 icount: more serve flags for the ringstore under callgrind, one string
+                 split at spaces (e.g. \"--latency-histograms off\"); implies --only icount;
+                 not with --icount-record (the baseline is the default configuration's)
   --sub-memory   memcache cells: ringstore --numa 0 is the baseline and the subject is the same
                  binary with --sub-memory 256MiB --sub-memory-simulated on (issue 23: the score
                  keeping's cost on the GET path)
@@ -59,6 +67,7 @@ pub(super) enum Part {
     Icount,
     Cores,
     Tls,
+    Metrics,
 }
 
 #[derive(Clone)]
@@ -79,6 +88,8 @@ pub(super) struct Options {
     pub(super) sub_memory: bool,
     /// `--icount-check` / `--icount-record`: what the icount part does with its baseline.
     pub(super) icount: super::icount::BaselineUse,
+    /// `--icount-args`: more flags for the icount part's ringstore.
+    pub(super) icount_args: Vec<String>,
 }
 
 /// `--io`: one runtime or a comma list of them.
@@ -102,8 +113,9 @@ fn parse_part(name: &str) -> Result<Part> {
         "icount" => Part::Icount,
         "cores" => Part::Cores,
         "tls" => Part::Tls,
+        "metrics" => Part::Metrics,
         other => bail!(
-            "--only {other:?}: expected memcache, tail, http, memory, durable, udp, icount, cores or tls"
+            "--only {other:?}: expected memcache, tail, http, memory, durable, udp, icount, cores, tls or metrics"
         ),
     })
 }
@@ -128,6 +140,7 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
         io: None,
         sub_memory: false,
         icount: BaselineUse::Report,
+        icount_args: Vec::new(),
     };
     if args.iter().any(|a| a == "-h" || a == "--help") {
         print!("{USAGE}");
@@ -151,6 +164,9 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
             "--sub-memory" => o.sub_memory = true,
             "--icount-check" => o.icount = icount_use(o.icount, BaselineUse::Check)?,
             "--icount-record" => o.icount = icount_use(o.icount, BaselineUse::Record)?,
+            "--icount-args" => {
+                o.icount_args = value()?.split_whitespace().map(String::from).collect();
+            }
             "--cells" => {
                 o.cells = value()?.split(',').map(parse_cell).collect::<Result<_>>()?;
             }
@@ -159,6 +175,16 @@ pub(super) fn parse(args: &[String]) -> Result<Options> {
     }
     if !(1..=60).contains(&o.seconds) || !(1..=1000).contains(&o.conns) {
         bail!("--seconds must be 1..=60 and --conns 1..=1000");
+    }
+    if !o.icount_args.is_empty() {
+        if o.icount == BaselineUse::Record {
+            bail!("--icount-args excludes --icount-record: the baseline is the default configuration's");
+        }
+        match o.only {
+            None => o.only = Some(Part::Icount),
+            Some(Part::Icount) => {}
+            Some(_) => bail!("--icount-args applies to the icount part only"),
+        }
     }
     if o.icount != BaselineUse::Report {
         match o.only {
@@ -286,8 +312,19 @@ mod tests {
         assert!(parse(&args(&["--icount-check", "--icount-record"])).is_err());
         assert!(parse(&args(&["--icount-check", "--only", "http"])).is_err());
         assert!(parse(&args(&["--icount-record", "--self-check"])).is_err());
+        let o = parse(&args(&["--icount-args", "--latency-histograms off"])).unwrap();
+        assert!(o.only == Some(Part::Icount));
+        assert_eq!(o.icount_args, ["--latency-histograms", "off"]);
+        assert!(parse(&args(&[
+            "--icount-args",
+            "--hotkeys off",
+            "--icount-record"
+        ]))
+        .is_err());
+        assert!(parse(&args(&["--icount-args", "--hotkeys off", "--only", "http"])).is_err());
         assert!(parse(&args(&["--only", "tls"])).unwrap().only == Some(Part::Tls));
         assert!(parse(&args(&["--only", "tail"])).unwrap().only == Some(Part::Tail));
+        assert!(parse(&args(&["--only", "metrics"])).unwrap().only == Some(Part::Metrics));
         let o = parse(&args(&[
             "--compare-binary",
             "/t/x86_64-unknown-linux-musl/release/ringstore",

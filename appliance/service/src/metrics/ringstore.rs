@@ -136,7 +136,10 @@ pub fn write(
     device: Option<&dyn Device>,
     general: &StatLines<'_>,
 ) {
-    histograms(e, &shared.metrics.latency);
+    // `--latency-histograms off`: no series at all, rather than histograms that stay empty.
+    if shared.metrics.latency.on() {
+        histograms(e, &shared.metrics.latency);
+    }
     if let Some(commit) = device.and_then(|d| d.commit_metrics()) {
         commit_histograms(e, commit);
     }
