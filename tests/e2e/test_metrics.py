@@ -354,6 +354,23 @@ def test_latency_histograms_count_every_request(server):
     mc.close()
 
 
+def test_latency_histograms_and_hot_keys_switch_off(server_factory):
+    """`--latency-histograms off --hotkeys off` (what the bench's "without" runs): the same
+    requests leave no histogram in /metrics and no key in `stats hotkeys`, and the rest of
+    the exposition is there."""
+    srv = server_factory("--memory", "64MiB", "--latency-histograms", "off", "--hotkeys", "off")
+    mc = Mc(srv.mc)
+    assert mc.cmd("set k 0 0 1\r\nv") == "STORED"
+    for _ in range(64):
+        mc.get("k")
+    mc.s.sendall(b"stats hotkeys\r\n")
+    assert mc.line() == "END"
+    mc.close()
+    s = metrics(srv)
+    assert not [k for k in s if k[0].startswith("ringstore_request_duration_seconds")]
+    assert s[("memcached_commands_total", (("command", "get"), ("status", "hit")))] == 64
+
+
 def histogram(samples, name):
     """(cumulative buckets sorted by le, sum, count) of an unlabelled histogram."""
     buckets = sorted((float(dict(k[1])["le"]), v) for k, v in samples.items()
