@@ -550,7 +550,7 @@ pub static KEYS: &[KeyInfo] = &[
     KeyInfo {
         name: "latency-histograms",
         expected: "on or off",
-        help: "record the request latency histograms of /metrics (ringstore_request_duration_seconds; default on)",
+        help: "record the request latency histograms of /metrics, ringstore_request_duration_seconds (default on)",
         endpoint: false,
         hidden: false,
         apply: |c, v| parse_switch(v).map(|on| c.latency_histograms = on).ok_or(()),

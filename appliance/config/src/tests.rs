@@ -447,5 +447,8 @@ fn latency_histograms_and_hotkeys_are_on_by_default_and_switch_off() {
             !crate::keys::find(key).unwrap().hidden,
             "{key} is documented"
         );
+        let shown = crate::origin::resolve(&[]).unwrap().settings;
+        let default = shown.iter().find(|s| s.key == key).unwrap();
+        assert_eq!(default.value, "on", "the console shows {key}'s default");
     }
 }
