@@ -344,3 +344,53 @@ fn scrape_section(o: &Options, binary: &Path, doc: &mut Doc) -> Result<()> {
     ));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A server that answers each request head on one connection with the next of `answers`,
+    /// each written in two pieces (an answer need not arrive in one read).
+    fn answering(answers: Vec<Vec<u8>>) -> (u16, std::thread::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().expect("accept");
+            for answer in answers {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    assert_eq!(conn.read(&mut byte).expect("read"), 1);
+                    head.push(byte[0]);
+                }
+                assert!(head.starts_with(b"GET /metrics HTTP/1.1\r\n"));
+                let (a, b) = answer.split_at(answer.len() / 2);
+                conn.write_all(a).expect("write");
+                conn.flush().expect("flush");
+                std::thread::sleep(Duration::from_millis(5));
+                conn.write_all(b).expect("write");
+            }
+        });
+        (port, server)
+    }
+
+    #[test]
+    fn a_scrape_reads_one_whole_answer_and_returns_its_body_length() {
+        let body = "# TYPE memcached_up gauge\nmemcached_up 1\n".repeat(3000);
+        let ok = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let refused = b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n".to_vec();
+        let (port, server) = answering(vec![ok.clone().into_bytes(), ok.into_bytes(), refused]);
+        let mut stream = fill::connect(port).expect("connect");
+        let mut buf = Vec::new();
+        for _ in 0..2 {
+            assert_eq!(scrape(&mut stream, &mut buf).expect("scrape"), body.len());
+        }
+        let err = scrape(&mut stream, &mut buf).expect_err("a 401 fails");
+        assert!(err.to_string().contains("401"), "{err}");
+        server.join().expect("server");
+    }
+}
