@@ -59,6 +59,19 @@ pub(crate) trait Handler: Send + Sync + 'static {
         false
     }
     fn has_partial_request(&self, session: &Self::Session) -> bool;
+    /// Where the next receive of `session`'s connection goes instead of a receive buffer: a
+    /// storage value's missing bytes in its reserved item (their first byte and how many,
+    /// issue 38), or `None`. The range stays valid and untouched by anything else until
+    /// the session is next called or closed, which the worker does only once no receive
+    /// into it is in flight; what arrived there is reported with [`Handler::received_into`].
+    fn recv_target(&self, session: &Self::Session) -> Option<(*mut u8, usize)> {
+        let _ = session;
+        None
+    }
+    /// `n` bytes were received at [`Handler::recv_target`].
+    fn received_into(&self, session: &mut Self::Session, n: usize) {
+        let _ = (session, n);
+    }
     /// Values to send from the item, spliced into the output at their offsets; their bytes
     /// stay valid until [`Handler::output_flushed`] or [`Handler::session_closed`], which the
     /// worker calls only once no send reading them is in flight.
@@ -242,6 +255,13 @@ impl Handler for ServiceHandler {
     }
     fn has_partial_request(&self, session: &Session) -> bool {
         session.has_partial_request()
+    }
+    #[inline]
+    fn recv_target(&self, session: &Session) -> Option<(*mut u8, usize)> {
+        session.recv_target()
+    }
+    fn received_into(&self, session: &mut Session, n: usize) {
+        session.received_into(n, &self.0);
     }
     fn splices<'s>(&self, session: &'s Session) -> &'s [Splice] {
         session.splices()
