@@ -357,7 +357,10 @@ impl Hooks for ServiceHandler {
 #[cfg(test)]
 pub(crate) mod echo {
     //! A line echo for testing the I/O paths without the service: each complete line is
-    //! echoed; `quit` closes; `big N` replies N bytes (to exercise Drain and short sends).
+    //! echoed; `quit` closes; `big N` replies N bytes (to exercise Drain and short sends);
+    //! `into N` takes the next N bytes as a value received into memory of the session's
+    //! own (as a storage value is received into its item: [`Handler::recv_target`]) and
+    //! replies `into N <sum of its bytes>`.
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -367,11 +370,36 @@ pub(crate) mod echo {
         pub closed: AtomicUsize,
         pub refused: AtomicUsize,
         pub reclaims: AtomicUsize,
+        /// Bytes the runtime received straight into `into` values.
+        pub received_into: AtomicUsize,
     }
 
     pub(crate) struct EchoSession {
         partial: Vec<u8>,
         pending_big: usize,
+        /// An `into N` value: its bytes and how many have arrived.
+        into: Option<(Box<[u8]>, usize)>,
+        /// Bytes of `into` values that went through `on_bytes` (copied) rather than into them.
+        pub copied: usize,
+    }
+
+    impl EchoSession {
+        /// Copies what `partial` holds of an `into` value into it; once whole, replies.
+        fn fill_into(&mut self, out: &mut Vec<u8>) {
+            let Some((value, filled)) = &mut self.into else {
+                return;
+            };
+            let n = (value.len() - *filled).min(self.partial.len());
+            value[*filled..*filled + n].copy_from_slice(&self.partial[..n]);
+            self.partial.drain(..n);
+            *filled += n;
+            self.copied += n;
+            if *filled == value.len() {
+                let sum: u64 = value.iter().map(|&b| u64::from(b)).sum();
+                out.extend_from_slice(format!("into {} {sum}\n", value.len()).as_bytes());
+                self.into = None;
+            }
+        }
     }
 
     const HIGH_WATER: usize = 64 << 10;
@@ -386,6 +414,8 @@ pub(crate) mod echo {
             EchoSession {
                 partial: Vec::new(),
                 pending_big: 0,
+                into: None,
+                copied: 0,
             }
         }
         fn on_bytes(
@@ -398,6 +428,10 @@ pub(crate) mod echo {
         ) -> Flow {
             s.partial.extend_from_slice(input);
             loop {
+                s.fill_into(out);
+                if s.into.is_some() {
+                    return Flow::Continue;
+                }
                 while s.pending_big > 0 {
                     if out.len() >= HIGH_WATER {
                         return Flow::Drain;
@@ -418,6 +452,13 @@ pub(crate) mod echo {
                     return Flow::Close;
                 }
                 if let Some(n) = text
+                    .strip_prefix("into ")
+                    .and_then(|n| n.parse::<usize>().ok())
+                {
+                    s.into = Some((vec![0u8; n].into_boxed_slice(), 0));
+                    continue;
+                }
+                if let Some(n) = text
                     .strip_prefix("big ")
                     .and_then(|n| n.parse::<usize>().ok())
                 {
@@ -428,7 +469,22 @@ pub(crate) mod echo {
             }
         }
         fn has_partial_request(&self, s: &EchoSession) -> bool {
-            !s.partial.is_empty()
+            !s.partial.is_empty() || s.into.is_some()
+        }
+        fn recv_target(&self, s: &EchoSession) -> Option<(*mut u8, usize)> {
+            let (value, filled) = s.into.as_ref()?;
+            let left = value.len() - filled;
+            (left > 0).then(|| (value.as_ptr().cast_mut().wrapping_add(*filled), left))
+        }
+        fn received_into(&self, s: &mut EchoSession, n: usize) {
+            self.received_into.fetch_add(n, Ordering::Relaxed);
+            let Some((value, filled)) = &mut s.into else {
+                panic!("{n} bytes received into no value");
+            };
+            *filled += n;
+            // Whole: the reply goes out with the next input (as the service's does once the
+            // value's `\r\n` arrives).
+            assert!(*filled <= value.len(), "received past the value");
         }
     }
 

@@ -268,6 +268,29 @@ impl MemcacheSession {
         }
     }
 
+    /// A storage request at the start of `request` (its command line `line_len` bytes) whose
+    /// value is arriving: true when the value is received into its item from here on
+    /// (`direct.rs`), all of `request` used; false: it is buffered in `pending` as before.
+    /// Not while a reply is held or with a data device (its journal records whole values).
+    fn start_direct(
+        &mut self,
+        ctx: &Ctx<'_>,
+        held: &HeldReplies,
+        request: &[u8],
+        line_len: usize,
+    ) -> bool {
+        if !self.direct_on || held.is_holding() || ctx.device.is_some() {
+            return false;
+        }
+        match direct::Direct::start(ctx, request, line_len) {
+            Some(d) => {
+                self.direct = Some(Box::new(d));
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Input while a value is received into its item: value bytes and the `\r\n` behind
     /// it go to the item; once whole, the request is done. Returns the input left.
     fn continue_direct<'i>(
@@ -604,12 +627,8 @@ impl MemcacheSession {
                     remove_old,
                     noreply,
                 } => {
-                    if self.direct_on && !held.is_holding() && ctx.device.is_none() {
-                        if let Some(d) = direct::Direct::start(ctx, &buf[pos..], line_len) {
-                            // The value goes into its item from here on, not to `pending`.
-                            self.direct = Some(Box::new(d));
-                            return (buf.len(), Flow::Continue);
-                        }
+                    if self.start_direct(ctx, held, &buf[pos..], line_len) {
+                        return (buf.len(), Flow::Continue);
                     }
                     let Some(used) = self.value_or_refuse(
                         ctx,

@@ -38,9 +38,9 @@ pub(crate) fn parse<'a>(
 ) -> Parse<'a> {
     let (head, vlen) = match head(toks, kind) {
         Ok(head) => head,
-        Err(request) => {
+        Err((line, noreply)) => {
             return Parse::Done {
-                request,
+                request: Request::error(line, noreply),
                 consumed: line_end,
             }
         }
@@ -57,8 +57,11 @@ pub(crate) fn parse<'a>(
 }
 
 /// The command line of a storage command: the request with no data yet, and the data
-/// length; `Err`: the reply the line gets.
-fn head<'a>(toks: &Tokens<'a>, kind: StoreKind) -> Result<(StoreRequest<'a>, usize), Request<'a>> {
+/// length; `Err`: the error line the line gets and whether `noreply` suppresses it.
+fn head<'a>(
+    toks: &Tokens<'a>,
+    kind: StoreKind,
+) -> Result<(StoreRequest<'a>, usize), (&'static str, bool)> {
     let (lo, hi) = if kind == StoreKind::Cas {
         (7, 8)
     } else {
@@ -66,10 +69,10 @@ fn head<'a>(toks: &Tokens<'a>, kind: StoreKind) -> Result<(StoreRequest<'a>, usi
     };
     let n = toks.ntokens();
     if n != lo && n != hi {
-        return Err(Request::reply(ERROR));
+        return Err((ERROR, false));
     }
     let noreply = toks.noreply();
-    let bad = Request::error(BAD_FORMAT, noreply);
+    let bad = (BAD_FORMAT, noreply);
     let key = toks.at(1);
     if !valid_text_key(key) {
         return Err(bad);
