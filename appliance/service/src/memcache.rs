@@ -24,6 +24,8 @@ mod bound_tests;
 #[cfg(test)]
 mod compat_tests;
 mod direct;
+#[cfg(test)]
+mod direct_tests;
 mod dump;
 pub mod expiry;
 mod get;
@@ -239,7 +241,7 @@ impl MemcacheSession {
         }
     }
 
-    /// From now on, a storage value of [`direct::DIRECT_MIN`] bytes and more is received
+    /// From now on, a storage value with [`direct::DIRECT_MIN`] bytes and more still to come is received
     /// into its item (`direct.rs`): a connection's session, whose runtime asks
     /// [`MemcacheSession::recv_target`] before each receive.
     pub fn enable_direct(&mut self) {

@@ -1,7 +1,7 @@
 //! Storage values received straight into the item (issue 38, ADR 0040's receive path).
 //!
-//! When the command line of a text `set`, `add`, `replace` or `cas` is whole and its value
-//! of at least [`DIRECT_MIN`] bytes is still arriving, the session reserves the item in the
+//! When the command line of a text `set`, `add`, `replace` or `cas` is whole and at least
+//! [`DIRECT_MIN`] bytes of its value are still to come, the session reserves the item in the
 //! store ([`ringstore_store::Store::reserve`]: inside the memory budget, evicting as a
 //! store does, invisible until committed), copies the value bytes that came with the line
 //! into it (once), and from then on tells the runtime where the rest goes
@@ -24,9 +24,12 @@ use super::expiry::{expiry, Expiry};
 use super::storage::{self, Outcome};
 use super::Ctx;
 
-/// Values at least this long are received into the item. Below it the copy out of the
-/// receive buffer costs less than the reservation's extra lock round and the receive of
-/// its own (docs/BENCHMARKS.md, "Values received into the item").
+/// A value is received into the item when at least this many of its bytes are still to
+/// come once its command line is whole. Fewer cost less copied than the receive of their
+/// own that the item would take (a completion and a loop turn, ~600 instructions, beside
+/// the reservation's two extra lock rounds): under callgrind a pipeline of 4 KiB SETs whose
+/// values straddle the receive buffers did 2.6% more instructions per SET when those short
+/// remainders went into the item (docs/BENCHMARKS.md, "Values received into the item").
 pub const DIRECT_MIN: usize = 4096;
 
 /// A storage command whose value is being received into its reserved item.
@@ -49,12 +52,16 @@ pub(crate) struct Direct {
 impl Direct {
     /// Starts receiving into the item for the storage request at the start of `request`,
     /// whose command line is `line_len` bytes long and whose value has not all arrived;
-    /// `None` when it is not received into the item (too short, not a text set, add,
+    /// `None` when it is not received into the item (less than [`DIRECT_MIN`] bytes of it
+    /// still to come, not a text set, add,
     /// replace or cas, expired on arrival, or the store could not reserve). On `Some`, all
     /// of `request` is used: the value bytes after the line are in the item.
     pub(crate) fn start(ctx: &Ctx<'_>, request: &[u8], line_len: usize) -> Option<Direct> {
         let (head, vlen) = store_head(request.get(..line_len)?)?;
-        if vlen < DIRECT_MIN || matches!(head.kind, StoreKind::Append | StoreKind::Prepend) {
+        let here = request.len() - line_len;
+        if vlen.saturating_sub(here) < DIRECT_MIN
+            || matches!(head.kind, StoreKind::Append | StoreKind::Prepend)
+        {
             return None;
         }
         let Expiry::At(exptime) = expiry(i64::from(head.exptime), ctx.now) else {
