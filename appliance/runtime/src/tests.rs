@@ -602,7 +602,9 @@ fn a_udp_flood_never_read_leaves_the_worker_serving() {
 /// `into N`: the N bytes of value (`seed`'s pattern) sent in `pieces`, then `done`; returns
 /// the reply, checked against the value's sum.
 fn send_into(c: &mut TcpStream, n: usize, seed: u8, pieces: &[usize]) {
-    let value: Vec<u8> = (0..n).map(|i| (i as u8).wrapping_mul(7) ^ seed).collect();
+    let value: Vec<u8> = (0..n)
+        .map(|i| i.to_le_bytes()[0].wrapping_mul(7) ^ seed)
+        .collect();
     let mut all = format!("into {n}\n").into_bytes();
     all.extend_from_slice(&value);
     all.extend_from_slice(b"done\n");
@@ -642,9 +644,9 @@ fn values_are_received_into_the_session_however_they_are_split() {
         c.set_nodelay(true).unwrap();
         send_into(&mut c, 100_000, 1, &[]);
         send_into(&mut c, 300, 2, &(1..330).collect::<Vec<_>>());
-        for cut in 1..16 {
-            send_into(&mut c, 5000, cut as u8, &[cut]);
-            send_into(&mut c, 5000, cut as u8, &[cut, cut + 1, 5005]);
+        for cut in 1usize..16 {
+            send_into(&mut c, 5000, cut.to_le_bytes()[0], &[cut]);
+            send_into(&mut c, 5000, cut.to_le_bytes()[0], &[cut, cut + 1, 5005]);
         }
         let odd: Vec<usize> = (1..40).map(|i| i * 7919).collect();
         send_into(&mut c, 300_000, 3, &odd);

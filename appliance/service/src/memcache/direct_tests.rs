@@ -47,7 +47,11 @@ fn shared() -> Arc<Shared> {
 /// A request stream with big values of every storage kind the item receives, good and bad
 /// trailers, noreply, and the reads that show what was stored.
 fn stream(len: usize, seed: u8) -> Vec<u8> {
-    let v = |s: u8| -> Vec<u8> { (0..len).map(|i| (i as u8).wrapping_mul(13) ^ s).collect() };
+    let v = |s: u8| -> Vec<u8> {
+        (0..len)
+            .map(|i| i.to_le_bytes()[0].wrapping_mul(13) ^ s)
+            .collect()
+    };
     let mut all = Vec::new();
     let mut req = |line: String, value: Vec<u8>, trailer: &[u8]| {
         all.extend_from_slice(line.as_bytes());
