@@ -122,8 +122,12 @@ def test_stalled_partial_values_are_bounded_by_conn_memory(server_factory):
     grown = server.rss_bytes() - base
     assert grown < 32 * MiB + CONSTANT, f"RSS grew {grown >> 20} MiB"
     assert int(st["conn_memory_bytes"]) <= 32 * MiB
-    # Each accepted set reserves its block less the 32 KiB every connection may hold freely.
-    assert refused >= 300 - 34, f"only {refused} of 300 stalled sets were refused"
+    # Each accepted set reserves its block less the 32 KiB every connection may hold freely;
+    # a few are received into a reserved item instead (issue 38), item memory under the pin
+    # cap (an eighth of --memory), not connection memory.
+    into_items = int(st["pinned_segments"])
+    assert into_items <= 64 // 8 + 1, into_items
+    assert refused >= 300 - 34 - into_items, f"only {refused} of 300 stalled sets were refused"
     # A refused set's block was swallowed: the connection is still in step.
     s = conns[-1]
     s.setblocking(True)

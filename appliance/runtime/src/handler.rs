@@ -59,6 +59,19 @@ pub(crate) trait Handler: Send + Sync + 'static {
         false
     }
     fn has_partial_request(&self, session: &Self::Session) -> bool;
+    /// Where the next receive of `session`'s connection goes instead of a receive buffer: a
+    /// storage value's missing bytes in its reserved item (their first byte and how many,
+    /// issue 38), or `None`. The range stays valid and untouched by anything else until
+    /// the session is next called or closed, which the worker does only once no receive
+    /// into it is in flight; what arrived there is reported with [`Handler::received_into`].
+    fn recv_target(&self, session: &Self::Session) -> Option<(*mut u8, usize)> {
+        let _ = session;
+        None
+    }
+    /// `n` bytes were received at [`Handler::recv_target`].
+    fn received_into(&self, session: &mut Self::Session, n: usize) {
+        let _ = (session, n);
+    }
     /// Values to send from the item, spliced into the output at their offsets; their bytes
     /// stay valid until [`Handler::output_flushed`] or [`Handler::session_closed`], which the
     /// worker calls only once no send reading them is in flight.
@@ -243,6 +256,13 @@ impl Handler for ServiceHandler {
     fn has_partial_request(&self, session: &Session) -> bool {
         session.has_partial_request()
     }
+    #[inline]
+    fn recv_target(&self, session: &Session) -> Option<(*mut u8, usize)> {
+        session.recv_target()
+    }
+    fn received_into(&self, session: &mut Session, n: usize) {
+        session.received_into(n, &self.0);
+    }
     fn splices<'s>(&self, session: &'s Session) -> &'s [Splice] {
         session.splices()
     }
@@ -337,7 +357,10 @@ impl Hooks for ServiceHandler {
 #[cfg(test)]
 pub(crate) mod echo {
     //! A line echo for testing the I/O paths without the service: each complete line is
-    //! echoed; `quit` closes; `big N` replies N bytes (to exercise Drain and short sends).
+    //! echoed; `quit` closes; `big N` replies N bytes (to exercise Drain and short sends);
+    //! `into N` takes the next N bytes as a value received into memory of the session's
+    //! own (as a storage value is received into its item: [`Handler::recv_target`]) and
+    //! replies `into N <sum of its bytes>`.
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -347,11 +370,36 @@ pub(crate) mod echo {
         pub closed: AtomicUsize,
         pub refused: AtomicUsize,
         pub reclaims: AtomicUsize,
+        /// Bytes the runtime received straight into `into` values.
+        pub received_into: AtomicUsize,
     }
 
     pub(crate) struct EchoSession {
         partial: Vec<u8>,
         pending_big: usize,
+        /// An `into N` value: its bytes and how many have arrived.
+        into: Option<(Box<[u8]>, usize)>,
+        /// Bytes of `into` values that went through `on_bytes` (copied) rather than into them.
+        pub copied: usize,
+    }
+
+    impl EchoSession {
+        /// Copies what `partial` holds of an `into` value into it; once whole, replies.
+        fn fill_into(&mut self, out: &mut Vec<u8>) {
+            let Some((value, filled)) = &mut self.into else {
+                return;
+            };
+            let n = (value.len() - *filled).min(self.partial.len());
+            value[*filled..*filled + n].copy_from_slice(&self.partial[..n]);
+            self.partial.drain(..n);
+            *filled += n;
+            self.copied += n;
+            if *filled == value.len() {
+                let sum: u64 = value.iter().map(|&b| u64::from(b)).sum();
+                out.extend_from_slice(format!("into {} {sum}\n", value.len()).as_bytes());
+                self.into = None;
+            }
+        }
     }
 
     const HIGH_WATER: usize = 64 << 10;
@@ -366,6 +414,8 @@ pub(crate) mod echo {
             EchoSession {
                 partial: Vec::new(),
                 pending_big: 0,
+                into: None,
+                copied: 0,
             }
         }
         fn on_bytes(
@@ -378,6 +428,10 @@ pub(crate) mod echo {
         ) -> Flow {
             s.partial.extend_from_slice(input);
             loop {
+                s.fill_into(out);
+                if s.into.is_some() {
+                    return Flow::Continue;
+                }
                 while s.pending_big > 0 {
                     if out.len() >= HIGH_WATER {
                         return Flow::Drain;
@@ -398,6 +452,13 @@ pub(crate) mod echo {
                     return Flow::Close;
                 }
                 if let Some(n) = text
+                    .strip_prefix("into ")
+                    .and_then(|n| n.parse::<usize>().ok())
+                {
+                    s.into = Some((vec![0u8; n].into_boxed_slice(), 0));
+                    continue;
+                }
+                if let Some(n) = text
                     .strip_prefix("big ")
                     .and_then(|n| n.parse::<usize>().ok())
                 {
@@ -408,7 +469,22 @@ pub(crate) mod echo {
             }
         }
         fn has_partial_request(&self, s: &EchoSession) -> bool {
-            !s.partial.is_empty()
+            !s.partial.is_empty() || s.into.is_some()
+        }
+        fn recv_target(&self, s: &EchoSession) -> Option<(*mut u8, usize)> {
+            let (value, filled) = s.into.as_ref()?;
+            let left = value.len() - filled;
+            (left > 0).then(|| (value.as_ptr().cast_mut().wrapping_add(*filled), left))
+        }
+        fn received_into(&self, s: &mut EchoSession, n: usize) {
+            self.received_into.fetch_add(n, Ordering::Relaxed);
+            let Some((value, filled)) = &mut s.into else {
+                panic!("{n} bytes received into no value");
+            };
+            *filled += n;
+            // Whole: the reply goes out with the next input (as the service's does once the
+            // value's `\r\n` arrives).
+            assert!(*filled <= value.len(), "received past the value");
         }
     }
 

@@ -59,6 +59,8 @@ also_on_epoll!(
     stop_finishes_inflight_and_closes_idle,
     stop_deadline_bounds_a_stuck_request,
     reaper_runs_about_once_a_second,
+    values_are_received_into_the_session_however_they_are_split,
+    a_client_vanishing_mid_value_is_harmless,
 );
 
 struct Running {
@@ -595,4 +597,82 @@ fn a_udp_flood_never_read_leaves_the_worker_serving() {
     });
     assert!(answered, "the worker still answers after the flood");
     plane.stop().unwrap();
+}
+
+/// `into N`: the N bytes of value (`seed`'s pattern) sent in `pieces`, then `done`; returns
+/// the reply, checked against the value's sum.
+fn send_into(c: &mut TcpStream, n: usize, seed: u8, pieces: &[usize]) {
+    let value: Vec<u8> = (0..n)
+        .map(|i| i.to_le_bytes()[0].wrapping_mul(7) ^ seed)
+        .collect();
+    let mut all = format!("into {n}\n").into_bytes();
+    all.extend_from_slice(&value);
+    all.extend_from_slice(b"done\n");
+    let mut at = 0;
+    for &cut in pieces.iter().chain(std::iter::once(&all.len())) {
+        let cut = cut.min(all.len());
+        if cut > at {
+            c.write_all(&all[at..cut]).unwrap();
+            std::thread::sleep(Duration::from_micros(300));
+            at = cut;
+        }
+    }
+    let sum: u64 = value.iter().map(|&b| u64::from(b)).sum();
+    let want = format!("into {n} {sum}\ndone\n");
+    let mut got = vec![0u8; want.len()];
+    retry_eintr(|| c.read_exact(&mut got));
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        want,
+        "{n} bytes in pieces {pieces:?}"
+    );
+}
+
+/// A value the session asks for is received into its own memory (`Handler::recv_target`),
+/// however the client splits it against the line before it and the receive buffers: whole,
+/// byte by byte, at every cut near the line, in pieces of odd sizes; with the buffer ring
+/// and with connections' own buffers.
+#[test]
+fn values_are_received_into_the_session_however_they_are_split() {
+    for buf_ring in [true, false] {
+        let tuning = ringstore_config::Tuning {
+            buf_ring,
+            ..Default::default()
+        };
+        let running = start(Limits { tuning, ..limits() }, 1, false);
+        let mut c = connect(running.memcache);
+        c.set_nodelay(true).unwrap();
+        send_into(&mut c, 100_000, 1, &[]);
+        send_into(&mut c, 300, 2, &(1..330).collect::<Vec<_>>());
+        for cut in 1usize..16 {
+            send_into(&mut c, 5000, cut.to_le_bytes()[0], &[cut]);
+            send_into(&mut c, 5000, cut.to_le_bytes()[0], &[cut, cut + 1, 5005]);
+        }
+        let odd: Vec<usize> = (1..40).map(|i| i * 7919).collect();
+        send_into(&mut c, 300_000, 3, &odd);
+        assert_eq!(roundtrip(&mut c, "after\n"), "after\n");
+        assert!(
+            running.echo.received_into.load(Ordering::Relaxed) > 300_000,
+            "the values went through receive buffers, not into the session's memory"
+        );
+    }
+}
+
+/// A client gone mid-value (the receive into the value in flight or armed): the connection
+/// is closed once nothing is in flight and the worker serves on.
+#[test]
+fn a_client_vanishing_mid_value_is_harmless() {
+    let running = start(limits(), 1, false);
+    for i in 0..20 {
+        let mut c = connect(running.memcache);
+        c.write_all(b"into 1000000\n").unwrap();
+        c.write_all(&vec![b'v'; i * 3000]).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        drop(c);
+    }
+    wait_until("all closed", || {
+        running.echo.closed.load(Ordering::Relaxed) == 20
+    });
+    let mut ok = connect(running.memcache);
+    send_into(&mut ok, 10_000, 9, &[]);
 }

@@ -543,6 +543,7 @@ impl Session {
             SessionKind::Http(s) => s.on_close(&http::StoreBackend::of(shared, s.worker(), device)),
             SessionKind::Memcache(s) => {
                 s.release_splices(shared);
+                s.abandon_direct(shared);
                 s.log_conn_event(shared, true);
             }
         }
@@ -564,8 +565,28 @@ impl Session {
         let mut session = Session::new(protocol, worker);
         if let SessionKind::Memcache(s) = &mut session.inner {
             s.resolve_gate(shared);
+            s.enable_direct();
         }
         session
+    }
+
+    /// Where the runtime receives this session's next input instead of its receive buffer:
+    /// the missing bytes of a storage value received straight into its item (their first
+    /// byte and how many; memcache `direct.rs`), or `None`. Writing them is sound until the
+    /// session is next called or closed (the item is reserved and pinned, nothing else
+    /// writes it); the runtime then reports them with [`Session::received_into`].
+    pub fn recv_target(&self) -> Option<(*mut u8, usize)> {
+        match &self.inner {
+            SessionKind::Memcache(s) => s.recv_target(),
+            SessionKind::Http(_) => None,
+        }
+    }
+
+    /// `n` bytes were received at [`Session::recv_target`].
+    pub fn received_into(&mut self, n: usize, shared: &Shared) {
+        if let SessionKind::Memcache(s) = &mut self.inner {
+            s.received_into(n, shared);
+        }
     }
 
     /// True when the connection must close because a reload took away what let it in: a

@@ -23,6 +23,9 @@ mod binary;
 mod bound_tests;
 #[cfg(test)]
 mod compat_tests;
+mod direct;
+#[cfg(test)]
+mod direct_tests;
 mod dump;
 pub mod expiry;
 mod get;
@@ -173,6 +176,10 @@ pub struct MemcacheSession {
     peer: Option<std::net::SocketAddr>,
     /// Requests answered in the current call, for the latency histograms.
     pub(crate) tally: crate::latency::Tally,
+    /// The storage request whose value is being received into its item (`direct.rs`).
+    direct: Option<Box<direct::Direct>>,
+    /// Values may be received into the item (a connection's session, not a datagram's).
+    direct_on: bool,
 }
 
 /// The end of one response in a session's output (memcached frames each of its UDP
@@ -229,7 +236,83 @@ impl MemcacheSession {
             cfd: 0,
             peer: None,
             tally: crate::latency::Tally::default(),
+            direct: None,
+            direct_on: false,
         }
+    }
+
+    /// From now on, a storage value with [`direct::DIRECT_MIN`] bytes and more still to come is received
+    /// into its item (`direct.rs`): a connection's session, whose runtime asks
+    /// [`MemcacheSession::recv_target`] before each receive.
+    pub fn enable_direct(&mut self) {
+        self.direct_on = true;
+    }
+
+    /// Where the runtime receives the next input: the missing bytes of a value being
+    /// received into its item (their first byte and how many), or `None` (the usual
+    /// receive). The bytes stay valid until the session is called again or closed.
+    pub fn recv_target(&self) -> Option<(*mut u8, usize)> {
+        self.direct.as_ref().and_then(|d| d.target())
+    }
+
+    /// `n` bytes were received at [`MemcacheSession::recv_target`].
+    pub fn received_into(&mut self, n: usize, shared: &Shared) {
+        if let Some(d) = &mut self.direct {
+            d.received(n);
+            shared.stats(self.worker).bytes_read.add(n as u64);
+        }
+    }
+
+    /// The connection is gone: a value being received into its item never will be.
+    pub fn abandon_direct(&mut self, shared: &Shared) {
+        if let Some(d) = self.direct.take() {
+            d.abandon(&shared.store);
+        }
+    }
+
+    /// A storage request at the start of `request` (its command line `line_len` bytes) whose
+    /// value is arriving: true when the value is received into its item from here on
+    /// (`direct.rs`), all of `request` used; false: it is buffered in `pending` as before.
+    /// Not while a reply is held or with a data device (its journal records whole values).
+    fn start_direct(
+        &mut self,
+        ctx: &Ctx<'_>,
+        held: &HeldReplies,
+        request: &[u8],
+        line_len: usize,
+    ) -> bool {
+        if !self.direct_on || held.is_holding() || ctx.device.is_some() {
+            return false;
+        }
+        match direct::Direct::start(ctx, request, line_len) {
+            Some(d) => {
+                self.direct = Some(Box::new(d));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Input while a value is received into its item: value bytes and the `\r\n` behind
+    /// it go to the item; once whole, the request is done. Returns the input left.
+    fn continue_direct<'i>(
+        &mut self,
+        input: &'i [u8],
+        ctx: &Ctx<'_>,
+        out: &mut Vec<u8>,
+    ) -> &'i [u8] {
+        let Some(d) = &mut self.direct else {
+            return input;
+        };
+        let (used, whole) = d.absorb(&ctx.shared.store, input);
+        if whole {
+            if let Some(d) = self.direct.take() {
+                d.finish(ctx, out);
+                self.tally.note(crate::latency::Family::Set);
+                mark(&mut self.marks, out.len(), false);
+            }
+        }
+        &input[used..]
     }
 
     /// The connection's peer: memcached's `conn_new` line when connevents are watched.
@@ -363,7 +446,10 @@ impl MemcacheSession {
             now,
             device,
         };
-        let mut flow = if self.pending.is_empty() {
+        let input = self.continue_direct(input, &ctx, out);
+        let mut flow = if self.direct.is_some() {
+            Flow::Continue
+        } else if self.pending.is_empty() {
             self.run_in_place(input, &ctx, out)
         } else {
             self.run_after_pending(input, &ctx, out)
@@ -470,6 +556,7 @@ impl MemcacheSession {
         (!self.pending.is_empty() && self.get_cursor == 0 && self.dump.is_none())
             || self.swallow > 0
             || matches!(self.gate, ascii_auth::Gate::Locked(_))
+            || self.direct.is_some()
     }
 
     /// Parses and executes requests from `buf`; returns the bytes used and the next step.
@@ -542,6 +629,9 @@ impl MemcacheSession {
                     remove_old,
                     noreply,
                 } => {
+                    if self.start_direct(ctx, held, &buf[pos..], line_len) {
+                        return (buf.len(), Flow::Continue);
+                    }
                     let Some(used) = self.value_or_refuse(
                         ctx,
                         (held, out),

@@ -403,6 +403,26 @@ pub(crate) fn write(b: &mut [u8], item: &NewItem<'_>) {
     }
 }
 
+/// Writes the header and key of a reserved item (a value of `value_len` bytes still to
+/// come, its bytes left as they are) at the start of `b`, marked [`DEAD`] so nothing takes
+/// it for a live item before it is linked; returns where the value starts.
+pub(crate) fn write_reserved(b: &mut [u8], item: &NewItem<'_>, value_len: usize) -> usize {
+    let at = write_header(
+        b,
+        &Fields {
+            cas: item.cas,
+            access: item.now,
+            key_len: item.key.len(),
+            bits: DEAD,
+            exptime: item.exptime,
+            flags: item.flags,
+            value_len,
+        },
+    );
+    b[at..at + item.key.len()].copy_from_slice(item.key);
+    at + item.key.len()
+}
+
 /// Bytes the item with header `h` occupies once rewritten with `exptime` and `cas`.
 pub(crate) fn rewritten_len(h: &Header, exptime: Time, cas: u64) -> usize {
     h.len() - h.key_start() + header_len(h.flags, exptime, cas, h.value_len)

@@ -32,8 +32,8 @@ pub use contention::{snapshot as contention_snapshot, Contention};
 use item::{Header, NewItem};
 use shard::{Shard, Shared};
 pub use store::{
-    DumpCursor, DumpItem, Journaled, Outcome, Region, Restart, SealReport, Store, WallTime,
-    FORMAT_VERSION,
+    DumpCursor, DumpItem, Journaled, Outcome, Region, Reservation, Restart, SealReport, Store,
+    WallTime, FORMAT_VERSION,
 };
 pub use tier::{RegionStats, SubRegion, PROMOTE_SCORE, SCORE_HALF_LIFE_SECS};
 
@@ -276,6 +276,12 @@ mod persist_tests;
     reason = "test value patterns take the low byte of an index on purpose"
 )]
 mod pin_tests;
+#[cfg(test)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "test value patterns take the low byte of an index on purpose"
+)]
+mod reserve_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

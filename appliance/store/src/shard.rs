@@ -24,6 +24,7 @@ use crate::StoreError;
 
 mod dump;
 mod pin;
+mod reserve;
 mod restore;
 mod space;
 mod tier;

@@ -8,11 +8,13 @@ mod dump;
 mod journaled;
 mod persist;
 mod read;
+mod reserve;
 mod write;
 
 pub use dump::{DumpCursor, DumpItem};
 pub use journaled::Journaled;
 pub use persist::{Outcome, Region, Restart, SealReport, WallTime, FORMAT_VERSION};
+pub use reserve::Reservation;
 
 /// The keyspace. `Sync`: shared by every worker behind an `Arc`.
 pub struct Store {

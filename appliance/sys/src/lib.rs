@@ -37,9 +37,9 @@ pub use cpus::{
     set_mempolicy_bind, CPULIST_LEN_MAX, CPULIST_SPAN_MAX,
 };
 pub use epoll::{
-    recv_nowait, recvmmsg_nowait, send_nowait, sendmmsg_nowait, sendmsg_iovecs_nowait,
-    set_nonblocking, Epoll, Readiness, Received, RecvBatch, Transfer, Watch, RECVMMSG_MAX,
-    SENDMMSG_MAX,
+    recv_into_nowait, recv_nowait, recvmmsg_nowait, send_nowait, sendmmsg_nowait,
+    sendmsg_iovecs_nowait, set_nonblocking, Epoll, Readiness, Received, RecvBatch, Transfer, Watch,
+    RECVMMSG_MAX, SENDMMSG_MAX,
 };
 pub use fs::{drop_cached, read_trim};
 pub use hint::prefetch_read;

@@ -36,10 +36,32 @@ pub(crate) fn parse<'a>(
     after: &'a [u8],
     limits: &Limits,
 ) -> Parse<'a> {
-    let line_only = |request| Parse::Done {
-        request,
-        consumed: line_end,
+    let (head, vlen) = match head(toks, kind) {
+        Ok(head) => head,
+        Err((line, noreply)) => {
+            return Parse::Done {
+                request: Request::error(line, noreply),
+                consumed: line_end,
+            }
+        }
     };
+    let value = ValueHead {
+        key: head.key,
+        vlen,
+        remove_old: kind == StoreKind::Set,
+        noreply: head.noreply,
+    };
+    with_value(value, line_end, after, limits, |data| {
+        Request::Store(StoreRequest { data, ..head })
+    })
+}
+
+/// The command line of a storage command: the request with no data yet, and the data
+/// length; `Err`: the error line the line gets and whether `noreply` suppresses it.
+fn head<'a>(
+    toks: &Tokens<'a>,
+    kind: StoreKind,
+) -> Result<(StoreRequest<'a>, usize), (&'static str, bool)> {
     let (lo, hi) = if kind == StoreKind::Cas {
         (7, 8)
     } else {
@@ -47,46 +69,59 @@ pub(crate) fn parse<'a>(
     };
     let n = toks.ntokens();
     if n != lo && n != hi {
-        return line_only(Request::reply(ERROR));
+        return Err((ERROR, false));
     }
     let noreply = toks.noreply();
-    let bad = Request::error(BAD_FORMAT, noreply);
+    let bad = (BAD_FORMAT, noreply);
     let key = toks.at(1);
     if !valid_text_key(key) {
-        return line_only(bad);
+        return Err(bad);
     }
     let (Some(flags), Some(exptime), Some(vlen)) = (
         strtoul32(toks.at(2)),
         strtol32(toks.at(3)),
         value_len(toks.at(4)),
     ) else {
-        return line_only(bad);
+        return Err(bad);
     };
     let cas_unique = if kind == StoreKind::Cas {
         match strtoull(toks.at(5)) {
             Some(c) => c,
-            None => return line_only(bad),
+            None => return Err(bad),
         }
     } else {
         0
     };
-    let head = ValueHead {
+    let request = StoreRequest {
+        kind,
         key,
-        vlen,
-        remove_old: kind == StoreKind::Set,
+        flags,
+        exptime,
+        data: &[],
+        cas_unique,
         noreply,
     };
-    with_value(head, line_end, after, limits, |data| {
-        Request::Store(StoreRequest {
-            kind,
-            key,
-            flags,
-            exptime,
-            data,
-            cas_unique,
-            noreply,
-        })
-    })
+    Ok((request, vlen))
+}
+
+/// The storage command (`set`, `add`, `replace`, `append`, `prepend`, `cas`) whose command
+/// line is `line` (with its `\r\n`, as [`super::Parse::AwaitingValue`]'s `line_len` bytes
+/// frame it), with no data, and its data length: what a caller that receives the data
+/// block elsewhere (into the item) needs. `None` for any other line or a malformed one.
+pub fn store_head(line: &[u8]) -> Option<(StoreRequest<'_>, usize)> {
+    let line = line.strip_suffix(b"\n")?;
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let toks = Tokens::new(line);
+    let kind = match toks.get(0)? {
+        b"set" => StoreKind::Set,
+        b"add" => StoreKind::Add,
+        b"replace" => StoreKind::Replace,
+        b"append" => StoreKind::Append,
+        b"prepend" => StoreKind::Prepend,
+        b"cas" => StoreKind::Cas,
+        _ => return None,
+    };
+    head(&toks, kind).ok()
 }
 
 #[cfg(test)]
@@ -125,6 +160,25 @@ mod tests {
             panic!()
         };
         assert!(!s.noreply);
+    }
+
+    #[test]
+    fn store_head_reads_the_line_of_an_awaited_value() {
+        let (s, vlen) = store_head(b"cas k 5 -1 4096 77 noreply\r\n").expect("head");
+        assert_eq!(
+            (
+                s.kind,
+                s.key,
+                s.flags,
+                s.exptime,
+                s.cas_unique,
+                s.noreply,
+                vlen
+            ),
+            (StoreKind::Cas, &b"k"[..], 5, -1, 77, true, 4096)
+        );
+        assert!(store_head(b"get k\r\n").is_none());
+        assert!(store_head(b"set k 0 0\r\n").is_none());
     }
 
     #[test]

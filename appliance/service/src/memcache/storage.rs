@@ -70,15 +70,7 @@ pub(crate) fn store(ctx: &Ctx<'_>, out: &mut Vec<u8>, s: &StoreRequest<'_>) {
         exptime: i64::from(s.exptime),
         data: s.data,
     };
-    let line = match apply(ctx, s.kind, s.key, value, cas) {
-        Ok(done) => match done.result {
-            Outcome::Stored => "STORED",
-            Outcome::NotStored => "NOT_STORED",
-            Outcome::Exists => "EXISTS",
-            Outcome::NotFound => "NOT_FOUND",
-        },
-        Err(e) => store_error(&e),
-    };
+    let line = reply_line(&apply(ctx, s.kind, s.key, value, cas));
     if !s.noreply {
         reply::line(out, line);
     }
@@ -144,10 +136,22 @@ pub(crate) fn apply(
             }
             (StoreKind::Cas, Some(_)) => (Write::Nothing, Outcome::Exists),
         });
-    if let Err(e) = &result {
+    account(ctx, (kind, key, exp, v.data.len()), &result);
+    result
+}
+
+/// Counts a storage command's outcome in the stats and logs its `watch` line: `what` is
+/// the command, its key, its expiry and its value's length (both ways a value arrives:
+/// through the input, or received into the item, `direct.rs`).
+pub(crate) fn account(
+    ctx: &Ctx<'_>,
+    (kind, key, exp, size): (StoreKind, &[u8], Expiry, usize),
+    result: &Result<Updated<Outcome>, StoreError>,
+) {
+    if let Err(e) = result {
         count_store_error(ctx, e);
     }
-    if let Ok(done) = &result {
+    if let Ok(done) = result {
         let cmd = match kind {
             StoreKind::Set => "set",
             StoreKind::Add => "add",
@@ -156,16 +160,28 @@ pub(crate) fn apply(
             StoreKind::Prepend => "prepend",
             StoreKind::Cas => "cas",
         };
-        watch_store(ctx, key, cmd, done.result, exp, v.data.len());
+        watch_store(ctx, key, cmd, done.result, exp, size);
     }
-    if let (StoreKind::Cas, Ok(done)) = (kind, &result) {
+    if let (StoreKind::Cas, Ok(done)) = (kind, result) {
         match done.result {
             Outcome::NotFound => ctx.stats.cas_misses.inc(),
             Outcome::Exists => ctx.stats.cas_badval.inc(),
             _ => ctx.stats.cas_hits.inc(),
         }
     }
-    result
+}
+
+/// The reply line of a storage command that ended with `result`.
+pub(crate) fn reply_line(result: &Result<Updated<Outcome>, StoreError>) -> &'static str {
+    match result {
+        Ok(done) => match done.result {
+            Outcome::Stored => "STORED",
+            Outcome::NotStored => "NOT_STORED",
+            Outcome::Exists => "EXISTS",
+            Outcome::NotFound => "NOT_FOUND",
+        },
+        Err(e) => store_error(e),
+    }
 }
 
 /// Counts a refused store as memcached does: `store_too_large` or `store_no_memory`.

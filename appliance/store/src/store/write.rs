@@ -49,7 +49,7 @@ impl Store {
     /// when something was written. Inlined: a SET's path stays one frame, as before the split
     /// (callgrind: a separate frame cost about 45 instructions per set).
     #[inline(always)]
-    fn apply(
+    pub(super) fn apply(
         &self,
         shard: &mut Shard,
         at: Target<'_, '_>,

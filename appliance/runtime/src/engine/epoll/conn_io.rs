@@ -117,12 +117,16 @@ impl<H: Handler> Worker<H> {
         }
     }
 
-    /// One nonblocking read into the worker's buffer, fed to the session.
+    /// One nonblocking read into the worker's buffer, fed to the session (or, while a
+    /// storage value is received into its item, into the item: [`Worker::read_into_item`]).
     fn read(&mut self, slot: u32, generation: u32) -> bool {
         let handler = &*self.core.setup.handler;
         let Some(conn) = self.core.conns.get_mut(slot, generation) else {
             return false;
         };
+        if let Some(target) = handler.recv_target(&conn.session) {
+            return self.read_into_item(slot, target);
+        }
         match crate::sys::recv_nowait(conn.fd.as_raw_fd(), &mut self.read_buf) {
             Transfer::Done(0) | Transfer::Failed => {
                 // The peer closed (possibly mid-request) or reset.
@@ -147,6 +151,33 @@ impl<H: Handler> Worker<H> {
                 );
                 conn.machine.handle_received(self.core.now.mono_ms);
                 self.served(slot, flow)
+            }
+        }
+    }
+
+    /// One nonblocking read of a storage value's missing bytes straight into its reserved
+    /// item (`target`, [`Handler::recv_target`]): nothing is copied; the session is told how
+    /// many came and the machine goes on reading (the request stays partial until the
+    /// `\r\n` behind the value arrives as ordinary input).
+    fn read_into_item(&mut self, slot: u32, (at, len): (*mut u8, usize)) -> bool {
+        let handler = &*self.core.setup.handler;
+        let Some(conn) = self.core.conns.at_mut(slot) else {
+            return false;
+        };
+        match crate::sys::recv_into_nowait(conn.fd.as_raw_fd(), at, len) {
+            Transfer::Done(0) | Transfer::Failed => {
+                // The peer closed mid-value: the close gives the reservation back.
+                self.finish_close(slot);
+                false
+            }
+            Transfer::WouldBlock => {
+                conn.io.ready_in = false;
+                false
+            }
+            Transfer::Done(n) => {
+                handler.received_into(&mut conn.session, n);
+                conn.machine.handle_received(self.core.now.mono_ms);
+                self.served(slot, Flow::Continue)
             }
         }
     }

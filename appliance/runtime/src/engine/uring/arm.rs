@@ -75,7 +75,14 @@ impl<H: Handler> Worker<H> {
             return;
         };
         let fd = types::Fd(conn.fd.as_raw_fd());
-        let entry = if pooled {
+        let target = self.core.setup.handler.recv_target(&conn.session);
+        conn.io.into_item = target.is_some();
+        let entry = if let Some((at, len)) = target {
+            // A storage value's missing bytes go straight into its reserved item (issue 38).
+            opcode::Recv::new(fd, at, crate::sys::u32_of(len))
+                .ioprio(ioprio)
+                .build()
+        } else if pooled {
             opcode::Recv::new(fd, std::ptr::null_mut(), crate::sys::u32_of(BUF_SIZE))
                 .buf_group(BufRing::GROUP)
                 .ioprio(ioprio)

@@ -30,7 +30,11 @@ impl<H: Handler> Worker<H> {
                     // arena bytes: the pin invariant (store/src/pin.rs) is that a pinned segment is
                     // not recycled or rewritten until the pin is released, and the session releases
                     // its pins only in `output_flushed` / `session_closed`, which the worker calls
-                    // after this send's completion (never with a send in flight).
+                    // after this send's completion (never with a send in flight). A receive
+                    // into a reserved item (`Handler::recv_target`, issue 38) writes pinned
+                    // arena bytes that only it writes: the session gives the reservation back
+                    // only when it is next called or closed, which the worker does after this
+                    // receive's completion (a close waits for the operations in flight).
                     // SAFETY: every entry points only at memory that outlives its completion (above).
                     if unsafe { sq.push(&self.pending[next]) }.is_err() {
                         break;

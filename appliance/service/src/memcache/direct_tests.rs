@@ -1,0 +1,156 @@
+//! Tests of values received into the item (`direct.rs`) at the session: however the input
+//! is split, a session that receives big values into their items answers byte for byte as
+//! one that buffers them, stores the same values, and gives a reservation back when its
+//! connection closes mid-value.
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use ringstore_store::{ReadOpts, Store, StoreConfig};
+
+use super::tests::NOW;
+use crate::{Flow, Protocol, ServiceConfig, Session, Shared, Topology};
+
+fn shared() -> Arc<Shared> {
+    let store = Store::new(StoreConfig {
+        memory_bytes: 16 << 20,
+        item_size_max: 1 << 20,
+        shards: 2,
+        huge_pages: false,
+        external_threshold: 0,
+    })
+    .expect("store");
+    let config = ServiceConfig {
+        item_size_max: 1 << 20,
+        max_line: 2048,
+        out_high_water: 1 << 20,
+        max_conns: 10,
+        object_size_max: 0,
+        conn_memory: 64 << 20,
+    };
+    let topology = Topology {
+        numa_node: 0,
+        worker_cpus: vec![0],
+        hostname: "t".into(),
+    };
+    Shared::with(
+        store,
+        config,
+        topology,
+        1,
+        42,
+        1_700_000_000,
+        crate::Started::default(),
+    )
+}
+
+/// A request stream with big values of every storage kind the item receives, good and bad
+/// trailers, noreply, and the reads that show what was stored.
+fn stream(len: usize, seed: u8) -> Vec<u8> {
+    let v = |s: u8| -> Vec<u8> {
+        (0..len)
+            .map(|i| i.to_le_bytes()[0].wrapping_mul(13) ^ s)
+            .collect()
+    };
+    let mut all = Vec::new();
+    let mut req = |line: String, value: Vec<u8>, trailer: &[u8]| {
+        all.extend_from_slice(line.as_bytes());
+        all.extend_from_slice(&value);
+        all.extend_from_slice(trailer);
+    };
+    req(format!("set a 1 0 {len}\r\n"), v(seed), b"\r\n");
+    req(format!("add a 0 0 {len}\r\n"), v(seed ^ 1), b"\r\n");
+    req(format!("add b 2 0 {len}\r\n"), v(seed ^ 2), b"\r\n");
+    req(format!("replace c 0 0 {len}\r\n"), v(seed ^ 3), b"\r\n");
+    req(
+        format!("replace b 3 0 {len} noreply\r\n"),
+        v(seed ^ 4),
+        b"\r\n",
+    );
+    req(format!("cas a 0 0 {len} 12345\r\n"), v(seed ^ 5), b"\r\n");
+    req(format!("set bad 0 0 {len}\r\n"), v(seed ^ 6), b"XY\r\n");
+    req(format!("append a 0 0 {len}\r\n"), v(seed ^ 7), b"\r\n");
+    all.extend_from_slice(b"get a b c bad\r\n");
+    all
+}
+
+/// Feeds `input` cut at `cuts` to `session`; returns the output.
+fn run(shared: &Shared, mut session: Session, input: &[u8], cuts: &[usize]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for &cut in cuts.iter().chain(std::iter::once(&input.len())) {
+        let cut = cut.clamp(at, input.len());
+        let mut flow = session.on_bytes(&input[at..cut], NOW, shared, None, &mut out);
+        while flow == Flow::Drain {
+            flow = session.on_bytes(&[], NOW, shared, None, &mut out);
+        }
+        assert_ne!(flow, Flow::Close);
+        at = cut;
+    }
+    session.on_close(shared, None);
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn a_session_receiving_into_items_answers_as_one_that_buffers(
+        len in prop::sample::select(vec![4096usize, 4097, 9000, 70_000]),
+        seed in any::<u8>(),
+        mut cuts in prop::collection::vec(0usize..700_000, 0..24),
+    ) {
+        let input = stream(len, seed);
+        cuts.iter_mut().for_each(|c| *c %= input.len());
+        cuts.sort_unstable();
+        let theirs = shared();
+        let buffered = run(&theirs, Session::new(Protocol::Memcache, 0), &input, &cuts);
+        let ours = shared();
+        let direct = run(&ours, Session::for_connection(Protocol::Memcache, 0, &ours), &input, &cuts);
+        prop_assert_eq!(&direct, &buffered);
+        prop_assert_eq!(ours.store.stats().pinned_segments, 0);
+        prop_assert_eq!(ours.store.stats().curr_items, theirs.store.stats().curr_items);
+    }
+}
+
+#[test]
+fn a_value_under_way_is_reserved_and_a_close_gives_it_back() {
+    let shared = shared();
+    let mut s = Session::for_connection(Protocol::Memcache, 0, &shared);
+    let mut out = Vec::new();
+    let head = b"set k 0 0 5000\r\n";
+    assert_eq!(
+        s.on_bytes(head, NOW, &shared, None, &mut out),
+        Flow::Continue
+    );
+    let (_, left) = s.recv_target().expect("the value goes into its item");
+    assert_eq!(left, 5000);
+    assert!(s.has_partial_request(), "the request timeout runs");
+    s.on_bytes(&[7u8; 1000], NOW, &shared, None, &mut out);
+    assert_eq!(s.recv_target().map(|t| t.1), Some(4000));
+    s.received_into(4000, &shared);
+    assert!(
+        s.recv_target().is_none(),
+        "the value is whole; the trailer comes as input"
+    );
+    assert!(s.has_partial_request());
+    assert_eq!(shared.store.stats().pinned_segments, 1);
+    s.on_close(&shared, None);
+    assert!(out.is_empty());
+    let st = shared.store.stats();
+    assert_eq!((st.pinned_segments, st.curr_items), (0, 0));
+    let found = shared
+        .store
+        .get(b"k", NOW.store, ReadOpts::default(), |it| it.is_some());
+    assert!(!found, "a value never completed is never seen");
+}
+
+#[test]
+fn values_under_the_threshold_are_buffered() {
+    let shared = shared();
+    let mut s = Session::for_connection(Protocol::Memcache, 0, &shared);
+    let mut out = Vec::new();
+    s.on_bytes(b"set k 0 0 4095\r\nab", NOW, &shared, None, &mut out);
+    assert!(s.recv_target().is_none());
+    assert_eq!(shared.store.stats().pinned_segments, 0);
+}
