@@ -165,16 +165,18 @@ pub fn sendmsg_iovecs_nowait(fd: RawFd, iov: &[libc::iovec]) -> Transfer {
 
 /// One nonblocking `recv` into the `len` bytes at `at`: a storage value received straight
 /// into its reserved item (issue 38), an address into pinned arena memory rather than a Rust
-/// borrow, as [`sendmsg_iovecs_nowait`]'s pieces are. No Rust reference is made from it:
-/// the kernel writes the range itself and fails the call with EFAULT where it is not
-/// writable, as it does for the io_uring worker's receive into the same range. The caller
-/// passes only a range that nothing else reads or writes for the call and that stays mapped
-/// (a reservation's value: its segment is pinned, and only the receive writes it until the
+/// borrow. The kernel writes the range itself and fails the call with EFAULT where it is not
+/// writable, as it does for the io_uring worker's receive into the same range.
+///
+/// # Safety
+/// The kernel writes up to `len` bytes at `at`: the range must stay mapped for the call and
+/// nothing may read or write it, or hold a Rust reference into it, until the call returns (a
+/// reservation's value: its segment is pinned, and only the receive writes it until the
 /// session is called again).
-pub fn recv_into_nowait(fd: RawFd, at: *mut u8, len: usize) -> Transfer {
-    // SAFETY: no Rust reference covers `at..at + len` (the caller's contract above): the
-    // kernel writes the bytes itself and checks every address it writes. The caller keeps
-    // `fd` open across the call (module doc of net); a stale one fails EBADF.
+pub unsafe fn recv_into_nowait(fd: RawFd, at: *mut u8, len: usize) -> Transfer {
+    // SAFETY: the range is the caller's to hand out (the contract above); the kernel checks
+    // every address it writes. The caller keeps `fd` open across the call (module doc of
+    // net); a stale one fails EBADF.
     let rc = unsafe { libc::recv(fd, at.cast(), len, libc::MSG_DONTWAIT) };
     transfer(
         usize::try_from(rc)

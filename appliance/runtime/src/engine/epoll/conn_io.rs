@@ -164,7 +164,15 @@ impl<H: Handler> Worker<H> {
         let Some(conn) = self.core.conns.at_mut(slot) else {
             return false;
         };
-        match crate::sys::recv_into_nowait(conn.fd.as_raw_fd(), at, len) {
+        #[allow(
+            unsafe_code,
+            reason = "the kernel writes a reserved item's pinned range (Handler::recv_target)"
+        )]
+        // SAFETY: `at..at + len` is `Handler::recv_target`'s range, which stays mapped and
+        // untouched by anything else until the session is next called or closed; neither
+        // happens before this call returns.
+        let got = unsafe { crate::sys::recv_into_nowait(conn.fd.as_raw_fd(), at, len) };
+        match got {
             Transfer::Done(0) | Transfer::Failed => {
                 // The peer closed mid-value: the close gives the reservation back.
                 self.finish_close(slot);
