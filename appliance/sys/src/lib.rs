@@ -24,6 +24,7 @@ mod power;
 mod process;
 mod signals;
 mod time;
+mod tpm;
 mod tty;
 mod xsk;
 
@@ -69,5 +70,6 @@ pub use signals::{
     set_signal_mask, signal_set, signal_this_thread, signalfd, termination_set, wait_signal,
 };
 pub use time::{civil_from_days, days_from_civil};
+pub use tpm::{TpmDevice, TPM_RESPONSE_MAX};
 pub use tty::KeysAtOnce;
 pub use xsk::{ifindex, rx_queue_count, Frame, Xsk, XskConfig, XskError, XskMode};

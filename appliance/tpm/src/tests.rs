@@ -1,0 +1,223 @@
+//! Marshalling and policy tests, and sealing against a software TPM (`swtpm`) on the host.
+use super::*;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command as Process};
+
+#[test]
+fn the_pcr7_policy_digest_is_the_spec_computation() {
+    // Computed independently (Python hashlib) from TPM 2.0 Part 3, 23.7.
+    assert_eq!(
+        hex(&pcr7_policy(&[0u8; 32])),
+        "8b5682d81b29435d08d79278150611dc7e5923b2fefcce684a09577b40130a8b"
+    );
+    let counting: [u8; 32] = std::array::from_fn(|i| u8::try_from(i).unwrap());
+    assert_eq!(
+        hex(&pcr7_policy(&counting)),
+        "ef23ccc71b928bf66889c4390f780400ae6a7a091201becfffd13998660b40e3"
+    );
+}
+
+#[test]
+fn commands_carry_their_size_and_the_pcr7_selection() {
+    let mut c = Command::new(ST_NO_SESSIONS, CC_POLICY_PCR);
+    c.u32(0x0300_0000).u16(0).bytes(&wire::pcr7_selection());
+    let b = c.finish();
+    assert_eq!(
+        hex(&b),
+        "80010000001a0000017f03000000000000000001000b03800000"
+    );
+    assert_eq!(b.len(), 0x1a);
+}
+
+#[test]
+fn the_sealed_template_forbids_password_use() {
+    let t = sealed_template(&[7u8; 32]);
+    let attrs = u32::from_be_bytes([t[4], t[5], t[6], t[7]]);
+    assert_eq!(attrs & (1 << 6), 0, "userWithAuth must be clear");
+    assert_eq!(attrs & 0x12, 0x12, "fixedTPM and fixedParent");
+    assert_eq!(&t[10..42], &[7u8; 32]);
+}
+
+#[test]
+fn sealed_keys_round_trip_and_refuse_junk() {
+    let sealed = SealedKey {
+        public: vec![0, 2, 0xAA, 0xBB],
+        private: vec![0, 1, 0xCC],
+    };
+    let b = sealed.encode();
+    assert_eq!(SealedKey::decode(&b).unwrap(), sealed);
+    assert!(SealedKey::decode(&b[..b.len() - 1]).is_err());
+    assert!(SealedKey::decode(&[b.as_slice(), &[0]].concat()).is_err());
+    assert!(SealedKey::decode(&vec![0u8; SEALED_MAX + 1]).is_err());
+    assert!(SealedKey::decode(&[]).is_err());
+}
+
+/// Answers every command with a fixed error, and records what it was sent.
+struct Refusing {
+    sent: Vec<u32>,
+}
+
+impl Transport for Refusing {
+    fn transact(&mut self, command: &[u8]) -> Result<Vec<u8>, TpmError> {
+        self.sent.push(u32::from_be_bytes([
+            command[6], command[7], command[8], command[9],
+        ]));
+        // TPM_RC_INTEGRITY on parameter 1: what Load answers for another TPM's blob.
+        let mut rsp = vec![0x80, 0x01, 0, 0, 0, 10];
+        rsp.extend_from_slice(&0x1DFu32.to_be_bytes());
+        Ok(rsp)
+    }
+}
+
+#[test]
+fn a_refusal_is_typed_and_names_the_command() {
+    let mut tpm = Refusing { sent: Vec::new() };
+    let err = unseal(
+        &mut tpm,
+        &SealedKey {
+            public: vec![0, 0],
+            private: vec![0, 0],
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TpmError::Refused {
+                command: "CreatePrimary",
+                code: 0x1DF,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(!err.is_policy_failure());
+    assert_eq!(tpm.sent, vec![CC_CREATE_PRIMARY]);
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A running `swtpm` with its state in a temporary directory, spoken to over its socket.
+struct Swtpm {
+    child: Child,
+    socket: UnixStream,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Swtpm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Transport for Swtpm {
+    fn transact(&mut self, command: &[u8]) -> Result<Vec<u8>, TpmError> {
+        self.socket.write_all(command)?;
+        let mut rsp = vec![0u8; 10];
+        self.socket.read_exact(&mut rsp)?;
+        let len = u32::from_be_bytes([rsp[2], rsp[3], rsp[4], rsp[5]]) as usize;
+        rsp.resize(len.clamp(10, ringstore_sys::TPM_RESPONSE_MAX), 0);
+        self.socket.read_exact(&mut rsp[10..])?;
+        Ok(rsp)
+    }
+}
+
+/// Starts swtpm on `state` (a fresh one when `None`); `None` back where swtpm is not
+/// installed, which fails under CI=true.
+fn swtpm(state: Option<tempfile::TempDir>) -> Option<Swtpm> {
+    if !std::path::Path::new("/usr/bin/swtpm").exists() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "swtpm is not installed (apt-get install swtpm)"
+        );
+        eprintln!("skipped: swtpm is not installed");
+        return None;
+    }
+    let dir = state.unwrap_or_else(|| tempfile::tempdir().unwrap());
+    let sock = dir.path().join("tpm.sock");
+    let child = Process::new("/usr/bin/swtpm")
+        .arg("socket")
+        .arg("--tpm2")
+        .arg("--tpmstate")
+        .arg(format!("dir={}", dir.path().display()))
+        .arg("--server")
+        .arg(format!("type=unixio,path={}", sock.display()))
+        .arg("--ctrl")
+        .arg(format!(
+            "type=unixio,path={}",
+            dir.path().join("ctrl.sock").display()
+        ))
+        .args(["--flags", "not-need-init,startup-clear"])
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let socket = loop {
+        match UnixStream::connect(&sock) {
+            Ok(s) => break s,
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            Err(e) => panic!("swtpm socket: {e}"),
+        }
+    };
+    socket.set_read_timeout(Some(COMMAND_TIMEOUT)).unwrap();
+    Some(Swtpm {
+        child,
+        socket,
+        _dir: dir,
+    })
+}
+
+fn extend_pcr7(tpm: &mut dyn Transport) {
+    let mut c = Command::new(ST_SESSIONS, 0x182);
+    c.u32(7)
+        .auth(RS_PW, 0)
+        .u32(1)
+        .u16(ALG_SHA256)
+        .bytes(&[0x5A; 32]);
+    let rsp = tpm.transact(&c.finish()).unwrap();
+    wire::check("PCR_Extend", TpmCc::PcrExtend, &rsp).unwrap();
+}
+
+#[test]
+fn swtpm_seals_unseals_and_refuses_another_pcr7_or_tpm() {
+    let Some(mut tpm) = swtpm(None) else { return };
+    let key: [u8; 32] = std::array::from_fn(|i| u8::try_from(i * 7).unwrap());
+    let sealed = seal(&mut tpm, &key).unwrap();
+    let stored = sealed.encode();
+    assert!(stored.len() < 400, "{} bytes", stored.len());
+    assert!(
+        !stored.windows(32).any(|w| w == key),
+        "key in clear in the sealed blob"
+    );
+    let back = SealedKey::decode(&stored).unwrap();
+    assert_eq!(unseal(&mut tpm, &back).unwrap(), key);
+    assert_eq!(
+        unseal(&mut tpm, &back).unwrap(),
+        key,
+        "handles were not flushed"
+    );
+
+    // Another TPM: the same blob does not even load.
+    let Some(mut other) = swtpm(None) else { return };
+    let err = unseal(&mut other, &back).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TpmError::Refused {
+                command: "Load",
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    // PCR 7 moved (as when Secure Boot is turned off): the policy fails.
+    extend_pcr7(&mut tpm);
+    let err = unseal(&mut tpm, &back).unwrap_err();
+    assert!(err.is_policy_failure(), "{err}");
+}
