@@ -158,3 +158,42 @@ fn a_torn_sealed_record_is_a_torn_tail_and_a_flip_in_history_is_damage() {
         assert_eq!(dev.counts().0, 0, "a refused open wrote");
     }
 }
+
+#[test]
+fn a_tpm_sealed_key_written_ahead_of_the_format_survives_format_and_opens() {
+    use crate::superblock::{probe, sealed_key, set_sealed_key, Probe, SEALED_KEY_MAX};
+    let blob: Vec<u8> = (0..300u32).map(|i| (i % 251) as u8).collect();
+    let mut img = vec![0u8; 1 << 20];
+    set_sealed_key(&mut img[..4096], &blob).unwrap();
+    assert_eq!(
+        probe(&img[..8192]),
+        Probe::Blank,
+        "a waiting sealed key is still blank"
+    );
+    let (mut d, rep) = Durable::open(SimDevice::from_image(img), &opts(key(4))).unwrap();
+    assert!(rep.formatted);
+    fill(&mut d, 4);
+    let img = crash(&d);
+    assert_eq!(sealed_key(&img[..4096]), Some(blob.as_slice()));
+    // Reopening raises the epoch in the same block: the sealed key stays.
+    let (d, _) = Durable::open(SimDevice::from_image(img), &opts(key(4))).unwrap();
+    check(&d, 4);
+    let img = crash(&d);
+    assert_eq!(sealed_key(&img[..4096]), Some(blob.as_slice()));
+    assert_eq!(epoch(&img), 2);
+    // A damaged area is no sealed key, and a device with only junk there is not blank.
+    let mut bad = vec![0u8; 8192];
+    set_sealed_key(&mut bad[..4096], &blob).unwrap();
+    bad[2100] ^= 1;
+    assert_eq!(sealed_key(&bad), None);
+    assert_eq!(probe(&bad), Probe::Unknown);
+    assert!(set_sealed_key(&mut bad[..4096], &vec![0; SEALED_KEY_MAX + 1]).is_err());
+}
+
+#[test]
+fn a_format_without_a_key_drops_a_sealed_key_area() {
+    let mut img = vec![0u8; 1 << 20];
+    crate::superblock::set_sealed_key(&mut img[..4096], b"sealed").unwrap();
+    let (d, _) = Durable::open(SimDevice::from_image(img), &opts(None)).unwrap();
+    assert_eq!(crate::superblock::sealed_key(&crash(&d)[..4096]), None);
+}

@@ -8,6 +8,12 @@
 //! with the uuid's crc`), hold the open counter that makes nonces unique across opens: an open
 //! writes the next epoch into the slot with the older (or invalid) one, so a torn write can
 //! only lose the new epoch, never the last one that was made durable.
+//!
+//! On the appliance the data key is sealed by the TPM (ADR 0053) and the sealed key lives in
+//! the superblock block at 2048..3072: `magic "RSTPMKY1" | 8 len u16 | 10 sealed key [len] |
+//! 1020 crc32c of 2048..3068`. PID 1 writes it on a blank device before the format, so the key
+//! is durable before any record sealed with it; a blank device holding only that area still
+//! probes as blank, and the format (with a key) keeps it.
 use crate::error::DurableError;
 use crate::units::usize_from;
 
@@ -265,6 +271,40 @@ impl Superblock {
     }
 }
 
+/// The superblock block's bytes holding the TPM-sealed data key (ADR 0053).
+pub const SEALED_KEY_AREA: std::ops::Range<usize> = 2048..3072;
+/// The longest sealed key the area holds.
+pub const SEALED_KEY_MAX: usize = SEALED_KEY_AREA.end - SEALED_KEY_AREA.start - 14;
+const SEALED_KEY_MAGIC: &[u8; 8] = b"RSTPMKY1";
+
+/// The sealed key in superblock block `b`, if the area holds a valid one.
+pub fn sealed_key(b: &[u8]) -> Option<&[u8]> {
+    let area = b.get(SEALED_KEY_AREA)?;
+    let crc_at = area.len() - 4;
+    let len = usize::from(u16::from_le_bytes([area[8], area[9]]));
+    (&area[..8] == SEALED_KEY_MAGIC
+        && len <= SEALED_KEY_MAX
+        && le32(area, crc_at) == crc32c::crc32c(&area[..crc_at]))
+    .then(|| &area[10..10 + len])
+}
+
+/// Writes `key` into the sealed-key area of superblock block `b` (at least 4096 bytes).
+pub fn set_sealed_key(b: &mut [u8], key: &[u8]) -> Result<(), DurableError> {
+    let len = u16::try_from(key.len())
+        .ok()
+        .filter(|_| key.len() <= SEALED_KEY_MAX)
+        .ok_or(DurableError::CorruptSuperblock("sealed key too long"))?;
+    let area = &mut b[SEALED_KEY_AREA];
+    area.fill(0);
+    area[..8].copy_from_slice(SEALED_KEY_MAGIC);
+    area[8..10].copy_from_slice(&len.to_le_bytes());
+    area[10..10 + key.len()].copy_from_slice(key);
+    let crc_at = area.len() - 4;
+    let crc = crc32c::crc32c(&area[..crc_at]);
+    area[crc_at..].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
 /// What the first bytes of a device say it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Probe {
@@ -305,7 +345,10 @@ pub fn probe(head: &[u8]) -> Probe {
         return Probe::Foreign("MBR partition table");
     }
     let first = &head[..head.len().min(usize_from(SUPERBLOCK_LEN))];
-    if first.iter().all(|&b| b == 0) {
+    // A sealed key written ahead of the format (ADR 0053) leaves the device blank.
+    let waiting = sealed_key(first).is_some();
+    let blank = |(i, &b): (usize, &u8)| b == 0 || (waiting && SEALED_KEY_AREA.contains(&i));
+    if first.iter().enumerate().all(blank) {
         Probe::Blank
     } else {
         Probe::Unknown

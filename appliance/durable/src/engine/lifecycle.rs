@@ -267,7 +267,16 @@ fn format<D: BlockDevice>(dev: &D, opts: &Options) -> Result<Superblock, Durable
     let io = |e: std::io::Error| DurableError::io(0, &e);
     dev.write_at(SUPERBLOCK_LEN, &vec![0u8; usize_from(wipe)])
         .map_err(io)?;
-    dev.write_at(0, &sb.encode()).map_err(io)?;
+    let mut block = sb.encode();
+    if opts.data_key.is_some() {
+        // The TPM-sealed key PID 1 wrote ahead of the format stays (ADR 0053).
+        let mut old = vec![0u8; usize_from(SUPERBLOCK_LEN)];
+        dev.read_at(0, &mut old).map_err(io)?;
+        if let Some(sealed) = crate::superblock::sealed_key(&old) {
+            crate::superblock::set_sealed_key(&mut block, &sealed.to_vec())?;
+        }
+    }
+    dev.write_at(0, &block).map_err(io)?;
     dev.flush().map_err(io)?;
     Ok(sb)
 }
