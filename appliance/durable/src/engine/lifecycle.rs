@@ -273,7 +273,7 @@ fn format<D: BlockDevice>(dev: &D, opts: &Options) -> Result<Superblock, Durable
         let mut old = vec![0u8; usize_from(SUPERBLOCK_LEN)];
         dev.read_at(0, &mut old).map_err(io)?;
         if let Some(sealed) = crate::superblock::sealed_key(&old) {
-            crate::superblock::set_sealed_key(&mut block, &sealed.to_vec())?;
+            crate::superblock::set_sealed_key(&mut block, sealed)?;
         }
     }
     dev.write_at(0, &block).map_err(io)?;
