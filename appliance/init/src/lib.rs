@@ -25,6 +25,7 @@ pub mod cmdline;
 pub mod config_partition;
 pub mod console;
 pub mod data_device;
+pub mod data_seal;
 pub mod fetch;
 pub mod hostname;
 pub mod hugepages;
@@ -446,7 +447,13 @@ fn serve(machine: &Machine, config: &ringstore_config::Config) -> Result<(), Fat
             Err(why) => return Err(data_device_fatal(machine, &why)),
         }
     }
+    let sealed = config
+        .data
+        .as_deref()
+        .and_then(|path| data_at_rest(machine, config, path));
+    let config = sealed.as_ref().unwrap_or(config);
     let started = plane::start(config);
+    data_seal::forget_key_file();
     if !placement.housekeeping.is_empty() {
         // PID 1's own thread keeps off the worker CPUs from here on. Only after the start: the
         // server's threads inherit the starting thread's CPU set.
@@ -478,6 +485,41 @@ fn serve(machine: &Machine, config: &ringstore_config::Config) -> Result<(), Fat
         }
     }
     Ok(())
+}
+
+/// The data device's encryption (ADR 0053): the configuration the server starts with when the
+/// TPM gave a key (`data_key` set) or refused it (`data` dropped: RAM only), recorded for
+/// `status` and `tuning`.
+fn data_at_rest(
+    machine: &Machine,
+    config: &ringstore_config::Config,
+    path: &std::path::Path,
+) -> Option<ringstore_config::Config> {
+    let tpm = std::path::Path::new(ringstore_tpm::DEVICE);
+    let at_rest = data_seal::prepare(path, tpm, config.data_key.is_some());
+    if at_rest.warns() {
+        warn!("data at rest {}", at_rest.line());
+    } else {
+        info!("data at rest {}", at_rest.line());
+    }
+    let changed = match &at_rest {
+        data_seal::AtRest::Sealed { key_file, .. } => Some(ringstore_config::Config {
+            data_key: Some(key_file.clone()),
+            ..config.clone()
+        }),
+        data_seal::AtRest::Refused(_) => Some(ringstore_config::Config {
+            // RAM only: the server never opens the device, so it stays byte for byte.
+            data: None,
+            ..config.clone()
+        }),
+        data_seal::AtRest::AsConfigured { .. } => None,
+    };
+    let mut state = machine.state();
+    if matches!(at_rest, data_seal::AtRest::Refused(_)) {
+        state.data_device = None;
+    }
+    state.data_at_rest = Some(at_rest);
+    changed
 }
 
 /// A data device that cannot be used: nothing serves, and the caller follows

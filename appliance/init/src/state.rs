@@ -26,6 +26,8 @@ pub struct State {
     pub settings: Vec<ringstore_config::Setting>,
     /// The data device as found at boot (`/dev/vda: block device, 64 MiB`).
     pub data_device: Option<String>,
+    /// The data device's encryption as PID 1 decided it at boot (ADR 0053).
+    pub data_at_rest: Option<crate::data_seal::AtRest>,
     /// The data partition grown to the end of its disk at this boot, said how.
     pub data_grown: Option<String>,
     pub server: Option<Box<dyn Serving>>,

@@ -133,6 +133,16 @@ impl SealedKey {
     }
 }
 
+/// A fresh random data key from the kernel's CSPRNG (getrandom).
+pub fn new_key() -> Result<[u8; KEY_LEN], TpmError> {
+    use ring::rand::SecureRandom;
+    let mut key = [0u8; KEY_LEN];
+    ring::rand::SystemRandom::new()
+        .fill(&mut key)
+        .map_err(|_| TpmError::Io(std::io::Error::other("getrandom failed")))?;
+    Ok(key)
+}
+
 /// The PolicyPCR digest over PCR 7 (SHA-256 bank) holding `pcr7`: TPM 2.0 Part 3, 23.7:
 /// `H(0^32 || TPM_CC_PolicyPCR || TPML_PCR_SELECTION || H(pcr7))`.
 pub fn pcr7_policy(pcr7: &[u8; 32]) -> [u8; 32] {

@@ -141,6 +141,13 @@ fn status_serving(out: &mut Output, state: &State) {
     if let Some(grown) = &state.data_grown {
         out.line(format!("data {grown}"));
     }
+    if let Some(at_rest) = &state.data_at_rest {
+        out.line(format!("data at rest {}", at_rest.line()));
+    }
+    out.set(
+        "data_at_rest",
+        json!(state.data_at_rest.as_ref().map(|a| a.line())),
+    );
     match (&state.ready_line, &state.not_serving) {
         (Some(ready), _) => out.line(format!("serving {ready}")),
         (None, Some(why)) => out.line(format!("not serving: {why}")),
@@ -361,6 +368,24 @@ pub fn data(ctx: &mut Ctx, _: &[&str]) -> Output {
     out
 }
 
+/// `tuning`'s line on the data device's encryption (ADR 0053): a WARN when it is in clear or
+/// the TPM refused its key.
+fn data_at_rest_warning(out: &mut Output, machine: &Machine) {
+    let state = machine.state();
+    let Some(at_rest) = &state.data_at_rest else {
+        return;
+    };
+    if at_rest.warns() {
+        out.line(format!(
+            "WARN data at rest {} (docs/OPERATIONS.md, \"Data at rest on the appliance\")",
+            at_rest.line()
+        ));
+    } else {
+        out.line(format!("data at rest {}", at_rest.line()));
+    }
+    out.set("data_at_rest", json!(at_rest.line()));
+}
+
 /// `tuning`: what the topology calls for, what is in effect, every difference (`tuning.rs`).
 pub fn tuning(ctx: &mut Ctx, _: &[&str]) -> Output {
     let Some(facts) = crate::tuning::gather(ctx.machine) else {
@@ -390,6 +415,7 @@ pub fn tuning(ctx: &mut Ctx, _: &[&str]) -> Output {
         );
     }
     out.set("secure_boot", secure_boot.json());
+    data_at_rest_warning(&mut out, ctx.machine);
     for c in &checks {
         out.line(format!(
             "{} {:<10} {:<16} wanted {}; in effect {}{}",
