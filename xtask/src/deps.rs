@@ -40,6 +40,8 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     // efitools writes the PK/KEK/db signature lists `cargo xtask keygen --secure-boot` makes.
     ("sbsigntool", "/usr/bin/sbsign"),
     ("efitools", "/usr/bin/cert-to-efi-sig-list"),
+    // The TPM 2.0 the data-key sealing tests talk to (ringstore-tpm, tests/vm/src/tpm.rs).
+    ("swtpm", "/usr/bin/swtpm"),
     ("linux-source-6.12", "/usr/src/linux-source-6.12.tar.xz"),
     ("bc", "/usr/bin/bc"),
     ("flex", "/usr/bin/flex"),

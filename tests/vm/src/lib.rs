@@ -37,6 +37,7 @@ mod serial;
 mod tls;
 mod tls12;
 mod tls_client;
+mod tpm;
 mod twonic;
 mod uefi;
 mod vm;
@@ -197,6 +198,14 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
                     r.changed_refusal,
                     r.ready_wall.as_secs_f64(),
                     r.update_refusal
+                )
+            })
+        }),
+        ("tpm_seals_the_data_key", |i| {
+            tpm::tpm_seals_the_data_key(i).map(|r| {
+                format!(
+                    "first boot: {:?}; Secure Boot off: {:?}; another TPM: {:?}",
+                    r.sealed_line, r.secure_boot_off_line, r.other_tpm_line
                 )
             })
         }),

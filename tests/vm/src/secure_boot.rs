@@ -19,8 +19,8 @@ use super::{BOOT_LIMIT, PROMPT};
 use crate::image::{BootImage, Image};
 
 /// The snakeoil pair Debian's OVMF trusts (a TEST key: public to anyone).
-const SNAKEOIL_KEY: &str = "/usr/share/ovmf/PkKek-1-snakeoil.key";
-const SNAKEOIL_CERT: &str = "/usr/share/ovmf/PkKek-1-snakeoil.pem";
+pub(super) const SNAKEOIL_KEY: &str = "/usr/share/ovmf/PkKek-1-snakeoil.key";
+pub(super) const SNAKEOIL_CERT: &str = "/usr/share/ovmf/PkKek-1-snakeoil.pem";
 /// What OVMF's image verification answers on the serial console (case aside) for an image
 /// its db does not trust: the boot manager refused (`BdsDxe: failed to load Boot0001 ...:
 /// Access Denied`), or systemd-boot refused by the firmware when it loads the slot's image.

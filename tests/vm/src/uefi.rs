@@ -169,6 +169,44 @@ impl UefiMachine {
         self.boot_with(name, &extra.map(String::from))
     }
 
+    /// Boots it with a TPM 2.0 (CRB) emulated by the `swtpm` whose control socket is `ctrl`.
+    pub fn boot_with_tpm(&self, name: &str, ctrl: &Path) -> Result<Vm> {
+        let chardev = format!("socket,id=chrtpm,path={}", ctrl.display());
+        let extra = [
+            "-chardev",
+            &chardev,
+            "-tpmdev",
+            "emulator,id=tpm0,chardev=chrtpm",
+            "-device",
+            "tpm-crb,tpmdev=tpm0",
+        ];
+        self.boot_with(name, &extra.map(String::from))
+    }
+
+    /// Switches the firmware: the Secure Boot one with the snakeoil variable store, or plain
+    /// OVMF with its empty store (Secure Boot off). The variable store starts afresh.
+    pub fn set_secure_boot(&mut self, on: bool) -> Result<()> {
+        std::fs::copy(if on { OVMF_VARS_SNAKEOIL } else { OVMF_VARS }, &self.vars)?;
+        self.secure_boot = on;
+        Ok(())
+    }
+
+    /// The byte range (offset, length) of the partition with `role` in the disk file.
+    pub fn partition(&self, role: Role) -> Result<(u64, u64)> {
+        let layout = ringstore_bootdisk::Layout::builtin();
+        let mut file = std::fs::File::open(&self.disk)?;
+        let (sector, entries) = ringstore_bootdisk::gpt::entries(&mut file)?;
+        let want = layout.by_role(role).context("no such role")?.type_guid;
+        let e = entries
+            .iter()
+            .find(|e| e.type_guid == want)
+            .context("no such partition")?;
+        Ok((
+            e.first_lba * sector,
+            (e.last_lba + 1 - e.first_lba) * sector,
+        ))
+    }
+
     /// Boots it with `extra` QEMU arguments after the usual ones.
     fn boot_with(&self, name: &str, extra: &[String]) -> Result<Vm> {
         let dir = scratch_dir(name)?;
