@@ -5,6 +5,7 @@
 //! that refuses (another PCR 7: Secure Boot off or other keys; another TPM) leaves the device
 //! untouched and the box serving from RAM; without a TPM the device stays in clear.
 use ringstore_durable::superblock::{self, Probe, Superblock, SUPERBLOCK_LEN};
+use ringstore_tpm::Transport;
 use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -53,12 +54,15 @@ pub fn prepare(data: &Path, tpm: &Path, configured_key: bool) -> AtRest {
     if !tpm.exists() {
         return clear("in clear: no TPM (/dev/tpmrm0), so no key to seal");
     }
-    match prepare_with_tpm(data, tpm) {
-        Ok(at_rest) => at_rest,
-        Err(why) => AtRest::Refused(format!(
-            "refused: {why}; serving from RAM only, the data device untouched"
-        )),
-    }
+    let opened = ringstore_tpm::Device::open(tpm).map_err(|e| e.to_string());
+    let decided = opened.and_then(|mut dev| decide(data, &mut dev, Path::new(KEY_FILE)));
+    decided.unwrap_or_else(refused)
+}
+
+fn refused(why: String) -> AtRest {
+    AtRest::Refused(format!(
+        "refused: {why}; serving from RAM only, the data device untouched"
+    ))
 }
 
 fn clear(line: &str) -> AtRest {
@@ -68,7 +72,9 @@ fn clear(line: &str) -> AtRest {
     }
 }
 
-fn prepare_with_tpm(data: &Path, tpm: &Path) -> Result<AtRest, String> {
+/// With the TPM `tpm`: the decision for `data`, the key (if any) written to `key_file`.
+/// `Err`: why the TPM (or the device) refused.
+pub fn decide(data: &Path, tpm: &mut dyn Transport, key_file: &Path) -> Result<AtRest, String> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -83,12 +89,13 @@ fn prepare_with_tpm(data: &Path, tpm: &Path) -> Result<AtRest, String> {
         let key = unseal(tpm, &sealed)?;
         return sealed_at_rest(
             &key,
+            key_file,
             "encrypted, key sealed to PCR 7 and unsealed at this boot",
         );
     }
     match superblock::probe(&head) {
-        Probe::Blank => first_format(&file, &head, tpm),
-        Probe::Ringstore => match Superblock::decode(&head, u64::MAX) {
+        Probe::Blank => first_format(&file, &head, tpm, key_file),
+        Probe::Ringstore => match Superblock::decode(&head, device_len(&file)) {
             Ok(sb) if sb.key_check.is_none() => Ok(clear(
                 "in clear: formatted in clear before a key was sealed (reformat to encrypt)",
             )),
@@ -98,6 +105,12 @@ fn prepare_with_tpm(data: &Path, tpm: &Path) -> Result<AtRest, String> {
             "in clear: not a blank device, so no key was sealed (ringstore.data_format rules apply)",
         )),
     }
+}
+
+/// The device's length (a block device's metadata says 0: its end is where a seek lands).
+fn device_len(mut file: &std::fs::File) -> u64 {
+    use std::io::Seek;
+    file.seek(std::io::SeekFrom::End(0)).unwrap_or(0)
 }
 
 fn read_head(file: &std::fs::File, head: &mut [u8]) -> std::io::Result<usize> {
@@ -111,9 +124,8 @@ fn read_head(file: &std::fs::File, head: &mut [u8]) -> std::io::Result<usize> {
     Ok(got)
 }
 
-fn unseal(tpm: &Path, sealed: &ringstore_tpm::SealedKey) -> Result<[u8; 32], String> {
-    let mut dev = ringstore_tpm::Device::open(tpm).map_err(|e| e.to_string())?;
-    ringstore_tpm::unseal(&mut dev, sealed).map_err(|e| {
+fn unseal(tpm: &mut dyn Transport, sealed: &ringstore_tpm::SealedKey) -> Result<[u8; 32], String> {
+    ringstore_tpm::unseal(tpm, sealed).map_err(|e| {
         let hint = if e.is_policy_failure() {
             "PCR 7 is not what it was at sealing: Secure Boot turned off or its keys changed"
         } else if matches!(
@@ -133,10 +145,14 @@ fn unseal(tpm: &Path, sealed: &ringstore_tpm::SealedKey) -> Result<[u8; 32], Str
 
 /// A blank device: a new key, sealed and checked by unsealing it back, written into the
 /// superblock block before the server formats the device with it.
-fn first_format(file: &std::fs::File, head: &[u8], tpm: &Path) -> Result<AtRest, String> {
+fn first_format(
+    file: &std::fs::File,
+    head: &[u8],
+    tpm: &mut dyn Transport,
+    key_file: &Path,
+) -> Result<AtRest, String> {
     let key = ringstore_tpm::new_key().map_err(|e| e.to_string())?;
-    let mut dev = ringstore_tpm::Device::open(tpm).map_err(|e| e.to_string())?;
-    let sealed = ringstore_tpm::seal(&mut dev, &key).map_err(|e| format!("sealing: {e}"))?;
+    let sealed = ringstore_tpm::seal(tpm, &key).map_err(|e| format!("sealing: {e}"))?;
     if unseal(tpm, &sealed)? != key {
         return Err("the TPM unsealed another key than it sealed".into());
     }
@@ -150,21 +166,24 @@ fn first_format(file: &std::fs::File, head: &[u8], tpm: &Path) -> Result<AtRest,
     file.write_all_at(&block[area.clone()], area.start as u64)
         .and_then(|()| file.sync_all())
         .map_err(|e| format!("writing the sealed key: {e}"))?;
-    sealed_at_rest(&key, "encrypted, key made and sealed to PCR 7 at this boot")
+    sealed_at_rest(
+        &key,
+        key_file,
+        "encrypted, key made and sealed to PCR 7 at this boot",
+    )
 }
 
-fn sealed_at_rest(key: &[u8; 32], line: &str) -> Result<AtRest, String> {
-    let _ = std::fs::remove_file(KEY_FILE);
-    let mut f = std::fs::OpenOptions::new()
+fn sealed_at_rest(key: &[u8; 32], key_file: &Path, line: &str) -> Result<AtRest, String> {
+    let _ = std::fs::remove_file(key_file);
+    std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(KEY_FILE)
-        .and_then(|mut f| f.write_all(key).map(|()| f))
-        .map_err(|e| format!("{KEY_FILE}: {e}"))?;
-    let _ = f.flush();
+        .open(key_file)
+        .and_then(|mut f| f.write_all(key))
+        .map_err(|e| format!("{}: {e}", key_file.display()))?;
     Ok(AtRest::Sealed {
-        key_file: PathBuf::from(KEY_FILE),
+        key_file: key_file.to_path_buf(),
         line: line.into(),
     })
 }
@@ -193,6 +212,78 @@ mod tests {
             true,
         );
         assert!(!at.warns());
+    }
+
+    /// A blank 1 MiB data file and a key file path in a fresh directory.
+    fn blank(dir: &Path) -> (PathBuf, PathBuf) {
+        let data = dir.join("data");
+        std::fs::write(&data, vec![0u8; 1 << 20]).unwrap();
+        (data, dir.join("data.key"))
+    }
+
+    #[test]
+    fn the_first_boot_seals_a_key_and_later_boots_unseal_it_on_that_tpm_only() {
+        use ringstore_tpm::swtpm::SwTpm;
+        use std::os::unix::fs::PermissionsExt;
+        if !SwTpm::available() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (state, fresh) = (dir.path().join("tpm"), dir.path().join("fresh"));
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::create_dir_all(&fresh).unwrap();
+        let (data, key_file) = blank(dir.path());
+        let mut tpm = SwTpm::start(&state).unwrap();
+
+        let first = decide(&data, &mut tpm, &key_file).unwrap();
+        assert!(first.line().contains("made and sealed"), "{first:?}");
+        assert!(!first.warns());
+        let key = std::fs::read(&key_file).unwrap();
+        let mode = std::fs::metadata(&key_file).unwrap().permissions().mode();
+        assert_eq!((key.len(), mode & 0o777), (32, 0o600));
+        let image = std::fs::read(&data).unwrap();
+        assert!(superblock::sealed_key(&image[..4096]).is_some());
+        assert_eq!(superblock::probe(&image[..8192]), Probe::Blank);
+        assert!(!image.windows(32).any(|w| w == key), "the key in clear");
+
+        let again = decide(&data, &mut tpm, &key_file).unwrap();
+        assert!(again.line().contains("unsealed at this boot"), "{again:?}");
+        assert_eq!(std::fs::read(&key_file).unwrap(), key);
+
+        let mut other = SwTpm::start(&fresh).unwrap();
+        let err = decide(&data, &mut other, &key_file).unwrap_err();
+        assert!(err.contains("another TPM"), "{err}");
+        tpm.extend_pcr7().unwrap();
+        let err = decide(&data, &mut tpm, &key_file).unwrap_err();
+        assert!(err.contains("PCR 7 is not what it was"), "{err}");
+        assert_eq!(
+            std::fs::read(&data).unwrap(),
+            image,
+            "a refusal wrote the device"
+        );
+    }
+
+    #[test]
+    fn a_device_in_clear_or_foreign_is_left_in_clear_with_a_warning() {
+        use ringstore_tpm::swtpm::SwTpm;
+        if !SwTpm::available() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("tpm");
+        std::fs::create_dir_all(&state).unwrap();
+        let (data, key_file) = blank(dir.path());
+        let mut junk = vec![0u8; 1 << 20];
+        junk[100] = 1;
+        std::fs::write(&data, &junk).unwrap();
+        let mut tpm = SwTpm::start(&state).unwrap();
+        let at = decide(&data, &mut tpm, &key_file).unwrap();
+        assert!(
+            at.warns() && at.line().contains("not a blank device"),
+            "{at:?}"
+        );
+        assert_eq!(std::fs::read(&data).unwrap(), junk);
+        assert!(!key_file.exists());
     }
 
     #[test]

@@ -510,6 +510,7 @@ fn data_at_rest(
         data_seal::AtRest::Refused(_) => Some(ringstore_config::Config {
             // RAM only: the server never opens the device, so it stays byte for byte.
             data: None,
+            data_size: None,
             ..config.clone()
         }),
         data_seal::AtRest::AsConfigured { .. } => None,

@@ -10,6 +10,7 @@
 //! Unseal: CreatePrimary, Load, StartAuthSession (policy), PolicyPCR(7), Unseal, and every
 //! handle flushed whatever happened. A different PCR 7 (Secure Boot off, other db/dbx keys)
 //! makes Unseal fail its policy; another TPM (or a cleared one) fails Load.
+pub mod swtpm;
 mod wire;
 
 use std::time::Duration;

@@ -1,8 +1,6 @@
 //! Marshalling and policy tests, and sealing against a software TPM (`swtpm`) on the host.
 use super::*;
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
-use std::process::{Child, Command as Process};
+use crate::swtpm::SwTpm;
 
 #[test]
 fn the_pcr7_policy_digest_is_the_spec_computation() {
@@ -100,92 +98,13 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// A running `swtpm` with its state in a temporary directory, spoken to over its socket.
-struct Swtpm {
-    child: Child,
-    socket: UnixStream,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Swtpm {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Transport for Swtpm {
-    fn transact(&mut self, command: &[u8]) -> Result<Vec<u8>, TpmError> {
-        self.socket.write_all(command)?;
-        let mut rsp = vec![0u8; 10];
-        self.socket.read_exact(&mut rsp)?;
-        let len = u32::from_be_bytes([rsp[2], rsp[3], rsp[4], rsp[5]]) as usize;
-        rsp.resize(len.clamp(10, ringstore_sys::TPM_RESPONSE_MAX), 0);
-        self.socket.read_exact(&mut rsp[10..])?;
-        Ok(rsp)
-    }
-}
-
-/// Starts swtpm on `state` (a fresh one when `None`); `None` back where swtpm is not
-/// installed, which fails under CI=true.
-fn swtpm(state: Option<tempfile::TempDir>) -> Option<Swtpm> {
-    if !std::path::Path::new("/usr/bin/swtpm").exists() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "swtpm is not installed (apt-get install swtpm)"
-        );
-        eprintln!("skipped: swtpm is not installed");
-        return None;
-    }
-    let dir = state.unwrap_or_else(|| tempfile::tempdir().unwrap());
-    let sock = dir.path().join("tpm.sock");
-    let child = Process::new("/usr/bin/swtpm")
-        .arg("socket")
-        .arg("--tpm2")
-        .arg("--tpmstate")
-        .arg(format!("dir={}", dir.path().display()))
-        .arg("--server")
-        .arg(format!("type=unixio,path={}", sock.display()))
-        .arg("--ctrl")
-        .arg(format!(
-            "type=unixio,path={}",
-            dir.path().join("ctrl.sock").display()
-        ))
-        .args(["--flags", "not-need-init,startup-clear"])
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let socket = loop {
-        match UnixStream::connect(&sock) {
-            Ok(s) => break s,
-            Err(_) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(20))
-            }
-            Err(e) => panic!("swtpm socket: {e}"),
-        }
-    };
-    socket.set_read_timeout(Some(COMMAND_TIMEOUT)).unwrap();
-    Some(Swtpm {
-        child,
-        socket,
-        _dir: dir,
-    })
-}
-
-fn extend_pcr7(tpm: &mut dyn Transport) {
-    let mut c = Command::new(ST_SESSIONS, 0x182);
-    c.u32(7)
-        .auth(RS_PW, 0)
-        .u32(1)
-        .u16(ALG_SHA256)
-        .bytes(&[0x5A; 32]);
-    let rsp = tpm.transact(&c.finish()).unwrap();
-    wire::check("PCR_Extend", TpmCc::PcrExtend, &rsp).unwrap();
-}
-
 #[test]
 fn swtpm_seals_unseals_and_refuses_another_pcr7_or_tpm() {
-    let Some(mut tpm) = swtpm(None) else { return };
+    if !SwTpm::available() {
+        return;
+    }
+    let (dir, other_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut tpm = SwTpm::start(dir.path()).unwrap();
     let key: [u8; 32] = std::array::from_fn(|i| u8::try_from(i * 7).unwrap());
     let sealed = seal(&mut tpm, &key).unwrap();
     let stored = sealed.encode();
@@ -203,7 +122,7 @@ fn swtpm_seals_unseals_and_refuses_another_pcr7_or_tpm() {
     );
 
     // Another TPM: the same blob does not even load.
-    let Some(mut other) = swtpm(None) else { return };
+    let mut other = SwTpm::start(other_dir.path()).unwrap();
     let err = unseal(&mut other, &back).unwrap_err();
     assert!(
         matches!(
@@ -217,7 +136,7 @@ fn swtpm_seals_unseals_and_refuses_another_pcr7_or_tpm() {
     );
 
     // PCR 7 moved (as when Secure Boot is turned off): the policy fails.
-    extend_pcr7(&mut tpm);
+    tpm.extend_pcr7().unwrap();
     let err = unseal(&mut tpm, &back).unwrap_err();
     assert!(err.is_policy_failure(), "{err}");
 }
