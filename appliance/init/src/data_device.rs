@@ -2,8 +2,10 @@
 //! driver has created its node in devtmpfs, describe it for the log and the console, and turn
 //! the server's refusal into the line an operator of the appliance can act on.
 //!
-//! PID 1 never mounts, partitions or writes the device: the server owns every byte of it
-//! (it opens it in `Server::start` and writes the checkpoint in `Server::shutdown`).
+//! PID 1 never mounts or partitions the device, and writes one place of it: on a blank device
+//! with a TPM, the sealed data key's area of the superblock block before the server formats
+//! (`data_seal.rs`, ADR 0053). Every other byte is the server's (it opens the device in
+//! `Server::start` and writes the checkpoint in `Server::shutdown`).
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
