@@ -109,7 +109,14 @@ struct Pe<'a> {
 /// The Authenticode SHA-256 of `image`: the headers without the checksum and the
 /// certificate table's directory entry, the sections in file order, then any data after
 /// them up to the certificate table (which must end the file).
-fn pe(image: &[u8]) -> Result<Pe<'_>, AuthenticodeError> {
+/// Where a PE image's optional header and section table start, and how many sections.
+struct Coff {
+    opt: usize,
+    table: usize,
+    count: usize,
+}
+
+fn coff(image: &[u8]) -> Result<Coff, AuthenticodeError> {
     let hdr = E::NotPe("truncated headers");
     if image.get(..2) != Some(b"MZ") {
         return Err(E::NotPe("no MZ header"));
@@ -121,7 +128,13 @@ fn pe(image: &[u8]) -> Result<Pe<'_>, AuthenticodeError> {
     let coff = pe + 4;
     let count = usize::from(u16_at(image, coff + 2).ok_or(hdr.clone())?);
     let opt = coff + 20;
-    let table = opt + usize::from(u16_at(image, coff + 16).ok_or(hdr.clone())?);
+    let table = opt + usize::from(u16_at(image, coff + 16).ok_or(hdr)?);
+    Ok(Coff { opt, table, count })
+}
+
+fn pe(image: &[u8]) -> Result<Pe<'_>, AuthenticodeError> {
+    let hdr = E::NotPe("truncated headers");
+    let Coff { opt, table, count } = coff(image)?;
     if u16_at(image, opt) != Some(0x20b) {
         return Err(E::NotPe("not PE32+"));
     }
@@ -175,6 +188,32 @@ fn pe(image: &[u8]) -> Result<Pe<'_>, AuthenticodeError> {
         &image[cert_at..]
     };
     Ok(Pe { digest: out, table })
+}
+
+/// The bytes of `image`'s section `name` (`.linux`, `.initrd`, `.cmdline` of a UKI: what a
+/// kexec jump loads, ADR 0054), at most its virtual size (the raw size is padded to the
+/// file alignment); `None` when the image has no such section.
+pub fn section<'a>(image: &'a [u8], name: &str) -> Result<Option<&'a [u8]>, AuthenticodeError> {
+    let Coff { table, count, .. } = coff(image)?;
+    for i in 0..count {
+        let h = table + i * 40;
+        let raw_name = image
+            .get(h..h + 8)
+            .ok_or(E::NotPe("truncated section table"))?;
+        let end = raw_name.iter().position(|b| *b == 0).unwrap_or(8);
+        if &raw_name[..end] != name.as_bytes() {
+            continue;
+        }
+        let virt = u32_at(image, h + 8).ok_or(E::NotPe("truncated section table"))?;
+        let size = u32_at(image, h + 16).ok_or(E::NotPe("truncated section table"))?;
+        let at = u32_at(image, h + 20).ok_or(E::NotPe("truncated section table"))?;
+        let len = if virt == 0 { size } else { virt.min(size) };
+        let bytes = image
+            .get(at..at + len)
+            .ok_or(E::NotPe("section past the end"))?;
+        return Ok(Some(bytes));
+    }
+    Ok(None)
 }
 
 /// The PKCS#7 blobs of a certificate table (`WIN_CERTIFICATE`s, 8-byte aligned).
@@ -497,6 +536,39 @@ mod tests {
             certs: certs.iter().map(|c| data(c)).collect(),
             sha256: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_sections_bytes_are_found_by_name() {
+        // A minimal PE32+: MZ, e_lfanew 0x40, COFF with two sections, no optional header.
+        let mut img = vec![0u8; 0x200];
+        img[..2].copy_from_slice(b"MZ");
+        img[0x3c..0x40].copy_from_slice(&0x40u32.to_le_bytes());
+        img[0x40..0x44].copy_from_slice(b"PE\0\0");
+        img[0x46..0x48].copy_from_slice(&2u16.to_le_bytes());
+        let table = 0x44 + 20;
+        for (i, (name, virt, raw, at)) in [
+            (&b".cmdline"[..], 5u32, 16u32, 0x100u32),
+            (b".linux", 0, 4, 0x180),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let h = table + i * 40;
+            img[h..h + name.len()].copy_from_slice(name);
+            img[h + 8..h + 12].copy_from_slice(&virt.to_le_bytes());
+            img[h + 16..h + 20].copy_from_slice(&raw.to_le_bytes());
+            img[h + 20..h + 24].copy_from_slice(&at.to_le_bytes());
+        }
+        img[0x100..0x105].copy_from_slice(b"quiet");
+        img[0x180..0x184].copy_from_slice(b"bzIm");
+        assert_eq!(section(&img, ".cmdline").unwrap(), Some(&b"quiet"[..]));
+        assert_eq!(section(&img, ".linux").unwrap(), Some(&b"bzIm"[..]));
+        assert_eq!(section(&img, ".initrd").unwrap(), None);
+        assert!(section(b"not a PE", ".linux").is_err());
+        let mut past = img.clone();
+        past.truncate(0x182);
+        assert!(section(&past, ".linux").is_err());
     }
 
     #[test]

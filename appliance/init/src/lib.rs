@@ -30,6 +30,7 @@ pub mod fetch;
 pub mod hostname;
 pub mod hugepages;
 pub mod irq;
+pub mod kexec;
 pub mod layers;
 pub mod log;
 pub mod log_sink;
@@ -41,6 +42,7 @@ pub mod netstat;
 pub mod plane;
 pub mod power;
 pub mod privs;
+pub mod ram_tier;
 pub mod secure_boot;
 pub mod signal_thread;
 pub mod sizing;
@@ -405,13 +407,21 @@ fn serve(machine: &Machine, config: &ringstore_config::Config) -> Result<(), Fat
     };
     let sized = size_to_the_machine(machine, config, &placement);
     let config = sized.as_ref().unwrap_or(config);
+    // The arena in the reserved memory kept across kexec reboots, when this boot has one.
+    let kept = ram_tier::attach(machine, config);
+    let config = kept.as_ref().unwrap_or(config);
     info!(
         "NUMA node {}: workers on CPUs {}, housekeeping on CPUs {}",
         placement.node,
         ringstore_sys::format_cpus(&placement.workers),
         ringstore_sys::format_cpus(&placement.housekeeping)
     );
-    let wanted = hugepages::pages_for(config.memory);
+    // In the reserved memory the device's own 2 MiB pages hold the arena: none from the pool.
+    let wanted = if kept.is_some() {
+        0
+    } else {
+        hugepages::pages_for(config.memory)
+    };
     let got = match hugepages::reserve(placement.node, wanted) {
         Ok(got) => got,
         Err(err) => {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::cmdline::OnFatal;
 use crate::machine::Machine;
-use crate::{error, info};
+use crate::{error, info, warn};
 
 /// How long draining may take before the machine goes down anyway.
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
@@ -17,7 +17,20 @@ const FATAL_REBOOT_DELAY: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     PowerOff,
+    /// Through the firmware.
     Reboot,
+    /// Into the kernel [`crate::kexec::load`] loaded (the firmware if the jump fails).
+    Kexec,
+}
+
+impl Action {
+    fn verb(self) -> &'static str {
+        match self {
+            Action::PowerOff => "poweroff",
+            Action::Reboot => "reboot",
+            Action::Kexec => "kexec reboot",
+        }
+    }
 }
 
 static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
@@ -28,14 +41,7 @@ pub fn shutdown(machine: &Machine, action: Action) -> ! {
     if SHUTTING_DOWN.swap(true, Ordering::SeqCst) {
         park_forever();
     }
-    info!(
-        "{}: stopping the server",
-        if action == Action::PowerOff {
-            "poweroff"
-        } else {
-            "reboot"
-        }
-    );
+    info!("{}: stopping the server", action.verb());
     let server = machine.take_server();
     if let Some(server) = server {
         let (tx, rx) = std::sync::mpsc::channel();
@@ -53,16 +59,23 @@ pub fn shutdown(machine: &Machine, action: Action) -> ! {
         }
     }
     ringstore_sys::sync();
+    if action == Action::Kexec {
+        info!("synced; jumping into the loaded kernel (no firmware)");
+        // reboot(2) with LINUX_REBOOT_CMD_KEXEC only returns on failure.
+        if let Err(err) = ringstore_sys::reboot_kexec() {
+            error!("kexec jump failed: {err}; rebooting through the firmware");
+        }
+    }
     let cmd = match action {
         Action::PowerOff => ringstore_sys::RebootCommand::PowerOff,
-        Action::Reboot => ringstore_sys::RebootCommand::Restart,
+        Action::Reboot | Action::Kexec => ringstore_sys::RebootCommand::Restart,
     };
     info!(
         "synced; {}",
         if action == Action::PowerOff {
-            "powering off"
+            "powering off (the RAM tier is lost)"
         } else {
-            "rebooting"
+            "rebooting through the firmware (the RAM tier is lost)"
         }
     );
     // reboot(2) only returns on failure.
@@ -93,6 +106,32 @@ pub fn fatal(machine: &Machine, on_fatal: OnFatal, what: &str) {
             );
             std::thread::sleep(FATAL_REBOOT_DELAY);
             shutdown(machine, Action::Reboot);
+        }
+    }
+}
+
+/// `reboot`: a kexec jump into the slot the firmware would boot (the committed one), keeping
+/// the RAM tier; through the firmware when `firmware` is asked or nothing could be loaded.
+pub fn reboot(machine: &Machine, firmware: bool) -> ! {
+    if firmware {
+        shutdown(machine, Action::Reboot);
+    }
+    let target = {
+        let st = machine.state();
+        st.slots.committed.or(st.slots.booted)
+    };
+    let loaded = match target {
+        Some(slot) => crate::kexec::load(machine, slot),
+        None => Err("no slot known (not booted from disk.img)".into()),
+    };
+    match loaded {
+        Ok(what) => {
+            info!("reboot: {what}");
+            shutdown(machine, Action::Kexec)
+        }
+        Err(why) => {
+            warn!("reboot: no kexec ({why}); through the firmware");
+            shutdown(machine, Action::Reboot)
         }
     }
 }

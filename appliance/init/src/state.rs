@@ -30,6 +30,8 @@ pub struct State {
     pub data_at_rest: Option<crate::data_seal::AtRest>,
     /// The data partition grown to the end of its disk at this boot, said how.
     pub data_grown: Option<String>,
+    /// What the RAM tier is kept in across a kexec reboot, or why it is not (`ram_tier.rs`).
+    pub ram_tier: Option<String>,
     pub server: Option<Box<dyn Serving>>,
     /// Where each configuration key came from (image, config partition, kernel command line).
     pub layers: Layers,

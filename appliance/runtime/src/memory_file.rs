@@ -1,10 +1,12 @@
 //! `--memory-file` (ADR 0052): the store's arena in a file mapped shared (tmpfs or
-//! hugetlbfs), resumed from its seal at start and sealed again at a clean stop.
+//! hugetlbfs, or a device-DAX device on the appliance, ADR 0054), resumed from its seal at
+//! start and sealed again at a clean stop.
 //!
 //! The store does the format, the checks and the seal; this module opens and maps the file,
 //! tells the store why it must start cold when it must (a data device is authoritative),
 //! and logs one line at start and one at the stop.
 
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 use ringstore_store::{Backing, Outcome, Region, Store, StoreConfig, WallTime};
@@ -68,7 +70,29 @@ fn map(path: &Path, config: &StoreConfig) -> Result<Region, RuntimeError> {
         .truncate(false)
         .open(path)
         .map_err(io("cannot open"))?;
-    let len = file.metadata().map_err(io("cannot stat"))?.len();
+    let meta = file.metadata().map_err(io("cannot stat"))?;
+    if meta.file_type().is_char_device() {
+        // A device-DAX device (ADR 0054): a fixed size, its pages 2 MiB by the device's own
+        // alignment; the arena takes its first `need` bytes.
+        let size = device_size(meta.rdev()).map_err(io("cannot read its size in sysfs"))?;
+        if size < need as u64 {
+            return Err(RuntimeError::Io {
+                what: format!(
+                    "memory-file {}: the device holds {size} bytes, the store needs {need}",
+                    path.display()
+                ),
+                source: std::io::ErrorKind::InvalidInput.into(),
+            });
+        }
+        let (bytes, _) = crate::sys::map_file_for_process(file, need)
+            .map_err(io("cannot lock and map it (is another server using it?)"))?;
+        return Ok(Region {
+            bytes,
+            backing: Backing::HugeTlb,
+            source: path.display().to_string(),
+        });
+    }
+    let len = meta.len();
     if len != need as u64 {
         // Another size is another layout: the store starts cold and says so.
         file.set_len(need as u64).map_err(io(
@@ -86,6 +110,17 @@ fn map(path: &Path, config: &StoreConfig) -> Result<Region, RuntimeError> {
         },
         source: path.display().to_string(),
     })
+}
+
+/// A character device's size in bytes, from `/sys/dev/char/MAJOR:MINOR/size`.
+fn device_size(rdev: u64) -> std::io::Result<u64> {
+    // The glibc/musl encoding of dev_t: major in bits 8-19 and 32-43, minor in 0-7 and 20-31.
+    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
+    let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+    let path = format!("/sys/dev/char/{major}:{minor}/size");
+    crate::sys::read_trim(&path)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, path))
 }
 
 /// Seals the store's arena into its file (the workers have stopped); logs what it kept.

@@ -11,9 +11,11 @@
 mod block;
 mod bpf;
 mod cpus;
+mod dax;
 mod epoll;
 mod fs;
 mod hint;
+mod kexec;
 mod ktls;
 mod mmap;
 mod mounts;
@@ -37,6 +39,10 @@ pub use cpus::{
     affinity, cpumask_hex, format_cpus, mbind_bind, parse_cpulist, set_affinity,
     set_mempolicy_bind, CPULIST_LEN_MAX, CPULIST_SPAN_MAX,
 };
+pub use dax::{
+    find_device_dax, make_device_dax, pmem_namespaces, region_of, wait_for_pmem, DaxDevice,
+    DAX_ALIGN, SYSFS,
+};
 pub use epoll::{
     recv_into_nowait, recv_nowait, recvmmsg_nowait, send_nowait, sendmmsg_nowait,
     sendmsg_iovecs_nowait, set_nonblocking, Epoll, Readiness, Received, RecvBatch, Transfer, Watch,
@@ -44,6 +50,7 @@ pub use epoll::{
 };
 pub use fs::{drop_cached, read_trim};
 pub use hint::prefetch_read;
+pub use kexec::{kexec_file_load, reboot_kexec, KEXEC_CMDLINE_MAX};
 pub use ktls::{
     install_kernel_tls, kernel_has_tls, quick_ack, KtlsCipher, KtlsError, KtlsKeys, KTLS_TLS12,
     KTLS_TLS13,

@@ -21,6 +21,7 @@ mod full_box;
 mod hardware;
 pub mod image;
 mod kernel_panic;
+mod kexec;
 mod ktls_reset;
 mod metrics;
 mod netns;
@@ -176,6 +177,21 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
                     r.commit_line.trim(),
                     r.rollback_line.trim(),
                     r.filled
+                )
+            })
+        }),
+        ("kexec_reboot_keeps_the_ram_tier", |i| {
+            kexec::kexec_reboot_keeps_the_ram_tier(i).map(|r| {
+                let secs: Vec<String> = r
+                    .outages
+                    .iter()
+                    .map(|d| format!("{:.2} s", d.as_secs_f64()))
+                    .collect();
+                format!(
+                    "outages [{}], keys kept {:?} of 20000; [{}]",
+                    secs.join(", "),
+                    r.kept,
+                    r.cold_line
                 )
             })
         }),

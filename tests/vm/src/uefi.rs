@@ -208,7 +208,7 @@ impl UefiMachine {
     }
 
     /// Boots it with `extra` QEMU arguments after the usual ones.
-    fn boot_with(&self, name: &str, extra: &[String]) -> Result<Vm> {
+    pub(super) fn boot_with(&self, name: &str, extra: &[String]) -> Result<Vm> {
         let dir = scratch_dir(name)?;
         let socket = dir.join("serial.sock");
         let forwards = vec![

@@ -24,9 +24,26 @@ pub fn status(ctx: &mut Ctx, _: &[&str]) -> Output {
     status_placement(&mut out, &state);
     status_cpus_and_memory(&mut out);
     status_serving(&mut out, &state);
+    let ram_tier = state.ram_tier.clone();
     drop(state);
+    status_ram_tier(&mut out, ctx.machine, ram_tier);
     status_tls(&mut out, ctx.machine);
     out
+}
+
+/// What the RAM tier is kept in across a kexec reboot and how this start went (resumed, or
+/// cold and why: a seal that did not verify, another layout).
+fn status_ram_tier(out: &mut Output, machine: &Machine, kept: Option<String>) {
+    let Some(kept) = kept else {
+        return;
+    };
+    let reply = admin(machine, b"stats\r\n", STATS_MAX).unwrap_or_default();
+    let start = crate::ram_tier::restart_line(&String::from_utf8_lossy(&reply));
+    match &start {
+        Some(start) => out.line(format!("ram tier {kept}; this start: {start}")),
+        None => out.line(format!("ram tier {kept}")),
+    }
+    out.set("ram_tier", json!({"kept": kept, "start": start}));
 }
 
 /// Version, kernel, uptime, host name (and where it came from), the config partition's file,
@@ -559,8 +576,12 @@ pub fn update(ctx: &mut Ctx, args: &[&str]) -> Output {
     }
 }
 
-pub fn reboot(ctx: &mut Ctx, _: &[&str]) -> Output {
-    power::shutdown(ctx.machine, Action::Reboot)
+pub fn reboot(ctx: &mut Ctx, args: &[&str]) -> Output {
+    match args {
+        [] => power::reboot(ctx.machine, false),
+        ["--firmware"] => power::reboot(ctx.machine, true),
+        _ => Output::error("usage: reboot [--firmware]"),
+    }
 }
 
 pub fn poweroff(ctx: &mut Ctx, _: &[&str]) -> Output {

@@ -54,8 +54,8 @@ pub static COMMANDS: &[Command] = &[
     Command { name: "log", aliases: &[], usage: "", help: "recent log lines (logins and every command included)", access: LoggedIn, run: c::log },
     Command { name: "slots", aliases: &[], usage: "", help: "the A/B slots: booted, committed, their images, the last trial (ADR 0025)", access: LoggedIn, run: c::slots },
     Command { name: "update", aliases: &[], usage: "URL", help: "fetch a signed ringstore.efi (http://IP[:PORT]/PATH and PATH.sig), write the inactive slot, reboot into it for a trial", access: LoggedIn, run: c::update },
-    Command { name: "reboot", aliases: &[], usage: "", help: "stop serving, sync, reboot", access: LoggedIn, run: c::reboot },
-    Command { name: "poweroff", aliases: &["halt", "shutdown"], usage: "", help: "stop serving, sync, power off", access: LoggedIn, run: c::poweroff },
+    Command { name: "reboot", aliases: &[], usage: "[--firmware]", help: "stop serving, seal the RAM tier, sync, kexec into the committed slot (--firmware: a full reboot, the RAM tier lost)", access: LoggedIn, run: c::reboot },
+    Command { name: "poweroff", aliases: &["halt", "shutdown"], usage: "", help: "stop serving, sync, power off (the RAM tier is lost)", access: LoggedIn, run: c::poweroff },
 ];
 
 pub fn find(name: &str) -> Option<&'static Command> {

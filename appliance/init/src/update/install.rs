@@ -1,6 +1,6 @@
 //! `update URL`: fetch a signed ringstore.efi, verify it against the running image's key, write
-//! the inactive slot and read it back, leave the canary token, record the pending trial, set the
-//! one-shot entry and reboot into it. Nothing is written before the signature verified and,
+//! the inactive slot and read it back, leave the canary token, record the pending trial and
+//! jump into it with kexec (ADR 0054; else set the one-shot entry and reboot into it). Nothing is written before the signature verified and,
 //! under Secure Boot, the firmware's db was found to trust the image (ADR 0051).
 
 use std::io::{Read, Seek, Write};
@@ -13,7 +13,7 @@ use super::canary::{local, low_nanos, memcache_set, CANARY_KEY, CANARY_OP_LIMIT}
 use super::esp::{self, esp_fs, write_one_shot, write_text};
 use crate::machine::Machine;
 use crate::power::{self, Action};
-use crate::{error, info};
+use crate::{error, info, warn};
 
 /// The biggest ringstore.efi `update` accepts.
 pub const IMAGE_MAX: usize = 96 << 20;
@@ -32,15 +32,53 @@ pub fn update(machine: &Machine, url: &str) -> Vec<String> {
         info!("update: {line}");
         return vec![format!("update: {line}")];
     }
-    match prepare(machine, url) {
-        Ok(target) => {
+    let target = match prepare(machine, url) {
+        Ok(target) => target,
+        Err(why) => {
+            error!("update refused: {why}");
+            return vec![format!("update refused: {why}")];
+        }
+    };
+    // Without the firmware first (ADR 0054): the RAM tier comes along; the trial is marked by
+    // the pending record and the next kernel's `ringstore_slot=`, no one-shot entry is set.
+    match crate::kexec::load(machine, target) {
+        Ok(what) => {
+            info!("update: slot {target} written; {what}; jumping into it for a trial");
+            power::shutdown(machine, Action::Kexec);
+        }
+        Err(why) => warn!("update: no kexec ({why}); through the firmware"),
+    }
+    match write_one_shot(target.entry_id()) {
+        Ok(()) => {
             info!("update: slot {target} written; rebooting into it for a trial");
             power::shutdown(machine, Action::Reboot);
         }
         Err(why) => {
+            let why = format!("the one-shot entry: {why}");
+            record_failed(machine, target, &why);
             error!("update refused: {why}");
             vec![format!("update refused: {why}")]
         }
+    }
+}
+
+/// The pending trial of `target` recorded as failed: nothing will boot it.
+fn record_failed(machine: &Machine, target: Slot, why: &str) {
+    let (esp, booted) = {
+        let st = machine.state();
+        (st.slots.esp.clone(), st.slots.booted)
+    };
+    let (Some(esp), Some(booted)) = (esp, booted) else {
+        return;
+    };
+    if let Ok(fs) = esp_fs(&esp) {
+        let trial = Trial {
+            from: booted,
+            to: target,
+            outcome: format!("failed: {why}"),
+        };
+        let _ = write_text(&fs, slots::TRIAL_FILE, &trial.render());
+        let _ = fs.unmount();
     }
 }
 
@@ -145,25 +183,17 @@ fn write_slot<T: Read + Write + Seek>(
     fat::remove_file(fs, &target.tuned_entry_path()).map_err(|e| format!("ESP: {e}"))
 }
 
-/// Records the pending trial of `target` and points the one-shot entry at it. If the entry
-/// cannot be set, nothing will boot the new slot: the record says the trial failed instead.
+/// Records the pending trial of `target`; [`update`] then jumps into it or sets the one-shot
+/// entry for the firmware.
 fn record_trial<T: Read + Write + Seek>(
     fs: &fatfs::FileSystem<T>,
     booted: Slot,
     target: Slot,
 ) -> Result<(), String> {
-    let trial = |outcome: String| {
-        Trial {
-            from: booted,
-            to: target,
-            outcome,
-        }
-        .render()
+    let trial = Trial {
+        from: booted,
+        to: target,
+        outcome: "pending".into(),
     };
-    write_text(fs, slots::TRIAL_FILE, &trial("pending".into()))?;
-    if let Err(why) = write_one_shot(target.entry_id()) {
-        let _ = write_text(fs, slots::TRIAL_FILE, &trial(format!("failed: {why}")));
-        return Err(why);
-    }
-    Ok(())
+    write_text(fs, slots::TRIAL_FILE, &trial.render())
 }

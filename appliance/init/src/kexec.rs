@@ -1,0 +1,185 @@
+//! Reboot and update without the firmware (ADR 0054): the next kernel, initrd and command line
+//! come from a slot's UKI on the ESP (its `.linux`, `.initrd` and `.cmdline` sections) and are
+//! loaded with kexec_file_load while the server still serves; [`crate::power::shutdown`] then
+//! quiesces and seals the store and jumps. The command line carries the slot it boots
+//! (`ringstore_slot=`, since the firmware's `LoaderEntrySelected` still names the slot it
+//! booted) and the `memmap=SIZE!OFFSET` reservation the RAM tier lives in (`dax.rs`).
+
+use ringstore_bootdisk::authenticode::section;
+use ringstore_bootdisk::fat;
+use ringstore_bootdisk::slots::Slot;
+
+use crate::machine::Machine;
+
+/// The command-line token naming the slot a kexec jump booted.
+pub const SLOT_TOKEN: &str = "ringstore_slot=";
+/// The firmware's memory map as the kernel got it (what a kexec'd kernel gets too).
+const FIRMWARE_MAP: &str = "/sys/firmware/memmap";
+/// A reservation starts on a memory-section boundary (128 MiB on x86-64): the pmem driver
+/// maps whole sections.
+const SECTION: u64 = 128 << 20;
+/// Low memory left to the kernel and its boot allocations.
+const LOW_KEEP: u64 = 512 << 20;
+
+/// The slot a kexec jump booted, from the running command line.
+pub fn slot_from_cmdline(line: &str) -> Option<Slot> {
+    line.split_whitespace()
+        .filter_map(|t| t.strip_prefix(SLOT_TOKEN))
+        .next_back()
+        .and_then(Slot::from_entry_id)
+}
+
+/// The `memmap=SIZE!OFFSET` token of `line` (legacy pmem), if any.
+pub fn memmap_token(line: &str) -> Option<&str> {
+    line.split_whitespace()
+        .find(|t| t.starts_with("memmap=") && t.contains('!'))
+}
+
+/// Bytes of reserved memory a store of `memory` bytes needs as device-DAX: the arena and its
+/// metadata, the device's struct pages (64 B per 4 KiB) and info block, in whole sections.
+pub fn reservation_bytes(memory: u64) -> u64 {
+    (memory + memory / 16 + (64 << 20)).next_multiple_of(SECTION)
+}
+
+/// Whether a device-DAX device of `size` bytes holds the arena of a store of `memory` bytes
+/// (the store's own check is exact; this keeps PID 1 from handing it a device it refuses).
+pub fn device_fits(size: u64, memory: u64) -> bool {
+    size >= memory + memory / 32 + (16 << 20)
+}
+
+/// Where `size` bytes are reserved: the lowest section boundary from [`LOW_KEEP`] up where a
+/// System RAM range of the firmware map `ram` (start, end exclusive) holds them. Low, because
+/// kexec places the next kernel's initrd top-down in what is still RAM for this kernel.
+pub fn place_reservation(size: u64, ram: &[(u64, u64)]) -> Option<u64> {
+    ram.iter()
+        .filter_map(|&(start, end)| {
+            let at = start.max(LOW_KEEP).next_multiple_of(SECTION);
+            (at.checked_add(size)? <= end).then_some(at)
+        })
+        .min()
+}
+
+/// The firmware map's System RAM ranges (start, end exclusive).
+fn firmware_ram() -> Vec<(u64, u64)> {
+    let hex = |p: std::path::PathBuf| {
+        ringstore_sys::read_trim(p)
+            .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+    };
+    let Ok(dir) = std::fs::read_dir(FIRMWARE_MAP) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let p = e.ok()?.path();
+        (ringstore_sys::read_trim(p.join("type"))? == "System RAM")
+            .then(|| Some((hex(p.join("start"))?, hex(p.join("end"))? + 1)))?
+    })
+    .collect()
+}
+
+/// The next kernel's command line: `base` without slot or reservation tokens, then the
+/// reservation (`memmap`) and the slot.
+pub fn next_cmdline(base: &str, memmap: Option<&str>, slot: Slot) -> String {
+    let mut out: Vec<&str> = base
+        .split(['\0'])
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .filter(|t| !t.starts_with(SLOT_TOKEN) && memmap_token(t).is_none())
+        .collect();
+    let slot = format!("{SLOT_TOKEN}{}", slot.entry_id());
+    out.extend(memmap);
+    out.push(&slot);
+    out.join(" ")
+}
+
+/// The reservation the next kernel gets: the running one (the arena already lives there),
+/// else one placed for `memory` (this boot's arena is not in it: the jump starts cold).
+fn reservation(running: &str, memory: Option<u64>) -> Option<String> {
+    if let Some(t) = memmap_token(running) {
+        return Some(t.to_string());
+    }
+    let size = reservation_bytes(memory?);
+    let at = place_reservation(size, &firmware_ram())?;
+    Some(format!("memmap={}M!{}M", size >> 20, at >> 20))
+}
+
+/// Loads `target`'s kernel, initrd and command line for the jump; what was loaded.
+pub fn load(machine: &Machine, target: Slot) -> Result<String, String> {
+    let (esp, booted, memory) = {
+        let st = machine.state();
+        (
+            st.slots.esp.clone(),
+            st.slots.booted,
+            st.config.as_ref().map(|c| c.memory),
+        )
+    };
+    let esp = esp.ok_or("no ESP (network or -kernel boot): no UKI to load")?;
+    let fs = crate::update::esp_fs(&esp)?;
+    let image = fat::read_file(&fs, &target.path(), crate::update::IMAGE_MAX as u64)
+        .map_err(|e| format!("ESP: {e}"))?
+        .ok_or_else(|| format!("slot {target}: no {}", target.path()))?;
+    let _ = fs.unmount();
+    let part = |name: &str| -> Result<&[u8], String> {
+        section(&image, name)
+            .map_err(|e| format!("slot {target}: {e}"))?
+            .ok_or_else(|| format!("slot {target}: the UKI has no {name} section"))
+    };
+    let running = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    // The same slot again keeps this boot's whole line (tuned arguments included); another
+    // slot starts from its own image's line, as the firmware would.
+    let base = if Some(target) == booted {
+        running.clone()
+    } else {
+        String::from_utf8_lossy(part(".cmdline")?).into_owned()
+    };
+    let memmap = reservation(&running, memory);
+    let line = next_cmdline(&base, memmap.as_deref(), target);
+    ringstore_sys::kexec_file_load(part(".linux")?, part(".initrd")?, &line)
+        .map_err(|e| format!("kexec_file_load: {e}"))?;
+    Ok(format!("slot {target}'s kernel loaded ({line})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_line_replaces_slot_and_reservation_tokens() {
+        let base = "console=ttyS0 memmap=256M!1G ringstore_slot=ringstore-a.efi quiet\0\0";
+        let line = next_cmdline(base, Some("memmap=384M!1536M"), Slot::B);
+        assert_eq!(
+            line,
+            "console=ttyS0 quiet memmap=384M!1536M ringstore_slot=ringstore-b.efi"
+        );
+        assert_eq!(slot_from_cmdline(&line), Some(Slot::B));
+        assert_eq!(memmap_token(&line), Some("memmap=384M!1536M"));
+        assert_eq!(slot_from_cmdline("console=ttyS0"), None);
+        assert_eq!(memmap_token("memmap=exactmap mem=1G"), None);
+    }
+
+    #[test]
+    fn a_reservation_sits_at_the_lowest_section_that_holds_it() {
+        let ram = [(0x10_0000, 0x8000_0000), (0x1_0000_0000, 0x1_8000_0000)];
+        let size = reservation_bytes(256 << 20);
+        assert_eq!(size % SECTION, 0);
+        assert!(size >= (256 << 20) + (256 << 20) / 16);
+        let at = place_reservation(size, &ram).unwrap();
+        assert_eq!(at, LOW_KEEP);
+        // A first range too small (or all below the kept low memory): the next one.
+        let at = place_reservation(size, &[(0, 0x3000_0000), (0x1_0000_1000, 0x1_8000_0000)]);
+        assert_eq!(at, Some(0x1_0800_0000));
+        // Too big for any range above the kept low memory: none.
+        assert_eq!(place_reservation(4 << 30, &ram), None);
+        assert_eq!(place_reservation(size, &[(0, LOW_KEEP)]), None);
+    }
+
+    #[test]
+    fn a_device_fits_the_store_it_was_reserved_for() {
+        for memory in [64 << 20, 256 << 20, 8 << 30] {
+            // The device loses up to ~1.6% to struct pages and 2 MiB to the info block.
+            let device = reservation_bytes(memory) - reservation_bytes(memory) / 60 - (2 << 20);
+            assert!(device_fits(device, memory), "{memory}");
+        }
+        assert!(!device_fits(64 << 20, 64 << 20));
+    }
+}

@@ -1,0 +1,329 @@
+//! The RAM tier across a kexec reboot (issue 34, ADR 0054): disk.img under OVMF with a
+//! `memmap=` reservation, 20,000 keys set from the host, `reboot` (a kexec jump, no firmware)
+//! twice while a host probe measures how long the memcache port goes unanswered, every key
+//! compared after each; then a seal corrupted in guest memory between the jump and the new
+//! PID 1 (through QEMU's gdbstub, physical-memory mode): a cold start whose reason `status`
+//! shows, and no wrong value.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+
+use super::client::tcp;
+use super::uefi::{test_images, UefiMachine, READY};
+use super::vm::Vm;
+use super::{BOOT_LIMIT, PROMPT};
+use crate::image::Image;
+
+/// A RAM-only box (no data device: its recovery would be authoritative) with 128 MiB of
+/// items in a 256 MiB reservation at 1 GiB; `nokaslr` keeps the firmware boot's EFI stub from
+/// placing the kernel inside the reservation (ADR 0054).
+const APPEND: &str = "ringstore.data=off ringstore.memory=128M memmap=256M!1G nokaslr";
+/// The reservation's physical start (the `!1G` above).
+const RESERVED_AT: u64 = 1 << 30;
+const KEYS: usize = 20_000;
+/// Keys per pipelined batch (sets) and per multi-get.
+const BATCH: usize = 500;
+const GET_BATCH: usize = 100;
+
+/// What the test saw.
+pub struct KexecReport {
+    /// How long the memcache port went unanswered in each kexec reboot.
+    pub outages: Vec<Duration>,
+    /// Keys that answered their exact value after each reboot.
+    pub kept: Vec<usize>,
+    /// `status`'s RAM tier line after the corrupted seal.
+    pub cold_line: String,
+}
+
+fn key(i: usize) -> String {
+    format!("kx{i:05}")
+}
+
+/// Item `i`'s value and flags: its own number first, a length that varies with it.
+fn item(i: usize) -> (String, u32) {
+    let v = format!("v{i:05}-{}", "abcdefghij".repeat(i % 7 + 1));
+    (v, u32::try_from(i % 1000).unwrap_or(0))
+}
+
+/// Sets every key, pipelined in batches, each acknowledged STORED.
+fn fill(port: u16) -> Result<()> {
+    let mut s = tcp(port)?;
+    for start in (0..KEYS).step_by(BATCH) {
+        let mut req = String::new();
+        for i in start..(start + BATCH).min(KEYS) {
+            let (v, flags) = item(i);
+            req.push_str(&format!("set {} {flags} 0 {}\r\n{v}\r\n", key(i), v.len()));
+        }
+        s.write_all(req.as_bytes())?;
+        let want = (start + BATCH).min(KEYS) - start;
+        let got = read_until(&mut s, |t| t.matches("\r\n").count() >= want)?;
+        ensure!(
+            got.matches("STORED\r\n").count() == want,
+            "fill at {start}: {:?}",
+            &got[..got.len().min(200)]
+        );
+    }
+    Ok(())
+}
+
+fn read_until(s: &mut TcpStream, done: impl Fn(&str) -> bool) -> Result<String> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    while !done(&String::from_utf8_lossy(&got)) {
+        let n = s.read(&mut buf)?;
+        ensure!(n > 0, "connection closed");
+        got.extend_from_slice(&buf[..n]);
+    }
+    Ok(String::from_utf8_lossy(&got).into_owned())
+}
+
+/// Every key read back: (exact value and flags, wrong ones as `key: what`).
+fn compare(port: u16) -> Result<(usize, Vec<String>)> {
+    let mut s = tcp(port)?;
+    let (mut exact, mut wrong) = (0, Vec::new());
+    for start in (0..KEYS).step_by(GET_BATCH) {
+        let end = (start + GET_BATCH).min(KEYS);
+        let keys: Vec<String> = (start..end).map(key).collect();
+        s.write_all(format!("get {}\r\n", keys.join(" ")).as_bytes())?;
+        let got = read_until(&mut s, |t| t.ends_with("END\r\n"))?;
+        let mut lines = got.split("\r\n");
+        while let Some(line) = lines.next() {
+            let Some(rest) = line.strip_prefix("VALUE ") else {
+                continue;
+            };
+            let mut f = rest.split(' ');
+            let (k, flags) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
+            let value = lines.next().unwrap_or("");
+            let i: usize = k.get(2..).and_then(|n| n.parse().ok()).context("key")?;
+            let (v, fl) = item(i);
+            if value == v && flags == fl.to_string() {
+                exact += 1;
+            } else {
+                wrong.push(format!("{k}: flags {flags} value {value:?}"));
+            }
+        }
+    }
+    Ok((exact, wrong))
+}
+
+/// A host-side probe of the memcache port: `version` every 50 ms, each try bounded.
+struct Probe {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<(Instant, bool)>>,
+}
+
+impl Probe {
+    fn start(port: u16) -> Probe {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                seen.push((Instant::now(), answers(port)));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            seen
+        });
+        Probe { stop, thread }
+    }
+
+    /// The longest stretch between two answered probes around unanswered ones.
+    fn outage(self) -> Result<Duration> {
+        self.stop.store(true, Ordering::Relaxed);
+        let seen = self
+            .thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("probe panicked"))?;
+        let mut last_ok = None;
+        let mut worst = Duration::ZERO;
+        let mut failed = false;
+        for (at, ok) in seen {
+            if ok {
+                if let (Some(before), true) = (last_ok, failed) {
+                    worst = worst.max(at - before);
+                }
+                last_ok = Some(at);
+                failed = false;
+            } else {
+                failed = true;
+            }
+        }
+        Ok(worst)
+    }
+}
+
+fn answers(port: u16) -> bool {
+    let Ok(mut s) =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300))
+    else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(300)));
+    let mut buf = [0u8; 64];
+    s.write_all(b"version\r\n").is_ok()
+        && s.read(&mut buf)
+            .is_ok_and(|n| buf[..n].starts_with(b"VERSION"))
+}
+
+/// `reboot` with the probe running; the outage once the new system serves again.
+fn measured_reboot(vm: &mut Vm, port: u16) -> Result<Duration> {
+    let probe = Probe::start(port);
+    std::thread::sleep(Duration::from_millis(300));
+    reboot(vm, |_| Ok(()))?;
+    // The probe must see the port answer again before it stops.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !answers(port) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    probe.outage()
+}
+
+/// `reboot` at the console: `between` runs once the old system jumped, then the new one is
+/// waited for to its prompt.
+fn reboot(vm: &mut Vm, between: impl FnOnce(&mut Vm) -> Result<()>) -> Result<()> {
+    let from = vm.output().len();
+    vm.command_no_wait("reboot")?;
+    vm.wait_for(
+        "jumping into the loaded kernel",
+        from,
+        Duration::from_secs(60),
+    )?;
+    between(vm)?;
+    let ready = vm.wait_for(READY, from, BOOT_LIMIT)?;
+    vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
+    Ok(())
+}
+
+/// Checks the items after a reboot: at least 99.9 % exact, none wrong; how many were exact.
+fn all_kept(vm: &mut Vm, port: u16, when: &str) -> Result<usize> {
+    let status = vm.command("status")?;
+    ensure!(
+        status.contains("this start: resumed"),
+        "{when}: the RAM tier was not resumed:\n{status}\n{}",
+        vm.tail()
+    );
+    let (exact, wrong) = compare(port)?;
+    ensure!(
+        wrong.is_empty(),
+        "{when}: wrong values: {:?}",
+        &wrong[..wrong.len().min(5)]
+    );
+    ensure!(
+        exact * 1000 >= KEYS * 999,
+        "{when}: only {exact} of {KEYS} keys kept"
+    );
+    Ok(exact)
+}
+
+/// Flips bytes across the arena through QEMU's gdbstub (the guest paused meanwhile).
+fn corrupt_arena(socket: &Path) -> Result<()> {
+    let mut gdb = UnixStream::connect(socket).context("gdbstub socket")?;
+    gdb.set_read_timeout(Some(Duration::from_secs(10)))?;
+    packet(&mut gdb, "Qqemu.PhyMemMode:1")?;
+    let junk = "a5".repeat(1024);
+    // Past the device's info block and struct pages: the store's metadata and segments.
+    for mib in (16..200).step_by(3) {
+        let at = RESERVED_AT + (mib << 20);
+        packet(&mut gdb, &format!("M{at:x},400:{junk}"))?;
+    }
+    packet(&mut gdb, "Qqemu.PhyMemMode:0")?;
+    // Detach: the guest runs on.
+    gdb.write_all(frame("D").as_bytes())?;
+    Ok(())
+}
+
+fn frame(body: &str) -> String {
+    let sum = body.bytes().fold(0u8, u8::wrapping_add);
+    format!("${body}#{sum:02x}")
+}
+
+/// Sends one gdb remote packet and reads its acknowledgement and reply (`OK` wanted).
+fn packet(gdb: &mut UnixStream, body: &str) -> Result<()> {
+    gdb.write_all(frame(body).as_bytes())?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    // `+`, then `$REPLY#XX`: whole once two checksum digits follow the `#`.
+    let whole = |got: &[u8]| {
+        got.iter()
+            .position(|b| *b == b'#')
+            .is_some_and(|at| got.len() >= at + 3)
+    };
+    while !whole(&got) {
+        let n = gdb.read(&mut buf)?;
+        ensure!(n > 0, "gdbstub closed");
+        got.extend_from_slice(&buf[..n]);
+    }
+    gdb.write_all(b"+")?;
+    let text = String::from_utf8_lossy(&got);
+    ensure!(
+        text.contains("$OK#"),
+        "gdbstub answered {text:?} to {}",
+        &body[..body.len().min(40)]
+    );
+    Ok(())
+}
+
+/// The whole test: fill, two measured kexec reboots, then the corrupted seal.
+pub fn kexec_reboot_keeps_the_ram_tier(image: &Image) -> Result<KexecReport> {
+    let images = test_images(image, "kexec", APPEND)?;
+    let machine = UefiMachine::new("kexec", &images)?;
+    let gdb_socket = crate::image::appliance_dir()
+        .join("vm")
+        .join("kexec-gdb.sock");
+    let _ = std::fs::remove_file(&gdb_socket);
+    let extra = [
+        "-m".to_string(),
+        "2048".to_string(),
+        "-gdb".to_string(),
+        format!("unix:{},server=on,wait=off", gdb_socket.display()),
+    ];
+    let mut vm = machine.boot_with("uefi_kexec", &extra)?;
+    let ready = vm.wait_for(READY, 0, BOOT_LIMIT)?;
+    vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
+    let status = vm.command("status")?;
+    ensure!(
+        status.contains("ram tier kept across kexec reboots in /dev/dax"),
+        "no device-DAX RAM tier:\n{status}\n{}",
+        vm.tail()
+    );
+    let port = vm.port("memcache", 0)?;
+    fill(port)?;
+    let mut report = KexecReport {
+        outages: Vec::new(),
+        kept: Vec::new(),
+        cold_line: String::new(),
+    };
+    for round in 1..=2 {
+        report.outages.push(measured_reboot(&mut vm, port)?);
+        report
+            .kept
+            .push(all_kept(&mut vm, port, &format!("kexec reboot {round}"))?);
+    }
+    reboot(&mut vm, |_| corrupt_arena(&gdb_socket))?;
+    let status = vm.command("status")?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("ram tier"))
+        .unwrap_or_default()
+        .to_string();
+    ensure!(
+        line.contains("this start: cold start: "),
+        "a corrupted seal did not start cold with a reason:\n{status}"
+    );
+    let (exact, wrong) = compare(port)?;
+    ensure!(
+        wrong.is_empty() && exact == 0,
+        "after the corrupted seal: {exact} kept, wrong {wrong:?}"
+    );
+    report.cold_line = line;
+    vm.poweroff()?;
+    Ok(report)
+}
