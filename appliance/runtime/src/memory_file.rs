@@ -144,3 +144,49 @@ pub(crate) fn seal(store: &Store, clock: Clock) {
         Err(err) => eprintln!("ringstore: memory-file: not sealed ({err}); the next start is cold"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> StoreConfig {
+        StoreConfig {
+            memory_bytes: 8 << 20,
+            item_size_max: 1 << 20,
+            shards: 64,
+            huge_pages: false,
+            external_threshold: 0,
+        }
+    }
+
+    #[test]
+    fn a_character_device_is_sized_from_sysfs_never_truncated() {
+        // /dev/null is a character device without a `size` in sysfs: the device path reads
+        // the size (and fails here) where a file would be resized.
+        let Err(err) = map(Path::new("/dev/null"), &config()) else {
+            panic!("/dev/null mapped as a memory file");
+        };
+        assert!(
+            err.to_string().contains("cannot read its size in sysfs"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn device_numbers_decode_as_glibc_and_musl_encode_them() {
+        // makedev(252, 3) and makedev(4095, 1048575): major and minor split across the word.
+        let enc = |major: u64, minor: u64| {
+            ((major & 0xfff) << 8)
+                | ((major & !0xfff) << 32)
+                | (minor & 0xff)
+                | ((minor & !0xff) << 12)
+        };
+        for (major, minor) in [(252, 3), (4095, 1_048_575), (1, 3)] {
+            let err = device_size(enc(major, minor)).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("/sys/dev/char/{major}:{minor}/size")),
+                "{err}"
+            );
+        }
+    }
+}

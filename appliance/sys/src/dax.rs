@@ -60,24 +60,20 @@ pub fn pmem_namespaces(root: &Path) -> Vec<String> {
     found
 }
 
-/// Waits up to `limit` for the kernel's probing to show a device-DAX device or a pmem
-/// namespace (probing may still run when PID 1 starts); returns what it found.
+/// Waits up to `limit` for the kernel's probing to settle: a device-DAX device, or pmem
+/// namespaces all bound to a driver (`nd_pmem`: no info block found, so none to keep);
+/// returns what it found. A namespace still unbound may be probing its info block.
 pub fn wait_for_pmem(root: &Path, limit: Duration) -> (Option<DaxDevice>, Vec<String>) {
     let start = Instant::now();
     loop {
         let dax = find_device_dax(root);
         let namespaces = pmem_namespaces(root);
-        if dax.is_some() || start.elapsed() >= limit {
+        let settled = !namespaces.is_empty()
+            && namespaces
+                .iter()
+                .all(|n| nd(root).join("devices").join(n).join("driver").exists());
+        if dax.is_some() || settled || start.elapsed() >= limit {
             return (dax, namespaces);
-        }
-        if !namespaces.is_empty() {
-            // A namespace without a dax device may still be probing its info block: give it
-            // a moment before it is configured afresh (which would write a new one).
-            std::thread::sleep(Duration::from_millis(50));
-            if start.elapsed() >= limit.min(Duration::from_millis(500)) {
-                return (find_device_dax(root), namespaces);
-            }
-            continue;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
