@@ -11,6 +11,8 @@ use ringstore_bootdisk::slots::Slot;
 
 use crate::machine::Machine;
 
+/// The biggest UKI loaded (`update`'s own limit on what it writes).
+const UKI_MAX: u64 = 96 << 20;
 /// The command-line token naming the slot a kexec jump booted.
 pub const SLOT_TOKEN: &str = "ringstore_slot=";
 /// The firmware's memory map as the kernel got it (what a kexec'd kernel gets too).
@@ -114,8 +116,10 @@ pub fn load(machine: &Machine, target: Slot) -> Result<String, String> {
         )
     };
     let esp = esp.ok_or("no ESP (network or -kernel boot): no UKI to load")?;
-    let fs = crate::update::esp_fs(&esp)?;
-    let image = fat::read_file(&fs, &target.path(), crate::update::IMAGE_MAX as u64)
+    // Opened here rather than through `update` (which jumps through here); only read.
+    let volume = esp.open(true).map_err(|e| format!("ESP: {e}"))?;
+    let fs = fat::open(volume, &fat::DOS_EPOCH).map_err(|e| format!("ESP: {e}"))?;
+    let image = fat::read_file(&fs, &target.path(), UKI_MAX)
         .map_err(|e| format!("ESP: {e}"))?
         .ok_or_else(|| format!("slot {target}: no {}", target.path()))?;
     let _ = fs.unmount();

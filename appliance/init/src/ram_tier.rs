@@ -68,6 +68,12 @@ fn device(token: &str, memory: u64) -> Result<DaxDevice, String> {
     };
     wait_for(|| dax.node.exists().then_some(()))
         .ok_or(format!("not kept: no {}", dax.node.display()))?;
+    ringstore_sys::probe_map(&dax.node).map_err(|e| {
+        format!(
+            "not kept: {} does not map ({e}; a kernel without CONFIG_FS_DAX refuses it)",
+            dax.node.display()
+        )
+    })?;
     if !crate::kexec::device_fits(dax.size, memory) {
         return Err(format!(
             "not kept: {} holds {} MiB, memory {} MiB needs more ({token} is too small)",

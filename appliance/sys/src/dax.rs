@@ -79,6 +79,18 @@ pub fn wait_for_pmem(root: &Path, limit: Duration) -> (Option<DaxDevice>, Vec<St
     }
 }
 
+/// Whether `node` maps shared in [`DAX_ALIGN`] pieces (a kernel without FS_DAX binds the
+/// device but refuses every mapping of it); the probe mapping is gone on return.
+pub fn probe_map(node: &Path) -> io::Result<()> {
+    use std::os::fd::AsFd;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(node)?;
+    let len = usize::try_from(DAX_ALIGN).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    crate::Mapping::shared(file.as_fd(), 0, len).map(drop)
+}
+
 fn write(path: PathBuf, value: &str) -> io::Result<()> {
     std::fs::write(&path, value)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
@@ -157,6 +169,17 @@ mod tests {
         let dax = find_device_dax(r).unwrap();
         assert_eq!((dax.name.as_str(), dax.size), ("dax0.0", 264_241_152));
         assert_eq!(dax.node, Path::new("/dev/dax0.0"));
+    }
+
+    #[test]
+    fn a_probe_maps_what_maps_and_says_why_not() {
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("arena");
+        std::fs::write(&f, vec![0u8; 2 << 20]).unwrap();
+        probe_map(&f).unwrap();
+        assert!(probe_map(&t.path().join("missing")).is_err());
+        // A directory opens for writing nowhere: refused before any mapping.
+        assert!(probe_map(t.path()).is_err());
     }
 
     #[test]
