@@ -1,7 +1,7 @@
 //! The RAM tier across a kexec reboot (issue 34, ADR 0054): disk.img under OVMF with a
 //! `memmap=` reservation, 20,000 keys set from the host, `reboot` (a kexec jump, no firmware)
-//! twice while a host probe measures how long the memcache port goes unanswered, every key
-//! compared after each; then a seal corrupted in guest memory between the jump and the new
+//! and `update` to slot B (a kexec jump, the trial committing it) while a host probe measures
+//! how long the memcache port goes unanswered, every key compared after each; then a seal corrupted in guest memory between the jump and the new
 //! PID 1 (through QEMU's gdbstub, physical-memory mode): a cold start whose reason `status`
 //! shows, and no wrong value.
 
@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 
 use super::client::tcp;
-use super::uefi::{test_images, UefiMachine, READY};
-use super::vm::Vm;
+use super::uefi::{on_slot_b, serve_files, test_images, Removed, UefiMachine, READY};
+use super::vm::{scratch_dir, Vm};
 use super::{BOOT_LIMIT, PROMPT};
 use crate::image::Image;
 
@@ -34,7 +34,7 @@ const GET_BATCH: usize = 100;
 
 /// What the test saw.
 pub struct KexecReport {
-    /// How long the memcache port went unanswered in each kexec reboot.
+    /// How long the memcache port went unanswered: the `reboot`, then the `update`.
     pub outages: Vec<Duration>,
     /// Keys that answered their exact value after each reboot.
     pub kept: Vec<usize>,
@@ -172,11 +172,12 @@ fn answers(port: u16) -> bool {
             .is_ok_and(|n| buf[..n].starts_with(b"VERSION"))
 }
 
-/// `reboot` with the probe running; the outage once the new system serves again.
-fn measured_reboot(vm: &mut Vm, port: u16) -> Result<Duration> {
+/// `command` (`reboot`, `update URL`) with the probe running; the outage once the new system
+/// serves again.
+fn measured_jump(vm: &mut Vm, port: u16, command: &str) -> Result<Duration> {
     let probe = Probe::start(port);
     std::thread::sleep(Duration::from_millis(300));
-    reboot(vm, |_| Ok(()))?;
+    jump(vm, command, |_| Ok(()))?;
     // The probe must see the port answer again before it stops.
     let deadline = Instant::now() + Duration::from_secs(20);
     while !answers(port) && Instant::now() < deadline {
@@ -186,11 +187,11 @@ fn measured_reboot(vm: &mut Vm, port: u16) -> Result<Duration> {
     probe.outage()
 }
 
-/// `reboot` at the console: `between` runs once the old system jumped, then the new one is
+/// `command` at the console: `between` runs once the old system jumped, then the new one is
 /// waited for to its prompt.
-fn reboot(vm: &mut Vm, between: impl FnOnce(&mut Vm) -> Result<()>) -> Result<()> {
+fn jump(vm: &mut Vm, command: &str, between: impl FnOnce(&mut Vm) -> Result<()>) -> Result<()> {
     let from = vm.output().len();
-    vm.command_no_wait("reboot")?;
+    vm.command_no_wait(command)?;
     vm.wait_for(
         "jumping into the loaded kernel",
         from,
@@ -229,8 +230,10 @@ fn corrupt_arena(socket: &Path) -> Result<()> {
     gdb.set_read_timeout(Some(Duration::from_secs(10)))?;
     packet(&mut gdb, "Qqemu.PhyMemMode:1")?;
     let junk = "a5".repeat(1024);
-    // Past the device's info block and struct pages: the store's metadata and segments.
-    for mib in (16..200).step_by(3) {
+    // Every 2 MiB from 2 MiB on: past the device's info block (at 4 KiB), through its struct
+    // pages (which the next kernel writes afresh) and across the arena, whose start (the
+    // seal's footer) the device's 2 MiB alignment puts on one of these boundaries.
+    for mib in (2..200).step_by(2) {
         let at = RESERVED_AT + (mib << 20);
         packet(&mut gdb, &format!("M{at:x},400:{junk}"))?;
     }
@@ -274,6 +277,18 @@ fn packet(gdb: &mut UnixStream, body: &str) -> Result<()> {
 /// The whole test: fill, two measured kexec reboots, then the corrupted seal.
 pub fn kexec_reboot_keeps_the_ram_tier(image: &Image) -> Result<KexecReport> {
     let images = test_images(image, "kexec", APPEND)?;
+    // The update: slot B's image, told apart by its connection limit (`on_slot_b`).
+    let new = test_images(
+        image,
+        "kexec-new",
+        &format!("{APPEND} ringstore.max_conns=777"),
+    )?;
+    let site = scratch_dir("kexec-site")?;
+    let _site_removed = Removed(site.clone());
+    std::fs::copy(&new.efi, site.join("new.efi"))?;
+    let sig = new.signature.as_deref().context("no signature")?;
+    std::fs::copy(sig, site.join("new.efi.sig"))?;
+    let site_port = serve_files(site)?;
     let machine = UefiMachine::new("kexec", &images)?;
     let gdb_socket = crate::image::appliance_dir()
         .join("vm")
@@ -301,13 +316,25 @@ pub fn kexec_reboot_keeps_the_ram_tier(image: &Image) -> Result<KexecReport> {
         kept: Vec::new(),
         cold_line: String::new(),
     };
-    for round in 1..=2 {
-        report.outages.push(measured_reboot(&mut vm, port)?);
-        report
-            .kept
-            .push(all_kept(&mut vm, port, &format!("kexec reboot {round}"))?);
-    }
-    reboot(&mut vm, |_| corrupt_arena(&gdb_socket))?;
+    report.outages.push(measured_jump(&mut vm, port, "reboot")?);
+    report
+        .kept
+        .push(all_kept(&mut vm, port, "after the kexec reboot")?);
+    // `update` to slot B through kexec: the trial's canary commits it, the items stay.
+    let at = vm.output().len();
+    let update = format!("update http://10.0.2.2:{site_port}/new.efi");
+    report.outages.push(measured_jump(&mut vm, port, &update)?);
+    let committed = vm.wait_for("slot B committed", at, BOOT_LIMIT)?;
+    vm.wait_for(PROMPT, committed, Duration::from_secs(20))?;
+    on_slot_b(
+        &mut vm,
+        "last trial A -> B: committed",
+        "after the kexec update",
+    )?;
+    report
+        .kept
+        .push(all_kept(&mut vm, port, "after the kexec update")?);
+    jump(&mut vm, "reboot", |_| corrupt_arena(&gdb_socket))?;
     let status = vm.command("status")?;
     let line = status
         .lines()

@@ -188,7 +188,7 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
                     .map(|d| format!("{:.2} s", d.as_secs_f64()))
                     .collect();
                 format!(
-                    "outages [{}], keys kept {:?} of 20000; [{}]",
+                    "outage reboot, update [{}], keys kept {:?} of 20000; [{}]",
                     secs.join(", "),
                     r.kept,
                     r.cold_line
