@@ -123,6 +123,9 @@ pub fn load(machine: &Machine, target: Slot) -> Result<String, String> {
         .map_err(|e| format!("ESP: {e}"))?
         .ok_or_else(|| format!("slot {target}: no {}", target.path()))?;
     let _ = fs.unmount();
+    // Under Secure Boot the jump skips the firmware's check: the same check here, on the
+    // bytes loaded (ADR 0051); a refusal sends the reboot through the firmware.
+    crate::secure_boot::check_image(&image).map_err(|why| format!("slot {target}: {why}"))?;
     let part = |name: &str| -> Result<&[u8], String> {
         section(&image, name)
             .map_err(|e| format!("slot {target}: {e}"))?
