@@ -121,6 +121,27 @@ fn a_value_whose_segment_was_flushed_or_evicted_meanwhile_is_stored_as_a_copy() 
 }
 
 #[test]
+fn bytes_filled_after_a_flush_or_eviction_are_the_ones_stored() {
+    // A TLS session fills every value byte through `fill`: those after the orphaning must
+    // land in the pinned bytes the commit copies, or the stored value is torn.
+    let s = store(4 << 20);
+    let v = value(5, 100 << 10);
+    let r = s
+        .reserve(b"k", v.len(), NewMeta::default(), 1)
+        .expect("reserved");
+    assert!(s.fill(&r, 0, &v[..4096]));
+    s.flush_all(1, 0);
+    for i in 0..100u32 {
+        put(&s, format!("churn{i}").as_bytes(), &value(9, 100 << 10), 2);
+    }
+    assert!(s.fill(&r, 4096, &v[4096..]), "an orphan still takes its value");
+    let done = s.commit(r, b"k", 2, |_| (true, ())).expect("commit");
+    let (got, _, cas) = read(&s, b"k", 2).expect("stored");
+    assert!(got == v, "the stored value is the one sent, byte for byte");
+    assert_eq!(Some(cas), done.cas);
+}
+
+#[test]
 fn a_journaled_store_does_not_reserve() {
     let s = store(4 << 20);
     s.require_journal();

@@ -35,16 +35,25 @@ impl Shard {
         Ok((Loc::at(slot, off), slot_id(slot), addr))
     }
 
-    /// The value bytes of the reserved item at `loc`, while its segment still holds it
-    /// (`None` once an eviction or a flush made the segment an orphan).
-    pub(crate) fn reserved_mut(&mut self, loc: Loc) -> Option<&mut [u8]> {
+    /// The value bytes of the reserved item at `loc` while it is pinned, its segment an
+    /// orphan or not: an orphan keeps its bytes until the last unpin, and the commit then
+    /// copies them, so every value byte must land there whatever happened to the segment.
+    pub(crate) fn reserved_value_mut(&mut self, loc: Loc) -> Option<&mut [u8]> {
         let s = self.slots[loc.slot()].as_mut()?;
-        if s.orphan || s.pins == 0 {
+        if s.pins == 0 {
             return None;
         }
         let b = &mut s.seg.bytes[loc.off()..];
         let h = Header::read(b);
         Some(&mut b[h.value_start()..h.len()])
+    }
+
+    /// Whether the reserved item at `loc` can be linked where it is: pinned and its segment
+    /// still the shard's (not an orphan after an eviction or a flush).
+    fn linkable(&self, loc: Loc) -> bool {
+        self.slots[loc.slot()]
+            .as_ref()
+            .is_some_and(|s| !s.orphan && s.pins > 0)
     }
 
     /// Makes the reserved item at `loc` live with `cas` at `now`, pointing the index at it
@@ -59,7 +68,7 @@ impl Shard {
         now: u32,
     ) -> bool {
         self.ensure_index_room(sh, now);
-        if self.reserved_mut(loc).is_none() {
+        if !self.linkable(loc) {
             return false;
         }
         let b = self.bytes_mut(loc);

@@ -94,15 +94,16 @@ impl Store {
     }
 
     /// Copies `bytes` into the reserved value at `offset` (the bytes that arrived with the
-    /// command's header, or a session whose input is not received into the item: TLS).
-    /// False when they do not fit.
+    /// command's header, or a session whose input is not received into the item: TLS),
+    /// also after an eviction or flush made its segment an orphan. False when they do not fit.
     pub fn fill(&self, r: &Reservation, offset: usize, bytes: &[u8]) -> bool {
         let Some(shard) = self.shards.get(r.pin.shard as usize) else {
             return false;
         };
         let mut shard = shard.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(value) = shard.reserved_mut(r.loc) else {
-            return true; // an orphan: the commit stores what the pin still holds
+        // An orphan (evicted or flushed meanwhile) still holds the bytes the commit copies.
+        let Some(value) = shard.reserved_value_mut(r.loc) else {
+            return false;
         };
         match value.get_mut(offset..offset + bytes.len()) {
             Some(to) => {
