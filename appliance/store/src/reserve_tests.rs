@@ -134,7 +134,10 @@ fn bytes_filled_after_a_flush_or_eviction_are_the_ones_stored() {
     for i in 0..100u32 {
         put(&s, format!("churn{i}").as_bytes(), &value(9, 100 << 10), 2);
     }
-    assert!(s.fill(&r, 4096, &v[4096..]), "an orphan still takes its value");
+    assert!(
+        s.fill(&r, 4096, &v[4096..]),
+        "an orphan still takes its value"
+    );
     let done = s.commit(r, b"k", 2, |_| (true, ())).expect("commit");
     let (got, _, cas) = read(&s, b"k", 2).expect("stored");
     assert!(got == v, "the stored value is the one sent, byte for byte");
