@@ -1,9 +1,16 @@
 //! The TPM 2.0 character device (`/dev/tpmrm0`, the kernel's resource manager): one command
 //! written in one `write`, its response read in one `read`, with a bound on the response size
 //! and on the wait, so a wedged or hostile TPM can stall the boot for at most the timeout.
+//!
+//! The node is opened `O_NONBLOCK`: a blocking `write` runs the whole command inside the
+//! driver, under its own per-command durations (minutes for a key generation), which no
+//! `poll` afterwards could bound. Nonblocking, the write queues the command and the `poll`
+//! is the wait. A command that times out leaves the file open for good: the driver's release
+//! waits for the queued command, so closing it would stall PID 1 after all.
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -15,7 +22,8 @@ const HEADER_LEN: usize = 10;
 /// An open TPM device node.
 #[derive(Debug)]
 pub struct TpmDevice {
-    file: File,
+    /// `None` once a command timed out (its file is leaked: see the module doc).
+    file: Option<File>,
 }
 
 impl TpmDevice {
@@ -24,8 +32,9 @@ impl TpmDevice {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)?;
-        Ok(TpmDevice { file })
+        Ok(TpmDevice { file: Some(file) })
     }
 
     /// Sends one marshalled command and returns its response. The kernel driver takes a
@@ -33,16 +42,25 @@ impl TpmDevice {
     /// not come within `timeout`, is shorter than a header or longer than
     /// [`TPM_RESPONSE_MAX`] is an error.
     pub fn transact(&mut self, command: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
-        let wrote = self.file.write(command)?;
+        let Some(file) = self.file.as_mut() else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "TPM did not answer an earlier command: not used again",
+            ));
+        };
+        let wrote = file.write(command)?;
         if wrote != command.len() {
             return Err(std::io::Error::other(format!(
                 "TPM took {wrote} of {} command bytes",
                 command.len()
             )));
         }
-        wait_readable(&self.file, timeout)?;
+        if let Err(err) = wait_readable(file, timeout) {
+            std::mem::forget(self.file.take());
+            return Err(err);
+        }
         let mut response = vec![0u8; TPM_RESPONSE_MAX];
-        let got = self.file.read(&mut response)?;
+        let got = file.read(&mut response)?;
         response.truncate(got);
         if got < HEADER_LEN {
             return Err(std::io::Error::other(format!(
@@ -80,6 +98,25 @@ mod tests {
     fn a_missing_device_is_an_error_not_a_panic() {
         let err = TpmDevice::open(Path::new("/nonexistent/tpmrm0")).unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn a_command_that_times_out_is_the_last_one_sent() {
+        // A pipe's write end: the command is taken, an answer never becomes readable.
+        let (_read, write) = std::io::pipe().unwrap();
+        let mut tpm = TpmDevice {
+            file: Some(File::from(std::os::fd::OwnedFd::from(write))),
+        };
+        let err = tpm
+            .transact(&[0u8; 12], Duration::from_millis(20))
+            .unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+        let started = std::time::Instant::now();
+        let err = tpm
+            .transact(&[0u8; 12], Duration::from_secs(5))
+            .unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+        assert!(started.elapsed() < Duration::from_secs(1), "no second wait");
     }
 
     #[test]
