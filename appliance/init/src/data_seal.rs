@@ -16,8 +16,13 @@ pub const KEY_FILE: &str = "/run/ringstore-data.key";
 /// What PID 1 decided about the data device's encryption.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AtRest {
-    /// Encrypted with the TPM-sealed key, written to `key_file` for the server.
-    Sealed { key_file: PathBuf, line: String },
+    /// Encrypted with the TPM-sealed key, written to `key_file` for the server; `warn` when
+    /// Secure Boot is off (PCR 7 then binds the key to this TPM, not to signed images).
+    Sealed {
+        key_file: PathBuf,
+        line: String,
+        warn: bool,
+    },
     /// Left to the configuration: in clear (`warn`) or an operator's `data_key`.
     AsConfigured { line: String, warn: bool },
     /// The TPM refused: nothing serves from the device, which stays as it was.
@@ -37,14 +42,14 @@ impl AtRest {
     pub fn warns(&self) -> bool {
         !matches!(
             self,
-            AtRest::Sealed { .. } | AtRest::AsConfigured { warn: false, .. }
+            AtRest::Sealed { warn: false, .. } | AtRest::AsConfigured { warn: false, .. }
         )
     }
 }
 
 /// Decides for the data device `data` with the TPM at `tpm`; `configured_key`: the operator set
-/// `data_key`, which wins.
-pub fn prepare(data: &Path, tpm: &Path, configured_key: bool) -> AtRest {
+/// `data_key`, which wins; `secure_boot`: whether the firmware enforces Secure Boot now.
+pub fn prepare(data: &Path, tpm: &Path, configured_key: bool, secure_boot: bool) -> AtRest {
     if configured_key {
         return AtRest::AsConfigured {
             line: "encrypted with the configured data_key".into(),
@@ -56,7 +61,24 @@ pub fn prepare(data: &Path, tpm: &Path, configured_key: bool) -> AtRest {
     }
     let opened = ringstore_tpm::Device::open(tpm).map_err(|e| e.to_string());
     let decided = opened.and_then(|mut dev| decide(data, &mut dev, Path::new(KEY_FILE)));
-    decided.unwrap_or_else(refused)
+    under_secure_boot(decided.unwrap_or_else(refused), secure_boot)
+}
+
+/// A key sealed to PCR 7 with Secure Boot off is bound to this TPM and to "Secure Boot off":
+/// a disk taken alone reads nothing, but the whole box boots any image that unseals it. Said
+/// in `status` and warned about in `tuning`.
+fn under_secure_boot(at: AtRest, secure_boot: bool) -> AtRest {
+    match at {
+        AtRest::Sealed { key_file, line, .. } if !secure_boot => AtRest::Sealed {
+            key_file,
+            line: format!(
+                "{line}; Secure Boot is off: the key is bound to this TPM only (a disk taken \
+                 alone reads nothing, the whole box does)"
+            ),
+            warn: true,
+        },
+        other => other,
+    }
 }
 
 fn refused(why: String) -> AtRest {
@@ -185,6 +207,7 @@ fn sealed_at_rest(key: &[u8; 32], key_file: &Path, line: &str) -> Result<AtRest,
     Ok(AtRest::Sealed {
         key_file: key_file.to_path_buf(),
         line: line.into(),
+        warn: false,
     })
 }
 
@@ -203,6 +226,7 @@ mod tests {
             Path::new("/nonexistent/vda"),
             Path::new("/nonexistent/tpmrm0"),
             false,
+            true,
         );
         assert!(at.line().starts_with("in clear: no TPM"), "{at:?}");
         assert!(at.warns());
@@ -210,8 +234,24 @@ mod tests {
             Path::new("/nonexistent/vda"),
             Path::new("/nonexistent/tpmrm0"),
             true,
+            true,
         );
         assert!(!at.warns());
+    }
+
+    #[test]
+    fn a_key_sealed_with_secure_boot_off_is_said_and_warned_about() {
+        let sealed = || AtRest::Sealed {
+            key_file: PathBuf::from(KEY_FILE),
+            line: "encrypted, key sealed to PCR 7".into(),
+            warn: false,
+        };
+        assert!(!under_secure_boot(sealed(), true).warns());
+        let off = under_secure_boot(sealed(), false);
+        assert!(off.warns());
+        assert!(off.line().contains("Secure Boot is off"), "{off:?}");
+        let clear = under_secure_boot(clear("in clear"), false);
+        assert_eq!(clear.line(), "in clear", "only a sealed key is qualified");
     }
 
     /// A blank 1 MiB data file and a key file path in a fresh directory.
@@ -289,7 +329,7 @@ mod tests {
     #[test]
     fn an_unreadable_device_with_a_tpm_is_refused() {
         // Any existing path stands in for the TPM: the device fails first.
-        let at = prepare(Path::new("/nonexistent/vda"), Path::new("/"), false);
+        let at = prepare(Path::new("/nonexistent/vda"), Path::new("/"), false, true);
         assert!(matches!(at, AtRest::Refused(_)) && at.warns(), "{at:?}");
     }
 }

@@ -506,7 +506,8 @@ fn data_at_rest(
     path: &std::path::Path,
 ) -> Option<ringstore_config::Config> {
     let tpm = std::path::Path::new(ringstore_tpm::DEVICE);
-    let at_rest = data_seal::prepare(path, tpm, config.data_key.is_some());
+    let secure_boot = crate::secure_boot::SecureBoot::read().on();
+    let at_rest = data_seal::prepare(path, tpm, config.data_key.is_some(), secure_boot);
     if at_rest.warns() {
         warn!("data at rest {}", at_rest.line());
     } else {
