@@ -15,6 +15,10 @@ use crate::machine::Machine;
 const UKI_MAX: u64 = 96 << 20;
 /// The command-line token naming the slot a kexec jump booted.
 pub const SLOT_TOKEN: &str = "ringstore_slot=";
+/// The token a jump adds when it placed the reservation afresh: what the reserved memory
+/// holds is from some earlier run (a firmware reboot keeps RAM), never this one's, so the
+/// next PID 1 spends any seal in it rather than resume stale items.
+pub const FRESH_TOKEN: &str = "ringstore_ram_tier=fresh";
 /// The firmware's memory map as the kernel got it (what a kexec'd kernel gets too).
 const FIRMWARE_MAP: &str = "/sys/firmware/memmap";
 /// A reservation starts on a memory-section boundary (128 MiB on x86-64): the pmem driver
@@ -78,31 +82,37 @@ fn firmware_ram() -> Vec<(u64, u64)> {
     .collect()
 }
 
-/// The next kernel's command line: `base` without slot or reservation tokens, then the
-/// reservation (`memmap`) and the slot.
-pub fn next_cmdline(base: &str, memmap: Option<&str>, slot: Slot) -> String {
+/// The next kernel's command line: `base` without slot, reservation or fresh tokens, then the
+/// reservation (`memmap`, and [`FRESH_TOKEN`] when it was placed afresh) and the slot.
+pub fn next_cmdline(base: &str, memmap: Option<(&str, bool)>, slot: Slot) -> String {
     let mut out: Vec<&str> = base
         .split(['\0'])
         .next()
         .unwrap_or("")
         .split_whitespace()
-        .filter(|t| !t.starts_with(SLOT_TOKEN) && memmap_token(t).is_none())
+        .filter(|t| !t.starts_with(SLOT_TOKEN) && memmap_token(t).is_none() && *t != FRESH_TOKEN)
         .collect();
     let slot = format!("{SLOT_TOKEN}{}", slot.entry_id());
-    out.extend(memmap);
+    if let Some((token, fresh)) = memmap {
+        out.push(token);
+        if fresh {
+            out.push(FRESH_TOKEN);
+        }
+    }
     out.push(&slot);
     out.join(" ")
 }
 
 /// The reservation the next kernel gets: the running one (the arena already lives there),
-/// else one placed for `memory` (this boot's arena is not in it: the jump starts cold).
-fn reservation(running: &str, memory: Option<u64>) -> Option<String> {
+/// else one placed for `memory`, marked fresh (this boot's arena is not in it: the jump
+/// starts cold, and whatever an earlier run left there must not be resumed).
+fn reservation(running: &str, memory: Option<u64>) -> Option<(String, bool)> {
     if let Some(t) = memmap_token(running) {
-        return Some(t.to_string());
+        return Some((t.to_string(), false));
     }
     let size = reservation_bytes(memory?);
     let at = place_reservation(size, &firmware_ram())?;
-    Some(format!("memmap={}M!{}M", size >> 20, at >> 20))
+    Some((format!("memmap={}M!{}M", size >> 20, at >> 20), true))
 }
 
 /// Loads `target`'s kernel, initrd and command line for the jump; what was loaded.
@@ -140,7 +150,11 @@ pub fn load(machine: &Machine, target: Slot) -> Result<String, String> {
         String::from_utf8_lossy(part(".cmdline")?).into_owned()
     };
     let memmap = reservation(&running, memory);
-    let line = next_cmdline(&base, memmap.as_deref(), target);
+    let line = next_cmdline(
+        &base,
+        memmap.as_ref().map(|(t, fresh)| (t.as_str(), *fresh)),
+        target,
+    );
     ringstore_sys::kexec_file_load(part(".linux")?, part(".initrd")?, &line)
         .map_err(|e| format!("kexec_file_load: {e}"))?;
     Ok(format!("slot {target}'s kernel loaded ({line})"))
@@ -153,11 +167,19 @@ mod tests {
     #[test]
     fn the_next_line_replaces_slot_and_reservation_tokens() {
         let base = "console=ttyS0 memmap=256M!1G ringstore_slot=ringstore-a.efi quiet\0\0";
-        let line = next_cmdline(base, Some("memmap=384M!1536M"), Slot::B);
+        let line = next_cmdline(base, Some(("memmap=384M!1536M", false)), Slot::B);
         assert_eq!(
             line,
             "console=ttyS0 quiet memmap=384M!1536M ringstore_slot=ringstore-b.efi"
         );
+        // A reservation placed afresh says so once; the next jump (same reservation) drops it.
+        let fresh = next_cmdline("console=ttyS0", Some(("memmap=384M!1536M", true)), Slot::A);
+        assert_eq!(
+            fresh,
+            "console=ttyS0 memmap=384M!1536M ringstore_ram_tier=fresh ringstore_slot=ringstore-a.efi"
+        );
+        let again = next_cmdline(&fresh, Some(("memmap=384M!1536M", false)), Slot::A);
+        assert!(!again.contains(FRESH_TOKEN), "{again}");
         assert_eq!(slot_from_cmdline(&line), Some(Slot::B));
         assert_eq!(memmap_token(&line), Some("memmap=384M!1536M"));
         assert_eq!(slot_from_cmdline("console=ttyS0"), None);

@@ -13,6 +13,9 @@ use crate::{info, warn};
 
 /// How long boot waits for the kernel's probing of the reserved memory.
 const PROBE_WAIT: Duration = Duration::from_secs(3);
+/// Bytes at the device's start that hold the store's seal (its footer, ADR 0052): zeroed to
+/// spend a seal no start may trust.
+const SEAL_LEN: usize = 4096;
 
 /// `config` with the device-DAX device as its memory file, when this boot has a reservation
 /// that holds the arena; records in `machine` what the RAM tier is kept in, or why not.
@@ -24,7 +27,12 @@ pub fn attach(machine: &Machine, config: &Config) -> Option<Config> {
             "not kept across a reboot: no memmap= reservation on this boot (a kexec reboot adds one)"
                 .to_string(),
         ),
-        (None, Some(token)) => device(token, config.memory),
+        (None, Some(token)) => device(token, config.memory).and_then(|dev| {
+            if running.split_whitespace().any(|t| t == crate::kexec::FRESH_TOKEN) {
+                spend_seal(&dev, "the reservation was placed afresh at the last jump")?;
+            }
+            Ok(dev)
+        }),
     };
     let (line, attached) = match found {
         Ok(dev) => (
@@ -75,6 +83,8 @@ fn device(token: &str, memory: u64) -> Result<DaxDevice, String> {
         )
     })?;
     if !crate::kexec::device_fits(dax.size, memory) {
+        // Not used this run: a seal in it would outlive this run's writes.
+        let _ = spend_seal(&dax, "it is too small for this run");
         return Err(format!(
             "not kept: {} holds {} MiB, memory {} MiB needs more ({token} is too small)",
             dax.node.display(),
@@ -83,6 +93,19 @@ fn device(token: &str, memory: u64) -> Result<DaxDevice, String> {
         ));
     }
     Ok(dax)
+}
+
+/// Zeroes the seal at `dev`'s start, so no later start resumes what an earlier run left:
+/// items this run (or the firmware-booted runs before it) deleted or replaced would return.
+fn spend_seal(dev: &DaxDevice, why: &str) -> Result<(), String> {
+    ringstore_sys::zero_head(&dev.node, SEAL_LEN).map_err(|e| {
+        format!(
+            "not kept: cannot spend the seal in {}: {e}",
+            dev.node.display()
+        )
+    })?;
+    warn!("ram tier: any seal in {} spent: {why}", dev.node.display());
+    Ok(())
 }
 
 fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {

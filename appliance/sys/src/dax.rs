@@ -91,6 +91,27 @@ pub fn probe_map(node: &Path) -> io::Result<()> {
     crate::Mapping::shared(file.as_fd(), 0, len).map(drop)
 }
 
+/// Zeroes the first `len` bytes (at most [`DAX_ALIGN`]) of the device-DAX device `node`,
+/// through a shared mapping (the device has no `write`): how PID 1 spends a seal the next
+/// start must not trust.
+pub fn zero_head(node: &Path, len: usize) -> io::Result<()> {
+    use std::os::fd::AsFd;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(node)?;
+    let map_len =
+        usize::try_from(DAX_ALIGN).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    if len > map_len {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mapping = crate::Mapping::shared(file.as_fd(), 0, map_len)?;
+    // SAFETY: `mapping` is a fresh shared mapping of `map_len` bytes that this function owns
+    // and no Rust reference covers; `len <= map_len` was checked above.
+    unsafe { std::ptr::write_bytes(mapping.as_ptr(), 0, len) };
+    Ok(())
+}
+
 fn write(path: PathBuf, value: &str) -> io::Result<()> {
     std::fs::write(&path, value)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
@@ -135,6 +156,20 @@ pub fn region_of(namespace: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn zero_head_zeroes_only_the_head() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("region");
+        let len = usize::try_from(DAX_ALIGN).unwrap();
+        std::fs::write(&path, vec![0xa5u8; len]).unwrap();
+        zero_head(&path, 4096).unwrap();
+        let got = std::fs::read(&path).unwrap();
+        assert!(got[..4096].iter().all(|&b| b == 0));
+        assert!(got[4096..].iter().all(|&b| b == 0xa5));
+        assert!(zero_head(&path, len + 1).is_err(), "past the mapping");
+    }
+
     use super::*;
 
     fn file(root: &Path, rel: &str, text: &str) {

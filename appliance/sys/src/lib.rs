@@ -41,7 +41,7 @@ pub use cpus::{
 };
 pub use dax::{
     find_device_dax, make_device_dax, pmem_namespaces, probe_map, region_of, wait_for_pmem,
-    DaxDevice, DAX_ALIGN, SYSFS,
+    zero_head, DaxDevice, DAX_ALIGN, SYSFS,
 };
 pub use epoll::{
     recv_into_nowait, recv_nowait, recvmmsg_nowait, send_nowait, sendmmsg_nowait,
