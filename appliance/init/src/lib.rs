@@ -385,6 +385,24 @@ fn not_serving(machine: &Machine, why: String) {
     machine.state().not_serving = Some(why);
 }
 
+/// Reserves `wanted` huge pages on `node`; how many it got (a shortfall is a warning, not a
+/// refusal: the server still starts).
+fn reserve_huge_pages(node: u32, wanted: u64) -> u64 {
+    let got = match hugepages::reserve(node, wanted) {
+        Ok(got) => got,
+        Err(err) => {
+            warn!("huge pages on node {node}: {err}");
+            0
+        }
+    };
+    if got < wanted {
+        warn!("node {node} holds {got} of the {wanted} huge pages asked for");
+    } else {
+        info!("node {node}: {got} huge pages of 2 MiB reserved");
+    }
+    got
+}
+
 /// Placement, huge pages, IRQs, then the server. Failures are logged and leave the console up,
 /// except a data device that cannot be used: that is fatal (the `on_fatal` policy).
 fn serve(machine: &Machine, config: &ringstore_config::Config) -> Result<(), Fatal> {
@@ -422,24 +440,7 @@ fn serve(machine: &Machine, config: &ringstore_config::Config) -> Result<(), Fat
     } else {
         hugepages::pages_for(config.memory)
     };
-    let got = match hugepages::reserve(placement.node, wanted) {
-        Ok(got) => got,
-        Err(err) => {
-            warn!("huge pages on node {}: {err}", placement.node);
-            0
-        }
-    };
-    if got < wanted {
-        warn!(
-            "node {} holds {got} of the {wanted} huge pages asked for",
-            placement.node
-        );
-    } else {
-        info!(
-            "node {}: {got} huge pages of 2 MiB reserved",
-            placement.node
-        );
-    }
+    let got = reserve_huge_pages(placement.node, wanted);
     let nic_irqs = place_irqs(&placement);
     {
         let mut state = machine.state();
