@@ -571,6 +571,28 @@ impl MemcacheSession {
         done
     }
 
+    /// The `-Y` login gate of a text session: where the requests start in `buf` (after a
+    /// login that completed in it), or what to return now (login still under way, or refused).
+    fn pass_gate(
+        &mut self,
+        buf: &[u8],
+        ctx: &Ctx<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, (usize, Flow)> {
+        let ascii_auth::Gate::Locked(login) = &mut self.gate else {
+            return Ok(0);
+        };
+        let (used, step) = login.run(buf, ctx, out);
+        match step {
+            ascii_auth::Step::More => Err((used, Flow::Continue)),
+            ascii_auth::Step::Close => Err((buf.len(), Flow::Close)),
+            ascii_auth::Step::LoggedIn(standing) => {
+                self.log_in(standing);
+                Ok(used)
+            }
+        }
+    }
+
     /// [`MemcacheSession::run`], with the held replies taken out of the session so the
     /// commands can write into them.
     fn run_held(
@@ -594,18 +616,10 @@ impl MemcacheSession {
         if self.mode == Mode::Binary {
             return self.run_binary(buf, ctx, out, held);
         }
-        let mut pos = 0;
-        if let ascii_auth::Gate::Locked(login) = &mut self.gate {
-            let (used, step) = login.run(buf, ctx, out);
-            match step {
-                ascii_auth::Step::More => return (used, Flow::Continue),
-                ascii_auth::Step::Close => return (buf.len(), Flow::Close),
-                ascii_auth::Step::LoggedIn(standing) => {
-                    self.log_in(standing);
-                    pos = used;
-                }
-            }
-        }
+        let mut pos = match self.pass_gate(buf, ctx, out) {
+            Ok(pos) => pos,
+            Err(done) => return done,
+        };
         let limits = ctx.limits();
         self.awaiting = 0;
         if !ringstore_proto::memcache::scan::single_request(&buf[pos..]) {
