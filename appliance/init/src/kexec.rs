@@ -13,6 +13,8 @@ use crate::machine::Machine;
 
 /// The biggest UKI loaded (`update`'s own limit on what it writes).
 const UKI_MAX: u64 = 96 << 20;
+/// The biggest tuned boot entry read (a title, a path and one command line).
+const ENTRY_MAX: u64 = 8 << 10;
 /// The command-line token naming the slot a kexec jump booted.
 pub const SLOT_TOKEN: &str = "ringstore_slot=";
 /// The token a jump adds when it placed the reservation afresh: what the reserved memory
@@ -132,6 +134,9 @@ pub fn load(machine: &Machine, target: Slot) -> Result<String, String> {
     let image = fat::read_file(&fs, &target.path(), UKI_MAX)
         .map_err(|e| format!("ESP: {e}"))?
         .ok_or_else(|| format!("slot {target}: no {}", target.path()))?;
+    let tuned = fat::read_file(&fs, &target.tuned_entry_path(), ENTRY_MAX)
+        .ok()
+        .flatten();
     let _ = fs.unmount();
     // Under Secure Boot the jump skips the firmware's check: the same check here, on the
     // bytes loaded (ADR 0051); a refusal sends the reboot through the firmware.
@@ -142,12 +147,20 @@ pub fn load(machine: &Machine, target: Slot) -> Result<String, String> {
             .ok_or_else(|| format!("slot {target}: the UKI has no {name} section"))
     };
     let running = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
-    // The same slot again keeps this boot's whole line (tuned arguments included); another
-    // slot starts from its own image's line, as the firmware would.
-    let base = if Some(target) == booted {
-        running.clone()
-    } else {
-        String::from_utf8_lossy(part(".cmdline")?).into_owned()
+    // The line the firmware path would give: the same slot's tuned entry (the arguments its
+    // tuning wrote for the next boot, e.g. `nohz_full=`; systemd-stub ignores an entry's
+    // options under Secure Boot), else this boot's whole line again; another slot starts
+    // from its own image's line.
+    let entry_line = tuned
+        .as_deref()
+        .filter(|_| !crate::secure_boot::SecureBoot::read().on())
+        .and_then(|e| std::str::from_utf8(e).ok())
+        .and_then(ringstore_bootdisk::slots::entry_options)
+        .map(str::to_string);
+    let base = match entry_line {
+        Some(line) if Some(target) == booted => line,
+        _ if Some(target) == booted => running.clone(),
+        _ => String::from_utf8_lossy(part(".cmdline")?).into_owned(),
     };
     let memmap = reservation(&running, memory);
     let line = next_cmdline(
