@@ -114,9 +114,7 @@ fn map(path: &Path, config: &StoreConfig) -> Result<Region, RuntimeError> {
 
 /// A character device's size in bytes, from `/sys/dev/char/MAJOR:MINOR/size`.
 fn device_size(rdev: u64) -> std::io::Result<u64> {
-    // The glibc/musl encoding of dev_t: major in bits 8-19 and 32-43, minor in 0-7 and 20-31.
-    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
-    let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
     let path = format!("/sys/dev/char/{major}:{minor}/size");
     crate::sys::read_trim(&path)
         .and_then(|s| s.parse().ok())
@@ -175,12 +173,7 @@ mod tests {
     #[test]
     fn device_numbers_decode_as_glibc_and_musl_encode_them() {
         // makedev(252, 3) and makedev(4095, 1048575): major and minor split across the word.
-        let enc = |major: u64, minor: u64| {
-            ((major & 0xfff) << 8)
-                | ((major & !0xfff) << 32)
-                | (minor & 0xff)
-                | ((minor & !0xff) << 12)
-        };
+        let enc = |major: u32, minor: u32| libc::makedev(major, minor);
         for (major, minor) in [(252, 3), (4095, 1_048_575), (1, 3)] {
             let err = device_size(enc(major, minor)).unwrap_err().to_string();
             assert!(

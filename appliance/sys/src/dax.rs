@@ -79,35 +79,33 @@ pub fn wait_for_pmem(root: &Path, limit: Duration) -> (Option<DaxDevice>, Vec<St
     }
 }
 
-/// Whether `node` maps shared in [`DAX_ALIGN`] pieces (a kernel without FS_DAX binds the
-/// device but refuses every mapping of it); the probe mapping is gone on return.
-pub fn probe_map(node: &Path) -> io::Result<()> {
+/// The first [`DAX_ALIGN`] bytes of `node`, mapped shared for reading and writing.
+fn map_head(node: &Path) -> io::Result<crate::Mapping> {
     use std::os::fd::AsFd;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(node)?;
     let len = usize::try_from(DAX_ALIGN).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    crate::Mapping::shared(file.as_fd(), 0, len).map(drop)
+    crate::Mapping::shared(file.as_fd(), 0, len)
+}
+
+/// Whether `node` maps shared in [`DAX_ALIGN`] pieces (a kernel without FS_DAX binds the
+/// device but refuses every mapping of it); the probe mapping is gone on return.
+pub fn probe_map(node: &Path) -> io::Result<()> {
+    map_head(node).map(drop)
 }
 
 /// Zeroes the first `len` bytes (at most [`DAX_ALIGN`]) of the device-DAX device `node`,
 /// through a shared mapping (the device has no `write`): how PID 1 spends a seal the next
 /// start must not trust.
 pub fn zero_head(node: &Path, len: usize) -> io::Result<()> {
-    use std::os::fd::AsFd;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(node)?;
-    let map_len =
-        usize::try_from(DAX_ALIGN).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    if len > map_len {
+    let mapping = map_head(node)?;
+    if len > mapping.len() {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    let mapping = crate::Mapping::shared(file.as_fd(), 0, map_len)?;
-    // SAFETY: `mapping` is a fresh shared mapping of `map_len` bytes that this function owns
-    // and no Rust reference covers; `len <= map_len` was checked above.
+    // SAFETY: `mapping` is a fresh shared mapping that this function owns and no Rust
+    // reference covers; `len <= mapping.len()` was checked above.
     unsafe { std::ptr::write_bytes(mapping.as_ptr(), 0, len) };
     Ok(())
 }
@@ -156,6 +154,7 @@ pub fn region_of(namespace: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn zero_head_zeroes_only_the_head() {
@@ -169,8 +168,6 @@ mod tests {
         assert!(got[4096..].iter().all(|&b| b == 0xa5));
         assert!(zero_head(&path, len + 1).is_err(), "past the mapping");
     }
-
-    use super::*;
 
     fn file(root: &Path, rel: &str, text: &str) {
         let p = root.join(rel);
