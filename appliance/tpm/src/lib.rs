@@ -10,6 +10,8 @@
 //! Unseal: CreatePrimary, Load, StartAuthSession (policy), PolicyPCR(7), Unseal, and every
 //! handle flushed whatever happened. A different PCR 7 (Secure Boot off, other db/dbx keys)
 //! makes Unseal fail its policy; another TPM (or a cleared one) fails Load.
+// The software TPM the tests seal against: compiled only for tests, never into PID 1.
+#[cfg(any(test, feature = "swtpm"))]
 pub mod swtpm;
 mod wire;
 
