@@ -563,6 +563,20 @@ pub static KEYS: &[KeyInfo] = &[
         hidden: false,
         apply: |c, v| parse_switch(v).map(|on| c.hotkeys = on).ok_or(()),
     },
+    KeyInfo {
+        name: "hotkeys-sample",
+        expected: "a count from 1 to 65536",
+        help: "sample one request in N, on average, into the hot-key sketches; 1: every request, exact counts (default 128)",
+        endpoint: false,
+        hidden: false,
+        apply: |c, v| {
+            parse_count(v)
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| (1..=crate::HOTKEYS_SAMPLE_MAX).contains(n))
+                .map(|n| c.hotkeys_sample = n)
+                .ok_or(())
+        },
+    },
 ];
 
 /// The key spelled `canonical` (dashes).

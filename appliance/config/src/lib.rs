@@ -203,7 +203,15 @@ pub struct Config {
     /// `hotkeys`: sample requests into the hot-key sketches (ADR 0044); off: `stats
     /// hotkeys` lists no key, and a GET or SET pays one predictable branch.
     pub hotkeys: bool,
+    /// `hotkeys-sample`: one request in this many, on average, is sampled into the
+    /// hot-key sketches (1..=[`HOTKEYS_SAMPLE_MAX`]).
+    pub hotkeys_sample: u32,
 }
+
+/// `hotkeys-sample`'s default: one request in 128 (ADR 0044 "Cost" and "Accuracy").
+pub const HOTKEYS_SAMPLE_DEFAULT: u32 = 128;
+/// The sparsest `hotkeys-sample`: past it a hot key of a few thousand requests is barely seen.
+pub const HOTKEYS_SAMPLE_MAX: u32 = 65_536;
 
 /// `--tls-verify`: client certificates (memcached's `ssl_verify_mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -340,6 +348,7 @@ impl Default for Config {
             log_sink: None,
             latency_histograms: true,
             hotkeys: true,
+            hotkeys_sample: HOTKEYS_SAMPLE_DEFAULT,
         }
     }
 }

@@ -442,13 +442,25 @@ fn latency_histograms_and_hotkeys_are_on_by_default_and_switch_off() {
     let c = Config::from_kernel_cmdline("ringstore.hotkeys=off").unwrap();
     assert!(c.latency_histograms && !c.hotkeys);
     assert!(Config::from_args(["--hotkeys", "sometimes"]).is_err());
-    for key in ["latency-histograms", "hotkeys"] {
+    assert_eq!(d.hotkeys_sample, crate::HOTKEYS_SAMPLE_DEFAULT);
+    let c = Config::from_args(["--hotkeys-sample", "1"]).unwrap();
+    assert_eq!(c.hotkeys_sample, 1);
+    let c = Config::from_kernel_cmdline("ringstore.hotkeys_sample=65536").unwrap();
+    assert_eq!(c.hotkeys_sample, crate::HOTKEYS_SAMPLE_MAX);
+    for bad in ["0", "65537", "-1", "4294967297", "1k", ""] {
+        assert!(
+            Config::from_args(["--hotkeys-sample", bad]).is_err(),
+            "{bad}"
+        );
+    }
+    for key in ["latency-histograms", "hotkeys", "hotkeys-sample"] {
         assert!(
             !crate::keys::find(key).unwrap().hidden,
             "{key} is documented"
         );
         let shown = crate::origin::resolve(&[]).unwrap().settings;
         let default = shown.iter().find(|s| s.key == key).unwrap();
-        assert_eq!(default.value, "on", "the console shows {key}'s default");
+        let expect = if key == "hotkeys-sample" { "128" } else { "on" };
+        assert_eq!(default.value, expect, "the console shows {key}'s default");
     }
 }

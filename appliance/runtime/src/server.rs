@@ -102,6 +102,7 @@ impl Server {
             worker_cpu: Some(crate::lend::worker_cpu),
             latency_histograms: config.latency_histograms,
             hotkeys: config.hotkeys,
+            hotkeys_sample: config.hotkeys_sample,
         };
         let shared = shared_state(config, store, node, &cpus, clock, started);
         let data = placed.durable.map(|durable| {
@@ -574,4 +575,16 @@ fn serving_threads_capeff() -> u64 {
             .unwrap_or(0);
     }
     union
+}
+
+#[cfg(test)]
+mod defaults {
+    /// `ringstore serve` and a service built with `Started::default()` sample alike.
+    #[test]
+    fn the_hot_key_sampling_default_is_the_services() {
+        assert_eq!(
+            ringstore_config::HOTKEYS_SAMPLE_DEFAULT,
+            ringstore_service::hotkeys::SAMPLE_ONE_IN
+        );
+    }
 }

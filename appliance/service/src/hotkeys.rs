@@ -25,7 +25,8 @@ use ringstore_proto::memcache::key::{base64_encode, valid_text_key};
 use ringstore_proto::memcache::reply;
 
 /// One request in this many, on average, updates a sketch.
-pub const SAMPLE_ONE_IN: u32 = 32;
+/// The default (`--hotkeys-sample`); the config crate's `HOTKEYS_SAMPLE_DEFAULT` is the same.
+pub const SAMPLE_ONE_IN: u32 = 128;
 /// Counters per worker sketch (Space-Saving's `m`) at most: a key counted more than
 /// `N / ENTRIES` times of the `N` samples a worker took is in its sketch.
 pub const ENTRIES: usize = 512;
@@ -355,13 +356,24 @@ pub struct HotKeys {
 impl HotKeys {
     /// Sketches for `slots` worker slots, [`SAMPLE_ONE_IN`], [`entries_for`] `slots`.
     pub fn new(slots: usize) -> HotKeys {
-        HotKeys::with(slots, SAMPLE_ONE_IN, entries_for(slots))
+        HotKeys::sampling(slots, SAMPLE_ONE_IN)
+    }
+
+    /// Sketches for `slots` worker slots sampling one request in `one_in` on average
+    /// (`--hotkeys-sample`), [`entries_for`] `slots`.
+    pub fn sampling(slots: usize, one_in: u32) -> HotKeys {
+        HotKeys::with(slots, one_in, entries_for(slots))
     }
 
     /// Sketches of `entries` counters sampling one request in `one_in` on average (1: every
     /// request, for tests).
     pub fn with(slots: usize, one_in: u32, entries: usize) -> HotKeys {
-        let seed = random_seed();
+        HotKeys::seeded(slots, one_in, entries, random_seed())
+    }
+
+    /// As [`HotKeys::with`], with the sampling and hashing seeded by `seed` rather than at
+    /// random: the same requests are then sampled every run (tests of accuracy).
+    pub fn seeded(slots: usize, one_in: u32, entries: usize, seed: u64) -> HotKeys {
         let slots = (0..slots.max(1) as u64)
             .map(|i| Slot {
                 countdown: AtomicU32::new(1),

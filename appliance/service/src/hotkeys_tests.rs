@@ -63,7 +63,7 @@ fn accuracy_stream(seed: u64) -> Vec<Vec<u8>> {
 #[test]
 fn ten_hot_keys_among_twenty_thousand_cold_are_found_sampled_over_several_workers() {
     for seed in 1..=20 {
-        let hot = HotKeys::new(4);
+        let hot = HotKeys::seeded(4, SAMPLE_ONE_IN, entries_for(4), seed);
         for (i, key) in accuracy_stream(seed).iter().enumerate() {
             hot.record(i % 4, key);
         }

@@ -164,6 +164,8 @@ pub struct Started {
     pub latency_histograms: bool,
     /// `--hotkeys`: sample requests into the hot-key sketches (default on).
     pub hotkeys: bool,
+    /// `--hotkeys-sample`: one request in this many, on average, is sampled.
+    pub hotkeys_sample: u32,
 }
 
 impl Default for Started {
@@ -179,6 +181,7 @@ impl Default for Started {
             worker_cpu: None,
             latency_histograms: true,
             hotkeys: true,
+            hotkeys_sample: hotkeys::SAMPLE_ONE_IN,
         }
     }
 }
@@ -261,7 +264,8 @@ impl Shared {
             refresh_certs: memcache::CertRefreshGate::default(),
             uploads: Arc::default(),
             watch,
-            hotkeys: hotkeys::HotKeys::new(workers.max(1) + 1).switched(started.hotkeys),
+            hotkeys: hotkeys::HotKeys::sampling(workers.max(1) + 1, started.hotkeys_sample)
+                .switched(started.hotkeys),
             metrics: metrics::Metrics::new(workers.max(1) + 1, started.clock)
                 .latency_histograms(started.latency_histograms),
             started,
