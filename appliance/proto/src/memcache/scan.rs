@@ -3,13 +3,11 @@
 //!
 //! A hint, not a parse: [`batch_keys`] reads only the plain text forms a pipelining client
 //! sends (`get`/`gets`, the storage commands, `mg` and `ms`), splits their lines as
-//! [`super::parse`] does (runs of spaces, the `get` keys through [`GetKeys`]), skips a storage
+//! [`super::parse`] does (runs of spaces, the `get` keys as [`super::GetKeys`] does), skips a storage
 //! command's data block by its declared length, and stops at the first line it does not
 //! recognise or that is not whole. A wrong key costs a cache line, never an answer: the
 //! parser still checks every request. On well-formed batches it finds the parser's keys, in
 //! order (the property tests check it against [`super::parse`]).
-
-use super::GetKeys;
 
 /// Up to `keys.len()` keys of the requests at the start of `buf` whose lines are whole (a
 /// storage command's data need not have arrived), in order, written to the front of `keys`;
@@ -36,10 +34,10 @@ pub fn batch_keys<'a>(buf: &'a [u8], keys: &mut [&'a [u8]]) -> usize {
             _ => break,
         };
         if command.starts_with(b"get") {
-            // The keys as the parser splits them: everything after the command word.
-            let lead = line.iter().take_while(|&&b| b == b' ').count();
-            let rest = &line[lead + command.len()..];
-            for key in GetKeys::new(rest) {
+            // The keys as the parser's `GetKeys` splits them: every word after the command.
+            // (The words iterator already at hand, rather than a `GetKeys` over the rest: its
+            // memchr per key cost a GET at depth 16 about 30 instructions more, callgrind.)
+            for key in words.by_ref() {
                 if n == keys.len() {
                     break;
                 }

@@ -262,7 +262,9 @@ fn feed<H: Handler>(
 /// Writes `conn`'s pending output (with spliced values: one `sendmsg` per round, its iovecs
 /// on the stack) until it is all out or the socket is full.
 fn flush<H: Handler>(handler: &H, conn: &mut Conn<H::Session, EpollIo>) -> Flushed {
-    let mut iov = Iovecs::new();
+    // Made only when a value is spliced: zeroing its array on every flush cost a GET of
+    // 100 B 77 instructions in memset (callgrind), about 2% of it.
+    let mut iov: Option<Iovecs> = None;
     let mut sent = 0;
     loop {
         if conn.bytes_sent(handler, sent) {
@@ -273,6 +275,7 @@ fn flush<H: Handler>(handler: &H, conn: &mut Conn<H::Session, EpollIo>) -> Flush
         let result = if splices.is_empty() {
             crate::sys::send_nowait(fd, &conn.out[conn.sent..])
         } else {
+            let iov = iov.get_or_insert_with(Iovecs::new);
             iov.fill(&conn.out, splices, conn.sent);
             crate::sys::sendmsg_iovecs_nowait(fd, iov.as_slice())
         };
