@@ -260,7 +260,7 @@ impl Shard {
             self.forget_flushed(hash);
             return None;
         };
-        if Header::read(self.bytes(loc)).expired(now) {
+        if item::expired_at(self.bytes(loc), now) {
             self.counters.get_expired += 1;
             self.drop_item(sh, hash, loc, Why::Expired);
             return None;

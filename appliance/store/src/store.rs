@@ -63,13 +63,20 @@ struct Found {
 impl Found {
     /// The item's header and value: the RAM bytes, or the device's for an external item.
     fn view<'a>(&'a self, shard: &'a Shard) -> (&'a [u8], Header, &'a [u8]) {
+        let h = Header::read(shard.bytes(self.loc));
+        let (b, value) = self.view_as(shard, &h);
+        (b, h, value)
+    }
+
+    /// [`Found::view`] when the caller holds the item's header `h` already (read at
+    /// `self.loc`, or laid out as the item there now).
+    fn view_as<'a>(&'a self, shard: &'a Shard, h: &Header) -> (&'a [u8], &'a [u8]) {
         let b = shard.bytes(self.loc);
-        let h = Header::read(b);
         let value = match &self.device {
             Some(v) => &v[..],
             None => &b[h.value_start()..h.len()],
         };
-        (b, h, value)
+        (b, value)
     }
 }
 
@@ -354,10 +361,10 @@ impl Store {
     /// never served.
     fn find(&self, shard: &mut Shard, hash: u64, key: &[u8], now: Time) -> Option<Found> {
         if let Some(loc) = shard.lookup(&self.shared, hash, key, now) {
-            let h = Header::read(shard.bytes(loc));
-            if h.bits & item::EXTERNAL == 0 {
+            if item::bits_of(shard.bytes(loc)) & item::EXTERNAL == 0 {
                 return Some(Found { loc, device: None });
             }
+            let h = Header::read(shard.bytes(loc));
             let fetched = self.backfill.get().and_then(|b| b.fetch(key, now));
             return match fetched {
                 Some(f) if f.cas == h.cas && f.value.len() == h.value_len && !f.large => {

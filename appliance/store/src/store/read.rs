@@ -157,7 +157,9 @@ impl Store {
             request.possible = shard.can_pin(&self.shared, loc);
             request.capped = !request.possible;
         }
-        let (b, _, value) = found.view(&shard);
+        // `shown` has the layout of the item at `found.loc` (moved there by a rewrite, or
+        // the one read above): no third header read.
+        let (b, value) = found.view_as(&shard, &shown);
         let r = f(Some(item_ref(b, &shown, value, now)), &mut request);
         let pin = match request.wanted {
             true => {
