@@ -260,11 +260,14 @@ fn is_multiget(input: &[u8]) -> bool {
 }
 
 fn dispatch<'a>(line: &'a [u8], line_end: usize, input: &'a [u8], limits: &Limits) -> Parse<'a> {
-    let toks = tokens::Tokens::new(line);
     let done = |request| Parse::Done {
         request,
         consumed: line_end,
     };
+    if let Some(request) = get::parse_plain(line) {
+        return done(request);
+    }
+    let toks = tokens::Tokens::new(line);
     let Some(cmd) = toks.get(0) else {
         return done(Request::reply(ERROR));
     };
