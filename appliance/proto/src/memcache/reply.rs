@@ -9,6 +9,12 @@ pub fn push_u64(out: &mut Vec<u8>, mut v: u64) {
         out.push(b'0' + digit);
         return;
     }
+    if let Ok(small @ 10..=9999) = u16::try_from(v) {
+        // Two to four digits (a value's length, mostly): copies of a fixed length, where
+        // the general loop's copy of a variable one called memcpy (~30 instructions).
+        push_small(out, small);
+        return;
+    }
     let mut buf = [0u8; 20];
     let mut i = buf.len();
     loop {
@@ -20,6 +26,17 @@ pub fn push_u64(out: &mut Vec<u8>, mut v: u64) {
         }
     }
     out.extend_from_slice(&buf[i..]);
+}
+
+/// Appends the decimal text of `v` (10 to 9999).
+fn push_small(out: &mut Vec<u8>, v: u16) {
+    let digit = |d: u16| b'0' + (d % 10) as u8;
+    let d = [digit(v / 1000), digit(v / 100), digit(v / 10), digit(v)];
+    match v {
+        0..=99 => out.extend_from_slice(&[d[2], d[3]]),
+        100..=999 => out.extend_from_slice(&[d[1], d[2], d[3]]),
+        _ => out.extend_from_slice(&d),
+    }
 }
 
 /// Appends the decimal text of a signed `v`.
@@ -97,6 +114,11 @@ mod tests {
         out.push(b' ');
         push_i64(&mut out, -29);
         assert_eq!(out, b"0 18446744073709551615 -29");
+        for v in (0..=100_000u64).chain([u64::from(u32::MAX), u64::MAX - 1]) {
+            out.clear();
+            push_u64(&mut out, v);
+            assert_eq!(out, v.to_string().as_bytes());
+        }
     }
 
     #[test]
