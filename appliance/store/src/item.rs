@@ -281,6 +281,11 @@ pub(crate) fn bits_of(b: &[u8]) -> u8 {
     b[BITS]
 }
 
+/// Whether the item at `b[0]` carries an exptime (one that can expire).
+pub(crate) fn has_exptime(b: &[u8]) -> bool {
+    ext_of(b) & HAS_EXPTIME != 0
+}
+
 /// Whether the item at `b[0]` has expired at `now` ([`Header::expired`], reading only its
 /// exptime: a GET's look-up asks this of every hit, and a whole [`Header::read`] there cost
 /// about 55 instructions, callgrind).

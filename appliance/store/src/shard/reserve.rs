@@ -22,7 +22,7 @@ impl Shard {
         let head = item::header_len(new.flags, new.exptime, new.cas, value_len);
         let len = head + new.key.len() + value_len;
         self.ensure_index_room(sh, new.now);
-        let (slot, off) = self.alloc(sh, len, new.now, LOCAL)?;
+        let (slot, off) = self.alloc(sh, len, new.now, LOCAL, new.exptime != 0)?;
         let s = self.slot_mut(slot);
         let start = off + item::write_reserved(&mut s.seg.bytes[off..off + len], new, value_len);
         if s.pins == 0 {

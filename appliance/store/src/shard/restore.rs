@@ -143,6 +143,8 @@ impl Shard {
             orphan: false,
             region: 0,
             hot: 0,
+            // Resumed items may carry exptimes: walked when full, as before.
+            may_expire: true,
         });
         self.lanes[LOCAL].held += 1;
         match active {

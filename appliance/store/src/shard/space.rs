@@ -43,6 +43,7 @@ impl Shard {
     /// Finds `len` bytes in the active segment of `lane` ([`LOCAL`] or [`SUB`]), taking a
     /// segment from the pool or reclaiming the oldest one when it is full. Reclaiming a
     /// local segment demotes what it does not keep to the sub regions when they have room.
+    /// `expires`: the item to be written there carries an exptime (`SegSlot::may_expire`).
     #[expect(
         clippy::expect_used,
         reason = "mostly_dead returns a position inside the FIFO it just walked"
@@ -53,6 +54,7 @@ impl Shard {
         len: usize,
         now: u32,
         lane: usize,
+        expires: bool,
     ) -> Result<(usize, usize), StoreError> {
         debug_assert!(len <= sh.seg_size);
         loop {
@@ -64,6 +66,7 @@ impl Shard {
                 if s.write + len <= seg_size {
                     let off = s.write;
                     s.write += len;
+                    s.may_expire |= expires;
                     return Ok((a, off));
                 }
                 if s.live_items == 0 && pinned {
@@ -76,6 +79,7 @@ impl Shard {
                     // Nothing live in the full active segment: start it over.
                     s.write = 0;
                     s.hot = 0;
+                    s.may_expire = false;
                     let g = self.gen();
                     self.slot_mut(a).gen = g;
                     continue;
@@ -102,6 +106,7 @@ impl Shard {
                         orphan: false,
                         region,
                         hot: 0,
+                        may_expire: false,
                     };
                     let slot = match self.free_slots.pop() {
                         Some(i) => {
@@ -202,6 +207,9 @@ impl Shard {
     /// worth of bytes written.
     fn mostly_expired(&self, slot: usize, len: usize, seg_size: usize, now: u32) -> bool {
         let s = self.slot(slot);
+        if !s.may_expire {
+            return false;
+        }
         let half = seg_size / 2;
         let (mut rd, mut live) = (0, 0);
         while rd < s.write {

@@ -23,7 +23,7 @@ impl Shard {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         scratch.extend_from_slice(&self.bytes(old)[..len]);
-        let placed = self.alloc(sh, len, now, SUB);
+        let placed = self.alloc(sh, len, now, SUB, item::has_exptime(&scratch));
         let done = match placed {
             Ok((slot, off)) => {
                 let s = self.slot_mut(slot);
@@ -107,7 +107,7 @@ impl Shard {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         scratch.extend_from_slice(&self.bytes(loc)[..len]);
-        let done = match self.alloc(sh, len, now, LOCAL) {
+        let done = match self.alloc(sh, len, now, LOCAL, h.exptime != 0) {
             Ok((slot, off)) => {
                 let s = self.slot_mut(slot);
                 let dst = &mut s.seg.bytes[off..off + len];
