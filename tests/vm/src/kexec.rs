@@ -3,7 +3,10 @@
 //! and `update` to slot B (a kexec jump, the trial committing it) while a host probe measures
 //! how long the memcache port goes unanswered, every key compared after each; then a seal corrupted in guest memory between the jump and the new
 //! PID 1 (through QEMU's gdbstub, physical-memory mode): a cold start whose reason `status`
-//! shows, and no wrong value.
+//! shows, and no wrong value. The same boot goes on (each jump costs seconds, a fresh boot
+//! minutes under TCG): refilled, an `update` to an image that never becomes ready fails its
+//! trial and jumps back to the committed slot B, every key still there; last an `update` to an
+//! image with another store layout commits with a cold start whose reason `status` shows.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -40,6 +43,8 @@ pub struct KexecReport {
     pub kept: Vec<usize>,
     /// `status`'s RAM tier line after the corrupted seal.
     pub cold_line: String,
+    /// `status`'s RAM tier line after the update to another store layout.
+    pub layout_line: String,
 }
 
 fn key(i: usize) -> String {
@@ -283,11 +288,26 @@ pub fn kexec_reboot_keeps_the_ram_tier(image: &Image) -> Result<KexecReport> {
         "kexec-new",
         &format!("{APPEND} ringstore.max_conns=777"),
     )?;
+    // Never ready (a bad configuration key, as in the update test): its trial fails.
+    let broken = test_images(
+        image,
+        "kexec-broken",
+        &format!("{APPEND} ringstore.memory=1"),
+    )?;
+    // Another store layout (the largest item is one of the layout words the seal checks):
+    // what a build with another store format meets too, a seal it must not resume.
+    let layout = test_images(
+        image,
+        "kexec-layout",
+        &format!("{APPEND} ringstore.item_size_max=2M"),
+    )?;
     let site = scratch_dir("kexec-site")?;
     let _site_removed = Removed(site.clone());
-    std::fs::copy(&new.efi, site.join("new.efi"))?;
-    let sig = new.signature.as_deref().context("no signature")?;
-    std::fs::copy(sig, site.join("new.efi.sig"))?;
+    for (name, efi) in [("new", &new), ("broken", &broken), ("layout", &layout)] {
+        std::fs::copy(&efi.efi, site.join(format!("{name}.efi")))?;
+        let sig = efi.signature.as_deref().context("no signature")?;
+        std::fs::copy(sig, site.join(format!("{name}.efi.sig")))?;
+    }
     let site_port = serve_files(site)?;
     let machine = UefiMachine::new("kexec", &images)?;
     let gdb_socket = crate::image::appliance_dir()
@@ -315,6 +335,7 @@ pub fn kexec_reboot_keeps_the_ram_tier(image: &Image) -> Result<KexecReport> {
         outages: Vec::new(),
         kept: Vec::new(),
         cold_line: String::new(),
+        layout_line: String::new(),
     };
     report.outages.push(measured_jump(&mut vm, port, "reboot")?);
     report
@@ -322,7 +343,8 @@ pub fn kexec_reboot_keeps_the_ram_tier(image: &Image) -> Result<KexecReport> {
         .push(all_kept(&mut vm, port, "after the kexec reboot")?);
     // `update` to slot B through kexec: the trial's canary commits it, the items stay.
     let at = vm.output().len();
-    let update = format!("update http://10.0.2.2:{site_port}/new.efi");
+    let url = |name: &str| format!("update http://10.0.2.2:{site_port}/{name}.efi");
+    let update = url("new");
     report.outages.push(measured_jump(&mut vm, port, &update)?);
     let committed = vm.wait_for("slot B committed", at, BOOT_LIMIT)?;
     vm.wait_for(PROMPT, committed, Duration::from_secs(20))?;
@@ -351,6 +373,74 @@ pub fn kexec_reboot_keeps_the_ram_tier(image: &Image) -> Result<KexecReport> {
         "after the corrupted seal: {exact} kept, wrong {wrong:?}"
     );
     report.cold_line = line;
+    fill(port)?;
+    report
+        .kept
+        .push(failed_trial_jumps_back(&mut vm, port, &url("broken"))?);
+    report.layout_line = another_layout_starts_cold(&mut vm, port, &url("layout"))?;
     vm.poweroff()?;
     Ok(report)
+}
+
+/// `update` (to slot A) with an image whose trial fails: the trial jumps back to the committed
+/// slot B (no firmware either way, the trial's watchdog stopped first) and every key is still
+/// there; how many were exact.
+fn failed_trial_jumps_back(vm: &mut Vm, port: u16, update: &str) -> Result<usize> {
+    let at = vm.output().len();
+    vm.command_no_wait(update)?;
+    let failed = vm.wait_for(
+        "last trial of slot A: failed: never became ready",
+        at,
+        BOOT_LIMIT * 2,
+    )?;
+    let ready = vm.wait_for(READY, failed, BOOT_LIMIT)?;
+    vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
+    let out = vm.output()[at..].to_string();
+    let jumps = out.matches("jumping into the loaded kernel").count();
+    ensure!(
+        jumps == 2
+            && out.contains("back to slot B")
+            && out.contains("watchdog stopped before the jump")
+            && !out.contains("through the firmware"),
+        "the failed trial did not go there and back by kexec ({jumps} jumps):\n{}",
+        vm.tail()
+    );
+    on_slot_b(
+        vm,
+        "last trial B -> A: failed: never became ready",
+        "after the failed trial",
+    )?;
+    all_kept(vm, port, "back from the failed trial")
+}
+
+/// `update` (to slot A) with an image of another store layout: its trial starts cold, says
+/// why in `status`, commits, and no key answers (none wrong); `status`'s RAM tier line.
+fn another_layout_starts_cold(vm: &mut Vm, port: u16, update: &str) -> Result<String> {
+    let at = vm.output().len();
+    vm.command_no_wait(update)?;
+    let committed = vm.wait_for("slot A committed", at, BOOT_LIMIT * 2)?;
+    vm.wait_for(PROMPT, committed, Duration::from_secs(20))?;
+    let slots = vm.command("slots")?;
+    ensure!(
+        slots.contains("booted A")
+            && slots.contains("committed A")
+            && slots.contains("last trial B -> A: committed"),
+        "after the update to another layout:\n{slots}"
+    );
+    let status = vm.command("status")?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("ram tier"))
+        .unwrap_or_default()
+        .to_string();
+    ensure!(
+        line.contains("this start: cold start: layout changed"),
+        "another store layout did not start cold with its reason:\n{status}"
+    );
+    let (exact, wrong) = compare(port)?;
+    ensure!(
+        wrong.is_empty() && exact == 0,
+        "after another layout: {exact} kept, wrong {wrong:?}"
+    );
+    Ok(line)
 }

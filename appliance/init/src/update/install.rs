@@ -44,7 +44,7 @@ pub fn update(machine: &Machine, url: &str) -> Vec<String> {
     match crate::kexec::load(machine, target) {
         Ok(what) => {
             info!("update: slot {target} written; {what}; jumping into it for a trial");
-            power::shutdown(machine, Action::Kexec);
+            power::kexec_or_firmware(machine, &|| firmware_trial(machine, target));
         }
         Err(why) => warn!("update: no kexec ({why}); through the firmware"),
     }
@@ -58,6 +58,22 @@ pub fn update(machine: &Machine, url: &str) -> Vec<String> {
             record_failed(machine, target, &why);
             error!("update refused: {why}");
             vec![format!("update refused: {why}")]
+        }
+    }
+}
+
+/// The jump into `target` returned after the server stopped: the firmware boots the trial
+/// instead, through the one-shot entry; without one, the trial is recorded as failed (with
+/// why), and the firmware boots the committed slot.
+fn firmware_trial(machine: &Machine, target: Slot) {
+    match write_one_shot(target.entry_id()) {
+        Ok(()) => {
+            info!("update: the one-shot entry names slot {target}: the firmware boots its trial")
+        }
+        Err(why) => {
+            let why = format!("the kexec jump failed and so did the one-shot entry: {why}");
+            record_failed(machine, target, &why);
+            error!("update: {why}; the firmware boots the committed slot");
         }
     }
 }
