@@ -66,13 +66,28 @@ pub fn update(machine: &Machine, url: &str) -> Vec<String> {
 /// instead, through the one-shot entry; without one, the trial is recorded as failed (with
 /// why), and the firmware boots the committed slot.
 fn firmware_trial(machine: &Machine, target: Slot) {
-    match write_one_shot(target.entry_id()) {
+    after_failed_jump(
+        target,
+        || write_one_shot(target.entry_id()),
+        |why| record_failed(machine, target, why),
+    );
+}
+
+/// [`firmware_trial`]'s decision, with the one-shot write and the failure record given: the
+/// trial still runs (the one-shot entry written) or is recorded as failed, never left
+/// pending for the committed slot to misread as a trial that never reported.
+fn after_failed_jump(
+    target: Slot,
+    one_shot: impl FnOnce() -> Result<(), String>,
+    record_failed: impl FnOnce(&str),
+) {
+    match one_shot() {
         Ok(()) => {
             info!("update: the one-shot entry names slot {target}: the firmware boots its trial")
         }
         Err(why) => {
             let why = format!("the kexec jump failed and so did the one-shot entry: {why}");
-            record_failed(machine, target, &why);
+            record_failed(&why);
             error!("update: {why}; the firmware boots the committed slot");
         }
     }
@@ -212,4 +227,32 @@ fn record_trial<T: Read + Write + Seek>(
         outcome: "pending".into(),
     };
     write_text(fs, slots::TRIAL_FILE, &trial.render())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_jump_leaves_the_trial_to_the_firmware_or_records_why() {
+        let recorded = std::cell::RefCell::new(Vec::<String>::new());
+        after_failed_jump(
+            Slot::B,
+            || Ok(()),
+            |why| recorded.borrow_mut().push(why.into()),
+        );
+        assert!(
+            recorded.borrow().is_empty(),
+            "a one-shot trial is still pending"
+        );
+        after_failed_jump(
+            Slot::B,
+            || Err("efivarfs: read-only".into()),
+            |why| recorded.borrow_mut().push(why.into()),
+        );
+        assert_eq!(
+            recorded.borrow().as_slice(),
+            ["the kexec jump failed and so did the one-shot entry: efivarfs: read-only"]
+        );
+    }
 }
