@@ -39,6 +39,8 @@ const GET_BATCH: usize = 100;
 pub struct KexecReport {
     /// How long the memcache port went unanswered: the `reboot`, then the `update`.
     pub outages: Vec<Duration>,
+    /// Where each of those went ([`steps_line`]).
+    pub steps: Vec<String>,
     /// Keys that answered their exact value after each reboot.
     pub kept: Vec<usize>,
     /// `status`'s RAM tier line after the corrupted seal.
@@ -139,20 +141,23 @@ impl Probe {
         Probe { stop, thread }
     }
 
-    /// The longest stretch between two answered probes around unanswered ones.
-    fn outage(self) -> Result<Duration> {
+    /// The longest stretch between two answered probes around unanswered ones: its length
+    /// and its ends (the last answer before it, the first after).
+    fn outage(self) -> Result<(Duration, Option<(Instant, Instant)>)> {
         self.stop.store(true, Ordering::Relaxed);
         let seen = self
             .thread
             .join()
             .map_err(|_| anyhow::anyhow!("probe panicked"))?;
         let mut last_ok = None;
-        let mut worst = Duration::ZERO;
+        let mut worst = (Duration::ZERO, None);
         let mut failed = false;
         for (at, ok) in seen {
             if ok {
                 if let (Some(before), true) = (last_ok, failed) {
-                    worst = worst.max(at - before);
+                    if at - before > worst.0 {
+                        worst = (at - before, Some((before, at)));
+                    }
                 }
                 last_ok = Some(at);
                 failed = false;
@@ -162,6 +167,62 @@ impl Probe {
         }
         Ok(worst)
     }
+}
+
+/// The steps of a jump as the serial console shows them: a needle, and whether it is a
+/// kernel record (else PID 1's output). The host notes when each first arrives.
+const STEPS: [(&str, &str, bool); 9] = [
+    ("stop", "stopping the server", false),
+    ("sealed", "memory-file: sealed", false),
+    ("jump", "jumping into the loaded kernel", false),
+    ("kernel", "Linux version", true),
+    ("/init", "Run /init", true),
+    ("pid1", "ringstore-init", false),
+    ("ram tier", "ram tier:", false),
+    ("resumed", "memory-file /dev/dax", false),
+    ("ready", "ringstore: ready memcache=", false),
+];
+
+/// Polls the console (10 ms) until the last of [`STEPS`] arrives after the offsets `from`
+/// (PID 1's output, the kernel's records); when each arrived.
+fn watch_steps(vm: &Vm, from: (usize, usize)) -> Result<Vec<Option<Instant>>> {
+    let mut seen = vec![None; STEPS.len()];
+    let deadline = Instant::now() + BOOT_LIMIT;
+    while seen.last().is_some_and(Option::is_none) {
+        ensure!(Instant::now() < deadline, "no ready line:\n{}", vm.tail());
+        let (out, kernel) = (vm.output(), vm.kernel_log());
+        for (i, (_, needle, in_kernel)) in STEPS.iter().enumerate() {
+            let text = if *in_kernel {
+                kernel.get(from.1.min(kernel.len())..)
+            } else {
+                out.get(from.0.min(out.len())..)
+            };
+            if seen[i].is_none() && text.is_some_and(|t| t.contains(needle)) {
+                seen[i] = Some(Instant::now());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(seen)
+}
+
+/// The steps as `name +MS` after the last answer before the outage, and the first answer
+/// after it.
+fn steps_line(seen: &[Option<Instant>], gap: Option<(Instant, Instant)>) -> String {
+    let Some((before, after)) = gap else {
+        return "no outage seen".into();
+    };
+    let ms = |at: Instant| match at.checked_duration_since(before) {
+        Some(d) => format!("+{}", d.as_millis()),
+        None => format!("-{}", before.duration_since(at).as_millis()),
+    };
+    let mut parts: Vec<String> = STEPS
+        .iter()
+        .zip(seen)
+        .filter_map(|((name, _, _), at)| Some(format!("{name} {}", ms((*at)?))))
+        .collect();
+    parts.push(format!("answered {}", ms(after)));
+    parts.join(", ")
 }
 
 fn answers(port: u16) -> bool {
@@ -178,18 +239,23 @@ fn answers(port: u16) -> bool {
 }
 
 /// `command` (`reboot`, `update URL`) with the probe running; the outage once the new system
-/// serves again.
-fn measured_jump(vm: &mut Vm, port: u16, command: &str) -> Result<Duration> {
+/// serves again, and where it went (when each step reached the console, [`steps_line`]).
+fn measured_jump(vm: &mut Vm, port: u16, command: &str) -> Result<(Duration, String)> {
     let probe = Probe::start(port);
     std::thread::sleep(Duration::from_millis(300));
-    jump(vm, command, |_| Ok(()))?;
+    let from = (vm.output().len(), vm.kernel_log().len());
+    vm.command_no_wait(command)?;
+    let seen = watch_steps(vm, from)?;
+    let ready = vm.wait_for(READY, from.0, Duration::from_secs(5))?;
+    vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
     // The probe must see the port answer again before it stops.
     let deadline = Instant::now() + Duration::from_secs(20);
     while !answers(port) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(200));
-    probe.outage()
+    let (outage, gap) = probe.outage()?;
+    Ok((outage, steps_line(&seen, gap)))
 }
 
 /// `command` at the console: `between` runs once the old system jumped, then the new one is
@@ -333,11 +399,14 @@ pub fn kexec_reboot_keeps_the_ram_tier(image: &Image) -> Result<KexecReport> {
     fill(port)?;
     let mut report = KexecReport {
         outages: Vec::new(),
+        steps: Vec::new(),
         kept: Vec::new(),
         cold_line: String::new(),
         layout_line: String::new(),
     };
-    report.outages.push(measured_jump(&mut vm, port, "reboot")?);
+    let (outage, steps) = measured_jump(&mut vm, port, "reboot")?;
+    report.outages.push(outage);
+    report.steps.push(steps);
     report
         .kept
         .push(all_kept(&mut vm, port, "after the kexec reboot")?);
@@ -345,7 +414,9 @@ pub fn kexec_reboot_keeps_the_ram_tier(image: &Image) -> Result<KexecReport> {
     let at = vm.output().len();
     let url = |name: &str| format!("update http://10.0.2.2:{site_port}/{name}.efi");
     let update = url("new");
-    report.outages.push(measured_jump(&mut vm, port, &update)?);
+    let (outage, steps) = measured_jump(&mut vm, port, &update)?;
+    report.outages.push(outage);
+    report.steps.push(steps);
     let committed = vm.wait_for("slot B committed", at, BOOT_LIMIT)?;
     vm.wait_for(PROMPT, committed, Duration::from_secs(20))?;
     on_slot_b(
