@@ -171,10 +171,11 @@ impl Probe {
 
 /// The steps of a jump as the serial console shows them: a needle, and whether it is a
 /// kernel record (else PID 1's output). The host notes when each first arrives.
-const STEPS: [(&str, &str, bool); 9] = [
+const STEPS: [(&str, &str, bool); 10] = [
     ("stop", "stopping the server", false),
     ("sealed", "memory-file: sealed", false),
     ("jump", "jumping into the loaded kernel", false),
+    ("kexec", "Starting new kernel", true),
     ("kernel", "Linux version", true),
     ("/init", "Run /init", true),
     ("pid1", "ringstore-init", false),
@@ -255,6 +256,14 @@ fn measured_jump(vm: &mut Vm, port: u16, command: &str) -> Result<(Duration, Str
     }
     std::thread::sleep(Duration::from_millis(200));
     let (outage, gap) = probe.outage()?;
+    // PID 1's own lines from its start to ready, with their uptimes: where its part went.
+    let log = vm.command("log")?;
+    let start = log.rfind("ringstore-init").unwrap_or(0);
+    let start = log[..start].rfind('\n').map_or(0, |i| i + 1);
+    let end = log[start..]
+        .find("ready memcache")
+        .map_or(log.len(), |i| start + i);
+    eprintln!("{command}: PID 1's log to ready:\n{}", &log[start..end]);
     Ok((outage, steps_line(&seen, gap)))
 }
 
