@@ -75,7 +75,7 @@ fn go_down(machine: &Machine, action: Action, before_firmware: &dyn Fn()) -> ! {
     ringstore_sys::sync();
     if action == Action::Kexec {
         // A trial's watchdog would keep running in the next kernel, which does not feed it.
-        crate::update::disarm_watchdog();
+        crate::hw_watchdog::disarm();
         info!("synced; jumping into the loaded kernel (no firmware)");
         // reboot(2) with LINUX_REBOOT_CMD_KEXEC only returns on failure.
         if let Err(err) = ringstore_sys::reboot_kexec() {

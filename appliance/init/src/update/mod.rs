@@ -30,4 +30,4 @@ pub use canary::{canary, CANARY_KEY, CANARY_OP_LIMIT};
 pub(crate) use esp::esp_fs;
 pub use install::{update, FETCH_LIMIT, IMAGE_MAX, NETWORK_BOOT_UPDATE};
 pub use verdict::decide_trial;
-pub use watchdog::{arm_watchdog, disarm as disarm_watchdog, TRIAL_LIMIT};
+pub use watchdog::{arm_watchdog, TRIAL_LIMIT};
