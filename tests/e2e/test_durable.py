@@ -1,5 +1,5 @@
 """End-to-end durability with `--data FILE`: kill -9 under write load loses no acknowledged
-write, SIGTERM checkpoints, a full device with `--data-full refuse` answers "data device
+write (also with a `--memory-file` beside it), SIGTERM checkpoints, a full device with `--data-full refuse` answers "data device
 full" / 507 and keeps serving reads (the default, evicting, is tests/e2e/test_data_full.py), a device returning EIO (tests/e2e/faultdev.py) fails only the affected requests, and a
 device carrying another filesystem is refused unless --data-format=force."""
 
@@ -103,12 +103,12 @@ def check(addr, acked, counters):
     c.close()
 
 
-def test_kill9_under_write_load_loses_no_acknowledged_write(server_factory, tmp_path):
-    path = tmp_path / "data.img"
-    make_file(path, 512 << 20)
+def crash_cycles(factory, path, cycles, *extra):
+    """`cycles` rounds of write load, each ended by kill -9 and checked after the restart;
+    the last server, the acknowledged writes and the counters."""
     acked, counters = {}, {}
-    s = serve(server_factory, path)
-    for cycle in range(CYCLES):
+    s = serve(factory, path, *extra)
+    for cycle in range(cycles):
         stop = threading.Event()
         threads = [threading.Thread(target=writer, args=(s.mc, t, cycle, stop, acked, counters)) for t in range(WRITERS)]
         for th in threads:
@@ -119,9 +119,16 @@ def test_kill9_under_write_load_loses_no_acknowledged_write(server_factory, tmp_
         stop.set()
         for th in threads:
             th.join(timeout=10)
-        s = serve(server_factory, path)
+        s = serve(factory, path, *extra)
         check(s.mc, acked, counters)
-    assert len(acked) > 100 * CYCLES, f"too little load to mean anything: {len(acked)} writes"
+    assert len(acked) > 100 * cycles, f"too little load to mean anything: {len(acked)} writes"
+    return s, acked, counters
+
+
+def test_kill9_under_write_load_loses_no_acknowledged_write(server_factory, tmp_path):
+    path = tmp_path / "data.img"
+    make_file(path, 512 << 20)
+    s, acked, counters = crash_cycles(server_factory, path, CYCLES)
     # A clean stop checkpoints; the next start reads the checkpoint instead of scanning.
     assert s.stop() == 0
     assert "checkpoint written" in s.stderr_text()
@@ -129,6 +136,46 @@ def test_kill9_under_write_load_loses_no_acknowledged_write(server_factory, tmp_
     check(s.mc, acked, counters)
     assert s.stop() == 0
     assert "recovered from the shutdown checkpoint" in s.stderr_text()
+
+
+def restart_stats(addr):
+    """`stats`' memory_file_restart and memory_file_cold_reason."""
+    c = Conn(addr)
+    c.s.sendall(b"stats\r\n")
+    st = {}
+    while (line := c.line()) != b"END":
+        parts = line.decode().split(" ", 2)
+        st[parts[1]] = parts[2] if len(parts) > 2 else ""
+    c.close()
+    return st.get("memory_file_restart"), st.get("memory_file_cold_reason", "")
+
+
+def test_kill9_with_a_memory_file_loses_no_acknowledged_write(server_factory, tmp_path):
+    """The crash simulation with `--memory-file` on tmpfs beside `--data` (issue 34, ADR
+    0052): the device's recovery stays authoritative, so every restart (after kill -9, and
+    after SIGTERM's seal and checkpoint) starts the RAM tier cold and says why, and no
+    acknowledged write is lost or wrong."""
+    path = tmp_path / "data.img"
+    make_file(path, 512 << 20)
+    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else str(tmp_path)
+    memfile = os.path.join(base, f"ringstore-durable-memfile-{os.getpid()}-{time.monotonic_ns():x}")
+    extra = ("--memory-file", memfile)
+    try:
+        s, acked, counters = crash_cycles(server_factory, path, CYCLES // 2, *extra)
+        restart, why = restart_stats(s.mc)
+        assert restart == "cold" and "data device is attached" in why, (restart, why)
+        assert s.stop() == 0
+        assert "checkpoint written" in s.stderr_text()
+        s = serve(server_factory, path, *extra)
+        check(s.mc, acked, counters)
+        restart, why = restart_stats(s.mc)
+        assert restart == "cold" and "data device is attached" in why, (restart, why)
+        assert s.stop() == 0
+        assert "recovered from the shutdown checkpoint" in s.stderr_text()
+    finally:
+        for p in (memfile, memfile + ".meta"):
+            if os.path.exists(p):
+                os.unlink(p)
 
 
 def test_deletes_flush_all_and_cas_survive_restart(server_factory, tmp_path):

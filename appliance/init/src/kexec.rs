@@ -117,6 +117,14 @@ fn reservation(running: &str, memory: Option<u64>) -> Option<(String, bool)> {
     Some((format!("memmap={}M!{}M", size >> 20, at >> 20), true))
 }
 
+/// The next kernel's line before its tokens: the target slot's tuned entry, else `running`
+/// (given when the target is the running slot); `None`: the target image's own `.cmdline`.
+/// A failed trial going back to the committed slot thus gets that slot's tuned line, as
+/// the firmware would give it.
+fn base_line(entry: Option<String>, running: Option<&str>) -> Option<String> {
+    entry.or_else(|| running.map(str::to_string))
+}
+
 /// Loads `target`'s kernel, initrd and command line for the jump; what was loaded.
 pub fn load(machine: &Machine, target: Slot) -> Result<String, String> {
     let (esp, booted, memory) = {
@@ -147,20 +155,20 @@ pub fn load(machine: &Machine, target: Slot) -> Result<String, String> {
             .ok_or_else(|| format!("slot {target}: the UKI has no {name} section"))
     };
     let running = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
-    // The line the firmware path would give: the same slot's tuned entry (the arguments its
-    // tuning wrote for the next boot, e.g. `nohz_full=`; systemd-stub ignores an entry's
-    // options under Secure Boot), else this boot's whole line again; another slot starts
-    // from its own image's line.
+    // The line the firmware path would give: the slot's tuned entry (the arguments its tuning
+    // wrote for the next boot, e.g. `nohz_full=`; systemd-stub ignores an entry's options
+    // under Secure Boot; `update` removes the entry of the slot it writes), else this boot's
+    // whole line again for the same slot, else the image's own line.
     let entry_line = tuned
         .as_deref()
         .filter(|_| !crate::secure_boot::SecureBoot::read().on())
         .and_then(|e| std::str::from_utf8(e).ok())
         .and_then(ringstore_bootdisk::slots::entry_options)
         .map(str::to_string);
-    let base = match entry_line {
-        Some(line) if Some(target) == booted => line,
-        _ if Some(target) == booted => running.clone(),
-        _ => String::from_utf8_lossy(part(".cmdline")?).into_owned(),
+    let same = Some(target) == booted;
+    let base = match base_line(entry_line, same.then_some(running.as_str())) {
+        Some(line) => line,
+        None => String::from_utf8_lossy(part(".cmdline")?).into_owned(),
     };
     let memmap = reservation(&running, memory);
     let line = next_cmdline(
@@ -197,6 +205,16 @@ mod tests {
         assert_eq!(memmap_token(&line), Some("memmap=384M!1536M"));
         assert_eq!(slot_from_cmdline("console=ttyS0"), None);
         assert_eq!(memmap_token("memmap=exactmap mem=1G"), None);
+    }
+
+    #[test]
+    fn the_base_line_is_the_slots_tuned_entry_first() {
+        let tuned = Some("console=ttyS0 nohz_full=1".to_string());
+        // Back to the committed slot from a trial: its tuned entry, not the image's line.
+        assert_eq!(base_line(tuned.clone(), None), tuned);
+        assert_eq!(base_line(tuned.clone(), Some("running")), tuned);
+        assert_eq!(base_line(None, Some("running")).as_deref(), Some("running"));
+        assert_eq!(base_line(None, None), None);
     }
 
     #[test]

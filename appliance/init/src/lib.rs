@@ -29,6 +29,7 @@ pub mod data_seal;
 pub mod fetch;
 pub mod hostname;
 pub mod hugepages;
+pub mod hw_watchdog;
 pub mod irq;
 pub mod kexec;
 pub mod layers;

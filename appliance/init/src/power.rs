@@ -4,6 +4,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use ringstore_bootdisk::slots::Slot;
+
 use crate::cmdline::OnFatal;
 use crate::machine::Machine;
 use crate::{error, info, warn};
@@ -38,6 +40,18 @@ static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
 /// Stops `machine`'s server, syncs and powers off or reboots. Only the first caller proceeds;
 /// later callers (a second signal, a console command) wait for the machine to go down.
 pub fn shutdown(machine: &Machine, action: Action) -> ! {
+    go_down(machine, action, &|| {})
+}
+
+/// [`shutdown`] with [`Action::Kexec`]; if the jump returns, `before_firmware` runs before the
+/// reboot through the firmware: what that path needs and the jump did not (`update`'s
+/// one-shot entry, without which the firmware would boot the committed slot and the pending
+/// trial would read as one that never reported).
+pub fn kexec_or_firmware(machine: &Machine, before_firmware: &dyn Fn()) -> ! {
+    go_down(machine, Action::Kexec, before_firmware)
+}
+
+fn go_down(machine: &Machine, action: Action, before_firmware: &dyn Fn()) -> ! {
     if SHUTTING_DOWN.swap(true, Ordering::SeqCst) {
         park_forever();
     }
@@ -60,10 +74,13 @@ pub fn shutdown(machine: &Machine, action: Action) -> ! {
     }
     ringstore_sys::sync();
     if action == Action::Kexec {
+        // A trial's watchdog would keep running in the next kernel, which does not feed it.
+        crate::hw_watchdog::disarm();
         info!("synced; jumping into the loaded kernel (no firmware)");
         // reboot(2) with LINUX_REBOOT_CMD_KEXEC only returns on failure.
         if let Err(err) = ringstore_sys::reboot_kexec() {
             error!("kexec jump failed: {err}; rebooting through the firmware");
+            before_firmware();
         }
     }
     let cmd = match action {
@@ -120,17 +137,23 @@ pub fn reboot(machine: &Machine, firmware: bool) -> ! {
         let st = machine.state();
         st.slots.committed.or(st.slots.booted)
     };
+    to_slot(machine, target, "reboot")
+}
+
+/// A kexec jump into `target` (the slot the firmware boots by itself: no one-shot entry is
+/// needed if the jump fails), else through the firmware; `who` names the caller in the log.
+pub fn to_slot(machine: &Machine, target: Option<Slot>, who: &str) -> ! {
     let loaded = match target {
         Some(slot) => crate::kexec::load(machine, slot),
         None => Err("no slot known (not booted from disk.img)".into()),
     };
     match loaded {
         Ok(what) => {
-            info!("reboot: {what}");
+            info!("{who}: {what}");
             shutdown(machine, Action::Kexec)
         }
         Err(why) => {
-            warn!("reboot: no kexec ({why}); through the firmware");
+            warn!("{who}: no kexec ({why}); through the firmware");
             shutdown(machine, Action::Reboot)
         }
     }

@@ -40,8 +40,8 @@ pub use cpus::{
     set_mempolicy_bind, CPULIST_LEN_MAX, CPULIST_SPAN_MAX,
 };
 pub use dax::{
-    find_device_dax, make_device_dax, pmem_namespaces, probe_map, region_of, wait_for_pmem,
-    zero_head, DaxDevice, DAX_ALIGN, SYSFS,
+    find_device_dax, make_device_dax, pmem_namespaces, probe_map, region_holding, wait_for_pmem,
+    zero_head, DaxDevice, Probed, Reservation, DAX_ALIGN, SYSFS,
 };
 pub use epoll::{
     recv_into_nowait, recv_nowait, recvmmsg_nowait, send_nowait, sendmmsg_nowait,

@@ -3,7 +3,10 @@
 //! and `update` to slot B (a kexec jump, the trial committing it) while a host probe measures
 //! how long the memcache port goes unanswered, every key compared after each; then a seal corrupted in guest memory between the jump and the new
 //! PID 1 (through QEMU's gdbstub, physical-memory mode): a cold start whose reason `status`
-//! shows, and no wrong value.
+//! shows, and no wrong value. The same boot goes on (each jump costs seconds, a fresh boot
+//! minutes under TCG): refilled, an `update` to an image that never becomes ready fails its
+//! trial and jumps back to the committed slot B, every key still there; last an `update` to an
+//! image with another store layout commits with a cold start whose reason `status` shows.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -36,10 +39,14 @@ const GET_BATCH: usize = 100;
 pub struct KexecReport {
     /// How long the memcache port went unanswered: the `reboot`, then the `update`.
     pub outages: Vec<Duration>,
+    /// Where each of those went ([`steps_line`]).
+    pub steps: Vec<String>,
     /// Keys that answered their exact value after each reboot.
     pub kept: Vec<usize>,
     /// `status`'s RAM tier line after the corrupted seal.
     pub cold_line: String,
+    /// `status`'s RAM tier line after the update to another store layout.
+    pub layout_line: String,
 }
 
 fn key(i: usize) -> String {
@@ -134,20 +141,23 @@ impl Probe {
         Probe { stop, thread }
     }
 
-    /// The longest stretch between two answered probes around unanswered ones.
-    fn outage(self) -> Result<Duration> {
+    /// The longest stretch between two answered probes around unanswered ones: its length
+    /// and its ends (the last answer before it, the first after).
+    fn outage(self) -> Result<(Duration, Option<(Instant, Instant)>)> {
         self.stop.store(true, Ordering::Relaxed);
         let seen = self
             .thread
             .join()
             .map_err(|_| anyhow::anyhow!("probe panicked"))?;
         let mut last_ok = None;
-        let mut worst = Duration::ZERO;
+        let mut worst = (Duration::ZERO, None);
         let mut failed = false;
         for (at, ok) in seen {
             if ok {
                 if let (Some(before), true) = (last_ok, failed) {
-                    worst = worst.max(at - before);
+                    if at - before > worst.0 {
+                        worst = (at - before, Some((before, at)));
+                    }
                 }
                 last_ok = Some(at);
                 failed = false;
@@ -157,6 +167,63 @@ impl Probe {
         }
         Ok(worst)
     }
+}
+
+/// The steps of a jump as the serial console shows them: a needle, and whether it is a
+/// kernel record (else PID 1's output). The host notes when each first arrives.
+const STEPS: [(&str, &str, bool); 10] = [
+    ("stop", "stopping the server", false),
+    ("sealed", "memory-file: sealed", false),
+    ("jump", "jumping into the loaded kernel", false),
+    ("kexec", "Starting new kernel", true),
+    ("kernel", "Linux version", true),
+    ("/init", "Run /init", true),
+    ("pid1", "ringstore-init", false),
+    ("ram tier", "ram tier:", false),
+    ("resumed", "memory-file /dev/dax", false),
+    ("ready", "ringstore: ready memcache=", false),
+];
+
+/// Polls the console (10 ms) until the last of [`STEPS`] arrives after the offsets `from`
+/// (PID 1's output, the kernel's records); when each arrived.
+fn watch_steps(vm: &Vm, from: (usize, usize)) -> Result<Vec<Option<Instant>>> {
+    let mut seen = vec![None; STEPS.len()];
+    let deadline = Instant::now() + BOOT_LIMIT;
+    while seen.last().is_some_and(Option::is_none) {
+        ensure!(Instant::now() < deadline, "no ready line:\n{}", vm.tail());
+        let (out, kernel) = (vm.output(), vm.kernel_log());
+        for (i, (_, needle, in_kernel)) in STEPS.iter().enumerate() {
+            let text = if *in_kernel {
+                kernel.get(from.1.min(kernel.len())..)
+            } else {
+                out.get(from.0.min(out.len())..)
+            };
+            if seen[i].is_none() && text.is_some_and(|t| t.contains(needle)) {
+                seen[i] = Some(Instant::now());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(seen)
+}
+
+/// The steps as `name +MS` after the last answer before the outage, and the first answer
+/// after it.
+fn steps_line(seen: &[Option<Instant>], gap: Option<(Instant, Instant)>) -> String {
+    let Some((before, after)) = gap else {
+        return "no outage seen".into();
+    };
+    let ms = |at: Instant| match at.checked_duration_since(before) {
+        Some(d) => format!("+{}", d.as_millis()),
+        None => format!("-{}", before.duration_since(at).as_millis()),
+    };
+    let mut parts: Vec<String> = STEPS
+        .iter()
+        .zip(seen)
+        .filter_map(|((name, _, _), at)| Some(format!("{name} {}", ms((*at)?))))
+        .collect();
+    parts.push(format!("answered {}", ms(after)));
+    parts.join(", ")
 }
 
 fn answers(port: u16) -> bool {
@@ -173,18 +240,31 @@ fn answers(port: u16) -> bool {
 }
 
 /// `command` (`reboot`, `update URL`) with the probe running; the outage once the new system
-/// serves again.
-fn measured_jump(vm: &mut Vm, port: u16, command: &str) -> Result<Duration> {
+/// serves again, and where it went (when each step reached the console, [`steps_line`]).
+fn measured_jump(vm: &mut Vm, port: u16, command: &str) -> Result<(Duration, String)> {
     let probe = Probe::start(port);
     std::thread::sleep(Duration::from_millis(300));
-    jump(vm, command, |_| Ok(()))?;
+    let from = (vm.output().len(), vm.kernel_log().len());
+    vm.command_no_wait(command)?;
+    let seen = watch_steps(vm, from)?;
+    let ready = vm.wait_for(READY, from.0, Duration::from_secs(5))?;
+    vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
     // The probe must see the port answer again before it stops.
     let deadline = Instant::now() + Duration::from_secs(20);
     while !answers(port) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(200));
-    probe.outage()
+    let (outage, gap) = probe.outage()?;
+    // PID 1's own lines from its start to ready, with their uptimes: where its part went.
+    let log = vm.command("log")?;
+    let start = log.rfind("ringstore-init").unwrap_or(0);
+    let start = log[..start].rfind('\n').map_or(0, |i| i + 1);
+    let end = log[start..]
+        .find("ready memcache")
+        .map_or(log.len(), |i| start + i);
+    eprintln!("{command}: PID 1's log to ready:\n{}", &log[start..end]);
+    Ok((outage, steps_line(&seen, gap)))
 }
 
 /// `command` at the console: `between` runs once the old system jumped, then the new one is
@@ -283,11 +363,26 @@ pub fn kexec_reboot_keeps_the_ram_tier(image: &Image) -> Result<KexecReport> {
         "kexec-new",
         &format!("{APPEND} ringstore.max_conns=777"),
     )?;
+    // Never ready (a bad configuration key, as in the update test): its trial fails.
+    let broken = test_images(
+        image,
+        "kexec-broken",
+        &format!("{APPEND} ringstore.memory=1"),
+    )?;
+    // Another store layout (the largest item is one of the layout words the seal checks):
+    // what a build with another store format meets too, a seal it must not resume.
+    let layout = test_images(
+        image,
+        "kexec-layout",
+        &format!("{APPEND} ringstore.item_size_max=2M"),
+    )?;
     let site = scratch_dir("kexec-site")?;
     let _site_removed = Removed(site.clone());
-    std::fs::copy(&new.efi, site.join("new.efi"))?;
-    let sig = new.signature.as_deref().context("no signature")?;
-    std::fs::copy(sig, site.join("new.efi.sig"))?;
+    for (name, efi) in [("new", &new), ("broken", &broken), ("layout", &layout)] {
+        std::fs::copy(&efi.efi, site.join(format!("{name}.efi")))?;
+        let sig = efi.signature.as_deref().context("no signature")?;
+        std::fs::copy(sig, site.join(format!("{name}.efi.sig")))?;
+    }
     let site_port = serve_files(site)?;
     let machine = UefiMachine::new("kexec", &images)?;
     let gdb_socket = crate::image::appliance_dir()
@@ -313,17 +408,24 @@ pub fn kexec_reboot_keeps_the_ram_tier(image: &Image) -> Result<KexecReport> {
     fill(port)?;
     let mut report = KexecReport {
         outages: Vec::new(),
+        steps: Vec::new(),
         kept: Vec::new(),
         cold_line: String::new(),
+        layout_line: String::new(),
     };
-    report.outages.push(measured_jump(&mut vm, port, "reboot")?);
+    let (outage, steps) = measured_jump(&mut vm, port, "reboot")?;
+    report.outages.push(outage);
+    report.steps.push(steps);
     report
         .kept
         .push(all_kept(&mut vm, port, "after the kexec reboot")?);
     // `update` to slot B through kexec: the trial's canary commits it, the items stay.
     let at = vm.output().len();
-    let update = format!("update http://10.0.2.2:{site_port}/new.efi");
-    report.outages.push(measured_jump(&mut vm, port, &update)?);
+    let url = |name: &str| format!("update http://10.0.2.2:{site_port}/{name}.efi");
+    let update = url("new");
+    let (outage, steps) = measured_jump(&mut vm, port, &update)?;
+    report.outages.push(outage);
+    report.steps.push(steps);
     let committed = vm.wait_for("slot B committed", at, BOOT_LIMIT)?;
     vm.wait_for(PROMPT, committed, Duration::from_secs(20))?;
     on_slot_b(
@@ -351,6 +453,74 @@ pub fn kexec_reboot_keeps_the_ram_tier(image: &Image) -> Result<KexecReport> {
         "after the corrupted seal: {exact} kept, wrong {wrong:?}"
     );
     report.cold_line = line;
+    fill(port)?;
+    report
+        .kept
+        .push(failed_trial_jumps_back(&mut vm, port, &url("broken"))?);
+    report.layout_line = another_layout_starts_cold(&mut vm, port, &url("layout"))?;
     vm.poweroff()?;
     Ok(report)
+}
+
+/// `update` (to slot A) with an image whose trial fails: the trial jumps back to the committed
+/// slot B (no firmware either way, the trial's watchdog stopped first) and every key is still
+/// there; how many were exact.
+fn failed_trial_jumps_back(vm: &mut Vm, port: u16, update: &str) -> Result<usize> {
+    let at = vm.output().len();
+    vm.command_no_wait(update)?;
+    let failed = vm.wait_for(
+        "last trial of slot A: failed: never became ready",
+        at,
+        BOOT_LIMIT * 2,
+    )?;
+    let ready = vm.wait_for(READY, failed, BOOT_LIMIT)?;
+    vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
+    let out = vm.output()[at..].to_string();
+    let jumps = out.matches("jumping into the loaded kernel").count();
+    ensure!(
+        jumps == 2
+            && out.contains("back to slot B")
+            && out.contains("watchdog stopped before the jump")
+            && !out.contains("through the firmware"),
+        "the failed trial did not go there and back by kexec ({jumps} jumps):\n{}",
+        vm.tail()
+    );
+    on_slot_b(
+        vm,
+        "last trial B -> A: failed: never became ready",
+        "after the failed trial",
+    )?;
+    all_kept(vm, port, "back from the failed trial")
+}
+
+/// `update` (to slot A) with an image of another store layout: its trial starts cold, says
+/// why in `status`, commits, and no key answers (none wrong); `status`'s RAM tier line.
+fn another_layout_starts_cold(vm: &mut Vm, port: u16, update: &str) -> Result<String> {
+    let at = vm.output().len();
+    vm.command_no_wait(update)?;
+    let committed = vm.wait_for("slot A committed", at, BOOT_LIMIT * 2)?;
+    vm.wait_for(PROMPT, committed, Duration::from_secs(20))?;
+    let slots = vm.command("slots")?;
+    ensure!(
+        slots.contains("booted A")
+            && slots.contains("committed A")
+            && slots.contains("last trial B -> A: committed"),
+        "after the update to another layout:\n{slots}"
+    );
+    let status = vm.command("status")?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("ram tier"))
+        .unwrap_or_default()
+        .to_string();
+    ensure!(
+        line.contains("this start: cold start: layout changed"),
+        "another store layout did not start cold with its reason:\n{status}"
+    );
+    let (exact, wrong) = compare(port)?;
+    ensure!(
+        wrong.is_empty() && exact == 0,
+        "after another layout: {exact} kept, wrong {wrong:?}"
+    );
+    Ok(line)
 }

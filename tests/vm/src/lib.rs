@@ -188,10 +188,12 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
                     .map(|d| format!("{:.2} s", d.as_secs_f64()))
                     .collect();
                 format!(
-                    "outage reboot, update [{}], keys kept {:?} of 20000; [{}]",
+                    "outage reboot, update [{}] ({}), keys kept {:?} of 20000 (reboot, update, failed trial); [{}] [{}]",
                     secs.join(", "),
+                    r.steps.join("; "),
                     r.kept,
-                    r.cold_line
+                    r.cold_line,
+                    r.layout_line
                 )
             })
         }),

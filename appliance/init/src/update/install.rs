@@ -44,7 +44,7 @@ pub fn update(machine: &Machine, url: &str) -> Vec<String> {
     match crate::kexec::load(machine, target) {
         Ok(what) => {
             info!("update: slot {target} written; {what}; jumping into it for a trial");
-            power::shutdown(machine, Action::Kexec);
+            power::kexec_or_firmware(machine, &|| firmware_trial(machine, target));
         }
         Err(why) => warn!("update: no kexec ({why}); through the firmware"),
     }
@@ -58,6 +58,37 @@ pub fn update(machine: &Machine, url: &str) -> Vec<String> {
             record_failed(machine, target, &why);
             error!("update refused: {why}");
             vec![format!("update refused: {why}")]
+        }
+    }
+}
+
+/// The jump into `target` returned after the server stopped: the firmware boots the trial
+/// instead, through the one-shot entry; without one, the trial is recorded as failed (with
+/// why), and the firmware boots the committed slot.
+fn firmware_trial(machine: &Machine, target: Slot) {
+    after_failed_jump(
+        target,
+        || write_one_shot(target.entry_id()),
+        |why| record_failed(machine, target, why),
+    );
+}
+
+/// [`firmware_trial`]'s decision, with the one-shot write and the failure record given: the
+/// trial still runs (the one-shot entry written) or is recorded as failed, never left
+/// pending for the committed slot to misread as a trial that never reported.
+fn after_failed_jump(
+    target: Slot,
+    one_shot: impl FnOnce() -> Result<(), String>,
+    record_failed: impl FnOnce(&str),
+) {
+    match one_shot() {
+        Ok(()) => {
+            info!("update: the one-shot entry names slot {target}: the firmware boots its trial")
+        }
+        Err(why) => {
+            let why = format!("the kexec jump failed and so did the one-shot entry: {why}");
+            record_failed(&why);
+            error!("update: {why}; the firmware boots the committed slot");
         }
     }
 }
@@ -196,4 +227,32 @@ fn record_trial<T: Read + Write + Seek>(
         outcome: "pending".into(),
     };
     write_text(fs, slots::TRIAL_FILE, &trial.render())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_jump_leaves_the_trial_to_the_firmware_or_records_why() {
+        let recorded = std::cell::RefCell::new(Vec::<String>::new());
+        after_failed_jump(
+            Slot::B,
+            || Ok(()),
+            |why| recorded.borrow_mut().push(why.into()),
+        );
+        assert!(
+            recorded.borrow().is_empty(),
+            "a one-shot trial is still pending"
+        );
+        after_failed_jump(
+            Slot::B,
+            || Err("efivarfs: read-only".into()),
+            |why| recorded.borrow_mut().push(why.into()),
+        );
+        assert_eq!(
+            recorded.borrow().as_slice(),
+            ["the kexec jump failed and so did the one-shot entry: efivarfs: read-only"]
+        );
+    }
 }

@@ -84,8 +84,10 @@ fn commit<T: Read + Write + Seek>(
     }
 }
 
-/// The trial failed: the record says why, and the machine reboots into the old slot (the
-/// one-shot entry is spent).
+/// The trial failed: the record says why, and the machine goes back to the committed slot,
+/// by a kexec jump when its kernel loads (the RAM tier comes along, ADR 0054), else through
+/// the firmware, which boots the committed slot by itself (no one-shot entry is left: a
+/// firmware trial spent it, a jump never set it).
 fn fail<T: Read + Write + Seek>(
     machine: &Machine,
     fs: fatfs::FileSystem<T>,
@@ -94,6 +96,7 @@ fn fail<T: Read + Write + Seek>(
     why: &str,
 ) -> ! {
     let outcome = format!("failed: {why}");
+    let back = machine.state().slots.committed.unwrap_or(trial.from);
     let _ = write_text(
         &fs,
         slots::TRIAL_FILE,
@@ -104,9 +107,6 @@ fn fail<T: Read + Write + Seek>(
         .render(),
     );
     let _ = fs.unmount();
-    error!(
-        "update: trial of slot {booted} {outcome}; rebooting to slot {}",
-        booted.other()
-    );
-    power::shutdown(machine, Action::Reboot)
+    error!("update: trial of slot {booted} {outcome}; back to slot {back}");
+    power::to_slot(machine, Some(back), "update")
 }

@@ -1,9 +1,10 @@
 //! The hardware watchdog during a trial boot: fed while the trial is undecided, stopped once
-//! it is committed, left to fire past [`TRIAL_LIMIT`].
+//! it is committed or before a kexec jump leaves it, left to fire past [`TRIAL_LIMIT`].
 
-use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::hw_watchdog::{feed, hold};
 
 use crate::machine::Machine;
 use crate::{error, info, warn};
@@ -29,25 +30,25 @@ pub fn arm_watchdog(machine: Arc<Machine>) {
         "update: watchdog armed for the trial ({} s)",
         TRIAL_LIMIT.as_secs()
     );
+    hold(dev);
     let started = Instant::now();
     let _ = std::thread::Builder::new()
         .name("watchdog".into())
         .spawn(move || {
-            let mut dev = dev;
             while started.elapsed() < TRIAL_LIMIT {
-                if !machine.state().slots.trying {
-                    // Decided and committed: the magic close stops the watchdog.
-                    let _ = dev.write_all(b"V");
+                // Decided and committed: the magic close stops the watchdog; disarmed
+                // before a jump: nothing left to feed.
+                let decided = !machine.state().slots.trying;
+                if !feed(decided) {
                     return;
                 }
-                let _ = dev.write_all(b"\0");
                 std::thread::sleep(Duration::from_secs(5));
             }
             error!(
                 "update: the trial took longer than {} s; the watchdog will reset the machine",
                 TRIAL_LIMIT.as_secs()
             );
-            // Stop feeding: held open without writes, the timer fires.
+            // Stop feeding: held open without writes (`hw_watchdog`), the timer fires.
             loop {
                 std::thread::sleep(Duration::from_secs(3600));
             }
