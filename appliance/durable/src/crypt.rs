@@ -17,10 +17,11 @@
 use std::fmt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use ring::hmac;
+use zeroize::{Zeroize, Zeroizing};
 
 use crate::error::DurableError;
 
@@ -38,10 +39,25 @@ pub const NONCE_RANGE: u64 = 1 << 16;
 
 const CHECK_LABEL: &[u8] = b"ringstore data key check v1";
 const AEAD_LABEL: &[u8] = b"ringstore data aead key v1";
+const WRAP_LABEL: &[u8] = b"ringstore data key wrap v1";
 
-/// The 32-byte data key. Never printed.
+/// The 32-byte data key. Never printed; its bytes are zeroed when it is dropped.
 #[derive(Clone)]
 pub struct DataKey([u8; DATA_KEY_LEN]);
+
+impl Drop for DataKey {
+    fn drop(&mut self) {
+        self.0.zeroize();
+    }
+}
+
+impl PartialEq for DataKey {
+    fn eq(&self, other: &DataKey) -> bool {
+        // Not constant-time, and need not be: only ever compared with another key the
+        // operator holds (a rekey to the key in use is refused).
+        self.0 == other.0
+    }
+}
 
 impl fmt::Debug for DataKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -50,9 +66,15 @@ impl fmt::Debug for DataKey {
 }
 
 impl DataKey {
-    /// A key from its bytes (a file, or a key PID 1 unsealed).
+    /// A key from its bytes (a file, or a key PID 1 unsealed). The caller's copy is its own
+    /// to zero (a `Zeroizing` buffer, or a `DataKey` that is dropped).
     pub fn from_bytes(bytes: [u8; DATA_KEY_LEN]) -> DataKey {
         DataKey(bytes)
+    }
+
+    /// The key's bytes (PID 1 seals them with the TPM).
+    pub fn bytes(&self) -> &[u8; DATA_KEY_LEN] {
+        &self.0
     }
 
     /// Reads a key file: exactly 32 bytes, a regular file with no permission beyond its
@@ -74,7 +96,7 @@ impl DataKey {
                 "mode {mode:04o}: a data key must be readable by its owner only (chmod 600)"
             )));
         }
-        let bytes = std::fs::read(path).map_err(|e| refuse(e.to_string()))?;
+        let bytes = Zeroizing::new(std::fs::read(path).map_err(|e| refuse(e.to_string()))?);
         let key: [u8; DATA_KEY_LEN] = bytes.as_slice().try_into().map_err(|_| {
             refuse(format!(
                 "{} bytes: a data key is exactly {DATA_KEY_LEN} bytes (e.g. head -c 32 /dev/urandom)",
@@ -84,65 +106,233 @@ impl DataKey {
         Ok(DataKey(key))
     }
 
-    fn prf(&self, label: &[u8], uuid: &[u8; 16]) -> [u8; 32] {
+    /// A new random key (`data rekey` without a key given: the appliance).
+    pub fn random() -> Result<DataKey, DurableError> {
+        use ring::rand::SecureRandom;
+        let mut key = [0u8; DATA_KEY_LEN];
+        ring::rand::SystemRandom::new()
+            .fill(&mut key)
+            .map_err(|_| DurableError::Rekey("no random bytes from the kernel".into()))?;
+        Ok(DataKey(key))
+    }
+
+    fn prf(&self, label: &[u8], uuid: &[u8; 16]) -> Zeroizing<[u8; 32]> {
         let k = hmac::Key::new(hmac::HMAC_SHA256, &self.0);
         let mut ctx = hmac::Context::with_key(&k);
         ctx.update(label);
         ctx.update(uuid);
-        let mut out = [0u8; 32];
+        let mut out = Zeroizing::new([0u8; 32]);
         out.copy_from_slice(ctx.sign().as_ref());
         out
     }
 
     /// The key check value stored in the superblock of device `uuid`.
     pub fn check_value(&self, uuid: &[u8; 16]) -> [u8; KEY_CHECK_LEN] {
-        self.prf(CHECK_LABEL, uuid)
+        *self.prf(CHECK_LABEL, uuid)
+    }
+
+    fn wrap_key(
+        &self,
+        uuid: &[u8; 16],
+        from: u32,
+    ) -> Result<(LessSafeKey, Nonce, Vec<u8>), DurableError> {
+        let key = aead_key(&self.prf(WRAP_LABEL, uuid))?;
+        // One wrap per rekey, and each rekey has its own `from` epoch: the nonce is unique.
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce[..4].copy_from_slice(&from.to_le_bytes());
+        let mut aad = uuid.to_vec();
+        aad.extend_from_slice(&from.to_le_bytes());
+        Ok((key, Nonce::assume_unique_for_key(nonce), aad))
+    }
+
+    /// `old` sealed under this (the new) key, for the superblock of a rekeyed device whose
+    /// new key applies from epoch `from` (ADR 0055): whoever holds the new key reads the old
+    /// records; whoever holds only the old key learns nothing of the new one.
+    pub fn wrap(
+        &self,
+        old: &DataKey,
+        uuid: &[u8; 16],
+        from: u32,
+    ) -> Result<[u8; WRAPPED_LEN], DurableError> {
+        let (key, nonce, aad) = self.wrap_key(uuid, from)?;
+        let mut out = [0u8; WRAPPED_LEN];
+        out[..DATA_KEY_LEN].copy_from_slice(&old.0);
+        let tag = key
+            .seal_in_place_separate_tag(nonce, Aad::from(aad), &mut out[..DATA_KEY_LEN])
+            .map_err(|_| DurableError::Rekey("sealing the old key failed".into()))?;
+        out[DATA_KEY_LEN..].copy_from_slice(tag.as_ref());
+        Ok(out)
+    }
+
+    /// The old key [`DataKey::wrap`] sealed; `None` when it does not verify.
+    pub fn unwrap_old(
+        &self,
+        wrapped: &[u8; WRAPPED_LEN],
+        uuid: &[u8; 16],
+        from: u32,
+    ) -> Option<DataKey> {
+        let (key, nonce, aad) = self.wrap_key(uuid, from).ok()?;
+        let mut buf = Zeroizing::new(*wrapped);
+        let plain = key
+            .open_in_place(nonce, Aad::from(aad), &mut buf[..])
+            .ok()?;
+        plain.try_into().ok().map(DataKey)
+    }
+
+    fn aead(&self, uuid: &[u8; 16]) -> Result<LessSafeKey, DurableError> {
+        aead_key(&self.prf(AEAD_LABEL, uuid))
     }
 }
 
-/// The sealing state of one open of an encrypted device: the AEAD key, the device uuid (bound
+/// An AES-256-GCM key from 32 derived bytes. `UnboundKey::new` refuses only a key of another
+/// length than the algorithm's (32 here, always).
+fn aead_key(bytes: &[u8; 32]) -> Result<LessSafeKey, DurableError> {
+    UnboundKey::new(&AES_256_GCM, bytes)
+        .map(LessSafeKey::new)
+        .map_err(|_| DurableError::NonceSpace)
+}
+
+/// Bytes of an old key sealed under the new one ([`DataKey::wrap`]): key then tag.
+pub const WRAPPED_LEN: usize = DATA_KEY_LEN + TAG_LEN;
+
+/// The keys of one open: the current one, and while a rekey is not finished the old one,
+/// which opens what was sealed under an epoch below `from` (ADR 0055).
+struct Keys {
+    current: DataKey,
+    aead: LessSafeKey,
+    /// The first epoch sealed under `current` (0: every epoch; no rekey since the format).
+    from: u32,
+    old: Option<(DataKey, LessSafeKey)>,
+    /// This open's sealing epoch, durable in the superblock; `None`: opens only (recovery).
+    epoch: Option<u32>,
+}
+
+/// The sealing state of one open of an encrypted device: the keys, the device uuid (bound
 /// into every seal's associated data), the open's epoch and the next free counter.
 pub struct Crypt {
-    key: LessSafeKey,
     uuid: [u8; 16],
-    /// This open's epoch, durable in the superblock; `None`: opens only (recovery).
-    epoch: Option<u32>,
+    keys: RwLock<Keys>,
+    /// Raised by every switch of keys ([`Crypt::switch`]): a [`Sealer`] holding a range of
+    /// an earlier generation takes a new one before its next seal.
+    generation: AtomicU64,
     next: AtomicU64,
 }
 
 impl fmt::Debug for Crypt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Crypt {{ epoch: {:?} }}", self.epoch)
+        let k = self.keys();
+        write!(
+            f,
+            "Crypt {{ epoch: {:?}, from: {}, old: {} }}",
+            k.epoch,
+            k.from,
+            k.old.is_some()
+        )
     }
 }
 
 impl Crypt {
-    /// Only the open path makes one, after it made `epoch` durable in the superblock.
+    /// One sealing under `epoch` (tests; the open path starts a reader's epoch instead).
+    #[cfg(test)]
     pub(crate) fn new(key: &DataKey, uuid: [u8; 16], epoch: u32) -> Result<Crypt, DurableError> {
-        let mut c = Crypt::reader(key, uuid)?;
-        c.epoch = Some(epoch);
+        let c = Crypt::reader(key, uuid)?;
+        c.keys_mut().epoch = Some(epoch);
         Ok(c)
     }
 
     /// One that only opens (recovery, before the open's epoch is durable; the fuzz target): it
     /// never seals.
     pub fn reader(key: &DataKey, uuid: [u8; 16]) -> Result<Crypt, DurableError> {
-        let aead = key.prf(AEAD_LABEL, &uuid);
-        // Fails only for a key of another length than the algorithm's (32 here, always).
-        let unbound = UnboundKey::new(&AES_256_GCM, &aead).map_err(|_| DurableError::NonceSpace)?;
         Ok(Crypt {
-            key: LessSafeKey::new(unbound),
             uuid,
-            epoch: None,
+            keys: RwLock::new(Keys {
+                current: key.clone(),
+                aead: key.aead(&uuid)?,
+                from: 0,
+                old: None,
+                epoch: None,
+            }),
+            generation: AtomicU64::new(1),
             next: AtomicU64::new(0),
         })
     }
 
-    /// The next [`NONCE_RANGE`] counter values, for one caller alone; refused by a reader.
-    pub(crate) fn reserve(&self) -> Result<(u64, u64), DurableError> {
-        if self.epoch.is_none() {
-            return Err(DurableError::NonceSpace);
+    /// A rekey not finished (ADR 0055): `old` opens what was sealed under an epoch below `from`.
+    pub(crate) fn with_old(self, old: DataKey, from: u32) -> Result<Crypt, DurableError> {
+        let aead = old.aead(&self.uuid)?;
+        {
+            let mut k = self.keys_mut();
+            k.from = from;
+            k.old = Some((old, aead));
         }
+        Ok(self)
+    }
+
+    fn keys(&self) -> RwLockReadGuard<'_, Keys> {
+        self.keys.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn keys_mut(&self) -> RwLockWriteGuard<'_, Keys> {
+        self.keys.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts sealing under `epoch` (the open made it durable in the superblock).
+    pub(crate) fn start_epoch(&self, epoch: u32) {
+        self.keys_mut().epoch = Some(epoch);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The key in use (sealing), a copy.
+    pub(crate) fn current_key(&self) -> DataKey {
+        self.keys().current.clone()
+    }
+
+    /// This open's sealing epoch (`None`: a reader).
+    pub(crate) fn epoch(&self) -> Option<u32> {
+        self.keys().epoch
+    }
+
+    /// Whether an old key is still kept (a rekey not finished).
+    pub fn has_old_key(&self) -> bool {
+        self.keys().old.is_some()
+    }
+
+    /// Raised at each switch of keys.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Seals with `new` from epoch `from` on (already durable in the superblock, with the
+    /// present key wrapped beside it); the present key opens what came before. Every
+    /// [`Sealer`] takes a range of the new epoch before its next seal.
+    pub(crate) fn switch(&self, new: DataKey, from: u32) -> Result<(), DurableError> {
+        let aead = new.aead(&self.uuid)?;
+        let mut k = self.keys_mut();
+        let prev = std::mem::replace(&mut k.current, new);
+        let prev_aead = std::mem::replace(&mut k.aead, aead);
+        k.old = Some((prev, prev_aead));
+        k.from = from;
+        k.epoch = Some(from);
+        // A new epoch: its counters start again at 0 (ranges are taken under this lock).
+        self.next.store(0, Ordering::Relaxed);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Forgets the old key (no record needs it any more; the superblock no longer holds it).
+    /// Its bytes are zeroed as it drops.
+    pub(crate) fn retire_old(&self) {
+        self.keys_mut().old = None;
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The next [`NONCE_RANGE`] counter values of the present epoch, for one caller alone:
+    /// `(epoch, start, end)`; refused by a reader.
+    pub(crate) fn reserve(&self) -> Result<(u32, u64, u64), DurableError> {
+        // Under the read lock: a switch (write lock) cannot slip between the epoch and the
+        // counter, so a range always belongs to the epoch it is sealed under.
+        let k = self.keys();
+        let epoch = k.epoch.ok_or(DurableError::NonceSpace)?;
         // Never wraps: once the counter cannot give a whole range, every later call fails too.
         let start = self
             .next
@@ -150,13 +340,13 @@ impl Crypt {
                 n.checked_add(NONCE_RANGE)
             })
             .map_err(|_| DurableError::NonceSpace)?;
-        Ok((start, start + NONCE_RANGE))
+        Ok((epoch, start, start + NONCE_RANGE))
     }
 
-    /// The nonce for counter `n` of this open.
-    pub(crate) fn nonce(&self, n: u64) -> [u8; NONCE_LEN] {
+    /// The nonce for counter `n` of `epoch`.
+    pub(crate) fn nonce(epoch: u32, n: u64) -> [u8; NONCE_LEN] {
         let mut out = [0u8; NONCE_LEN];
-        out[..4].copy_from_slice(&self.epoch.unwrap_or(0).to_le_bytes());
+        out[..4].copy_from_slice(&epoch.to_le_bytes());
         out[4..].copy_from_slice(&n.to_le_bytes());
         out
     }
@@ -166,6 +356,17 @@ impl Crypt {
         aad.extend_from_slice(&self.uuid);
         aad.extend_from_slice(header);
         aad
+    }
+
+    /// Calls `f` with the key that seals and opens under `nonce`: the old key for an epoch
+    /// below the switch while one is kept, the current one otherwise.
+    fn with_key<R>(&self, nonce: &[u8; NONCE_LEN], f: impl FnOnce(&LessSafeKey) -> R) -> R {
+        let epoch = u32::from_le_bytes([nonce[0], nonce[1], nonce[2], nonce[3]]);
+        let k = self.keys();
+        match &k.old {
+            Some((_, old)) if epoch < k.from => f(old),
+            _ => f(&k.aead),
+        }
     }
 
     /// Seals `body` in place under `nonce`, authenticating `header` too; returns the tag.
@@ -178,11 +379,16 @@ impl Crypt {
         let aad = self.aad(header);
         let mut tag = [0u8; TAG_LEN];
         // Sealing fails only for a body over AES-GCM's 64 GiB limit; records are below 4 GiB.
-        if let Ok(t) = self.key.seal_in_place_separate_tag(
-            Nonce::assume_unique_for_key(nonce),
-            Aad::from(aad.as_slice()),
-            body,
-        ) {
+        // The key follows the nonce's epoch: a range taken just before a switch stays under
+        // the key of its epoch, which the switch keeps until no record needs it.
+        let sealed = self.with_key(&nonce, |key| {
+            key.seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(aad.as_slice()),
+                body,
+            )
+        });
+        if let Ok(t) = sealed {
             tag.copy_from_slice(t.as_ref());
         }
         tag
@@ -199,22 +405,23 @@ impl Crypt {
         let aad = self.aad(header);
         let mut buf = sealed.to_vec();
         let n = self
-            .key
-            .open_in_place(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad.as_slice()),
-                &mut buf,
-            )
-            .ok()?
-            .len();
+            .with_key(&nonce, |key| {
+                key.open_in_place(
+                    Nonce::assume_unique_for_key(nonce),
+                    Aad::from(aad.as_slice()),
+                    &mut buf,
+                )
+                .map(|p| p.len())
+            })
+            .ok()?;
         buf.truncate(n);
         Some(buf)
     }
 
     /// Seals a whole blob (the checkpoint body): `nonce | ciphertext | tag`.
     pub(crate) fn seal_blob(&self, label: &[u8], plain: &[u8]) -> Result<Vec<u8>, DurableError> {
-        let (n, _) = self.reserve()?;
-        let nonce = self.nonce(n);
+        let (epoch, n, _) = self.reserve()?;
+        let nonce = Crypt::nonce(epoch, n);
         let mut out = Vec::with_capacity(NONCE_LEN + plain.len() + TAG_LEN);
         out.extend_from_slice(&nonce);
         out.extend_from_slice(plain);
@@ -233,13 +440,19 @@ impl Crypt {
 /// A region log's source of nonces: a range reserved from the open's [`Crypt`] at a time.
 pub struct Sealer {
     crypt: Arc<Crypt>,
+    epoch: u32,
     next: u64,
     end: u64,
+    generation: u64,
 }
 
 impl fmt::Debug for Sealer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Sealer {{ next: {}, end: {} }}", self.next, self.end)
+        write!(
+            f,
+            "Sealer {{ epoch: {}, next: {}, end: {} }}",
+            self.epoch, self.next, self.end
+        )
     }
 }
 
@@ -248,8 +461,10 @@ impl Sealer {
     pub fn new(crypt: Arc<Crypt>) -> Sealer {
         Sealer {
             crypt,
+            epoch: 0,
             next: 0,
             end: 0,
+            generation: 0,
         }
     }
 
@@ -258,14 +473,17 @@ impl Sealer {
         &self.crypt
     }
 
-    /// A nonce no other seal under this key used or will use.
+    /// A nonce no other seal under this key used or will use. After a switch of keys the next
+    /// one is of the new epoch (so sealed under the new key) at once.
     pub fn next_nonce(&mut self) -> Result<[u8; NONCE_LEN], DurableError> {
-        if self.next == self.end {
-            (self.next, self.end) = self.crypt.reserve()?;
+        let generation = self.crypt.generation();
+        if self.next == self.end || generation != self.generation {
+            (self.epoch, self.next, self.end) = self.crypt.reserve()?;
+            self.generation = generation;
         }
         let n = self.next;
         self.next += 1;
-        Ok(self.crypt.nonce(n))
+        Ok(Crypt::nonce(self.epoch, n))
     }
 }
 
@@ -286,7 +504,7 @@ mod tests {
         assert_ne!(key(1).check_value(&u), key(2).check_value(&u));
         assert_ne!(key(1).check_value(&u), key(1).check_value(&[2u8; 16]));
         // The check value is not the AEAD key.
-        assert_ne!(key(1).check_value(&u), key(1).prf(AEAD_LABEL, &u));
+        assert_ne!(key(1).check_value(&u), *key(1).prf(AEAD_LABEL, &u));
     }
 
     #[test]
@@ -325,6 +543,56 @@ mod tests {
                 Err(DurableError::NonceSpace)
             ));
         }
+    }
+
+    #[test]
+    fn a_switch_seals_under_the_new_key_at_once_and_keeps_the_old_one_for_old_epochs() {
+        let c = Arc::new(Crypt::new(&key(1), [5; 16], 4).unwrap());
+        let mut s = Sealer::new(c.clone());
+        let before = s.next_nonce().unwrap();
+        let old_blob = c.seal_blob(b"ck", b"old").unwrap();
+        c.switch(key(2), 5).unwrap();
+        // The same sealer, mid-range: its next nonce is of the new epoch, counter 0.
+        let after = s.next_nonce().unwrap();
+        assert_eq!(
+            (&before[..4], &after[..4]),
+            (&4u32.to_le_bytes()[..], &5u32.to_le_bytes()[..])
+        );
+        assert_eq!(&after[4..], &0u64.to_le_bytes());
+        let new_blob = c.seal_blob(b"ck", b"new").unwrap();
+        // Both open here; a reader with the new key alone opens only the new one, one with
+        // the new key and the old from epoch 5 opens both.
+        assert_eq!(c.open_blob(b"ck", &old_blob).unwrap(), b"old");
+        assert_eq!(c.open_blob(b"ck", &new_blob).unwrap(), b"new");
+        let only_new = Crypt::reader(&key(2), [5; 16]).unwrap();
+        assert!(only_new.open_blob(b"ck", &old_blob).is_none());
+        assert_eq!(only_new.open_blob(b"ck", &new_blob).unwrap(), b"new");
+        let both = Crypt::reader(&key(2), [5; 16])
+            .unwrap()
+            .with_old(key(1), 5)
+            .unwrap();
+        assert_eq!(both.open_blob(b"ck", &old_blob).unwrap(), b"old");
+        // Retired: the old epoch's records no longer open.
+        c.retire_old();
+        assert!(!c.has_old_key());
+        assert!(c.open_blob(b"ck", &old_blob).is_none());
+        assert_eq!(c.open_blob(b"ck", &new_blob).unwrap(), b"new");
+    }
+
+    #[test]
+    fn the_old_key_wrapped_under_the_new_one_opens_only_with_it() {
+        let uuid = [6; 16];
+        let w = key(2).wrap(&key(1), &uuid, 9).unwrap();
+        assert!(!w.windows(8).any(|x| x == [1u8; 8]), "the old key in clear");
+        assert_eq!(key(2).unwrap_old(&w, &uuid, 9), Some(key(1)));
+        assert_eq!(key(1).unwrap_old(&w, &uuid, 9), None);
+        assert_eq!(key(2).unwrap_old(&w, &[7; 16], 9), None);
+        assert_eq!(key(2).unwrap_old(&w, &uuid, 10), None);
+        let mut bad = w;
+        bad[3] ^= 1;
+        assert_eq!(key(2).unwrap_old(&bad, &uuid, 9), None);
+        // A new key wrapping another old key at another rekey uses another nonce.
+        assert_ne!(key(2).wrap(&key(3), &uuid, 11).unwrap()[..32], w[..32]);
     }
 
     #[test]
