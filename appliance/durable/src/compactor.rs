@@ -121,6 +121,8 @@ pub struct Compactor {
     /// before it may hold a record under the old key and is rewritten (ADR 0055).
     rekey_seen: u64,
     old_before: Option<u64>,
+    /// This compactor's step retired the old key ([`Compactor::take_retired`]).
+    retired: bool,
 }
 
 impl Compactor {
@@ -136,7 +138,13 @@ impl Compactor {
             evicted: Vec::new(),
             rekey_seen: 0,
             old_before: None,
+            retired: false,
         }
+    }
+
+    /// True once after a step of this compactor retired the old key (the runtime logs it).
+    pub fn take_retired(&mut self) -> bool {
+        std::mem::take(&mut self.retired)
     }
 
     /// Follows a rekey (ADR 0055): at a new key generation (once idle) closes the active
@@ -160,9 +168,9 @@ impl Compactor {
         let left = log
             .segments()
             .any(|(_, state, open_seq)| state != SegState::Free && open_seq < before);
-        // A failed retirement write is retried at a later step.
-        if !left && s.rekey_region_done(log.region()).is_err() {
-            self.retry_at_ms = 0;
+        if !left {
+            // A failed retirement write is retried at a later step.
+            self.retired |= s.rekey_region_done(log.region()).unwrap_or(false);
         }
     }
 

@@ -106,6 +106,25 @@ impl DataKey {
         Ok(DataKey(key))
     }
 
+    /// The file `ringstore serve` rekeys to on SIGHUP when it exists (ADR 0055): `FILE.next`
+    /// beside `--data-key FILE`.
+    pub fn next_file(path: &Path) -> std::path::PathBuf {
+        let mut name = path.as_os_str().to_owned();
+        name.push(".next");
+        name.into()
+    }
+
+    /// After a rekey to [`DataKey::next_file`] became durable: renames it over `path` (and
+    /// syncs the directory), so `--data-key FILE` names the key in use again.
+    pub fn promote_next(path: &Path) -> std::io::Result<()> {
+        std::fs::rename(DataKey::next_file(path), path)?;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(dir)?.sync_all()
+    }
+
     /// A new random key (`data rekey` without a key given: the appliance).
     pub fn random() -> Result<DataKey, DurableError> {
         use ring::rand::SecureRandom;
