@@ -355,6 +355,21 @@ pub fn sealed_key_in(b: &[u8], area: usize) -> Option<&[u8]> {
     .then(|| &area[10..10 + len])
 }
 
+/// The sealed copy of the key whose check value is `key_check` (the superblock's; `None`
+/// before the format): the area carrying that check, else the one carrying none (sealed
+/// before the format, the one key of a device never rekeyed). During a rekey both areas hold
+/// a key; the superblock's check says which one the device is under (ADR 0055).
+pub fn sealed_key_for(b: &[u8], key_check: Option<[u8; 32]>) -> Option<&[u8]> {
+    let areas = 0..SEALED_KEY_AREAS.len();
+    let exact = key_check.and_then(|c| areas.clone().find(|&a| sealed_key_check(b, a) == Some(c)));
+    let area = exact.or_else(|| {
+        areas
+            .clone()
+            .find(|&a| sealed_key_check(b, a) == Some([0; 32]))
+    })?;
+    sealed_key_in(b, area)
+}
+
 /// The key check value stored beside the sealed key of area `area` (all zero: the key sealed
 /// before the format); `None` when the area holds no valid sealed key.
 pub fn sealed_key_check(b: &[u8], area: usize) -> Option<[u8; 32]> {
@@ -562,6 +577,15 @@ mod tests {
         b[3500] ^= 1;
         assert_eq!(sealed_key_in(&b, 1), None);
         assert!(set_sealed_key_in(&mut b, 2, b"x", [0; 32]).is_err());
+        b[3500] ^= 1;
+        // Which one boots: the area with the superblock's check, else the one sealed before
+        // the format (no check).
+        assert_eq!(sealed_key_for(&b, Some([9; 32])), Some(&b"second"[..]));
+        assert_eq!(sealed_key_for(&b, Some([8; 32])), Some(&b"first"[..]));
+        assert_eq!(sealed_key_for(&b, None), Some(&b"first"[..]));
+        set_sealed_key_in(&mut b, 0, b"third", [8; 32]).unwrap();
+        assert_eq!(sealed_key_for(&b, Some([8; 32])), Some(&b"third"[..]));
+        assert_eq!(sealed_key_for(&b, Some([7; 32])), None);
         assert!(set_sealed_key_in(&mut b, 1, &[0; SEALED_KEY_MAX + 1], [0; 32]).is_err());
     }
 
