@@ -123,6 +123,8 @@ pub struct Compactor {
     old_before: Option<u64>,
     /// This compactor's step retired the old key ([`Compactor::take_retired`]).
     retired: bool,
+    /// This region told the serving device it has no segment from before the switch left.
+    region_done: bool,
 }
 
 impl Compactor {
@@ -139,6 +141,7 @@ impl Compactor {
             rekey_seen: 0,
             old_before: None,
             retired: false,
+            region_done: false,
         }
     }
 
@@ -160,17 +163,27 @@ impl Compactor {
         if generation != self.rekey_seen && matches!(self.phase, Phase::Idle) {
             self.rekey_seen = generation;
             self.old_before = Some(log.next_open_seq());
+            self.region_done = false;
             log.seal();
         }
         let Some(before) = self.old_before else {
             return;
         };
+        if self.region_done {
+            return;
+        }
         let left = log
             .segments()
             .any(|(_, state, open_seq)| state != SegState::Free && open_seq < before);
         if !left {
-            // A failed retirement write is retried at a later step.
-            self.retired |= s.rekey_region_done(log.region()).unwrap_or(false);
+            // Said once; a failed retirement write is said again at a later step.
+            match s.rekey_region_done(log.region()) {
+                Ok(retired) => {
+                    self.retired |= retired;
+                    self.region_done = true;
+                }
+                Err(_) => self.region_done = false,
+            }
         }
     }
 

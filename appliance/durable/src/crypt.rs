@@ -16,8 +16,8 @@
 //! a TPM): the engine only sees the 32 bytes.
 use std::fmt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use ring::hmac;
@@ -215,7 +215,8 @@ fn aead_key(bytes: &[u8; 32]) -> Result<LessSafeKey, DurableError> {
 pub const WRAPPED_LEN: usize = DATA_KEY_LEN + TAG_LEN;
 
 /// The keys of one open: the current one, and while a rekey is not finished the old one,
-/// which opens what was sealed under an epoch below `from` (ADR 0055).
+/// which opens what was sealed under an epoch below `from` (ADR 0055). Never changed in
+/// place: a switch makes a new one, so a [`Sealer`] seals with its own snapshot, lock-free.
 struct Keys {
     current: DataKey,
     aead: LessSafeKey,
@@ -226,15 +227,53 @@ struct Keys {
     epoch: Option<u32>,
 }
 
+impl Keys {
+    fn new(
+        uuid: &[u8; 16],
+        current: DataKey,
+        from: u32,
+        old: Option<DataKey>,
+        epoch: Option<u32>,
+    ) -> Result<Arc<Keys>, DurableError> {
+        let old = match old {
+            Some(k) => Some((k.aead(uuid)?, k)),
+            None => None,
+        };
+        Ok(Arc::new(Keys {
+            aead: current.aead(uuid)?,
+            current,
+            from,
+            old: old.map(|(aead, k)| (k, aead)),
+            epoch,
+        }))
+    }
+
+    /// The key that seals and opens under `nonce`: the old key for an epoch below the switch
+    /// while one is kept, the current one otherwise.
+    fn for_nonce(&self, nonce: &[u8; NONCE_LEN]) -> &LessSafeKey {
+        let epoch = u32::from_le_bytes([nonce[0], nonce[1], nonce[2], nonce[3]]);
+        match &self.old {
+            Some((_, old)) if epoch < self.from => old,
+            _ => &self.aead,
+        }
+    }
+
+    fn old_key(&self) -> Option<DataKey> {
+        self.old.as_ref().map(|(k, _)| k.clone())
+    }
+}
+
 /// The sealing state of one open of an encrypted device: the keys, the device uuid (bound
 /// into every seal's associated data), the open's epoch and the next free counter.
 pub struct Crypt {
     uuid: [u8; 16],
-    keys: RwLock<Keys>,
-    /// Raised by every switch of keys ([`Crypt::switch`]): a [`Sealer`] holding a range of
-    /// an earlier generation takes a new one before its next seal.
+    keys: RwLock<Arc<Keys>>,
+    /// Raised by every change of keys or epoch: a [`Sealer`] holding a range of an earlier
+    /// generation takes a new one (and the keys with it) before its next seal.
     generation: AtomicU64,
     next: AtomicU64,
+    /// Whether `keys` holds an old key: read at every compaction step, without the lock.
+    old_kept: AtomicBool,
 }
 
 impl fmt::Debug for Crypt {
@@ -255,7 +294,7 @@ impl Crypt {
     #[cfg(test)]
     pub(crate) fn new(key: &DataKey, uuid: [u8; 16], epoch: u32) -> Result<Crypt, DurableError> {
         let c = Crypt::reader(key, uuid)?;
-        c.keys_mut().epoch = Some(epoch);
+        c.start_epoch(epoch)?;
         Ok(c)
     }
 
@@ -264,41 +303,50 @@ impl Crypt {
     pub fn reader(key: &DataKey, uuid: [u8; 16]) -> Result<Crypt, DurableError> {
         Ok(Crypt {
             uuid,
-            keys: RwLock::new(Keys {
-                current: key.clone(),
-                aead: key.aead(&uuid)?,
-                from: 0,
-                old: None,
-                epoch: None,
-            }),
+            keys: RwLock::new(Keys::new(&uuid, key.clone(), 0, None, None)?),
             generation: AtomicU64::new(1),
             next: AtomicU64::new(0),
+            old_kept: AtomicBool::new(false),
         })
     }
 
     /// A rekey not finished (ADR 0055): `old` opens what was sealed under an epoch below `from`.
     pub(crate) fn with_old(self, old: DataKey, from: u32) -> Result<Crypt, DurableError> {
-        let aead = old.aead(&self.uuid)?;
-        {
-            let mut k = self.keys_mut();
-            k.from = from;
-            k.old = Some((old, aead));
-        }
+        let k = self.keys();
+        let keys = Keys::new(&self.uuid, k.current.clone(), from, Some(old), k.epoch)?;
+        self.replace(keys, false);
         Ok(self)
     }
 
-    fn keys(&self) -> RwLockReadGuard<'_, Keys> {
-        self.keys.read().unwrap_or_else(|e| e.into_inner())
+    fn keys(&self) -> Arc<Keys> {
+        self.keys.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn keys_mut(&self) -> RwLockWriteGuard<'_, Keys> {
-        self.keys.write().unwrap_or_else(|e| e.into_inner())
+    /// Puts `keys` in force (`restart`: counters from 0, a new epoch) and raises the
+    /// generation so every sealer picks them up before its next seal.
+    fn replace(&self, keys: Arc<Keys>, restart: bool) {
+        let mut k = self.keys.write().unwrap_or_else(|e| e.into_inner());
+        self.old_kept.store(keys.old.is_some(), Ordering::Release);
+        *k = keys;
+        if restart {
+            // Ranges are taken under the read lock: none straddles this.
+            self.next.store(0, Ordering::Relaxed);
+        }
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Starts sealing under `epoch` (the open made it durable in the superblock).
-    pub(crate) fn start_epoch(&self, epoch: u32) {
-        self.keys_mut().epoch = Some(epoch);
-        self.generation.fetch_add(1, Ordering::AcqRel);
+    pub(crate) fn start_epoch(&self, epoch: u32) -> Result<(), DurableError> {
+        let k = self.keys();
+        let keys = Keys::new(
+            &self.uuid,
+            k.current.clone(),
+            k.from,
+            k.old_key(),
+            Some(epoch),
+        )?;
+        self.replace(keys, true);
+        Ok(())
     }
 
     /// The key in use (sealing), a copy.
@@ -313,10 +361,10 @@ impl Crypt {
 
     /// Whether an old key is still kept (a rekey not finished).
     pub fn has_old_key(&self) -> bool {
-        self.keys().old.is_some()
+        self.old_kept.load(Ordering::Acquire)
     }
 
-    /// Raised at each switch of keys.
+    /// Raised at each change of keys or epoch.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
@@ -325,33 +373,34 @@ impl Crypt {
     /// present key wrapped beside it); the present key opens what came before. Every
     /// [`Sealer`] takes a range of the new epoch before its next seal.
     pub(crate) fn switch(&self, new: DataKey, from: u32) -> Result<(), DurableError> {
-        let aead = new.aead(&self.uuid)?;
-        let mut k = self.keys_mut();
-        let prev = std::mem::replace(&mut k.current, new);
-        let prev_aead = std::mem::replace(&mut k.aead, aead);
-        k.old = Some((prev, prev_aead));
-        k.from = from;
-        k.epoch = Some(from);
-        // A new epoch: its counters start again at 0 (ranges are taken under this lock).
-        self.next.store(0, Ordering::Relaxed);
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        let prev = self.current_key();
+        self.replace(
+            Keys::new(&self.uuid, new, from, Some(prev), Some(from))?,
+            true,
+        );
         Ok(())
     }
 
     /// Forgets the old key (no record needs it any more; the superblock no longer holds it).
-    /// Its bytes are zeroed as it drops.
-    pub(crate) fn retire_old(&self) {
-        self.keys_mut().old = None;
-        self.generation.fetch_add(1, Ordering::AcqRel);
+    /// Its bytes are zeroed when the last snapshot of it drops: each sealer lets its own go
+    /// at its next seal.
+    pub(crate) fn retire_old(&self) -> Result<(), DurableError> {
+        let k = self.keys();
+        let keys = Keys::new(&self.uuid, k.current.clone(), k.from, None, k.epoch)?;
+        drop(k);
+        self.replace(keys, false);
+        Ok(())
     }
 
-    /// The next [`NONCE_RANGE`] counter values of the present epoch, for one caller alone:
-    /// `(epoch, start, end)`; refused by a reader.
-    pub(crate) fn reserve(&self) -> Result<(u32, u64, u64), DurableError> {
-        // Under the read lock: a switch (write lock) cannot slip between the epoch and the
-        // counter, so a range always belongs to the epoch it is sealed under.
-        let k = self.keys();
-        let epoch = k.epoch.ok_or(DurableError::NonceSpace)?;
+    /// The next [`NONCE_RANGE`] counter values of the present epoch, for one caller alone,
+    /// with the keys they are sealed under; refused by a reader.
+    fn reserve_keys(&self) -> Result<(u64, u64, Arc<Keys>), DurableError> {
+        // Under the read lock: a switch (write lock) cannot slip between the keys, their
+        // epoch and the counter, so a range always belongs to the epoch it is sealed under.
+        let k = self.keys.read().unwrap_or_else(|e| e.into_inner());
+        if k.epoch.is_none() {
+            return Err(DurableError::NonceSpace);
+        }
         // Never wraps: once the counter cannot give a whole range, every later call fails too.
         let start = self
             .next
@@ -359,7 +408,7 @@ impl Crypt {
                 n.checked_add(NONCE_RANGE)
             })
             .map_err(|_| DurableError::NonceSpace)?;
-        Ok((epoch, start, start + NONCE_RANGE))
+        Ok((start, start + NONCE_RANGE, k.clone()))
     }
 
     /// The nonce for counter `n` of `epoch`.
@@ -370,44 +419,25 @@ impl Crypt {
         out
     }
 
-    fn aad(&self, header: &[u8]) -> Vec<u8> {
-        let mut aad = Vec::with_capacity(16 + header.len());
-        aad.extend_from_slice(&self.uuid);
-        aad.extend_from_slice(header);
-        aad
-    }
-
-    /// Calls `f` with the key that seals and opens under `nonce`: the old key for an epoch
-    /// below the switch while one is kept, the current one otherwise.
-    fn with_key<R>(&self, nonce: &[u8; NONCE_LEN], f: impl FnOnce(&LessSafeKey) -> R) -> R {
-        let epoch = u32::from_le_bytes([nonce[0], nonce[1], nonce[2], nonce[3]]);
-        let k = self.keys();
-        match &k.old {
-            Some((_, old)) if epoch < k.from => f(old),
-            _ => f(&k.aead),
-        }
-    }
-
-    /// Seals `body` in place under `nonce`, authenticating `header` too; returns the tag.
-    pub(crate) fn seal(
+    /// Seals `body` in place under `nonce` with `keys`, authenticating `header` and the
+    /// device uuid too; returns the tag.
+    fn seal_with(
         &self,
+        keys: &Keys,
         nonce: [u8; NONCE_LEN],
         header: &[u8],
         body: &mut [u8],
     ) -> [u8; TAG_LEN] {
-        let aad = self.aad(header);
+        let aad = aad(&self.uuid, header);
         let mut tag = [0u8; TAG_LEN];
         // Sealing fails only for a body over AES-GCM's 64 GiB limit; records are below 4 GiB.
         // The key follows the nonce's epoch: a range taken just before a switch stays under
         // the key of its epoch, which the switch keeps until no record needs it.
-        let sealed = self.with_key(&nonce, |key| {
-            key.seal_in_place_separate_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad.as_slice()),
-                body,
-            )
-        });
-        if let Ok(t) = sealed {
+        if let Ok(t) = keys.for_nonce(&nonce).seal_in_place_separate_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(aad.as_slice()),
+            body,
+        ) {
             tag.copy_from_slice(t.as_ref());
         }
         tag
@@ -421,30 +451,31 @@ impl Crypt {
         header: &[u8],
         sealed: &[u8],
     ) -> Option<Vec<u8>> {
-        let aad = self.aad(header);
+        let aad = aad(&self.uuid, header);
         let mut buf = sealed.to_vec();
-        let n = self
-            .with_key(&nonce, |key| {
-                key.open_in_place(
-                    Nonce::assume_unique_for_key(nonce),
-                    Aad::from(aad.as_slice()),
-                    &mut buf,
-                )
-                .map(|p| p.len())
-            })
-            .ok()?;
+        let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
+        let n = keys
+            .for_nonce(&nonce)
+            .open_in_place(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(aad.as_slice()),
+                &mut buf,
+            )
+            .ok()?
+            .len();
+        drop(keys);
         buf.truncate(n);
         Some(buf)
     }
 
     /// Seals a whole blob (the checkpoint body): `nonce | ciphertext | tag`.
     pub(crate) fn seal_blob(&self, label: &[u8], plain: &[u8]) -> Result<Vec<u8>, DurableError> {
-        let (epoch, n, _) = self.reserve()?;
-        let nonce = Crypt::nonce(epoch, n);
+        let (n, _, keys) = self.reserve_keys()?;
+        let nonce = Crypt::nonce(keys.epoch.unwrap_or(0), n);
         let mut out = Vec::with_capacity(NONCE_LEN + plain.len() + TAG_LEN);
         out.extend_from_slice(&nonce);
         out.extend_from_slice(plain);
-        let tag = self.seal(nonce, label, &mut out[NONCE_LEN..]);
+        let tag = self.seal_with(&keys, nonce, label, &mut out[NONCE_LEN..]);
         out.extend_from_slice(&tag);
         Ok(out)
     }
@@ -456,10 +487,18 @@ impl Crypt {
     }
 }
 
-/// A region log's source of nonces: a range reserved from the open's [`Crypt`] at a time.
+fn aad(uuid: &[u8; 16], header: &[u8]) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(16 + header.len());
+    aad.extend_from_slice(uuid);
+    aad.extend_from_slice(header);
+    aad
+}
+
+/// A region log's source of nonces: a range reserved from the open's [`Crypt`] at a time,
+/// with a snapshot of the keys that range is sealed under.
 pub struct Sealer {
     crypt: Arc<Crypt>,
-    epoch: u32,
+    keys: Option<Arc<Keys>>,
     next: u64,
     end: u64,
     generation: u64,
@@ -467,10 +506,11 @@ pub struct Sealer {
 
 impl fmt::Debug for Sealer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let epoch = self.keys.as_ref().and_then(|k| k.epoch);
         write!(
             f,
-            "Sealer {{ epoch: {}, next: {}, end: {} }}",
-            self.epoch, self.next, self.end
+            "Sealer {{ epoch: {epoch:?}, next: {}, end: {} }}",
+            self.next, self.end
         )
     }
 }
@@ -480,7 +520,7 @@ impl Sealer {
     pub fn new(crypt: Arc<Crypt>) -> Sealer {
         Sealer {
             crypt,
-            epoch: 0,
+            keys: None,
             next: 0,
             end: 0,
             generation: 0,
@@ -496,13 +536,33 @@ impl Sealer {
     /// one is of the new epoch (so sealed under the new key) at once.
     pub fn next_nonce(&mut self) -> Result<[u8; NONCE_LEN], DurableError> {
         let generation = self.crypt.generation();
-        if self.next == self.end || generation != self.generation {
-            (self.epoch, self.next, self.end) = self.crypt.reserve()?;
+        if self.next == self.end || generation != self.generation || self.keys.is_none() {
+            let (next, end, keys) = self.crypt.reserve_keys()?;
+            (self.next, self.end, self.keys) = (next, end, Some(keys));
             self.generation = generation;
         }
         let n = self.next;
         self.next += 1;
-        Ok(Crypt::nonce(self.epoch, n))
+        let epoch = self.keys.as_ref().and_then(|k| k.epoch).unwrap_or(0);
+        Ok(Crypt::nonce(epoch, n))
+    }
+
+    /// Seals `body` in place under `nonce` (from [`Sealer::next_nonce`]) with this sealer's
+    /// keys, without a lock; returns the tag.
+    pub(crate) fn seal(
+        &self,
+        nonce: [u8; NONCE_LEN],
+        header: &[u8],
+        body: &mut [u8],
+    ) -> [u8; TAG_LEN] {
+        match &self.keys {
+            Some(keys) => self.crypt.seal_with(keys, nonce, header, body),
+            // No nonce was taken yet, so there is nothing to seal under: the caller always
+            // takes one first. Sealing under the present keys keeps this total.
+            None => self
+                .crypt
+                .seal_with(&self.crypt.keys(), nonce, header, body),
+        }
     }
 }
 
@@ -592,7 +652,7 @@ mod tests {
             .unwrap();
         assert_eq!(both.open_blob(b"ck", &old_blob).unwrap(), b"old");
         // Retired: the old epoch's records no longer open.
-        c.retire_old();
+        c.retire_old().unwrap();
         assert!(!c.has_old_key());
         assert!(c.open_blob(b"ck", &old_blob).is_none());
         assert_eq!(c.open_blob(b"ck", &new_blob).unwrap(), b"new");

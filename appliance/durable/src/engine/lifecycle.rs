@@ -75,7 +75,7 @@ impl<D: BlockDevice> Durable<D> {
             Some(c) => c,
             None => Arc::new(reader(key, &self.sb)?),
         };
-        crypt.start_epoch(epoch);
+        crypt.start_epoch(epoch)?;
         for log in &mut self.regions {
             log.set_sealer(Some(Sealer::new(crypt.clone())));
         }

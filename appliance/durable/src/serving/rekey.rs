@@ -150,7 +150,7 @@ impl<D: BlockDevice> Serving<D> {
         write_sector0(&self.dev, &mut block, &sb)?;
         st.sb = sb;
         st.retired += 1;
-        crypt.retire_old();
+        crypt.retire_old()?;
         Ok(true)
     }
 
