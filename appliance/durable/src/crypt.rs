@@ -638,6 +638,16 @@ mod tests {
             (&4u32.to_le_bytes()[..], &5u32.to_le_bytes()[..])
         );
         assert_eq!(&after[4..], &0u64.to_le_bytes());
+        // A nonce of the old epoch (taken just before the switch) still seals under the old key.
+        let mut late = b"late".to_vec();
+        let tag = s.seal(before, b"h", &mut late);
+        late.extend_from_slice(&tag);
+        let only_old = Crypt::reader(&key(1), [5; 16]).unwrap();
+        assert_eq!(only_old.open(before, b"h", &late).unwrap(), b"late");
+        let mut fresh = b"fresh".to_vec();
+        let tag = s.seal(after, b"h", &mut fresh);
+        fresh.extend_from_slice(&tag);
+        assert!(only_old.open(after, b"h", &fresh).is_none());
         let new_blob = c.seal_blob(b"ck", b"new").unwrap();
         // Both open here; a reader with the new key alone opens only the new one, one with
         // the new key and the old from epoch 5 opens both.
