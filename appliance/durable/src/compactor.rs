@@ -20,7 +20,7 @@
 use crate::device::BlockDevice;
 use crate::error::DurableError;
 use crate::record::RecordKind;
-use crate::region::RegionLog;
+use crate::region::{RegionLog, SegState};
 use crate::serving::{Relocation, Serving};
 use crate::units::usize_from;
 
@@ -116,6 +116,15 @@ pub struct Compactor {
     /// Keys evicted and the CAS of the evicted record, not yet taken by the worker
     /// ([`Compactor::take_evicted`]): their RAM copies go too. At most one segment's records.
     evicted: Vec<(Box<[u8]>, u64)>,
+    /// The key generation last seen ([`crate::crypt::Crypt::generation`]), and while an old
+    /// key is kept, the first open sequence after this region's switch: every segment opened
+    /// before it may hold a record under the old key and is rewritten (ADR 0055).
+    rekey_seen: u64,
+    old_before: Option<u64>,
+    /// This compactor's step retired the old key ([`Compactor::take_retired`]).
+    retired: bool,
+    /// This region told the serving device it has no segment from before the switch left.
+    region_done: bool,
 }
 
 impl Compactor {
@@ -129,7 +138,68 @@ impl Compactor {
             stats: CompactorStats::default(),
             aborted_noted: 0,
             evicted: Vec::new(),
+            rekey_seen: 0,
+            old_before: None,
+            retired: false,
+            region_done: false,
         }
+    }
+
+    /// True once after a step of this compactor retired the old key (the runtime logs it).
+    pub fn take_retired(&mut self) -> bool {
+        std::mem::take(&mut self.retired)
+    }
+
+    /// Follows a rekey (ADR 0055): at a new key generation (once idle) closes the active
+    /// segment, so every segment that may hold a record under the old key is sealed and
+    /// opened before `old_before`; says so to `s` once none is left in this region.
+    fn follow_rekey<D: BlockDevice>(&mut self, s: &Serving<D>, log: &mut RegionLog<u64>) {
+        let Some(c) = s.crypt() else { return };
+        if !c.has_old_key() {
+            self.old_before = None;
+            return;
+        }
+        let generation = c.generation();
+        if generation != self.rekey_seen && matches!(self.phase, Phase::Idle) {
+            self.rekey_seen = generation;
+            self.old_before = Some(log.next_open_seq());
+            self.region_done = false;
+            log.seal();
+        }
+        let Some(before) = self.old_before else {
+            return;
+        };
+        if self.region_done {
+            return;
+        }
+        let left = log
+            .segments()
+            .any(|(_, state, open_seq)| state != SegState::Free && open_seq < before);
+        if !left {
+            // Said once; a failed retirement write is said again at a later step.
+            match s.rekey_region_done(log.region()) {
+                Ok(retired) => {
+                    self.retired |= retired;
+                    self.region_done = true;
+                }
+                Err(_) => self.region_done = false,
+            }
+        }
+    }
+
+    /// While a rekey keeps an old key: the sealed segment opened before the switch with the
+    /// fewest live bytes, if its live bytes fit.
+    fn pick_old<D: BlockDevice>(&self, s: &Serving<D>, log: &RegionLog<u64>) -> Option<u32> {
+        let before = self.old_before?;
+        let g = s.superblock().geometry;
+        let in_flight_from = log.unsettled_since().unwrap_or(u64::MAX);
+        let index = s.read_index();
+        let (live, seg) = log
+            .segments()
+            .filter(|&(_, st, os)| st == SegState::Sealed && os < before && os < in_flight_from)
+            .map(|(seg, _, _)| (index.live_bytes(log.region(), seg), seg))
+            .min()?;
+        (live + u64::from(g.block_size) * 2 <= log.room(0)).then_some(seg)
     }
 
     /// True when no compaction is in progress (nothing of it is in flight).
@@ -207,12 +277,14 @@ impl Compactor {
             self.aborted_noted += 1;
         }
         let g = s.superblock().geometry;
+        self.follow_rekey(s, log);
         match std::mem::replace(&mut self.phase, Phase::Idle) {
             Phase::Idle => {
                 if !may_start || now_ms < self.retry_at_ms {
                     return Step::Idle;
                 }
-                let Some((seg, evict)) = Self::pick(s, log) else {
+                let old = self.pick_old(s, log).map(|seg| (seg, false));
+                let Some((seg, evict)) = old.or_else(|| Self::pick(s, log)) else {
                     return Step::Idle;
                 };
                 self.buf.resize(usize_from(g.segment_size), 0);

@@ -16,11 +16,12 @@
 //! a TPM): the engine only sees the 32 bytes.
 use std::fmt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use ring::hmac;
+use zeroize::{Zeroize, Zeroizing};
 
 use crate::error::DurableError;
 
@@ -38,10 +39,25 @@ pub const NONCE_RANGE: u64 = 1 << 16;
 
 const CHECK_LABEL: &[u8] = b"ringstore data key check v1";
 const AEAD_LABEL: &[u8] = b"ringstore data aead key v1";
+const WRAP_LABEL: &[u8] = b"ringstore data key wrap v1";
 
-/// The 32-byte data key. Never printed.
+/// The 32-byte data key. Never printed; its bytes are zeroed when it is dropped.
 #[derive(Clone)]
 pub struct DataKey([u8; DATA_KEY_LEN]);
+
+impl Drop for DataKey {
+    fn drop(&mut self) {
+        self.0.zeroize();
+    }
+}
+
+impl PartialEq for DataKey {
+    fn eq(&self, other: &DataKey) -> bool {
+        // Not constant-time, and need not be: only ever compared with another key the
+        // operator holds (a rekey to the key in use is refused).
+        self.0 == other.0
+    }
+}
 
 impl fmt::Debug for DataKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -50,9 +66,15 @@ impl fmt::Debug for DataKey {
 }
 
 impl DataKey {
-    /// A key from its bytes (a file, or a key PID 1 unsealed).
+    /// A key from its bytes (a file, or a key PID 1 unsealed). The caller's copy is its own
+    /// to zero (a `Zeroizing` buffer, or a `DataKey` that is dropped).
     pub fn from_bytes(bytes: [u8; DATA_KEY_LEN]) -> DataKey {
         DataKey(bytes)
+    }
+
+    /// The key's bytes (PID 1 seals them with the TPM).
+    pub fn bytes(&self) -> &[u8; DATA_KEY_LEN] {
+        &self.0
     }
 
     /// Reads a key file: exactly 32 bytes, a regular file with no permission beyond its
@@ -74,7 +96,7 @@ impl DataKey {
                 "mode {mode:04o}: a data key must be readable by its owner only (chmod 600)"
             )));
         }
-        let bytes = std::fs::read(path).map_err(|e| refuse(e.to_string()))?;
+        let bytes = Zeroizing::new(std::fs::read(path).map_err(|e| refuse(e.to_string()))?);
         let key: [u8; DATA_KEY_LEN] = bytes.as_slice().try_into().map_err(|_| {
             refuse(format!(
                 "{} bytes: a data key is exactly {DATA_KEY_LEN} bytes (e.g. head -c 32 /dev/urandom)",
@@ -84,63 +106,299 @@ impl DataKey {
         Ok(DataKey(key))
     }
 
-    fn prf(&self, label: &[u8], uuid: &[u8; 16]) -> [u8; 32] {
+    /// The file `ringstore serve` rekeys to on SIGHUP when it exists (ADR 0055): `FILE.next`
+    /// beside `--data-key FILE`.
+    pub fn next_file(path: &Path) -> std::path::PathBuf {
+        let mut name = path.as_os_str().to_owned();
+        name.push(".next");
+        name.into()
+    }
+
+    /// After a rekey to [`DataKey::next_file`] became durable: renames it over `path` (and
+    /// syncs the directory), so `--data-key FILE` names the key in use again.
+    pub fn promote_next(path: &Path) -> std::io::Result<()> {
+        std::fs::rename(DataKey::next_file(path), path)?;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(dir)?.sync_all()
+    }
+
+    /// A new random key (`data rekey` without a key given: the appliance).
+    pub fn random() -> Result<DataKey, DurableError> {
+        use ring::rand::SecureRandom;
+        let mut key = [0u8; DATA_KEY_LEN];
+        ring::rand::SystemRandom::new()
+            .fill(&mut key)
+            .map_err(|_| DurableError::Rekey("no random bytes from the kernel".into()))?;
+        Ok(DataKey(key))
+    }
+
+    fn prf(&self, label: &[u8], uuid: &[u8; 16]) -> Zeroizing<[u8; 32]> {
         let k = hmac::Key::new(hmac::HMAC_SHA256, &self.0);
         let mut ctx = hmac::Context::with_key(&k);
         ctx.update(label);
         ctx.update(uuid);
-        let mut out = [0u8; 32];
+        let mut out = Zeroizing::new([0u8; 32]);
         out.copy_from_slice(ctx.sign().as_ref());
         out
     }
 
     /// The key check value stored in the superblock of device `uuid`.
     pub fn check_value(&self, uuid: &[u8; 16]) -> [u8; KEY_CHECK_LEN] {
-        self.prf(CHECK_LABEL, uuid)
+        *self.prf(CHECK_LABEL, uuid)
+    }
+
+    fn wrap_key(
+        &self,
+        uuid: &[u8; 16],
+        from: u32,
+    ) -> Result<(LessSafeKey, Nonce, Vec<u8>), DurableError> {
+        let key = aead_key(&self.prf(WRAP_LABEL, uuid))?;
+        // One wrap per rekey, and each rekey has its own `from` epoch: the nonce is unique.
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce[..4].copy_from_slice(&from.to_le_bytes());
+        let mut aad = uuid.to_vec();
+        aad.extend_from_slice(&from.to_le_bytes());
+        Ok((key, Nonce::assume_unique_for_key(nonce), aad))
+    }
+
+    /// `old` sealed under this (the new) key, for the superblock of a rekeyed device whose
+    /// new key applies from epoch `from` (ADR 0055): whoever holds the new key reads the old
+    /// records; whoever holds only the old key learns nothing of the new one.
+    pub fn wrap(
+        &self,
+        old: &DataKey,
+        uuid: &[u8; 16],
+        from: u32,
+    ) -> Result<[u8; WRAPPED_LEN], DurableError> {
+        let (key, nonce, aad) = self.wrap_key(uuid, from)?;
+        let mut out = [0u8; WRAPPED_LEN];
+        out[..DATA_KEY_LEN].copy_from_slice(&old.0);
+        let tag = key
+            .seal_in_place_separate_tag(nonce, Aad::from(aad), &mut out[..DATA_KEY_LEN])
+            .map_err(|_| DurableError::Rekey("sealing the old key failed".into()))?;
+        out[DATA_KEY_LEN..].copy_from_slice(tag.as_ref());
+        Ok(out)
+    }
+
+    /// The old key [`DataKey::wrap`] sealed; `None` when it does not verify.
+    pub fn unwrap_old(
+        &self,
+        wrapped: &[u8; WRAPPED_LEN],
+        uuid: &[u8; 16],
+        from: u32,
+    ) -> Option<DataKey> {
+        let (key, nonce, aad) = self.wrap_key(uuid, from).ok()?;
+        let mut buf = Zeroizing::new(*wrapped);
+        let plain = key
+            .open_in_place(nonce, Aad::from(aad), &mut buf[..])
+            .ok()?;
+        plain.try_into().ok().map(DataKey)
+    }
+
+    fn aead(&self, uuid: &[u8; 16]) -> Result<LessSafeKey, DurableError> {
+        aead_key(&self.prf(AEAD_LABEL, uuid))
     }
 }
 
-/// The sealing state of one open of an encrypted device: the AEAD key, the device uuid (bound
+/// An AES-256-GCM key from 32 derived bytes. `UnboundKey::new` refuses only a key of another
+/// length than the algorithm's (32 here, always).
+fn aead_key(bytes: &[u8; 32]) -> Result<LessSafeKey, DurableError> {
+    UnboundKey::new(&AES_256_GCM, bytes)
+        .map(LessSafeKey::new)
+        .map_err(|_| DurableError::NonceSpace)
+}
+
+/// Bytes of an old key sealed under the new one ([`DataKey::wrap`]): key then tag.
+pub const WRAPPED_LEN: usize = DATA_KEY_LEN + TAG_LEN;
+
+/// The keys of one open: the current one, and while a rekey is not finished the old one,
+/// which opens what was sealed under an epoch below `from` (ADR 0055). Never changed in
+/// place: a switch makes a new one, so a [`Sealer`] seals with its own snapshot, lock-free.
+struct Keys {
+    current: DataKey,
+    aead: LessSafeKey,
+    /// The first epoch sealed under `current` (0: every epoch; no rekey since the format).
+    from: u32,
+    old: Option<(DataKey, LessSafeKey)>,
+    /// This open's sealing epoch, durable in the superblock; `None`: opens only (recovery).
+    epoch: Option<u32>,
+}
+
+impl Keys {
+    fn new(
+        uuid: &[u8; 16],
+        current: DataKey,
+        from: u32,
+        old: Option<DataKey>,
+        epoch: Option<u32>,
+    ) -> Result<Arc<Keys>, DurableError> {
+        let old = match old {
+            Some(k) => Some((k.aead(uuid)?, k)),
+            None => None,
+        };
+        Ok(Arc::new(Keys {
+            aead: current.aead(uuid)?,
+            current,
+            from,
+            old: old.map(|(aead, k)| (k, aead)),
+            epoch,
+        }))
+    }
+
+    /// The key that seals and opens under `nonce`: the old key for an epoch below the switch
+    /// while one is kept, the current one otherwise.
+    fn for_nonce(&self, nonce: &[u8; NONCE_LEN]) -> &LessSafeKey {
+        let epoch = u32::from_le_bytes([nonce[0], nonce[1], nonce[2], nonce[3]]);
+        match &self.old {
+            Some((_, old)) if epoch < self.from => old,
+            _ => &self.aead,
+        }
+    }
+
+    fn old_key(&self) -> Option<DataKey> {
+        self.old.as_ref().map(|(k, _)| k.clone())
+    }
+}
+
+/// The sealing state of one open of an encrypted device: the keys, the device uuid (bound
 /// into every seal's associated data), the open's epoch and the next free counter.
 pub struct Crypt {
-    key: LessSafeKey,
     uuid: [u8; 16],
-    /// This open's epoch, durable in the superblock; `None`: opens only (recovery).
-    epoch: Option<u32>,
+    keys: RwLock<Arc<Keys>>,
+    /// Raised by every change of keys or epoch: a [`Sealer`] holding a range of an earlier
+    /// generation takes a new one (and the keys with it) before its next seal.
+    generation: AtomicU64,
     next: AtomicU64,
+    /// Whether `keys` holds an old key: read at every compaction step, without the lock.
+    old_kept: AtomicBool,
 }
 
 impl fmt::Debug for Crypt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Crypt {{ epoch: {:?} }}", self.epoch)
+        let k = self.keys();
+        write!(
+            f,
+            "Crypt {{ epoch: {:?}, from: {}, old: {} }}",
+            k.epoch,
+            k.from,
+            k.old.is_some()
+        )
     }
 }
 
 impl Crypt {
-    /// Only the open path makes one, after it made `epoch` durable in the superblock.
+    /// One sealing under `epoch` (tests; the open path starts a reader's epoch instead).
+    #[cfg(test)]
     pub(crate) fn new(key: &DataKey, uuid: [u8; 16], epoch: u32) -> Result<Crypt, DurableError> {
-        let mut c = Crypt::reader(key, uuid)?;
-        c.epoch = Some(epoch);
+        let c = Crypt::reader(key, uuid)?;
+        c.start_epoch(epoch)?;
         Ok(c)
     }
 
     /// One that only opens (recovery, before the open's epoch is durable; the fuzz target): it
     /// never seals.
     pub fn reader(key: &DataKey, uuid: [u8; 16]) -> Result<Crypt, DurableError> {
-        let aead = key.prf(AEAD_LABEL, &uuid);
-        // Fails only for a key of another length than the algorithm's (32 here, always).
-        let unbound = UnboundKey::new(&AES_256_GCM, &aead).map_err(|_| DurableError::NonceSpace)?;
         Ok(Crypt {
-            key: LessSafeKey::new(unbound),
             uuid,
-            epoch: None,
+            keys: RwLock::new(Keys::new(&uuid, key.clone(), 0, None, None)?),
+            generation: AtomicU64::new(1),
             next: AtomicU64::new(0),
+            old_kept: AtomicBool::new(false),
         })
     }
 
-    /// The next [`NONCE_RANGE`] counter values, for one caller alone; refused by a reader.
-    pub(crate) fn reserve(&self) -> Result<(u64, u64), DurableError> {
-        if self.epoch.is_none() {
+    /// A rekey not finished (ADR 0055): `old` opens what was sealed under an epoch below `from`.
+    pub(crate) fn with_old(self, old: DataKey, from: u32) -> Result<Crypt, DurableError> {
+        let k = self.keys();
+        let keys = Keys::new(&self.uuid, k.current.clone(), from, Some(old), k.epoch)?;
+        self.replace(keys, false);
+        Ok(self)
+    }
+
+    fn keys(&self) -> Arc<Keys> {
+        self.keys.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Puts `keys` in force (`restart`: counters from 0, a new epoch) and raises the
+    /// generation so every sealer picks them up before its next seal.
+    fn replace(&self, keys: Arc<Keys>, restart: bool) {
+        let mut k = self.keys.write().unwrap_or_else(|e| e.into_inner());
+        self.old_kept.store(keys.old.is_some(), Ordering::Release);
+        *k = keys;
+        if restart {
+            // Ranges are taken under the read lock: none straddles this.
+            self.next.store(0, Ordering::Relaxed);
+        }
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Starts sealing under `epoch` (the open made it durable in the superblock).
+    pub(crate) fn start_epoch(&self, epoch: u32) -> Result<(), DurableError> {
+        let k = self.keys();
+        let keys = Keys::new(
+            &self.uuid,
+            k.current.clone(),
+            k.from,
+            k.old_key(),
+            Some(epoch),
+        )?;
+        self.replace(keys, true);
+        Ok(())
+    }
+
+    /// The key in use (sealing), a copy.
+    pub(crate) fn current_key(&self) -> DataKey {
+        self.keys().current.clone()
+    }
+
+    /// This open's sealing epoch (`None`: a reader).
+    pub(crate) fn epoch(&self) -> Option<u32> {
+        self.keys().epoch
+    }
+
+    /// Whether an old key is still kept (a rekey not finished).
+    pub fn has_old_key(&self) -> bool {
+        self.old_kept.load(Ordering::Acquire)
+    }
+
+    /// Raised at each change of keys or epoch.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Seals with `new` from epoch `from` on (already durable in the superblock, with the
+    /// present key wrapped beside it); the present key opens what came before. Every
+    /// [`Sealer`] takes a range of the new epoch before its next seal.
+    pub(crate) fn switch(&self, new: DataKey, from: u32) -> Result<(), DurableError> {
+        let prev = self.current_key();
+        self.replace(
+            Keys::new(&self.uuid, new, from, Some(prev), Some(from))?,
+            true,
+        );
+        Ok(())
+    }
+
+    /// Forgets the old key (no record needs it any more; the superblock no longer holds it).
+    /// Its bytes are zeroed when the last snapshot of it drops: each sealer lets its own go
+    /// at its next seal.
+    pub(crate) fn retire_old(&self) -> Result<(), DurableError> {
+        let k = self.keys();
+        let keys = Keys::new(&self.uuid, k.current.clone(), k.from, None, k.epoch)?;
+        drop(k);
+        self.replace(keys, false);
+        Ok(())
+    }
+
+    /// The next [`NONCE_RANGE`] counter values of the present epoch, for one caller alone,
+    /// with the keys they are sealed under; refused by a reader.
+    fn reserve_keys(&self) -> Result<(u64, u64, Arc<Keys>), DurableError> {
+        // Under the read lock: a switch (write lock) cannot slip between the keys, their
+        // epoch and the counter, so a range always belongs to the epoch it is sealed under.
+        let k = self.keys.read().unwrap_or_else(|e| e.into_inner());
+        if k.epoch.is_none() {
             return Err(DurableError::NonceSpace);
         }
         // Never wraps: once the counter cannot give a whole range, every later call fails too.
@@ -150,35 +408,32 @@ impl Crypt {
                 n.checked_add(NONCE_RANGE)
             })
             .map_err(|_| DurableError::NonceSpace)?;
-        Ok((start, start + NONCE_RANGE))
+        Ok((start, start + NONCE_RANGE, k.clone()))
     }
 
-    /// The nonce for counter `n` of this open.
-    pub(crate) fn nonce(&self, n: u64) -> [u8; NONCE_LEN] {
+    /// The nonce for counter `n` of `epoch`.
+    pub(crate) fn nonce(epoch: u32, n: u64) -> [u8; NONCE_LEN] {
         let mut out = [0u8; NONCE_LEN];
-        out[..4].copy_from_slice(&self.epoch.unwrap_or(0).to_le_bytes());
+        out[..4].copy_from_slice(&epoch.to_le_bytes());
         out[4..].copy_from_slice(&n.to_le_bytes());
         out
     }
 
-    fn aad(&self, header: &[u8]) -> Vec<u8> {
-        let mut aad = Vec::with_capacity(16 + header.len());
-        aad.extend_from_slice(&self.uuid);
-        aad.extend_from_slice(header);
-        aad
-    }
-
-    /// Seals `body` in place under `nonce`, authenticating `header` too; returns the tag.
-    pub(crate) fn seal(
+    /// Seals `body` in place under `nonce` with `keys`, authenticating `header` and the
+    /// device uuid too; returns the tag.
+    fn seal_with(
         &self,
+        keys: &Keys,
         nonce: [u8; NONCE_LEN],
         header: &[u8],
         body: &mut [u8],
     ) -> [u8; TAG_LEN] {
-        let aad = self.aad(header);
+        let aad = aad(&self.uuid, header);
         let mut tag = [0u8; TAG_LEN];
         // Sealing fails only for a body over AES-GCM's 64 GiB limit; records are below 4 GiB.
-        if let Ok(t) = self.key.seal_in_place_separate_tag(
+        // The key follows the nonce's epoch: a range taken just before a switch stays under
+        // the key of its epoch, which the switch keeps until no record needs it.
+        if let Ok(t) = keys.for_nonce(&nonce).seal_in_place_separate_tag(
             Nonce::assume_unique_for_key(nonce),
             Aad::from(aad.as_slice()),
             body,
@@ -196,10 +451,11 @@ impl Crypt {
         header: &[u8],
         sealed: &[u8],
     ) -> Option<Vec<u8>> {
-        let aad = self.aad(header);
+        let aad = aad(&self.uuid, header);
         let mut buf = sealed.to_vec();
-        let n = self
-            .key
+        let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
+        let n = keys
+            .for_nonce(&nonce)
             .open_in_place(
                 Nonce::assume_unique_for_key(nonce),
                 Aad::from(aad.as_slice()),
@@ -207,18 +463,19 @@ impl Crypt {
             )
             .ok()?
             .len();
+        drop(keys);
         buf.truncate(n);
         Some(buf)
     }
 
     /// Seals a whole blob (the checkpoint body): `nonce | ciphertext | tag`.
     pub(crate) fn seal_blob(&self, label: &[u8], plain: &[u8]) -> Result<Vec<u8>, DurableError> {
-        let (n, _) = self.reserve()?;
-        let nonce = self.nonce(n);
+        let (n, _, keys) = self.reserve_keys()?;
+        let nonce = Crypt::nonce(keys.epoch.unwrap_or(0), n);
         let mut out = Vec::with_capacity(NONCE_LEN + plain.len() + TAG_LEN);
         out.extend_from_slice(&nonce);
         out.extend_from_slice(plain);
-        let tag = self.seal(nonce, label, &mut out[NONCE_LEN..]);
+        let tag = self.seal_with(&keys, nonce, label, &mut out[NONCE_LEN..]);
         out.extend_from_slice(&tag);
         Ok(out)
     }
@@ -230,16 +487,31 @@ impl Crypt {
     }
 }
 
-/// A region log's source of nonces: a range reserved from the open's [`Crypt`] at a time.
+fn aad(uuid: &[u8; 16], header: &[u8]) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(16 + header.len());
+    aad.extend_from_slice(uuid);
+    aad.extend_from_slice(header);
+    aad
+}
+
+/// A region log's source of nonces: a range reserved from the open's [`Crypt`] at a time,
+/// with a snapshot of the keys that range is sealed under.
 pub struct Sealer {
     crypt: Arc<Crypt>,
+    keys: Option<Arc<Keys>>,
     next: u64,
     end: u64,
+    generation: u64,
 }
 
 impl fmt::Debug for Sealer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Sealer {{ next: {}, end: {} }}", self.next, self.end)
+        let epoch = self.keys.as_ref().and_then(|k| k.epoch);
+        write!(
+            f,
+            "Sealer {{ epoch: {epoch:?}, next: {}, end: {} }}",
+            self.next, self.end
+        )
     }
 }
 
@@ -248,8 +520,10 @@ impl Sealer {
     pub fn new(crypt: Arc<Crypt>) -> Sealer {
         Sealer {
             crypt,
+            keys: None,
             next: 0,
             end: 0,
+            generation: 0,
         }
     }
 
@@ -258,14 +532,37 @@ impl Sealer {
         &self.crypt
     }
 
-    /// A nonce no other seal under this key used or will use.
+    /// A nonce no other seal under this key used or will use. After a switch of keys the next
+    /// one is of the new epoch (so sealed under the new key) at once.
     pub fn next_nonce(&mut self) -> Result<[u8; NONCE_LEN], DurableError> {
-        if self.next == self.end {
-            (self.next, self.end) = self.crypt.reserve()?;
+        let generation = self.crypt.generation();
+        if self.next == self.end || generation != self.generation || self.keys.is_none() {
+            let (next, end, keys) = self.crypt.reserve_keys()?;
+            (self.next, self.end, self.keys) = (next, end, Some(keys));
+            self.generation = generation;
         }
         let n = self.next;
         self.next += 1;
-        Ok(self.crypt.nonce(n))
+        let epoch = self.keys.as_ref().and_then(|k| k.epoch).unwrap_or(0);
+        Ok(Crypt::nonce(epoch, n))
+    }
+
+    /// Seals `body` in place under `nonce` (from [`Sealer::next_nonce`]) with this sealer's
+    /// keys, without a lock; returns the tag.
+    pub(crate) fn seal(
+        &self,
+        nonce: [u8; NONCE_LEN],
+        header: &[u8],
+        body: &mut [u8],
+    ) -> [u8; TAG_LEN] {
+        match &self.keys {
+            Some(keys) => self.crypt.seal_with(keys, nonce, header, body),
+            // No nonce was taken yet, so there is nothing to seal under: the caller always
+            // takes one first. Sealing under the present keys keeps this total.
+            None => self
+                .crypt
+                .seal_with(&self.crypt.keys(), nonce, header, body),
+        }
     }
 }
 
@@ -286,7 +583,7 @@ mod tests {
         assert_ne!(key(1).check_value(&u), key(2).check_value(&u));
         assert_ne!(key(1).check_value(&u), key(1).check_value(&[2u8; 16]));
         // The check value is not the AEAD key.
-        assert_ne!(key(1).check_value(&u), key(1).prf(AEAD_LABEL, &u));
+        assert_ne!(key(1).check_value(&u), *key(1).prf(AEAD_LABEL, &u));
     }
 
     #[test]
@@ -325,6 +622,66 @@ mod tests {
                 Err(DurableError::NonceSpace)
             ));
         }
+    }
+
+    #[test]
+    fn a_switch_seals_under_the_new_key_at_once_and_keeps_the_old_one_for_old_epochs() {
+        let c = Arc::new(Crypt::new(&key(1), [5; 16], 4).unwrap());
+        let mut s = Sealer::new(c.clone());
+        let before = s.next_nonce().unwrap();
+        let old_blob = c.seal_blob(b"ck", b"old").unwrap();
+        c.switch(key(2), 5).unwrap();
+        // The same sealer, mid-range: its next nonce is of the new epoch, counter 0.
+        let after = s.next_nonce().unwrap();
+        assert_eq!(
+            (&before[..4], &after[..4]),
+            (&4u32.to_le_bytes()[..], &5u32.to_le_bytes()[..])
+        );
+        assert_eq!(&after[4..], &0u64.to_le_bytes());
+        // A nonce of the old epoch (taken just before the switch) still seals under the old key.
+        let mut late = b"late".to_vec();
+        let tag = s.seal(before, b"h", &mut late);
+        late.extend_from_slice(&tag);
+        let only_old = Crypt::reader(&key(1), [5; 16]).unwrap();
+        assert_eq!(only_old.open(before, b"h", &late).unwrap(), b"late");
+        let mut fresh = b"fresh".to_vec();
+        let tag = s.seal(after, b"h", &mut fresh);
+        fresh.extend_from_slice(&tag);
+        assert!(only_old.open(after, b"h", &fresh).is_none());
+        let new_blob = c.seal_blob(b"ck", b"new").unwrap();
+        // Both open here; a reader with the new key alone opens only the new one, one with
+        // the new key and the old from epoch 5 opens both.
+        assert_eq!(c.open_blob(b"ck", &old_blob).unwrap(), b"old");
+        assert_eq!(c.open_blob(b"ck", &new_blob).unwrap(), b"new");
+        let only_new = Crypt::reader(&key(2), [5; 16]).unwrap();
+        assert!(only_new.open_blob(b"ck", &old_blob).is_none());
+        assert_eq!(only_new.open_blob(b"ck", &new_blob).unwrap(), b"new");
+        let both = Crypt::reader(&key(2), [5; 16])
+            .unwrap()
+            .with_old(key(1), 5)
+            .unwrap();
+        assert_eq!(both.open_blob(b"ck", &old_blob).unwrap(), b"old");
+        // Retired: the old epoch's records no longer open.
+        c.retire_old().unwrap();
+        assert!(!c.has_old_key());
+        assert!(c.open_blob(b"ck", &old_blob).is_none());
+        assert_eq!(c.open_blob(b"ck", &new_blob).unwrap(), b"new");
+    }
+
+    #[test]
+    fn the_old_key_wrapped_under_the_new_one_opens_only_with_it() {
+        let uuid = [6; 16];
+        let w = key(2).wrap(&key(1), &uuid, 9).unwrap();
+        assert!(!w.windows(8).any(|x| x == [1u8; 8]), "the old key in clear");
+        assert_eq!(key(2).unwrap_old(&w, &uuid, 9), Some(key(1)));
+        assert_eq!(key(1).unwrap_old(&w, &uuid, 9), None);
+        assert_eq!(key(2).unwrap_old(&w, &[7; 16], 9), None);
+        assert_eq!(key(2).unwrap_old(&w, &uuid, 10), None);
+        let mut bad = w;
+        bad[3] ^= 1;
+        assert_eq!(key(2).unwrap_old(&bad, &uuid, 9), None);
+        // A new key wrapping another old key at another rekey uses another nonce.
+        assert_ne!(key(2).wrap(&key(3), &uuid, 11).unwrap()[..32], w[..32]);
     }
 
     #[test]

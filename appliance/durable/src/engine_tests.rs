@@ -269,11 +269,11 @@ fn foreign_and_other_version_devices_are_refused_unless_forced() {
     let (d, rep) = Durable::open(SimDevice::from_image(img), &forced).unwrap();
     assert!(rep.formatted);
     let mut img = d.device().crash_image(&mut SimRng::new(1));
-    img[8] = 3; // a format version this build does not know
+    img[8] = 4; // a format version this build does not know
     assert!(matches!(
         Durable::open(SimDevice::from_image(img.clone()), &opts()),
         Err(DurableError::Version {
-            found: 3,
+            found: 4,
             supported: 1
         })
     ));

@@ -124,6 +124,12 @@ pub enum DurableError {
     /// The nonce counter or the open epoch would wrap: sealing stops rather than reuse a nonce.
     #[error("data key nonce space exhausted: refusing to seal under a nonce used before")]
     NonceSpace,
+    /// The data key given is the one a rekey replaced (ADR 0055).
+    #[error("this data key was replaced by a rekey (data rekey): start with the new key; the device is left untouched")]
+    KeyReplaced,
+    /// A rekey refused, with why.
+    #[error("rekey refused: {0}")]
+    Rekey(String),
 }
 
 impl DurableError {

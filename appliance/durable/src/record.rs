@@ -22,7 +22,7 @@
 //! earlier use of the segment, or one after a hole left by a torn batch, never decodes.
 use std::borrow::Cow;
 
-use crate::crypt::{Crypt, NONCE_LEN, TAG_LEN};
+use crate::crypt::{Crypt, Sealer, NONCE_LEN, TAG_LEN};
 use crate::superblock::{le32, le64};
 
 /// Record magic, "RSR1".
@@ -207,7 +207,7 @@ pub fn encode_sealed_into(
     stamp: Stamp,
     key: &[u8],
     value: &[u8],
-    crypt: &Crypt,
+    sealer: &Sealer,
     nonce: [u8; NONCE_LEN],
 ) -> u32 {
     debug_assert!(key.len() <= KEY_LEN_MAX, "key of {} bytes", key.len());
@@ -235,7 +235,7 @@ pub fn encode_sealed_into(
     out.extend_from_slice(key);
     out.extend_from_slice(value);
     let (head, body) = out[start..].split_at_mut(HEADER_LEN);
-    let tag = crypt.seal(nonce, &sealed_aad(head), body);
+    let tag = sealer.seal(nonce, &sealed_aad(head), body);
     out.extend_from_slice(&tag);
     out.resize(start + total, 0);
     debug_assert_eq!(out.len() - start, total);
@@ -528,7 +528,7 @@ mod tests {
         v: &[u8],
     ) -> u32 {
         let nonce = s.next_nonce().unwrap();
-        encode_sealed_into(out, prev, m, STAMP, k, v, s.crypt(), nonce)
+        encode_sealed_into(out, prev, m, STAMP, k, v, s, nonce)
     }
 
     #[test]

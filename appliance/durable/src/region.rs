@@ -131,7 +131,6 @@ impl<T> RegionLog<T> {
             None => encode_into(&mut self.scratch, seed, meta, self.stamp, key, value),
             Some(sealer) => {
                 let nonce = sealer.next_nonce()?;
-                let crypt = sealer.crypt();
                 encode_sealed_into(
                     &mut self.scratch,
                     seed,
@@ -139,7 +138,7 @@ impl<T> RegionLog<T> {
                     self.stamp,
                     key,
                     value,
-                    crypt,
+                    sealer,
                     nonce,
                 )
             }

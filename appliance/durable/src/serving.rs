@@ -33,7 +33,9 @@ use crate::superblock::Superblock;
 
 mod objects;
 mod reads;
+mod rekey;
 mod staging;
+pub use rekey::RekeyStatus;
 
 use objects::LargeObjects;
 use staging::{OverlayShard, Pending};
@@ -141,6 +143,8 @@ pub struct Serving<D: BlockDevice> {
     unix_start: u64,
     /// Every region log's group commit reports here (`/metrics` `ringstore_data_commit_*`).
     commit: Arc<crate::CommitMetrics>,
+    /// `data rekey` (ADR 0055): the superblock as on the device, regions done rewriting.
+    rekey: Mutex<rekey::RekeyState>,
 }
 
 /// A snapshot of a serving device ([`Serving::state`]).
@@ -252,6 +256,7 @@ impl<D: BlockDevice> Serving<D> {
             evicted: Default::default(),
             unix_start: 0,
             commit,
+            rekey: rekey::RekeyState::new(sb),
         };
         let mark = me.read_index().get(FLUSH_KEY).copied();
         if let Some(e) = mark {
@@ -456,3 +461,7 @@ pub fn drive_sync<D: BlockDevice>(
 #[cfg(test)]
 #[path = "serving_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "serving/rekey_tests.rs"]
+mod rekey_tests;

@@ -23,6 +23,14 @@ pub const MAGIC: &[u8; 8] = b"RINGSTOR";
 pub const FORMAT_VERSION: u32 = 1;
 /// The format version of a device formatted with a data key (ADR 0050).
 pub const FORMAT_VERSION_SEALED: u32 = 2;
+/// An encrypted device in the middle of a rekey (ADR 0055): version 2 plus the old key,
+/// sealed under the new one. Builds before rekeys refuse it (`Version`) rather than read old
+/// records with the new key; the retirement of the old key writes version 2 again.
+pub const FORMAT_VERSION_REKEYING: u32 = 3;
+/// Where the rekey fields end (their crc follows): `136 from u32 | 140 old key wrapped [48] |
+/// 188 old key check [32] | 220 crc32c of 0..220`, all in sector 0 with the key check, so the
+/// switch to a new key is one sector write.
+const REKEY_LEN: usize = 220;
 /// Superblock bytes covered by the second checksum of a sealed device.
 const SEALED_LEN: usize = 128;
 /// AES-256-GCM, the one algorithm id so far.
@@ -141,6 +149,20 @@ pub struct Superblock {
     pub geometry: Geometry,
     /// The key check value of a device formatted with a data key; `None`: records in clear.
     pub key_check: Option<[u8; 32]>,
+    /// A rekey whose old key is not retired yet (ADR 0055).
+    pub rekey: Option<Rekey>,
+}
+
+/// The superblock's record of a rekey in progress: records sealed under an epoch below
+/// `from` are under the old key, which is kept sealed under the new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rekey {
+    /// The first epoch sealed under the present key.
+    pub from: u32,
+    /// The old key, sealed under the present one ([`crate::DataKey::wrap`]).
+    pub wrapped: [u8; crate::crypt::WRAPPED_LEN],
+    /// The old key's check value: a start with the old key is told it was replaced.
+    pub old_check: [u8; 32],
 }
 
 impl Superblock {
@@ -149,10 +171,10 @@ impl Superblock {
         let g = &self.geometry;
         let mut b = vec![0u8; usize_from(SUPERBLOCK_LEN)];
         b[0..8].copy_from_slice(MAGIC);
-        let version = if self.key_check.is_some() {
-            FORMAT_VERSION_SEALED
-        } else {
-            FORMAT_VERSION
+        let version = match (&self.key_check, &self.rekey) {
+            (Some(_), Some(_)) => FORMAT_VERSION_REKEYING,
+            (Some(_), None) => FORMAT_VERSION_SEALED,
+            (None, _) => FORMAT_VERSION,
         };
         b[8..12].copy_from_slice(&version.to_le_bytes());
         b[12..16].copy_from_slice(&g.block_size.to_le_bytes());
@@ -171,6 +193,13 @@ impl Superblock {
             b[96..SEALED_LEN].copy_from_slice(check);
             let crc = crc32c::crc32c(&b[..SEALED_LEN]);
             b[SEALED_LEN..SEALED_LEN + 4].copy_from_slice(&crc.to_le_bytes());
+            if let Some(r) = &self.rekey {
+                b[136..140].copy_from_slice(&r.from.to_le_bytes());
+                b[140..188].copy_from_slice(&r.wrapped);
+                b[188..REKEY_LEN].copy_from_slice(&r.old_check);
+                let crc = crc32c::crc32c(&b[..REKEY_LEN]);
+                b[REKEY_LEN..REKEY_LEN + 4].copy_from_slice(&crc.to_le_bytes());
+            }
         }
         b
     }
@@ -209,7 +238,13 @@ impl Superblock {
             return Err(DurableError::CorruptSuperblock("missing magic"));
         }
         let version = le32(b, 8);
-        if version != FORMAT_VERSION && version != FORMAT_VERSION_SEALED {
+        if ![
+            FORMAT_VERSION,
+            FORMAT_VERSION_SEALED,
+            FORMAT_VERSION_REKEYING,
+        ]
+        .contains(&version)
+        {
             return Err(DurableError::Version {
                 found: version,
                 supported: FORMAT_VERSION,
@@ -218,7 +253,7 @@ impl Superblock {
         if le32(b, BODY_LEN) != crc32c::crc32c(&b[..BODY_LEN]) {
             return Err(DurableError::CorruptSuperblock("checksum mismatch"));
         }
-        let key_check = if version == FORMAT_VERSION_SEALED {
+        let key_check = if version != FORMAT_VERSION {
             if b.len() < SEALED_LEN + 4 || le32(b, SEALED_LEN) != crc32c::crc32c(&b[..SEALED_LEN]) {
                 return Err(DurableError::CorruptSuperblock(
                     "key check checksum mismatch",
@@ -230,6 +265,11 @@ impl Superblock {
             let mut check = [0u8; 32];
             check.copy_from_slice(&b[96..SEALED_LEN]);
             Some(check)
+        } else {
+            None
+        };
+        let rekey = if version == FORMAT_VERSION_REKEYING {
+            Some(decode_rekey(b)?)
         } else {
             None
         };
@@ -249,6 +289,7 @@ impl Superblock {
             device_len: le64(b, 32),
             geometry,
             key_check,
+            rekey,
         };
         let g = &sb.geometry;
         let sane = (g.block_size == 512 || g.block_size == 4096)
@@ -271,15 +312,41 @@ impl Superblock {
     }
 }
 
-/// The superblock block's bytes holding the TPM-sealed data key (ADR 0053).
-pub const SEALED_KEY_AREA: std::ops::Range<usize> = 2048..3072;
-/// The longest sealed key the area holds.
-pub const SEALED_KEY_MAX: usize = SEALED_KEY_AREA.end - SEALED_KEY_AREA.start - 14;
-const SEALED_KEY_MAGIC: &[u8; 8] = b"RSTPMKY1";
+fn decode_rekey(b: &[u8]) -> Result<Rekey, DurableError> {
+    if b.len() < REKEY_LEN + 4 || le32(b, REKEY_LEN) != crc32c::crc32c(&b[..REKEY_LEN]) {
+        return Err(DurableError::CorruptSuperblock("rekey checksum mismatch"));
+    }
+    let mut r = Rekey {
+        from: le32(b, 136),
+        wrapped: [0; crate::crypt::WRAPPED_LEN],
+        old_check: [0; 32],
+    };
+    r.wrapped.copy_from_slice(&b[140..188]);
+    r.old_check.copy_from_slice(&b[188..REKEY_LEN]);
+    Ok(r)
+}
 
-/// The sealed key in superblock block `b`, if the area holds a valid one.
+/// The superblock block's bytes holding the TPM-sealed data key (ADR 0053): the first of
+/// the two [`SEALED_KEY_AREAS`].
+pub const SEALED_KEY_AREA: std::ops::Range<usize> = 2048..3072;
+/// Two sealed-key areas: a rekey on the appliance (ADR 0055) writes the new key's sealed copy
+/// into the one the present key is not in, before the switch.
+pub const SEALED_KEY_AREAS: [std::ops::Range<usize>; 2] = [2048..3072, 3072..4096];
+/// The longest sealed key an area holds.
+pub const SEALED_KEY_MAX: usize = SEALED_KEY_AREA.end - SEALED_KEY_AREA.start - 14 - 32;
+const SEALED_KEY_MAGIC: &[u8; 8] = b"RSTPMKY1";
+/// Where in an area the sealed key's key check value sits (zero: written before the format,
+/// when the device had no uuid yet; that is the one key of a device never rekeyed).
+const SEALED_CHECK_AT: usize = 1024 - 4 - 32;
+
+/// The sealed key in the first area of superblock block `b`, if it holds a valid one.
 pub fn sealed_key(b: &[u8]) -> Option<&[u8]> {
-    let area = b.get(SEALED_KEY_AREA)?;
+    sealed_key_in(b, 0)
+}
+
+/// The sealed key in area `area` (0 or 1) of superblock block `b`, if it holds a valid one.
+pub fn sealed_key_in(b: &[u8], area: usize) -> Option<&[u8]> {
+    let area = b.get(SEALED_KEY_AREAS.get(area)?.clone())?;
     let crc_at = area.len() - 4;
     let len = usize::from(u16::from_le_bytes([area[8], area[9]]));
     (&area[..8] == SEALED_KEY_MAGIC
@@ -288,17 +355,54 @@ pub fn sealed_key(b: &[u8]) -> Option<&[u8]> {
     .then(|| &area[10..10 + len])
 }
 
-/// Writes `key` into the sealed-key area of superblock block `b` (at least 4096 bytes).
+/// The sealed copy of the key whose check value is `key_check` (the superblock's; `None`
+/// before the format): the area carrying that check, else the one carrying none (sealed
+/// before the format, the one key of a device never rekeyed). During a rekey both areas hold
+/// a key; the superblock's check says which one the device is under (ADR 0055).
+pub fn sealed_key_for(b: &[u8], key_check: Option<[u8; 32]>) -> Option<&[u8]> {
+    let areas = 0..SEALED_KEY_AREAS.len();
+    let exact = key_check.and_then(|c| areas.clone().find(|&a| sealed_key_check(b, a) == Some(c)));
+    let area = exact.or_else(|| {
+        areas
+            .clone()
+            .find(|&a| sealed_key_check(b, a) == Some([0; 32]))
+    })?;
+    sealed_key_in(b, area)
+}
+
+/// The key check value stored beside the sealed key of area `area` (all zero: the key sealed
+/// before the format); `None` when the area holds no valid sealed key.
+pub fn sealed_key_check(b: &[u8], area: usize) -> Option<[u8; 32]> {
+    sealed_key_in(b, area)?;
+    let at = SEALED_KEY_AREAS[area].start + SEALED_CHECK_AT;
+    b.get(at..at + 32)?.try_into().ok()
+}
+
+/// Writes `key` into the first sealed-key area of superblock block `b` (at least 4096 bytes).
 pub fn set_sealed_key(b: &mut [u8], key: &[u8]) -> Result<(), DurableError> {
+    set_sealed_key_in(b, 0, key, [0; 32])
+}
+
+/// Writes `key`, whose key check value is `check`, into area `area` of superblock block `b`.
+pub fn set_sealed_key_in(
+    b: &mut [u8],
+    area: usize,
+    key: &[u8],
+    check: [u8; 32],
+) -> Result<(), DurableError> {
     let len = u16::try_from(key.len())
         .ok()
         .filter(|_| key.len() <= SEALED_KEY_MAX)
         .ok_or(DurableError::CorruptSuperblock("sealed key too long"))?;
-    let area = &mut b[SEALED_KEY_AREA];
+    let range = SEALED_KEY_AREAS
+        .get(area)
+        .ok_or(DurableError::CorruptSuperblock("no such sealed-key area"))?;
+    let area = &mut b[range.clone()];
     area.fill(0);
     area[..8].copy_from_slice(SEALED_KEY_MAGIC);
     area[8..10].copy_from_slice(&len.to_le_bytes());
     area[10..10 + key.len()].copy_from_slice(key);
+    area[SEALED_CHECK_AT..SEALED_CHECK_AT + 32].copy_from_slice(&check);
     let crc_at = area.len() - 4;
     let crc = crc32c::crc32c(&area[..crc_at]);
     area[crc_at..].copy_from_slice(&crc.to_le_bytes());
@@ -398,6 +502,7 @@ mod tests {
             device_len: 1 << 20,
             geometry: geo(),
             key_check: None,
+            rekey: None,
         };
         let mut b = sb.encode();
         assert_eq!(Superblock::decode(&b, 1 << 20).unwrap(), sb);
@@ -423,6 +528,7 @@ mod tests {
             device_len: 1 << 20,
             geometry: geo(),
             key_check: Some([7; 32]),
+            rekey: None,
         }
     }
 
@@ -437,6 +543,50 @@ mod tests {
             Superblock::decode(&b, 1 << 20),
             Err(DurableError::CorruptSuperblock(_))
         ));
+    }
+
+    #[test]
+    fn a_rekeying_superblock_is_version_3_and_keeps_the_old_key_in_sector_0() {
+        let mut sb = sealed();
+        sb.rekey = Some(Rekey {
+            from: 7,
+            wrapped: [3; crate::crypt::WRAPPED_LEN],
+            old_check: [4; 32],
+        });
+        let mut b = sb.encode();
+        assert_eq!(le32(&b, 8), FORMAT_VERSION_REKEYING);
+        assert!(b[512..].iter().all(|&x| x == 0), "all of it in sector 0");
+        assert_eq!(Superblock::decode(&b, 1 << 20).unwrap(), sb);
+        b[150] ^= 1;
+        assert!(matches!(
+            Superblock::decode(&b, 1 << 20),
+            Err(DurableError::CorruptSuperblock(_))
+        ));
+    }
+
+    #[test]
+    fn two_sealed_key_areas_each_with_its_key_check() {
+        let mut b = vec![0u8; 4096];
+        set_sealed_key(&mut b, b"first").unwrap();
+        assert_eq!(sealed_key_check(&b, 0), Some([0; 32]));
+        assert_eq!(sealed_key_in(&b, 1), None);
+        set_sealed_key_in(&mut b, 1, b"second", [9; 32]).unwrap();
+        assert_eq!(sealed_key_in(&b, 0), Some(&b"first"[..]));
+        assert_eq!(sealed_key_in(&b, 1), Some(&b"second"[..]));
+        assert_eq!(sealed_key_check(&b, 1), Some([9; 32]));
+        b[3500] ^= 1;
+        assert_eq!(sealed_key_in(&b, 1), None);
+        assert!(set_sealed_key_in(&mut b, 2, b"x", [0; 32]).is_err());
+        b[3500] ^= 1;
+        // Which one boots: the area with the superblock's check, else the one sealed before
+        // the format (no check).
+        assert_eq!(sealed_key_for(&b, Some([9; 32])), Some(&b"second"[..]));
+        assert_eq!(sealed_key_for(&b, Some([8; 32])), Some(&b"first"[..]));
+        assert_eq!(sealed_key_for(&b, None), Some(&b"first"[..]));
+        set_sealed_key_in(&mut b, 0, b"third", [8; 32]).unwrap();
+        assert_eq!(sealed_key_for(&b, Some([8; 32])), Some(&b"third"[..]));
+        assert_eq!(sealed_key_for(&b, Some([7; 32])), None);
+        assert!(set_sealed_key_in(&mut b, 1, &[0; SEALED_KEY_MAX + 1], [0; 32]).is_err());
     }
 
     #[test]
@@ -480,6 +630,7 @@ mod tests {
             device_len: u64::MAX,
             geometry,
             key_check: None,
+            rekey: None,
         };
         assert!(matches!(
             Superblock::decode(&sb.encode(), u64::MAX),

@@ -9,6 +9,7 @@ use ringstore_tpm::Transport;
 use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use zeroize::Zeroizing;
 
 /// Where the unsealed key waits for the server's start (tmpfs, mode 0600, removed after).
 pub const KEY_FILE: &str = "/run/ringstore-data.key";
@@ -106,7 +107,15 @@ pub fn decide(data: &Path, tpm: &mut dyn Transport, key_file: &Path) -> Result<A
     let got =
         read_head(&file, &mut head).map_err(|e| format!("cannot read {}: {e}", data.display()))?;
     head.truncate(got);
-    if let Some(sealed) = superblock::sealed_key(&head) {
+    // Two sealed copies during a rekey (ADR 0055): the superblock's key check picks the one
+    // the device is under.
+    let key_check = match superblock::probe(&head) {
+        Probe::Ringstore => Superblock::decode(&head, device_len(&file))
+            .ok()
+            .and_then(|sb| sb.key_check),
+        _ => None,
+    };
+    if let Some(sealed) = superblock::sealed_key_for(&head, key_check) {
         let sealed = ringstore_tpm::SealedKey::decode(sealed).map_err(|e| e.to_string())?;
         let key = unseal(tpm, &sealed)?;
         return sealed_at_rest(
@@ -146,7 +155,10 @@ fn read_head(file: &std::fs::File, head: &mut [u8]) -> std::io::Result<usize> {
     Ok(got)
 }
 
-fn unseal(tpm: &mut dyn Transport, sealed: &ringstore_tpm::SealedKey) -> Result<[u8; 32], String> {
+fn unseal(
+    tpm: &mut dyn Transport,
+    sealed: &ringstore_tpm::SealedKey,
+) -> Result<Zeroizing<[u8; 32]>, String> {
     ringstore_tpm::unseal(tpm, sealed).map_err(|e| {
         let hint = if e.is_policy_failure() {
             "PCR 7 is not what it was at sealing: Secure Boot turned off or its keys changed"
@@ -209,6 +221,19 @@ fn sealed_at_rest(key: &[u8; 32], key_file: &Path, line: &str) -> Result<AtRest,
         line: line.into(),
         warn: false,
     })
+}
+
+/// `data rekey` on the appliance (ADR 0055): a new random key, sealed to the present PCR 7 and
+/// unsealed back (a TPM that seals but cannot unseal is found before the device depends on
+/// it). Returns the key and its sealed copy for the server's rekey, which writes the copy
+/// into the superblock's free sealed-key area before the switch.
+pub fn new_sealed_key(tpm: &mut dyn Transport) -> Result<(Zeroizing<[u8; 32]>, Vec<u8>), String> {
+    let key = ringstore_tpm::new_key().map_err(|e| e.to_string())?;
+    let sealed = ringstore_tpm::seal(tpm, &key).map_err(|e| format!("sealing: {e}"))?;
+    if unseal(tpm, &sealed)? != key {
+        return Err("the TPM unsealed another key than it sealed".into());
+    }
+    Ok((key, sealed.encode()))
 }
 
 /// Removes the key file once the server holds the key.
@@ -300,6 +325,56 @@ mod tests {
             std::fs::read(&data).unwrap(),
             image,
             "a refusal wrote the device"
+        );
+    }
+
+    /// `data rekey` on the appliance (ADR 0055): the new key's sealed copy goes beside the
+    /// old one, and the next boot unseals the key the superblock is under: the old one until
+    /// the switch, the new one after it (and after the old one is retired).
+    #[test]
+    fn after_a_rekey_the_boot_unseals_the_key_the_device_is_under() {
+        use ringstore_durable::{DataKey, Durable, FileDevice, Options, Serving};
+        use ringstore_tpm::swtpm::SwTpm;
+        if !SwTpm::available() {
+            return; // under CI, `available` fails the test instead
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("tpm");
+        std::fs::create_dir_all(&state).unwrap();
+        let (data, key_file) = blank(dir.path());
+        let mut tpm = SwTpm::start(&state).unwrap();
+        decide(&data, &mut tpm, &key_file).unwrap();
+        let first: [u8; 32] = std::fs::read(&key_file).unwrap().try_into().unwrap();
+        let opts = Options {
+            data_key: Some(DataKey::from_bytes(first)),
+            regions: 1,
+            segment_size: 64 * 1024,
+            block_size: 512,
+            ..Options::default()
+        };
+        let (d, _) = Durable::open(FileDevice::open(&data).unwrap(), &opts).unwrap();
+        let serving = Serving::new(d);
+        // The first boot's key unseals while the format holds it.
+        decide(&data, &mut tpm, &key_file).unwrap();
+        assert_eq!(std::fs::read(&key_file).unwrap(), first);
+        let (new, sealed) = new_sealed_key(&mut tpm).unwrap();
+        assert_ne!(*new, first);
+        serving
+            .rekey(DataKey::from_bytes(*new), Some(&sealed))
+            .unwrap();
+        let again = decide(&data, &mut tpm, &key_file).unwrap();
+        assert!(again.line().contains("unsealed at this boot"), "{again:?}");
+        assert_eq!(
+            std::fs::read(&key_file).unwrap(),
+            *new,
+            "the new key after the switch"
+        );
+        let image = std::fs::read(&data).unwrap();
+        assert!(superblock::sealed_key_in(&image, 0).is_some());
+        assert!(superblock::sealed_key_in(&image, 1).is_some());
+        assert!(
+            !image.windows(32).any(|w| w == *new || w == first),
+            "a key in clear"
         );
     }
 

@@ -41,6 +41,12 @@ pub trait Serving: Send {
         let _ = config;
         Err("the users and tokens are not served here".into())
     }
+    /// `data rekey` (ADR 0055): seals with `key` from now on, `tpm_sealed` its TPM-sealed
+    /// copy for the superblock; the new key's first epoch, or why it was refused.
+    fn rekey(&self, key: &[u8; 32], tpm_sealed: &[u8]) -> Result<u32, String> {
+        let _ = (key, tpm_sealed);
+        Err("no data device is served here".into())
+    }
     /// Open client connections.
     fn connections(&self) -> u64;
     /// The data device's state as the console's `data` shows it (`None` without one).
@@ -262,6 +268,12 @@ impl Serving for RuntimeServer {
     fn draining(&self) -> bool {
         self.0.draining()
     }
+    fn rekey(&self, key: &[u8; 32], tpm_sealed: &[u8]) -> Result<u32, String> {
+        self.0.rekey(
+            ringstore_durable::DataKey::from_bytes(*key),
+            Some(tpm_sealed),
+        )
+    }
     fn publish(&self, series: BoxSeries) {
         // The server's `metrics::appliance`, reached in plain values: PID 1 does not depend on
         // the service crate (auth_files.rs tests that).
@@ -310,6 +322,13 @@ impl Serving for RuntimeServer {
             "uploads_in_progress": s.uploads,
             "upload_reserved_bytes": s.upload_reserved_bytes,
             "regions": regions,
+            "rekey": self.0.rekey_status().filter(|r| r.sealed).map(|r| serde_json::json!({
+                "old_key_until_epoch": r.old_key_until_epoch,
+                "regions_done": r.regions_done,
+                "regions": r.regions,
+                "rekeys": r.rekeys,
+                "retired": r.retired,
+            })),
         }))
     }
 }

@@ -149,6 +149,7 @@ fn serve_with(
             Ok(libc_sig::SIGHUP) => {
                 let _ = server.reload_certs();
                 let _ = server.reload_auth(config);
+                server.rekey_to_next_key_file(config);
             }
             Ok(signal) => break signal,
             Err(err) => {

@@ -275,6 +275,31 @@ impl Server {
         self.plane.draining()
     }
 
+    /// `data rekey` (ADR 0055): seals with `key` from now on and rewrites the records under
+    /// the old key in the background; `tpm_sealed`: the key's TPM-sealed copy (the
+    /// appliance). Returns the new key's first epoch, or why it was refused.
+    pub fn rekey(
+        &self,
+        key: ringstore_durable::DataKey,
+        tpm_sealed: Option<&[u8]>,
+    ) -> Result<u32, String> {
+        let data = self.data.as_ref().ok_or("no data device")?;
+        data.rekey(key, tpm_sealed).map_err(|e| e.to_string())
+    }
+
+    /// SIGHUP of `ringstore serve`: with `--data-key FILE` and a `FILE.next`, rekeys to it
+    /// and renames it over FILE once the switch is durable (logged either way).
+    pub fn rekey_to_next_key_file(&self, config: &Config) {
+        if let Some(data) = &self.data {
+            crate::durable::open::rekey_to_next(data, config);
+        }
+    }
+
+    /// Where a rekey stands (`None` without a data device).
+    pub fn rekey_status(&self) -> Option<ringstore_durable::RekeyStatus> {
+        self.data.as_ref().map(|d| d.rekey_status())
+    }
+
     /// The data device's state for the console's `data` (`None` without one).
     pub fn data_state(&self) -> Option<ringstore_durable::ServingState> {
         self.data.as_ref().map(|d| d.state())

@@ -20,6 +20,7 @@ use tpm2_protocol::data::TpmCc;
 use wire::{
     Command, Reader, ALG_NULL, ALG_SHA256, RH_NULL, RH_OWNER, RS_PW, ST_NO_SESSIONS, ST_SESSIONS,
 };
+use zeroize::Zeroizing;
 
 /// Bytes of the data key.
 pub const KEY_LEN: usize = 32;
@@ -137,11 +138,12 @@ impl SealedKey {
 }
 
 /// A fresh random data key from the kernel's CSPRNG (getrandom).
-pub fn new_key() -> Result<[u8; KEY_LEN], TpmError> {
+/// Zeroed when dropped, as every copy of key bytes here is (ADR 0055).
+pub fn new_key() -> Result<Zeroizing<[u8; KEY_LEN]>, TpmError> {
     use ring::rand::SecureRandom;
-    let mut key = [0u8; KEY_LEN];
+    let mut key = Zeroizing::new([0u8; KEY_LEN]);
     ring::rand::SystemRandom::new()
-        .fill(&mut key)
+        .fill(&mut key[..])
         .map_err(|_| TpmError::Io(std::io::Error::other("getrandom failed")))?;
     Ok(key)
 }
@@ -194,7 +196,10 @@ pub fn seal(tpm: &mut dyn Transport, key: &[u8; KEY_LEN]) -> Result<SealedKey, T
 
 /// Unseals `sealed` with `tpm`: refused unless PCR 7 is what it was at sealing and the TPM is
 /// the one that sealed it.
-pub fn unseal(tpm: &mut dyn Transport, sealed: &SealedKey) -> Result<[u8; KEY_LEN], TpmError> {
+pub fn unseal(
+    tpm: &mut dyn Transport,
+    sealed: &SealedKey,
+) -> Result<Zeroizing<[u8; KEY_LEN]>, TpmError> {
     let primary = create_primary(tpm)?;
     let object = load(tpm, primary, sealed);
     flush(tpm, primary);
@@ -263,7 +268,9 @@ fn create_sealed(
     c.u16(2 + 2 + 32).u16(0).sized(key)?; // inSensitive: no auth value, the key as data
     c.sized(&sealed_template(policy))?;
     c.u16(0).u32(0);
-    let rsp = tpm.transact(&c.finish())?;
+    // The command holds the key in clear: zeroed once sent.
+    let command = Zeroizing::new(c.finish());
+    let rsp = tpm.transact(&command)?;
     let mut r = wire::check("Create", TpmCc::Create, &rsp)?;
     r.u32()?; // parameterSize
     let private = r.sized_whole()?.to_vec();
@@ -305,15 +312,21 @@ fn unseal_object(
     tpm: &mut dyn Transport,
     object: u32,
     session: u32,
-) -> Result<[u8; KEY_LEN], TpmError> {
+) -> Result<Zeroizing<[u8; KEY_LEN]>, TpmError> {
     let mut c = Command::new(ST_SESSIONS, CC_UNSEAL);
     c.u32(object).auth(session, 0x01); // continueSession: flushed by us below
-    let rsp = tpm.transact(&c.finish())?;
+                                       // The response holds the key in clear: zeroed once read.
+    let rsp = Zeroizing::new(tpm.transact(&c.finish())?);
     let mut r = wire::check("Unseal", TpmCc::Unseal, &rsp)?;
     r.u32()?;
-    r.sized()?
-        .try_into()
-        .map_err(|_| TpmError::Malformed("unsealed data is not a 32-byte key"))
+    let got = r.sized()?;
+    if got.len() != KEY_LEN {
+        return Err(TpmError::Malformed("unsealed data is not a 32-byte key"));
+    }
+    // Copied straight into the zeroed-on-drop buffer: no other copy on the stack.
+    let mut key = Zeroizing::new([0u8; KEY_LEN]);
+    key.copy_from_slice(got);
+    Ok(key)
 }
 
 /// Frees a transient object or session; a failure only leaks a slot the resource manager

@@ -114,9 +114,9 @@ fn swtpm_seals_unseals_and_refuses_another_pcr7_or_tpm() {
         "key in clear in the sealed blob"
     );
     let back = SealedKey::decode(&stored).unwrap();
-    assert_eq!(unseal(&mut tpm, &back).unwrap(), key);
+    assert_eq!(*unseal(&mut tpm, &back).unwrap(), key);
     assert_eq!(
-        unseal(&mut tpm, &back).unwrap(),
+        *unseal(&mut tpm, &back).unwrap(),
         key,
         "handles were not flushed"
     );

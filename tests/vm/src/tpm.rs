@@ -1,7 +1,9 @@
 //! The QEMU test of the TPM-sealed data key (ADR 0053) with `swtpm` as the TPM 2.0 (CRB) and
 //! the Secure Boot firmware of ADR 0051: the first boot makes, seals and stores the key and
 //! formats the data partition with it; keys written come back after a reboot (the key unsealed
-//! again); the raw disk holds none of them in clear; the same disk and TPM state under plain
+//! again); `data rekey` (ADR 0055) switches to a new TPM-sealed key, more keys are written,
+//! `data` shows the old key retired, and after another reboot every key is back under the new
+//! key; the raw disk holds none of them in clear; the same disk and TPM state under plain
 //! OVMF (Secure Boot off, so another PCR 7) and under a fresh TPM state are refused: the box
 //! serves from RAM, `status` and `tuning` say why, and the data partition is unchanged.
 
@@ -137,6 +139,49 @@ fn refused_boot(machine: &UefiMachine, name: &str, tpm: &Swtpm, why: &str) -> Re
     Ok(line)
 }
 
+/// `data rekey`, keys `KEYS..2*KEYS` written under the new key, `data` polled until the old
+/// key is retired (traffic wakes the workers' compaction), then a reboot: the new key
+/// unsealed, every key back.
+fn rekey_and_reboot(vm: &mut Vm) -> Result<()> {
+    let out = vm.command("data rekey")?;
+    ensure!(out.contains("rekeyed"), "data rekey:\n{out}\n{}", vm.tail());
+    let port = vm.port("memcache", 0)?;
+    for i in KEYS..2 * KEYS {
+        set_at(port, &key(i), &value(i))?;
+    }
+    let limit = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let data = vm.command("data")?;
+        if data.contains("1 old keys retired") {
+            break;
+        }
+        ensure!(
+            std::time::Instant::now() < limit,
+            "the old key was not retired:\n{data}"
+        );
+        get_at(port, &key(0))?;
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let before_reboot = vm.output().len();
+    vm.command_no_wait("reboot")?;
+    let ready = vm.wait_for(READY, before_reboot, BOOT_LIMIT)?;
+    vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
+    let status = vm.command("status")?;
+    ensure!(
+        at_rest_line(&status)?.contains("unsealed at this boot"),
+        "after the rekey and a reboot:\n{status}"
+    );
+    let port = vm.port("memcache", 0)?;
+    for i in 0..2 * KEYS {
+        ensure!(
+            get_at(port, &key(i))?.as_deref() == Some(value(i).as_str()),
+            "{} lost after the rekey and a reboot",
+            key(i)
+        );
+    }
+    Ok(())
+}
+
 /// The boots described in the module's comment.
 pub fn tpm_seals_the_data_key(image: &Image) -> Result<TpmReport> {
     let mut opts = test_options("tpm", "");
@@ -176,11 +221,12 @@ pub fn tpm_seals_the_data_key(image: &Image) -> Result<TpmReport> {
             key(i)
         );
     }
+    rekey_and_reboot(&mut vm)?;
     vm.poweroff()?;
     drop(tpm);
 
     let disk = std::fs::read(&machine.disk)?;
-    for i in 0..KEYS {
+    for i in 0..2 * KEYS {
         for needle in [key(i), value(i)] {
             if disk.windows(needle.len()).any(|w| w == needle.as_bytes()) {
                 bail!("{needle:?} in clear on the disk");

@@ -28,11 +28,7 @@ impl<D: BlockDevice> Durable<D> {
             None => (format(&dev, opts)?, true),
         };
         // Recovery only opens records; nothing is sealed before the epoch below is durable.
-        let crypt = opts
-            .data_key
-            .as_ref()
-            .map(|k| Crypt::reader(k, sb.uuid))
-            .transpose()?;
+        let crypt = opts.data_key.as_ref().map(|k| reader(k, &sb)).transpose()?;
         let mut me = Durable {
             dev,
             sb,
@@ -74,7 +70,12 @@ impl<D: BlockDevice> Durable<D> {
     /// Once recovery succeeded (a refused device is left as it was): raises the epoch, then
     /// gives every log a sealer of this open (ADR 0050).
     fn start_sealing(&mut self, key: &DataKey) -> Result<(), DurableError> {
-        let crypt = Arc::new(next_epoch(&self.dev, &self.sb, key)?);
+        let epoch = next_epoch(&self.dev, &self.sb)?;
+        let crypt = match self.crypt.take() {
+            Some(c) => c,
+            None => Arc::new(reader(key, &self.sb)?),
+        };
+        crypt.start_epoch(epoch)?;
         for log in &mut self.regions {
             log.set_sealer(Some(Sealer::new(crypt.clone())));
         }
@@ -261,6 +262,7 @@ fn format<D: BlockDevice>(dev: &D, opts: &Options) -> Result<Superblock, Durable
         device_len: len,
         geometry,
         key_check: opts.data_key.as_ref().map(|k| k.check_value(&uuid)),
+        rekey: None,
     };
     // Everything up to the first region: stale signatures (btrfs at 64 KiB) and any old checkpoint.
     let wipe = (geometry.data_offset - SUPERBLOCK_LEN).min(round_up(PROBE_LEN as u64, 4096));
@@ -316,24 +318,44 @@ fn check_key(sb: &Superblock, key: Option<&DataKey>) -> Result<(), DurableError>
         (Some(_), None) => Err(DurableError::KeyMissing),
         (None, Some(_)) => Err(DurableError::KeyUnexpected),
         (Some(check), Some(k)) if k.check_value(&sb.uuid) == *check => Ok(()),
-        (Some(_), Some(_)) => Err(DurableError::WrongKey),
+        (Some(_), Some(k)) => match &sb.rekey {
+            Some(r) if k.check_value(&sb.uuid) == r.old_check => Err(DurableError::KeyReplaced),
+            _ => Err(DurableError::WrongKey),
+        },
+    }
+}
+
+/// The opening state for `key` (already checked): with a rekey not finished, the old key
+/// unsealed from the superblock too (ADR 0055). An old key that does not unseal refuses the
+/// open before anything is written.
+fn reader(key: &DataKey, sb: &Superblock) -> Result<Crypt, DurableError> {
+    let crypt = Crypt::reader(key, sb.uuid)?;
+    match &sb.rekey {
+        None => Ok(crypt),
+        Some(r) => {
+            let old = key.unwrap_old(&r.wrapped, &sb.uuid, r.from).ok_or(
+                DurableError::CorruptSuperblock(
+                    "the old data key kept for a rekey does not verify",
+                ),
+            )?;
+            crypt.with_old(old, r.from)
+        }
     }
 }
 
 /// Raises the open epoch in the superblock block and flushes it before anything is sealed,
 /// so this open's nonces (`epoch | counter`) differ from every earlier open's (ADR 0050).
-fn next_epoch<D: BlockDevice>(
-    dev: &D,
-    sb: &Superblock,
-    key: &DataKey,
-) -> Result<Crypt, DurableError> {
+pub(crate) fn next_epoch<D: BlockDevice>(dev: &D, sb: &Superblock) -> Result<u32, DurableError> {
     let io = |e: std::io::Error| DurableError::io(0, &e);
     let mut block = vec![0u8; usize_from(SUPERBLOCK_LEN)];
     dev.read_at(0, &mut block).map_err(io)?;
     let (epoch, slot) = sb.epoch(&block);
-    let epoch = epoch.checked_add(1).ok_or(DurableError::NonceSpace)?;
+    // A rekey makes its first epoch durable in the slots before the switch, so `from` is never
+    // above the slots; taking the larger keeps the new key's epochs unique even if it were.
+    let last = epoch.max(sb.rekey.map_or(0, |r| r.from));
+    let epoch = last.checked_add(1).ok_or(DurableError::NonceSpace)?;
     sb.set_epoch(&mut block, slot, epoch);
     dev.write_at(0, &block).map_err(io)?;
     dev.flush().map_err(io)?;
-    Crypt::new(key, sb.uuid, epoch)
+    Ok(epoch)
 }

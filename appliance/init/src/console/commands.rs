@@ -351,9 +351,48 @@ const DATA_LINES: &[&str] = &[
     "upload_reserved_bytes",
 ];
 
+/// `data rekey` (ADR 0055): a new random key sealed by the TPM, handed to the server, which
+/// writes its sealed copy beside the present one, switches (new records under the new key at
+/// once) and rewrites the old records in the background; `data` shows when the old key is
+/// retired. Only for the TPM-sealed key: a configured `data_key` is the operator's to rotate.
+fn data_rekey(ctx: &mut Ctx) -> Output {
+    let sealed = matches!(
+        ctx.machine.state().data_at_rest,
+        Some(crate::data_seal::AtRest::Sealed { .. })
+    );
+    if !sealed {
+        return Output::error(
+            "data rekey: the data device's key is not sealed by this box's TPM (see `status`, data at rest)",
+        );
+    }
+    let made = ringstore_tpm::Device::open(std::path::Path::new(ringstore_tpm::DEVICE))
+        .map_err(|e| e.to_string())
+        .and_then(|mut tpm| crate::data_seal::new_sealed_key(&mut tpm));
+    let rekeyed =
+        made.and_then(|(key, sealed)| ctx.machine.with_server(|s| s.rekey(&key, &sealed)));
+    match rekeyed {
+        Err(why) => Output::error(format!("data rekey refused: {why}")),
+        Ok(epoch) => {
+            crate::info!("console: data rekey: new records sealed with a new TPM-sealed key from epoch {epoch}");
+            let mut out = Output::new();
+            out.line(format!(
+                "rekeyed: new records are sealed with a new key (sealed to PCR 7) from epoch {epoch}; the old key stays until compaction rewrote its records (`data` shows rekey)"
+            ));
+            out.set("rekeyed", true);
+            out.set("epoch", epoch);
+            out
+        }
+    }
+}
+
 /// `data`: the data device's layout, records, live bytes per region, compactions, damaged and
-/// refused records.
-pub fn data(ctx: &mut Ctx, _: &[&str]) -> Output {
+/// refused records; `data rekey`: a new data key ([`data_rekey`]).
+pub fn data(ctx: &mut Ctx, args: &[&str]) -> Output {
+    match args {
+        [] => {}
+        ["rekey"] => return data_rekey(ctx),
+        _ => return Output::error("usage: data [rekey]"),
+    }
     let (described, state) = {
         let s = ctx.machine.state();
         (
@@ -374,6 +413,18 @@ pub fn data(ctx: &mut Ctx, _: &[&str]) -> Output {
     out.line(format!("device {}", described.unwrap_or_default()));
     for key in DATA_LINES {
         out.line(format!("{key} {}", state[key]));
+    }
+    if let Some(rekey) = state.get("rekey").filter(|v| !v.is_null()) {
+        out.line(match rekey["old_key_until_epoch"].as_u64() {
+            Some(from) => format!(
+                "rekey: the old key is kept for epochs below {from}: {} of {} regions rewritten",
+                rekey["regions_done"], rekey["regions"]
+            ),
+            None => format!(
+                "rekey: one key ({} rekeys, {} old keys retired since start)",
+                rekey["rekeys"], rekey["retired"]
+            ),
+        });
     }
     for r in state["regions"].as_array().into_iter().flatten() {
         out.line(format!(

@@ -20,6 +20,9 @@ impl DeviceWorker {
         let step = self
             .compactor
             .step(&self.serving, log, now_unix, now_ms, may_start);
+        if self.compactor.take_retired() {
+            eprintln!("ringstore: data device: the old data key is retired: every record under it was rewritten and the superblock no longer holds it");
+        }
         match step {
             Step::Idle | Step::Waiting => false,
             Step::Busy => true,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ringstore_config::{Config, DataFormat, DataFull, DataRecover};
-use ringstore_durable::{Durable, DurableError, FileDevice, Limits, Options, Serving};
+use ringstore_durable::{DataKey, Durable, DurableError, FileDevice, Limits, Options, Serving};
 use ringstore_store::{Fetched, Store};
 
 use crate::clock::Clock;
@@ -99,10 +99,9 @@ pub(crate) fn open(
         .map_err(|e| RuntimeError::DataRefused(format!("cannot open data device {shown}: {e}")))?;
     let regions = crate::sys::u32_of(cpus.len());
     let data_key = match &config.data_key {
-        Some(file) => Some(
-            ringstore_durable::DataKey::from_file(file)
-                .map_err(|e| RuntimeError::DataRefused(e.to_string()))?,
-        ),
+        Some(file) => {
+            Some(DataKey::from_file(file).map_err(|e| RuntimeError::DataRefused(e.to_string()))?)
+        }
         None => None,
     };
     let opts = Options {
@@ -122,26 +121,13 @@ pub(crate) fn open(
             ..Limits::default()
         },
     };
-    let (mut durable, report) = Durable::open(dev, &opts).map_err(|e| match e {
-        DurableError::ForeignSignature(_)
-        | DurableError::NotBlank
-        | DurableError::Version { .. }
-        | DurableError::CorruptSuperblock(_)
-        | DurableError::TooSmall { .. }
-        | DurableError::KeyMissing
-        | DurableError::KeyUnexpected
-        | DurableError::WrongKey
-        | DurableError::CorruptHistory { .. } => RuntimeError::DataRefused(format!(
-            "data device {shown}: {}",
-            e.to_string()
-                .replace("use force", "use --data-format=force")
-                .replace(
-                    "the device is left untouched",
-                    "the device is left untouched (--data-recover=salvage starts with what verifies)"
-                )
-        )),
-        other => RuntimeError::Data(format!("data device {shown}: {other}")),
-    })?;
+    let opened = match Durable::open(dev, &opts) {
+        Err(e @ (DurableError::KeyReplaced | DurableError::WrongKey)) => {
+            finish_rotation(path, config, opts).map_err(|_| e)
+        }
+        other => other,
+    };
+    let (mut durable, report) = opened.map_err(|e| refusal(e, &shown))?;
     for damage in &report.damaged {
         eprintln!(
             "ringstore: data device {shown}: SALVAGED past damage in acknowledged history at region {}, segment {}, byte {}: keys whose newest record was there may answer an older value or be missing",
@@ -186,6 +172,96 @@ pub(crate) fn open(
         report.elapsed.as_millis()
     );
     Ok(durable)
+}
+
+/// What a device that did not open means for the start: exit 2 (refused, the device as it
+/// was) or a failure.
+fn refusal(e: DurableError, shown: &std::path::Display<'_>) -> RuntimeError {
+    match e {
+        DurableError::ForeignSignature(_)
+        | DurableError::NotBlank
+        | DurableError::Version { .. }
+        | DurableError::CorruptSuperblock(_)
+        | DurableError::TooSmall { .. }
+        | DurableError::KeyMissing
+        | DurableError::KeyUnexpected
+        | DurableError::WrongKey
+        | DurableError::KeyReplaced
+        | DurableError::KeyFile { .. }
+        | DurableError::CorruptHistory { .. } => RuntimeError::DataRefused(format!(
+            "data device {shown}: {}",
+            e.to_string()
+                .replace("use force", "use --data-format=force")
+                .replace(
+                    "the device is left untouched",
+                    "the device is left untouched (--data-recover=salvage starts with what verifies)"
+                )
+        )),
+        other => RuntimeError::Data(format!("data device {shown}: {other}")),
+    }
+}
+
+/// `--data-key FILE` was refused: if a rekey to `FILE.next` became durable but its rename over
+/// FILE did not happen (a crash right after the switch, ADR 0055), opens with `FILE.next` and
+/// renames it. `Err`: it did not open either (the caller reports FILE's refusal).
+fn finish_rotation(
+    path: &Path,
+    config: &Config,
+    mut opts: Options,
+) -> Result<(Durable<FileDevice>, ringstore_durable::OpenReport), DurableError> {
+    let Some(file) = &config.data_key else {
+        return Err(DurableError::KeyMissing);
+    };
+    let next = DataKey::next_file(file);
+    if !next.exists() {
+        return Err(DurableError::KeyMissing);
+    }
+    opts.data_key = Some(DataKey::from_file(&next)?);
+    let dev = FileDevice::open(path).map_err(|e| DurableError::io(0, &e))?;
+    let opened = Durable::open(dev, &opts)?;
+    match DataKey::promote_next(file) {
+        Ok(()) => eprintln!(
+            "ringstore: data device: opened with {} (a rekey to it was durable) and renamed it to {}",
+            next.display(),
+            file.display()
+        ),
+        Err(e) => eprintln!(
+            "ringstore: data device: opened with {} (a rekey to it was durable); renaming it to {} failed: {e}: rename it by hand",
+            next.display(),
+            file.display()
+        ),
+    }
+    Ok(opened)
+}
+
+/// SIGHUP with `--data-key FILE` and a `FILE.next`: rekeys the data device to it, and once
+/// the switch is durable renames `FILE.next` over `FILE` (ADR 0055). Each outcome is logged.
+pub(crate) fn rekey_to_next(data: &Serving<FileDevice>, config: &Config) {
+    let Some(file) = &config.data_key else { return };
+    let next = DataKey::next_file(file);
+    if !next.exists() {
+        return;
+    }
+    let shown = next.display();
+    let key = match DataKey::from_file(&next) {
+        Ok(key) => key,
+        Err(e) => return eprintln!("ringstore: data rekey: {e}"),
+    };
+    match data.rekey(key, None).map_err(|e| e.to_string()) {
+        Err(why) => eprintln!("ringstore: data rekey to {shown}: {why}"),
+        Ok(epoch) => {
+            let renamed = match DataKey::promote_next(file) {
+                Ok(()) => format!("{shown} renamed to {}", file.display()),
+                Err(e) => format!(
+                    "renaming {shown} to {} failed ({e}): rename it by hand (a start finds it either way)",
+                    file.display()
+                ),
+            };
+            eprintln!(
+                "ringstore: data device rekeyed: new records sealed with the new key from epoch {epoch}; {renamed}; the old key stays in the superblock, sealed under the new one, until compaction rewrote every record under it"
+            );
+        }
+    }
 }
 
 /// Loads the device's live values into RAM (as many as fit; the rest are read through on
