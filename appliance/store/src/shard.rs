@@ -395,9 +395,19 @@ impl Shard {
             .index
             .replace(hash, |l| key_at(slots, l) == new.key, loc);
         match old {
-            // The index already points at the new copy; retire the old bytes.
-            Some(old) => self.kill(sh, old),
+            // The index already points at the new copy; retire the old bytes (an expired
+            // copy counted as a look-up would have: a blind `set` makes none).
+            Some(old) => {
+                let b = self.bytes(old);
+                if item::expired_at(b, new.now) {
+                    let bits = item::bits_of(b);
+                    self.counters.get_expired += 1;
+                    self.count_drop(Why::Expired, bits);
+                }
+                self.kill(sh, old);
+            }
             None => {
+                self.forget_flushed(hash);
                 let before = self.index.allocation_size();
                 self.index.insert_new(hash, loc);
                 sh.pool.index_grew(before, self.index.allocation_size());

@@ -464,6 +464,59 @@ fn expiry_is_lazy_and_reaped_in_background() {
     );
 }
 
+/// A blind `set` leaves the store, its reads and its counters as the read-decide-write
+/// put does: over nothing, over a live item, over an expired one, over a flushed one.
+#[test]
+fn a_blind_set_is_an_update_that_puts() {
+    let meta = |exptime| NewMeta {
+        flags: 3,
+        exptime,
+        cas: None,
+    };
+    let run = |blind: bool| {
+        let s = store(8 << 20);
+        let write = |key: &[u8], value: &[u8], exptime: Time, now: Time| {
+            if blind {
+                s.set(key, now, value, meta(exptime)).expect("set")
+            } else {
+                let value = Write::Put {
+                    value,
+                    meta: meta(exptime),
+                };
+                s.update(key, now, |_| (value, ()))
+                    .expect("put")
+                    .cas
+                    .expect("cas")
+            }
+        };
+        let mut cas = vec![write(b"fresh", b"1", NEVER, 5)];
+        cas.push(write(b"live", b"2", NEVER, 5));
+        cas.push(write(b"live", b"22", NEVER, 6));
+        cas.push(write(b"expiring", b"3", 7, 5));
+        cas.push(write(b"expiring", b"33", NEVER, 8));
+        s.flush_all(8, 8);
+        cas.push(write(b"fresh", b"11", NEVER, 9));
+        let reads: Vec<_> = [&b"fresh"[..], b"live", b"expiring"]
+            .iter()
+            .map(|k| read(&s, k, 9))
+            .collect();
+        let st = s.stats();
+        (
+            cas,
+            reads,
+            st.curr_items,
+            st.reclaimed,
+            st.get_expired,
+            st.get_flushed,
+            st.total_items,
+        )
+    };
+    let (blind, update) = (run(true), run(false));
+    assert_eq!(blind, update);
+    assert_eq!(blind.3, 1, "the expired copy counted as reclaimed");
+    assert_eq!(blind.5, 3, "each flushed key counted once: one set, two reads");
+}
+
 #[test]
 fn flush_all_now_and_delayed() {
     let s = store(8 << 20);

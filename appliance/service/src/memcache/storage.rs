@@ -97,6 +97,23 @@ pub(crate) fn apply(
 ) -> Result<Updated<Outcome>, StoreError> {
     ctx.stats.cmd_set.inc();
     let exp = expiry(v.exptime, ctx.now);
+    if let (StoreKind::Set, Expiry::At(exptime)) = (kind, exp) {
+        // Whatever is there is replaced: no need to look it up first.
+        let meta = NewMeta {
+            flags: v.flags,
+            exptime,
+            cas: None,
+        };
+        let result = ctx
+            .store()
+            .set(key, ctx.now.store, v.data, meta)
+            .map(|cas| Updated {
+                result: Outcome::Stored,
+                cas: Some(cas),
+            });
+        account(ctx, (kind, key, exp, v.data.len()), &result);
+        return result;
+    }
     let keep = |it: &ItemRef<'_>| NewMeta {
         flags: it.flags,
         exptime: it.exptime,

@@ -23,6 +23,17 @@ impl Store {
         }
     }
 
+    /// [`Journaled::set`] without a journal.
+    pub fn set(
+        &self,
+        key: &[u8],
+        now: Time,
+        value: &[u8],
+        meta: NewMeta,
+    ) -> Result<u64, StoreError> {
+        self.set_logged(key, now, None, value, meta)
+    }
+
     /// [`Journaled::update`] without a journal.
     pub fn update<'v, R>(
         &self,
@@ -76,6 +87,21 @@ impl<'a> Journaled<'a> {
     /// The store behind this view.
     pub fn store(&self) -> &'a Store {
         self.store
+    }
+
+    /// Stores `value` under `key` whatever is there (memcached's `set`): the write
+    /// [`Journaled::update`] makes for a `Write::Put`, without looking the old item up
+    /// first. The old copy, if any, is replaced as an update would (an expired one counted
+    /// as reclaimed); returns the CAS unique written. A look-up and a header read per SET
+    /// saved, about 250 instructions (callgrind).
+    pub fn set(
+        &self,
+        key: &[u8],
+        now: Time,
+        value: &[u8],
+        meta: NewMeta,
+    ) -> Result<u64, StoreError> {
+        self.store.set_logged(key, now, self.journal, value, meta)
     }
 
     /// Read-decide-write under the shard lock: `f` sees the live item (or `None`) and returns

@@ -45,6 +45,27 @@ impl Store {
         Ok(Updated { result, cas })
     }
 
+    /// [`Journaled::set`] with the journal passed in.
+    pub(crate) fn set_logged(
+        &self,
+        key: &[u8],
+        now: Time,
+        journal: Option<&dyn Journal>,
+        value: &[u8],
+        meta: NewMeta,
+    ) -> Result<u64, StoreError> {
+        let journal = self.journal_for_write(journal)?;
+        let hash = self.shared.hasher.hash_one(key);
+        let mut shard = self.lock(hash, now);
+        let at = Target {
+            hash,
+            key,
+            now,
+            journal,
+        };
+        self.put(&mut shard, at, value, meta, false)
+    }
+
     /// Carries out the caller's decision on the item `found` (if any); the new CAS unique
     /// when something was written. Inlined: a SET's path stays one frame, as before the split
     /// (callgrind: a separate frame cost about 45 instructions per set).
