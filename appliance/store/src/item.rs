@@ -196,18 +196,7 @@ impl Header {
         } else {
             0
         };
-        let mut at = o.varint;
-        let mut value_len = 0usize;
-        let mut shift = 0;
-        loop {
-            let byte = b[at];
-            at += 1;
-            value_len |= usize::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                break;
-            }
-            shift += 7;
-        }
+        let (value_len, at) = varint_at(b, o.varint);
         Header {
             cas,
             exptime,
@@ -281,6 +270,18 @@ pub(crate) fn bits_of(b: &[u8]) -> u8 {
     b[BITS]
 }
 
+/// Bytes of the item at `b[0]` in its segment ([`Header::len`], without decoding the
+/// CAS, flags, exptime and last access).
+pub(crate) fn len_of(b: &[u8]) -> usize {
+    let (value_len, at) = varint_at(b, offsets(ext_of(b)).varint);
+    let value_start = at + usize::from(b[KEY_LEN]);
+    if b[BITS] & EXTERNAL != 0 {
+        value_start
+    } else {
+        value_start + value_len
+    }
+}
+
 /// Whether the item at `b[0]` carries an exptime (one that can expire).
 pub(crate) fn has_exptime(b: &[u8]) -> bool {
     ext_of(b) & HAS_EXPTIME != 0
@@ -305,6 +306,21 @@ pub(crate) fn key(b: &[u8]) -> &[u8] {
     }
     at += 1;
     &b[at..at + usize::from(b[KEY_LEN])]
+}
+
+/// The value length encoded (LEB128) at `b[at]`, and the offset just past it.
+#[inline]
+fn varint_at(b: &[u8], mut at: usize) -> (usize, usize) {
+    let (mut v, mut shift) = (0usize, 0);
+    loop {
+        let byte = b[at];
+        at += 1;
+        v |= usize::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return (v, at);
+        }
+        shift += 7;
+    }
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -547,6 +563,7 @@ mod tests {
                     assert_eq!(&b[h.key_start()..h.value_start()], b"k1");
                     assert_eq!(key(&b), b"k1");
                     assert_eq!(bits_of(&b), h.bits);
+                    assert_eq!(len_of(&b), h.len());
                     for now in [0, 1, 8, 9, 10, u32::MAX - 1, u32::MAX] {
                         assert_eq!(expired_at(&b, now), h.expired(now), "{exptime} at {now}");
                     }
@@ -714,6 +731,7 @@ mod tests {
         let mut b = vec![0x5A; len + 1];
         write(&mut b, &item);
         let h = Header::read(&b);
+        assert_eq!(len_of(&b), len, "a stub's length has no value bytes");
         assert_eq!(
             (
                 h.value_len,

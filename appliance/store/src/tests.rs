@@ -514,7 +514,10 @@ fn a_blind_set_is_an_update_that_puts() {
     let (blind, update) = (run(true), run(false));
     assert_eq!(blind, update);
     assert_eq!(blind.3, 1, "the expired copy counted as reclaimed");
-    assert_eq!(blind.5, 3, "each flushed key counted once: one set, two reads");
+    assert_eq!(
+        blind.5, 3,
+        "each flushed key counted once: one set, two reads"
+    );
 }
 
 #[test]

@@ -213,14 +213,15 @@ impl Shard {
         let half = seg_size / 2;
         let (mut rd, mut live) = (0, 0);
         while rd < s.write {
-            let h = Header::read(&s.seg.bytes[rd..]);
-            if h.bits & item::DEAD == 0 && !h.expired(now) {
-                live += h.len();
+            let b = &s.seg.bytes[rd..];
+            let len = item::len_of(b);
+            if item::bits_of(b) & item::DEAD == 0 && !item::expired_at(b, now) {
+                live += len;
                 if live > half {
                     return false;
                 }
             }
-            rd += h.len();
+            rd += len;
         }
         live < s.live_bytes && live + len <= seg_size
     }
@@ -237,35 +238,39 @@ impl Shard {
         let mut kept_items = 0;
         let end = self.slot(slot).write;
         while rd < end {
-            let h = Header::read(&self.slot(slot).seg.bytes[rd..]);
+            let b = &self.slot(slot).seg.bytes[rd..];
+            if item::bits_of(b) & item::DEAD != 0 {
+                // Overwritten or deleted: only its length is needed to step over it.
+                rd += item::len_of(b);
+                continue;
+            }
+            let h = Header::read(b);
             let len = h.len();
-            if h.bits & item::DEAD == 0 {
-                let key_range = rd + h.key_start()..rd + h.value_start();
-                let hash = sh
-                    .hasher
-                    .hash_one(&self.slot(slot).seg.bytes[key_range.clone()]);
-                let old = Loc::at(slot, rd);
-                let expired = h.expired(now);
-                let wanted = which == Keep::All || h.bits & item::ACCESSED != 0;
-                if !expired && wanted && wr + len <= keep {
-                    let s = self.slot_mut(slot);
-                    s.seg.bytes.copy_within(rd..rd + len, wr);
-                    if which == Keep::Accessed {
-                        item::set_bits(&mut s.seg.bytes[wr..], h.bits & !item::ACCESSED);
-                    }
-                    let new = Loc::at(slot, wr);
-                    self.index.replace(hash, |l| l == old, new);
-                    wr += len;
-                    kept_items += 1;
-                } else if expired || !demote || !self.demote(sh, hash, old, len, now) {
-                    let why = if expired { Why::Expired } else { Why::Evicted };
-                    if let (Some(log), Why::Evicted) = (log, why) {
-                        let key = &self.slot(slot).seg.bytes[key_range];
-                        log.evicted(&Evicted::of(&h, key, now));
-                    }
-                    self.index.remove(hash, old);
-                    self.count_drop(why, h.bits);
+            let key_range = rd + h.key_start()..rd + h.value_start();
+            let hash = sh
+                .hasher
+                .hash_one(&self.slot(slot).seg.bytes[key_range.clone()]);
+            let old = Loc::at(slot, rd);
+            let expired = h.expired(now);
+            let wanted = which == Keep::All || h.bits & item::ACCESSED != 0;
+            if !expired && wanted && wr + len <= keep {
+                let s = self.slot_mut(slot);
+                s.seg.bytes.copy_within(rd..rd + len, wr);
+                if which == Keep::Accessed {
+                    item::set_bits(&mut s.seg.bytes[wr..], h.bits & !item::ACCESSED);
                 }
+                let new = Loc::at(slot, wr);
+                self.index.replace(hash, |l| l == old, new);
+                wr += len;
+                kept_items += 1;
+            } else if expired || !demote || !self.demote(sh, hash, old, len, now) {
+                let why = if expired { Why::Expired } else { Why::Evicted };
+                if let (Some(log), Why::Evicted) = (log, why) {
+                    let key = &self.slot(slot).seg.bytes[key_range];
+                    log.evicted(&Evicted::of(&h, key, now));
+                }
+                self.index.remove(hash, old);
+                self.count_drop(why, h.bits);
             }
             rd += len;
         }
