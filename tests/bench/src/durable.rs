@@ -120,8 +120,14 @@ pub fn start_ram_only(binary: &Path) -> Result<Config> {
     })
 }
 
-/// SET 100 B, depth 1, `CONNS` connections against every config in alternating slices.
-pub fn measure_sets(configs: &[Config], seconds: u64, warmup: Duration) -> Result<Vec<LoadResult>> {
+/// SET of `value_len` bytes, depth 1, `CONNS` connections against every config in
+/// alternating slices.
+pub fn measure_sets(
+    configs: &[&Config],
+    value_len: usize,
+    seconds: u64,
+    warmup: Duration,
+) -> Result<Vec<LoadResult>> {
     let measure = Duration::from_secs(seconds).min(LOAD_MAX);
     let specs: Vec<LoadSpec> = configs
         .iter()
@@ -129,7 +135,7 @@ pub fn measure_sets(configs: &[Config], seconds: u64, warmup: Duration) -> Resul
             port: c.server.port,
             mode: Mode::Memcache {
                 op: Op::Set,
-                value_len: VALUE_LEN,
+                value_len,
             },
             depth: 1,
             conns: CONNS,

@@ -2,6 +2,7 @@
 //! recover 1M objects after kill -9 and after SIGTERM, then SET against Redis `appendfsync
 //! always` and the disk's flush bound (redis.rs).
 
+use super::client::LoadResult;
 use super::doc::{mark, Doc};
 use super::options::Options;
 use super::subject::Subject;
@@ -32,6 +33,9 @@ pub(super) fn durable_part(
     Ok(())
 }
 
+const DISK_LABEL: &str = "--data on disk";
+const SEALED_LABEL: &str = "--data on disk, --data-key";
+
 /// RAM only, `--data` on disk, and `--data` on tmpfs when /dev/shm is one; a configuration
 /// that does not start is a note.
 fn start_configs(binary: &Path, out_dir: &Path, doc: &mut Doc) -> Result<Vec<durable::Config>> {
@@ -40,14 +44,14 @@ fn start_configs(binary: &Path, out_dir: &Path, doc: &mut Doc) -> Result<Vec<dur
     let tmpfs_path = shm.join(format!("ringstore-bench-{}.data", std::process::id()));
     let mut configs = vec![durable::start_ram_only(binary).context("durable: RAM-only ringstore")?];
     let tmpfs_fs = durable::filesystem_name(&tmpfs_path);
-    let disk_label = "--data on disk";
+    let disk_label = DISK_LABEL;
     let tmpfs_label = "--data on tmpfs";
     match durable::start_durable(binary, disk_label, disk_path, None) {
         Ok(c) => configs.push(c),
         Err(e) => doc.note(format!("durable: {disk_label} did not start: {e:#}")),
     }
     // The same disk with every record sealed (AES-256-GCM, ADR 0050): encryption on vs off.
-    let sealed_label = "--data on disk, --data-key";
+    let sealed_label = SEALED_LABEL;
     let key = out_dir.join("durable-bench.key");
     let sealed = durable::write_data_key(&key).and_then(|()| {
         durable::start_durable(
@@ -97,7 +101,8 @@ fn set_section(o: &Options, configs: &mut [durable::Config], doc: &mut Doc) -> R
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let results = durable::measure_sets(configs, seconds, WARMUP)?;
+    let all: Vec<&durable::Config> = configs.iter().collect();
+    let results = durable::measure_sets(&all, durable::VALUE_LEN, seconds, WARMUP)?;
     for c in configs.iter_mut() {
         if let Err(e) = c.server.check_alive() {
             doc.note(format!("durable: {} exited during the run: {e:#}", c.label));
@@ -141,7 +146,47 @@ fn set_section(o: &Options, configs: &mut [durable::Config], doc: &mut Doc) -> R
             doc.targets.push(format!("durable SET, {label}: {ratio:.2}× RAM-only throughput under {} clients (aim ≥ 0.5×) {}", durable::CONNS, mark(ratio >= 0.5)));
         }
     }
+    sealed_section(configs, seconds, doc, &mut section)?;
     Ok(section)
+}
+
+/// Issue 39's cell: durable SET 4 KiB with `--data-key` against the same disk without, per
+/// server CPU-second, in alternating slices (a missing configuration is a note).
+fn sealed_section(
+    configs: &[durable::Config],
+    seconds: u64,
+    doc: &mut Doc,
+    section: &mut String,
+) -> Result<()> {
+    const LEN: usize = 4096;
+    let (Some(plain), Some(sealed)) = (
+        configs.iter().find(|c| c.label == DISK_LABEL),
+        configs.iter().find(|c| c.label == SEALED_LABEL),
+    ) else {
+        doc.note("durable: the encryption cell needs both disk configurations".into());
+        return Ok(());
+    };
+    let r = durable::measure_sets(&[plain, sealed], LEN, seconds, WARMUP)?;
+    let per_cpu = |r: &LoadResult| 1.0 / r.server_cpu_per_million().max(f64::MIN_POSITIVE);
+    let ratio = per_cpu(&r[1]) / per_cpu(&r[0]);
+    let _ = writeln!(
+        section,
+        "\n### Encryption at rest: SET {LEN} B, depth 1, {} connections, `{SEALED_LABEL}` ÷ `{DISK_LABEL}`\n\n| metric | {DISK_LABEL} | {SEALED_LABEL} | ratio |\n| --- | ---: | ---: | ---: |\n| SET/s | {} | {} | {:.2}× |\n| server CPU s / M req | {:.2} | {:.2} | {:.2}× |\n| SETs per server CPU-s | {:.0} | {:.0} | {ratio:.2}× |",
+        durable::CONNS,
+        report::format_number(r[0].throughput(), 0),
+        report::format_number(r[1].throughput(), 0),
+        r[1].throughput() / r[0].throughput(),
+        r[0].server_cpu_per_million(),
+        r[1].server_cpu_per_million(),
+        r[1].server_cpu_per_million() / r[0].server_cpu_per_million(),
+        per_cpu(&r[0]) * 1e6,
+        per_cpu(&r[1]) * 1e6,
+    );
+    doc.targets.push(format!(
+        "durable SET {LEN} B with --data-key: {ratio:.2}× the SETs per server CPU-s without (aim ≥ 0.9×) {}",
+        mark(ratio >= 0.9)
+    ));
+    Ok(())
 }
 
 /// Recovery of [`durable::RECOVERY_OBJECTS`] after kill -9 and after SIGTERM, appended to
