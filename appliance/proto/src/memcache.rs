@@ -221,6 +221,14 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Parse<'a> {
     if nl > 1 && line[nl - 1] == b'\r' {
         line = &line[..nl - 1];
     }
+    // A plain get line first: its one pass over the bytes refuses a NUL (as any control
+    // byte), so the search for one below is not needed for it (~35 instructions a GET).
+    if let Some(request) = get::parse_plain(line) {
+        return Parse::Done {
+            request,
+            consumed: line_end,
+        };
+    }
     // memcached works on C strings: a NUL ends the command line.
     if let Some(nul) = memchr::memchr(0, line) {
         line = &line[..nul];
@@ -264,9 +272,6 @@ fn dispatch<'a>(line: &'a [u8], line_end: usize, input: &'a [u8], limits: &Limit
         request,
         consumed: line_end,
     };
-    if let Some(request) = get::parse_plain(line) {
-        return done(request);
-    }
     let toks = tokens::Tokens::new(line);
     let Some(cmd) = toks.get(0) else {
         return done(Request::reply(ERROR));
