@@ -3,6 +3,24 @@
 
 use std::net::Ipv4Addr;
 
+/// This boot's kernel command line, read from `/proc/cmdline` once (it never changes while
+/// the kernel runs; boot, tuning, the update's slot, the RAM tier and kexec all ask). An
+/// unreadable file is an error here and the empty line to every later caller: boot stops on
+/// it first.
+pub fn running() -> Result<&'static str, String> {
+    static LINE: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    LINE.get_or_init(|| {
+        std::fs::read_to_string("/proc/cmdline").map_err(|e| format!("/proc/cmdline: {e}"))
+    })
+    .as_deref()
+    .map_err(Clone::clone)
+}
+
+/// [`running`], or the empty line when `/proc/cmdline` could not be read.
+pub fn running_or_empty() -> &'static str {
+    running().unwrap_or_default()
+}
+
 /// How interfaces get their IPv4 address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IpSetting {

@@ -154,7 +154,7 @@ pub fn load(machine: &Machine, target: Slot) -> Result<String, String> {
             .map_err(|e| format!("slot {target}: {e}"))?
             .ok_or_else(|| format!("slot {target}: the UKI has no {name} section"))
     };
-    let running = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    let running = crate::cmdline::running_or_empty();
     // The line the firmware path would give: the slot's tuned entry (the arguments its tuning
     // wrote for the next boot, e.g. `nohz_full=`; systemd-stub ignores an entry's options
     // under Secure Boot; `update` removes the entry of the slot it writes), else this boot's
@@ -166,11 +166,11 @@ pub fn load(machine: &Machine, target: Slot) -> Result<String, String> {
         .and_then(ringstore_bootdisk::slots::entry_options)
         .map(str::to_string);
     let same = Some(target) == booted;
-    let base = match base_line(entry_line, same.then_some(running.as_str())) {
+    let base = match base_line(entry_line, same.then_some(running)) {
         Some(line) => line,
         None => String::from_utf8_lossy(part(".cmdline")?).into_owned(),
     };
-    let memmap = reservation(&running, memory);
+    let memmap = reservation(running, memory);
     let line = next_cmdline(
         &base,
         memmap.as_ref().map(|(t, fresh)| (t.as_str(), *fresh)),

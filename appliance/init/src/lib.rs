@@ -120,9 +120,8 @@ fn boot(machine: &Arc<Machine>, on_fatal: &mut OnFatal) -> Result<(), Fatal> {
     power::disable_ctrl_alt_del();
     raise_limits();
 
-    let running = std::fs::read_to_string("/proc/cmdline")
-        .map_err(|e| Fatal(format!("/proc/cmdline: {e}")))?;
-    let line = effective_cmdline(machine, &running);
+    let running = cmdline::running().map_err(Fatal)?;
+    let line = effective_cmdline(machine, running);
     // Which A/B slot booted and whether it is on trial (mounts efivarfs: boot capabilities).
     let slots = update::boot_state();
     let trying = slots.trying;

@@ -27,19 +27,19 @@ struct Host {
 /// `config` with the device-DAX device as its memory file, when this boot has a reservation
 /// that holds the arena; records in `machine` what the RAM tier is kept in, or why not.
 pub fn attach(machine: &Machine, config: &Config) -> Option<Config> {
-    let running = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    let running = crate::cmdline::running_or_empty();
     let host = Host {
         sys: PathBuf::from(SYSFS),
         dev: PathBuf::from("/dev"),
     };
-    let found = host.find(&running, config.memory_file.as_deref(), config.memory);
+    let found = host.find(running, config.memory_file.as_deref(), config.memory);
     let (line, attached) = match found {
         Ok(dev) => (
             format!(
                 "kept across kexec reboots in {} ({} MiB, {})",
                 dev.node.display(),
                 dev.size >> 20,
-                crate::kexec::memmap_token(&running).unwrap_or("")
+                crate::kexec::memmap_token(running).unwrap_or("")
             ),
             Some(Config {
                 memory_file: Some(dev.node),

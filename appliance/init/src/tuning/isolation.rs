@@ -207,8 +207,8 @@ pub fn isolate_at_run_time(cpus: &[usize], cmdline: &str) -> Runtime {
 /// records what was done (boot calls it; failures are logged, never fatal).
 pub fn at_start(machine: &crate::machine::Machine, placement: &crate::plane::Placement) {
     let isolate = wanted(&placement.workers, &placement.housekeeping);
-    let running = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
-    let runtime = isolate_at_run_time(&isolate, &running);
+    let running = crate::cmdline::running_or_empty();
+    let runtime = isolate_at_run_time(&isolate, running);
     if let Runtime::Failed(why) = &runtime {
         crate::warn!("run-time isolation of CPUs {}: {why}", cpus(&isolate));
     }
@@ -235,7 +235,7 @@ pub fn after_trial(machine: &crate::machine::Machine) {
     let nohz_full = ringstore_sys::read_trim("/sys/devices/system/cpu/nohz_full")
         .map(|s| ringstore_sys::parse_cpulist(&s))
         .unwrap_or_default();
-    let running = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    let running = crate::cmdline::running_or_empty();
     let boot_args = match nohz_token(&isolate) {
         // Under Secure Boot systemd-stub ignores the tuned entry's options: writing one would
         // only leave `tuning` saying "pending" after every boot.
@@ -245,7 +245,7 @@ pub fn after_trial(machine: &crate::machine::Machine) {
             );
             BootArgs::SignedImageOnly { token }
         }
-        _ => persist_boot_args(&isolate, &nohz_full, &running, &slots),
+        _ => persist_boot_args(&isolate, &nohz_full, running, &slots),
     };
     if let BootArgs::NotWritten(why) = &boot_args {
         crate::warn!("tuning: boot arguments for the next boot not written: {why}");

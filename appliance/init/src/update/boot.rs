@@ -27,8 +27,8 @@ pub fn boot_state() -> SlotsState {
     };
     // After a kexec jump the firmware's variable still names the slot it booted: the jump's
     // command line names the one running (ADR 0054).
-    let running = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
-    st.booted = crate::kexec::slot_from_cmdline(&running)
+    let running = crate::cmdline::running_or_empty();
+    st.booted = crate::kexec::slot_from_cmdline(running)
         .or_else(|| read_efi_string("LoaderEntrySelected").and_then(|id| Slot::from_entry_id(&id)));
     let fs = match esp_fs(&esp) {
         Ok(fs) => fs,
