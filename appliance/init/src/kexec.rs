@@ -95,13 +95,17 @@ pub fn next_cmdline(base: &str, memmap: Option<(&str, bool)>, slot: Slot) -> Str
         .filter(|t| !t.starts_with(SLOT_TOKEN) && memmap_token(t).is_none() && *t != FRESH_TOKEN)
         .collect();
     let slot = format!("{SLOT_TOKEN}{}", slot.entry_id());
+    let mut ours = Vec::with_capacity(3);
     if let Some((token, fresh)) = memmap {
-        out.push(token);
+        ours.push(token);
         if fresh {
-            out.push(FRESH_TOKEN);
+            ours.push(FRESH_TOKEN);
         }
     }
-    out.push(&slot);
+    ours.push(&slot);
+    // Before a `--`: what follows it is init's argv, which the kernel does not read.
+    let at = out.iter().position(|t| *t == "--").unwrap_or(out.len());
+    out.splice(at..at, ours);
     out.join(" ")
 }
 
@@ -201,6 +205,16 @@ mod tests {
         );
         let again = next_cmdline(&fresh, Some(("memmap=384M!1536M", false)), Slot::A);
         assert!(!again.contains(FRESH_TOKEN), "{again}");
+        // The kernel reads nothing after `--` (init's argv): the tokens go before it.
+        let split = next_cmdline(
+            "console=ttyS0 -- single",
+            Some(("memmap=1M!1G", false)),
+            Slot::A,
+        );
+        assert_eq!(
+            split,
+            "console=ttyS0 memmap=1M!1G ringstore_slot=ringstore-a.efi -- single"
+        );
         assert_eq!(slot_from_cmdline(&line), Some(Slot::B));
         assert_eq!(memmap_token(&line), Some("memmap=384M!1536M"));
         assert_eq!(slot_from_cmdline("console=ttyS0"), None);
