@@ -381,7 +381,13 @@ pub(crate) mod echo {
         into: Option<(Box<[u8]>, usize)>,
         /// Bytes of `into` values that went through `on_bytes` (copied) rather than into them.
         pub copied: usize,
+        /// The `into` values completed so far, oldest first (at most [`KEPT_VALUES`]: the
+        /// property tests compare them byte for byte).
+        pub whole: std::collections::VecDeque<Box<[u8]>>,
     }
+
+    /// Completed `into` values a session keeps for inspection.
+    pub(crate) const KEPT_VALUES: usize = 8;
 
     impl EchoSession {
         /// Copies what `partial` holds of an `into` value into it; once whole, replies.
@@ -397,7 +403,12 @@ pub(crate) mod echo {
             if *filled == value.len() {
                 let sum: u64 = value.iter().map(|&b| u64::from(b)).sum();
                 out.extend_from_slice(format!("into {} {sum}\n", value.len()).as_bytes());
-                self.into = None;
+                if let Some((value, _)) = self.into.take() {
+                    if self.whole.len() == KEPT_VALUES {
+                        self.whole.pop_front();
+                    }
+                    self.whole.push_back(value);
+                }
             }
         }
     }
@@ -416,6 +427,7 @@ pub(crate) mod echo {
                 pending_big: 0,
                 into: None,
                 copied: 0,
+                whole: std::collections::VecDeque::new(),
             }
         }
         fn on_bytes(
