@@ -70,7 +70,23 @@ fn stream(len: usize, seed: u8) -> Vec<u8> {
     req(format!("cas a 0 0 {len} 12345\r\n"), v(seed ^ 5), b"\r\n");
     req(format!("set bad 0 0 {len}\r\n"), v(seed ^ 6), b"XY\r\n");
     req(format!("append a 0 0 {len}\r\n"), v(seed ^ 7), b"\r\n");
-    all.extend_from_slice(b"get a b c bad\r\n");
+    req("get a b c bad\r\n".into(), Vec::new(), b"");
+    // Meta sets: the modes and flags a value received into its item takes (S, E, R, C,
+    // q, k, O, c, b, T, F) and those it leaves buffered (I, A, P).
+    req(format!("ms ma {len} T0 F5\r\n"), v(seed ^ 8), b"\r\n");
+    req(format!("ms ma {len} c k O9\r\n"), v(seed ^ 9), b"\r\n");
+    req(format!("ms ma {len} ME\r\n"), v(seed ^ 10), b"\r\n");
+    req(format!("ms mb {len} MR q\r\n"), v(seed ^ 11), b"\r\n");
+    req(format!("ms bWM= {len} b ME k c\r\n"), v(seed ^ 12), b"\r\n");
+    req(format!("ms ma {len} C1\r\n"), v(seed ^ 13), b"\r\n");
+    req(format!("ms mz {len} C1 q\r\n"), v(seed ^ 14), b"\r\n");
+    req(format!("ms ma {len} I C1 c\r\n"), v(seed ^ 15), b"\r\n");
+    req(format!("ms mc {len} MA\r\n"), v(seed ^ 16), b"\r\n");
+    req(format!("ms mbad {len}\r\n"), v(seed ^ 17), b"XY\r\n");
+    req(format!("ms mt {len} T-1\r\n"), v(seed ^ 18), b"\r\n");
+    req(format!("ms mq {len} q\r\n"), v(seed ^ 19), b"\r\n");
+    let reads = "mg ma v c f t\r\nmg mc v\r\nmg mbad v\r\nmg mt v\r\nmg mq v\r\nmn\r\n";
+    req(reads.into(), Vec::new(), b"");
     all
 }
 
@@ -143,6 +159,28 @@ fn a_value_under_way_is_reserved_and_a_close_gives_it_back() {
         .store
         .get(b"k", NOW.store, ReadOpts::default(), |it| it.is_some());
     assert!(!found, "a value never completed is never seen");
+}
+
+#[test]
+fn an_ms_value_under_way_is_reserved_and_a_close_gives_it_back() {
+    let shared = shared();
+    let mut s = Session::for_connection(Protocol::Memcache, 0, &shared);
+    let mut out = Vec::new();
+    s.on_bytes(b"ms k 5000 T0 c\r\nab", NOW, &shared, None, &mut out);
+    assert_eq!(s.recv_target().map(|t| t.1), Some(4998));
+    assert_eq!(shared.store.stats().pinned_segments, 1);
+    s.on_close(&shared, None);
+    let st = shared.store.stats();
+    assert_eq!((st.pinned_segments, st.curr_items), (0, 0));
+    for buffered in [
+        &b"ms k 5000 MA\r\n"[..],
+        b"ms k 5000 MP\r\n",
+        b"ms k 5000 I\r\n",
+    ] {
+        let mut s = Session::for_connection(Protocol::Memcache, 0, &shared);
+        s.on_bytes(buffered, NOW, &shared, None, &mut out);
+        assert!(s.recv_target().is_none(), "{buffered:?} went into an item");
+    }
 }
 
 #[test]
