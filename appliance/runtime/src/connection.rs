@@ -215,8 +215,10 @@ impl<S, X> Conn<S, X> {
     /// the item: the session is told how many came (nothing to copy), and the machine's
     /// next step is returned (`rules` as for [`Conn::served`]; the request stays partial
     /// until the bytes behind the value arrive as ordinary input). `None`: they are in the
-    /// engine's receive buffer, for the engine to feed to the session. The one definition of
-    /// the received-into-item step for both engines.
+    /// engine's receive buffer, for the engine to feed to the session. A value that needs
+    /// nothing after it (binary) has the session answer at once ([`Flow::Drain`]: the
+    /// machine calls it again with no input). The one definition of the received-into-item
+    /// step for both engines.
     #[inline]
     pub(crate) fn received<H: Handler<Session = S>>(
         &mut self,
@@ -228,9 +230,9 @@ impl<S, X> Conn<S, X> {
         if !self.machine.took_into_item(n) {
             return None;
         }
-        handler.received_into(&mut self.session, n);
+        let flow = handler.received_into(&mut self.session, n);
         self.machine.handle_received(at.now_ms);
-        Some(self.served(handler, Flow::Continue, at, rules))
+        Some(self.served(handler, flow, at, rules))
     }
 
     /// `n` more bytes of the output went out (0: only ask). True when it is all out: then

@@ -586,10 +586,13 @@ impl Session {
         }
     }
 
-    /// `n` bytes were received at [`Session::recv_target`].
-    pub fn received_into(&mut self, n: usize, shared: &Shared) {
-        if let SessionKind::Memcache(s) = &mut self.inner {
-            s.received_into(n, shared);
+    /// `n` bytes were received at [`Session::recv_target`]; what the connection does next:
+    /// [`Flow::Drain`] when they made the request whole and the session is to be called
+    /// again, with no input, to answer it (a binary value: nothing follows it).
+    pub fn received_into(&mut self, n: usize, shared: &Shared) -> Flow {
+        match &mut self.inner {
+            SessionKind::Memcache(s) => s.received_into(n, shared),
+            SessionKind::Http(_) => Flow::Continue,
         }
     }
 

@@ -1,7 +1,8 @@
 //! Storage values received straight into the item (issue 38, ADR 0040's receive path).
 //!
-//! When the command line of a text `set`, `add`, `replace` or `cas`, or of a meta `ms` in
-//! mode S, E or R without `I`, is whole and at least [`DIRECT_MIN`] bytes of its value are
+//! When the command line of a text `set`, `add`, `replace` or `cas`, of a meta `ms` in
+//! mode S, E or R without `I`, or the header, extras and key of a binary SET, ADD or
+//! REPLACE (quiet or not, with or without a CAS) are whole and at least [`DIRECT_MIN`] bytes of its value are
 //! still to come, the session reserves the item in the
 //! store ([`ringstore_store::Store::reserve`]: inside the memory budget, evicting as a
 //! store does, invisible until committed), copies the value bytes that came with the line
@@ -9,7 +10,8 @@
 //! ([`Direct::target`]): the runtime receives it into the item's memory and reports how much
 //! came ([`Direct::received`]), so the value is never copied out of a receive buffer. Input
 //! that still reaches the session meanwhile (a TLS session's plaintext) is copied in. The
-//! `\r\n` behind the value arrives as ordinary input; then the command decides under the
+//! `\r\n` behind a text or meta value arrives as ordinary input (a binary value has none:
+//! the receive that completes it has the session called again to answer); then the command decides under the
 //! shard lock and the item replaces the old one atomically ([`Direct::finish`]). A value
 //! not followed by `\r\n` is a bad data chunk, as when buffered; a connection closed or cut
 //! at `--request-timeout` mid-value gives the reservation back ([`Direct::abandon`]).
@@ -22,6 +24,7 @@
 //! to copy an old value that may still change before the commit. An ms with `I` may store
 //! its value marked stale, which a reserved item cannot be.
 
+use ringstore_proto::memcache::binary::{self, response, Status, StoreRequest};
 use ringstore_proto::memcache::{
     meta_set_head, reply, store_head, KeyBuf, StoreKind, BAD_DATA_CHUNK,
 };
@@ -52,6 +55,19 @@ enum Command {
     /// A meta `ms` (mode S, E or R, no `I`): its command line, read again for the answer
     /// (its flags say what the reply echoes).
     Meta { line: Vec<u8> },
+    /// A binary SET, ADD or REPLACE (or its quiet form): its header, extras and key, read
+    /// again for the answer.
+    Binary { head: Vec<u8> },
+}
+
+impl Command {
+    /// Bytes that follow the value: the text protocols' `\r\n`; none in binary.
+    fn trailer_len(&self) -> usize {
+        match self {
+            Command::Binary { .. } => 0,
+            Command::Text { .. } | Command::Meta { .. } => 2,
+        }
+    }
 }
 
 /// A storage command whose value is being received into its reserved item.
@@ -79,8 +95,12 @@ struct Head {
     vlen: usize,
 }
 
-/// The head of a text storage line or an ms line that may be received into its item.
-fn head(ctx: &Ctx<'_>, line: &[u8]) -> Option<Head> {
+/// The head of a text storage line, an ms line or a binary storage request (`binary`) that
+/// may be received into its item.
+fn head(ctx: &Ctx<'_>, line: &[u8], binary: bool) -> Option<Head> {
+    if binary {
+        return binary_head(ctx, line);
+    }
     if let Some((m, vlen)) = meta_set_head(line) {
         if !matches!(m.mode, b'S' | b'E' | b'R') || m.flags.invalidate {
             return None;
@@ -120,6 +140,23 @@ fn head(ctx: &Ctx<'_>, line: &[u8]) -> Option<Head> {
     })
 }
 
+/// The head of a binary SET, ADD or REPLACE (`head`: its header, extras and key).
+fn binary_head(ctx: &Ctx<'_>, head: &[u8]) -> Option<Head> {
+    let (_, s, vlen) = binary::store_head(head)?;
+    if matches!(s.kind, StoreKind::Append | StoreKind::Prepend) {
+        return None;
+    }
+    Some(Head {
+        command: Command::Binary {
+            head: head.to_vec(),
+        },
+        key: s.key.to_vec(),
+        flags: s.flags,
+        exp: expiry(i64::from(s.exptime), ctx.now),
+        vlen,
+    })
+}
+
 impl Direct {
     /// Starts receiving into the item for the storage request at the start of `request`,
     /// whose command line is `line_len` bytes long and whose value has not all arrived;
@@ -127,10 +164,17 @@ impl Direct {
     /// still to come, not a command that takes it ([`head`]), expired on arrival, or the
     /// store could not reserve). On `Some`, all of `request` is used: the value bytes
     /// after the line are in the item.
-    pub(crate) fn start(ctx: &Ctx<'_>, request: &[u8], line_len: usize) -> Option<Direct> {
+    /// `binary`: the session speaks the binary protocol (`line_len` frames the request's
+    /// header, extras and key).
+    pub(crate) fn start(
+        ctx: &Ctx<'_>,
+        request: &[u8],
+        line_len: usize,
+        binary: bool,
+    ) -> Option<Direct> {
         let line = request.get(..line_len)?;
         let here = request.len() - line_len;
-        let head = head(ctx, line).filter(|h| h.vlen.saturating_sub(here) >= DIRECT_MIN)?;
+        let head = head(ctx, line, binary).filter(|h| h.vlen.saturating_sub(here) >= DIRECT_MIN)?;
         let Expiry::At(exptime) = head.exp else {
             return None; // stored as a removal: nothing to receive into
         };
@@ -169,13 +213,16 @@ impl Direct {
         })
     }
 
-    /// `n` value bytes were received at [`Direct::target`].
-    pub(crate) fn received(&mut self, n: usize) {
+    /// `n` value bytes were received at [`Direct::target`]. True when the request is
+    /// whole with them (a binary value: nothing follows it), to be finished at the next
+    /// call.
+    pub(crate) fn received(&mut self, n: usize) -> bool {
         assert!(
             n <= self.reservation.len() - self.filled,
             "{n} bytes received past the reserved value"
         );
         self.filled += n;
+        self.filled == self.reservation.len() && self.command.trailer_len() == 0
     }
 
     /// Input while the value is outstanding: value bytes are copied into the item, then the
@@ -189,12 +236,14 @@ impl Direct {
             self.filled += n;
         }
         let mut used = n;
-        while self.filled == self.reservation.len() && self.trailer < 2 && used < input.len() {
+        let trailer = self.command.trailer_len();
+        let value_whole = self.filled == self.reservation.len();
+        while value_whole && self.trailer < trailer && used < input.len() {
             self.bad |= input[used] != b"\r\n"[self.trailer];
             self.trailer += 1;
             used += 1;
         }
-        (used, self.trailer == 2)
+        (used, value_whole && self.trailer == trailer)
     }
 
     /// The request is whole: the command decides and the item is linked (or not), counted
@@ -203,9 +252,15 @@ impl Direct {
         let store = &ctx.shared.store;
         if self.bad {
             store.abandon(self.reservation);
-            let quiet = matches!(self.command, Command::Text { noreply: true, .. });
-            if !quiet {
-                reply::line(out, BAD_DATA_CHUNK);
+            match &self.command {
+                Command::Text { noreply: true, .. } => {}
+                Command::Text { .. } | Command::Meta { .. } => reply::line(out, BAD_DATA_CHUNK),
+                // Only a fill that did not land: the item could not be stored.
+                Command::Binary { head } => {
+                    if let Some((head, _, _)) = binary::store_head(head) {
+                        response::error(out, head, Status::OutOfMemory);
+                    }
+                }
             }
             return;
         }
@@ -240,6 +295,19 @@ impl Direct {
                 });
                 meta::ms_answer(ctx, out, &m, (key, exp, size), result);
             }
+            Command::Binary { head } => {
+                let Some((head, s, _)) = binary::store_head(head) else {
+                    // Read once already at the start: it cannot fail now.
+                    return store.abandon(self.reservation);
+                };
+                let result = commit_binary(ctx, self.reservation, &s);
+                storage::account(
+                    ctx,
+                    (super::binary::store_kind(&s), key, exp, size),
+                    &result,
+                );
+                super::binary::store_answer(out, head, &s, &result);
+            }
         }
     }
 
@@ -248,6 +316,21 @@ impl Direct {
     pub(crate) fn abandon(self, store: &Store) {
         store.abandon(self.reservation);
     }
+}
+
+/// Commits binary storage request `s`'s reserved item as [`storage::apply`] would store it.
+fn commit_binary(
+    ctx: &Ctx<'_>,
+    reservation: Reservation,
+    s: &StoreRequest<'_>,
+) -> Result<ringstore_store::Updated<Outcome>, ringstore_store::StoreError> {
+    let (kind, cas) = (super::binary::store_kind(s), s.cas);
+    ctx.shared
+        .store
+        .commit(reservation, s.key, ctx.now.store, |item| {
+            let outcome = decide(kind, item.as_ref(), cas);
+            (outcome == Outcome::Stored, outcome)
+        })
 }
 
 /// What a set, add, replace or cas (with `cas`) does given the current item.
