@@ -24,6 +24,7 @@ mod bound_tests;
 #[cfg(test)]
 mod compat_tests;
 mod direct;
+pub(crate) use direct::DIRECT_MIN;
 #[cfg(test)]
 mod direct_tests;
 mod dump;

@@ -296,3 +296,54 @@ fn values_under_the_threshold_are_buffered() {
     assert!(s.recv_target().is_none());
     assert_eq!(shared.store.stats().pinned_segments, 0);
 }
+
+/// An HTTP PUT body below the item limit is received into its item too: reserved once the
+/// head is read, answered when the receive completes it, given back at a close mid-body.
+#[test]
+fn an_http_put_body_goes_into_its_item_and_a_close_gives_it_back() {
+    let shared = shared();
+    let mut s = Session::for_connection(Protocol::Http, 0, &shared);
+    let mut out = Vec::new();
+    let head = b"PUT /k HTTP/1.1\r\nHost: h\r\nContent-Length: 6000\r\n\r\nabc";
+    assert_eq!(
+        s.on_bytes(head, NOW, &shared, None, &mut out),
+        Flow::Continue
+    );
+    assert_eq!(s.recv_target().map(|t| t.1), Some(5997));
+    assert!(s.has_partial_request(), "the request timeout runs");
+    assert_eq!(shared.store.stats().pinned_segments, 1);
+    s.on_bytes(&[1u8; 997], NOW, &shared, None, &mut out);
+    assert_eq!(s.recv_target().map(|t| t.1), Some(5000));
+    assert_eq!(
+        s.received_into(5000, &shared),
+        Flow::Drain,
+        "whole: answer now"
+    );
+    assert_eq!(
+        s.on_bytes(&[], NOW, &shared, None, &mut out),
+        Flow::Continue
+    );
+    assert!(
+        out.starts_with(b"HTTP/1.1 201 "),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    let len = shared
+        .store
+        .get(b"k", NOW.store, ReadOpts::default(), |it| {
+            it.map(|it| it.value.len())
+        });
+    assert_eq!(len, Some(6000));
+    let st = shared.store.stats();
+    assert_eq!((st.pinned_segments, st.curr_items), (0, 1));
+    let mut s = Session::for_connection(Protocol::Http, 0, &shared);
+    s.on_bytes(head, NOW, &shared, None, &mut out);
+    assert!(s.recv_target().is_some());
+    s.on_close(&shared, None);
+    let st = shared.store.stats();
+    assert_eq!(
+        (st.pinned_segments, st.curr_items),
+        (0, 1),
+        "abandoned, the old one kept"
+    );
+}

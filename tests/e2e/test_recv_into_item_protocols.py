@@ -1,6 +1,7 @@
-"""Values received straight into the item (issue 38) for meta `ms` and the binary protocol's
-SET/ADD/REPLACE: a value of 4 KiB or more is reserved in the store once the command's header
-is whole, and the rest of it is received into the item's memory. Each command here is sent
+"""Values received straight into the item (issue 38) for meta `ms`, the binary protocol's
+SET/ADD/REPLACE and HTTP PUT bodies below --item-size-max: a value of 4 KiB or more is
+reserved in the store once the request's header is whole, and the rest of it is received
+into the item's memory. Each command here is sent
 with big values split every way, stalled mid-value (cut at --request-timeout, its item given
 back), abandoned mid-value (no leak: the store's accounting back to before), longer than
 announced (the protocol's error), and read while stalled (the old value until the new one is
@@ -85,6 +86,10 @@ class Meta:
     name = "ms"
 
     @staticmethod
+    def addr(server):
+        return server.mc
+
+    @staticmethod
     def store(key, value, announced=None):
         n = len(value) if announced is None else announced
         return b"ms %s %d T0 F7\r\n" % (key, n) + value + b"\r\n"
@@ -111,6 +116,10 @@ class Binary:
     name = "binary"
 
     @staticmethod
+    def addr(server):
+        return server.mc
+
+    @staticmethod
     def store(key, value, announced=None):
         return bin_store(SET, key, value, flags=7, announced=announced)
 
@@ -131,12 +140,69 @@ class Binary:
         return bin_get(s, key)
 
 
-PROTOCOLS = [Meta, Binary]
+def http_read(s):
+    """One HTTP response: its head and its body (by Content-Length, none when absent)."""
+    data = read_until_in(s, b"\r\n\r\n")
+    end = data.index(b"\r\n\r\n") + 4
+    head = data[:end]
+    n = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            n = int(line.split(b":")[1])
+    return head, data[end:] + read_exactly(s, n - (len(data) - end))
+
+
+def read_until_in(s, marker):
+    """Reads until `marker` is in what was read (more may follow it)."""
+    data = b""
+    while marker not in data:
+        chunk = s.recv(65536)
+        assert chunk, f"closed before {marker!r}: {data[-200:]!r}"
+        data += chunk
+    return data
+
+
+class Http:
+    name = "http"
+
+    @staticmethod
+    def addr(server):
+        return server.http
+
+    @staticmethod
+    def head(key, n):
+        return b"PUT /%s HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n" % (key, n)
+
+    @staticmethod
+    def store(key, value, announced=None):
+        return Http.head(key, len(value) if announced is None else announced) + value
+
+    @staticmethod
+    def head_len(key, n):
+        return len(Http.head(key, n))
+
+    @staticmethod
+    def read_stored(s):
+        return http_read(s)[0]
+
+    @staticmethod
+    def value_of(s, key):
+        s.sendall(b"GET /%s HTTP/1.1\r\nHost: h\r\n\r\n" % key)
+        head, body = http_read(s)
+        if head.startswith(b"HTTP/1.1 404"):
+            return None
+        assert head.startswith(b"HTTP/1.1 200"), head
+        return body
+
+
+PROTOCOLS = [Meta, Binary, Http]
 
 
 def stored(proto, reply):
     if proto is Meta:
         return reply == Meta.STORED
+    if proto is Http:
+        return reply.startswith((b"HTTP/1.1 201", b"HTTP/1.1 204"))
     return Binary.is_stored(reply)
 
 
@@ -157,7 +223,7 @@ def test_big_values_split_every_way_are_stored_whole(server_factory):
     server = server_factory("--memory", "64MiB")
     rng = random.Random(38)
     for proto in PROTOCOLS:
-        s = socket.create_connection(server.mc, timeout=10)
+        s = socket.create_connection(proto.addr(server), timeout=10)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for n, size in enumerate([4096, 5000, 70_000, 300_000]):
             key = b"%s-%d" % (proto.name.encode(), n)
@@ -178,11 +244,11 @@ def test_a_stalled_value_is_cut_at_the_request_timeout_and_the_old_one_stays_vis
     server = server_factory("--memory", "64MiB", "--request-timeout", "2")
     for proto in PROTOCOLS:
         key = b"stalled-" + proto.name.encode()
-        c = socket.create_connection(server.mc, timeout=5)
+        c = socket.create_connection(proto.addr(server), timeout=5)
         c.sendall(proto.store(key, b"old"))
         assert stored(proto, proto.read_stored(c))
         before = stats(server.mc)
-        s = socket.create_connection(server.mc, timeout=10)
+        s = socket.create_connection(proto.addr(server), timeout=10)
         s.sendall(proto.store(key, b"n" * 524288)[: 100_000])
         time.sleep(0.5)
         during = stats(server.mc)
@@ -201,12 +267,12 @@ def test_a_value_abandoned_mid_way_leaks_nothing(server_factory):
     server = server_factory("--memory", "64MiB")
     for proto in PROTOCOLS:
         key = b"gone-" + proto.name.encode()
-        c = socket.create_connection(server.mc, timeout=5)
+        c = socket.create_connection(proto.addr(server), timeout=5)
         c.sendall(proto.store(key, b"old"))
         assert stored(proto, proto.read_stored(c))
         before = stats(server.mc)
         for n in range(20):
-            s = socket.create_connection(server.mc, timeout=5)
+            s = socket.create_connection(proto.addr(server), timeout=5)
             s.sendall(proto.store(key, os.urandom(200_000))[: 1000 + n * 5000])
             time.sleep(0.01)
             s.close()
@@ -345,3 +411,24 @@ def test_binary_replies_match_memcached_byte_for_byte_however_the_requests_are_s
         lambda p: sorted(rng.sample(range(1, len(p)), min(8, len(p) - 1))),
     ]
     same_as_memcached(server_factory, bin_replies, splits)
+
+
+def test_an_http_body_longer_than_announced_is_read_as_the_next_request(server_factory):
+    """HTTP frames a PUT body by its Content-Length: bytes past it are the next request, and
+    ones that are not a request get 400 and a close. The body announced is stored whole."""
+    server = server_factory("--memory", "64MiB")
+    before = stats(server.mc)
+    s = socket.create_connection(server.http, timeout=5)
+    value = value_of(5, 8192)
+    req = Http.store(b"long", value + b"this is not http\r\n\r\n", announced=8192)
+    s.sendall(req[:200])
+    time.sleep(0.05)
+    s.sendall(req[200:])
+    got = b""
+    while chunk := s.recv(65536):
+        got += chunk
+    assert got.startswith(b"HTTP/1.1 201"), got[:100]
+    assert got.count(b"HTTP/1.1 ") == 2 and b"\r\n\r\nHTTP/1.1 400" in got, got
+    settle(server, before, keys=())
+    c = socket.create_connection(server.http, timeout=5)
+    assert Http.value_of(c, b"long") == value
