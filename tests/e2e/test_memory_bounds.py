@@ -171,7 +171,11 @@ def test_stalled_http_bodies_are_bounded_by_conn_memory(server_factory):
             pass
     grown = server.rss_bytes() - base
     assert grown < 16 * MiB + CONSTANT, f"RSS grew {grown >> 20} MiB"
-    assert unavailable >= 100 - 17, f"only {unavailable} of 100 stalled PUTs got 503"
+    # Each accepted PUT reserves its body in connection memory, or (issue 38) has it
+    # received into a reserved item: item memory under the pin cap (an eighth of --memory).
+    into_items = int(stats(server)["pinned_segments"])
+    assert into_items <= 64 // 8 + 1, into_items
+    assert unavailable >= 100 - 17 - into_items, f"only {unavailable} of 100 stalled PUTs got 503"
     for s in conns:
         s.close()
 

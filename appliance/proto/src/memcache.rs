@@ -42,6 +42,7 @@ pub use crawler::KeyDump;
 pub use get::{GetKeys, GetRequest};
 pub use key::{KeyBuf, MetaKey};
 pub use meta::{MetaArith, MetaDelete, MetaFlag, MetaFlags, MetaGet, MetaKeyed, MetaSet};
+pub use ms::meta_set_head;
 pub use storage::{store_head, StoreKind, StoreRequest};
 
 /// Longest key memcached accepts (its `KEY_MAX_LENGTH`).

@@ -197,6 +197,44 @@ impl<S, X> Conn<S, X> {
         self.machine.handle_served(at, served)
     }
 
+    /// Where the next receive goes instead of a receive buffer: a storage value's missing
+    /// bytes in its reserved item (their first byte and how many, [`Handler::recv_target`]),
+    /// recorded in the machine so that the receive's completion is reported to the session
+    /// ([`Conn::received`]). Both engines ask this before every receive (issue 38).
+    #[inline]
+    pub(crate) fn recv_target<H: Handler<Session = S>>(
+        &mut self,
+        handler: &H,
+    ) -> Option<(*mut u8, usize)> {
+        let target = handler.recv_target(&self.session);
+        self.machine.receives_into_item(target.map(|(_, len)| len));
+        target
+    }
+
+    /// A receive made at [`Conn::recv_target`]'s answer brought `n > 0` bytes at `at`. Into
+    /// the item: the session is told how many came (nothing to copy), and the machine's
+    /// next step is returned (`rules` as for [`Conn::served`]; the request stays partial
+    /// until the bytes behind the value arrive as ordinary input). `None`: they are in the
+    /// engine's receive buffer, for the engine to feed to the session. A value that needs
+    /// nothing after it (binary) has the session answer at once ([`Flow::Drain`]: the
+    /// machine calls it again with no input). The one definition of the received-into-item
+    /// step for both engines.
+    #[inline]
+    pub(crate) fn received<H: Handler<Session = S>>(
+        &mut self,
+        handler: &H,
+        n: usize,
+        at: At,
+        rules: (usize, bool),
+    ) -> Option<Step> {
+        if !self.machine.took_into_item(n) {
+            return None;
+        }
+        let flow = handler.received_into(&mut self.session, n);
+        self.machine.handle_received(at.now_ms);
+        Some(self.served(handler, flow, at, rules))
+    }
+
     /// `n` more bytes of the output went out (0: only ask). True when it is all out: then
     /// it is forgotten (a bounded capacity kept) and the session told, so it lets go of
     /// the values it pinned for the send. Both engines count their sends here.
@@ -393,6 +431,8 @@ pub(crate) fn settle_sessions<H: Handler, X>(
     touched
 }
 
+#[cfg(test)]
+mod recv_tests;
 #[cfg(test)]
 mod tests {
     use super::*;

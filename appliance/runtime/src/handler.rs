@@ -68,9 +68,11 @@ pub(crate) trait Handler: Send + Sync + 'static {
         let _ = session;
         None
     }
-    /// `n` bytes were received at [`Handler::recv_target`].
-    fn received_into(&self, session: &mut Self::Session, n: usize) {
+    /// `n` bytes were received at [`Handler::recv_target`]; what the connection does next
+    /// ([`Flow::Drain`]: they made the request whole, call the session to answer it).
+    fn received_into(&self, session: &mut Self::Session, n: usize) -> Flow {
         let _ = (session, n);
+        Flow::Continue
     }
     /// Values to send from the item, spliced into the output at their offsets; their bytes
     /// stay valid until [`Handler::output_flushed`] or [`Handler::session_closed`], which the
@@ -260,8 +262,8 @@ impl Handler for ServiceHandler {
     fn recv_target(&self, session: &Session) -> Option<(*mut u8, usize)> {
         session.recv_target()
     }
-    fn received_into(&self, session: &mut Session, n: usize) {
-        session.received_into(n, &self.0);
+    fn received_into(&self, session: &mut Session, n: usize) -> Flow {
+        session.received_into(n, &self.0)
     }
     fn splices<'s>(&self, session: &'s Session) -> &'s [Splice] {
         session.splices()
@@ -381,7 +383,13 @@ pub(crate) mod echo {
         into: Option<(Box<[u8]>, usize)>,
         /// Bytes of `into` values that went through `on_bytes` (copied) rather than into them.
         pub copied: usize,
+        /// The `into` values completed so far, oldest first (at most [`KEPT_VALUES`]: the
+        /// property tests compare them byte for byte).
+        pub whole: std::collections::VecDeque<Box<[u8]>>,
     }
+
+    /// Completed `into` values a session keeps for inspection.
+    pub(crate) const KEPT_VALUES: usize = 8;
 
     impl EchoSession {
         /// Copies what `partial` holds of an `into` value into it; once whole, replies.
@@ -397,7 +405,12 @@ pub(crate) mod echo {
             if *filled == value.len() {
                 let sum: u64 = value.iter().map(|&b| u64::from(b)).sum();
                 out.extend_from_slice(format!("into {} {sum}\n", value.len()).as_bytes());
-                self.into = None;
+                if let Some((value, _)) = self.into.take() {
+                    if self.whole.len() == KEPT_VALUES {
+                        self.whole.pop_front();
+                    }
+                    self.whole.push_back(value);
+                }
             }
         }
     }
@@ -416,6 +429,7 @@ pub(crate) mod echo {
                 pending_big: 0,
                 into: None,
                 copied: 0,
+                whole: std::collections::VecDeque::new(),
             }
         }
         fn on_bytes(
@@ -476,7 +490,7 @@ pub(crate) mod echo {
             let left = value.len() - filled;
             (left > 0).then(|| (value.as_ptr().cast_mut().wrapping_add(*filled), left))
         }
-        fn received_into(&self, s: &mut EchoSession, n: usize) {
+        fn received_into(&self, s: &mut EchoSession, n: usize) -> Flow {
             self.received_into.fetch_add(n, Ordering::Relaxed);
             let Some((value, filled)) = &mut s.into else {
                 panic!("{n} bytes received into no value");
@@ -485,6 +499,7 @@ pub(crate) mod echo {
             // Whole: the reply goes out with the next input (as the service's does once the
             // value's `\r\n` arrives).
             assert!(*filled <= value.len(), "received past the value");
+            Flow::Continue
         }
     }
 

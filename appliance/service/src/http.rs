@@ -34,6 +34,7 @@ mod access;
 #[cfg(test)]
 mod access_tests;
 mod backend;
+mod direct;
 mod hotkeys;
 mod large;
 #[cfg(test)]
@@ -86,6 +87,8 @@ pub struct HttpSession {
     peer: Option<std::net::IpAddr>,
     /// Requests answered in the current call, for the latency histograms.
     tally: crate::latency::Tally,
+    /// PUT bodies may be received into the item (`direct.rs`): a connection's session.
+    direct_on: bool,
 }
 
 /// A PUT whose head was accepted and whose body is being read.
@@ -108,6 +111,8 @@ enum State {
     },
     /// Dropping the body of a request already answered.
     Discard { left: u64 },
+    /// Receiving a PUT body straight into its reserved item (`direct.rs`).
+    PutDirect(Box<direct::PutDirect>),
     /// Streaming a PUT body over `item_size_max` to the data device.
     PutLarge(Box<large::LargePut>),
     /// Sending a large object's body from the data device.
@@ -144,6 +149,7 @@ impl HttpSession {
             client: None,
             peer: None,
             tally: crate::latency::Tally::default(),
+            direct_on: false,
         }
     }
 
@@ -220,7 +226,10 @@ impl HttpSession {
         !self.pending.is_empty()
             || matches!(
                 self.state,
-                State::PutLength { .. } | State::PutChunked { .. } | State::Discard { .. }
+                State::PutLength { .. }
+                    | State::PutDirect(_)
+                    | State::PutChunked { .. }
+                    | State::Discard { .. }
             )
             || matches!(&self.state, State::PutLarge(l) if l.short_of_progress())
     }
@@ -370,7 +379,10 @@ impl HttpSession {
                 }
                 State::PutLength { len, .. } => {
                     let len = *len;
-                    if data.len() - pos < len {
+                    let here = data.len() - pos;
+                    if here < len && self.start_direct((len, here), mark.held, now, backend) {
+                        self.direct_step(data, pos, now, backend, out)
+                    } else if here < len {
                         Step::Wait(pos)
                     } else {
                         let State::PutLength { put, .. } =
@@ -382,6 +394,7 @@ impl HttpSession {
                         Step::Next(pos + len)
                     }
                 }
+                State::PutDirect(_) => self.direct_step(data, pos, now, backend, out),
                 State::PutLarge(_) => self.feed_large(data, pos, now, backend, out),
                 State::Stream { .. } => self.stream_step(pos, backend, out),
                 State::PutChunked { .. } => self.chunked_step(data, pos, now, backend, out),

@@ -567,9 +567,12 @@ impl Session {
     /// the accept). A session made with [`Session::new`] finds out on its first bytes.
     pub fn for_connection(protocol: Protocol, worker: usize, shared: &Shared) -> Session {
         let mut session = Session::new(protocol, worker);
-        if let SessionKind::Memcache(s) = &mut session.inner {
-            s.resolve_gate(shared);
-            s.enable_direct();
+        match &mut session.inner {
+            SessionKind::Memcache(s) => {
+                s.resolve_gate(shared);
+                s.enable_direct();
+            }
+            SessionKind::Http(s) => s.enable_direct(),
         }
         session
     }
@@ -582,14 +585,20 @@ impl Session {
     pub fn recv_target(&self) -> Option<(*mut u8, usize)> {
         match &self.inner {
             SessionKind::Memcache(s) => s.recv_target(),
-            SessionKind::Http(_) => None,
+            SessionKind::Http(s) => s.recv_target(),
         }
     }
 
-    /// `n` bytes were received at [`Session::recv_target`].
-    pub fn received_into(&mut self, n: usize, shared: &Shared) {
-        if let SessionKind::Memcache(s) = &mut self.inner {
-            s.received_into(n, shared);
+    /// `n` bytes were received at [`Session::recv_target`]; what the connection does next:
+    /// [`Flow::Drain`] when they made the request whole and the session is to be called
+    /// again, with no input, to answer it (a binary value: nothing follows it).
+    pub fn received_into(&mut self, n: usize, shared: &Shared) -> Flow {
+        match &mut self.inner {
+            SessionKind::Memcache(s) => s.received_into(n, shared),
+            SessionKind::Http(s) => {
+                shared.stats(s.worker()).bytes_read.add(n as u64);
+                s.received_into(n)
+            }
         }
     }
 

@@ -24,6 +24,7 @@ mod bound_tests;
 #[cfg(test)]
 mod compat_tests;
 mod direct;
+pub(crate) use direct::DIRECT_MIN;
 #[cfg(test)]
 mod direct_tests;
 mod dump;
@@ -255,11 +256,18 @@ impl MemcacheSession {
         self.direct.as_ref().and_then(|d| d.target())
     }
 
-    /// `n` bytes were received at [`MemcacheSession::recv_target`].
-    pub fn received_into(&mut self, n: usize, shared: &Shared) {
-        if let Some(d) = &mut self.direct {
-            d.received(n);
-            shared.stats(self.worker).bytes_read.add(n as u64);
+    /// `n` bytes were received at [`MemcacheSession::recv_target`]. [`Flow::Drain`] when
+    /// they made the request whole (a binary value: nothing follows it): the session is to
+    /// be called again, with no input, to answer it.
+    pub fn received_into(&mut self, n: usize, shared: &Shared) -> Flow {
+        let Some(d) = &mut self.direct else {
+            return Flow::Continue;
+        };
+        shared.stats(self.worker).bytes_read.add(n as u64);
+        if d.received(n) {
+            Flow::Drain
+        } else {
+            Flow::Continue
         }
     }
 
@@ -284,7 +292,8 @@ impl MemcacheSession {
         if !self.direct_on || held.is_holding() || ctx.device.is_some() {
             return false;
         }
-        match direct::Direct::start(ctx, request, line_len) {
+        let binary = self.mode == Mode::Binary;
+        match direct::Direct::start(ctx, request, line_len, binary) {
             Some(d) => {
                 self.direct = Some(Box::new(d));
                 true

@@ -397,6 +397,47 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Parse<'a> {
     }
 }
 
+/// The storage request (SET, ADD, REPLACE, APPEND, PREPEND and their quiet forms) whose
+/// header, extras and key are `head` (the `head_len` bytes [`Parse::AwaitingValue`] frames),
+/// with no data, and its value's length: what a caller that receives the value elsewhere
+/// (into the item) needs, as [`super::store_head`] for the text protocol. `None` for any
+/// other request or one [`parse`] refuses.
+pub fn store_head(head: &[u8]) -> Option<(Head, StoreRequest<'_>, usize)> {
+    if head.len() < HEADER_LEN || head[0] != REQUEST_MAGIC {
+        return None;
+    }
+    let h = header(head);
+    let head_len = HEADER_LEN + h.extras_len + h.key_len;
+    if h.key_len > KEY_LEN_MAX || h.key_len + h.extras_len > h.body_len || head.len() != head_len {
+        return None;
+    }
+    let extras = &head[HEADER_LEN..HEADER_LEN + h.extras_len];
+    let key = &head[HEADER_LEN + h.extras_len..head_len];
+    let Command::Value {
+        kind,
+        flags,
+        exptime,
+        quiet,
+    } = command(&h, extras, key)
+    else {
+        return None;
+    };
+    let request = StoreRequest {
+        kind,
+        key,
+        flags,
+        exptime,
+        data: &[],
+        cas: h.cas,
+        quiet,
+    };
+    let at = Head {
+        opcode: h.opcode,
+        opaque: h.opaque,
+    };
+    Some((at, request, h.body_len - h.extras_len - h.key_len))
+}
+
 /// A SASL auth or step once its `request_len` bytes are all there.
 fn sasl_data<'a>(
     input: &'a [u8],

@@ -14,61 +14,94 @@ pub(crate) fn parse<'a>(
     after: &'a [u8],
     limits: &Limits,
 ) -> Parse<'a> {
-    let line_only = |request| Parse::Done {
-        request,
-        consumed: line_end,
-    };
+    match head(toks, line) {
+        Ok((m, vlen)) => {
+            let head = ValueHead {
+                key: toks.at(1),
+                vlen,
+                remove_old: true,
+                noreply: false,
+            };
+            with_value(head, line_end, after, limits, |data| {
+                Request::MetaSet(MetaSet { data, ..m })
+            })
+        }
+        Err(Refused { line, swallow }) => Parse::Done {
+            request: Request::Reply {
+                line,
+                noreply: false,
+                swallow,
+            },
+            consumed: line_end,
+        },
+    }
+}
+
+/// memcached's answer to an `ms` line it refuses, and the bytes after the line it swallows.
+struct Refused {
+    line: &'static str,
+    swallow: usize,
+}
+
+/// The `ms` line `toks` (of `line`) without its data, and its data length; or how memcached
+/// refuses the line.
+fn head<'a>(toks: &Tokens<'a>, line: &'a [u8]) -> Result<(MetaSet<'a>, usize), Refused> {
+    let refuse = |line| Refused { line, swallow: 0 };
     if toks.ntokens() < 3 {
-        return line_only(Request::reply(ERROR));
+        return Err(refuse(ERROR));
     }
     let raw = toks.at(1);
     if raw.len() > KEY_LEN_MAX || toks.ntokens() == 3 {
-        return line_only(Request::reply(BAD_FORMAT));
+        return Err(refuse(BAD_FORMAT));
     }
     if toks.ntokens() > OPT_TOKENS_MAX {
-        return line_only(Request::reply("CLIENT_ERROR options flags too long"));
+        return Err(refuse("CLIENT_ERROR options flags too long"));
     }
     let Some(vlen) = value_len(toks.at(2)) else {
-        return line_only(Request::reply(BAD_FORMAT));
+        return Err(refuse(BAD_FORMAT));
     };
     // From here on memcached knows the data length and swallows the block after an error.
-    let swallowing = |line| Request::Reply {
+    let swallowing = |line| Refused {
         line,
-        noreply: false,
         swallow: vlen + 2,
     };
     let mut key = MetaKey::text(raw);
-    let flags = match parse_ms_flags(toks, line, &mut key) {
-        Ok(f) => f,
-        Err(e) => return line_only(swallowing(e)),
-    };
+    let flags = parse_ms_flags(toks, line, &mut key).map_err(swallowing)?;
     if opaque_too_long(&flags) {
-        return line_only(swallowing(OPAQUE_TOO_LONG));
+        return Err(swallowing(OPAQUE_TOO_LONG));
     }
     let mode = match flags.mode {
         None => b'S',
         Some(m @ (b'E' | b'A' | b'P' | b'R' | b'S')) => m,
-        Some(_) => return line_only(swallowing("CLIENT_ERROR invalid mode for ms M token")),
+        Some(_) => return Err(swallowing("CLIENT_ERROR invalid mode for ms M token")),
     };
     if !key.is_binary() && !valid_text_key(raw) {
         // As memcached answers a key it finds invalid (too long): the data block is not
         // swallowed, so it is read as the next command.
-        return line_only(Request::reply(BAD_FORMAT));
+        return Err(refuse(BAD_FORMAT));
     }
-    let head = ValueHead {
-        key: raw,
-        vlen,
-        remove_old: true,
-        noreply: false,
+    let m = MetaSet {
+        key,
+        flags,
+        mode,
+        data: &[],
     };
-    with_value(head, line_end, after, limits, |data| {
-        Request::MetaSet(MetaSet {
-            key,
-            flags,
-            mode,
-            data,
-        })
-    })
+    Ok((m, vlen))
+}
+
+/// The `ms` request whose command line is `line` (with its `\r\n`, as
+/// [`super::Parse::AwaitingValue`]'s `line_len` bytes frame it), with no data, and its data
+/// length: what a caller that receives the data block elsewhere (into the item) needs, as
+/// [`super::store_head`] for the text storage commands. `None` for any other line or one
+/// that is refused.
+pub fn meta_set_head(line: &[u8]) -> Option<(MetaSet<'_>, usize)> {
+    let line = line.strip_suffix(b"\n")?;
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let toks = Tokens::new(line);
+    if toks.get(0)? != b"ms" {
+        return None;
+    }
+    head(&toks, line).ok()
 }
 
 #[cfg(test)]
@@ -104,6 +137,24 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn the_head_of_an_ms_line_is_read_without_its_data() {
+        let (m, vlen) = super::meta_set_head(b"ms Zm9v 5000 b T9 F3 MR C7 q\r\n").expect("ms");
+        let key = m
+            .key
+            .bytes(&mut crate::memcache::key::KeyBuf::default())
+            .to_vec();
+        assert_eq!((&key[..], vlen, m.mode), (&b"foo"[..], 5000, b'R'));
+        assert_eq!((m.flags.ttl, m.flags.client_flags), (Some(9), 3));
+        assert_eq!(
+            (m.flags.cas, m.flags.quiet, m.data),
+            (Some(7), true, &b""[..])
+        );
+        assert!(super::meta_set_head(b"ms foo 5000 MX\r\n").is_none());
+        assert!(super::meta_set_head(b"set foo 0 0 5000\r\n").is_none());
+        assert!(super::meta_set_head(b"ms foo\r\n").is_none());
     }
 
     #[test]

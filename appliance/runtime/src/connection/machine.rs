@@ -144,6 +144,9 @@ pub(crate) struct Machine {
     last_active_ms: u64,
     /// When the currently buffered partial request started (slow-client timeout).
     partial_since_ms: Option<u64>,
+    /// The receive being made (or in flight) writes a storage value straight into its
+    /// reserved item, at most this many bytes ([`Machine::receives_into_item`]).
+    into_item: Option<usize>,
 }
 
 impl Machine {
@@ -156,6 +159,7 @@ impl Machine {
             send_in_flight: false,
             last_active_ms: now_ms,
             partial_since_ms: partial.then_some(now_ms),
+            into_item: None,
         }
     }
 
@@ -280,6 +284,35 @@ impl Machine {
             self.state
         );
         self.last_active_ms = now_ms;
+    }
+
+    /// The next receive goes into a storage value's reserved item (`Some(len)`: at most
+    /// `len` bytes, the value's missing ones) or into a receive buffer (`None`). Both
+    /// engines record it here before they receive; the io_uring one keeps it across the
+    /// receive in flight.
+    #[inline]
+    pub(crate) fn receives_into_item(&mut self, len: Option<usize>) {
+        self.into_item = len;
+    }
+
+    /// A receive put `n` bytes (`n > 0`) where [`Machine::receives_into_item`] said: true
+    /// when they went into the item (the session is told, no input to serve), false when
+    /// into a receive buffer. Either way the next receive is recorded afresh.
+    #[inline]
+    pub(crate) fn took_into_item(&mut self, n: usize) -> bool {
+        let Some(len) = self.into_item.take() else {
+            return false;
+        };
+        assert!(
+            n <= len,
+            "{n} bytes received into an item that missed {len}"
+        );
+        assert!(
+            matches!(self.state, State::Reading | State::Sending { .. }),
+            "a value received into its item in {:?}: only a reading connection reads",
+            self.state
+        );
+        true
     }
 
     /// The session was called (with input, with none to drain, or again after its held

@@ -51,9 +51,6 @@ pub(crate) struct UringIo {
     /// `sendmsg` state for output with spliced values (made on first use): the iovecs and
     /// msghdr the kernel reads until the SENDMSG completes, so it lives with the connection.
     vec_send: Option<Box<send_vec::VecSend>>,
-    /// The receive in flight writes a storage value straight into its reserved item
-    /// ([`Handler::recv_target`]), not into a receive buffer.
-    into_item: bool,
 }
 
 struct Worker<H: Handler> {
@@ -405,7 +402,6 @@ impl<H: Handler> Engine<H> for Worker<H> {
         Some(UringIo {
             own_buf,
             vec_send: None,
-            into_item: false,
         })
     }
 

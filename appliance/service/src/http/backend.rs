@@ -2,7 +2,9 @@
 //! [`Shared`] in production, an in-memory map in the session's unit tests.
 
 use ringstore_proto::http::Status;
-use ringstore_store::{ItemRef, Journal, Journaled, NewMeta, ReadOpts, Store, StoreError, Write};
+use ringstore_store::{
+    ItemRef, Journal, Journaled, NewMeta, ReadOpts, Reservation, Store, StoreError, Updated, Write,
+};
 
 use crate::device::Device;
 
@@ -89,6 +91,34 @@ pub trait Backend {
     fn put(&self, key: &[u8], value: &[u8], flags: u32, ttl: i64, now: Now) -> PutOutcome;
     /// Removes `key`; false when no live item had it.
     fn delete(&self, key: &[u8], now: Now) -> bool;
+    /// Reserves an item for a PUT body of `len` bytes to be received straight into it
+    /// (`direct.rs`), with `flags` and memcache exptime `ttl`; `None` (the default, and
+    /// whenever the store does not reserve): the body is buffered.
+    fn reserve(
+        &self,
+        key: &[u8],
+        len: usize,
+        flags: u32,
+        ttl: i64,
+        now: Now,
+    ) -> Option<Reservation> {
+        let _ = (key, len, flags, ttl, now);
+        None
+    }
+    /// Copies `bytes` into reservation `r` at `offset`; false when they did not land.
+    fn fill(&self, r: &Reservation, offset: usize, bytes: &[u8]) -> bool {
+        let _ = (r, offset, bytes);
+        false
+    }
+    /// The body is whole: the reserved item replaces `key`'s, as [`Backend::put`] stores.
+    fn commit_put(&self, r: Reservation, key: &[u8], now: Now) -> PutOutcome {
+        let _ = (r, key, now);
+        PutOutcome::OutOfMemory
+    }
+    /// The body will not be completed: the reservation goes back.
+    fn abandon(&self, r: Reservation) {
+        let _ = r;
+    }
     /// The worker's data device, when one is attached (large objects' chunks go through it).
     fn device(&self) -> Option<&dyn Device> {
         None
@@ -278,6 +308,44 @@ impl Backend for StoreBackend<'_> {
         self.store_value(key, manifest, true, flags, ttl, now)
     }
 
+    fn reserve(
+        &self,
+        key: &[u8],
+        len: usize,
+        flags: u32,
+        ttl: i64,
+        now: Now,
+    ) -> Option<Reservation> {
+        // With a data device the journal records whole values: no reservation.
+        if self.device.is_some() {
+            return None;
+        }
+        let Expiry::At(exptime) = expiry(ttl, now) else {
+            return None; // stored already expired: nothing to receive into
+        };
+        let meta = NewMeta {
+            flags,
+            exptime,
+            cas: None,
+        };
+        self.store.reserve(key, len, meta, now.store)
+    }
+
+    fn fill(&self, r: &Reservation, offset: usize, bytes: &[u8]) -> bool {
+        self.store.fill(r, offset, bytes)
+    }
+
+    fn commit_put(&self, r: Reservation, key: &[u8], now: Now) -> PutOutcome {
+        let updated = self
+            .store
+            .commit(r, key, now.store, |current| (true, current.is_none()));
+        put_outcome(updated)
+    }
+
+    fn abandon(&self, r: Reservation) {
+        self.store.abandon(r);
+    }
+
     fn delete(&self, key: &[u8], now: Now) -> bool {
         let deleted = self
             .logged()
@@ -328,16 +396,21 @@ impl StoreBackend<'_> {
             };
             (write, created)
         });
-        match updated {
-            Ok(done) => PutOutcome::Stored {
-                created: done.result,
-                cas: done.cas,
-            },
-            Err(StoreError::TooLarge) => PutOutcome::TooLarge,
-            // 507 Insufficient Storage says both.
-            Err(StoreError::OutOfMemory | StoreError::DeviceFull | StoreError::Config(_)) => {
-                PutOutcome::OutOfMemory
-            }
+        put_outcome(updated)
+    }
+}
+
+/// What a PUT's store (`created`: no item had its key) comes to.
+fn put_outcome(updated: Result<Updated<bool>, StoreError>) -> PutOutcome {
+    match updated {
+        Ok(done) => PutOutcome::Stored {
+            created: done.result,
+            cas: done.cas,
+        },
+        Err(StoreError::TooLarge) => PutOutcome::TooLarge,
+        // 507 Insufficient Storage says both.
+        Err(StoreError::OutOfMemory | StoreError::DeviceFull | StoreError::Config(_)) => {
+            PutOutcome::OutOfMemory
         }
     }
 }

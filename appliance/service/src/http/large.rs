@@ -262,6 +262,7 @@ impl HttpSession {
 
     /// The connection is gone: an upload in progress will never get its manifest.
     pub fn on_close<B: Backend>(&mut self, backend: &B) {
+        self.abandon_direct(backend);
         if let State::PutLarge(large) = &self.state {
             abandon(backend, large);
         }

@@ -204,6 +204,17 @@ impl HttpSession {
         out: &mut Vec<u8>,
     ) {
         let status = reply::put(backend, put, value, now, out);
+        self.put_answered(put, status, backend);
+    }
+
+    /// PUT `put` was answered with `status`: counted, and the connection closed after it
+    /// when the request asked (both ways a body arrives: buffered, or into the item).
+    pub(super) fn put_answered<B: Backend>(
+        &mut self,
+        put: &PendingPut,
+        status: Status,
+        backend: &B,
+    ) {
         backend.record(self.worker, Event::Set);
         self.tally.note(Family::HttpPut);
         backend.record(self.worker, Event::Response(status));

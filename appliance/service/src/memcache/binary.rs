@@ -72,6 +72,9 @@ impl MemcacheSession {
                     key,
                     remove_old,
                 } => {
+                    if self.start_direct(ctx, held, &buf[pos..], head_len) {
+                        return (buf.len(), Flow::Continue);
+                    }
                     let Some(used) = self.value_or_refuse(
                         ctx,
                         (held, out),
@@ -272,16 +275,33 @@ fn get_key(
 /// set, add, replace (a CAS makes each a compare-and-swap, as in memcached), append, prepend
 /// (a CAS must match), and their quiet forms.
 fn store(ctx: &Ctx<'_>, out: &mut Vec<u8>, head: Head, s: &StoreRequest<'_>) {
-    let kind = match s.kind {
-        StoreKind::Set | StoreKind::Add | StoreKind::Replace if s.cas != 0 => StoreKind::Cas,
-        kind => kind,
-    };
     let value = Value {
         flags: s.flags,
         exptime: i64::from(s.exptime),
         data: s.data,
     };
-    let status = match storage::apply(ctx, kind, s.key, value, s.cas) {
+    let result = storage::apply(ctx, store_kind(s), s.key, value, s.cas);
+    store_answer(out, head, s, &result);
+}
+
+/// The store a binary storage request `s` makes: a CAS makes a set, add or replace a
+/// compare-and-swap, as in memcached.
+pub(super) fn store_kind(s: &StoreRequest<'_>) -> StoreKind {
+    match s.kind {
+        StoreKind::Set | StoreKind::Add | StoreKind::Replace if s.cas != 0 => StoreKind::Cas,
+        kind => kind,
+    }
+}
+
+/// Answers binary storage request `s` (of header `head`) that ended with `result`: both
+/// ways its value arrives (buffered, or received into its item, `direct.rs`).
+pub(super) fn store_answer(
+    out: &mut Vec<u8>,
+    head: Head,
+    s: &StoreRequest<'_>,
+    result: &Result<ringstore_store::Updated<Outcome>, StoreError>,
+) {
+    let status = match result {
         Ok(done) => match done.result {
             Outcome::Stored => {
                 if !s.quiet {
@@ -298,7 +318,7 @@ fn store(ctx: &Ctx<'_>, out: &mut Vec<u8>, head: Head, s: &StoreRequest<'_>) {
                 _ => Status::NotStored,
             },
         },
-        Err(e) => store_status(&e),
+        Err(e) => store_status(e),
     };
     response::error(out, head, status);
 }

@@ -85,4 +85,4 @@ pub(crate) use ma::ma;
 pub(crate) use md::md;
 pub(crate) use me::me;
 pub(crate) use mg::mg;
-pub(crate) use ms::ms;
+pub(crate) use ms::{answer as ms_answer, decide as ms_decide, ms, SetOutcome};

@@ -472,3 +472,26 @@ fn split_at_every_byte() {
         assert_eq!(parse(&longer, &LIMITS), whole);
     }
 }
+
+#[test]
+fn the_head_of_a_storage_request_is_read_without_its_value() {
+    let mut req = vec![REQUEST_MAGIC, opcode::SETQ, 0, 1, 8, 0, 0, 0];
+    req.extend_from_slice(&(8u32 + 1 + 5000).to_be_bytes());
+    req.extend_from_slice(&7u32.to_be_bytes());
+    req.extend_from_slice(&9u64.to_be_bytes());
+    req.extend_from_slice(&3u32.to_be_bytes());
+    req.extend_from_slice(&60u32.to_be_bytes());
+    req.push(b'k');
+    let (head, s, vlen) = super::store_head(&req).expect("a storage head");
+    assert_eq!((head.opcode, head.opaque, vlen), (opcode::SETQ, 7, 5000));
+    assert_eq!(
+        (s.kind, s.key, s.flags, s.exptime, s.cas, s.quiet),
+        (StoreKind::Set, &b"k"[..], 3, 60, 9, true)
+    );
+    assert!(
+        super::store_head(&req[..req.len() - 1]).is_none(),
+        "the key cut short"
+    );
+    req[1] = opcode::GET;
+    assert!(super::store_head(&req).is_none());
+}

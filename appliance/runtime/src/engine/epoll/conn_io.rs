@@ -7,7 +7,7 @@ use std::os::fd::AsFd;
 use ringstore_service::{Device, Flow};
 
 use super::*;
-use crate::connection::machine::{State, Step};
+use crate::connection::machine::{At, State, Step};
 use crate::connection::output::Iovecs;
 use crate::connection::Conn;
 use crate::durable::ConnDevice;
@@ -117,19 +117,32 @@ impl<H: Handler> Worker<H> {
         }
     }
 
-    /// One nonblocking read into the worker's buffer, fed to the session (or, while a
-    /// storage value is received into its item, into the item: [`Worker::read_into_item`]).
+    /// One nonblocking read into the worker's buffer, fed to the session, or, while a
+    /// storage value is received into its item, into the item ([`Conn::recv_target`]).
     fn read(&mut self, slot: u32, generation: u32) -> bool {
         let handler = &*self.core.setup.handler;
         let Some(conn) = self.core.conns.get_mut(slot, generation) else {
             return false;
         };
-        if let Some(target) = handler.recv_target(&conn.session) {
-            return self.read_into_item(slot, target);
-        }
-        match crate::sys::recv_nowait(conn.fd.as_raw_fd(), &mut self.read_buf) {
+        let got = match conn.recv_target(handler) {
+            None => crate::sys::recv_nowait(conn.fd.as_raw_fd(), &mut self.read_buf),
+            Some((at, len)) => {
+                #[allow(
+                    unsafe_code,
+                    reason = "the kernel writes a reserved item's pinned range (Handler::recv_target)"
+                )]
+                // SAFETY: `at..at + len` is `Handler::recv_target`'s range, which stays mapped
+                // and untouched by anything else until the session is next called or closed;
+                // neither happens before this call returns.
+                unsafe {
+                    crate::sys::recv_into_nowait(conn.fd.as_raw_fd(), at, len)
+                }
+            }
+        };
+        match got {
             Transfer::Done(0) | Transfer::Failed => {
-                // The peer closed (possibly mid-request) or reset.
+                // The peer closed (possibly mid-request or mid-value: the close gives a
+                // reservation back) or reset.
                 self.finish_close(slot);
                 false
             }
@@ -138,6 +151,11 @@ impl<H: Handler> Worker<H> {
                 false
             }
             Transfer::Done(n) => {
+                let at = At::new(self.core.now.mono_ms, self.core.stopping_deadline);
+                let rules = (self.core.setup.limits.out_hard_cap, self.device.is_some());
+                if let Some(step) = conn.received(handler, n, at, rules) {
+                    return self.went_on(slot, step);
+                }
                 let device = self
                     .device
                     .as_ref()
@@ -155,41 +173,6 @@ impl<H: Handler> Worker<H> {
         }
     }
 
-    /// One nonblocking read of a storage value's missing bytes straight into its reserved
-    /// item (`target`, [`Handler::recv_target`]): nothing is copied; the session is told how
-    /// many came and the machine goes on reading (the request stays partial until the
-    /// `\r\n` behind the value arrives as ordinary input).
-    fn read_into_item(&mut self, slot: u32, (at, len): (*mut u8, usize)) -> bool {
-        let handler = &*self.core.setup.handler;
-        let Some(conn) = self.core.conns.at_mut(slot) else {
-            return false;
-        };
-        #[allow(
-            unsafe_code,
-            reason = "the kernel writes a reserved item's pinned range (Handler::recv_target)"
-        )]
-        // SAFETY: `at..at + len` is `Handler::recv_target`'s range, which stays mapped and
-        // untouched by anything else until the session is next called or closed; neither
-        // happens before this call returns.
-        let got = unsafe { crate::sys::recv_into_nowait(conn.fd.as_raw_fd(), at, len) };
-        match got {
-            Transfer::Done(0) | Transfer::Failed => {
-                // The peer closed mid-value: the close gives the reservation back.
-                self.finish_close(slot);
-                false
-            }
-            Transfer::WouldBlock => {
-                conn.io.ready_in = false;
-                false
-            }
-            Transfer::Done(n) => {
-                handler.received_into(&mut conn.session, n);
-                conn.machine.handle_received(self.core.now.mono_ms);
-                self.served(slot, Flow::Continue)
-            }
-        }
-    }
-
     /// The session was called (with input, to drain, or after its held reply's commit) and
     /// answered `flow` ([`Conn::served`]). True when the connection goes on at its next turn
     /// (the machine's state says with what).
@@ -199,7 +182,14 @@ impl<H: Handler> Worker<H> {
         let Some(conn) = self.core.conns.at_mut(slot) else {
             return false;
         };
-        match conn.served(&*self.core.setup.handler, flow, at, rules) {
+        let step = conn.served(&*self.core.setup.handler, flow, at, rules);
+        self.went_on(slot, step)
+    }
+
+    /// The machine said `step` after the session was served: true when the connection goes
+    /// on at its next turn.
+    fn went_on(&mut self, slot: u32, step: Step) -> bool {
+        match step {
             // The next turn does it (the machine's state says what).
             Step::Send | Step::Read | Step::Drain => true,
             step => {

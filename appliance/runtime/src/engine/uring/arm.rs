@@ -75,8 +75,7 @@ impl<H: Handler> Worker<H> {
             return;
         };
         let fd = types::Fd(conn.fd.as_raw_fd());
-        let target = self.core.setup.handler.recv_target(&conn.session);
-        conn.io.into_item = target.is_some();
+        let target = conn.recv_target(&*self.core.setup.handler);
         let entry = if let Some((at, len)) = target {
             // A storage value's missing bytes go straight into its reserved item (issue 38).
             opcode::Recv::new(fd, at, crate::sys::u32_of(len))

@@ -70,17 +70,13 @@ impl<H: Handler> Worker<H> {
             self.recycle(bid);
             return self.carry_out(slot, step);
         }
-        if std::mem::take(&mut conn.io.into_item) && res > 0 {
-            // Value bytes received into the item: the session counts them, nothing to copy.
-            self.core
-                .setup
-                .handler
-                .received_into(&mut conn.session, res as usize);
-            conn.machine.handle_received(self.core.now.mono_ms);
-            return self.served(slot, Flow::Continue);
-        }
         if res > 0 {
-            return self.serve_input(slot, generation, res as usize, bid);
+            let rules = (self.core.setup.limits.out_hard_cap, self.device.is_some());
+            // Value bytes received into the item: the session counts them, nothing to copy.
+            return match conn.received(&*self.core.setup.handler, res as usize, at, rules) {
+                Some(step) => self.carry_out(slot, step),
+                None => self.serve_input(slot, generation, res as usize, bid),
+            };
         }
         let step = match -res {
             libc::ENOBUFS | libc::EINTR | libc::EAGAIN => Step::Read,

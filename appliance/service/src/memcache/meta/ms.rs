@@ -3,8 +3,8 @@
 use super::*;
 use crate::memcache::storage::{watch_store, Outcome};
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum SetOutcome {
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum SetOutcome {
     Stored,
     NotStored,
     Exists,
@@ -22,8 +22,6 @@ pub(crate) fn ms(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaSet<'_>) {
     let result = ctx
         .store()
         .update(key, ctx.now.store, |item| match (m.mode, item) {
-            (b'E', Some(_)) => (Write::Nothing, SetOutcome::NotStored),
-            (b'E', None) => (new(), SetOutcome::Stored),
             (b'A' | b'P', None) => (Write::Nothing, SetOutcome::NotStored),
             (b'A' | b'P', Some(it)) => {
                 if f.cas.is_some_and(|c| c != it.cas) {
@@ -41,11 +39,11 @@ pub(crate) fn ms(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaSet<'_>) {
                 };
                 (write, SetOutcome::Stored)
             }
-            // Set or replace with a CAS to compare: memcached's CAS mode.
-            (_, None) if f.cas.is_some() => (Write::Nothing, SetOutcome::NotFound),
             // `I` with a CAS older than the item's (0 is no CAS there): memcached stores the
             // value anyway, marked stale, with the old TTL and the win-token mark kept.
-            (_, Some(it)) if f.invalidate && f.cas.is_some_and(|c| c != 0 && c < it.cas) => {
+            (b'S' | b'R', Some(it))
+                if f.invalidate && f.cas.is_some_and(|c| c != 0 && c < it.cas) =>
+            {
                 let meta = NewMeta {
                     flags: f.client_flags,
                     exptime: it.exptime,
@@ -58,12 +56,40 @@ pub(crate) fn ms(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaSet<'_>) {
                 };
                 (write, SetOutcome::Stored)
             }
-            (_, Some(it)) if f.cas.is_some_and(|c| c != it.cas) => {
-                (Write::Nothing, SetOutcome::Exists)
-            }
-            (b'R', None) => (Write::Nothing, SetOutcome::NotStored),
-            _ => (new(), SetOutcome::Stored),
+            (mode, item) => match decide(mode, f.cas, item.as_ref()) {
+                SetOutcome::Stored => (new(), SetOutcome::Stored),
+                outcome => (Write::Nothing, outcome),
+            },
         });
+    answer(ctx, out, m, (key, exp, data.len()), result);
+}
+
+/// What an ms in mode `mode` (E, R or S; `cas`: its `C` flag) decides given the current
+/// item, when it needs neither the old value (A, P) nor stale marking (`I`): the only ms
+/// a value received into its item takes (`direct.rs`).
+pub(crate) fn decide(mode: u8, cas: Option<u64>, item: Option<&ItemRef<'_>>) -> SetOutcome {
+    match (mode, item) {
+        (b'E', Some(_)) => SetOutcome::NotStored,
+        (b'E', None) => SetOutcome::Stored,
+        // Set or replace with a CAS to compare: memcached's CAS mode.
+        (_, None) if cas.is_some() => SetOutcome::NotFound,
+        (_, Some(it)) if cas.is_some_and(|c| c != it.cas) => SetOutcome::Exists,
+        (b'R', None) => SetOutcome::NotStored,
+        _ => SetOutcome::Stored,
+    }
+}
+
+/// Counts, logs and answers ms `m` on `key` (decoded), expiring at `exp`, with a value of
+/// `size` bytes, that ended with `result`: both ways its value arrives (buffered, or
+/// received into its item, `direct.rs`).
+pub(crate) fn answer(
+    ctx: &Ctx<'_>,
+    out: &mut Vec<u8>,
+    m: &MetaSet<'_>,
+    (key, exp, size): (&[u8], Expiry, usize),
+    result: Result<ringstore_store::Updated<SetOutcome>, StoreError>,
+) {
+    let f = &m.flags;
     let done = match result {
         Ok(done) => done,
         Err(e) => {
@@ -86,7 +112,7 @@ pub(crate) fn ms(ctx: &Ctx<'_>, out: &mut Vec<u8>, m: &MetaSet<'_>) {
         _ if f.cas.is_some() => "cas",
         _ => "set",
     };
-    watch_store(ctx, key, cmd, outcome, exp, data.len());
+    watch_store(ctx, key, cmd, outcome, exp, size);
     if f.cas.is_some() && matches!(m.mode, b'S' | b'R') {
         let s = ctx.stats;
         match done.result {
