@@ -9,6 +9,9 @@ use ringstore_service::Now;
 pub(crate) struct Clock {
     start: Instant,
     unix_start: u64,
+    /// [`crate::lend::mono_ns`] at `start`: `Now::mono_ns` is this plus the time since
+    /// `start`, one subtraction of instants per reading rather than two.
+    start_ns: u64,
 }
 
 impl Clock {
@@ -16,9 +19,13 @@ impl Clock {
         let unix_start = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
+        // The latency clock's origin first, so `start` is never before it.
+        let origin = crate::lend::mono_origin();
+        let start = Instant::now();
         Clock {
-            start: Instant::now(),
+            start,
             unix_start,
+            start_ns: u64::try_from(start.duration_since(origin).as_nanos()).unwrap_or(u64::MAX),
         }
     }
 
@@ -28,15 +35,20 @@ impl Clock {
 
     /// Store time (seconds since start), Unix seconds, monotonic milliseconds and the
     /// latency histograms' nanoseconds ([`crate::lend::mono_ns`]), all from one reading.
+    /// (Read on every loop iteration, several times per request at depth 1: two
+    /// subtractions of instants here cost about 75 instructions a request, callgrind.)
     pub(crate) fn now(&self) -> Now {
-        let t = Instant::now();
-        let elapsed = t.saturating_duration_since(self.start);
+        let elapsed = Instant::now().saturating_duration_since(self.start);
         let secs = elapsed.as_secs();
+        // u64 nanoseconds since start last 584 years.
+        let ns = secs
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(elapsed.subsec_nanos()));
         Now {
             store: u32::try_from(secs).unwrap_or(u32::MAX),
             unix: self.unix_start + secs,
-            mono_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-            mono_ns: crate::lend::ns_since_origin(t),
+            mono_ms: ns / 1_000_000,
+            mono_ns: self.start_ns.saturating_add(ns),
         }
     }
 }
