@@ -1,7 +1,9 @@
 //! The RAM tier across a kexec reboot (issue 34, ADR 0054): disk.img under OVMF with a
 //! `memmap=` reservation, 20,000 keys set from the host, `reboot` (a kexec jump, no firmware)
 //! and `update` to slot B (a kexec jump, the trial committing it) while a host probe measures
-//! how long the memcache port goes unanswered, every key compared after each; then a seal corrupted in guest memory between the jump and the new
+//! how long the memcache port goes unanswered, every key compared after each, and a Zipf read
+//! load's hit ratio in the 60 s before the update against the 60 s after it; then a seal
+//! corrupted in guest memory between the jump and the new
 //! PID 1 (through QEMU's gdbstub, physical-memory mode): a cold start whose reason `status`
 //! shows, and no wrong value. The same boot goes on (each jump costs seconds, a fresh boot
 //! minutes under TCG): refilled, an `update` to an image that never becomes ready fails its
@@ -21,6 +23,7 @@ use anyhow::{ensure, Context, Result};
 use super::client::tcp;
 use super::uefi::{on_slot_b, serve_files, test_images, Removed, UefiMachine, READY};
 use super::vm::{scratch_dir, Vm};
+use super::zipf::{values, Keys, Window, ZipfLoad};
 use super::{BOOT_LIMIT, PROMPT};
 use crate::image::Image;
 
@@ -34,6 +37,11 @@ const KEYS: usize = 20_000;
 /// Keys per pipelined batch (sets) and per multi-get.
 const BATCH: usize = 500;
 const GET_BATCH: usize = 100;
+/// The hit-ratio windows before and after the update (issue 34: 60 s each).
+const ZIPF_WINDOW: Duration = Duration::from_secs(60);
+/// How far the hit ratio after the update may fall below (or rise above) the one before it,
+/// in points.
+const ZIPF_POINTS: f64 = 1.0;
 
 /// What the test saw.
 pub struct KexecReport {
@@ -47,6 +55,8 @@ pub struct KexecReport {
     pub cold_line: String,
     /// `status`'s RAM tier line after the update to another store layout.
     pub layout_line: String,
+    /// The Zipf read load in the 60 s before the update and the 60 s after it.
+    pub zipf: (Window, Window),
 }
 
 fn key(i: usize) -> String {
@@ -57,6 +67,16 @@ fn key(i: usize) -> String {
 fn item(i: usize) -> (String, u32) {
     let v = format!("v{i:05}-{}", "abcdefghij".repeat(i % 7 + 1));
     (v, u32::try_from(i % 1000).unwrap_or(0))
+}
+
+/// Whether `key` answered its item's exact value and flags.
+fn is_exact(key: &str, flags: &str, value: &str) -> bool {
+    key.strip_prefix("kx")
+        .and_then(|n| n.parse::<usize>().ok())
+        .is_some_and(|i| {
+            let (v, fl) = item(i);
+            value == v && flags == fl.to_string()
+        })
 }
 
 /// Sets every key, pipelined in batches, each acknowledged STORED.
@@ -100,17 +120,8 @@ fn compare(port: u16) -> Result<(usize, Vec<String>)> {
         let keys: Vec<String> = (start..end).map(key).collect();
         s.write_all(format!("get {}\r\n", keys.join(" ")).as_bytes())?;
         let got = read_until(&mut s, |t| t.ends_with("END\r\n"))?;
-        let mut lines = got.split("\r\n");
-        while let Some(line) = lines.next() {
-            let Some(rest) = line.strip_prefix("VALUE ") else {
-                continue;
-            };
-            let mut f = rest.split(' ');
-            let (k, flags) = (f.next().unwrap_or(""), f.next().unwrap_or(""));
-            let value = lines.next().unwrap_or("");
-            let i: usize = k.get(2..).and_then(|n| n.parse().ok()).context("key")?;
-            let (v, fl) = item(i);
-            if value == v && flags == fl.to_string() {
+        for (k, flags, value) in values(&got) {
+            if is_exact(k, flags, value) {
                 exact += 1;
             } else {
                 wrong.push(format!("{k}: flags {flags} value {value:?}"));
@@ -239,9 +250,13 @@ fn answers(port: u16) -> bool {
             .is_ok_and(|n| buf[..n].starts_with(b"VERSION"))
 }
 
+/// What [`measured_jump`] saw: the outage, where it went ([`steps_line`]), and its ends (the
+/// last answer before it, the first after).
+type Jumped = (Duration, String, Option<(Instant, Instant)>);
+
 /// `command` (`reboot`, `update URL`) with the probe running; the outage once the new system
 /// serves again, and where it went (when each step reached the console, [`steps_line`]).
-fn measured_jump(vm: &mut Vm, port: u16, command: &str) -> Result<(Duration, String)> {
+fn measured_jump(vm: &mut Vm, port: u16, command: &str) -> Result<Jumped> {
     let probe = Probe::start(port);
     std::thread::sleep(Duration::from_millis(300));
     let from = (vm.output().len(), vm.kernel_log().len());
@@ -264,7 +279,7 @@ fn measured_jump(vm: &mut Vm, port: u16, command: &str) -> Result<(Duration, Str
         .find("ready memcache")
         .map_or(log.len(), |i| start + i);
     eprintln!("{command}: PID 1's log to ready:\n{}", &log[start..end]);
-    Ok((outage, steps_line(&seen, gap)))
+    Ok((outage, steps_line(&seen, gap), gap))
 }
 
 /// `command` at the console: `between` runs once the old system jumped, then the new one is
@@ -302,6 +317,61 @@ fn all_kept(vm: &mut Vm, port: u16, when: &str) -> Result<usize> {
         "{when}: only {exact} of {KEYS} keys kept"
     );
     Ok(exact)
+}
+
+/// `update` to slot B through kexec: the trial's canary commits it, the items stay, and a Zipf
+/// read load hits as often in the minute after the outage as in the minute before it.
+fn update_keeps_hits(vm: &mut Vm, port: u16, update: &str, report: &mut KexecReport) -> Result<()> {
+    let load = ZipfLoad::start(
+        port,
+        Keys {
+            n: KEYS,
+            key,
+            exact: is_exact,
+        },
+    );
+    std::thread::sleep(ZIPF_WINDOW + Duration::from_secs(1));
+    let at = vm.output().len();
+    let (outage, steps, gap) = measured_jump(vm, port, update)?;
+    report.outages.push(outage);
+    report.steps.push(steps);
+    let committed = vm.wait_for("slot B committed", at, BOOT_LIMIT)?;
+    vm.wait_for(PROMPT, committed, Duration::from_secs(20))?;
+    on_slot_b(vm, "last trial A -> B: committed", "after the kexec update")?;
+    report
+        .kept
+        .push(all_kept(vm, port, "after the kexec update")?);
+    report.zipf = hit_ratios(load, gap)?;
+    Ok(())
+}
+
+/// The Zipf load's windows: the 60 s to the last answer before the outage `gap`, the 60 s from
+/// the first answer after it (waited for); their hit ratios within [`ZIPF_POINTS`].
+fn hit_ratios(load: ZipfLoad, gap: Option<(Instant, Instant)>) -> Result<(Window, Window)> {
+    let (last, first) = gap.context("the update's outage was not seen")?;
+    let answers = load.finish(first + ZIPF_WINDOW)?;
+    let before = Window::of(
+        &answers,
+        last - ZIPF_WINDOW,
+        last + Duration::from_millis(1),
+    );
+    let after = Window::of(&answers, first, first + ZIPF_WINDOW);
+    before.check("before the update", ZIPF_WINDOW)?;
+    after.check("after the update", ZIPF_WINDOW)?;
+    eprintln!(
+        "zipf hit ratio: before the update {:.2} % of {}, after {:.2} % of {}",
+        before.ratio(),
+        before.lookups(),
+        after.ratio(),
+        after.lookups()
+    );
+    ensure!(
+        (after.ratio() - before.ratio()).abs() <= ZIPF_POINTS,
+        "zipf hit ratio {:.2} % before the update, {:.2} % after: more than {ZIPF_POINTS} point apart",
+        before.ratio(),
+        after.ratio()
+    );
+    Ok((before, after))
 }
 
 /// Flips bytes across the arena through QEMU's gdbstub (the guest paused meanwhile).
@@ -412,30 +482,16 @@ pub fn kexec_reboot_keeps_the_ram_tier(image: &Image) -> Result<KexecReport> {
         kept: Vec::new(),
         cold_line: String::new(),
         layout_line: String::new(),
+        zipf: Default::default(),
     };
-    let (outage, steps) = measured_jump(&mut vm, port, "reboot")?;
+    let (outage, steps, _) = measured_jump(&mut vm, port, "reboot")?;
     report.outages.push(outage);
     report.steps.push(steps);
     report
         .kept
         .push(all_kept(&mut vm, port, "after the kexec reboot")?);
-    // `update` to slot B through kexec: the trial's canary commits it, the items stay.
-    let at = vm.output().len();
     let url = |name: &str| format!("update http://10.0.2.2:{site_port}/{name}.efi");
-    let update = url("new");
-    let (outage, steps) = measured_jump(&mut vm, port, &update)?;
-    report.outages.push(outage);
-    report.steps.push(steps);
-    let committed = vm.wait_for("slot B committed", at, BOOT_LIMIT)?;
-    vm.wait_for(PROMPT, committed, Duration::from_secs(20))?;
-    on_slot_b(
-        &mut vm,
-        "last trial A -> B: committed",
-        "after the kexec update",
-    )?;
-    report
-        .kept
-        .push(all_kept(&mut vm, port, "after the kexec update")?);
+    update_keeps_hits(&mut vm, port, &url("new"), &mut report)?;
     jump(&mut vm, "reboot", |_| corrupt_arena(&gdb_socket))?;
     let status = vm.command("status")?;
     let line = status

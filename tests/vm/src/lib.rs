@@ -43,6 +43,7 @@ mod twonic;
 mod uefi;
 mod vm;
 mod xdp;
+mod zipf;
 
 use std::time::{Duration, Instant};
 
@@ -187,11 +188,16 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
                     .iter()
                     .map(|d| format!("{:.2} s", d.as_secs_f64()))
                     .collect();
+                let (before, after) = r.zipf;
                 format!(
-                    "outage reboot, update [{}] ({}), keys kept {:?} of 20000 (reboot, update, failed trial); [{}] [{}]",
+                    "outage reboot, update [{}] ({}), keys kept {:?} of 20000 (reboot, update, failed trial); zipf hit ratio 60 s before/after the update {:.2} %/{:.2} % ({}/{} lookups); [{}] [{}]",
                     secs.join(", "),
                     r.steps.join("; "),
                     r.kept,
+                    before.ratio(),
+                    after.ratio(),
+                    before.lookups(),
+                    after.lookups(),
                     r.cold_line,
                     r.layout_line
                 )
