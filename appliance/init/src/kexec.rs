@@ -29,9 +29,15 @@ const SECTION: u64 = 128 << 20;
 /// Low memory left to the kernel and its boot allocations.
 const LOW_KEEP: u64 = 512 << 20;
 
+/// The kernel's own tokens of a command line: those before a `--` (init's argv follows it).
+fn kernel_tokens(line: &str) -> impl DoubleEndedIterator<Item = &str> {
+    let tokens: Vec<&str> = line.split_whitespace().take_while(|t| *t != "--").collect();
+    tokens.into_iter()
+}
+
 /// The slot a kexec jump booted, from the running command line.
 pub fn slot_from_cmdline(line: &str) -> Option<Slot> {
-    line.split_whitespace()
+    kernel_tokens(line)
         .filter_map(|t| t.strip_prefix(SLOT_TOKEN))
         .next_back()
         .and_then(Slot::from_entry_id)
@@ -39,8 +45,7 @@ pub fn slot_from_cmdline(line: &str) -> Option<Slot> {
 
 /// The `memmap=SIZE!OFFSET` token of `line` (legacy pmem), if any.
 pub fn memmap_token(line: &str) -> Option<&str> {
-    line.split_whitespace()
-        .find(|t| t.starts_with("memmap=") && t.contains('!'))
+    kernel_tokens(line).find(|t| t.starts_with("memmap=") && t.contains('!'))
 }
 
 /// Bytes of reserved memory a store of `memory` bytes needs as device-DAX: the arena and its
@@ -219,6 +224,12 @@ mod tests {
         assert_eq!(memmap_token(&line), Some("memmap=384M!1536M"));
         assert_eq!(slot_from_cmdline("console=ttyS0"), None);
         assert_eq!(memmap_token("memmap=exactmap mem=1G"), None);
+        // After `--` a token is init's argument, not the kernel's.
+        assert_eq!(memmap_token("quiet -- memmap=1M!1G"), None);
+        assert_eq!(
+            slot_from_cmdline("quiet -- ringstore_slot=ringstore-b.efi"),
+            None
+        );
     }
 
     #[test]

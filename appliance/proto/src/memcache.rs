@@ -237,6 +237,21 @@ pub fn parse<'a>(input: &'a [u8], limits: &Limits) -> Parse<'a> {
     dispatch(line, line_end, input, limits)
 }
 
+/// The command of a whole line (ending in `\n`, as [`Parse::AwaitingValue`]'s `line_len`
+/// frames it) as [`parse`] reads it: without its `\r\n` and cut at a NUL. For the readers of
+/// a storage line whose data goes into the item, so both ways read the same command.
+pub(crate) fn command_of(line: &[u8]) -> Option<&[u8]> {
+    let line = line.strip_suffix(b"\n")?;
+    let line = match line.strip_suffix(b"\r") {
+        Some(stripped) if line.len() > 1 => stripped,
+        _ => line,
+    };
+    Some(match memchr::memchr(0, line) {
+        Some(nul) => &line[..nul],
+        None => line,
+    })
+}
+
 fn incomplete_line<'a>(input: &'a [u8], limits: &Limits) -> Parse<'a> {
     if input.len() <= limits.max_line {
         return Parse::Incomplete;

@@ -263,8 +263,6 @@ pub(crate) fn header_fits(b: &[u8]) -> bool {
         .is_some_and(|rest| rest.iter().take(VARINT_MAX).any(|&x| x & 0x80 == 0))
 }
 
-/// The key of the item that starts at `b[0]`, without decoding the rest of its header
-/// (what every index probe that matches a tag reads).
 /// The bits byte of the item at `b[0]` ([`Header::bits`], without decoding the rest).
 pub(crate) fn bits_of(b: &[u8]) -> u8 {
     b[BITS]
@@ -299,6 +297,8 @@ pub(crate) fn expired_at(b: &[u8], now: u32) -> bool {
     exptime != 0 && exptime <= now
 }
 
+/// The key of the item that starts at `b[0]`, without decoding the rest of its header
+/// (what every index probe that matches a tag reads).
 pub(crate) fn key(b: &[u8]) -> &[u8] {
     let mut at = offsets(ext_of(b)).varint;
     while b[at] & 0x80 != 0 {

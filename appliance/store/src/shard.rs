@@ -372,12 +372,15 @@ impl Shard {
     }
 
     /// Stores a new item and makes the index point at it, replacing any old copy.
-    /// Returns the CAS unique written.
+    /// Returns the CAS unique written. `client`: a client's write, which counts an expired
+    /// copy it replaces, and a flushed key, as the look-up before it would have (a blind
+    /// `set` makes none); a load from the data device or a backfill counts nothing.
     pub(crate) fn store(
         &mut self,
         sh: &Shared,
         hash: u64,
         new: &NewItem<'_>,
+        client: bool,
     ) -> Result<u64, StoreError> {
         let len = new.len();
         self.ensure_index_room(sh, new.now);
@@ -402,7 +405,7 @@ impl Shard {
             // copy counted as a look-up would have: a blind `set` makes none).
             Some(old) => {
                 let b = self.bytes(old);
-                if item::expired_at(b, new.now) {
+                if client && item::expired_at(b, new.now) {
                     let bits = item::bits_of(b);
                     self.counters.get_expired += 1;
                     self.count_drop(Why::Expired, bits);
@@ -410,7 +413,9 @@ impl Shard {
                 self.kill(sh, old);
             }
             None => {
-                self.forget_flushed(hash);
+                if client {
+                    self.forget_flushed(hash);
+                }
                 let before = self.index.allocation_size();
                 self.index.insert_new(hash, loc);
                 sh.pool.index_grew(before, self.index.allocation_size());

@@ -329,7 +329,7 @@ impl Store {
             now,
             self.keeps_external(item.value.len(), item.large),
         );
-        shard.store(&self.shared, hash, &new).map(|_| ())
+        shard.store(&self.shared, hash, &new, false).map(|_| ())
     }
 
     /// Whether a value of `len` bytes read from (or written to) the device stays out of RAM.
@@ -388,7 +388,7 @@ impl Store {
         let item = backfill.fetch(key, now)?;
         let external = self.keeps_external(item.value.len(), item.large);
         let new = fetched_item(key, &item, now, external);
-        shard.store(&self.shared, hash, &new).ok()?;
+        shard.store(&self.shared, hash, &new, false).ok()?;
         let loc = shard.lookup(&self.shared, hash, key, now)?;
         Some(Found {
             loc,

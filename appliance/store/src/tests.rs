@@ -520,6 +520,25 @@ fn a_blind_set_is_an_update_that_puts() {
     );
 }
 
+/// A load from the data device that replaces an expired copy is no client's look-up: it
+/// counts nothing (the blind set's accounting is for client writes only).
+#[test]
+fn a_load_over_an_expired_copy_counts_no_look_up() {
+    let s = store(8 << 20);
+    put(&s, b"k", b"old", 7, 5);
+    let item = Fetched {
+        value: b"new".to_vec(),
+        flags: 0,
+        exptime: NEVER,
+        cas: 99,
+        large: false,
+    };
+    s.load(b"k", &item, 8).expect("load");
+    let st = s.stats();
+    assert_eq!((st.get_expired, st.reclaimed, st.get_flushed), (0, 0, 0));
+    assert_eq!(read(&s, b"k", 8).as_deref(), Some(&b"new"[..]));
+}
+
 #[test]
 fn flush_all_now_and_delayed() {
     let s = store(8 << 20);

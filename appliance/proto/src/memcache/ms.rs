@@ -95,8 +95,7 @@ fn head<'a>(toks: &Tokens<'a>, line: &'a [u8]) -> Result<(MetaSet<'a>, usize), R
 /// [`super::store_head`] for the text storage commands. `None` for any other line or one
 /// that is refused.
 pub fn meta_set_head(line: &[u8]) -> Option<(MetaSet<'_>, usize)> {
-    let line = line.strip_suffix(b"\n")?;
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let line = super::command_of(line)?;
     let toks = Tokens::new(line);
     if toks.get(0)? != b"ms" {
         return None;

@@ -109,8 +109,7 @@ fn head<'a>(
 /// frame it), with no data, and its data length: what a caller that receives the data
 /// block elsewhere (into the item) needs. `None` for any other line or a malformed one.
 pub fn store_head(line: &[u8]) -> Option<(StoreRequest<'_>, usize)> {
-    let line = line.strip_suffix(b"\n")?;
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let line = super::command_of(line)?;
     let toks = Tokens::new(line);
     let kind = match toks.get(0)? {
         b"set" => StoreKind::Set,
@@ -179,6 +178,13 @@ mod tests {
         );
         assert!(store_head(b"get k\r\n").is_none());
         assert!(store_head(b"set k 0 0\r\n").is_none());
+        // Read as `parse` reads it: a NUL ends the command (so `noreply` here is the last token).
+        let (s, vlen) = store_head(b"set k 0 0 5000 noreply\0x\r\n").expect("head");
+        assert!(s.noreply && vlen == 5000);
+        let awaiting = super::super::parse(b"set k 0 0 5000 noreply\0x\r\nab", &Limits::default());
+        let Parse::AwaitingValue { noreply: true, .. } = awaiting else {
+            panic!("parse reads the same line: {awaiting:?}")
+        };
     }
 
     #[test]

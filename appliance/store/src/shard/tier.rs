@@ -107,7 +107,7 @@ impl Shard {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         scratch.extend_from_slice(&self.bytes(loc)[..len]);
-        let done = match self.alloc(sh, len, now, LOCAL, h.exptime != 0) {
+        let done = match self.alloc(sh, len, now, LOCAL, item::has_exptime(&scratch)) {
             Ok((slot, off)) => {
                 let s = self.slot_mut(slot);
                 let dst = &mut s.seg.bytes[off..off + len];

@@ -317,7 +317,7 @@ impl Store {
             large,
             external,
         };
-        let stored = shard.store(&self.shared, hash, &new);
+        let stored = shard.store(&self.shared, hash, &new, true);
         if stored.is_err() && journal.is_some() {
             // The device may still get the new value; an older RAM copy must not outlive it.
             if let Some(loc) = shard.lookup(&self.shared, hash, key, now) {
