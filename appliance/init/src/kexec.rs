@@ -30,16 +30,15 @@ const SECTION: u64 = 128 << 20;
 const LOW_KEEP: u64 = 512 << 20;
 
 /// The kernel's own tokens of a command line: those before a `--` (init's argv follows it).
-fn kernel_tokens(line: &str) -> impl DoubleEndedIterator<Item = &str> {
-    let tokens: Vec<&str> = line.split_whitespace().take_while(|t| *t != "--").collect();
-    tokens.into_iter()
+fn kernel_tokens(line: &str) -> impl Iterator<Item = &str> {
+    line.split_whitespace().take_while(|t| *t != "--")
 }
 
 /// The slot a kexec jump booted, from the running command line.
 pub fn slot_from_cmdline(line: &str) -> Option<Slot> {
     kernel_tokens(line)
         .filter_map(|t| t.strip_prefix(SLOT_TOKEN))
-        .next_back()
+        .last()
         .and_then(Slot::from_entry_id)
 }
 

@@ -236,7 +236,7 @@ impl Header {
     }
 
     pub(crate) fn expired(&self, now: u32) -> bool {
-        self.exptime != 0 && self.exptime <= now
+        expired(self.exptime, now)
     }
 
     /// The last time the item was read or written, seen at store time `now`: the latest
@@ -293,7 +293,11 @@ pub(crate) fn expired_at(b: &[u8], now: u32) -> bool {
     if ext & HAS_EXPTIME == 0 {
         return false;
     }
-    let exptime = u32_at(b, offsets(ext).exptime);
+    expired(u32_at(b, offsets(ext).exptime), now)
+}
+
+/// The one expiry rule: an exptime of 0 never expires; any other has at `now` or after.
+fn expired(exptime: u32, now: u32) -> bool {
     exptime != 0 && exptime <= now
 }
 

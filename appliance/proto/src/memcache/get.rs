@@ -1,6 +1,6 @@
 //! `get`, `gets`, `gat`, `gats`: retrieval of one or many keys.
 
-use super::key::valid_text_key;
+use super::key::{key_byte, valid_text_key};
 use super::tokens::{strtol32, Tokens};
 use super::{Request, BAD_FORMAT, ERROR, KEY_LEN_MAX};
 
@@ -61,7 +61,7 @@ pub(crate) fn parse_plain(line: &[u8]) -> Option<Request<'_>> {
             run = 0;
             continue;
         }
-        if b < 0x20 || b == 0x7f || run == KEY_LEN_MAX {
+        if !key_byte(b) || run == KEY_LEN_MAX {
             return None;
         }
         keys += usize::from(run == 0);

@@ -6,7 +6,13 @@ use super::KEY_LEN_MAX;
 /// they separate tokens). memcached itself accepts control bytes; ringstore refuses them
 /// because the same keys are served over HTTP and shown on the console.
 pub fn valid_text_key(key: &[u8]) -> bool {
-    !key.is_empty() && key.len() <= KEY_LEN_MAX && !key.iter().any(|&b| b < 0x20 || b == 0x7f)
+    !key.is_empty() && key.len() <= KEY_LEN_MAX && key.iter().all(|&b| key_byte(b))
+}
+
+/// Whether `b` may be in a text key: no control byte (a space separates keys, checked apart).
+#[inline]
+pub(crate) fn key_byte(b: u8) -> bool {
+    b >= 0x20 && b != 0x7f
 }
 
 /// Largest decoded length of a base64 key of at most 250 characters.
