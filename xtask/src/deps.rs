@@ -119,6 +119,10 @@ const PIP_PACKAGES: &[&str] = &[
     "cryptography==44.0.0",
 ];
 
+/// apt-get waiting up to ten minutes for another apt or dpkg run (an unattended upgrade, a
+/// second job on the machine) to let go of its locks, instead of failing at once.
+pub const APT_GET: &str = "apt-get -o DPkg::Lock::Timeout=600";
+
 /// Installs every missing apt package in one `apt-get install`.
 pub fn apt() -> Result<()> {
     let mut missing: Vec<&str> = APT_PACKAGES
@@ -143,7 +147,7 @@ pub fn apt() -> Result<()> {
         })
         .collect();
     let install = format!(
-        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends {}",
+        "{APT_GET} update -qq && DEBIAN_FRONTEND=noninteractive {APT_GET} install -y -qq --no-install-recommends {}",
         names.join(" ")
     );
     if !is_root() {

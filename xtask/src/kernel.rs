@@ -35,7 +35,8 @@ pub fn source_version() -> Result<String> {
         return Ok(version);
     }
     let install = format!(
-        "apt-get install -y {SOURCE_PACKAGE} {}",
+        "{} install -y {SOURCE_PACKAGE} {}",
+        crate::deps::APT_GET,
         BUILD_PACKAGES.join(" ")
     );
     if !is_root() {
