@@ -34,6 +34,7 @@ use crate::superblock::Superblock;
 mod objects;
 mod reads;
 mod rekey;
+mod reseal;
 mod staging;
 pub use rekey::RekeyStatus;
 
@@ -465,3 +466,7 @@ mod tests;
 #[cfg(test)]
 #[path = "serving/rekey_tests.rs"]
 mod rekey_tests;
+
+#[cfg(test)]
+#[path = "serving/reseal_tests.rs"]
+mod reseal_tests;

@@ -13,7 +13,9 @@
 //! the superblock block at 2048..3072: `magic "RSTPMKY1" | 8 len u16 | 10 sealed key [len] |
 //! 1020 crc32c of 2048..3068`. PID 1 writes it on a blank device before the format, so the key
 //! is durable before any record sealed with it; a blank device holding only that area still
-//! probes as blank, and the format (with a key) keeps it.
+//! probes as blank, and the format (with a key) keeps it. `data reseal` writes a one-boot copy
+//! (magic "RSTPMRS1", same layout) into the area the key in use is not in; the next boot spends
+//! it (ADR 0053).
 use crate::error::DurableError;
 use crate::units::usize_from;
 
@@ -335,6 +337,8 @@ pub const SEALED_KEY_AREAS: [std::ops::Range<usize>; 2] = [2048..3072, 3072..409
 /// The longest sealed key an area holds.
 pub const SEALED_KEY_MAX: usize = SEALED_KEY_AREA.end - SEALED_KEY_AREA.start - 14 - 32;
 const SEALED_KEY_MAGIC: &[u8; 8] = b"RSTPMKY1";
+/// The magic of a one-boot copy: builds that do not know it see an empty area.
+const ONE_BOOT_MAGIC: &[u8; 8] = b"RSTPMRS1";
 /// Where in an area the sealed key's key check value sits (zero: written before the format,
 /// when the device had no uuid yet; that is the one key of a device never rekeyed).
 const SEALED_CHECK_AT: usize = 1024 - 4 - 32;
@@ -346,13 +350,46 @@ pub fn sealed_key(b: &[u8]) -> Option<&[u8]> {
 
 /// The sealed key in area `area` (0 or 1) of superblock block `b`, if it holds a valid one.
 pub fn sealed_key_in(b: &[u8], area: usize) -> Option<&[u8]> {
+    area_holding(b, area, SEALED_KEY_MAGIC)
+}
+
+/// The contents of area `area` if it is valid and carries `magic`.
+fn area_holding<'a>(b: &'a [u8], area: usize, magic: &[u8; 8]) -> Option<&'a [u8]> {
     let area = b.get(SEALED_KEY_AREAS.get(area)?.clone())?;
     let crc_at = area.len() - 4;
     let len = usize::from(u16::from_le_bytes([area[8], area[9]]));
-    (&area[..8] == SEALED_KEY_MAGIC
+    (&area[..8] == magic
         && len <= SEALED_KEY_MAX
         && le32(area, crc_at) == crc32c::crc32c(&area[..crc_at]))
     .then(|| &area[10..10 + len])
+}
+
+/// A one-boot copy of the data key (`data reseal`, ADR 0053) in the superblock block `b`:
+/// its area, its bytes and the key check value of the key it holds. At most one area holds
+/// one: it is written only into the area the key in use is not in.
+pub fn one_boot_key(b: &[u8]) -> Option<(usize, &[u8], [u8; 32])> {
+    (0..SEALED_KEY_AREAS.len()).find_map(|a| {
+        let key = area_holding(b, a, ONE_BOOT_MAGIC)?;
+        let at = SEALED_KEY_AREAS[a].start + SEALED_CHECK_AT;
+        Some((a, key, b.get(at..at + 32)?.try_into().ok()?))
+    })
+}
+
+/// Writes a one-boot copy `key` of the key whose check value is `check` into area `area`.
+pub fn set_one_boot_key(
+    b: &mut [u8],
+    area: usize,
+    key: &[u8],
+    check: [u8; 32],
+) -> Result<(), DurableError> {
+    set_area(b, area, ONE_BOOT_MAGIC, key, check)
+}
+
+/// Zeroes area `area` of superblock block `b` (a spent or cancelled one-boot copy).
+pub fn clear_area(b: &mut [u8], area: usize) {
+    if let Some(range) = SEALED_KEY_AREAS.get(area) {
+        b[range.clone()].fill(0);
+    }
 }
 
 /// The sealed copy of the key whose check value is `key_check` (the superblock's; `None`
@@ -390,6 +427,16 @@ pub fn set_sealed_key_in(
     key: &[u8],
     check: [u8; 32],
 ) -> Result<(), DurableError> {
+    set_area(b, area, SEALED_KEY_MAGIC, key, check)
+}
+
+fn set_area(
+    b: &mut [u8],
+    area: usize,
+    magic: &[u8; 8],
+    key: &[u8],
+    check: [u8; 32],
+) -> Result<(), DurableError> {
     let len = u16::try_from(key.len())
         .ok()
         .filter(|_| key.len() <= SEALED_KEY_MAX)
@@ -399,7 +446,7 @@ pub fn set_sealed_key_in(
         .ok_or(DurableError::CorruptSuperblock("no such sealed-key area"))?;
     let area = &mut b[range.clone()];
     area.fill(0);
-    area[..8].copy_from_slice(SEALED_KEY_MAGIC);
+    area[..8].copy_from_slice(magic);
     area[8..10].copy_from_slice(&len.to_le_bytes());
     area[10..10 + key.len()].copy_from_slice(key);
     area[SEALED_CHECK_AT..SEALED_CHECK_AT + 32].copy_from_slice(&check);
@@ -587,6 +634,27 @@ mod tests {
         assert_eq!(sealed_key_for(&b, Some([8; 32])), Some(&b"third"[..]));
         assert_eq!(sealed_key_for(&b, Some([7; 32])), None);
         assert!(set_sealed_key_in(&mut b, 1, &[0; SEALED_KEY_MAX + 1], [0; 32]).is_err());
+    }
+
+    #[test]
+    fn a_one_boot_copy_is_told_apart_from_a_sealed_key() {
+        let mut b = vec![0u8; 4096];
+        set_sealed_key_in(&mut b, 0, b"normal", [8; 32]).unwrap();
+        assert_eq!(one_boot_key(&b), None);
+        set_one_boot_key(&mut b, 1, b"pending", [8; 32]).unwrap();
+        assert_eq!(one_boot_key(&b), Some((1, &b"pending"[..], [8; 32])));
+        // Never taken for the key in use, whatever check value is asked for.
+        assert_eq!(sealed_key_in(&b, 1), None);
+        assert_eq!(sealed_key_for(&b, Some([8; 32])), Some(&b"normal"[..]));
+        assert_eq!(sealed_key_for(&b, Some([7; 32])), None);
+        // A torn one (half of its two sectors old) is no copy.
+        b[3100] ^= 1;
+        assert_eq!(one_boot_key(&b), None);
+        b[3100] ^= 1;
+        clear_area(&mut b, 1);
+        assert_eq!(one_boot_key(&b), None);
+        assert_eq!(sealed_key_in(&b, 0), Some(&b"normal"[..]));
+        clear_area(&mut b, 2);
     }
 
     #[test]

@@ -109,20 +109,34 @@ pub fn decide(data: &Path, tpm: &mut dyn Transport, key_file: &Path) -> Result<A
     head.truncate(got);
     // Two sealed copies during a rekey (ADR 0055): the superblock's key check picks the one
     // the device is under.
-    let key_check = match superblock::probe(&head) {
-        Probe::Ringstore => Superblock::decode(&head, device_len(&file))
-            .ok()
-            .and_then(|sb| sb.key_check),
+    let sb = match superblock::probe(&head) {
+        Probe::Ringstore => Superblock::decode(&head, device_len(&file)).ok(),
         _ => None,
     };
+    let key_check = sb.as_ref().and_then(|sb| sb.key_check);
+    let pending = superblock::one_boot_key(&head);
     if let Some(sealed) = superblock::sealed_key_for(&head, key_check) {
-        let sealed = ringstore_tpm::SealedKey::decode(sealed).map_err(|e| e.to_string())?;
-        let key = unseal(tpm, &sealed)?;
-        return sealed_at_rest(
-            &key,
-            key_file,
-            "encrypted, key sealed to PCR 7 and unsealed at this boot",
-        );
+        let sealed = ringstore_tpm::SealedKey::decode(sealed).map_err(|e| e.to_string());
+        let key = match (sealed.and_then(|s| unseal(tpm, &s)), pending) {
+            (Ok(key), _) => key,
+            (Err(why), None) => return Err(why),
+            (Err(why), Some(_)) => return resealed(&file, &head, sb.as_ref(), tpm, key_file, &why),
+        };
+        let mut line = "encrypted, key sealed to PCR 7 and unsealed at this boot".to_string();
+        if let Some((area, ..)) = pending {
+            // PCR 7 did not change: the one-boot copy is spent all the same.
+            line.push_str("; the one-boot copy of `data reseal` was not needed");
+            line.push_str(&match erase_area(&file, &head, area) {
+                Ok(()) => " and is erased".to_string(),
+                Err(e) => format!(" (not erased: {e}; the TPM refuses it after this boot)"),
+            });
+        }
+        return sealed_at_rest(&key, key_file, &line);
+    }
+    if pending.is_some() {
+        // The key in use's copy is torn: a crash while a resealing boot rewrote it.
+        let why = "the key's sealed copy is not whole";
+        return resealed(&file, &head, sb.as_ref(), tpm, key_file, why);
     }
     match superblock::probe(&head) {
         Probe::Blank => first_format(&file, &head, tpm, key_file),
@@ -234,6 +248,91 @@ pub fn new_sealed_key(tpm: &mut dyn Transport) -> Result<(Zeroizing<[u8; 32]>, V
         return Err("the TPM unsealed another key than it sealed".into());
     }
     Ok((key, sealed.encode()))
+}
+
+/// The boot after `data reseal` (ADR 0053), the PCR 7 copy refused (`why`): the one-boot copy
+/// unsealed, checked against the superblock's key check, sealed to the present PCR 7 and
+/// unsealed back, written over the key in use's area and synced; only then the one-boot copy
+/// erased. Power lost before the new copy is whole: the next boot finds the one-boot copy
+/// again (the TPM admits it for a few resets) and does it again; lost after: the new copy
+/// opens and the one-boot copy is erased then.
+fn resealed(
+    file: &std::fs::File,
+    head: &[u8],
+    sb: Option<&Superblock>,
+    tpm: &mut dyn Transport,
+    key_file: &Path,
+    why: &str,
+) -> Result<AtRest, String> {
+    let (area, copy, copy_check) = superblock::one_boot_key(head).ok_or(why.to_string())?;
+    let (Some(sb), Some(check)) = (sb, sb.and_then(|sb| sb.key_check)) else {
+        return Err(format!(
+            "{why}; a `data reseal` copy waits but the superblock is not readable"
+        ));
+    };
+    let copy = ringstore_tpm::one_boot::OneBootKey::decode(copy).map_err(|e| e.to_string())?;
+    let key = ringstore_tpm::one_boot::unseal_one_boot(tpm, &copy).map_err(|e| {
+        let spent = if e.is_spent() {
+            "it was for an earlier boot"
+        } else {
+            "refused"
+        };
+        format!("{why}; the one-boot copy of `data reseal`: {spent} ({e})")
+    })?;
+    let data_key = ringstore_durable::DataKey::from_bytes(*key);
+    if copy_check != check || data_key.check_value(&sb.uuid) != check {
+        return Err(format!(
+            "{why}; the one-boot copy of `data reseal` holds another key than the device's"
+        ));
+    }
+    let sealed = ringstore_tpm::seal(tpm, &key).map_err(|e| format!("sealing: {e}"))?;
+    if unseal(tpm, &sealed)? != key {
+        return Err("the TPM unsealed another key than it sealed".into());
+    }
+    let mut block = head[..SUPERBLOCK_BYTES.min(head.len())].to_vec();
+    block.resize(SUPERBLOCK_BYTES, 0);
+    let normal = 1 - area;
+    superblock::set_sealed_key_in(&mut block, normal, &sealed.encode(), check)
+        .map_err(|e| e.to_string())?;
+    write_area(file, &block, normal).map_err(|e| format!("writing the resealed key: {e}"))?;
+    let mut line =
+        "encrypted, key resealed to the present PCR 7 at this boot (data reseal)".to_string();
+    if let Err(e) = erase_area(file, &block, area) {
+        line.push_str(&format!(
+            "; the one-boot copy not erased ({e}): the TPM refuses it after this boot"
+        ));
+    }
+    sealed_at_rest(&key, key_file, &line)
+}
+
+const SUPERBLOCK_BYTES: usize = SUPERBLOCK_LEN as usize;
+
+/// Writes sealed-key area `area` of superblock block `block` to the device and syncs it.
+fn write_area(file: &std::fs::File, block: &[u8], area: usize) -> std::io::Result<()> {
+    let range = superblock::SEALED_KEY_AREAS[area].clone();
+    file.write_all_at(&block[range.clone()], range.start as u64)?;
+    file.sync_all()
+}
+
+/// Zeroes sealed-key area `area` on the device (a spent one-boot copy) and syncs it.
+fn erase_area(file: &std::fs::File, head: &[u8], area: usize) -> std::io::Result<()> {
+    let mut block = head[..SUPERBLOCK_BYTES.min(head.len())].to_vec();
+    block.resize(SUPERBLOCK_BYTES, 0);
+    superblock::clear_area(&mut block, area);
+    write_area(file, &block, area)
+}
+
+/// `data reseal` (ADR 0053): the key in use sealed by this TPM for this boot and the next one,
+/// with no PCR, and unsealed back; the stored form for the server to write beside the key's
+/// PCR 7 copy.
+pub fn one_boot_copy(tpm: &mut dyn Transport, key: &[u8; 32]) -> Result<Vec<u8>, String> {
+    use ringstore_tpm::one_boot::{seal_one_boot, unseal_one_boot};
+    let copy = seal_one_boot(tpm, key).map_err(|e| format!("sealing: {e}"))?;
+    match unseal_one_boot(tpm, &copy) {
+        Ok(back) if *back == *key => Ok(copy.encode()),
+        Ok(_) => Err("the TPM unsealed another key than it sealed".into()),
+        Err(e) => Err(format!("unsealing the one-boot copy back: {e}")),
+    }
 }
 
 /// Removes the key file once the server holds the key.
@@ -376,6 +475,178 @@ mod tests {
             !image.windows(32).any(|w| w == *new || w == first),
             "a key in clear"
         );
+    }
+
+    /// A TPM-sealed device formatted by the server (so its superblock has a key check), its
+    /// key, and the swtpm's state directory.
+    fn formatted(dir: &Path) -> (PathBuf, PathBuf, PathBuf, [u8; 32]) {
+        use ringstore_durable::{DataKey, Durable, FileDevice, Options};
+        use ringstore_tpm::swtpm::SwTpm;
+        let state = dir.join("tpm");
+        std::fs::create_dir_all(&state).unwrap();
+        let (data, key_file) = blank(dir);
+        decide(&data, &mut SwTpm::start(&state).unwrap(), &key_file).unwrap();
+        let key: [u8; 32] = std::fs::read(&key_file).unwrap().try_into().unwrap();
+        let opts = Options {
+            data_key: Some(DataKey::from_bytes(key)),
+            regions: 1,
+            segment_size: 64 * 1024,
+            block_size: 512,
+            ..Options::default()
+        };
+        drop(Durable::open(FileDevice::open(&data).unwrap(), &opts).unwrap());
+        (data, key_file, state, key)
+    }
+
+    /// `data reseal` as the console does it: the server writes the one-boot copy.
+    fn reseal(data: &Path, tpm: &mut dyn Transport, key: [u8; 32]) {
+        use ringstore_durable::{DataKey, Durable, FileDevice, Options, Serving};
+        let opts = Options {
+            data_key: Some(DataKey::from_bytes(key)),
+            regions: 1,
+            segment_size: 64 * 1024,
+            block_size: 512,
+            ..Options::default()
+        };
+        let (d, _) = Durable::open(FileDevice::open(data).unwrap(), &opts).unwrap();
+        let serving = Serving::new(d);
+        serving.reseal(&mut |k| one_boot_copy(tpm, k)).unwrap();
+        assert!(serving.reseal_pending().unwrap());
+    }
+
+    fn head(data: &Path) -> Vec<u8> {
+        std::fs::read(data).unwrap()[..4096].to_vec()
+    }
+
+    /// ADR 0053's `data reseal`: PCR 7 changes at the next boot (Secure Boot off): the device
+    /// opens, the key is sealed to the new PCR 7, the one-boot copy is gone; the boot after
+    /// opens with the new seal; the old PCR 7 back is refused, the device unchanged.
+    #[test]
+    fn after_data_reseal_the_next_boot_reseals_to_the_new_pcr7_and_spends_the_copy() {
+        use ringstore_tpm::swtpm::SwTpm;
+        if !SwTpm::available() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (data, key_file, state, key) = formatted(dir.path());
+        let mut tpm = SwTpm::start(&state).unwrap();
+        reseal(&data, &mut tpm, key);
+        let copy = superblock::one_boot_key(&head(&data)).unwrap().1.to_vec();
+        assert!(!std::fs::read(&data).unwrap().windows(32).any(|w| w == key));
+
+        // Secure Boot off: another PCR 7.
+        let mut tpm = tpm.reboot(&state).unwrap();
+        tpm.extend_pcr7().unwrap();
+        let at = decide(&data, &mut tpm, &key_file).unwrap();
+        assert!(
+            at.line().contains("resealed to the present PCR 7"),
+            "{at:?}"
+        );
+        assert_eq!(std::fs::read(&key_file).unwrap(), key);
+        assert_eq!(superblock::one_boot_key(&head(&data)), None, "spent");
+
+        let mut tpm = tpm.reboot(&state).unwrap();
+        tpm.extend_pcr7().unwrap();
+        let at = decide(&data, &mut tpm, &key_file).unwrap();
+        assert!(at.line().contains("unsealed at this boot"), "{at:?}");
+        assert_eq!(std::fs::read(&key_file).unwrap(), key);
+
+        // Secure Boot on again: the key is bound to the new PCR 7 now.
+        let mut tpm = tpm.reboot(&state).unwrap();
+        let image = std::fs::read(&data).unwrap();
+        let err = decide(&data, &mut tpm, &key_file).unwrap_err();
+        assert!(err.contains("PCR 7 is not what it was"), "{err}");
+        assert_eq!(
+            std::fs::read(&data).unwrap(),
+            image,
+            "a refusal wrote the device"
+        );
+        // The spent copy put back (a disk image taken while it was pending): the TPM counted
+        // past it.
+        let mut block = head(&data);
+        let check = superblock::sealed_key_check(&block, 0).unwrap();
+        superblock::set_one_boot_key(&mut block, 1, &copy, check).unwrap();
+        let mut tpm = tpm.reboot(&state).unwrap();
+        for _ in 0..ringstore_tpm::one_boot::RESETS {
+            tpm = tpm.reboot(&state).unwrap();
+        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&data)
+            .unwrap()
+            .write_all_at(&block, 0)
+            .unwrap();
+        let err = decide(&data, &mut tpm, &key_file).unwrap_err();
+        assert!(err.contains("it was for an earlier boot"), "{err}");
+    }
+
+    /// A reseal whose next boot measures the same PCR 7: the copy is spent all the same.
+    #[test]
+    fn a_reseal_is_spent_by_the_next_boot_even_if_pcr7_did_not_change() {
+        use ringstore_tpm::swtpm::SwTpm;
+        if !SwTpm::available() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (data, key_file, state, key) = formatted(dir.path());
+        let mut tpm = SwTpm::start(&state).unwrap();
+        reseal(&data, &mut tpm, key);
+        let mut tpm = tpm.reboot(&state).unwrap();
+        let at = decide(&data, &mut tpm, &key_file).unwrap();
+        assert!(at.line().contains("was not needed and is erased"), "{at:?}");
+        assert_eq!(std::fs::read(&key_file).unwrap(), key);
+        assert_eq!(superblock::one_boot_key(&head(&data)), None);
+    }
+
+    /// Power lost at any point of the resealing boot's two area writes (each area two
+    /// sectors, each landing or not; the copy erased only after the new seal is synced): the
+    /// next boot opens with the key, and a torn state never loses both copies.
+    #[test]
+    fn a_crash_in_the_resealing_boot_never_loses_the_key() {
+        use ringstore_tpm::swtpm::SwTpm;
+        if !SwTpm::available() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (data, key_file, state, key) = formatted(dir.path());
+        let mut tpm = SwTpm::start(&state).unwrap();
+        reseal(&data, &mut tpm, key);
+        let before = std::fs::read(&data).unwrap();
+        let mut tpm = tpm.reboot(&state).unwrap();
+        tpm.extend_pcr7().unwrap();
+        decide(&data, &mut tpm, &key_file).unwrap();
+        let after = std::fs::read(&data).unwrap();
+        // Sectors 4, 5: area 0 (the new PCR 7 seal); 6, 7: area 1 (the one-boot copy).
+        let sectors = [4usize, 5, 6, 7];
+        let mut states = 0;
+        for mask in 0u32..16 {
+            let landed = |i: usize| mask & (1 << i) != 0;
+            if (landed(2) || landed(3)) && !(landed(0) && landed(1)) {
+                continue; // the copy is erased only after the new seal was synced
+            }
+            let mut image = before.clone();
+            for (i, &s) in sectors.iter().enumerate() {
+                if landed(i) {
+                    image[s * 512..(s + 1) * 512].copy_from_slice(&after[s * 512..(s + 1) * 512]);
+                }
+            }
+            std::fs::write(&data, &image).unwrap();
+            let at = decide(&data, &mut tpm, &key_file)
+                .unwrap_or_else(|e| panic!("mask {mask:04b}: {e}"));
+            assert_eq!(
+                std::fs::read(&key_file).unwrap(),
+                key,
+                "mask {mask:04b}: {at:?}"
+            );
+            let h = head(&data);
+            assert_eq!(superblock::one_boot_key(&h), None, "mask {mask:04b}");
+            assert!(
+                superblock::sealed_key_in(&h, 0).is_some(),
+                "mask {mask:04b}"
+            );
+            states += 1;
+        }
+        assert_eq!(states, 7);
     }
 
     #[test]

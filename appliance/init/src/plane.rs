@@ -47,6 +47,15 @@ pub trait Serving: Send {
         let _ = (key, tpm_sealed);
         Err("no data device is served here".into())
     }
+    /// `data reseal` (ADR 0053): the one-boot copy `seal` makes of the key in use written to
+    /// the superblock (`Ok(true)`), or with `None` a pending one erased (whether there was).
+    fn reseal(
+        &self,
+        seal: Option<&mut dyn FnMut(&[u8; 32]) -> Result<Vec<u8>, String>>,
+    ) -> Result<bool, String> {
+        let _ = seal;
+        Err("no data device is served here".into())
+    }
     /// Open client connections.
     fn connections(&self) -> u64;
     /// The data device's state as the console's `data` shows it (`None` without one).
@@ -274,6 +283,12 @@ impl Serving for RuntimeServer {
             Some(tpm_sealed),
         )
     }
+    fn reseal(
+        &self,
+        seal: Option<&mut dyn FnMut(&[u8; 32]) -> Result<Vec<u8>, String>>,
+    ) -> Result<bool, String> {
+        self.0.reseal(seal)
+    }
     fn publish(&self, series: BoxSeries) {
         // The server's `metrics::appliance`, reached in plain values: PID 1 does not depend on
         // the service crate (auth_files.rs tests that).
@@ -322,6 +337,7 @@ impl Serving for RuntimeServer {
             "uploads_in_progress": s.uploads,
             "upload_reserved_bytes": s.upload_reserved_bytes,
             "regions": regions,
+            "reseal_pending": self.0.reseal_pending(),
             "rekey": self.0.rekey_status().filter(|r| r.sealed).map(|r| serde_json::json!({
                 "old_key_until_epoch": r.old_key_until_epoch,
                 "regions_done": r.regions_done,

@@ -287,6 +287,25 @@ impl Server {
         data.rekey(key, tpm_sealed).map_err(|e| e.to_string())
     }
 
+    /// `data reseal` (ADR 0053): the one-boot copy `seal` makes of the key in use written
+    /// beside its PCR 7 copy; `None`: a pending copy erased (whether there was one).
+    pub fn reseal(
+        &self,
+        seal: Option<&mut dyn FnMut(&[u8; 32]) -> Result<Vec<u8>, String>>,
+    ) -> Result<bool, String> {
+        let data = self.data.as_ref().ok_or("no data device")?;
+        match seal {
+            Some(seal) => data.reseal(seal).map(|()| true),
+            None => data.reseal_cancel(),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// Whether a `data reseal` copy waits for the next boot (`None` without a data device).
+    pub fn reseal_pending(&self) -> Option<bool> {
+        self.data.as_ref().and_then(|d| d.reseal_pending().ok())
+    }
+
     /// SIGHUP of `ringstore serve`: with `--data-key FILE` and a `FILE.next`, rekeys to it
     /// and renames it over FILE once the switch is durable (logged either way).
     pub fn rekey_to_next_key_file(&self, config: &Config) {

@@ -10,7 +10,11 @@
 //! Unseal: CreatePrimary, Load, StartAuthSession (policy), PolicyPCR(7), Unseal, and every
 //! handle flushed whatever happened. A different PCR 7 (Secure Boot off, other db/dbx keys)
 //! makes Unseal fail its policy; another TPM (or a cleared one) fails Load.
+//!
+//! `data reseal` adds a second, short-lived copy bound to this TPM and its boot count instead
+//! of PCR 7 ([`one_boot`]).
 // The software TPM the tests seal against: compiled only for tests, never into PID 1.
+pub mod one_boot;
 #[cfg(any(test, feature = "swtpm"))]
 pub mod swtpm;
 mod wire;
@@ -71,6 +75,12 @@ impl TpmError {
         // TPM_RC_POLICY_FAIL (0x09D) and TPM_RC_VALUE on the PCR digest, in format 1 with the
         // session/parameter number in the upper bits: compare the error number only.
         matches!(self, TpmError::Refused { command: "Unseal", code, .. } if code & 0x0BF == 0x09D)
+    }
+
+    /// Whether a one-boot copy ([`one_boot`]) was refused because a later boot began: the
+    /// TPM's resetCount is past the copy's last (TPM_RC_POLICY, 0x126).
+    pub fn is_spent(&self) -> bool {
+        matches!(self, TpmError::Refused { command: "PolicyCounterTimer", code, .. } if code & 0xFFF == 0x126)
     }
 }
 

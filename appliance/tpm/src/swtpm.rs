@@ -70,6 +70,13 @@ impl SwTpm {
         Ok(SwTpm { child, socket })
     }
 
+    /// A reboot: this swtpm stopped (without TPM2_Shutdown, as at a power loss) and another
+    /// started on the same state, whose TPM2_Startup(CLEAR) is a TPM Reset (resetCount + 1).
+    pub fn reboot(self, state: &Path) -> Result<SwTpm, TpmError> {
+        drop(self);
+        SwTpm::start(state)
+    }
+
     /// Extends PCR 7, as a change of the Secure Boot state would.
     pub fn extend_pcr7(&mut self) -> Result<(), TpmError> {
         let mut c = Command::new(ST_SESSIONS, 0x182);

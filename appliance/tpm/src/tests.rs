@@ -140,3 +140,79 @@ fn swtpm_seals_unseals_and_refuses_another_pcr7_or_tpm() {
     let err = unseal(&mut tpm, &back).unwrap_err();
     assert!(err.is_policy_failure(), "{err}");
 }
+
+#[test]
+fn the_reset_count_policy_digest_is_the_spec_computation() {
+    // Computed independently (Python hashlib) from TPM 2.0 Part 3, 23.10.
+    assert_eq!(
+        hex(&one_boot::reset_policy(1)),
+        "32aac0a02c5dd86a7d07898a2d31d55f1d7bbe1ec926fab72e9fcef95d66e124"
+    );
+    assert_eq!(
+        hex(&one_boot::reset_policy(0x0102_0304)),
+        "e288ef882919dffa48b4618e78ba7bd844fb30da2f98d2d98a8ffc5edf9270e3"
+    );
+}
+
+#[test]
+fn one_boot_keys_round_trip_and_refuse_junk() {
+    let key = one_boot::OneBootKey {
+        last: 7,
+        sealed: SealedKey {
+            public: vec![0, 1, 0xAA],
+            private: vec![0, 1, 0xBB],
+        },
+    };
+    let b = key.encode();
+    assert_eq!(&b[..4], &[0, 0, 0, 7]);
+    assert_eq!(one_boot::OneBootKey::decode(&b).unwrap(), key);
+    assert!(one_boot::OneBootKey::decode(&b[..3]).is_err());
+    assert!(one_boot::OneBootKey::decode(&b[..b.len() - 1]).is_err());
+}
+
+/// `data reseal`'s copy: unseals whatever PCR 7 holds, for `RESETS` TPM Resets after it was
+/// made and not one more, and on this TPM only.
+#[test]
+fn swtpm_one_boot_copy_ignores_pcr7_and_is_refused_once_the_tpm_counted_past_it() {
+    use one_boot::{read_reset_count, seal_one_boot, unseal_one_boot, RESETS};
+    if !SwTpm::available() {
+        return;
+    }
+    let (dir, other_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut tpm = SwTpm::start(dir.path()).unwrap();
+    let key: [u8; 32] = std::array::from_fn(|i| u8::try_from(i * 5).unwrap());
+    let reset = read_reset_count(&mut tpm).unwrap();
+    let copy = seal_one_boot(&mut tpm, &key).unwrap();
+    assert_eq!(copy.last, reset + RESETS);
+    let stored = copy.encode();
+    assert!(!stored.windows(32).any(|w| w == key), "key in clear");
+    let copy = one_boot::OneBootKey::decode(&stored).unwrap();
+    assert_eq!(*unseal_one_boot(&mut tpm, &copy).unwrap(), key, "same boot");
+    let mut other = SwTpm::start(other_dir.path()).unwrap();
+    let err = unseal_one_boot(&mut other, &copy).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TpmError::Refused {
+                command: "Load",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    drop(other);
+
+    for n in 1..=RESETS {
+        tpm = tpm.reboot(dir.path()).unwrap();
+        assert_eq!(read_reset_count(&mut tpm).unwrap(), reset + n);
+        tpm.extend_pcr7().unwrap();
+        assert_eq!(
+            *unseal_one_boot(&mut tpm, &copy).unwrap(),
+            key,
+            "reset {n}, PCR 7 changed"
+        );
+    }
+    let mut tpm = tpm.reboot(dir.path()).unwrap();
+    let err = unseal_one_boot(&mut tpm, &copy).unwrap_err();
+    assert!(err.is_spent(), "{err}");
+}

@@ -17,8 +17,8 @@ use crate::crypt::DataKey;
 use crate::device::BlockDevice;
 use crate::error::DurableError;
 use crate::superblock::{
-    sealed_key_check, sealed_key_in, set_sealed_key_in, Rekey, Superblock, SEALED_KEY_AREAS,
-    SUPERBLOCK_LEN,
+    one_boot_key, sealed_key_check, sealed_key_in, set_sealed_key_in, Rekey, Superblock,
+    SEALED_KEY_AREAS, SUPERBLOCK_LEN,
 };
 use crate::units::usize_from;
 
@@ -89,6 +89,12 @@ impl<D: BlockDevice> Serving<D> {
         let uuid = st.sb.uuid;
         let mut block = vec![0u8; usize_from(SUPERBLOCK_LEN)];
         self.dev.read_at(0, &mut block).map_err(io)?;
+        if tpm_sealed.is_some() && one_boot_key(&block).is_some() {
+            // Its area is the one the new key's copy goes into (ADR 0053).
+            return refuse(
+                "a `data reseal` waits for the next boot: reboot, or `data reseal cancel`, first",
+            );
+        }
         let (slot_epoch, slot) = st.sb.epoch(&block);
         let epoch_now = crypt.epoch().ok_or(DurableError::NonceSpace)?;
         let from = slot_epoch
@@ -200,7 +206,7 @@ fn free_sealed_area(
 }
 
 /// The area holding `key`'s sealed copy.
-fn area_of(block: &[u8], key: &DataKey, uuid: &[u8; 16]) -> Option<usize> {
+pub(super) fn area_of(block: &[u8], key: &DataKey, uuid: &[u8; 16]) -> Option<usize> {
     let check = key.check_value(uuid);
     (0..SEALED_KEY_AREAS.len())
         .find(|&a| sealed_key_check(block, a) == Some(check))

@@ -385,13 +385,62 @@ fn data_rekey(ctx: &mut Ctx) -> Output {
     }
 }
 
+/// `data reseal` (ADR 0053), before the operator changes the Secure Boot keys or state on
+/// purpose: the key in use sealed by this TPM for the next boot with no PCR, beside its PCR 7
+/// copy; that boot reseals it to the PCR 7 it measured and erases the copy. `data reseal
+/// cancel` erases a pending copy.
+fn data_reseal(ctx: &mut Ctx, cancel: bool) -> Output {
+    let sealed = matches!(
+        ctx.machine.state().data_at_rest,
+        Some(crate::data_seal::AtRest::Sealed { .. })
+    );
+    if !sealed {
+        return Output::error(
+            "data reseal: the data device's key is not sealed by this box's TPM (see `status`, data at rest)",
+        );
+    }
+    let done = if cancel {
+        ctx.machine.with_server(|s| s.reseal(None))
+    } else {
+        ringstore_tpm::Device::open(std::path::Path::new(ringstore_tpm::DEVICE))
+            .map_err(|e| e.to_string())
+            .and_then(|mut tpm| {
+                let mut seal = |key: &[u8; 32]| crate::data_seal::one_boot_copy(&mut tpm, key);
+                ctx.machine.with_server(|s| s.reseal(Some(&mut seal)))
+            })
+    };
+    let mut out = Output::new();
+    match (done, cancel) {
+        (Err(why), _) => return Output::error(format!("data reseal refused: {why}")),
+        (Ok(true), false) => {
+            crate::info!("console: data reseal: a one-boot copy of the data key, bound to this TPM only, waits for the next boot");
+            out.line(format!(
+                "resealing: the next boot opens the data device whatever Secure Boot state or keys it measures, and seals the key to its PCR 7 (within {} TPM restarts, firmware setup included). Until then whoever holds this box (TPM and disk together) can boot another image and unseal the key; the disk alone still reads nothing. `data reseal cancel` undoes it.",
+                ringstore_tpm::one_boot::RESETS
+            ));
+        }
+        (Ok(true), true) => {
+            crate::info!("console: data reseal cancelled");
+            out.line(
+                "reseal cancelled: the one-boot copy is erased; the key stays sealed to PCR 7",
+            );
+        }
+        (Ok(false), _) => out.line("no `data reseal` was pending"),
+    }
+    out.set("reseal_pending", !cancel);
+    out
+}
+
 /// `data`: the data device's layout, records, live bytes per region, compactions, damaged and
-/// refused records; `data rekey`: a new data key ([`data_rekey`]).
+/// refused records; `data rekey`: a new data key ([`data_rekey`]); `data reseal [cancel]`
+/// ([`data_reseal`]).
 pub fn data(ctx: &mut Ctx, args: &[&str]) -> Output {
     match args {
         [] => {}
         ["rekey"] => return data_rekey(ctx),
-        _ => return Output::error("usage: data [rekey]"),
+        ["reseal"] => return data_reseal(ctx, false),
+        ["reseal", "cancel"] => return data_reseal(ctx, true),
+        _ => return Output::error("usage: data [rekey | reseal [cancel]]"),
     }
     let (described, state) = {
         let s = ctx.machine.state();
@@ -413,6 +462,9 @@ pub fn data(ctx: &mut Ctx, args: &[&str]) -> Output {
     out.line(format!("device {}", described.unwrap_or_default()));
     for key in DATA_LINES {
         out.line(format!("{key} {}", state[key]));
+    }
+    if state["reseal_pending"].as_bool() == Some(true) {
+        out.line("reseal: a one-boot copy of the key (`data reseal`) waits for the next boot");
     }
     if let Some(rekey) = state.get("rekey").filter(|v| !v.is_null()) {
         out.line(match rekey["old_key_until_epoch"].as_u64() {
