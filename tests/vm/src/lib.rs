@@ -228,8 +228,12 @@ pub fn tests() -> Vec<(&'static str, TestFn)> {
         ("tpm_seals_the_data_key", |i| {
             tpm::tpm_seals_the_data_key(i).map(|r| {
                 format!(
-                    "first boot: {:?}; Secure Boot off: {:?}; another TPM: {:?}",
-                    r.sealed_line, r.secure_boot_off_line, r.other_tpm_line
+                    "first boot: {:?}; Secure Boot off: {:?}; after data reseal, Secure Boot off: {:?}; Secure Boot back on: {:?}; another TPM: {:?}",
+                    r.sealed_line,
+                    r.secure_boot_off_line,
+                    r.resealed_line,
+                    r.secure_boot_back_line,
+                    r.other_tpm_line
                 )
             })
         }),

@@ -4,8 +4,11 @@
 //! again); `data rekey` (ADR 0055) switches to a new TPM-sealed key, more keys are written,
 //! `data` shows the old key retired, and after another reboot every key is back under the new
 //! key; the raw disk holds none of them in clear; the same disk and TPM state under plain
-//! OVMF (Secure Boot off, so another PCR 7) and under a fresh TPM state are refused: the box
-//! serves from RAM, `status` and `tuning` say why, and the data partition is unchanged.
+//! OVMF (Secure Boot off, so another PCR 7) is refused: the box serves from RAM, `status` and
+//! `tuning` say why, and the data partition is unchanged. Then `data reseal` (ADR 0053) under
+//! Secure Boot again; Secure Boot off: the device opens, the key resealed to that PCR 7, every
+//! key back; a reboot still off opens with the new seal (the one-boot copy spent); Secure Boot
+//! on again and a fresh TPM state are refused as above.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -30,6 +33,8 @@ const KEYS: usize = 8;
 pub struct TpmReport {
     pub sealed_line: String,
     pub secure_boot_off_line: String,
+    pub resealed_line: String,
+    pub secure_boot_back_line: String,
     pub other_tpm_line: String,
 }
 
@@ -182,6 +187,75 @@ fn rekey_and_reboot(vm: &mut Vm) -> Result<()> {
     Ok(())
 }
 
+/// Every key `0..2 * KEYS` served from the data device.
+fn keys_back(vm: &mut Vm, when: &str) -> Result<()> {
+    let port = vm.port("memcache", 0)?;
+    for i in 0..2 * KEYS {
+        ensure!(
+            get_at(port, &key(i))?.as_deref() == Some(value(i).as_str()),
+            "{} lost {when}",
+            key(i)
+        );
+    }
+    Ok(())
+}
+
+/// `data reseal` under Secure Boot (the device as the refused boot left it), then two boots
+/// with Secure Boot off: the first reseals the key to that PCR 7 and spends the one-boot copy,
+/// the second opens with the new seal alone. Returns the first one's `data at rest` line.
+fn reseal_to_secure_boot_off(machine: &mut UefiMachine, state: &Path) -> Result<String> {
+    machine.set_secure_boot(true)?;
+    let tpm = Swtpm::start(state)?;
+    let (mut vm, status) = boot(machine, "tpm_reseal", &tpm)?;
+    ensure!(
+        at_rest_line(&status)?.contains("unsealed at this boot"),
+        "Secure Boot back on:\n{status}"
+    );
+    keys_back(&mut vm, "after the refused boot")?;
+    let out = vm.command("data reseal")?;
+    ensure!(
+        out.contains("resealing: the next boot"),
+        "data reseal:\n{out}\n{}",
+        vm.tail()
+    );
+    let data = vm.command("data")?;
+    ensure!(
+        data.contains("waits for the next boot"),
+        "data after data reseal:\n{data}"
+    );
+    vm.poweroff()?;
+    drop(tpm);
+
+    machine.set_secure_boot(false)?;
+    let tpm = Swtpm::start(state)?;
+    let (mut vm, status) = boot(machine, "tpm_resealed", &tpm)?;
+    let line = at_rest_line(&status)?;
+    ensure!(
+        line.contains("resealed to the present PCR 7 at this boot (data reseal)")
+            && line.contains("Secure Boot is off"),
+        "Secure Boot off after data reseal:\n{status}\n{}",
+        vm.tail()
+    );
+    keys_back(&mut vm, "after data reseal and Secure Boot off")?;
+    let data = vm.command("data")?;
+    ensure!(
+        !data.contains("waits for the next boot"),
+        "the one-boot copy is left:\n{data}"
+    );
+    let before_reboot = vm.output().len();
+    vm.command_no_wait("reboot")?;
+    let ready = vm.wait_for(READY, before_reboot, BOOT_LIMIT)?;
+    vm.wait_for(PROMPT, ready, Duration::from_secs(20))?;
+    let status = vm.command("status")?;
+    ensure!(
+        at_rest_line(&status)?.contains("sealed to PCR 7 and unsealed at this boot"),
+        "the boot after the reseal:\n{status}"
+    );
+    keys_back(&mut vm, "the boot after the reseal")?;
+    vm.poweroff()?;
+    Ok(line)
+}
+
 /// The boots described in the module's comment.
 pub fn tpm_seals_the_data_key(image: &Image) -> Result<TpmReport> {
     let mut opts = test_options("tpm", "");
@@ -239,7 +313,12 @@ pub fn tpm_seals_the_data_key(image: &Image) -> Result<TpmReport> {
     let secure_boot_off_line = refused_boot(&machine, "tpm_secure_boot_off", &tpm, "PCR 7")?;
     drop(tpm);
 
+    let resealed_line = reseal_to_secure_boot_off(&mut machine, &state)?;
     machine.set_secure_boot(true)?;
+    let tpm = Swtpm::start(&state)?;
+    let secure_boot_back_line = refused_boot(&machine, "tpm_secure_boot_back", &tpm, "PCR 7")?;
+    drop(tpm);
+
     let fresh = scratch_dir("tpm-state-fresh")?;
     let tpm = Swtpm::start(&fresh)?;
     let other_tpm_line = refused_boot(&machine, "tpm_other", &tpm, "another TPM")?;
@@ -249,6 +328,8 @@ pub fn tpm_seals_the_data_key(image: &Image) -> Result<TpmReport> {
     Ok(TpmReport {
         sealed_line,
         secure_boot_off_line,
+        resealed_line,
+        secure_boot_back_line,
         other_tpm_line,
     })
 }
