@@ -59,6 +59,6 @@ pub use region::{Purpose, RegionLog, SegState, Staged, COMPACTION_RESERVE};
 /// What the store logs: the one mutation type, staged with [`Serving::stage`].
 pub use ringstore_store::Mutation;
 pub use serving::{
-    DataFull, Evictions, RekeyStatus, Relocation, Reserve, Serving, ServingState, Settled,
-    FLUSH_KEY,
+    DataFull, Evictions, OneBootSeal, RekeyStatus, Relocation, Reserve, Serving, ServingState,
+    Settled, FLUSH_KEY,
 };

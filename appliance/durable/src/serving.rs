@@ -37,6 +37,7 @@ mod rekey;
 mod reseal;
 mod staging;
 pub use rekey::RekeyStatus;
+pub use reseal::OneBootSeal;
 
 use objects::LargeObjects;
 use staging::{OverlayShard, Pending};

@@ -204,16 +204,9 @@ fn first_format(
     if unseal(tpm, &sealed)? != key {
         return Err("the TPM unsealed another key than it sealed".into());
     }
-    let mut block = head[..head
-        .len()
-        .min(ringstore_durable::units::usize_from(SUPERBLOCK_LEN))]
-        .to_vec();
-    block.resize(ringstore_durable::units::usize_from(SUPERBLOCK_LEN), 0);
+    let mut block = block_of(head);
     superblock::set_sealed_key(&mut block, &sealed.encode()).map_err(|e| e.to_string())?;
-    let area = superblock::SEALED_KEY_AREA;
-    file.write_all_at(&block[area.clone()], area.start as u64)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| format!("writing the sealed key: {e}"))?;
+    write_area(file, &block, 0).map_err(|e| format!("writing the sealed key: {e}"))?;
     sealed_at_rest(
         &key,
         key_file,
@@ -289,8 +282,7 @@ fn resealed(
     if unseal(tpm, &sealed)? != key {
         return Err("the TPM unsealed another key than it sealed".into());
     }
-    let mut block = head[..SUPERBLOCK_BYTES.min(head.len())].to_vec();
-    block.resize(SUPERBLOCK_BYTES, 0);
+    let mut block = block_of(head);
     let normal = 1 - area;
     superblock::set_sealed_key_in(&mut block, normal, &sealed.encode(), check)
         .map_err(|e| e.to_string())?;
@@ -305,7 +297,13 @@ fn resealed(
     sealed_at_rest(&key, key_file, &line)
 }
 
-const SUPERBLOCK_BYTES: usize = SUPERBLOCK_LEN as usize;
+/// The superblock block as read in `head`, zero-filled to its whole length.
+fn block_of(head: &[u8]) -> Vec<u8> {
+    let len = ringstore_durable::units::usize_from(SUPERBLOCK_LEN);
+    let mut block = head[..head.len().min(len)].to_vec();
+    block.resize(len, 0);
+    block
+}
 
 /// Writes sealed-key area `area` of superblock block `block` to the device and syncs it.
 fn write_area(file: &std::fs::File, block: &[u8], area: usize) -> std::io::Result<()> {
@@ -316,8 +314,7 @@ fn write_area(file: &std::fs::File, block: &[u8], area: usize) -> std::io::Resul
 
 /// Zeroes sealed-key area `area` on the device (a spent one-boot copy) and syncs it.
 fn erase_area(file: &std::fs::File, head: &[u8], area: usize) -> std::io::Result<()> {
-    let mut block = head[..SUPERBLOCK_BYTES.min(head.len())].to_vec();
-    block.resize(SUPERBLOCK_BYTES, 0);
+    let mut block = block_of(head);
     superblock::clear_area(&mut block, area);
     write_area(file, &block, area)
 }

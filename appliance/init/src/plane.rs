@@ -51,7 +51,7 @@ pub trait Serving: Send {
     /// the superblock (`Ok(true)`), or with `None` a pending one erased (whether there was).
     fn reseal(
         &self,
-        seal: Option<&mut dyn FnMut(&[u8; 32]) -> Result<Vec<u8>, String>>,
+        seal: Option<&mut ringstore_durable::OneBootSeal<'_>>,
     ) -> Result<bool, String> {
         let _ = seal;
         Err("no data device is served here".into())
@@ -285,7 +285,7 @@ impl Serving for RuntimeServer {
     }
     fn reseal(
         &self,
-        seal: Option<&mut dyn FnMut(&[u8; 32]) -> Result<Vec<u8>, String>>,
+        seal: Option<&mut ringstore_durable::OneBootSeal<'_>>,
     ) -> Result<bool, String> {
         self.0.reseal(seal)
     }

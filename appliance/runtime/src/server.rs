@@ -291,7 +291,7 @@ impl Server {
     /// beside its PCR 7 copy; `None`: a pending copy erased (whether there was one).
     pub fn reseal(
         &self,
-        seal: Option<&mut dyn FnMut(&[u8; 32]) -> Result<Vec<u8>, String>>,
+        seal: Option<&mut ringstore_durable::OneBootSeal<'_>>,
     ) -> Result<bool, String> {
         let data = self.data.as_ref().ok_or("no data device")?;
         match seal {

@@ -14,15 +14,15 @@ fn io(e: std::io::Error) -> DurableError {
     DurableError::io(0, &e)
 }
 
+/// What seals the key in use for one boot: its bytes in, the stored copy out (PID 1's TPM).
+pub type OneBootSeal<'a> = dyn FnMut(&[u8; 32]) -> Result<Vec<u8>, String> + 'a;
+
 impl<D: BlockDevice> Serving<D> {
     /// Writes the one-boot copy that `seal` makes of the key in use (its bytes in, the stored
     /// copy out) into the free sealed-key area, replacing a pending one. Refused while a rekey
     /// keeps its old key (both areas hold a key then) and on a device whose key has no
     /// TPM-sealed copy here.
-    pub fn reseal(
-        &self,
-        seal: &mut dyn FnMut(&[u8; 32]) -> Result<Vec<u8>, String>,
-    ) -> Result<(), DurableError> {
+    pub fn reseal(&self, seal: &mut OneBootSeal<'_>) -> Result<(), DurableError> {
         let refuse = |why: &str| Err(DurableError::Rekey(why.into()));
         let Some(crypt) = self.crypt.as_deref() else {
             return refuse("the data device is not encrypted");
