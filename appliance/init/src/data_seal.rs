@@ -3,7 +3,9 @@
 //! (the one write PID 1 makes to the data device); at every boot it unseals it and hands it to
 //! the server through a root-only file in /run that it removes once the server started. A TPM
 //! that refuses (another PCR 7: Secure Boot off or other keys; another TPM) leaves the device
-//! untouched and the box serving from RAM; without a TPM the device stays in clear.
+//! untouched and the box serving from RAM; without a TPM the device stays in clear. After
+//! `data reseal` the boot whose PCR 7 changed opens with the one-boot copy instead, seals the
+//! key to the present PCR 7 and erases the copy ([`resealed`]).
 use ringstore_durable::superblock::{self, Probe, Superblock, SUPERBLOCK_LEN};
 use ringstore_tpm::Transport;
 use std::io::Write;
