@@ -113,14 +113,12 @@ fn plainish() -> impl Strategy<Value = Vec<u8>> {
     })
 }
 
+/// A get's cas flag, touch, keys and bytes used.
+type SplitGet<'a> = (bool, Option<i32>, Vec<&'a [u8]>, usize);
+
 /// A parse with a get's keys split (the two paths may leave a get's key text with or
 /// without its leading space: the same keys).
-fn keyed(
-    parse: Parse<'_>,
-) -> (
-    Option<(bool, Option<i32>, Vec<&[u8]>, usize)>,
-    Option<Parse<'_>>,
-) {
+fn keyed(parse: Parse<'_>) -> (Option<SplitGet<'_>>, Option<Parse<'_>>) {
     match parse {
         Parse::Done {
             request: super::Request::Get(g),
