@@ -1,17 +1,17 @@
 //! The coarse clock: read once per loop iteration and turned into the service's [`Now`].
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use ringstore_service::Now;
 
 /// Process-start reference points shared by every worker.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Clock {
-    start: Instant,
+    /// The monotonic reading ([`crate::sys::monotonic_ns`]) at the start.
+    start: u64,
     unix_start: u64,
-    /// [`crate::lend::mono_ns`] at `start`: `Now::mono_ns` is this plus the time since
-    /// `start`, one subtraction of instants per reading rather than two.
-    start_ns: u64,
+    /// [`crate::lend::mono_origin`]: `Now::mono_ns` counts from it.
+    origin: u64,
 }
 
 impl Clock {
@@ -21,11 +21,10 @@ impl Clock {
             .map_or(0, |d| d.as_secs());
         // The latency clock's origin first, so `start` is never before it.
         let origin = crate::lend::mono_origin();
-        let start = Instant::now();
         Clock {
-            start,
+            start: crate::sys::monotonic_ns(),
             unix_start,
-            start_ns: u64::try_from(start.duration_since(origin).as_nanos()).unwrap_or(u64::MAX),
+            origin,
         }
     }
 
@@ -35,20 +34,18 @@ impl Clock {
 
     /// Store time (seconds since start), Unix seconds, monotonic milliseconds and the
     /// latency histograms' nanoseconds ([`crate::lend::mono_ns`]), all from one reading.
-    /// (Read on every loop iteration, several times per request at depth 1: two
-    /// subtractions of instants here cost about 75 instructions a request, callgrind.)
+    /// (Read on every loop iteration, several times per request at depth 1: an `Instant`
+    /// and its subtraction cost about 50 instructions a reading more than this integer
+    /// arithmetic, callgrind.)
     pub(crate) fn now(&self) -> Now {
-        let elapsed = Instant::now().saturating_duration_since(self.start);
-        let secs = elapsed.as_secs();
-        // u64 nanoseconds since start last 584 years.
-        let ns = secs
-            .saturating_mul(1_000_000_000)
-            .saturating_add(u64::from(elapsed.subsec_nanos()));
+        let mono = crate::sys::monotonic_ns();
+        let ns = mono.saturating_sub(self.start);
+        let secs = ns / 1_000_000_000;
         Now {
             store: u32::try_from(secs).unwrap_or(u32::MAX),
             unix: self.unix_start + secs,
             mono_ms: ns / 1_000_000,
-            mono_ns: self.start_ns.saturating_add(ns),
+            mono_ns: mono.saturating_sub(self.origin),
         }
     }
 }

@@ -3,23 +3,18 @@
 //! each worker thread's CPU time.
 
 use std::sync::OnceLock;
-use std::time::Instant;
 
-/// The instant [`mono_ns`] counts from (the first call of either).
-pub(crate) fn mono_origin() -> Instant {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    *ORIGIN.get_or_init(Instant::now)
+/// The monotonic reading ([`crate::sys::monotonic_ns`]) [`mono_ns`] counts from (the first
+/// call of either).
+pub(crate) fn mono_origin() -> u64 {
+    static ORIGIN: OnceLock<u64> = OnceLock::new();
+    *ORIGIN.get_or_init(crate::sys::monotonic_ns)
 }
 
 /// Monotonic nanoseconds since [`mono_origin`]; the loop's [`crate::clock::Clock::now`]
 /// reads the same scale into `Now::mono_ns`, so a session's start and end readings compare.
 pub(crate) fn mono_ns() -> u64 {
-    ns_since_origin(Instant::now())
-}
-
-/// Nanoseconds from [`mono_origin`] to `t`.
-pub(crate) fn ns_since_origin(t: Instant) -> u64 {
-    u64::try_from(t.saturating_duration_since(mono_origin()).as_nanos()).unwrap_or(u64::MAX)
+    crate::sys::monotonic_ns().saturating_sub(mono_origin())
 }
 
 /// Calls `each(worker, ns)` for every worker thread (`ringstore-w<N>`) whose CPU time it can

@@ -13,6 +13,7 @@
 //! memcached: [`binary`].
 
 mod admin;
+mod ahead;
 pub use admin::CertRefreshGate;
 mod arith;
 mod ascii_auth;
@@ -44,6 +45,7 @@ use ringstore_proto::memcache::{parse, reply, Limits, Parse, Request, OUT_OF_MEM
 
 use ringstore_store::Journaled;
 
+use ahead::Ahead;
 use crate::budget::{Hold, IN_FREE, OUT_FREE};
 use crate::device::Device;
 use crate::held::{Failure, HeldReplies};
@@ -631,9 +633,7 @@ impl MemcacheSession {
         };
         let limits = ctx.limits();
         self.awaiting = 0;
-        if !ringstore_proto::memcache::scan::single_request(&buf[pos..]) {
-            prefetch_batch(ctx, &buf[pos..]);
-        }
+        let mut ahead = self.parse_ahead(ctx, &buf[pos..], &limits);
         loop {
             if let Some(flow) = self.before_request(
                 ctx,
@@ -643,7 +643,11 @@ impl MemcacheSession {
             ) {
                 return (pos, flow);
             }
-            match parse(&buf[pos..], &limits) {
+            let parsed = match ahead.as_mut().and_then(Ahead::next) {
+                Some(parsed) => parsed,
+                None => parse(&buf[pos..], &limits),
+            };
+            match parsed {
                 Parse::Incomplete => return (pos, Flow::Continue),
                 Parse::AwaitingValue {
                     request_len,
@@ -706,6 +710,29 @@ impl MemcacheSession {
                 }
             }
         }
+    }
+
+    /// The batch's `get`/`set` requests at the start of `buf`, parsed once before the first
+    /// runs so the store loads their keys meanwhile; other batches (meta) get their keys
+    /// prefetched from a scan of their lines. A batch of one has nothing to load (and is
+    /// parsed in its turn). Not while a refused value is still being swallowed: the requests
+    /// start after it.
+    fn parse_ahead<'a>(
+        &self,
+        ctx: &Ctx<'_>,
+        buf: &'a [u8],
+        limits: &Limits,
+    ) -> Option<Ahead<'a>> {
+        if ringstore_proto::memcache::scan::single_request(buf) {
+            return None;
+        }
+        if self.swallow == 0 && matches!(buf.first(), Some(b'g' | b's')) {
+            return Some(Ahead::parse(buf, limits, |keys| {
+                ctx.shared.store.prefetch(keys);
+            }));
+        }
+        prefetch_batch(ctx, buf);
+        None
     }
 
     /// Before each request of a run over `len` bytes, at `pos`: skips what is left of a

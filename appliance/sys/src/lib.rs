@@ -67,7 +67,7 @@ pub use netdev::{add_default_route, set_ipv4, set_up};
 pub use num::{u32_of, usize_of};
 pub use power::{disable_ctrl_alt_del, reboot, sync, RebootCommand};
 pub use process::{
-    bounding_set_drop, bounding_set_has, ensure_console_fds, hostname, no_new_privs,
+    bounding_set_drop, bounding_set_has, ensure_console_fds, hostname, monotonic_ns, no_new_privs,
     process_cpu_time, raise_nofile_limit, replace_stderr, return_freed_memory_promptly,
     set_hostname, set_memlock_unlimited, set_no_new_privs, set_nofile_limit, thread_cpu_time,
     MALLOC_MMAP_THRESHOLD,

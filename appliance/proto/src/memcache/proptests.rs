@@ -39,6 +39,95 @@ fn meta_flags() -> impl Strategy<Value = Vec<Vec<u8>>> {
     )
 }
 
+/// Lines near the plain `get`/`set` forms: their words, numbers at memcached's edges,
+/// doubled spaces, control bytes, every line ending, a data block right or wrong.
+fn plainish() -> impl Strategy<Value = Vec<u8>> {
+    let command = prop::sample::select(vec![
+        &b"get "[..],
+        b"gets ",
+        b"set ",
+        b"set  ",
+        b" set ",
+        b"get",
+        b"sets ",
+        b"gat 1 ",
+    ]);
+    let word = prop::sample::select(vec![
+        &b"k"[..],
+        b"key:0001",
+        b"0",
+        b"00",
+        b"5",
+        b"-1",
+        b"-0",
+        b"+5",
+        b"-",
+        b"3",
+        b"100",
+        b"4294967295",
+        b"4294967296",
+        b"9999999999",
+        b"99999999999",
+        b"2147483648",
+        b"999999999",
+        b"1000000000",
+        b"2147483645",
+        b"noreply",
+        b"noreplyx",
+        b"",
+        b" ",
+        b"a\x01",
+        b"\x7f",
+        b"\0",
+        b"\t",
+        b"\xc3\xa9",
+    ]);
+    let words = prop::collection::vec(word, 0..7);
+    let end = prop::sample::select(vec![
+        &b"\r\n"[..],
+        b"\n",
+        b"\r",
+        b"",
+        b"\r\r\n",
+        b" \r\n",
+        b"\0\r\n",
+    ]);
+    let data = prop::sample::select(vec![
+        &b""[..],
+        b"abc\r\n",
+        b"abcd\r\n",
+        b"ab",
+        b"abc",
+        b"abcxx",
+        b"get k\r\n",
+    ]);
+    let long = prop::option::of(200usize..=260);
+    (command, words, long, end, data).prop_map(|(command, words, long, end, data)| {
+        let mut line = command.to_vec();
+        if let Some(n) = long {
+            line.extend(std::iter::repeat_n(b'k', n));
+            line.push(b' ');
+        }
+        line.extend_from_slice(&words.join(&b' '));
+        [&line[..], end, data].concat()
+    })
+}
+
+/// A get's cas flag, touch, keys and bytes used.
+type SplitGet<'a> = (bool, Option<i32>, Vec<&'a [u8]>, usize);
+
+/// A parse with a get's keys split (the two paths may leave a get's key text with or
+/// without its leading space: the same keys).
+fn keyed(parse: Parse<'_>) -> (Option<SplitGet<'_>>, Option<Parse<'_>>) {
+    match parse {
+        Parse::Done {
+            request: super::Request::Get(g),
+            consumed,
+        } => (Some((g.cas, g.touch, g.keys.collect(), consumed)), None),
+        other => (None, Some(other)),
+    }
+}
+
 fn limits() -> Limits {
     Limits {
         item_size_max: 64,
@@ -63,6 +152,33 @@ fn requestish() -> impl Strategy<Value = Vec<u8>> {
         prop::collection::vec(any::<u8>(), 0..40),
     ];
     prop::collection::vec(frag, 0..8).prop_map(|v| v.concat())
+}
+
+/// The plain paths do answer the forms a client sends (so the property above is not empty).
+#[test]
+fn the_plain_paths_answer_the_usual_forms() {
+    let l = Limits::default();
+    for input in [
+        &b"get a\r\n"[..],
+        b"gets a b\n",
+        b"get key:0001 k\r\nget",
+        b"set k 0 0 3\r\nabc\r\n",
+        b"set k 4294967296 -1 3 noreply\r\nabc\r\n",
+        b"set k 5 9999999999 0\nxy",
+        b"set k 0 0 3\r\na",
+        b"set k 0 0 300\r\n",
+    ] {
+        let fast = super::plain(input, &l);
+        assert!(fast.is_some(), "{:?}", String::from_utf8_lossy(input));
+        assert_eq!(fast.map(keyed), Some(keyed(super::general(input, &l))));
+    }
+    for input in [
+        &b"set k 0 0 3 \r\nabc\r\n"[..],
+        b"get a",
+        b"set k +1 0 3\r\nabc\r\n",
+    ] {
+        assert!(super::plain(input, &l).is_none());
+    }
 }
 
 proptest! {
@@ -121,6 +237,17 @@ proptest! {
                 return Err(TestCaseError::fail(format!("{mg:?} was served")));
             };
             prop_assert_eq!(line, stop);
+        }
+    }
+
+    /// The plain paths answer every request exactly as the token array's path does (where
+    /// they answer at all), under tight limits and the defaults.
+    #[test]
+    fn the_plain_paths_agree_with_the_general_one(input in plainish()) {
+        for l in [limits(), Limits::default(), Limits { item_size_max: 3, max_line: 12 }] {
+            if let Some(fast) = super::plain(&input, &l) {
+                prop_assert_eq!(keyed(fast), keyed(super::general(&input, &l)), "{:?}", input);
+            }
         }
     }
 
