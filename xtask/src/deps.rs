@@ -119,10 +119,6 @@ const PIP_PACKAGES: &[&str] = &[
     "cryptography==44.0.0",
 ];
 
-/// apt-get waiting up to ten minutes for another apt or dpkg run (an unattended upgrade, a
-/// second job on the machine) to let go of its locks, instead of failing at once.
-pub const APT_GET: &str = "apt-get -o DPkg::Lock::Timeout=600";
-
 /// Installs every missing apt package in one `apt-get install`.
 pub fn apt() -> Result<()> {
     let mut missing: Vec<&str> = APT_PACKAGES
@@ -148,7 +144,8 @@ pub fn apt() -> Result<()> {
         .collect();
     let install = format!(
         "{APT_GET} update -qq && DEBIAN_FRONTEND=noninteractive {APT_GET} install -y -qq --no-install-recommends {}",
-        names.join(" ")
+        names.join(" "),
+        APT_GET = crate::kernel::APT_GET
     );
     if !is_root() {
         bail!("missing packages; run as root:\n  {install}");

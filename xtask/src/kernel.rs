@@ -13,6 +13,11 @@ use sha2::{Digest, Sha256};
 use crate::util::{exec, is_root, root};
 
 /// The Debian package holding the kernel source tarball.
+/// apt-get waiting up to ten minutes for another apt or dpkg run (an unattended upgrade, a
+/// second job on the machine) to let go of its locks, instead of failing at once. Here, not
+/// in deps.rs, because deps already imports this module.
+pub const APT_GET: &str = "apt-get -o DPkg::Lock::Timeout=600";
+
 pub const SOURCE_PACKAGE: &str = "linux-source-6.12";
 /// Packages the build needs besides the source.
 const BUILD_PACKAGES: &[&str] = &["bc", "flex", "bison", "libelf-dev", "libssl-dev"];
@@ -36,7 +41,7 @@ pub fn source_version() -> Result<String> {
     }
     let install = format!(
         "{} install -y {SOURCE_PACKAGE} {}",
-        crate::deps::APT_GET,
+        APT_GET,
         BUILD_PACKAGES.join(" ")
     );
     if !is_root() {

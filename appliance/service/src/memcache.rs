@@ -45,12 +45,12 @@ use ringstore_proto::memcache::{parse, reply, Limits, Parse, Request, OUT_OF_MEM
 
 use ringstore_store::Journaled;
 
-use ahead::Ahead;
 use crate::budget::{Hold, IN_FREE, OUT_FREE};
 use crate::device::Device;
 use crate::held::{Failure, HeldReplies};
 use crate::zero_copy::ZeroCopy;
 use crate::{durable_failure_reply, Flow, Now, Protocol, Shared, WorkerStats};
+use ahead::Ahead;
 
 /// memcached's answer when it cannot grow a connection's read buffer (then it closes).
 const OUT_OF_MEMORY_READING: &str = "SERVER_ERROR out of memory reading request";
@@ -717,12 +717,7 @@ impl MemcacheSession {
     /// prefetched from a scan of their lines. A batch of one has nothing to load (and is
     /// parsed in its turn). Not while a refused value is still being swallowed: the requests
     /// start after it.
-    fn parse_ahead<'a>(
-        &self,
-        ctx: &Ctx<'_>,
-        buf: &'a [u8],
-        limits: &Limits,
-    ) -> Option<Ahead<'a>> {
+    fn parse_ahead<'a>(&self, ctx: &Ctx<'_>, buf: &'a [u8], limits: &Limits) -> Option<Ahead<'a>> {
         if ringstore_proto::memcache::scan::single_request(buf) {
             return None;
         }

@@ -33,6 +33,26 @@ pub(super) fn durable_part(
     Ok(())
 }
 
+/// `--only encryption`: issue 39's cell alone (the disk with and without `--data-key`), so
+/// its medians of three cost a minute, not three runs of the whole durable part.
+pub(super) fn encryption_part(
+    o: &Options,
+    subject: &Subject,
+    out_dir: &Path,
+    doc: &mut Doc,
+) -> Result<()> {
+    let Subject::Ringstore(binary) = subject else {
+        doc.note("encryption: skipped under --self-check (memcached has no data device)".into());
+        return Ok(());
+    };
+    let configs = start_configs(binary, out_dir, doc)?;
+    let seconds = o.seconds.min(durable::LOAD_MAX.as_secs());
+    let mut section = "## Durable SET with and without `--data-key`\n".to_string();
+    sealed_section(&configs, seconds, doc, &mut section)?;
+    doc.sections.push(section);
+    Ok(())
+}
+
 const DISK_LABEL: &str = "--data on disk";
 const SEALED_LABEL: &str = "--data on disk, --data-key";
 

@@ -130,6 +130,9 @@ pub fn run(args: &[String]) -> Result<()> {
     if wants(Part::Durable) {
         durable_part(&o, &subject, &out_dir, &mut doc)?;
     }
+    if o.only == Some(Part::Encryption) {
+        durable_part::encryption_part(&o, &subject, &out_dir, &mut doc)?;
+    }
     if o.only == Some(Part::Tls) {
         tls_part::tls_part(&o, &subject, &out_dir, &mut doc)?;
     } else if o.only.is_none() {

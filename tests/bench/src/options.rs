@@ -63,6 +63,8 @@ pub(super) enum Part {
     Http,
     Memory,
     Durable,
+    /// The durable part's `--data-key` cell alone.
+    Encryption,
     Udp,
     Icount,
     Cores,
@@ -109,13 +111,14 @@ fn parse_part(name: &str) -> Result<Part> {
         "http" => Part::Http,
         "memory" => Part::Memory,
         "durable" => Part::Durable,
+        "encryption" => Part::Encryption,
         "udp" => Part::Udp,
         "icount" => Part::Icount,
         "cores" => Part::Cores,
         "tls" => Part::Tls,
         "metrics" => Part::Metrics,
         other => bail!(
-            "--only {other:?}: expected memcache, tail, http, memory, durable, udp, icount, cores, tls or metrics"
+            "--only {other:?}: expected memcache, tail, http, memory, durable, encryption, udp, icount, cores, tls or metrics"
         ),
     })
 }
@@ -304,6 +307,7 @@ mod tests {
     #[test]
     fn parses_durable_and_compare_binary() {
         assert!(parse(&args(&["--only", "durable"])).unwrap().only == Some(Part::Durable));
+        assert!(parse(&args(&["--only", "encryption"])).unwrap().only == Some(Part::Encryption));
         assert!(parse(&args(&["--only", "icount"])).unwrap().only == Some(Part::Icount));
         let o = parse(&args(&["--icount-check"])).unwrap();
         assert!(o.only == Some(Part::Icount) && o.icount == BaselineUse::Check);
