@@ -4,7 +4,7 @@
 
 use super::client::LoadResult;
 use super::doc::{mark, Doc};
-use super::options::Options;
+use super::options::{Options, Part};
 use super::subject::Subject;
 use super::{durable, report, WARMUP};
 use anyhow::{Context, Result};
@@ -18,6 +18,9 @@ pub(super) fn durable_part(
     out_dir: &Path,
     doc: &mut Doc,
 ) -> Result<()> {
+    if o.only == Some(Part::Encryption) {
+        return encryption_part(o, subject, out_dir, doc);
+    }
     let Subject::Ringstore(binary) = subject else {
         doc.note("durable: skipped under --self-check (memcached has no data device)".into());
         return Ok(());
@@ -35,12 +38,7 @@ pub(super) fn durable_part(
 
 /// `--only encryption`: issue 39's cell alone (the disk with and without `--data-key`), so
 /// its medians of three cost a minute, not three runs of the whole durable part.
-pub(super) fn encryption_part(
-    o: &Options,
-    subject: &Subject,
-    out_dir: &Path,
-    doc: &mut Doc,
-) -> Result<()> {
+fn encryption_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) -> Result<()> {
     let Subject::Ringstore(binary) = subject else {
         doc.note("encryption: skipped under --self-check (memcached has no data device)".into());
         return Ok(());

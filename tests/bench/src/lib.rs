@@ -127,11 +127,8 @@ pub fn run(args: &[String]) -> Result<()> {
     if wants(Part::Memory) {
         memory_part(&subject, &mut doc)?;
     }
-    if wants(Part::Durable) {
+    if wants(Part::Durable) || o.only == Some(Part::Encryption) {
         durable_part(&o, &subject, &out_dir, &mut doc)?;
-    }
-    if o.only == Some(Part::Encryption) {
-        durable_part::encryption_part(&o, &subject, &out_dir, &mut doc)?;
     }
     if o.only == Some(Part::Tls) {
         tls_part::tls_part(&o, &subject, &out_dir, &mut doc)?;
