@@ -125,13 +125,8 @@ pub fn decide(data: &Path, tpm: &mut dyn Transport, key_file: &Path) -> Result<A
             (Err(why), Some(_)) => return resealed(&file, &head, sb.as_ref(), tpm, key_file, &why),
         };
         let mut line = "encrypted, key sealed to PCR 7 and unsealed at this boot".to_string();
-        if let Some((area, ..)) = pending {
-            // PCR 7 did not change: the one-boot copy is spent all the same.
-            line.push_str("; the one-boot copy of `data reseal` was not needed");
-            line.push_str(&match erase_area(&file, &head, area) {
-                Ok(()) => " and is erased".to_string(),
-                Err(e) => format!(" (not erased: {e}; the TPM refuses it after this boot)"),
-            });
+        if let Some((area, copy, _)) = pending {
+            line.push_str(&unneeded_copy(&file, &head, (area, copy), tpm));
         }
         return sealed_at_rest(&key, key_file, &line);
     }
@@ -297,6 +292,34 @@ fn resealed(
         ));
     }
     sealed_at_rest(&key, key_file, &line)
+}
+
+/// A boot whose PCR 7 copy unsealed while a one-boot copy waits: a boot with no TPM restart
+/// since `data reseal` (a kexec jump: no firmware pass, so nothing could have changed yet)
+/// keeps the copy for the boot through the firmware; any later one spends it (PCR 7 did not
+/// change), erasing it. The `status` words said either way.
+fn unneeded_copy(
+    file: &std::fs::File,
+    head: &[u8],
+    (area, copy): (usize, &[u8]),
+    tpm: &mut dyn Transport,
+) -> String {
+    use ringstore_tpm::one_boot::{read_reset_count, OneBootKey, RESETS};
+    let made_this_tpm_boot = OneBootKey::decode(copy)
+        .ok()
+        .zip(read_reset_count(tpm).ok())
+        .is_some_and(|(k, now)| now.checked_add(RESETS) == Some(k.last));
+    if made_this_tpm_boot {
+        return "; the one-boot copy of `data reseal` waits for a boot through the firmware \
+                (the TPM has not restarted since it was made)"
+            .to_string();
+    }
+    let mut line = "; the one-boot copy of `data reseal` was not needed".to_string();
+    line.push_str(&match erase_area(file, head, area) {
+        Ok(()) => " and is erased".to_string(),
+        Err(e) => format!(" (not erased: {e}; the TPM refuses it after this boot)"),
+    });
+    line
 }
 
 /// The superblock block as read in `head`, zero-filled to its whole length.
@@ -595,6 +618,39 @@ mod tests {
         assert!(at.line().contains("was not needed and is erased"), "{at:?}");
         assert_eq!(std::fs::read(&key_file).unwrap(), key);
         assert_eq!(superblock::one_boot_key(&head(&data)), None);
+    }
+
+    /// A kexec `reboot` after `data reseal` restarts no TPM: that boot opens with the PCR 7
+    /// copy and keeps the one-boot copy for the boot through the firmware, which then reseals.
+    #[test]
+    fn a_boot_without_a_tpm_restart_keeps_the_reseal_copy() {
+        use ringstore_tpm::swtpm::SwTpm;
+        if !SwTpm::available() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (data, key_file, state, key) = formatted(dir.path());
+        let mut tpm = SwTpm::start(&state).unwrap();
+        reseal(&data, &mut tpm, key);
+        // The same TPM boot (a kexec jump): kept, twice.
+        for _ in 0..2 {
+            let at = decide(&data, &mut tpm, &key_file).unwrap();
+            assert!(
+                at.line().contains("waits for a boot through the firmware"),
+                "{at:?}"
+            );
+            assert!(superblock::one_boot_key(&head(&data)).is_some(), "kept");
+        }
+        // Through the firmware, Secure Boot off: resealed as without the jump.
+        let mut tpm = tpm.reboot(&state).unwrap();
+        tpm.extend_pcr7().unwrap();
+        let at = decide(&data, &mut tpm, &key_file).unwrap();
+        assert!(
+            at.line().contains("resealed to the present PCR 7"),
+            "{at:?}"
+        );
+        assert_eq!(std::fs::read(&key_file).unwrap(), key);
+        assert_eq!(superblock::one_boot_key(&head(&data)), None, "spent");
     }
 
     /// Power lost at any point of the resealing boot's two area writes (each area two
