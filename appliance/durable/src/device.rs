@@ -32,8 +32,8 @@ pub trait BlockDevice: Send + Sync {
 /// [`io::ErrorKind::WouldBlock`] (or `EBUSY`) with a message naming the holder's pid when
 /// `/proc/locks` shows it.
 ///
-/// Every write the log emits is block-aligned in offset and length, so the io_uring worker
-/// writes its batches through [`FileDevice::open_direct`] with no format change.
+/// O_DIRECT is not used yet; every write the log emits is block-aligned in offset and
+/// length so switching to O_DIRECT (or io_uring with registered buffers) needs no format change.
 #[derive(Debug)]
 pub struct FileDevice {
     file: File,
@@ -109,32 +109,16 @@ impl FileDevice {
     /// file description). Reopened through `/proc/self/fd`, so it is the same inode whatever
     /// happened to the path since; checked by device and inode number.
     pub fn open_flush_lane(&self) -> io::Result<File> {
-        self.reopen(OpenOptions::new().read(true))
-    }
-
-    /// A write-only open file description of the same file with `O_DIRECT`, for the log's
-    /// batch writes (ADR 0011, direct log writes): they skip the page cache, so the flush after
-    /// them has no pages to write back, and io_uring can issue them without its worker thread.
-    /// The caller keeps buffers, offsets and lengths aligned to the logical block size.
-    /// Reopened and checked like [`FileDevice::open_flush_lane`].
-    pub fn open_direct(&self) -> io::Result<File> {
-        self.reopen(OpenOptions::new().write(true).custom_flags(libc::O_DIRECT))
-    }
-
-    fn reopen(&self, opts: &OpenOptions) -> io::Result<File> {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::MetadataExt;
-        let other = opts.open(format!("/proc/self/fd/{}", self.file.as_raw_fd()))?;
-        let (a, b) = (self.file.metadata()?, other.metadata()?);
+        let lane = OpenOptions::new()
+            .read(true)
+            .open(format!("/proc/self/fd/{}", self.file.as_raw_fd()))?;
+        let (a, b) = (self.file.metadata()?, lane.metadata()?);
         if (a.dev(), a.ino(), a.rdev()) != (b.dev(), b.ino(), b.rdev()) {
             return Err(io::Error::other("the reopened data device is another file"));
         }
-        Ok(other)
-    }
-
-    /// The open file (for queries such as its filesystem).
-    pub fn file(&self) -> &File {
-        &self.file
+        Ok(lane)
     }
 }
 

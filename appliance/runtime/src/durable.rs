@@ -33,19 +33,10 @@ pub(crate) use sync::{Done, SyncThread};
 /// back through [`DeviceWorker::complete`], [`DeviceWorker::erase_complete`] and
 /// [`DeviceWorker::read_complete`].
 pub(crate) trait DiskSink {
-    /// Batch write `id` of `bytes[at..]` at `offset`; when `chained`, the next
-    /// [`DiskSink::flush`] is its flush and must start only after it ended (and not at all if
-    /// it failed). `at` is nonzero only for a direct write ([`DeviceWorker::go_direct`]), whose
-    /// bytes start at an aligned address inside `bytes`. Returns the bytes when the sink only
-    /// borrows them until the completion.
-    fn write(
-        &mut self,
-        id: u64,
-        offset: u64,
-        bytes: Vec<u8>,
-        at: usize,
-        chained: bool,
-    ) -> Option<Vec<u8>>;
+    /// Batch write `id` of `bytes` at `offset`; when `chained`, the next [`DiskSink::flush`]
+    /// is its flush and must start only after it ended (and not at all if it failed).
+    /// Returns the bytes when the sink only borrows them until the completion.
+    fn write(&mut self, id: u64, offset: u64, bytes: Vec<u8>, chained: bool) -> Option<Vec<u8>>;
     /// fdatasync `id` on flush lane `lane` (0: the log's descriptor; 1: the second one).
     fn flush(&mut self, id: u64, lane: usize);
     /// Everything of this pump was handed over (io_uring: a chain is complete).
@@ -59,14 +50,6 @@ pub(crate) trait DiskSink {
 
 /// Writes a region log may have accepted and not yet settled (more is "out of memory").
 pub(crate) const PENDING_WRITES_MAX: usize = 1 << 16;
-
-/// Memory alignment of a direct batch write's bytes: a page, at least what any device asks
-/// (`statx` reports 512 for the virtio disk).
-const DIRECT_ALIGN: usize = 4096;
-
-/// Copies of direct batch writes kept for reuse: one per write in flight at most
-/// (`Limits::max_inflight_writes`).
-const DIRECT_SPARE_MAX: usize = 4;
 
 /// One staged record on its way to the device.
 struct Rec {
@@ -127,16 +110,6 @@ pub(crate) struct DeviceWorker {
     /// flushes). None when it could not be opened; then one flush is in flight at a time.
     flush_lane: Option<std::fs::File>,
     flushing: usize,
-    /// The device opened with `O_DIRECT` for batch writes ([`DeviceWorker::go_direct`]);
-    /// None: they go through `fd` and the page cache.
-    direct: Option<std::fs::File>,
-    /// Buffers that held direct writes, for the next ones (at most [`DIRECT_SPARE_MAX`]).
-    spare: Vec<Vec<u8>>,
-    /// Chained writes post no completion of their own when they succeed
-    /// ([`DeviceWorker::quiet_chained_writes`]).
-    quiet: bool,
-    /// (flush, its chained write) of quiet chains in flight: at most one per lane.
-    chains: Vec<(u64, u64)>,
     /// This region's background compaction.
     compactor: Compactor,
     /// An erase is in flight: Some(outcome of its write once completed).
@@ -180,10 +153,6 @@ impl DeviceWorker {
             inflight: Vec::new(),
             flush_lane,
             flushing: 0,
-            direct: None,
-            spare: Vec::new(),
-            quiet: false,
-            chains: Vec::new(),
             compactor,
             erasing: None,
             reading: None,
@@ -225,58 +194,6 @@ impl DeviceWorker {
             state: 0,
         });
         Ok(())
-    }
-
-    /// Batch writes from now on through an `O_DIRECT` description of the device (ADR 0011,
-    /// direct log writes), after preallocating a regular file's holes: a write into a hole
-    /// allocates blocks, which io_uring cannot do without its worker thread, and makes the
-    /// flush write metadata too. Not on tmpfs (memory: nothing to skip, and preallocating
-    /// takes RAM) or where `O_DIRECT` is refused; then nothing changes. Returns the line to log.
-    pub(crate) fn go_direct(&mut self) -> String {
-        let region = self.region;
-        let dev = self.serving.device();
-        let file = dev.file();
-        if crate::sys::on_tmpfs(file).unwrap_or(true) {
-            return format!("region {region}: buffered log writes (tmpfs)");
-        }
-        let regular = file.metadata().is_ok_and(|m| m.is_file());
-        let len = ringstore_durable::BlockDevice::len(dev);
-        let kept = if regular {
-            match crate::sys::preallocate(file, len) {
-                Ok(true) => "",
-                Ok(false) => ", holes kept (too little free space to preallocate)",
-                Err(_) => ", holes kept (preallocation refused)",
-            }
-        } else {
-            ""
-        };
-        match dev.open_direct() {
-            Ok(f) => {
-                self.direct = Some(f);
-                format!("region {region}: direct log writes{kept}")
-            }
-            Err(e) => format!("region {region}: buffered log writes (O_DIRECT: {e})"),
-        }
-    }
-
-    /// When `on`, a chained write's success posts no completion (io_uring's
-    /// `IOSQE_CQE_SKIP_SUCCESS`, where the kernel has it): one completion and one wake-up less
-    /// per group. Its flush's completion says it instead: the flush ran, so the write it is
-    /// linked behind completed whole. A failed or short write posts its own completion with
-    /// the error and cancels the flush, whose completion the kernel then skips too (the
-    /// flush is ended here as cancelled).
-    pub(crate) fn quiet_chained_writes(&mut self, on: bool) {
-        self.quiet = on;
-    }
-
-    /// Whether chained writes post no completion on success.
-    pub(crate) fn quiet(&self) -> bool {
-        self.quiet
-    }
-
-    /// The descriptor batch writes go through (the `O_DIRECT` one when there is one).
-    pub(crate) fn write_fd(&self) -> RawFd {
-        self.direct.as_ref().map_or(self.fd, AsRawFd::as_raw_fd)
     }
 
     /// Gives the log back (after it drained).
@@ -336,8 +253,6 @@ impl DeviceWorker {
     /// batch write whose flush is chained behind it is followed by that flush at once.
     pub(crate) fn pump(&mut self, sink: &mut impl DiskSink) {
         let w = self.log.get_mut();
-        // A quiet chained write waiting for its flush (the log's very next action).
-        let mut chained_write = None;
         while let Some(action) = w.log.poll_action() {
             match action {
                 Action::WriteBatch {
@@ -347,29 +262,14 @@ impl DeviceWorker {
                     chained,
                 } => {
                     let len = bytes.len();
-                    let (bytes, at) = match self.direct {
-                        Some(_) => {
-                            let mut copy = self.spare.pop().unwrap_or_default();
-                            let at = aligned_copy(&mut copy, &bytes);
-                            w.log.recycle(bytes);
-                            (copy, at)
-                        }
-                        None => (bytes, 0),
-                    };
                     // A sink that only borrows the bytes gives them back: they stay here
                     // (the Vec's heap buffer does not move) until the completion.
-                    let kept = sink.write(id, offset, bytes, at, chained);
+                    let kept = sink.write(id, offset, bytes, chained);
                     self.inflight.push((id, len, kept));
-                    if chained && self.quiet {
-                        chained_write = Some(id);
-                    }
                 }
                 Action::Flush { id, lane } => {
                     debug_assert!(lane == 0 || self.flush_lane.is_some());
                     self.flushing += 1;
-                    if let Some(write) = chained_write.take() {
-                        self.chains.push((id, write));
-                    }
                     sink.flush(id, usize::from(lane != 0 && self.flush_lane.is_some()));
                 }
             }
@@ -386,36 +286,6 @@ impl DeviceWorker {
     /// Feeds a batch write (`flush` false) or flush completion back; returns what the worker
     /// must do about it.
     pub(crate) fn complete(&mut self, flush: bool, id: u64, res: i32) -> Outcome {
-        let mut first = Outcome::default();
-        if let Some(at) = self.chains.iter().position(|&(f, _)| flush && f == id) {
-            let (_, write) = self.chains.swap_remove(at);
-            // The flush ran (it was not cancelled), so its quiet write completed whole.
-            if res != -libc::ECANCELED {
-                let len = self
-                    .inflight
-                    .iter()
-                    .find(|e| e.0 == write)
-                    .map_or(0, |e| e.1);
-                first = self.complete(false, write, i32::try_from(len).unwrap_or(i32::MAX));
-            }
-        }
-        let mut out = self.settle_completion(flush, id, res);
-        first.forget.append(&mut out.forget);
-        first.settled.append(&mut out.settled);
-        if let Some(at) = self.chains.iter().position(|&(_, w)| !flush && w == id) {
-            // A quiet write posts a completion only when it failed, and then the kernel posts
-            // none for the flush its failure cancelled (`REQ_F_SKIP_LINK_CQES`): that flush
-            // ends here, as its `-ECANCELED` would have.
-            let (cancelled, _) = self.chains.swap_remove(at);
-            let mut out = self.settle_completion(true, cancelled, -libc::ECANCELED);
-            first.forget.append(&mut out.forget);
-            first.settled.append(&mut out.settled);
-        }
-        first
-    }
-
-    /// [`DeviceWorker::complete`] for one operation's own completion.
-    fn settle_completion(&mut self, flush: bool, id: u64, res: i32) -> Outcome {
         let ok = if flush {
             self.flushing = self.flushing.saturating_sub(1);
             res >= 0
@@ -427,13 +297,8 @@ impl DeviceWorker {
                 .map(|at| self.inflight.swap_remove(at));
             let want = entry.as_ref().map_or(0, |e| e.1);
             if let Some(buf) = entry.and_then(|e| e.2) {
-                // The kernel is done with it: the next batch (or its direct copy) reuses the
-                // allocation.
-                if self.direct.is_none() {
-                    self.log.get_mut().log.recycle(buf);
-                } else if self.spare.len() < DIRECT_SPARE_MAX {
-                    self.spare.push(buf);
-                }
+                // The kernel is done with it: the next batch reuses the allocation.
+                self.log.get_mut().log.recycle(buf);
             }
             res >= 0 && res as usize == want
         };
@@ -501,30 +366,5 @@ impl DeviceWorker {
             w.recs.front().map_or(u64::MAX, |r| r.seq),
         );
         out
-    }
-}
-
-/// Copies `bytes` into `copy` at the first [`DIRECT_ALIGN`]-aligned address it holds and
-/// returns that index: `O_DIRECT` needs the memory aligned too, and a `Vec<u8>`'s is not.
-fn aligned_copy(copy: &mut Vec<u8>, bytes: &[u8]) -> usize {
-    copy.clear();
-    copy.resize(bytes.len() + DIRECT_ALIGN, 0);
-    let at = copy.as_ptr().align_offset(DIRECT_ALIGN);
-    copy[at..at + bytes.len()].copy_from_slice(bytes);
-    copy.truncate(at + bytes.len());
-    at
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn aligned_copy_puts_the_bytes_at_an_aligned_address() {
-        let mut copy = Vec::new();
-        for len in [0usize, 1, 4096, 12_288, 70_000] {
-            let bytes: Vec<u8> = (0..len).map(|i| i.to_le_bytes()[0] ^ 0x5A).collect();
-            let at = super::aligned_copy(&mut copy, &bytes);
-            assert_eq!(copy[at..].as_ptr() as usize % super::DIRECT_ALIGN, 0);
-            assert_eq!(&copy[at..], &bytes[..]);
-        }
     }
 }

@@ -48,7 +48,7 @@ pub use epoll::{
     sendmsg_iovecs_nowait, set_nonblocking, Epoll, Readiness, Received, RecvBatch, Transfer, Watch,
     RECVMMSG_MAX, SENDMMSG_MAX,
 };
-pub use fs::{drop_cached, on_tmpfs, preallocate, read_trim};
+pub use fs::{drop_cached, read_trim};
 pub use hint::prefetch_read;
 pub use kexec::{kexec_file_load, reboot_kexec, KEXEC_CMDLINE_MAX};
 pub use ktls::{

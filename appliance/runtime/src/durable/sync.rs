@@ -141,16 +141,7 @@ impl SyncThread {
 }
 
 impl DiskSink for SyncThread {
-    fn write(
-        &mut self,
-        id: u64,
-        offset: u64,
-        mut bytes: Vec<u8>,
-        at: usize,
-        chained: bool,
-    ) -> Option<Vec<u8>> {
-        // Only the io_uring worker writes directly (`at` > 0); plain writes need no alignment.
-        bytes.drain(..at);
+    fn write(&mut self, id: u64, offset: u64, bytes: Vec<u8>, chained: bool) -> Option<Vec<u8>> {
         if chained {
             self.chained = Some((id, offset, bytes));
         } else {

@@ -169,15 +169,10 @@ impl<H: Handler> Worker<H> {
     fn start(mut setup: WorkerSetup<H>) -> Result<(Worker<H>, Features), String> {
         let registered = register(&mut setup)?;
         let device = match &setup.data {
-            Some(serving) => {
-                let mut device = DeviceWorker::install(serving.clone(), setup.index)
-                    .ok_or("the data device has no free region for it")?;
-                eprintln!("ringstore: {}", device.go_direct());
-                device.quiet_chained_writes(
-                    registered.ring.params().is_feature_skip_cqe_on_success(),
-                );
-                Some(device)
-            }
+            Some(serving) => Some(
+                DeviceWorker::install(serving.clone(), setup.index)
+                    .ok_or("the data device has no free region for it")?,
+            ),
             None => None,
         };
         let tuning = setup.limits.tuning;
@@ -245,12 +240,8 @@ impl<H: Handler> Worker<H> {
             }
             if let Some(device) = &mut self.device {
                 let (fd, lane_fd) = device.fds();
-                let write_fd = device.write_fd();
-                let quiet = device.quiet();
                 let mut sink = device::UringSink {
                     fd,
-                    write_fd,
-                    quiet,
                     lane_fd,
                     sqes: &mut self.pending,
                     chains: &mut self.pending_chains,

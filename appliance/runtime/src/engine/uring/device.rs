@@ -13,11 +13,6 @@ use crate::durable::DiskSink;
 /// the write ended, while the log counts it as covering that write).
 pub(super) struct UringSink<'a> {
     pub fd: RawFd,
-    /// Batch writes' descriptor (`O_DIRECT` when the worker went direct).
-    pub write_fd: RawFd,
-    /// A chained write posts no completion when it succeeds (`IOSQE_CQE_SKIP_SUCCESS`,
-    /// [`crate::durable::DeviceWorker::quiet_chained_writes`]): its flush's says it.
-    pub quiet: bool,
     pub lane_fd: Option<RawFd>,
     pub sqes: &'a mut Vec<squeue::Entry>,
     pub chains: &'a mut Vec<[squeue::Entry; 2]>,
@@ -26,19 +21,11 @@ pub(super) struct UringSink<'a> {
 }
 
 impl DiskSink for UringSink<'_> {
-    fn write(
-        &mut self,
-        id: u64,
-        offset: u64,
-        bytes: Vec<u8>,
-        at: usize,
-        chained: bool,
-    ) -> Option<Vec<u8>> {
-        let data = &bytes[at..];
+    fn write(&mut self, id: u64, offset: u64, bytes: Vec<u8>, chained: bool) -> Option<Vec<u8>> {
         let entry = opcode::Write::new(
-            types::Fd(self.write_fd),
-            data.as_ptr(),
-            crate::sys::u32_of(data.len()),
+            types::Fd(self.fd),
+            bytes.as_ptr(),
+            crate::sys::u32_of(bytes.len()),
         )
         .offset(offset)
         .build()
@@ -62,13 +49,9 @@ impl DiskSink for UringSink<'_> {
             .build()
             .user_data(Op::DiskFlush { id }.encode());
         match self.chained_write.take() {
-            Some(write) => {
-                let mut flags = squeue::Flags::IO_LINK;
-                if self.quiet {
-                    flags |= squeue::Flags::SKIP_SUCCESS;
-                }
-                self.chains.push([write.flags(flags), flush]);
-            }
+            Some(write) => self
+                .chains
+                .push([write.flags(squeue::Flags::IO_LINK), flush]),
             None => self.sqes.push(flush),
         }
     }
