@@ -18,13 +18,13 @@ pub(super) fn durable_part(
     out_dir: &Path,
     doc: &mut Doc,
 ) -> Result<()> {
-    if o.only == Some(Part::Encryption) {
-        return encryption_part(o, subject, out_dir, doc);
-    }
     let Subject::Ringstore(binary) = subject else {
         doc.note("durable: skipped under --self-check (memcached has no data device)".into());
         return Ok(());
     };
+    if o.only == Some(Part::Encryption) {
+        return encryption_part(o, binary, out_dir, doc);
+    }
     let mut configs = start_configs(binary, out_dir, doc)?;
     let mut section = set_section(o, &mut configs, doc)?;
     drop(configs);
@@ -38,11 +38,7 @@ pub(super) fn durable_part(
 
 /// `--only encryption`: issue 39's cell alone (the disk with and without `--data-key`), so
 /// its medians of three cost a minute, not three runs of the whole durable part.
-fn encryption_part(o: &Options, subject: &Subject, out_dir: &Path, doc: &mut Doc) -> Result<()> {
-    let Subject::Ringstore(binary) = subject else {
-        doc.note("encryption: skipped under --self-check (memcached has no data device)".into());
-        return Ok(());
-    };
+fn encryption_part(o: &Options, binary: &Path, out_dir: &Path, doc: &mut Doc) -> Result<()> {
     let configs = start_configs(binary, out_dir, doc)?;
     let seconds = o.seconds.min(durable::LOAD_MAX.as_secs());
     let mut section = "## Durable SET with and without `--data-key`\n".to_string();
