@@ -19,6 +19,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+use aes::cipher::generic_array::GenericArray;
+use aes::cipher::{BlockEncrypt, KeyInit};
+use aes::Aes256;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
 use ring::hmac;
 use zeroize::{Zeroize, Zeroizing};
@@ -198,9 +201,21 @@ impl DataKey {
         plain.try_into().ok().map(DataKey)
     }
 
-    fn aead(&self, uuid: &[u8; 16]) -> Result<LessSafeKey, DurableError> {
-        aead_key(&self.prf(AEAD_LABEL, uuid))
+    fn aead(&self, uuid: &[u8; 16]) -> Result<AeadKey, DurableError> {
+        let bytes = self.prf(AEAD_LABEL, uuid);
+        Ok(AeadKey {
+            gcm: aead_key(&bytes)?,
+            ctr: Aes256::new(GenericArray::from_slice(&bytes[..])),
+        })
     }
+}
+
+/// One AEAD key twice: as `ring`'s AES-256-GCM (seal, open) and as the bare AES-256 block
+/// cipher under the same bytes, which gives GCM's counter-mode keystream alone for
+/// [`Crypt::peek`] (`ring` does not expose it). The `aes` crate zeroes its round keys on drop.
+struct AeadKey {
+    gcm: LessSafeKey,
+    ctr: Aes256,
 }
 
 /// An AES-256-GCM key from 32 derived bytes. `UnboundKey::new` refuses only a key of another
@@ -219,10 +234,10 @@ pub const WRAPPED_LEN: usize = DATA_KEY_LEN + TAG_LEN;
 /// place: a switch makes a new one, so a [`Sealer`] seals with its own snapshot, lock-free.
 struct Keys {
     current: DataKey,
-    aead: LessSafeKey,
+    aead: AeadKey,
     /// The first epoch sealed under `current` (0: every epoch; no rekey since the format).
     from: u32,
-    old: Option<(DataKey, LessSafeKey)>,
+    old: Option<(DataKey, AeadKey)>,
     /// This open's sealing epoch, durable in the superblock; `None`: opens only (recovery).
     epoch: Option<u32>,
 }
@@ -250,7 +265,7 @@ impl Keys {
 
     /// The key that seals and opens under `nonce`: the old key for an epoch below the switch
     /// while one is kept, the current one otherwise.
-    fn for_nonce(&self, nonce: &[u8; NONCE_LEN]) -> &LessSafeKey {
+    fn for_nonce(&self, nonce: &[u8; NONCE_LEN]) -> &AeadKey {
         let epoch = u32::from_le_bytes([nonce[0], nonce[1], nonce[2], nonce[3]]);
         match &self.old {
             Some((_, old)) if epoch < self.from => old,
@@ -433,7 +448,7 @@ impl Crypt {
         // Sealing fails only for a body over AES-GCM's 64 GiB limit; records are below 4 GiB.
         // The key follows the nonce's epoch: a range taken just before a switch stays under
         // the key of its epoch, which the switch keeps until no record needs it.
-        if let Ok(t) = keys.for_nonce(&nonce).seal_in_place_separate_tag(
+        if let Ok(t) = keys.for_nonce(&nonce).gcm.seal_in_place_separate_tag(
             Nonce::assume_unique_for_key(nonce),
             Aad::from(aad.as_slice()),
             body,
@@ -456,6 +471,7 @@ impl Crypt {
         let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
         let n = keys
             .for_nonce(&nonce)
+            .gcm
             .open_in_place(
                 Nonce::assume_unique_for_key(nonce),
                 Aad::from(aad.as_slice()),
@@ -466,6 +482,30 @@ impl Crypt {
         drop(keys);
         buf.truncate(n);
         Some(buf)
+    }
+
+    /// The first `sealed.len()` bytes of the plaintext of a body sealed under `nonce`, decrypted
+    /// into `out` (cleared first) *without* checking the tag: GCM is counter mode, so a prefix
+    /// costs a few AES blocks where [`Crypt::open`] decrypts and authenticates the whole body.
+    /// Only for deciding what to skip (compaction's scan: which records are dead); bytes that
+    /// are served, kept or copied come from [`Crypt::open`].
+    pub(crate) fn peek(&self, nonce: [u8; NONCE_LEN], sealed: &[u8], out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(sealed);
+        let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
+        let aes = &keys.for_nonce(&nonce).ctr;
+        // GCM with a 96-bit nonce: J0 = nonce | 1, and the body starts at counter 2.
+        let mut counter = 2u32;
+        for chunk in out.chunks_mut(16) {
+            let mut block = GenericArray::from([0u8; 16]);
+            block[..NONCE_LEN].copy_from_slice(&nonce);
+            block[NONCE_LEN..].copy_from_slice(&counter.to_be_bytes());
+            aes.encrypt_block(&mut block);
+            for (b, k) in chunk.iter_mut().zip(block.iter()) {
+                *b ^= k;
+            }
+            counter = counter.wrapping_add(1);
+        }
     }
 
     /// Seals a whole blob (the checkpoint body): `nonce | ciphertext | tag`.
@@ -584,6 +624,39 @@ mod tests {
         assert_ne!(key(1).check_value(&u), key(1).check_value(&[2u8; 16]));
         // The check value is not the AEAD key.
         assert_ne!(key(1).check_value(&u), *key(1).prf(AEAD_LABEL, &u));
+    }
+
+    #[test]
+    fn peek_is_the_plaintext_prefix_under_the_key_of_its_epoch() {
+        let c = Arc::new(Crypt::new(&key(7), [3; 16], 5).unwrap());
+        let plain: Vec<u8> = (0..200u8).collect();
+        let seal = |c: &Arc<Crypt>| {
+            let mut s = Sealer::new(c.clone());
+            let nonce = s.next_nonce().unwrap();
+            let mut body = plain.clone();
+            let tag = s.seal(nonce, b"h", &mut body);
+            (nonce, body, tag)
+        };
+        let (nonce, body, tag) = seal(&c);
+        let mut out = Vec::new();
+        for len in [0, 1, 15, 16, 17, 40, 57, 200] {
+            c.peek(nonce, &body[..len], &mut out);
+            assert_eq!(out, &plain[..len], "prefix of {len}");
+        }
+        let mut sealed = body.clone();
+        sealed.extend_from_slice(&tag);
+        assert_eq!(c.open(nonce, b"h", &sealed).unwrap(), plain);
+        // After a switch, what was sealed under the old epoch peeks with the old key.
+        c.switch(key(8), 6).unwrap();
+        c.peek(nonce, &body[..57], &mut out);
+        assert_eq!(out, &plain[..57]);
+        let (nonce2, body2, _) = seal(&c);
+        c.peek(nonce2, &body2[..57], &mut out);
+        assert_eq!(out, &plain[..57]);
+        // Another key peeks garbage (nothing checks it: `peek` only decides what to skip).
+        let other = Crypt::new(&key(9), [3; 16], 5).unwrap();
+        other.peek(nonce, &body[..57], &mut out);
+        assert_ne!(out, &plain[..57]);
     }
 
     #[test]

@@ -283,8 +283,18 @@ fn sealed_extent(buf: &[u8]) -> Option<&[u8]> {
     buf.get(..end)
 }
 
-/// Decodes a sealed record: crc first (the framing), then the tag, then the body's fields.
-fn decode_sealed<'a>(buf: &'a [u8], prev_crc: u32, crypt: &Crypt) -> Option<RecordView<'a>> {
+/// The sealed record at the start of `buf` whose framing and crc check (its tag unchecked).
+struct Framed<'a> {
+    /// Header through tag, as stored.
+    rec: &'a [u8],
+    body_len: usize,
+    /// Bytes the record occupies, padding included.
+    len: usize,
+    crc: u32,
+    nonce: [u8; NONCE_LEN],
+}
+
+fn framed(buf: &[u8], prev_crc: u32) -> Option<Framed<'_>> {
     let rec = sealed_bytes(buf)?;
     let body_len = rec.len() - HEADER_LEN - TAG_LEN;
     let len = sealed_total(body_len);
@@ -296,22 +306,26 @@ fn decode_sealed<'a>(buf: &'a [u8], prev_crc: u32, crypt: &Crypt) -> Option<Reco
         return None;
     }
     let nonce: [u8; NONCE_LEN] = rec[24..24 + NONCE_LEN].try_into().ok()?;
+    Some(Framed {
+        rec,
+        body_len,
+        len,
+        crc,
+        nonce,
+    })
+}
+
+/// Decodes a sealed record: crc first (the framing), then the tag, then the body's fields.
+fn decode_sealed<'a>(buf: &'a [u8], prev_crc: u32, crypt: &Crypt) -> Option<RecordView<'a>> {
+    let Framed {
+        rec,
+        body_len,
+        len,
+        crc,
+        nonce,
+    } = framed(buf, prev_crc)?;
     let mut body = crypt.open(nonce, &sealed_aad(rec), &rec[HEADER_LEN..])?;
-    let kind = RecordKind::from_byte(body[0])?;
-    let key_len = usize::from(u16::from_le_bytes([body[2], body[3]]));
-    let value_len = le32(&body, 4) as usize;
-    if BODY_HEAD + key_len + value_len != body_len
-        || (kind == RecordKind::Tombstone && value_len != 0)
-    {
-        return None;
-    }
-    let meta = RecordMeta {
-        kind,
-        flags: le32(&body, 8),
-        exptime: le64(&body, 16),
-        cas: le64(&body, 24),
-        seq: le64(&body, 32),
-    };
+    let (meta, key_len) = body_fields(&body, body_len)?;
     let key = body[BODY_HEAD..BODY_HEAD + key_len].to_vec();
     body.drain(..BODY_HEAD + key_len);
     Some(RecordView {
@@ -482,7 +496,56 @@ pub fn scan<'a>(
     seed: u32,
     block: usize,
     crypt: Option<&Crypt>,
-    mut f: impl FnMut(usize, &RecordView<'a>),
+    f: impl FnMut(usize, &RecordView<'a>),
+) -> (usize, u32) {
+    walk(buf, (start, seed, block), |b, crc| decode(b, crc, crypt), f)
+}
+
+/// [`scan`] for what a record says about itself without its value: a sealed record's framing
+/// and crc are checked as by [`decode`], but only its body's head and key are decrypted, and
+/// its tag is *not* checked ([`Crypt::peek`]). For deciding which records are dead; whatever
+/// is kept or copied is decoded again with [`decode`], which checks the tag.
+pub fn scan_heads<'a>(
+    buf: &'a [u8],
+    start: usize,
+    seed: u32,
+    block: usize,
+    crypt: Option<&Crypt>,
+    f: impl FnMut(usize, &RecordHead<'a>),
+) -> (usize, u32) {
+    walk(buf, (start, seed, block), |b, crc| head(b, crc, crypt), f)
+}
+
+/// What [`walk`] needs of a decoded record: where the next one starts and chains.
+trait Chained {
+    fn len(&self) -> usize;
+    fn crc(&self) -> u32;
+}
+
+impl Chained for RecordView<'_> {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn crc(&self) -> u32 {
+        self.crc
+    }
+}
+
+impl Chained for RecordHead<'_> {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn crc(&self) -> u32 {
+        self.crc
+    }
+}
+
+/// The walk [`scan`] and [`scan_heads`] share; `at` is (start, seed, block).
+fn walk<'a, R: Chained>(
+    buf: &'a [u8],
+    (start, seed, block): (usize, u32, usize),
+    mut decode: impl FnMut(&'a [u8], u32) -> Option<R>,
+    mut f: impl FnMut(usize, &R),
 ) -> (usize, u32) {
     let mut pos = start;
     let mut crc = seed;
@@ -491,7 +554,7 @@ pub fn scan<'a>(
         if !pos.is_multiple_of(block) && pos + 4 <= buf.len() && le32(buf, pos) == 0 {
             pos = pos.div_ceil(block) * block;
         }
-        let Some(rec) = buf.get(pos..).and_then(|rest| decode(rest, crc, crypt)) else {
+        let Some(rec) = buf.get(pos..).and_then(|rest| decode(rest, crc)) else {
             debug_assert!(start <= end && end <= buf.len().max(start));
             return (end, crc);
         };
@@ -500,12 +563,87 @@ pub fn scan<'a>(
         debug_assert!(
             pos.is_multiple_of(8) || !start.is_multiple_of(8) || !block.is_multiple_of(8)
         );
-        debug_assert!(pos >= end && pos + rec.len <= buf.len());
+        debug_assert!(pos >= end && pos + rec.len() <= buf.len());
         f(pos, &rec);
-        crc = rec.crc;
-        pos += rec.len;
+        crc = rec.crc();
+        pos += rec.len();
         end = pos;
     }
+}
+
+/// A record's fields and key, not its value ([`scan_heads`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordHead<'a> {
+    /// Header fields.
+    pub meta: RecordMeta,
+    /// Key bytes.
+    pub key: Cow<'a, [u8]>,
+    /// Bytes the record occupies, padding included.
+    pub len: usize,
+    /// This record's crc (the next record's seed).
+    pub crc: u32,
+}
+
+/// The head of the record at the start of `buf`: a record in clear decoded whole (its key is
+/// borrowed), a sealed one checked as far as its crc and then peeked ([`scan_heads`]).
+pub fn head<'a>(buf: &'a [u8], prev_crc: u32, crypt: Option<&Crypt>) -> Option<RecordHead<'a>> {
+    let Some(c) = crypt else {
+        let r = decode(buf, prev_crc, None)?;
+        return Some(RecordHead {
+            meta: r.meta,
+            key: r.key,
+            len: r.len,
+            crc: r.crc,
+        });
+    };
+    let Framed {
+        rec,
+        body_len,
+        len,
+        crc,
+        nonce,
+    } = framed(buf, prev_crc)?;
+    let mut body = Vec::new();
+    c.peek(nonce, &rec[HEADER_LEN..HEADER_LEN + BODY_HEAD], &mut body);
+    let key_len = usize::from(u16::from_le_bytes([body[2], body[3]]));
+    if BODY_HEAD + key_len > body_len {
+        return None;
+    }
+    c.peek(
+        nonce,
+        &rec[HEADER_LEN..HEADER_LEN + BODY_HEAD + key_len],
+        &mut body,
+    );
+    let (meta, key_len) = body_fields(&body, body_len)?;
+    body.drain(..BODY_HEAD);
+    debug_assert_eq!(body.len(), key_len);
+    Some(RecordHead {
+        meta,
+        key: Cow::Owned(body),
+        len,
+        crc,
+    })
+}
+
+/// A sealed body's fields from its first [`BODY_HEAD`] bytes, checked against the body's
+/// length; with the key's length.
+fn body_fields(body: &[u8], body_len: usize) -> Option<(RecordMeta, usize)> {
+    let kind = RecordKind::from_byte(*body.first()?)?;
+    let key_len = usize::from(u16::from_le_bytes([body[2], body[3]]));
+    let value_len = le32(body, 4) as usize;
+    if BODY_HEAD + key_len + value_len != body_len
+        || (kind == RecordKind::Tombstone && value_len != 0)
+    {
+        return None;
+    }
+    let meta = RecordMeta {
+        kind,
+        flags: le32(body, 8),
+        exptime: le64(body, 16),
+        cas: le64(body, 24),
+        seq: le64(body, 32),
+    };
+    Some((meta, key_len))
 }
 
 #[cfg(test)]
@@ -624,6 +762,50 @@ mod tests {
         assert_eq!((end, crc), (512 + sealed_len(1, 0), c2));
     }
 
+    #[test]
+    fn a_head_is_not_authenticated_but_its_record_is() {
+        // What `scan_heads` promises and no more: a sealed record whose ciphertext was changed
+        // and its crc forged to match still has a head (its key garbled), but never decodes,
+        // so compaction, which decodes every record it keeps, gives up rather than copy it.
+        let c = crypt(3);
+        let mut s = Sealer::new(c.clone());
+        let mut rec = Vec::new();
+        seal(&mut rec, &mut s, 1, &meta(1), b"key", b"value");
+        rec[HEADER_LEN + BODY_HEAD] ^= 1; // the key's first byte
+        let body_len = le32(&rec, 12) as usize;
+        let forged = sealed_crc(1, &rec[..HEADER_LEN + body_len + TAG_LEN]);
+        rec[4..8].copy_from_slice(&forged.to_le_bytes());
+        let h = head(&rec, 1, Some(&c)).unwrap();
+        assert_eq!(&*h.key, b"jey");
+        assert!(decode(&rec, 1, Some(&c)).is_none());
+        // A flip the crc catches ends the walk for both.
+        rec[HEADER_LEN + BODY_HEAD + 1] ^= 1;
+        assert!(head(&rec, 1, Some(&c)).is_none());
+        let (end, _) = scan_heads(&rec, 0, 1, 512, Some(&c), |_, _| panic!("no head"));
+        assert_eq!(end, 0);
+    }
+
+    #[test]
+    fn scan_heads_walks_what_scan_walks() {
+        let c = crypt(3);
+        let mut s = Sealer::new(c.clone());
+        let mut seg = Vec::new();
+        let c1 = seal(&mut seg, &mut s, 1, &meta(1), b"a", &[7; 3000]);
+        seg.resize(seg.len().div_ceil(512) * 512, 0); // the batch's padding
+        let c2 = seal(&mut seg, &mut s, c1, &meta(2), b"bb", b"");
+        seal(&mut seg, &mut s, c2, &meta(3), &[b'c'; 200], b"v");
+        seg.resize(8192, 0);
+        let (mut full, mut heads) = (Vec::new(), Vec::new());
+        let a = scan(&seg, 0, 1, 512, Some(&c), |o, r| {
+            full.push((o, r.meta, r.key.to_vec(), r.len))
+        });
+        let b = scan_heads(&seg, 0, 1, 512, Some(&c), |o, r| {
+            heads.push((o, r.meta, r.key.to_vec(), r.len))
+        });
+        assert_eq!(full.len(), 3);
+        assert_eq!((full, a), (heads, b));
+    }
+
     const STAMP: Stamp = Stamp {
         tag: 0xA55A,
         durable: 4096,
@@ -724,12 +906,41 @@ mod tests {
         }
 
         #[test]
+        fn heads_say_what_decode_says(key in proptest::collection::vec(any::<u8>(), 0..300),
+                     value in proptest::collection::vec(any::<u8>(), 0..3000),
+                     flags: u32, exptime: u64, cas: u64, seq: u64, seed: u32, kind in 1u8..=3,
+                     sealed: bool) {
+            let kind = RecordKind::from_byte(kind).unwrap();
+            let value = if kind == RecordKind::Tombstone { Vec::new() } else { value };
+            let m = RecordMeta { kind, flags, exptime, cas, seq };
+            let c = crypt(9);
+            let mut s = Sealer::new(c.clone());
+            let mut buf = Vec::new();
+            let crc = if sealed {
+                seal(&mut buf, &mut s, seed, &m, &key, &value)
+            } else {
+                encode_into(&mut buf, seed, &m, STAMP, &key, &value)
+            };
+            let crypt = sealed.then_some(&*c);
+            let r = decode(&buf, seed, crypt).unwrap();
+            let h = head(&buf, seed, crypt).unwrap();
+            prop_assert_eq!(h.meta, r.meta);
+            prop_assert_eq!(&*h.key, &*r.key);
+            prop_assert_eq!((h.len, h.crc), (r.len, crc));
+            // The chain is checked as by decode: another seed, no head.
+            prop_assert!(head(&buf, seed ^ 1, crypt).is_none());
+        }
+
+        #[test]
         fn arbitrary_bytes_never_panic_sealed(bytes in proptest::collection::vec(any::<u8>(), 0..2000), seed: u32) {
             let c = crypt(9);
             let _ = decode(&bytes, seed, Some(&c));
             let _ = claimed_len(&bytes, true);
             let _ = recompute_crc(&bytes, seed, true);
             let (end, _) = scan(&bytes, 0, seed, 512, Some(&c), |_, _| ());
+            prop_assert!(end <= bytes.len());
+            let _ = head(&bytes, seed, Some(&c));
+            let (end, _) = scan_heads(&bytes, 0, seed, 512, Some(&c), |_, _| ());
             prop_assert!(end <= bytes.len());
         }
 

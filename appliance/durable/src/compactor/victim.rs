@@ -8,7 +8,7 @@ use super::{Compactor, COPY_BUDGET};
 use crate::device::BlockDevice;
 use crate::index::Loc;
 use crate::large::parse_chunk_key;
-use crate::record::{decode, scan, RecordKind, RecordMeta};
+use crate::record::{decode, scan_heads, RecordKind, RecordMeta};
 use crate::region::{Purpose, RegionLog, SegState, COMPACTION_RESERVE, DELETE_RESERVE};
 use crate::segment::SegmentHeader;
 use crate::serving::{DataFull, Serving};
@@ -125,10 +125,12 @@ impl Compactor {
     ) -> Work {
         let block = s.superblock().geometry.block_size as usize;
         let mut recs = Vec::new();
+        let index = s.read_index();
         if let Some((_, seed)) = SegmentHeader::decode(&self.buf[..block]) {
-            let index = s.read_index();
             let mut prev = seed;
-            scan(&self.buf, block, seed, block, s.crypt(), |pos, rec| {
+            // Heads only: on a sealed device most of a victim is dead, and what is copied is
+            // decoded (its tag checked) again in `copy_some`.
+            scan_heads(&self.buf, block, seed, block, s.crypt(), |pos, rec| {
                 let loc = Loc {
                     region,
                     segment: seg,
@@ -163,13 +165,24 @@ impl Compactor {
                 prev = rec.crc;
             });
         }
+        // The walk stops at the first record that does not decode (and finds none behind a
+        // damaged segment header): live records past it would be erased unseen. The index's
+        // live bytes of the segment are the sum of its live records' lengths; any short of it
+        // and the compaction gives up, the victim kept (ADR 0016: refuse, never lose).
+        let found: u64 = recs
+            .iter()
+            .filter(|f| f.plan != Plan::Dead)
+            .map(|f| u64::from(f.loc.len))
+            .sum();
+        let unfound = found < index.live_bytes(region, seg);
+        drop(index);
         Work {
             seg,
             recs,
             next: 0,
             outstanding: 0,
             moved: HashSet::new(),
-            failed: false,
+            failed: unfound,
             evict,
         }
     }
