@@ -125,6 +125,10 @@ pub struct Compactor {
     retired: bool,
     /// This region told the serving device it has no segment from before the switch left.
     region_done: bool,
+    /// Segments whose walk found fewer live bytes than the index counts (damage): never
+    /// picked again by this compactor, so the rest of the region still compacts. At most the
+    /// region's segments.
+    damaged: Vec<u32>,
 }
 
 impl Compactor {
@@ -142,6 +146,7 @@ impl Compactor {
             old_before: None,
             retired: false,
             region_done: false,
+            damaged: Vec::new(),
         }
     }
 
@@ -284,7 +289,7 @@ impl Compactor {
                     return Step::Idle;
                 }
                 let old = self.pick_old(s, log).map(|seg| (seg, false));
-                let Some((seg, evict)) = old.or_else(|| Self::pick(s, log)) else {
+                let Some((seg, evict)) = old.or_else(|| Self::pick(s, log, &self.damaged)) else {
                     return Step::Idle;
                 };
                 self.buf.resize(usize_from(g.segment_size), 0);
@@ -326,6 +331,9 @@ impl Compactor {
                     return Step::Waiting;
                 }
                 if w.failed {
+                    if w.unfound && !self.damaged.contains(&w.seg) {
+                        self.damaged.push(w.seg);
+                    }
                     self.abort(s, w, now_ms);
                     return Step::Idle;
                 }
@@ -451,17 +459,28 @@ pub fn run_to_idle<D: BlockDevice>(
     now_unix: u64,
     max_steps: usize,
 ) -> Result<Step, DurableError> {
+    run_to_idle_at(c, s, log, (now_unix, 0), max_steps)
+}
+
+/// [`run_to_idle`] at `now_ms` on the compactor's clock (its retries wait on it).
+pub fn run_to_idle_at<D: BlockDevice>(
+    c: &mut Compactor,
+    s: &Serving<D>,
+    log: &mut RegionLog<u64>,
+    (now_unix, now_ms): (u64, u64),
+    max_steps: usize,
+) -> Result<Step, DurableError> {
     let mut last = Step::Idle;
     for _ in 0..max_steps {
-        last = c.step(s, log, now_unix, 0, true);
+        last = c.step(s, log, now_unix, now_ms, true);
         if let Step::Read { offset, .. } = last {
-            c.read_sync(s.device(), offset, 0);
+            c.read_sync(s.device(), offset, now_ms);
         }
         crate::serving::drive_sync(s, log, |r| c.on_relocated(r))?;
         if let Step::Erase { offset } = last {
             let ok =
                 s.device().write_at(offset, c.erase_block()).is_ok() && s.device().flush().is_ok();
-            c.on_erased(s, log, ok, 0);
+            c.on_erased(s, log, ok, now_ms);
         }
         if last == Step::Idle {
             break;

@@ -49,6 +49,8 @@ pub(super) struct Work {
     pub(super) failed: bool,
     /// An eviction (the device is full) rather than a compaction.
     pub(super) evict: bool,
+    /// The walk found fewer live bytes than the index counts (damage): failed from the start.
+    pub(super) unfound: bool,
 }
 
 /// Free segments beyond the reserves below which a full region in `evict` mode evicts its
@@ -57,7 +59,7 @@ pub(super) struct Work {
 pub const EVICT_HEADROOM: u32 = 2;
 
 impl Compactor {
-    /// The sealed segment to compact next, if the region needs it: its sealed bytes exceed
+    /// The sealed segment to compact next (none of `damaged`), if the region needs it: its sealed bytes exceed
     /// `SPACE_FACTOR ×` their live bytes plus one segment (then any gain will do), or fewer
     /// than three segments are free beyond the reserves (then it must be at most 7/8 live);
     /// and its live bytes fit in the room left. Otherwise, when values are about to run out of
@@ -66,6 +68,7 @@ impl Compactor {
     pub(super) fn pick<D: BlockDevice>(
         s: &Serving<D>,
         log: &RegionLog<u64>,
+        damaged: &[u32],
     ) -> Option<(u32, bool)> {
         let g = s.superblock().geometry;
         let payload = g.segment_size - u64::from(g.block_size);
@@ -82,7 +85,7 @@ impl Compactor {
             let live = index.live_bytes(log.region(), seg);
             sealed += g.segment_size;
             sealed_live += live;
-            if open_seq >= in_flight_from {
+            if open_seq >= in_flight_from || damaged.contains(&seg) {
                 continue;
             }
             if best.is_none_or(|(l, o, _)| (live, open_seq) < (l, o)) {
@@ -184,6 +187,7 @@ impl Compactor {
             moved: HashSet::new(),
             failed: unfound,
             evict,
+            unfound,
         }
     }
 
