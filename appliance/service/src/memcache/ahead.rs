@@ -38,36 +38,31 @@ impl<'a> Ahead<'a> {
         };
         let mut keys: [&[u8]; PREFETCH_MAX] = [&[]; PREFETCH_MAX];
         let (mut n, mut at) = (0, 0);
+        // The first PREFETCH_MAX keys are prefetched, the rest not.
+        let mut push = |key: &'a [u8]| {
+            if let Some(slot) = keys.get_mut(n) {
+                *slot = key;
+                n += 1;
+            }
+        };
         while ahead.len < PREFETCH_MAX && at < buf.len() {
             let (kept, consumed) = match parse(&buf[at..], limits) {
                 Parse::Done {
                     request: Request::Get(g),
                     consumed,
                 } => {
-                    for key in g.keys {
-                        if n == PREFETCH_MAX {
-                            break;
-                        }
-                        keys[n] = key;
-                        n += 1;
-                    }
+                    g.keys.take(PREFETCH_MAX).for_each(&mut push);
                     (Kept::Get(g), consumed)
                 }
                 Parse::Done {
                     request: Request::Store(s),
                     consumed,
                 } => {
-                    if n < PREFETCH_MAX {
-                        keys[n] = s.key;
-                        n += 1;
-                    }
+                    push(s.key);
                     (Kept::Store(s), consumed)
                 }
                 Parse::AwaitingValue { key, .. } => {
-                    if n < PREFETCH_MAX {
-                        keys[n] = key;
-                        n += 1;
-                    }
+                    push(key);
                     break;
                 }
                 _ => break,
