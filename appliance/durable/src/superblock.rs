@@ -370,9 +370,14 @@ fn area_holding<'a>(b: &'a [u8], area: usize, magic: &[u8; 8]) -> Option<&'a [u8
 pub fn one_boot_key(b: &[u8]) -> Option<(usize, &[u8], [u8; 32])> {
     (0..SEALED_KEY_AREAS.len()).find_map(|a| {
         let key = area_holding(b, a, ONE_BOOT_MAGIC)?;
-        let at = SEALED_KEY_AREAS[a].start + SEALED_CHECK_AT;
-        Some((a, key, b.get(at..at + 32)?.try_into().ok()?))
+        Some((a, key, check_beside(b, a)?))
     })
+}
+
+/// The key check value stored in area `area`, whatever the area holds.
+fn check_beside(b: &[u8], area: usize) -> Option<[u8; 32]> {
+    let at = SEALED_KEY_AREAS.get(area)?.start + SEALED_CHECK_AT;
+    b.get(at..at + 32)?.try_into().ok()
 }
 
 /// Writes a one-boot copy `key` of the key whose check value is `check` into area `area`.
@@ -411,8 +416,7 @@ pub fn sealed_key_for(b: &[u8], key_check: Option<[u8; 32]>) -> Option<&[u8]> {
 /// before the format); `None` when the area holds no valid sealed key.
 pub fn sealed_key_check(b: &[u8], area: usize) -> Option<[u8; 32]> {
     sealed_key_in(b, area)?;
-    let at = SEALED_KEY_AREAS[area].start + SEALED_CHECK_AT;
-    b.get(at..at + 32)?.try_into().ok()
+    check_beside(b, area)
 }
 
 /// Writes `key` into the first sealed-key area of superblock block `b` (at least 4096 bytes).
