@@ -277,9 +277,9 @@ class NeverReads:
         self.sock.close()
 
 
-def flooded_server(server_factory, port):
-    """A server shipping to `port` that logged a flood while it served; its dropped count."""
-    d = tempfile.mkdtemp(prefix="ringstore-logsink-")
+def flooded_server(server_factory, port, d):
+    """A server shipping to `port` that logged a flood while it served (its tokens file in the
+    test's own directory `d`); its dropped count."""
     server = server_factory(
         "--memory", "64MiB", "--log-sink", f"tcp://127.0.0.1:{port}",
         "--http-tokens", tokens_file(d), preexec_fn=quiet_stderr,
@@ -290,10 +290,10 @@ def flooded_server(server_factory, port):
     return server, dropped
 
 
-def test_a_receiver_that_never_reads_costs_dropped_lines_only(server_factory):
+def test_a_receiver_that_never_reads_costs_dropped_lines_only(server_factory, tmp_path):
     receiver = NeverReads()
     try:
-        server, dropped = flooded_server(server_factory, receiver.port)
+        server, dropped = flooded_server(server_factory, receiver.port, tmp_path)
         report = receiver.drain()
         # Lines of SIGHUPs still pending when the flood ended may be dropped after `dropped`.
         assert 0 < int(report.group(1)) <= int(stats(server.mc)["log_lines_dropped"])
@@ -302,10 +302,10 @@ def test_a_receiver_that_never_reads_costs_dropped_lines_only(server_factory):
         receiver.close()
 
 
-def test_an_unreachable_receiver_costs_dropped_lines_then_they_are_reported(server_factory, rsyslog):
+def test_an_unreachable_receiver_costs_dropped_lines_then_they_are_reported(server_factory, rsyslog, tmp_path):
     need_rsyslog()
     port = free_port()
-    server, dropped = flooded_server(server_factory, port)
+    server, dropped = flooded_server(server_factory, port, tmp_path)
     receiver = rsyslog("tcp", port)
     report = wait_for("the drop report at rsyslog", lambda: [l for l in receiver.lines() if "lines dropped" in l])
     check_line(report[0], server, component="log-sink")
