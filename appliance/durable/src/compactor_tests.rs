@@ -4,6 +4,7 @@ use super::*;
 use crate::engine::{Durable, Options};
 use crate::region::SegState;
 use crate::serving::drive_sync;
+use crate::serving::tests::put;
 use crate::sim::{SimDevice, SimRng};
 use crate::Mutation;
 use crate::SPACE_FACTOR;
@@ -446,15 +447,7 @@ fn value_of(k: u64) -> Vec<u8> {
 fn mostly_dead(s: &Serving<SimDevice>, log: &mut RegionLog<u64>, n: u64, keep: &[u64]) {
     for k in 0..n {
         let (v, key) = (value_of(k), format!("key{k}"));
-        let m = Mutation::Put {
-            key: key.as_bytes(),
-            value: &v,
-            flags: 0,
-            exptime: 0,
-            cas: k + 1,
-            large: false,
-        };
-        s.stage(log, m, k + 1).unwrap();
+        s.stage(log, put(key.as_bytes(), &v, k + 1), k + 1).unwrap();
     }
     for k in (0..n).filter(|k| !keep.contains(k)) {
         let key = format!("key{k}");
@@ -502,15 +495,12 @@ fn a_victim_with_a_damaged_record_is_kept_with_the_live_records_behind_it() {
                 break;
             }
             let key = format!("fill{i}");
-            let m = Mutation::Put {
-                key: key.as_bytes(),
-                value: &[9; 3000],
-                flags: 0,
-                exptime: 0,
-                cas: 1000 + i,
-                large: false,
-            };
-            s.stage(&mut log, m, 1000 + i).unwrap();
+            s.stage(
+                &mut log,
+                put(key.as_bytes(), &[9; 3000], 1000 + i),
+                1000 + i,
+            )
+            .unwrap();
             assert!(drive_sync(&s, &mut log, |_| {}).unwrap().failed.is_empty());
         }
         let st = c.stats();
@@ -519,15 +509,12 @@ fn a_victim_with_a_damaged_record_is_kept_with_the_live_records_behind_it() {
         // (here: more filler, with the clock past the retry, frees segments again).
         for i in 0..60u64 {
             let key = format!("more{}", i % 8);
-            let m = Mutation::Put {
-                key: key.as_bytes(),
-                value: &[8; 3000],
-                flags: 0,
-                exptime: 0,
-                cas: 5000 + i,
-                large: false,
-            };
-            s.stage(&mut log, m, 5000 + i).unwrap();
+            s.stage(
+                &mut log,
+                put(key.as_bytes(), &[8; 3000], 5000 + i),
+                5000 + i,
+            )
+            .unwrap();
             assert!(drive_sync(&s, &mut log, |_| {}).unwrap().failed.is_empty());
             run_to_idle_at(&mut c, &s, &mut log, (0, RETRY_MS * (i + 1)), 1_000).unwrap();
         }

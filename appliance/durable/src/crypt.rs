@@ -484,27 +484,30 @@ impl Crypt {
         Some(buf)
     }
 
-    /// The first `sealed.len()` bytes of the plaintext of a body sealed under `nonce`, decrypted
-    /// into `out` (cleared first) *without* checking the tag: GCM is counter mode, so a prefix
-    /// costs a few AES blocks where [`Crypt::open`] decrypts and authenticates the whole body.
-    /// Only for deciding what to skip (compaction's scan: which records are dead); bytes that
-    /// are served, kept or copied come from [`Crypt::open`].
-    pub(crate) fn peek(&self, nonce: [u8; NONCE_LEN], sealed: &[u8], out: &mut Vec<u8>) {
-        out.clear();
-        out.extend_from_slice(sealed);
+    /// Decrypts in place `bytes`, the ciphertext at offset `at` of a body sealed under `nonce`,
+    /// *without* checking the tag: GCM is counter mode, so a few bytes cost a few AES blocks
+    /// where [`Crypt::open`] decrypts and authenticates the whole body. Only for deciding what
+    /// to skip (compaction's walk: which records are dead); bytes that are served, kept or
+    /// copied come from [`Crypt::open`].
+    pub(crate) fn peek(&self, nonce: [u8; NONCE_LEN], at: usize, bytes: &mut [u8]) {
         let keys = self.keys.read().unwrap_or_else(|e| e.into_inner());
         let aes = &keys.for_nonce(&nonce).ctr;
-        // GCM with a 96-bit nonce: J0 = nonce | 1, and the body starts at counter 2.
-        let mut counter = 2u32;
-        for chunk in out.chunks_mut(16) {
+        let (mut pos, mut rest) = (at, bytes);
+        while !rest.is_empty() {
+            let skip = pos % 16;
+            let (now, later) = rest.split_at_mut((16 - skip).min(rest.len()));
+            // GCM with a 96-bit nonce: J0 = nonce | 1, and the body starts at counter 2.
+            // Bodies are below 4 GiB: the block number fits.
+            let counter = u32::try_from(pos / 16 + 2).unwrap_or(u32::MAX);
             let mut block = GenericArray::from([0u8; 16]);
             block[..NONCE_LEN].copy_from_slice(&nonce);
             block[NONCE_LEN..].copy_from_slice(&counter.to_be_bytes());
             aes.encrypt_block(&mut block);
-            for (b, k) in chunk.iter_mut().zip(block.iter()) {
+            for (b, k) in now.iter_mut().zip(&block[skip..]) {
                 *b ^= k;
             }
-            counter = counter.wrapping_add(1);
+            pos += now.len();
+            rest = later;
         }
     }
 
@@ -638,25 +641,33 @@ mod tests {
             (nonce, body, tag)
         };
         let (nonce, body, tag) = seal(&c);
-        let mut out = Vec::new();
+        let peek = |c: &Crypt, nonce, range: std::ops::Range<usize>, body: &[u8]| {
+            let mut out = body[range.clone()].to_vec();
+            c.peek(nonce, range.start, &mut out);
+            out
+        };
         for len in [0, 1, 15, 16, 17, 40, 57, 200] {
-            c.peek(nonce, &body[..len], &mut out);
-            assert_eq!(out, &plain[..len], "prefix of {len}");
+            assert_eq!(
+                peek(&c, nonce, 0..len, &body),
+                &plain[..len],
+                "prefix of {len}"
+            );
+        }
+        for range in [3..5, 15..17, 16..48, 40..57, 33..200] {
+            let want = &plain[range.clone()];
+            assert_eq!(peek(&c, nonce, range.clone(), &body), want, "{range:?}");
         }
         let mut sealed = body.clone();
         sealed.extend_from_slice(&tag);
         assert_eq!(c.open(nonce, b"h", &sealed).unwrap(), plain);
         // After a switch, what was sealed under the old epoch peeks with the old key.
         c.switch(key(8), 6).unwrap();
-        c.peek(nonce, &body[..57], &mut out);
-        assert_eq!(out, &plain[..57]);
+        assert_eq!(peek(&c, nonce, 0..57, &body), &plain[..57]);
         let (nonce2, body2, _) = seal(&c);
-        c.peek(nonce2, &body2[..57], &mut out);
-        assert_eq!(out, &plain[..57]);
+        assert_eq!(peek(&c, nonce2, 0..57, &body2), &plain[..57]);
         // Another key peeks garbage (nothing checks it: `peek` only decides what to skip).
         let other = Crypt::new(&key(9), [3; 16], 5).unwrap();
-        other.peek(nonce, &body[..57], &mut out);
-        assert_ne!(out, &plain[..57]);
+        assert_ne!(peek(&other, nonce, 0..57, &body), &plain[..57]);
     }
 
     #[test]

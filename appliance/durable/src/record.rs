@@ -498,7 +498,8 @@ pub fn scan<'a>(
     crypt: Option<&Crypt>,
     f: impl FnMut(usize, &RecordView<'a>),
 ) -> (usize, u32) {
-    walk(buf, (start, seed, block), |b, crc| decode(b, crc, crypt), f)
+    let step = |b, crc| decode(b, crc, crypt).map(|r| (r.len, r.crc, r));
+    walk(buf, (start, seed, block), step, f)
 }
 
 /// [`scan`] for what a record says about itself without its value: a sealed record's framing
@@ -513,38 +514,16 @@ pub fn scan_heads<'a>(
     crypt: Option<&Crypt>,
     f: impl FnMut(usize, &RecordHead<'a>),
 ) -> (usize, u32) {
-    walk(buf, (start, seed, block), |b, crc| head(b, crc, crypt), f)
+    let step = |b, crc| head(b, crc, crypt).map(|r| (r.len, r.crc, r));
+    walk(buf, (start, seed, block), step, f)
 }
 
-/// What [`walk`] needs of a decoded record: where the next one starts and chains.
-trait Chained {
-    fn len(&self) -> usize;
-    fn crc(&self) -> u32;
-}
-
-impl Chained for RecordView<'_> {
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn crc(&self) -> u32 {
-        self.crc
-    }
-}
-
-impl Chained for RecordHead<'_> {
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn crc(&self) -> u32 {
-        self.crc
-    }
-}
-
-/// The walk [`scan`] and [`scan_heads`] share; `at` is (start, seed, block).
-fn walk<'a, R: Chained>(
+/// The walk [`scan`] and [`scan_heads`] share: `decode` gives a record with its length and
+/// crc (where the next one starts and what it chains after).
+fn walk<'a, R>(
     buf: &'a [u8],
     (start, seed, block): (usize, u32, usize),
-    mut decode: impl FnMut(&'a [u8], u32) -> Option<R>,
+    mut decode: impl FnMut(&'a [u8], u32) -> Option<(usize, u32, R)>,
     mut f: impl FnMut(usize, &R),
 ) -> (usize, u32) {
     let mut pos = start;
@@ -554,7 +533,7 @@ fn walk<'a, R: Chained>(
         if !pos.is_multiple_of(block) && pos + 4 <= buf.len() && le32(buf, pos) == 0 {
             pos = pos.div_ceil(block) * block;
         }
-        let Some(rec) = buf.get(pos..).and_then(|rest| decode(rest, crc)) else {
+        let Some((len, next, rec)) = buf.get(pos..).and_then(|rest| decode(rest, crc)) else {
             debug_assert!(start <= end && end <= buf.len().max(start));
             return (end, crc);
         };
@@ -563,10 +542,10 @@ fn walk<'a, R: Chained>(
         debug_assert!(
             pos.is_multiple_of(8) || !start.is_multiple_of(8) || !block.is_multiple_of(8)
         );
-        debug_assert!(pos >= end && pos + rec.len() <= buf.len());
+        debug_assert!(pos >= end && pos + len <= buf.len());
         f(pos, &rec);
-        crc = rec.crc();
-        pos += rec.len();
+        crc = next;
+        pos += len;
         end = pos;
     }
 }
@@ -603,23 +582,16 @@ pub fn head<'a>(buf: &'a [u8], prev_crc: u32, crypt: Option<&Crypt>) -> Option<R
         crc,
         nonce,
     } = framed(buf, prev_crc)?;
-    let mut body = Vec::new();
-    c.peek(nonce, &rec[HEADER_LEN..HEADER_LEN + BODY_HEAD], &mut body);
-    let key_len = usize::from(u16::from_le_bytes([body[2], body[3]]));
-    if BODY_HEAD + key_len > body_len {
-        return None;
-    }
-    c.peek(
-        nonce,
-        &rec[HEADER_LEN..HEADER_LEN + BODY_HEAD + key_len],
-        &mut body,
-    );
-    let (meta, key_len) = body_fields(&body, body_len)?;
-    body.drain(..BODY_HEAD);
-    debug_assert_eq!(body.len(), key_len);
+    let body = &rec[HEADER_LEN..HEADER_LEN + body_len];
+    let mut fields = [0u8; BODY_HEAD];
+    fields.copy_from_slice(&body[..BODY_HEAD]);
+    c.peek(nonce, 0, &mut fields);
+    let (meta, key_len) = body_fields(&fields, body_len)?;
+    let mut key = body[BODY_HEAD..BODY_HEAD + key_len].to_vec();
+    c.peek(nonce, BODY_HEAD, &mut key);
     Some(RecordHead {
         meta,
-        key: Cow::Owned(body),
+        key: Cow::Owned(key),
         len,
         crc,
     })

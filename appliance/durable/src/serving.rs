@@ -462,7 +462,7 @@ pub fn drive_sync<D: BlockDevice>(
 
 #[cfg(test)]
 #[path = "serving_tests.rs"]
-mod tests;
+pub(crate) mod tests;
 
 #[cfg(test)]
 #[path = "serving/rekey_tests.rs"]

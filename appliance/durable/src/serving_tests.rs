@@ -39,7 +39,8 @@ fn drive(s: &Serving<SimDevice>, log: &mut RegionLog<u64>) -> Settled {
     all
 }
 
-fn put<'a>(key: &'a [u8], value: &'a [u8], cas: u64) -> Mutation<'a> {
+/// A put of `value` (flags 1, no expiry) with CAS `cas`; the compactor's tests use it too.
+pub(crate) fn put<'a>(key: &'a [u8], value: &'a [u8], cas: u64) -> Mutation<'a> {
     Mutation::Put {
         key,
         value,

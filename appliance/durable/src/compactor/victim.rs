@@ -59,12 +59,12 @@ pub(super) struct Work {
 pub const EVICT_HEADROOM: u32 = 2;
 
 impl Compactor {
-    /// The sealed segment to compact next (none of `damaged`), if the region needs it: its sealed bytes exceed
-    /// `SPACE_FACTOR ×` their live bytes plus one segment (then any gain will do), or fewer
-    /// than three segments are free beyond the reserves (then it must be at most 7/8 live);
-    /// and its live bytes fit in the room left. Otherwise, when values are about to run out of
-    /// room and the device evicts ([`DataFull::Evict`]): the oldest sealed segment, evicted
-    /// (true).
+    /// The sealed segment to compact next (none of `damaged`), if the region needs it: its
+    /// sealed bytes exceed `SPACE_FACTOR ×` their live bytes plus one segment (then any gain
+    /// will do), or fewer than three segments are free beyond the reserves (then it must be
+    /// at most 7/8 live); and its live bytes fit in the room left. Otherwise, when values are
+    /// about to run out of room and the device evicts ([`DataFull::Evict`]): the oldest sealed
+    /// segment, evicted (true).
     pub(super) fn pick<D: BlockDevice>(
         s: &Serving<D>,
         log: &RegionLog<u64>,
