@@ -130,7 +130,14 @@ def test_udp_is_served_by_every_worker(server_factory):
     for i, c in enumerate(clients):
         got = c.request(b"get w%d\r\n" % i, settle=0)
         assert got == b"VALUE w%d 0 1\r\n%d\r\nEND\r\n" % (i, i % 10)
-    st = stats(server)
+    # A send is counted when its completion is reaped, which can be after the client
+    # already holds the reply: wait (bounded) for the last completion.
+    deadline = time.monotonic() + 5
+    while True:
+        st = stats(server)
+        if int(st["udp_tx_datagrams"]) >= 64 or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
     assert int(st["udp_rx_datagrams"]) == 64 and int(st["udp_tx_datagrams"]) == 64, st
     assert st["threads"] == "2"
     # Each worker owns one socket of the SO_REUSEPORT group: the log says so.
