@@ -408,6 +408,7 @@ mod tests {
             .collect();
         for want in [
             "base.config",
+            "boot.config",
             "numa-cpu.config",
             "io_uring-bpf-xdp.config",
             "hugepages.config",
