@@ -23,6 +23,17 @@ def stats(server):
     return {m[0]: m[1] for m in re.findall(r"STAT (\S+) (\S+)", out)}
 
 
+def stats_once_sent(server, n, timeout):
+    """`stats` once `udp_tx_datagrams` reaches `n` (or `timeout` passed): a reply datagram is
+    counted when its send's completion is reaped, which can be after the client holds it."""
+    deadline = time.monotonic() + timeout
+    st = stats(server)
+    while int(st["udp_tx_datagrams"]) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+        st = stats(server)
+    return st
+
+
 BIG = b"".join(b"%06d" % i for i in range(1000))  # 6000 bytes: a 5-datagram reply
 
 # One stream of requests; replies must match memcached's datagram for datagram.
@@ -130,14 +141,7 @@ def test_udp_is_served_by_every_worker(server_factory):
     for i, c in enumerate(clients):
         got = c.request(b"get w%d\r\n" % i, settle=0)
         assert got == b"VALUE w%d 0 1\r\n%d\r\nEND\r\n" % (i, i % 10)
-    # A send is counted when its completion is reaped, which can be after the client
-    # already holds the reply: wait (bounded) for the last completion.
-    deadline = time.monotonic() + 5
-    while True:
-        st = stats(server)
-        if int(st["udp_tx_datagrams"]) >= 64 or time.monotonic() > deadline:
-            break
-        time.sleep(0.01)
+    st = stats_once_sent(server, 64, timeout=5)
     assert int(st["udp_rx_datagrams"]) == 64 and int(st["udp_tx_datagrams"]) == 64, st
     assert st["threads"] == "2"
     # Each worker owns one socket of the SO_REUSEPORT group: the log says so.
@@ -260,10 +264,7 @@ def test_udp_writes_waiting_for_a_stalled_device_are_bounded(fault_device, serve
     dev.heal()
     # Every held request is answered once the device commits (the server's count: the
     # client's socket buffer may drop some of the burst).
-    deadline = time.monotonic() + 10
-    while int(stats(server)["udp_tx_datagrams"]) < held and time.monotonic() < deadline:
-        time.sleep(0.05)
-    st = stats(server)
+    st = stats_once_sent(server, held, timeout=10)
     assert int(st["udp_tx_datagrams"]) == held, st
     sender.settimeout(1)
     assert sender.recv(64)[8:] == b"STORED\r\n"

@@ -17,6 +17,8 @@ pub const SWTPM: &str = "/usr/bin/swtpm";
 pub struct SwTpm {
     child: Child,
     socket: UnixStream,
+    /// resetCount at this start (it changes only at the next TPM Reset).
+    resets: u32,
 }
 
 impl Drop for SwTpm {
@@ -38,7 +40,10 @@ impl SwTpm {
         there
     }
 
-    /// Starts swtpm with its state in `state` (kept there: a later start finds the same TPM).
+    /// Starts swtpm with its state in `state` (kept there: a later start finds the same TPM),
+    /// returning once it has answered a command. swtpm listens before it has run its
+    /// `startup-clear`, and one killed in between never stored that TPM Reset: tests that
+    /// rebooted several times in a row counted fewer resets than reboots (a CI flake).
     pub fn start(state: &Path) -> Result<SwTpm, TpmError> {
         let sock = state.join("tpm.sock");
         let _ = std::fs::remove_file(&sock);
@@ -67,20 +72,23 @@ impl SwTpm {
             }
         };
         socket.set_read_timeout(Some(COMMAND_TIMEOUT))?;
-        Ok(SwTpm { child, socket })
+        let mut tpm = SwTpm {
+            child,
+            socket,
+            resets: 0,
+        };
+        tpm.resets = crate::one_boot::read_reset_count(&mut tpm)?;
+        Ok(tpm)
     }
 
     /// A reboot: this swtpm stopped (without TPM2_Shutdown, as at a power loss) and another
-    /// started on the same state, whose TPM2_Startup(CLEAR) is a TPM Reset (resetCount + 1).
-    /// Each side answers a command before the kill and after the start: swtpm listens before
-    /// it has run its Startup, and one killed in between never stored its reset, so reboots
-    /// in a row without a command between them counted fewer resets (a flaky test).
-    pub fn reboot(mut self, state: &Path) -> Result<SwTpm, TpmError> {
-        let before = crate::one_boot::read_reset_count(&mut self)?;
+    /// started on the same state, whose TPM2_Startup(CLEAR) is a TPM Reset (resetCount + 1,
+    /// checked: a lost reset would make a test of the reset policy weaker without a word).
+    pub fn reboot(self, state: &Path) -> Result<SwTpm, TpmError> {
+        let before = self.resets;
         drop(self);
-        let mut tpm = SwTpm::start(state)?;
-        let after = crate::one_boot::read_reset_count(&mut tpm)?;
-        if after != before.wrapping_add(1) {
+        let tpm = SwTpm::start(state)?;
+        if tpm.resets != before.wrapping_add(1) {
             return Err(TpmError::Malformed(
                 "swtpm: a reboot did not count one TPM Reset",
             ));
