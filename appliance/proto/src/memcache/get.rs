@@ -1,6 +1,7 @@
 //! `get`, `gets`, `gat`, `gats`: retrieval of one or many keys.
 
 use super::key::{key_byte, valid_text_key};
+use super::swar;
 use super::tokens::{strtol32, Tokens};
 use super::{Request, BAD_FORMAT, ERROR, KEY_LEN_MAX};
 
@@ -17,24 +18,58 @@ pub struct GetRequest<'a> {
 }
 
 /// The keys of a retrieval line, split lazily (a multi-get may hold thousands).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct GetKeys<'a> {
     rest: &'a [u8],
+    /// `rest` is one key, no space in it (the plain parse knew): given whole, not searched.
+    single: bool,
 }
 
 impl<'a> GetKeys<'a> {
     /// Keys from the space-separated text `rest`.
     pub fn new(rest: &'a [u8]) -> GetKeys<'a> {
-        GetKeys { rest }
+        GetKeys {
+            rest,
+            single: false,
+        }
+    }
+
+    /// The one key `key` (non-empty, no space).
+    fn single(key: &'a [u8]) -> GetKeys<'a> {
+        debug_assert!(!key.is_empty() && !key.contains(&b' '));
+        GetKeys {
+            rest: key,
+            single: true,
+        }
+    }
+}
+
+/// The same keys, however the text around them was cut.
+impl PartialEq for GetKeys<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.eq_keys(*other)
+    }
+}
+
+impl Eq for GetKeys<'_> {}
+
+impl GetKeys<'_> {
+    fn eq_keys(self, other: Self) -> bool {
+        Iterator::eq(self, other)
     }
 }
 
 impl<'a> Iterator for GetKeys<'a> {
     type Item = &'a [u8];
     fn next(&mut self) -> Option<&'a [u8]> {
+        if self.single {
+            self.single = false;
+            return Some(std::mem::take(&mut self.rest));
+        }
         let start = self.rest.iter().position(|&b| b != b' ')?;
         let rest = &self.rest[start..];
-        let end = memchr::memchr(b' ', rest).unwrap_or(rest.len());
+        // Keys are short: a word-at-a-time search, not a call into `memchr` (swar.rs).
+        let end = swar::find(rest, b' ').unwrap_or(rest.len());
         self.rest = &rest[end..];
         Some(&rest[..end])
     }
@@ -62,10 +97,43 @@ pub(crate) fn parse_plain(input: &[u8]) -> Option<(GetRequest<'_>, usize)> {
     } else {
         return None;
     };
-    let (mut keys, mut run) = (0usize, 0usize);
     let rest = &input[start..];
-    // The first byte that is neither a space nor a key's: the line's end, or a refusal.
-    let end = rest.iter().position(|&b| {
+    // The first key's end, a word at a time: a get of one key ends there. Past a space, the
+    // byte loop reads the other keys; a leading space or no key, that loop decides too.
+    let stop = swar::key_stop(rest)?;
+    let (end, keys) = match rest[stop] {
+        _ if stop > KEY_LEN_MAX => return None,
+        b' ' => key_run(rest, stop, usize::from(stop > 0))?,
+        _ => (stop, usize::from(stop > 0)),
+    };
+    let nl = match rest[end] {
+        b'\n' => end,
+        b'\r' if rest.get(end + 1) == Some(&b'\n') => end + 1,
+        _ => return None,
+    };
+    // The get alone, not a whole `Request`: moving that into the parser's answer cost a
+    // memcpy call (~30 instructions a GET).
+    (keys > 0).then(|| {
+        let keys = if end == stop {
+            GetKeys::single(&rest[..end])
+        } else {
+            GetKeys::new(&rest[..end])
+        };
+        let request = GetRequest {
+            cas,
+            touch: None,
+            keys,
+        };
+        (request, start + nl)
+    })
+}
+
+/// The keys of `rest` from `from` (a space, or the start): the first byte that is neither a
+/// space nor a key's (the line's end, or a refusal) and the keys counted, `keys` before
+/// `from` included. `None` when the line is not whole.
+fn key_run(rest: &[u8], from: usize, mut keys: usize) -> Option<(usize, usize)> {
+    let mut run = 0usize;
+    let end = rest[from..].iter().position(|&b| {
         if b == b' ' {
             run = 0;
             return false;
@@ -77,21 +145,7 @@ pub(crate) fn parse_plain(input: &[u8]) -> Option<(GetRequest<'_>, usize)> {
         run += 1;
         false
     })?;
-    let nl = match rest[end] {
-        b'\n' => end,
-        b'\r' if rest.get(end + 1) == Some(&b'\n') => end + 1,
-        _ => return None,
-    };
-    // The get alone, not a whole `Request`: moving that into the parser's answer cost a
-    // memcpy call (~30 instructions a GET).
-    (keys > 0).then(|| {
-        let request = GetRequest {
-            cas,
-            touch: None,
-            keys: GetKeys::new(&rest[..end]),
-        };
-        (request, start + nl)
-    })
+    Some((from + end, keys))
 }
 
 pub(crate) fn parse<'a>(toks: &Tokens<'a>, line: &'a [u8], cas: bool, touch: bool) -> Request<'a> {

@@ -81,6 +81,13 @@ fn plainish() -> impl Strategy<Value = Vec<u8>> {
         b"\0",
         b"\t",
         b"\xc3\xa9",
+        // Keys across the word-at-a-time scan's edges (swar.rs): 8, 13, 16 bytes, the limit.
+        b"key:0001",
+        b"b100:00000123",
+        b"\x80\xffkey:0001\x7fxy",
+        &[b'k'; 16],
+        &[b'k'; 250],
+        &[b'k'; 251],
     ]);
     let words = prop::collection::vec(word, 0..7);
     let end = prop::sample::select(vec![

@@ -57,6 +57,44 @@ pub fn line(out: &mut Vec<u8>, text: &str) {
 pub fn value_header(out: &mut Vec<u8>, key: &[u8], flags: u32, len: usize, cas: Option<u64>) {
     out.extend_from_slice(b"VALUE ");
     out.extend_from_slice(key);
+    if let (None, Ok(flags @ 0..=9), Ok(len @ 0..=9999)) =
+        (cas, u8::try_from(flags), u16::try_from(len))
+    {
+        push_short_tail(out, flags, len);
+        return;
+    }
+    push_tail(out, flags, len, cas);
+}
+
+/// ` <flags> <len>\r\n` for a one-digit `flags` and a `len` under 10,000 (the usual `VALUE`
+/// line): built in one fixed-size array and appended whole, then cut to its length. A push
+/// per piece cost a GET about 60 instructions more (callgrind).
+#[inline]
+fn push_short_tail(out: &mut Vec<u8>, flags: u8, len: u16) {
+    debug_assert!(flags <= 9 && len <= 9999);
+    let digit = |d: u16| b'0' + (d % 10) as u8;
+    // Leading zeros of the four digits, then shifted out of the little-endian word.
+    let zeros = usize::from(len < 1000) + usize::from(len < 100) + usize::from(len < 10);
+    let digits = u64::from_le_bytes([
+        digit(len / 1000),
+        digit(len / 100),
+        digit(len / 10),
+        digit(len),
+        b'\r',
+        b'\n',
+        0,
+        0,
+    ]) >> (8 * zeros);
+    let mut tail = [0u8; 16];
+    tail[..3].copy_from_slice(&[b' ', b'0' + flags, b' ']);
+    tail[3..11].copy_from_slice(&digits.to_le_bytes());
+    let end = out.len() + 3 + (4 - zeros) + 2;
+    out.extend_from_slice(&tail);
+    out.truncate(end);
+}
+
+/// ` <flags> <len>[ <cas>]\r\n`, any numbers.
+fn push_tail(out: &mut Vec<u8>, flags: u32, len: usize, cas: Option<u64>) {
     out.push(b' ');
     push_u64(out, u64::from(flags));
     out.push(b' ');
@@ -119,6 +157,24 @@ mod tests {
             push_u64(&mut out, v);
             assert_eq!(out, v.to_string().as_bytes());
         }
+    }
+
+    /// The short `VALUE` tail says what the general one says, at every digit count.
+    #[test]
+    fn short_value_tails_are_the_general_ones() {
+        for flags in 0..=9u8 {
+            for len in (0..=1200u16).chain([1999, 2000, 9998, 9999]) {
+                let (mut short, mut general) = (b"VALUE k".to_vec(), b"VALUE k".to_vec());
+                push_short_tail(&mut short, flags, len);
+                push_tail(&mut general, u32::from(flags), usize::from(len), None);
+                assert_eq!(short, general, "{flags} {len}");
+                assert_eq!(general, format!("VALUE k {flags} {len}\r\n").as_bytes());
+            }
+        }
+        let mut out = Vec::new();
+        value_header(&mut out, b"k", 10, 10_000, None);
+        value_header(&mut out, b"k", 0, 5, Some(0));
+        assert_eq!(out, b"VALUE k 10 10000\r\nVALUE k 0 5 0\r\n");
     }
 
     #[test]

@@ -68,12 +68,23 @@ pub fn batch_keys<'a>(buf: &'a [u8], keys: &mut [&'a [u8]]) -> usize {
 /// two gets, prefetched); so `delete a` and `get b` go without prefetch, where [`batch_keys`]
 /// would have stopped at `delete` anyway.
 pub fn single_request(buf: &[u8]) -> bool {
-    match memchr::memchr_iter(b'\n', buf).take(3).count() {
-        0 | 1 => true,
-        // set, add, replace, append, prepend, cas, ms: the line and its data block.
-        2 => !(buf.starts_with(b"g") || buf.starts_with(b"mg")),
-        _ => false,
+    // Each search starts past the `\n` before it, and none runs over nothing: the usual
+    // batch of one (a get line; a set line and its data block) ends at its last `\n`.
+    let newline_after = |from: usize| match buf.get(from..) {
+        Some(rest) if !rest.is_empty() => memchr::memchr(b'\n', rest).map(|at| from + at + 1),
+        _ => None,
+    };
+    let Some(second_line) = newline_after(0) else {
+        return true;
+    };
+    let Some(third_line) = newline_after(second_line) else {
+        return true;
+    };
+    if newline_after(third_line).is_some() {
+        return false;
     }
+    // set, add, replace, append, prepend, cas, ms: the line and its data block.
+    !(buf.starts_with(b"g") || buf.starts_with(b"mg"))
 }
 
 /// A data length as the storage commands write it (decimal digits, at most 10).
@@ -133,6 +144,21 @@ mod tests {
             "two gets are a batch"
         );
         assert!(!single_request(b"set a 0 0 1\r\nx\r\nget a\r\n"));
+    }
+
+    proptest! {
+        /// One line, or two unless the first is a get: as counting every `\n` says.
+        #[test]
+        fn a_single_request_is_counted_by_its_newlines(
+            buf in prop::collection::vec(prop::sample::select(b"\n\rgms a".to_vec()), 0..24),
+        ) {
+            let model = match buf.iter().filter(|&&b| b == b'\n').count() {
+                0 | 1 => true,
+                2 => !(buf.starts_with(b"g") || buf.starts_with(b"mg")),
+                _ => false,
+            };
+            prop_assert_eq!(single_request(&buf), model);
+        }
     }
 
     #[test]

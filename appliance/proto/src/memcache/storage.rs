@@ -1,6 +1,7 @@
 //! `set`, `add`, `replace`, `append`, `prepend`, `cas`: a command line and a data block.
 
-use super::key::{key_byte, valid_text_key};
+use super::key::valid_text_key;
+use super::swar;
 use super::tokens::{strtol32, strtoul32, strtoull, Tokens};
 use super::{
     value_len, with_value, Limits, Parse, Request, ValueHead, BAD_FORMAT, ERROR, KEY_LEN_MAX,
@@ -70,7 +71,8 @@ pub(crate) fn parse<'a>(
 pub(crate) fn parse_plain<'a>(input: &'a [u8], limits: &Limits) -> Option<Parse<'a>> {
     const START: usize = b"set ".len();
     let rest = input.strip_prefix(b"set ")?;
-    let key_len = rest.iter().position(|&b| b == b' ' || !key_byte(b))?;
+    // The first space or byte no key may hold, a word at a time (swar.rs).
+    let key_len = swar::key_stop(rest)?;
     if key_len == 0 || key_len > KEY_LEN_MAX || rest[key_len] != b' ' {
         return None;
     }
