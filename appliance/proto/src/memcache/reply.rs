@@ -54,6 +54,7 @@ pub fn line(out: &mut Vec<u8>, text: &str) {
 }
 
 /// Appends `VALUE <key> <flags> <bytes>[ <cas>]\r\n` (the data and `\r\n` follow).
+#[inline]
 pub fn value_header(out: &mut Vec<u8>, key: &[u8], flags: u32, len: usize, cas: Option<u64>) {
     out.extend_from_slice(b"VALUE ");
     out.extend_from_slice(key);
@@ -72,19 +73,14 @@ pub fn value_header(out: &mut Vec<u8>, key: &[u8], flags: u32, len: usize, cas: 
 #[inline]
 fn push_short_tail(out: &mut Vec<u8>, flags: u8, len: u16) {
     debug_assert!(flags <= 9 && len <= 9999);
-    let digit = |d: u16| b'0' + (d % 10) as u8;
+    let pair = |v: u16| {
+        let at = usize::from(v % 100) * 2;
+        (DIGIT_PAIRS[at], DIGIT_PAIRS[at + 1])
+    };
+    let ((a, b), (c, d)) = (pair(len / 100), pair(len));
     // Leading zeros of the four digits, then shifted out of the little-endian word.
     let zeros = usize::from(len < 1000) + usize::from(len < 100) + usize::from(len < 10);
-    let digits = u64::from_le_bytes([
-        digit(len / 1000),
-        digit(len / 100),
-        digit(len / 10),
-        digit(len),
-        b'\r',
-        b'\n',
-        0,
-        0,
-    ]) >> (8 * zeros);
+    let digits = u64::from_le_bytes([a, b, c, d, b'\r', b'\n', 0, 0]) >> (8 * zeros);
     let mut tail = [0u8; 16];
     tail[..3].copy_from_slice(&[b' ', b'0' + flags, b' ']);
     tail[3..11].copy_from_slice(&digits.to_le_bytes());
@@ -92,6 +88,18 @@ fn push_short_tail(out: &mut Vec<u8>, flags: u8, len: u16) {
     out.extend_from_slice(&tail);
     out.truncate(end);
 }
+
+/// `00`, `01`, ... `99`: two digits per lookup (a division by 10 per digit cost more).
+const DIGIT_PAIRS: [u8; 200] = {
+    let mut pairs = [0u8; 200];
+    let mut i = 0u8;
+    while i < 100 {
+        pairs[2 * i as usize] = b'0' + i / 10;
+        pairs[2 * i as usize + 1] = b'0' + i % 10;
+        i += 1;
+    }
+    pairs
+};
 
 /// ` <flags> <len>[ <cas>]\r\n`, any numbers.
 fn push_tail(out: &mut Vec<u8>, flags: u32, len: usize, cas: Option<u64>) {
@@ -107,6 +115,7 @@ fn push_tail(out: &mut Vec<u8>, flags: u32, len: usize, cas: Option<u64>) {
 }
 
 /// Appends a full `VALUE` block: header, data, `\r\n`.
+#[inline]
 pub fn value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas: Option<u64>) {
     out.reserve(data.len() + key.len() + 48);
     value_header(out, key, flags, data.len(), cas);

@@ -141,17 +141,16 @@ pub(crate) fn parse_plain<'a>(input: &'a [u8], limits: &Limits) -> Option<Parse<
 fn digits(s: &[u8], at: &mut usize, max: usize) -> Option<u64> {
     let start = *at;
     let mut value = 0u64;
+    // The whole run of digits, its length checked once after it: more than `max` of them is
+    // a longer number, left to the general path (the value, wrapped then, is not used).
     while let Some(d) = s.get(*at).map(|b| b.wrapping_sub(b'0')) {
-        if d > 9 || *at - start == max {
+        if d > 9 {
             break;
         }
-        value = value * 10 + u64::from(d);
+        value = value.wrapping_mul(10).wrapping_add(u64::from(d));
         *at += 1;
     }
-    let run = *at - start;
-    // A digit right after `max` of them: a longer number, left to the general path.
-    let longer = s.get(*at).is_some_and(u8::is_ascii_digit);
-    (run > 0 && !longer).then_some(value)
+    (1..=max).contains(&(*at - start)).then_some(value)
 }
 
 /// The one space between two words at `*at` in `s`, and `*at` moved past it.
