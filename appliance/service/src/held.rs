@@ -92,15 +92,25 @@ impl HeldReplies {
     }
 
     /// [`HeldReplies::end`], with `failure` standing in for the reply if its records fail.
+    /// Inline for the usual request (nothing held, nothing staged: the reply stays in the
+    /// output); a call for it cost every request ~20 instructions (callgrind).
+    #[inline]
     pub(crate) fn end_as(&mut self, mark: Mark, out: &mut Vec<u8>, staged: u64, failure: Failure) {
+        if !mark.held && staged <= mark.staged {
+            return;
+        }
+        self.hold(mark, out, staged, failure);
+    }
+
+    /// [`HeldReplies::end_as`] of a reply that is held.
+    fn hold(&mut self, mark: Mark, out: &mut Vec<u8>, staged: u64, failure: Failure) {
         let tokens = (staged > mark.staged).then_some((mark.staged + 1, staged));
         let len = if mark.held {
             self.bytes.len() - mark.start
         } else {
-            if tokens.is_none() {
-                return; // nothing to wait for: the reply stays in the output
-            }
-            // Nothing was held, so `bytes` is empty: the reply becomes its first entry.
+            // It staged records (`end_as` kept the rest in the output) and nothing was held,
+            // so `bytes` is empty: the reply becomes its first entry.
+            debug_assert!(tokens.is_some());
             debug_assert!(self.bytes.is_empty());
             self.bytes.extend_from_slice(&out[mark.start..]);
             out.truncate(mark.start);

@@ -445,7 +445,8 @@ impl Store {
     pub fn prefetch(&self, keys: &[&[u8]]) {
         let mut hashes = [0u64; PREFETCH_MAX];
         let n = keys.len().min(PREFETCH_MAX);
-        for (h, key) in hashes.iter_mut().zip(&keys[..n]) {
+        for (h, &key) in hashes.iter_mut().zip(&keys[..n]) {
+            // The key itself, as the look-up hashes it (through `&&[u8]` it was not inlined).
             *h = self.shared.hasher.hash_one(key);
         }
         // All buckets first: by the time the second pass reads one, it has arrived.
