@@ -9,10 +9,11 @@
 //! One file per command family, pelikan-style: [`tokens`] (line splitting, memcached's
 //! number rules), [`key`] (key rules, base64), [`get`], [`storage`], [`arith`], [`delete`],
 //! [`touch`], [`flush`], [`misc`] (stats, version, verbosity, quit), [`crawler`]
-//! (`lru_crawler` key dumps, `shutdown`), [`swar`] (short byte searches a word at a time), [`meta`] (meta flag parsing shared by
+//! (`lru_crawler` key dumps, `shutdown`), [`meta`] (meta flag parsing shared by
 //! mg/ms/md/ma), [`mg`], [`ms`], [`md`], [`ma`], and [`reply`]; [`scan`] finds a pipelined
-//! batch's keys ahead of the parser (a prefetch hint). The binary protocol is
-//! [`binary`]: its own header, requests and response frames.
+//! batch's keys ahead of the parser (a prefetch hint); [`swar`] searches a key's few bytes
+//! eight at a time. The binary protocol is [`binary`]: its own header, requests and
+//! response frames.
 
 pub mod arith;
 pub mod binary;

@@ -44,20 +44,14 @@ impl<'a> GetKeys<'a> {
     }
 }
 
-/// The same keys, however the text around them was cut.
+/// The same keys, however the text around them was cut (and whether it was known to be one).
 impl PartialEq for GetKeys<'_> {
     fn eq(&self, other: &Self) -> bool {
-        self.eq_keys(*other)
+        Iterator::eq(*self, *other)
     }
 }
 
 impl Eq for GetKeys<'_> {}
-
-impl GetKeys<'_> {
-    fn eq_keys(self, other: Self) -> bool {
-        Iterator::eq(self, other)
-    }
-}
 
 impl<'a> Iterator for GetKeys<'a> {
     type Item = &'a [u8];
