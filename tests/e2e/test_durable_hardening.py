@@ -157,7 +157,15 @@ def test_stalled_large_uploads_give_their_device_space_back_within_the_request_t
         for i in range(4)
     ]
     sent_at = time.monotonic()
-    held = device_stats(s.mc)
+    # The stalls' last bytes may still sit in socket buffers: staged later, they would race
+    # the PUT below for the region's last quarter (a stall then got the 507, in CI). Wait,
+    # bounded, until the server has staged all of them (its reservation stops growing).
+    held, deadline = device_stats(s.mc), time.monotonic() + 10
+    while held.get("data_reserved_bytes", 0) < 4 * 36 * MIB and time.monotonic() < deadline:
+        time.sleep(0.5)
+        before, held = held, device_stats(s.mc)
+        if held.get("data_reserved_bytes") == before.get("data_reserved_bytes"):
+            break
     assert held.get("data_uploads_in_progress") == 4, held
     assert held.get("data_reserved_bytes", 0) >= 4 * 32 * MIB, held  # less what is in flight
     status, _ = put_until_stored(s, "later", 64 * MIB, limit_s=0)
