@@ -159,9 +159,10 @@ def test_stalled_large_uploads_give_their_device_space_back_within_the_request_t
     sent_at = time.monotonic()
     # The stalls' last bytes may still sit in socket buffers: staged later, they would race
     # the PUT below for the region's last quarter (a stall then got the 507, in CI). Wait,
-    # bounded, until the server has staged all of them (its reservation stops growing).
+    # bounded, until the server has staged all of them (its reservation stops growing; it
+    # stays under 4 x 36 MiB, less what the uploads' open chunks hold back).
     held, deadline = device_stats(s.mc), time.monotonic() + 10
-    while held.get("data_reserved_bytes", 0) < 4 * 36 * MIB and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
         time.sleep(0.5)
         before, held = held, device_stats(s.mc)
         if held.get("data_reserved_bytes") == before.get("data_reserved_bytes"):
