@@ -17,6 +17,13 @@ pub trait BlockDevice: Send + Sync {
     fn flush(&self) -> io::Result<()>;
     /// Usable length in bytes.
     fn len(&self) -> u64;
+    /// Call before a synchronous write-then-[`BlockDevice::flush`] sequence while other
+    /// flushers may have run: takes the writeback errors they already reported (on their own
+    /// descriptions) off this handle, so the coming flush reports only errors since now.
+    /// Linux reports a writeback error once per open file description, and the serving
+    /// runtime flushes through descriptions of its own (runtime `FlushFiles`), never this
+    /// one: without it a checkpoint or a rekey would fail for a write long settled.
+    fn settle_errors(&self) {}
     /// True when the device has no bytes.
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -141,6 +148,9 @@ impl<D: BlockDevice> BlockDevice for std::sync::Arc<D> {
     fn len(&self) -> u64 {
         (**self).len()
     }
+    fn settle_errors(&self) {
+        (**self).settle_errors()
+    }
 }
 
 impl BlockDevice for FileDevice {
@@ -156,6 +166,12 @@ impl BlockDevice for FileDevice {
 
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+
+    fn settle_errors(&self) {
+        // Its result is what other flushers already reported (see the trait); nothing this
+        // caller wrote is pending yet.
+        let _ = self.file.sync_data();
     }
 
     fn len(&self) -> u64 {

@@ -37,7 +37,7 @@ pub(crate) trait DiskSink {
     /// is its flush and must start only after it ended (and not at all if it failed).
     /// Returns the bytes when the sink only borrows them until the completion.
     fn write(&mut self, id: u64, offset: u64, bytes: Vec<u8>, chained: bool) -> Option<Vec<u8>>;
-    /// fdatasync `id` on flush lane `lane` (0: the log's descriptor; 1: the second one).
+    /// fdatasync `id` on flush lane `lane` (0 or 1: the region's own descriptions, `FlushFiles`).
     fn flush(&mut self, id: u64, lane: usize);
     /// Everything of this pump was handed over (io_uring: a chain is complete).
     fn end_of_batch(&mut self) {}
@@ -50,6 +50,65 @@ pub(crate) trait DiskSink {
 
 /// Writes a region log may have accepted and not yet settled (more is "out of memory").
 pub(crate) const PENDING_WRITES_MAX: usize = 1 << 16;
+
+/// The open file descriptions a region's fdatasyncs go through: its log's flush lanes and
+/// its erases', each opened for this region alone and never the one its writes use.
+///
+/// Why (ADR 0011, one description per flusher): on a block device every fdatasync writes
+/// back the dirty pages of the whole device, other regions' too, and Linux reports a
+/// writeback error once per open file description. A description two flushers share lets
+/// one take the error of a write the other made, and the other's flush then succeeds over a
+/// lost write (an acknowledged set gone after a restart; tests/e2e, test_durable.py,
+/// writeback errors). On descriptions of its own, each flush sees every error since its
+/// last one: at worst a flush fails for another region's lost write, never the reverse.
+pub(crate) struct FlushFiles {
+    /// Lane 0 of the log's flushes.
+    pub(crate) lane: std::fs::File,
+    /// Lane 1; None when it could not be opened (then one flush at a time).
+    pub(crate) second_lane: Option<std::fs::File>,
+    /// The erases' chained fdatasyncs (compaction frees segments while the log flushes).
+    pub(crate) erase: std::fs::File,
+}
+
+/// A sink's descriptors (see [`DeviceWorker::fds`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SinkFds {
+    /// Writes and reads.
+    pub(crate) io: RawFd,
+    /// The log's flush lanes; lane 1 is -1 when there is none (the log then never asks for it).
+    pub(crate) lanes: [RawFd; 2],
+    /// The erases' flushes.
+    pub(crate) erase: RawFd,
+}
+
+impl FlushFiles {
+    fn open(device: &FileDevice) -> std::io::Result<FlushFiles> {
+        Ok(FlushFiles {
+            lane: device.open_flush_lane()?,
+            second_lane: device.open_flush_lane().ok(),
+            erase: device.open_flush_lane()?,
+        })
+    }
+
+    fn try_clone(&self) -> std::io::Result<FlushFiles> {
+        Ok(FlushFiles {
+            lane: self.lane.try_clone()?,
+            second_lane: match &self.second_lane {
+                Some(f) => Some(f.try_clone()?),
+                None => None,
+            },
+            erase: self.erase.try_clone()?,
+        })
+    }
+
+    /// The description lane `lane` flushes through (lane 1 falls back to lane 0 when absent).
+    pub(crate) fn for_lane(&self, lane: usize) -> &std::fs::File {
+        match (&self.second_lane, lane) {
+            (Some(file), 1) => file,
+            _ => &self.lane,
+        }
+    }
+}
 
 /// One staged record on its way to the device.
 struct Rec {
@@ -105,15 +164,20 @@ pub(crate) struct DeviceWorker {
     /// (the kernel reads them until the completion). A handful at most (the log's
     /// `max_inflight_writes`), so a list.
     inflight: Vec<(u64, usize, Option<Vec<u8>>)>,
-    /// The second flush lane: another open file description of the device, so the two
-    /// flushes the log keeps in flight each see every writeback error (ADR 0011, pipelined
-    /// flushes). None when it could not be opened; then one flush is in flight at a time.
-    flush_lane: Option<std::fs::File>,
+    /// The open file descriptions this region's flushes go through (see [`FlushFiles`]).
+    flush_files: FlushFiles,
     flushing: usize,
     /// This region's background compaction.
     compactor: Compactor,
     /// An erase is in flight: Some(outcome of its write once completed).
     erasing: Option<Option<bool>>,
+    /// Where the erase in flight (or the last one) writes.
+    erase_offset: u64,
+    /// The erase was written and its flush failed once: it is written and flushed again
+    /// (at this offset) before the compaction is given up.
+    erase_again: Option<u64>,
+    /// The erase in flight is that second try.
+    erase_retried: bool,
     /// The id of the compaction read in flight (at most one).
     reading: Option<u64>,
     /// Ids of compaction operations, erases and reads (never repeat).
@@ -121,25 +185,32 @@ pub(crate) struct DeviceWorker {
 }
 
 impl DeviceWorker {
-    /// Takes region `region`'s log for this worker.
+    /// Takes region `region`'s log for this worker; Err says why it cannot.
     pub(crate) fn install(
         serving: Arc<Serving<FileDevice>>,
         region: usize,
-    ) -> Option<DeviceWorker> {
-        let mut log = serving.take_log(region)?;
+    ) -> Result<DeviceWorker, String> {
+        let mut log = serving
+            .take_log(region)
+            .ok_or("the data device has no free region for it")?;
         // Each group: one write with its flush chained behind it (ADR 0011, chained flushes).
         log.chain_flushes(true);
         let fd = serving.device().as_raw_fd();
-        let flush_lane = match serving.device().open_flush_lane() {
-            Ok(f) => Some(f),
+        let flush_files = match FlushFiles::open(serving.device()) {
+            Ok(files) => files,
             Err(e) => {
-                eprintln!("ringstore: region {region}: one flush at a time ({e})");
-                log.limit_flush_lanes(1);
-                None
+                serving.park_log(log);
+                return Err(format!(
+                    "cannot open the data device again for region {region}'s flushes: {e}"
+                ));
             }
         };
+        if flush_files.second_lane.is_none() {
+            eprintln!("ringstore: region {region}: one flush at a time (no second description)");
+            log.limit_flush_lanes(1);
+        }
         let compactor = Compactor::new(serving.superblock().geometry.block_size);
-        Some(DeviceWorker {
+        Ok(DeviceWorker {
             serving,
             fd,
             region,
@@ -151,10 +222,13 @@ impl DeviceWorker {
                 abandoned: VecDeque::new(),
             }),
             inflight: Vec::new(),
-            flush_lane,
+            flush_files,
             flushing: 0,
             compactor,
             erasing: None,
+            erase_offset: 0,
+            erase_again: None,
+            erase_retried: false,
             reading: None,
             next_compaction_op: 1,
         })
@@ -228,25 +302,35 @@ impl DeviceWorker {
     pub(crate) fn is_idle(&self) -> bool {
         self.compactor.is_idle()
             && self.erasing.is_none()
+            && self.erase_again.is_none()
             && self.reading.is_none()
             && self.inflight.is_empty()
             && self.flushing == 0
             && self.log.borrow().log.is_idle()
     }
 
-    /// The device's descriptors for a sink: the log's, and the second flush lane's if any.
-    pub(crate) fn fds(&self) -> (RawFd, Option<RawFd>) {
-        (self.fd, self.flush_lane.as_ref().map(AsRawFd::as_raw_fd))
+    /// The descriptors for a sink: the device's (writes and reads) and this region's flushes'.
+    pub(crate) fn fds(&self) -> SinkFds {
+        SinkFds {
+            io: self.fd,
+            lanes: [
+                self.flush_files.lane.as_raw_fd(),
+                self.flush_files
+                    .second_lane
+                    .as_ref()
+                    .map_or(-1, AsRawFd::as_raw_fd),
+            ],
+            erase: self.flush_files.erase.as_raw_fd(),
+        }
     }
 
-    /// Other handles on the same open file descriptions (the device's, the flush lane's), for
-    /// a runtime that performs the I/O on a thread of its own (ADR 0033).
-    pub(crate) fn clone_files(&self) -> std::io::Result<(FileDevice, Option<std::fs::File>)> {
-        let lane = match &self.flush_lane {
-            Some(f) => Some(f.try_clone()?),
-            None => None,
-        };
-        Ok((self.serving.device().try_clone()?, lane))
+    /// Other handles on the same open file descriptions (the device's, the flushes'), for a
+    /// runtime that performs the I/O on a thread of its own (ADR 0033).
+    pub(crate) fn clone_files(&self) -> std::io::Result<(FileDevice, FlushFiles)> {
+        Ok((
+            self.serving.device().try_clone()?,
+            self.flush_files.try_clone()?,
+        ))
     }
 
     /// Hands what the log wants done to `sink` (io_uring SQEs, or the sync thread's jobs): a
@@ -268,9 +352,12 @@ impl DeviceWorker {
                     self.inflight.push((id, len, kept));
                 }
                 Action::Flush { id, lane } => {
-                    debug_assert!(lane == 0 || self.flush_lane.is_some());
+                    debug_assert!(lane == 0 || self.flush_files.second_lane.is_some());
                     self.flushing += 1;
-                    sink.flush(id, usize::from(lane != 0 && self.flush_lane.is_some()));
+                    sink.flush(
+                        id,
+                        usize::from(lane != 0 && self.flush_files.second_lane.is_some()),
+                    );
                 }
             }
         }
@@ -366,5 +453,45 @@ impl DeviceWorker {
             w.recs.front().map_or(u64::MAX, |r| r.seq),
         );
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Seek, SeekFrom};
+
+    /// The offset of `fd`'s open file description (`/proc/self/fdinfo`); a description's
+    /// offset is shared by every descriptor of it and by no other.
+    fn offset_of(fd: RawFd) -> u64 {
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
+        let line = info.lines().find(|l| l.starts_with("pos:")).unwrap();
+        line["pos:".len()..].trim().parse().unwrap()
+    }
+
+    #[test]
+    fn every_flusher_has_an_open_file_description_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let device = FileDevice::create(&dir.path().join("device"), 1 << 20).unwrap();
+        let files = FlushFiles::open(&device).unwrap();
+        let second = files.second_lane.as_ref().expect("a second lane");
+        let flushers = [&files.lane, second, &files.erase];
+        // Distinct offsets: two descriptors of one description would end at the later one.
+        for (i, mut file) in flushers.into_iter().enumerate() {
+            file.seek(SeekFrom::Start(4096 * (i as u64 + 1))).unwrap();
+        }
+        for (i, file) in flushers.into_iter().enumerate() {
+            assert_eq!(offset_of(file.as_raw_fd()), 4096 * (i as u64 + 1));
+        }
+        assert_eq!(
+            offset_of(device.as_raw_fd()),
+            0,
+            "a flusher shares the device's"
+        );
+        // The sync thread's copies are the same descriptions (its flushes see the same errors).
+        let copies = files.try_clone().unwrap();
+        assert_eq!(offset_of(copies.erase.as_raw_fd()), 4096 * 3);
+        assert_eq!(files.for_lane(1).as_raw_fd(), second.as_raw_fd());
+        assert_eq!(files.for_lane(0).as_raw_fd(), files.lane.as_raw_fd());
     }
 }

@@ -289,12 +289,26 @@ pub fn run(builder: &'static dyn Builder, image: &Image, filters: &[String]) -> 
                     "vm test {name}: FAILED in {:.1} s: {err:#}",
                     started.elapsed().as_secs_f64()
                 );
-                failed.push(name);
+                failed.push(format!("{name} ({})", failure_summary(&err)));
             }
         }
     }
     if !failed.is_empty() {
-        bail!("QEMU tests failed: {}", failed.join(", "));
+        // Each failure's reason again at the end, where a CI log's tail shows it.
+        bail!("QEMU tests failed: {}", failed.join("; "));
     }
     Ok(())
 }
+
+/// A failed test's error on one line, at most [`SUMMARY_MAX`] characters (its start: the
+/// outermost context and the first causes).
+fn failure_summary(err: &anyhow::Error) -> String {
+    let text = format!("{err:#}").replace('\n', " | ");
+    match text.char_indices().nth(SUMMARY_MAX) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
+}
+
+/// Characters of each failure repeated in the closing summary.
+const SUMMARY_MAX: usize = 600;

@@ -79,6 +79,7 @@ impl<D: BlockDevice> Serving<D> {
             );
         };
         let mut st = lock(&self.rekey);
+        self.dev.settle_errors();
         if crypt.has_old_key() {
             return refuse("the previous rekey is still rewriting records under its old key; `data` shows when it is retired");
         }
@@ -145,6 +146,7 @@ impl<D: BlockDevice> Serving<D> {
         }
         let mut sb = st.sb;
         sb.rekey = None;
+        self.dev.settle_errors();
         let mut block = vec![0u8; usize_from(SUPERBLOCK_LEN)];
         self.dev.read_at(0, &mut block).map_err(io)?;
         let current = crypt.current_key();

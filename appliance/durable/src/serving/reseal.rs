@@ -40,6 +40,7 @@ impl<D: BlockDevice> Serving<D> {
         };
         let copy = seal(current.bytes()).map_err(DurableError::Rekey)?;
         set_one_boot_key(&mut block, 1 - mine, &copy, current.check_value(&uuid))?;
+        self.dev.settle_errors();
         self.dev.write_at(0, &block).map_err(io)?;
         self.dev.flush().map_err(io)
     }
@@ -53,6 +54,7 @@ impl<D: BlockDevice> Serving<D> {
             return Ok(false);
         };
         clear_area(&mut block, area);
+        self.dev.settle_errors();
         self.dev.write_at(0, &block).map_err(io)?;
         self.dev.flush().map_err(io)?;
         Ok(true)

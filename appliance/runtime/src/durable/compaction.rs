@@ -16,6 +16,10 @@ impl DeviceWorker {
         if self.erasing.is_some() || self.reading.is_some() {
             return false;
         }
+        if let Some(offset) = self.erase_again.take() {
+            self.start_erase(sink, offset);
+            return false;
+        }
         let log = &mut self.log.get_mut().log;
         let step = self
             .compactor
@@ -38,14 +42,20 @@ impl DeviceWorker {
                 false
             }
             Step::Erase { offset } => {
-                let id = self.next_compaction_op;
-                self.next_compaction_op += 1;
-                // The block lives in the compactor until `on_erased`.
-                sink.erase(id, offset, self.compactor.erase_block());
-                self.erasing = Some(None);
+                self.erase_retried = false;
+                self.start_erase(sink, offset);
                 false
             }
         }
+    }
+
+    fn start_erase(&mut self, sink: &mut impl DiskSink, offset: u64) {
+        let id = self.next_compaction_op;
+        self.next_compaction_op += 1;
+        // The block lives in the compactor until `on_erased`.
+        sink.erase(id, offset, self.compactor.erase_block());
+        self.erasing = Some(None);
+        self.erase_offset = offset;
     }
 
     /// The buffer of compaction read `id` (a sink that read into a buffer of its own copies
@@ -62,8 +72,17 @@ impl DeviceWorker {
             self.erasing = Some(Some(res >= 0 && res as usize == want));
             return Outcome::default();
         }
-        let ok = matches!(self.erasing, Some(Some(true))) && res >= 0;
+        let written = matches!(self.erasing, Some(Some(true)));
+        let ok = written && res >= 0;
         self.erasing = None;
+        if written && !ok && !self.erase_retried {
+            // The erases' description reports every writeback error since its last flush,
+            // the log's lost writes too (FlushFiles): the first failure may not be the
+            // erase's own. Written and flushed once more, a failure is.
+            self.erase_retried = true;
+            self.erase_again = Some(self.erase_offset);
+            return Outcome::default();
+        }
         if !ok {
             eprintln!("ringstore: data device: freeing a compacted segment failed in region {}; will retry", self.region);
         }

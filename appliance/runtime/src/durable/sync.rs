@@ -8,7 +8,6 @@
 //! delays another's. Jobs run one at a time: a chained write's flush simply follows it (and
 //! is cancelled, as io_uring's link would be, when the write failed).
 
-use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -16,7 +15,7 @@ use std::thread::JoinHandle;
 
 use ringstore_durable::{BlockDevice, FileDevice};
 
-use super::DiskSink;
+use super::{DiskSink, FlushFiles};
 
 /// Jobs handed to the thread and not yet taken. The log keeps a handful of writes and flushes
 /// in flight and compaction one operation, so this is never reached in practice; reaching
@@ -86,10 +85,10 @@ pub(crate) struct SyncThread {
 }
 
 impl SyncThread {
-    /// Starts the thread of worker `index` on its own handles of the device and flush lane.
+    /// Starts the thread of worker `index` on its own handles of the device and its flushes'.
     pub(crate) fn start(
         index: usize,
-        files: (FileDevice, Option<File>),
+        files: (FileDevice, FlushFiles),
     ) -> std::io::Result<SyncThread> {
         let wake = Arc::new(crate::sys::eventfd()?);
         let (jobs, job_rx) = std::sync::mpsc::sync_channel(JOBS_MAX);
@@ -234,12 +233,7 @@ fn failed(job: Job) -> Vec<Done> {
 }
 
 /// The thread: runs each job in order until the worker drops its sender.
-fn serve(
-    files: &(FileDevice, Option<File>),
-    jobs: &Receiver<Job>,
-    done: &Sender<Done>,
-    wake: RawFd,
-) {
+fn serve(files: &(FileDevice, FlushFiles), jobs: &Receiver<Job>, done: &Sender<Done>, wake: RawFd) {
     while let Ok(job) = jobs.recv() {
         for completion in run(files, job) {
             if done.send(completion).is_err() {
@@ -251,14 +245,8 @@ fn serve(
 }
 
 /// Performs one job; its completions in order.
-fn run((device, lane): &(FileDevice, Option<File>), job: Job) -> Vec<Done> {
-    let flush = |lane_no: usize| {
-        let synced = match (lane, lane_no) {
-            (Some(file), 1) => file.sync_data(),
-            _ => device.flush(),
-        };
-        result(synced, 0)
-    };
+fn run((device, flushes): &(FileDevice, FlushFiles), job: Job) -> Vec<Done> {
+    let flush = |lane: usize| result(flushes.for_lane(lane).sync_data(), 0);
     match job {
         Job::Write {
             id,
@@ -290,7 +278,11 @@ fn run((device, lane): &(FileDevice, Option<File>), job: Job) -> Vec<Done> {
         }
         Job::Erase { offset, block } => {
             let res = result(device.write_at(offset, &block), block.len());
-            let synced = if res < 0 { -libc::ECANCELED } else { flush(0) };
+            let synced = if res < 0 {
+                -libc::ECANCELED
+            } else {
+                result(flushes.erase.sync_data(), 0)
+            };
             vec![
                 Done::Erase { flush: false, res },
                 Done::Erase {

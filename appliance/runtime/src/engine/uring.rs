@@ -169,10 +169,7 @@ impl<H: Handler> Worker<H> {
     fn start(mut setup: WorkerSetup<H>) -> Result<(Worker<H>, Features), String> {
         let registered = register(&mut setup)?;
         let device = match &setup.data {
-            Some(serving) => Some(
-                DeviceWorker::install(serving.clone(), setup.index)
-                    .ok_or("the data device has no free region for it")?,
-            ),
+            Some(serving) => Some(DeviceWorker::install(serving.clone(), setup.index)?),
             None => None,
         };
         let tuning = setup.limits.tuning;
@@ -239,10 +236,8 @@ impl<H: Handler> Worker<H> {
                 self.begin_stop();
             }
             if let Some(device) = &mut self.device {
-                let (fd, lane_fd) = device.fds();
                 let mut sink = device::UringSink {
-                    fd,
-                    lane_fd,
+                    fds: device.fds(),
                     sqes: &mut self.pending,
                     chains: &mut self.pending_chains,
                     chained_write: None,

@@ -21,8 +21,7 @@ impl DeviceThreads {
         serving: &Arc<ringstore_durable::Serving<ringstore_durable::FileDevice>>,
         index: usize,
     ) -> Result<DeviceThreads, String> {
-        let log = DeviceWorker::install(serving.clone(), index)
-            .ok_or("the data device has no free region for it")?;
+        let log = DeviceWorker::install(serving.clone(), index)?;
         let files = log
             .clone_files()
             .map_err(|err| format!("cannot open the data device again for its thread: {err}"))?;

@@ -2,18 +2,17 @@
 //! completions: settle writes and flushes, report each settled record to its session, and
 //! resume the connections no longer waiting.
 
-use std::os::fd::RawFd;
-
 use super::*;
-use crate::durable::DiskSink;
+use crate::durable::{DiskSink, SinkFds};
 
 /// The log's operations as SQEs: single entries in `sqes`, and each batch write with the
 /// flush chained behind it (`IOSQE_IO_LINK`) as one pair in `chains`, which the worker
 /// submits together (a chain split across two submissions would let the flush start before
 /// the write ended, while the log counts it as covering that write).
 pub(super) struct UringSink<'a> {
-    pub fd: RawFd,
-    pub lane_fd: Option<RawFd>,
+    /// The device's descriptor (writes, reads) and the region's flushes' (see
+    /// [`crate::durable::FlushFiles`]).
+    pub fds: SinkFds,
     pub sqes: &'a mut Vec<squeue::Entry>,
     pub chains: &'a mut Vec<[squeue::Entry; 2]>,
     /// A chained write waiting for its flush (the log's very next action).
@@ -23,7 +22,7 @@ pub(super) struct UringSink<'a> {
 impl DiskSink for UringSink<'_> {
     fn write(&mut self, id: u64, offset: u64, bytes: Vec<u8>, chained: bool) -> Option<Vec<u8>> {
         let entry = opcode::Write::new(
-            types::Fd(self.fd),
+            types::Fd(self.fds.io),
             bytes.as_ptr(),
             crate::sys::u32_of(bytes.len()),
         )
@@ -40,9 +39,9 @@ impl DiskSink for UringSink<'_> {
     }
 
     fn flush(&mut self, id: u64, lane: usize) {
-        let fd = match (self.lane_fd, lane) {
-            (Some(fd), 1) => fd,
-            _ => self.fd,
+        let fd = match self.fds.lanes[lane.min(1)] {
+            -1 => self.fds.lanes[0],
+            fd => fd,
         };
         let flush = opcode::Fsync::new(types::Fd(fd))
             .flags(types::FsyncFlags::DATASYNC)
@@ -66,7 +65,7 @@ impl DiskSink for UringSink<'_> {
     fn read(&mut self, id: u64, offset: u64, buf: &mut [u8]) {
         self.sqes.push(
             opcode::Read::new(
-                types::Fd(self.fd),
+                types::Fd(self.fds.io),
                 buf.as_mut_ptr(),
                 crate::sys::u32_of(buf.len()),
             )
@@ -81,7 +80,7 @@ impl DiskSink for UringSink<'_> {
         // failed write cancels it.
         self.sqes.push(
             opcode::Write::new(
-                types::Fd(self.fd),
+                types::Fd(self.fds.io),
                 block.as_ptr(),
                 crate::sys::u32_of(block.len()),
             )
@@ -91,7 +90,7 @@ impl DiskSink for UringSink<'_> {
             .user_data(Op::DiskErase { id }.encode()),
         );
         self.sqes.push(
-            opcode::Fsync::new(types::Fd(self.fd))
+            opcode::Fsync::new(types::Fd(self.fds.erase))
                 .flags(types::FsyncFlags::DATASYNC)
                 .build()
                 .user_data(Op::DiskEraseFlush { id }.encode()),
