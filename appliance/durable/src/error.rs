@@ -40,6 +40,10 @@ pub enum DurableError {
         /// What the OS reported.
         kind: io::ErrorKind,
     },
+    /// At the stop, a region's log still had writes not yet flushed (its worker stopped
+    /// early): no checkpoint is written, and the next start scans what reached the device.
+    #[error("a region stopped with writes not yet flushed: no checkpoint, the next start scans")]
+    Unsettled,
     /// The device carries another filesystem or partition table; refused unless `force`.
     #[error("refusing to format: device carries a {0} signature (use force to overwrite)")]
     ForeignSignature(&'static str),

@@ -415,6 +415,15 @@ impl<D: BlockDevice> Serving<D> {
             }
             parked.drain(..).flatten().collect()
         };
+        if !regions.iter().all(RegionLog::is_idle) {
+            // A worker stopped early: that batch's flush would go through the device's
+            // descriptor, where a rekey or reseal may already have taken its writeback
+            // error (the workers flush through their own, ADR 0011). Trust only a scan.
+            return Err(DurableError::Unsettled);
+        }
+        // The workers' flushes reported every error on their descriptions; this one's
+        // reports would be old news and fail the checkpoint.
+        self.dev.settle_errors();
         let index = std::mem::replace(&mut *self.write_index(), Index::new(0, 0));
         let d = Durable {
             dev: self.dev.clone(),

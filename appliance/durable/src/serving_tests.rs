@@ -88,6 +88,23 @@ fn staged_writes_are_visible_before_and_after_their_flush() {
 }
 
 #[test]
+fn a_log_parked_with_a_write_unflushed_gets_no_checkpoint() {
+    let s = open(SimDevice::new(1 << 20));
+    let mut log = s.take_log(0).unwrap();
+    s.stage(&mut log, put(b"a", b"1", 5), 1).unwrap();
+    s.park_log(log);
+    assert!(matches!(s.checkpoint(), Err(DurableError::Unsettled)));
+    let s2 = open(SimDevice::from_image(
+        s.device().crash_image(&mut SimRng::new(2)),
+    ));
+    assert_eq!(
+        s2.lookup(b"a", 0).unwrap(),
+        None,
+        "never written, never acked"
+    );
+}
+
+#[test]
 fn checkpoint_and_crash_recovery_keep_values_and_the_flush_mark() {
     let s = open(SimDevice::new(1 << 20));
     let mut log = s.take_log(1).unwrap();

@@ -193,8 +193,6 @@ impl DeviceWorker {
         let mut log = serving
             .take_log(region)
             .ok_or("the data device has no free region for it")?;
-        // Each group: one write with its flush chained behind it (ADR 0011, chained flushes).
-        log.chain_flushes(true);
         let fd = serving.device().as_raw_fd();
         let flush_files = match FlushFiles::open(serving.device()) {
             Ok(files) => files,
@@ -205,6 +203,8 @@ impl DeviceWorker {
                 ));
             }
         };
+        // Each group: one write with its flush chained behind it (ADR 0011, chained flushes).
+        log.chain_flushes(true);
         if flush_files.second_lane.is_none() {
             eprintln!("ringstore: region {region}: one flush at a time (no second description)");
             log.limit_flush_lanes(1);

@@ -203,7 +203,6 @@ impl<D: BlockDevice> Durable<D> {
     /// Flush everything and write a checkpoint so the next open skips the scan. Returns the
     /// device and whether a checkpoint was written (false when the snapshot does not fit its area).
     pub fn shutdown(mut self) -> Result<(D, bool), DurableError> {
-        self.dev.settle_errors();
         let pending: Vec<Ack> = self.sync();
         if let Some(Ack { result: Err(e), .. }) = pending.into_iter().find(|a| a.result.is_err()) {
             return Err(e);

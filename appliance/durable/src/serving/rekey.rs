@@ -79,7 +79,6 @@ impl<D: BlockDevice> Serving<D> {
             );
         };
         let mut st = lock(&self.rekey);
-        self.dev.settle_errors();
         if crypt.has_old_key() {
             return refuse("the previous rekey is still rewriting records under its old key; `data` shows when it is retired");
         }
@@ -109,6 +108,7 @@ impl<D: BlockDevice> Serving<D> {
             let area = free_sealed_area(&block, &old, &uuid)?;
             set_sealed_key_in(&mut block, area, sealed, new.check_value(&uuid))?;
         }
+        self.dev.settle_errors();
         self.dev.write_at(0, &block).map_err(io)?;
         self.dev.flush().map_err(io)?;
         // Step 2, the switch: one sector holds the new key check and the old key.

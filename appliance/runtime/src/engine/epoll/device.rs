@@ -22,11 +22,20 @@ impl DeviceThreads {
         index: usize,
     ) -> Result<DeviceThreads, String> {
         let log = DeviceWorker::install(serving.clone(), index)?;
-        let files = log
-            .clone_files()
-            .map_err(|err| format!("cannot open the data device again for its thread: {err}"))?;
-        let thread = SyncThread::start(index, files)
-            .map_err(|err| format!("cannot start its data-device thread: {err}"))?;
+        let thread = match log.clone_files() {
+            Err(err) => Err(format!(
+                "cannot open the data device again for its thread: {err}"
+            )),
+            Ok(files) => SyncThread::start(index, files)
+                .map_err(|err| format!("cannot start its data-device thread: {err}")),
+        };
+        let thread = match thread {
+            Ok(thread) => thread,
+            Err(err) => {
+                log.uninstall(); // the region's log goes back, as install leaves it on failure
+                return Err(err);
+            }
+        };
         Ok(DeviceThreads {
             log,
             thread,

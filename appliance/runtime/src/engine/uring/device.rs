@@ -5,10 +5,10 @@
 use super::*;
 use crate::durable::{DiskSink, SinkFds};
 
-/// The log's operations as SQEs: single entries in `sqes`, and each batch write with the
-/// flush chained behind it (`IOSQE_IO_LINK`) as one pair in `chains`, which the worker
-/// submits together (a chain split across two submissions would let the flush start before
-/// the write ended, while the log counts it as covering that write).
+/// The log's operations as SQEs: single entries in `sqes`, and each batch write (and each
+/// erase) with the flush chained behind it (`IOSQE_IO_LINK`) as one pair in `chains`, which
+/// the worker submits together (a chain split across two submissions would let the flush
+/// start before the write ended, while the log counts it as covering that write).
 pub(super) struct UringSink<'a> {
     /// The device's descriptor (writes, reads) and the region's flushes' (see
     /// [`crate::durable::FlushFiles`]).
@@ -19,16 +19,23 @@ pub(super) struct UringSink<'a> {
     pub chained_write: Option<squeue::Entry>,
 }
 
-impl DiskSink for UringSink<'_> {
-    fn write(&mut self, id: u64, offset: u64, bytes: Vec<u8>, chained: bool) -> Option<Vec<u8>> {
-        let entry = opcode::Write::new(
+impl UringSink<'_> {
+    /// A write of `bytes` at `offset` on the device's descriptor, completing as `op`.
+    fn write_entry(&self, bytes: &[u8], offset: u64, op: Op) -> squeue::Entry {
+        opcode::Write::new(
             types::Fd(self.fds.io),
             bytes.as_ptr(),
             crate::sys::u32_of(bytes.len()),
         )
         .offset(offset)
         .build()
-        .user_data(Op::DiskWrite { id }.encode());
+        .user_data(op.encode())
+    }
+}
+
+impl DiskSink for UringSink<'_> {
+    fn write(&mut self, id: u64, offset: u64, bytes: Vec<u8>, chained: bool) -> Option<Vec<u8>> {
+        let entry = self.write_entry(&bytes, offset, Op::DiskWrite { id });
         if chained {
             self.chained_write = Some(entry);
         } else {
@@ -77,24 +84,15 @@ impl DiskSink for UringSink<'_> {
 
     fn erase(&mut self, id: u64, offset: u64, block: &[u8]) {
         // The write and its flush are linked: the flush runs only after the write, and a
-        // failed write cancels it.
-        self.sqes.push(
-            opcode::Write::new(
-                types::Fd(self.fds.io),
-                block.as_ptr(),
-                crate::sys::u32_of(block.len()),
-            )
-            .offset(offset)
+        // failed write cancels it. One chain, submitted whole (as a batch and its flush).
+        let write = self
+            .write_entry(block, offset, Op::DiskErase { id })
+            .flags(squeue::Flags::IO_LINK);
+        let flush = opcode::Fsync::new(types::Fd(self.fds.erase))
+            .flags(types::FsyncFlags::DATASYNC)
             .build()
-            .flags(squeue::Flags::IO_LINK)
-            .user_data(Op::DiskErase { id }.encode()),
-        );
-        self.sqes.push(
-            opcode::Fsync::new(types::Fd(self.fds.erase))
-                .flags(types::FsyncFlags::DATASYNC)
-                .build()
-                .user_data(Op::DiskEraseFlush { id }.encode()),
-        );
+            .user_data(Op::DiskEraseFlush { id }.encode());
+        self.chains.push([write, flush]);
     }
 }
 

@@ -52,8 +52,9 @@ impl<H: Handler> Worker<H> {
             {
                 let mut sq = self.ring.submission();
                 while next < self.pending_chains.len() {
-                    // Data-device batch buffers stay in `DeviceWorker::inflight` until their
-                    // completion (see above); a flush points at no memory.
+                    // Data-device batch buffers stay in `DeviceWorker::inflight` and an
+                    // erase's block in the compactor until their completion (see above); a
+                    // flush points at no memory.
                     // SAFETY: both entries point only at memory that outlives their completions.
                     if unsafe { sq.push_multiple(&self.pending_chains[next]) }.is_err() {
                         break; // both or neither: the chain never spans two submissions
