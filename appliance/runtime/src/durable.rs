@@ -75,7 +75,7 @@ pub(crate) struct FlushFiles {
 pub(crate) struct SinkFds {
     /// Writes and reads.
     pub(crate) io: RawFd,
-    /// The log's flush lanes; lane 1 is -1 when there is none (the log then never asks for it).
+    /// The log's flush lanes, indexed by lane ([`FlushFiles::for_lane`]).
     pub(crate) lanes: [RawFd; 2],
     /// The erases' flushes.
     pub(crate) erase: RawFd,
@@ -174,8 +174,8 @@ pub(crate) struct DeviceWorker {
     /// Where the erase in flight (or the last one) writes.
     erase_offset: u64,
     /// The erase was written and its flush failed once: it is written and flushed again
-    /// (at this offset) before the compaction is given up.
-    erase_again: Option<u64>,
+    /// (at `erase_offset`) before the compaction is given up.
+    erase_again: bool,
     /// The erase in flight is that second try.
     erase_retried: bool,
     /// The id of the compaction read in flight (at most one).
@@ -227,7 +227,7 @@ impl DeviceWorker {
             compactor,
             erasing: None,
             erase_offset: 0,
-            erase_again: None,
+            erase_again: false,
             erase_retried: false,
             reading: None,
             next_compaction_op: 1,
@@ -302,7 +302,7 @@ impl DeviceWorker {
     pub(crate) fn is_idle(&self) -> bool {
         self.compactor.is_idle()
             && self.erasing.is_none()
-            && self.erase_again.is_none()
+            && !self.erase_again
             && self.reading.is_none()
             && self.inflight.is_empty()
             && self.flushing == 0
@@ -313,13 +313,7 @@ impl DeviceWorker {
     pub(crate) fn fds(&self) -> SinkFds {
         SinkFds {
             io: self.fd,
-            lanes: [
-                self.flush_files.lane.as_raw_fd(),
-                self.flush_files
-                    .second_lane
-                    .as_ref()
-                    .map_or(-1, AsRawFd::as_raw_fd),
-            ],
+            lanes: [0, 1].map(|lane| self.flush_files.for_lane(lane).as_raw_fd()),
             erase: self.flush_files.erase.as_raw_fd(),
         }
     }
@@ -352,12 +346,10 @@ impl DeviceWorker {
                     self.inflight.push((id, len, kept));
                 }
                 Action::Flush { id, lane } => {
+                    // Without a second lane the log was limited to one (`install`).
                     debug_assert!(lane == 0 || self.flush_files.second_lane.is_some());
                     self.flushing += 1;
-                    sink.flush(
-                        id,
-                        usize::from(lane != 0 && self.flush_files.second_lane.is_some()),
-                    );
+                    sink.flush(id, lane);
                 }
             }
         }

@@ -16,8 +16,8 @@ impl DeviceWorker {
         if self.erasing.is_some() || self.reading.is_some() {
             return false;
         }
-        if let Some(offset) = self.erase_again.take() {
-            self.start_erase(sink, offset);
+        if std::mem::take(&mut self.erase_again) {
+            self.start_erase(sink, self.erase_offset);
             return false;
         }
         let log = &mut self.log.get_mut().log;
@@ -80,7 +80,7 @@ impl DeviceWorker {
             // the log's lost writes too (FlushFiles): the first failure may not be the
             // erase's own. Written and flushed once more, a failure is.
             self.erase_retried = true;
-            self.erase_again = Some(self.erase_offset);
+            self.erase_again = true;
             return Outcome::default();
         }
         if !ok {

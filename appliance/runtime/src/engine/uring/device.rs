@@ -46,11 +46,7 @@ impl DiskSink for UringSink<'_> {
     }
 
     fn flush(&mut self, id: u64, lane: usize) {
-        let fd = match self.fds.lanes[lane.min(1)] {
-            -1 => self.fds.lanes[0],
-            fd => fd,
-        };
-        let flush = opcode::Fsync::new(types::Fd(fd))
+        let flush = opcode::Fsync::new(types::Fd(self.fds.lanes[lane]))
             .flags(types::FsyncFlags::DATASYNC)
             .build()
             .user_data(Op::DiskFlush { id }.encode());
