@@ -235,13 +235,18 @@ impl Index {
     pub(crate) fn guess(&self, hash: u64) -> Option<Loc> {
         let tag = self.tag_of(hash);
         let home = Self::home(tag, self.words.len());
-        self.words
-            .iter()
-            .skip(home)
-            .take(GUESS_PROBES)
-            .take_while(|&&w| w != 0)
-            .find(|&&w| self.word_tag(w) == tag)
-            .map(|&w| self.decode(w))
+        let end = self.words.len().min(home + GUESS_PROBES);
+        // A plain loop over the sub-slice: the skip/take/take_while/find chain cost the
+        // batch prefetch ~40 instructions a key more (callgrind).
+        for &w in self.words.get(home..end)? {
+            if w == 0 {
+                return None;
+            }
+            if self.word_tag(w) == tag {
+                return Some(self.decode(w));
+            }
+        }
+        None
     }
 
     /// The entry under `hash` for which `eq` holds.

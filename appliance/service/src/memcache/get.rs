@@ -58,11 +58,18 @@ pub(crate) fn get(
         see_large: false,
     };
     let start = out.len();
-    let mut keys = g.keys.enumerate().skip(cursor).peekable();
-    while let Some((index, key)) = keys.next() {
-        // At least one key per call, so a resumed get always makes progress.
-        if index > cursor && out.len() + zc.pinned > high_water {
-            return Progress::Paused(index);
+    // Not `peekable` to find the last key: each key but the first of a call ends the
+    // response before it instead (what a peek per key cost, callgrind: ~20 instructions).
+    for (index, key) in g.keys.enumerate().skip(cursor) {
+        if index > cursor {
+            // memcached answers each key but the last as its own response (END joins the
+            // last); the key before this one was answered by an earlier call when
+            // `index == cursor`.
+            super::mark(marks, out.len(), true);
+            // At least one key per call, so a resumed get always makes progress.
+            if out.len() + zc.pinned > high_water {
+                return Progress::Paused(index);
+            }
         }
         let mut size = 0;
         let found = match read_key(ctx, out, out_hold, zc, key, opts, with_cas) {
@@ -103,10 +110,6 @@ pub(crate) fn get(
         };
         count(ctx, touch.is_some(), hit);
         ctx.watch_get(key, hit, size);
-        if keys.peek().is_some() {
-            // memcached answers each key but the last as its own response (END joins the last).
-            super::mark(marks, out.len(), true);
-        }
     }
     out.extend_from_slice(b"END\r\n");
     Progress::Done

@@ -213,3 +213,37 @@ fn model_run(hash_of: impl Fn(u32) -> u64) {
     ix.clear();
     assert_eq!((ix.len(), ix.iter().count()), (0, 0));
 }
+
+/// `guess` is the first word with the hash's tag among the first [`GUESS_PROBES`] buckets
+/// from its home, stopping at an empty one and at the table's end: checked against that
+/// definition written as plainly as possible, on a table with runs, collisions and wraps.
+#[test]
+fn a_guess_is_the_first_tag_match_near_the_home() {
+    assert_eq!(Index::new(4096).guess(7), None, "an empty table");
+    let mut ix = Index::new(4096);
+    let hash_of = |key: u32| u64::from(key % 200).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for key in 0..600u32 {
+        ix.insert_new(hash_of(key), Loc::new((key % 60_000) as u16, key));
+    }
+    let cap = ix.words.len();
+    let mut found = 0;
+    for key in 0..1000u32 {
+        let hash = hash_of(key);
+        let tag = ix.tag_of(hash);
+        let home = Index::home(tag, cap);
+        let mut want = None;
+        for i in home..(home + GUESS_PROBES).min(cap) {
+            let w = ix.words[i];
+            if w == 0 {
+                break;
+            }
+            if ix.word_tag(w) == tag {
+                want = Some(ix.decode(w));
+                break;
+            }
+        }
+        found += usize::from(want.is_some());
+        assert_eq!(ix.guess(hash), want, "key {key}");
+    }
+    assert!(found > 100, "the test looks at hits too ({found})");
+}
